@@ -1,0 +1,1 @@
+"""Code generator for the ibverbs C extension."""

@@ -1,0 +1,120 @@
+"""Command line: python -m generator {ir,generate,check,coverage}.
+
+RDMA_CORE (or --rdma-core) names the rdma-core headers to read: an install
+prefix or an unpacked Debian package root; by default the system's.
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import sys
+from typing import List, Optional
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SPEC_DIR = os.path.join(ROOT, "spec")
+TEMPLATE_DIR = os.path.join(ROOT, "templates")
+GENERATED_DIR = os.path.join(ROOT, "generated")
+
+
+def _prefix(args) -> Optional[str]:
+    return args.rdma_core or os.environ.get("RDMA_CORE") or None
+
+
+def _model(args):
+    from . import model, parse, spec
+    ir = parse.parse(_prefix(args))
+    return model.build(ir, spec.load(SPEC_DIR))
+
+
+def cmd_ir(args) -> int:
+    from . import irjson, parse
+    ir = parse.parse(_prefix(args))
+    text = irjson.dump(ir) if args.json else parse.summary(ir) + "\n"
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_generate(args) -> int:
+    from . import render
+    files = render.render(_model(args), TEMPLATE_DIR)
+    out = args.out or GENERATED_DIR
+    render.write(files, out)
+    print(f"generated {len(files)} files into {os.path.relpath(out, os.getcwd())}")
+    return 0
+
+
+def cmd_check(args) -> int:
+    from . import render
+    files = render.render(_model(args), TEMPLATE_DIR)
+    stale: List[str] = []
+    on_disk = {n for n in os.listdir(GENERATED_DIR)
+               if n.endswith((".c.h", ".h", ".py"))} if os.path.isdir(GENERATED_DIR) else set()
+    for name in sorted(set(files) | on_disk):
+        path = os.path.join(GENERATED_DIR, name)
+        old = open(path, encoding="utf-8").read() if os.path.exists(path) else ""
+        new = files.get(name, "")
+        if old != new:
+            stale.append(name)
+            diff = list(difflib.unified_diff(old.splitlines(), new.splitlines(),
+                                             f"generated/{name} (committed)",
+                                             f"generated/{name} (fresh)", lineterm="", n=1))
+            sys.stdout.write("\n".join(diff[:40]) + "\n")
+            if len(diff) > 40:
+                print(f"... {len(diff) - 40} more diff lines")
+    if stale:
+        print(f"generated/ is stale: {', '.join(stale)} differ from a fresh run; "
+              "run `make generate` and commit the result", file=sys.stderr)
+        return 1
+    print(f"generated/ is fresh ({len(files)} files)")
+    return 0
+
+
+def cmd_coverage(args) -> int:
+    m = _model(args)
+    counts = {"bound": 0, "excluded": 0, "unhandled": 0}
+    width = max(len(name) for name, _, _ in m.coverage)
+    for name, status, detail in m.coverage:
+        counts[status] += 1
+        if not args.quiet or status == "unhandled":
+            print(f"{name:<{width}}  {status:<9}  {detail}")
+    print(f"coverage: bound={counts['bound']} excluded={counts['excluded']} "
+          f"unhandled={counts['unhandled']}")
+    return 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m generator")
+    ap.add_argument("--rdma-core", metavar="PREFIX",
+                    help="rdma-core headers to read (default: $RDMA_CORE, else the system's)")
+    sub = ap.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("ir", help="print the IR (a summary, or --json)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("-o", "--output")
+    p.set_defaults(func=cmd_ir)
+    p = sub.add_parser("generate", help="write generated/")
+    p.add_argument("--out", help="another output directory")
+    p.set_defaults(func=cmd_generate)
+    p = sub.add_parser("check", help="fail when generated/ differs from a fresh run")
+    p.set_defaults(func=cmd_check)
+    p = sub.add_parser("coverage", help="every public function of verbs.h and its status")
+    p.add_argument("-q", "--quiet", action="store_true", help="only unhandled rows and the total")
+    p.set_defaults(func=cmd_coverage)
+    for name, helptext in (("audit", "compare two releases' IR against the spec"),):
+        try:
+            from . import audit
+        except ImportError:
+            break
+        audit.add_parser(sub)
+    args = ap.parse_args(argv)
+    from .parse import ParseError
+    from .spec import SpecError
+    try:
+        return args.func(args)
+    except (SpecError, ParseError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,88 @@
+"""Render the model through the Jinja2 templates into generated/.
+
+Output is deterministic: the same IR and spec give byte-identical files.
+"""
+from __future__ import annotations
+
+import os
+from typing import Dict
+
+import jinja2
+
+from .model import Model
+
+COMMAND = "python -m generator generate"
+
+
+def _cstring(text: str) -> str:
+    return (str(text).replace("\\", "\\\\").replace('"', '\\"')
+            .replace("\n", "\\n"))
+
+
+def _init_format(fields) -> str:
+    fmt = ""
+    optional = False
+    for f in fields:
+        if f.default is not None and not optional:
+            fmt += "|"
+            optional = True
+        fmt += "O"
+    return fmt
+
+
+def environment(template_dir: str) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(template_dir),
+        trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined, autoescape=False)
+    env.filters["cstring"] = _cstring
+    env.globals["init_format"] = _init_format
+    return env
+
+
+def render(model: Model, template_dir: str) -> Dict[str, str]:
+    """File name (relative to generated/) -> contents."""
+    env = environment(template_dir)
+    c_comment = dict(comment_open="/*", comment_mid=" *", comment_close="*/")
+    common = dict(ir=model.ir, spec=model.spec, command=COMMAND,
+                  enums=model.enums, structs=model.structs,
+                  handles=model.handles, functions=model.functions,
+                  symbols=model.symbols)
+    files: Dict[str, str] = {}
+
+    def emit(name: str, template: str, comment=c_comment, **extra):
+        files[name] = env.get_template(template).render(**common, **comment, **extra)
+
+    emit("loader.c.h", "loader.c.h.j2")
+    emit("objects.h", "objects.h.j2")
+    emit("structs.c.h", "structs.c.h.j2")
+    for h in model.handles:
+        emit(f"{h.name.lower()}.c.h", "handle.c.h.j2", h=h)
+    emit("module.c.h", "module.c.h.j2")
+    emit("handles.c.h", "includes.c.h.j2",
+         includes=[f"{h.name.lower()}.c.h" for h in model.handles])
+    py_comment = dict(comment_open="#", comment_mid="#", comment_close="")
+    emit("enums.py", "enums.py.j2", comment=py_comment)
+    emit("__init__.py", "package.py.j2", comment=py_comment)
+    return {name: _tidy(text) for name, text in files.items()}
+
+
+def _tidy(text: str) -> str:
+    lines = [line.rstrip() for line in text.split("\n")]
+    out = []
+    for line in lines:
+        if line == "" and out and out[-1] == "" :
+            continue
+        out.append(line)
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def write(files: Dict[str, str], out_dir: str) -> None:
+    os.makedirs(out_dir, exist_ok=True)
+    for name in os.listdir(out_dir):
+        if name not in files and (name.endswith((".c.h", ".h", ".py"))):
+            os.remove(os.path.join(out_dir, name))
+    for name, text in sorted(files.items()):
+        path = os.path.join(out_dir, name)
+        with open(path, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)

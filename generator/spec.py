@@ -1,0 +1,241 @@
+"""Load and validate the YAML spec (spec/*.yaml).
+
+The spec is the table of what Python sees: handle classes, struct classes,
+enums, verbs bound as methods, optional symbols and exclusions.  Every value
+keeps the file and line it came from, so that an error (here or in the
+model stage) names them: ``spec/qp.yaml:12: QP.modify: unknown key 'parms'``.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+import yaml
+
+
+class SpecError(Exception):
+    """A mistake in the spec, with its location."""
+
+
+class Node(dict):
+    """A YAML mapping that remembers where it (and each key) came from."""
+
+    file: str = "?"
+    line: int = 0
+    key_lines: Dict[str, int]
+
+    def where(self, key: Optional[str] = None) -> str:
+        line = self.key_lines.get(key, self.line) if key else self.line
+        return f"{self.file}:{line}"
+
+
+class _Loader(yaml.SafeLoader):
+    pass
+
+
+def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> Node:
+    result = Node()
+    result.file = loader.name
+    result.line = node.start_mark.line + 1
+    result.key_lines = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if key in result:
+            raise SpecError(f"{loader.name}:{key_node.start_mark.line + 1}: "
+                            f"duplicate key {key!r}")
+        result[key] = loader.construct_object(value_node, deep=True)
+        result.key_lines[key] = key_node.start_mark.line + 1
+    return result
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
+                        _construct_mapping)
+
+
+def _load_file(path: str, display: str) -> Node:
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    loader = _Loader(text)
+    loader.name = display
+    try:
+        data = loader.get_single_data()
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{display}: {exc}") from None
+    finally:
+        loader.dispose()
+    if data is None:
+        data = Node()
+        data.file, data.line, data.key_lines = display, 1, {}
+    if not isinstance(data, Node):
+        raise SpecError(f"{display}:1: the top level must be a mapping")
+    return data
+
+
+# --- the validated spec ------------------------------------------------------
+
+TOP_KEYS = {"handles", "structs", "enums", "functions", "symbols", "exclusions"}
+HANDLE_KEYS = {"ctype", "doc", "destroy", "parents", "attributes", "methods",
+               "slots", "state", "before_destroy", "registered"}
+STRUCT_KEYS = {"ctype", "doc", "fields", "writable"}
+ENUM_KEYS = {"c", "match", "kind", "prefix"}
+METHOD_KEYS = {"verb", "params", "errors", "returns", "gil", "checks", "doc",
+               "requires", "signature", "hand", "verbs", "prologue"}
+ERROR_CONVENTIONS = {"null", "errno", "negative", "none"}
+ENUM_KINDS = {"IntEnum", "IntFlag"}
+
+
+@dataclass
+class Method:
+    name: str
+    owner: str                 # class name, or "" for module functions
+    node: Node
+    hand: Optional[str] = None  # signature of a hand-written method
+
+    @property
+    def verb(self) -> Optional[str]:
+        return self.node.get("verb")
+
+    def where(self, key: Optional[str] = None) -> str:
+        return self.node.where(key)
+
+
+@dataclass
+class Handle:
+    name: str
+    node: Node
+    methods: List[Method]
+
+
+@dataclass
+class Struct:
+    name: str
+    node: Node
+
+
+@dataclass
+class EnumSpec:
+    name: str
+    node: Node
+
+
+@dataclass
+class Spec:
+    files: List[str]
+    sha256: str
+    handles: List[Handle] = field(default_factory=list)
+    structs: List[Struct] = field(default_factory=list)
+    enums: List[EnumSpec] = field(default_factory=list)
+    functions: List[Method] = field(default_factory=list)
+    optional: Dict[str, str] = field(default_factory=dict)     # symbol -> release
+    optional_where: Dict[str, str] = field(default_factory=dict)
+    exclusions: Dict[str, str] = field(default_factory=dict)   # function -> reason
+    exclusion_where: Dict[str, str] = field(default_factory=dict)
+
+    def handle(self, name: str) -> Optional[Handle]:
+        return next((h for h in self.handles if h.name == name), None)
+
+    def struct(self, name: str) -> Optional[Struct]:
+        return next((s for s in self.structs if s.name == name), None)
+
+    def all_methods(self) -> List[Method]:
+        return [m for h in self.handles for m in h.methods] + self.functions
+
+
+def _check_keys(node: Any, allowed: set, what: str) -> None:
+    if not isinstance(node, Node):
+        raise SpecError(f"{what}: expected a mapping, got {node!r}")
+    for key in node:
+        if key not in allowed:
+            raise SpecError(f"{node.where(key)}: {what}: unknown key {key!r} "
+                            f"(expected one of: {', '.join(sorted(allowed))})")
+
+
+def _method(name: str, owner: str, node: Any, where: str) -> Method:
+    label = f"{owner}.{name}" if owner else name
+    if not isinstance(node, Node):
+        raise SpecError(f"{where}: {label}: expected a mapping")
+    _check_keys(node, METHOD_KEYS, label)
+    if "hand" in node:
+        return Method(name, owner, node, hand=str(node["hand"]))
+    if "verb" not in node:
+        raise SpecError(f"{node.where()}: {label}: needs 'verb' (or 'hand')")
+    if "params" not in node:
+        raise SpecError(f"{node.where()}: {label}: needs 'params'")
+    errors = node.get("errors")
+    if errors not in ERROR_CONVENTIONS:
+        raise SpecError(f"{node.where('errors') if 'errors' in node else node.where()}: "
+                        f"{label}: 'errors' must be one of "
+                        f"{', '.join(sorted(ERROR_CONVENTIONS))}, got {errors!r}")
+    if node.get("gil", "hold") not in ("hold", "release"):
+        raise SpecError(f"{node.where('gil')}: {label}: 'gil' must be hold or release")
+    return Method(name, owner, node)
+
+
+def load(spec_dir: str) -> Spec:
+    """Read every spec/*.yaml (sorted) into one validated Spec."""
+    names = sorted(n for n in os.listdir(spec_dir) if n.endswith(".yaml"))
+    if not names:
+        raise SpecError(f"{spec_dir}: no *.yaml files")
+    digest = hashlib.sha256()
+    spec = Spec(files=[], sha256="")
+    for name in names:
+        path = os.path.join(spec_dir, name)
+        display = f"spec/{name}"
+        with open(path, "rb") as f:
+            digest.update(name.encode() + b"\0" + f.read() + b"\0")
+        spec.files.append(display)
+        data = _load_file(path, display)
+        _check_keys(data, TOP_KEYS, display)
+        for cls, node in (data.get("handles") or {}).items():
+            _check_keys(node, HANDLE_KEYS, cls)
+            if "ctype" not in node:
+                raise SpecError(f"{node.where()}: {cls}: needs 'ctype'")
+            methods = [_method(m, cls, mnode, node.where("methods"))
+                       for m, mnode in (node.get("methods") or {}).items()]
+            spec.handles.append(Handle(cls, node, methods))
+        for cls, node in (data.get("structs") or {}).items():
+            _check_keys(node, STRUCT_KEYS, cls)
+            if "ctype" not in node or "fields" not in node:
+                raise SpecError(f"{node.where()}: {cls}: needs 'ctype' and 'fields'")
+            spec.structs.append(Struct(cls, node))
+        for cls, node in (data.get("enums") or {}).items():
+            _check_keys(node, ENUM_KEYS, cls)
+            if ("c" in node) == ("match" in node):
+                raise SpecError(f"{node.where()}: {cls}: needs exactly one of 'c', 'match'")
+            if node.get("kind") not in ENUM_KINDS:
+                raise SpecError(f"{node.where('kind') if 'kind' in node else node.where()}: "
+                                f"{cls}: 'kind' must be IntEnum or IntFlag")
+            if "prefix" not in node:
+                raise SpecError(f"{node.where()}: {cls}: needs 'prefix'")
+            spec.enums.append(EnumSpec(cls, node))
+        functions = data.get("functions") or {}
+        for fname, node in functions.items():
+            spec.functions.append(_method(fname, "", node, functions.where(fname)))
+        symbols = data.get("symbols") or {}
+        for sym, release in (symbols.get("optional") or {}).items():
+            spec.optional[sym] = str(release)
+            spec.optional_where[sym] = symbols["optional"].where(sym)
+        exclusions = data.get("exclusions") or {}
+        for fname, reason in exclusions.items():
+            if not isinstance(reason, str) or len(reason.strip()) < 8:
+                raise SpecError(f"{exclusions.where(fname)}: exclusion of {fname} "
+                                f"needs a real reason")
+            spec.exclusions[fname] = reason.strip()
+            spec.exclusion_where[fname] = exclusions.where(fname)
+    _check_unique(spec)
+    spec.sha256 = digest.hexdigest()
+    return spec
+
+
+def _check_unique(spec: Spec) -> None:
+    seen: Dict[str, str] = {}
+    for kind, items in (("handle", spec.handles), ("struct", spec.structs),
+                        ("enum", spec.enums)):
+        for item in items:
+            where = item.node.where()
+            if item.name in seen:
+                raise SpecError(f"{where}: {kind} {item.name} already defined at "
+                                f"{seen[item.name]}")
+            seen[item.name] = where

@@ -1,0 +1,70 @@
+"""Low-level Pythonic bindings for libibverbs (RDMA), with GPUDirect support.
+
+The C extension ibverbs._ibverbs is generated from rdma-core's verbs.h (see
+spec/ and generator/ in the source tree) and dlopens libibverbs.so.1 at
+import.  Enums and helpers are re-exported here lazily, so that
+``import ibverbs`` stays cheap.
+"""
+from __future__ import annotations
+
+from . import _ibverbs
+from ._device import Device, get_device_list
+from ._gid import Gid
+from ._ibverbs import (AH, CQ, MR, MW, PD, QP, SGE, SRQ, WC, XRCD, AHAttr, AsyncEvent,
+                       CompChannel, Context, DeviceAttr, DeviceAttrEx, GidEntry, MWBind,
+                       PortAttr, QPAttr, QPCap, QPInitAttr, RecvWR, SendWR, SRQAttr)
+from ._ibverbs import (event_type_str, flow_label_to_udp_sport, fork_init, inc_rkey,
+                       is_fork_initialized, is_qpt_supported, mbps_to_rate, mult_to_rate,
+                       node_type_str, port_state_str, rate_to_mbps, rate_to_mult,
+                       wc_status_str)
+from ._qp_transitions import to_init as _to_init, to_rtr as _to_rtr, to_rts as _to_rts
+from .errors import CompletionError, VerbsError
+
+
+def _qp_query(self, attr_mask=0x1FFFFF):
+    """query(attr_mask=all) -> (dict, QPCap): ibv_query_qp."""
+    attr = self._query(attr_mask)
+    return attr._asdict(), attr.cap
+
+
+# Compositions of verbs written in Python, attached to the generated class.
+QP.to_init = _to_init
+QP.to_rtr = _to_rtr
+QP.to_rts = _to_rts
+QP.query = _qp_query
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("ibverbs")
+    except Exception:  # not installed (running from a source tree)
+        return "0+unknown"
+
+
+_ENUMS = ("AccessFlags", "AtomicCap", "DeviceCapFlags", "EventType", "ForkStatus",
+          "GIDType", "LinkLayer", "MigState", "MTU", "MWType", "NodeType",
+          "PortCapFlags", "PortState", "QPAttrMask", "QPCreateFlags", "QPState",
+          "QPType", "Rate", "ReregMRFlags", "SendFlags", "SRQAttrMask", "SRQType",
+          "TransportType", "WCFlags", "WCOpcode", "WCStatus", "WROpcode")
+_HELPERS = ("QPInfo", "local_qp_info", "connect_rc", "tensor_addr_len", "reg_tensor")
+
+
+def __getattr__(name: str):
+    # Enums and helpers cost a few milliseconds to build: only on first use.
+    if name in _ENUMS:
+        from . import enums
+        value = getattr(enums, name)
+    elif name in _HELPERS:
+        from . import helpers
+        value = getattr(helpers, name)
+    elif name == "__version__":
+        value = _version()
+    else:
+        raise AttributeError(f"module 'ibverbs' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_ENUMS) | set(_HELPERS) | {"__version__"})

@@ -1,0 +1,52 @@
+"""Gid: a 16-byte RDMA global identifier."""
+from __future__ import annotations
+
+__all__ = ["Gid"]
+
+
+class Gid:
+    """Gid(raw: bytes) -- 16 bytes; compares equal to a Gid or the same bytes."""
+
+    __slots__ = ("_raw",)
+
+    def __init__(self, raw) -> None:
+        if isinstance(raw, Gid):
+            raw = raw.raw
+        if not isinstance(raw, (bytes, bytearray, memoryview)):
+            raise TypeError(f"Gid needs 16 bytes, not {type(raw).__name__}")
+        raw = bytes(raw)
+        if len(raw) != 16:
+            raise ValueError(f"a GID is exactly 16 bytes, got {len(raw)}")
+        self._raw = raw
+
+    @property
+    def raw(self) -> bytes:
+        return self._raw
+
+    @property
+    def subnet_prefix(self) -> int:
+        return int.from_bytes(self._raw[:8], "big")
+
+    @property
+    def interface_id(self) -> int:
+        return int.from_bytes(self._raw[8:], "big")
+
+    def __bytes__(self) -> bytes:
+        return self._raw
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, Gid):
+            return self._raw == other._raw
+        if isinstance(other, (bytes, bytearray, memoryview)):
+            return self._raw == bytes(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._raw)
+
+    def __str__(self) -> str:
+        h = self._raw.hex()
+        return ":".join(h[i:i + 4] for i in range(0, 32, 4))
+
+    def __repr__(self) -> str:
+        return f"Gid('{self}')"

@@ -1,0 +1,166 @@
+/*
+ * Shared declarations of the _ibverbs extension: the handle object header,
+ * error raising and argument conversion.  Hand-written; the generated code
+ * in generated/ and the hand-written data path both build on it.
+ *
+ * The extension is compiled against the CPython Limited API (abi3, 3.9
+ * floor) and never links libibverbs: every exported verb is reached through
+ * the trampolines of generated/loader.c.h, filled by dlsym at import.
+ */
+#ifndef IBVERBS_COMMON_H
+#define IBVERBS_COMMON_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <endian.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Helpers the Limited API only gained after our 3.9 floor. */
+#ifndef Py_NewRef
+static inline PyObject *ibv_new_ref(PyObject *obj)
+{
+    Py_INCREF(obj);
+    return obj;
+}
+#define Py_NewRef(obj) ibv_new_ref((PyObject *)(obj))
+#endif
+#ifndef Py_XSETREF
+#define Py_XSETREF(dst, src)                     \
+    do {                                         \
+        PyObject **_dst = (PyObject **)&(dst);   \
+        PyObject *_old = *_dst;                  \
+        *_dst = (PyObject *)(src);               \
+        Py_XDECREF(_old);                        \
+    } while (0)
+#endif
+
+/* Everything of rdma-core's header stays inside this shared object: the
+ * trampolines carry the exported names, and must not be exported again. */
+#pragma GCC visibility push(hidden)
+#include <infiniband/verbs.h>
+#pragma GCC visibility pop
+
+#define IBV_HIDDEN __attribute__((visibility("hidden")))
+
+/*
+ * Every verbs handle object (Context, PD, CQ, QP, ...) starts with this.
+ *
+ * ptr           the verbs object, NULL once closed.
+ * live_children open objects created from this one (or using it, such as a
+ *               QP using a CQ); close() refuses with EBUSY while non-zero.
+ * busy          threads inside a call on this object with the GIL released;
+ *               close() refuses with EBUSY while non-zero, so a blocked
+ *               get_cq_event never wakes up on freed memory.
+ */
+typedef struct {
+    PyObject_HEAD
+    void *ptr;
+    Py_ssize_t live_children;
+    Py_ssize_t busy;
+} IbvHandle;
+
+#define IBV_HANDLE(o) ((IbvHandle *)(o))
+
+/* ---- errors (errors.c) -------------------------------------------------- */
+
+/* Raise ibverbs.VerbsError(operation, err); returns NULL. */
+IBV_HIDDEN PyObject *ibv_raise(const char *operation, int err);
+/* Same with a detail message (printf-style). */
+IBV_HIDDEN PyObject *ibv_raise_detail(const char *operation, int err,
+                                      const char *fmt, ...);
+/* The errno of a failed verb: a positive return value wins, else errno,
+ * else EIO (some providers fail without setting either). */
+IBV_HIDDEN int ibv_error_code(long rc);
+/* VerbsError(EBADF) for use after close. */
+IBV_HIDDEN PyObject *ibv_raise_closed(PyObject *obj);
+/* RuntimeError: the running libibverbs lacks a symbol. */
+IBV_HIDDEN PyObject *ibv_raise_unavailable(const char *symbol,
+                                           const char *since);
+/* ibverbs.CompletionError(wc). */
+IBV_HIDDEN PyObject *ibv_raise_completion(PyObject *wc);
+
+/* Borrowed references to the Python-level classes, looked up at import. */
+extern IBV_HIDDEN PyObject *ibv_VerbsError;
+extern IBV_HIDDEN PyObject *ibv_CompletionError;
+extern IBV_HIDDEN PyObject *ibv_GidClass;
+IBV_HIDDEN int ibv_errors_init(void);
+
+/* ---- argument conversion (convert.c) ------------------------------------ */
+
+/* A Python int in [0, max] (ValueError outside, TypeError for non-int). */
+IBV_HIDDEN int ibv_conv_unsigned(PyObject *obj, const char *name,
+                                 uint64_t max, uint64_t *out);
+/* A Python int in [min, max]. */
+IBV_HIDDEN int ibv_conv_signed(PyObject *obj, const char *name,
+                               int64_t min, int64_t max, int64_t *out);
+/* A str, returned as a new UTF-8 bytes object (keep it while using *out). */
+IBV_HIDDEN PyObject *ibv_conv_str(PyObject *obj, const char *name,
+                                  const char **out);
+/* A GID: Gid, or 16 bytes-like (bytes, bytearray). */
+IBV_HIDDEN int ibv_conv_gid(PyObject *obj, const char *name, union ibv_gid *out);
+IBV_HIDDEN PyObject *ibv_gid_to_py(const union ibv_gid *gid);
+/* A NUL-terminated char array field as str. */
+IBV_HIDDEN PyObject *ibv_chars_to_py(const char *chars, size_t size);
+/* Bytes of a fixed-size array field. */
+IBV_HIDDEN PyObject *ibv_array_to_py(const void *data, size_t size);
+/* An instance of type (exactly or a subclass), not closed; NULL with an
+ * exception otherwise.  none_ok allows None (then *out is NULL). */
+IBV_HIDDEN int ibv_conv_handle(PyObject *obj, const char *name,
+                               PyTypeObject *type, int none_ok,
+                               PyObject **out);
+
+/* ---- handle bookkeeping (handles.c) ------------------------------------- */
+
+/* Is it open? Raise VerbsError(EBADF) if not. */
+static inline int ibv_check_open(PyObject *obj)
+{
+    if (IBV_HANDLE(obj)->ptr == NULL) {
+        ibv_raise_closed(obj);
+        return -1;
+    }
+    return 0;
+}
+
+/* close() may go ahead: no live children, no call in flight. */
+IBV_HIDDEN int ibv_check_closable(PyObject *obj, const char *verb);
+/* A new handle object of type with its parents (NULL entries skipped):
+ * takes references to them and counts itself among their children. */
+IBV_HIDDEN PyObject *ibv_handle_new(PyTypeObject *type, void *ptr,
+                                    PyObject **parent_slots,
+                                    PyObject *const *parents, int nparents);
+/* The child is gone: uncount it from its parents (references are kept
+ * until dealloc so that attributes such as mr.pd keep working). */
+IBV_HIDDEN void ibv_handle_release_parents(PyObject *const *parents,
+                                           int nparents);
+/* Report a failure that cannot be raised (dealloc). */
+IBV_HIDDEN void ibv_report_unraisable(PyObject *obj, const char *verb, int err);
+/* The type name for messages. */
+IBV_HIDDEN const char *ibv_type_name(PyObject *obj);
+
+/* Verbs objects that events name (CQ, QP, SRQ) -> their Python objects.
+ * Only touched with the GIL held; an object leaves it when destroyed, so a
+ * lookup never returns a freed object. */
+IBV_HIDDEN int ibv_registry_add(void *ptr, PyObject *obj);
+IBV_HIDDEN void ibv_registry_remove(void *ptr);
+/* New reference, or NULL (no exception) when not registered. */
+IBV_HIDDEN PyObject *ibv_registry_get(void *ptr);
+
+/* repr() and _asdict() of struct classes, from their field names. */
+IBV_HIDDEN PyObject *ibv_repr_fields(PyObject *obj, const char *const *names);
+IBV_HIDDEN PyObject *ibv_asdict_fields(PyObject *obj, const char *const *names);
+
+/* Enter/leave a call that releases the GIL on handle obj. */
+static inline void ibv_busy_enter(PyObject *obj) { IBV_HANDLE(obj)->busy++; }
+static inline void ibv_busy_leave(PyObject *obj) { IBV_HANDLE(obj)->busy--; }
+
+/* ---- the loaded library (generated/loader.c.h, module.c) ---------------- */
+
+/* dlopen libibverbs.so.1 and fill the slots; ImportError on failure. */
+IBV_HIDDEN int ibv_load_library(void);
+
+#endif /* IBVERBS_COMMON_H */

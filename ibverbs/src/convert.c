@@ -1,0 +1,164 @@
+/*
+ * Python -> C argument conversion with range checks.  Every integer that
+ * reaches a verb goes through here: out of range is a ValueError naming the
+ * argument, never a silent truncation.
+ */
+#include "common.h"
+
+#include <string.h>
+
+static int as_long_long(PyObject *obj, const char *name, int *overflow,
+                        long long *value, unsigned long long *uvalue)
+{
+    if (!PyLong_Check(obj)) {
+        /* IntEnum/IntFlag are ints; anything else with __index__ too. */
+        PyObject *index = PyNumber_Index(obj);
+        if (index == NULL) {
+            PyErr_Format(PyExc_TypeError, "%s must be an int, not %s", name,
+                         ibv_type_name(obj));
+            return -1;
+        }
+        int rc = as_long_long(index, name, overflow, value, uvalue);
+        Py_DECREF(index);
+        return rc;
+    }
+    *value = PyLong_AsLongLongAndOverflow(obj, overflow);
+    if (*value == -1 && PyErr_Occurred())
+        return -1;
+    *uvalue = 0;
+    if (*overflow > 0) {
+        /* Above LLONG_MAX: only an unsigned 64-bit value can hold it. */
+        *uvalue = PyLong_AsUnsignedLongLong(obj);
+        if (*uvalue == (unsigned long long)-1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            *overflow = 2;
+        }
+    }
+    return 0;
+}
+
+int ibv_conv_unsigned(PyObject *obj, const char *name, uint64_t max, uint64_t *out)
+{
+    int overflow;
+    long long v;
+    unsigned long long uv;
+    if (as_long_long(obj, name, &overflow, &v, &uv) < 0)
+        return -1;
+    if (overflow == 0 && v >= 0 && (uint64_t)v <= max) {
+        *out = (uint64_t)v;
+        return 0;
+    }
+    if (overflow == 1 && uv <= max) {
+        *out = uv;
+        return 0;
+    }
+    PyErr_Format(PyExc_ValueError, "%s must be in 0..%llu, got %S", name,
+                 (unsigned long long)max, obj);
+    return -1;
+}
+
+int ibv_conv_signed(PyObject *obj, const char *name, int64_t min, int64_t max,
+                    int64_t *out)
+{
+    int overflow;
+    long long v;
+    unsigned long long uv;
+    if (as_long_long(obj, name, &overflow, &v, &uv) < 0)
+        return -1;
+    if (overflow == 0 && v >= min && v <= max) {
+        *out = v;
+        return 0;
+    }
+    PyErr_Format(PyExc_ValueError, "%s must be in %lld..%lld, got %S", name,
+                 (long long)min, (long long)max, obj);
+    return -1;
+}
+
+PyObject *ibv_conv_str(PyObject *obj, const char *name, const char **out)
+{
+    if (!PyUnicode_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a str, not %s", name,
+                     ibv_type_name(obj));
+        return NULL;
+    }
+    PyObject *bytes = PyUnicode_AsUTF8String(obj);
+    if (bytes == NULL)
+        return NULL;
+    *out = PyBytes_AsString(bytes);
+    if (*out == NULL || strlen(*out) != (size_t)PyBytes_Size(bytes)) {
+        Py_DECREF(bytes);
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError, "%s must not contain NUL", name);
+        return NULL;
+    }
+    return bytes;
+}
+
+int ibv_conv_gid(PyObject *obj, const char *name, union ibv_gid *out)
+{
+    PyObject *raw;
+    if (PyObject_IsInstance(obj, ibv_GidClass) == 1)
+        raw = PyObject_GetAttrString(obj, "raw");
+    else if (PyBytes_Check(obj) || PyByteArray_Check(obj))
+        raw = PyBytes_FromObject(obj);
+    else {
+        PyErr_Format(PyExc_TypeError, "%s must be a Gid or 16 bytes, not %s",
+                     name, ibv_type_name(obj));
+        return -1;
+    }
+    if (raw == NULL)
+        return -1;
+    if (PyBytes_Size(raw) != 16) {
+        PyErr_Format(PyExc_ValueError, "%s must be exactly 16 bytes, got %zd",
+                     name, PyBytes_Size(raw));
+        Py_DECREF(raw);
+        return -1;
+    }
+    memcpy(out->raw, PyBytes_AsString(raw), 16);
+    Py_DECREF(raw);
+    return 0;
+}
+
+PyObject *ibv_gid_to_py(const union ibv_gid *gid)
+{
+    PyObject *raw = PyBytes_FromStringAndSize((const char *)gid->raw, 16);
+    if (raw == NULL)
+        return NULL;
+    PyObject *result = PyObject_CallFunctionObjArgs(ibv_GidClass, raw, NULL);
+    Py_DECREF(raw);
+    return result;
+}
+
+PyObject *ibv_chars_to_py(const char *chars, size_t size)
+{
+    size_t len = strnlen(chars, size);
+    return PyUnicode_DecodeUTF8(chars, (Py_ssize_t)len, "replace");
+}
+
+PyObject *ibv_array_to_py(const void *data, size_t size)
+{
+    return PyBytes_FromStringAndSize((const char *)data, (Py_ssize_t)size);
+}
+
+int ibv_conv_handle(PyObject *obj, const char *name, PyTypeObject *type,
+                    int none_ok, PyObject **out)
+{
+    if (obj == Py_None && none_ok) {
+        *out = NULL;
+        return 0;
+    }
+    int ok = PyObject_IsInstance(obj, (PyObject *)type);
+    if (ok < 0)
+        return -1;
+    if (!ok) {
+        PyObject *tname = PyObject_GetAttrString((PyObject *)type, "__name__");
+        PyErr_Format(PyExc_TypeError, "%s must be %s%S, not %s", name,
+                     none_ok ? "None or " : "", tname, ibv_type_name(obj));
+        Py_XDECREF(tname);
+        return -1;
+    }
+    if (ibv_check_open(obj) < 0)
+        return -1;
+    *out = obj;
+    return 0;
+}

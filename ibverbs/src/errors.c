@@ -1,0 +1,97 @@
+/*
+ * Raising ibverbs.VerbsError and friends.  The exception classes are
+ * defined in Python (ibverbs/errors.py) so that they pickle and read like
+ * any OSError; C holds references to them, fetched once at import.
+ */
+#include "common.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+PyObject *ibv_VerbsError;
+PyObject *ibv_CompletionError;
+PyObject *ibv_GidClass;
+
+static PyObject *fetch(const char *module, const char *name)
+{
+    PyObject *mod = PyImport_ImportModule(module);
+    if (mod == NULL)
+        return NULL;
+    PyObject *obj = PyObject_GetAttrString(mod, name);
+    Py_DECREF(mod);
+    return obj;
+}
+
+int ibv_errors_init(void)
+{
+    ibv_VerbsError = fetch("ibverbs.errors", "VerbsError");
+    ibv_CompletionError = fetch("ibverbs.errors", "CompletionError");
+    ibv_GidClass = fetch("ibverbs._gid", "Gid");
+    if (!ibv_VerbsError || !ibv_CompletionError || !ibv_GidClass)
+        return -1;
+    return 0;
+}
+
+static PyObject *raise_with(PyObject *args)
+{
+    if (args == NULL)
+        return NULL;
+    PyObject *exc = PyObject_CallObject(ibv_VerbsError, args);
+    Py_DECREF(args);
+    if (exc == NULL)
+        return NULL;
+    PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+    Py_DECREF(exc);
+    return NULL;
+}
+
+PyObject *ibv_raise(const char *operation, int err)
+{
+    return raise_with(Py_BuildValue("(si)", operation, err));
+}
+
+PyObject *ibv_raise_detail(const char *operation, int err, const char *fmt, ...)
+{
+    char detail[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof(detail), fmt, ap);
+    va_end(ap);
+    return raise_with(Py_BuildValue("(sis)", operation, err, detail));
+}
+
+int ibv_error_code(long rc)
+{
+    if (rc > 0)
+        return (int)rc;
+    if (errno > 0)
+        return errno;
+    if (rc < 0 && rc > -4096)
+        return (int)-rc;
+    return EIO;
+}
+
+PyObject *ibv_raise_closed(PyObject *obj)
+{
+    const char *name = ibv_type_name(obj);
+    return ibv_raise_detail(name, EBADF, "%s is closed", name);
+}
+
+PyObject *ibv_raise_unavailable(const char *symbol, const char *since)
+{
+    PyErr_Format(PyExc_RuntimeError,
+                 "%s is unavailable: the installed libibverbs.so.1 does not "
+                 "export it (added in rdma-core %s; upgrade rdma-core)",
+                 symbol, since);
+    return NULL;
+}
+
+PyObject *ibv_raise_completion(PyObject *wc)
+{
+    PyObject *exc = PyObject_CallFunctionObjArgs(ibv_CompletionError, wc, NULL);
+    if (exc == NULL)
+        return NULL;
+    PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+    Py_DECREF(exc);
+    return NULL;
+}

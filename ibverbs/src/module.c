@@ -1,0 +1,189 @@
+/*
+ * The _ibverbs extension module: loads libibverbs.so.1, registers the
+ * generated classes and the hand-written data path.
+ *
+ * The generated C (the .c.h files of generated/, Argument Clinic style) is included
+ * into this translation unit; nothing in generated/ is edited by hand.
+ */
+#include "common.h"
+
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Bind dlopen/dlsym/dlerror to their oldest versions (in libdl before
+ * glibc 2.34, in libc since): the wheel then loads on any glibc from 2.17,
+ * not only on 2.34 and newer.  See README, "manylinux floor". */
+#if defined(__x86_64__) && defined(__GLIBC__)
+__asm__(".symver dlopen,dlopen@GLIBC_2.2.5");
+__asm__(".symver dlsym,dlsym@GLIBC_2.2.5");
+__asm__(".symver dlerror,dlerror@GLIBC_2.2.5");
+#endif
+
+#include "objects.h"
+#include "loader.c.h"
+#include "structs.c.h"
+#include "handles.c.h"
+#include "module.c.h"
+
+static void *libibverbs;
+static int dmabuf_available;
+
+int ibv_load_library(void)
+{
+    const char *path = getenv("IBVERBS_LIBRARY");
+    if (path == NULL || *path == '\0')
+        path = "libibverbs.so.1";
+    libibverbs = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+    if (libibverbs == NULL) {
+        const char *why = dlerror();
+        PyErr_Format(PyExc_ImportError,
+                     "ibverbs needs %s, which could not be loaded (%s). Install "
+                     "rdma-core's verbs library: libibverbs1 on Debian/Ubuntu, "
+                     "libibverbs (rdma-core) on RHEL/Fedora/SUSE.",
+                     path, why ? why : "unknown error");
+        return -1;
+    }
+    for (const struct ibv_symbol *s = ibv_symbols; s->name; s++) {
+        *s->slot = dlsym(libibverbs, s->name);
+        if (*s->slot == NULL && s->since == NULL) {
+            PyErr_Format(PyExc_ImportError,
+                         "%s lacks %s, which ibverbs requires (rdma-core is too old)",
+                         path, s->name);
+            return -1;
+        }
+    }
+    dmabuf_available = IBV_SYMBOL_AVAILABLE(ibv_reg_dmabuf_mr);
+    return 0;
+}
+
+/* ---- hand-written module functions -------------------------------------- */
+
+PyObject *ibv_hand_module__device_list(PyObject *module, PyObject *unused)
+{
+    int n = 0;
+    (void)module;
+    (void)unused;
+    errno = 0;
+    struct ibv_device **list = ibv_get_device_list(&n);
+    if (list == NULL && errno == ENOSYS)
+        return PyList_New(0);   /* no verbs support in this kernel: no devices */
+    if (list == NULL)
+        return ibv_raise("ibv_get_device_list", ibv_error_code(0));
+    PyObject *result = PyList_New(0);
+    for (int i = 0; result != NULL && i < n; i++) {
+        const char *name = ibv_get_device_name(list[i]);
+        uint64_t guid = be64toh(ibv_get_device_guid(list[i]));
+        int index = ibv_get_device_index(list[i]);
+        PyObject *item = Py_BuildValue("(sKiiI)", name ? name : "", (unsigned long long)guid,
+                                       index, (int)list[i]->node_type,
+                                       (unsigned int)list[i]->transport_type);
+        if (item == NULL || PyList_Append(result, item) < 0)
+            Py_CLEAR(result);
+        Py_XDECREF(item);
+    }
+    ibv_free_device_list(list);
+    return result;
+}
+
+PyObject *ibv_hand_module__open_device(PyObject *module, PyObject *arg)
+{
+    const char *name;
+    int n = 0;
+    (void)module;
+    PyObject *name_bytes = ibv_conv_str(arg, "name", &name);
+    if (name_bytes == NULL)
+        return NULL;
+    PyObject *result = NULL;
+    errno = 0;
+    struct ibv_device **list = ibv_get_device_list(&n);
+    if (list == NULL) {
+        ibv_raise("ibv_get_device_list", ibv_error_code(0));
+        goto done;
+    }
+    struct ibv_device *device = NULL;
+    for (int i = 0; i < n && device == NULL; i++)
+        if (strcmp(ibv_get_device_name(list[i]), name) == 0)
+            device = list[i];
+    if (device == NULL) {
+        ibv_raise_detail("ibv_open_device", ENODEV,
+                         "ibv_open_device failed: no RDMA device named '%s'", name);
+    } else {
+        errno = 0;
+        struct ibv_context *ctx = ibv_open_device(device);
+        if (ctx == NULL)
+            ibv_raise("ibv_open_device", ibv_error_code(0));
+        else
+            result = Context_wrap(ctx);
+    }
+    ibv_free_device_list(list);
+done:
+    Py_DECREF(name_bytes);
+    return result;
+}
+
+static PyObject *module_linked(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyBool_FromLong(libibverbs != NULL);
+}
+
+static PyObject *module_has_dmabuf(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyBool_FromLong(dmabuf_available);
+}
+
+static PyObject *module_missing_symbols(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    PyObject *list = PyList_New(0);
+    for (const struct ibv_symbol *s = ibv_symbols; list && s->name; s++) {
+        if (*s->slot != NULL)
+            continue;
+        PyObject *name = PyUnicode_FromString(s->name);
+        if (name == NULL || PyList_Append(list, name) < 0)
+            Py_CLEAR(list);
+        Py_XDECREF(name);
+    }
+    return list;
+}
+
+static PyMethodDef module_functions[] = {
+    {"_linked", module_linked, METH_NOARGS,
+     "_linked($module, /)\n--\n\nTrue once libibverbs.so.1 is loaded."},
+    {"_has_dmabuf", module_has_dmabuf, METH_NOARGS,
+     "_has_dmabuf($module, /)\n--\n\nWhether the loaded libibverbs has ibv_reg_dmabuf_mr."},
+    {"_missing_symbols", module_missing_symbols, METH_NOARGS,
+     "_missing_symbols($module, /)\n--\n\nOptional verbs the loaded libibverbs lacks."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "ibverbs._ibverbs",
+    "libibverbs bindings (generated from verbs.h; see ibverbs for the API).",
+    -1, NULL, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__ibverbs(void);
+
+PyMODINIT_FUNC PyInit__ibverbs(void)
+{
+    if (ibv_load_library() < 0)
+        return NULL;
+    PyObject *module = PyModule_Create(&module_def);
+    if (module == NULL)
+        return NULL;
+    if (PyModule_AddFunctions(module, module_functions) < 0 ||
+        PyModule_AddFunctions(module, ibv_generated_functions) < 0 ||
+        ibv_errors_init() < 0 ||
+        ibv_register_generated_types(module) < 0 ||
+        ibv_datapath_init(module) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}

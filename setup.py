@@ -1,0 +1,63 @@
+"""Build of the C extension (metadata lives in pyproject.toml).
+
+The extension compiles the hand-written C in ibverbs/src/ and includes the
+committed generator output from generated/; building needs a C compiler,
+the CPython headers and rdma-core's <infiniband/verbs.h> (RDMA_CORE=<prefix>
+selects other headers), never libclang.  It is built for the Limited API
+(abi3) with 3.9 as the floor, so one wheel serves every CPython >= 3.9.
+"""
+import os
+
+from setuptools import Extension, setup
+
+try:
+    from wheel.bdist_wheel import bdist_wheel as _bdist_wheel
+except ImportError:  # setuptools >= 70 ships its own
+    from setuptools.command.bdist_wheel import bdist_wheel as _bdist_wheel
+
+
+class bdist_wheel_abi3(_bdist_wheel):
+    def get_tag(self):
+        python, abi, plat = super().get_tag()
+        if python.startswith("cp"):
+            return "cp39", "abi3", plat
+        return python, abi, plat
+
+
+def rdma_include_dirs():
+    prefix = os.environ.get("RDMA_CORE")
+    if not prefix:
+        return []
+    for candidate in ("include", "usr/include"):
+        path = os.path.join(prefix, candidate)
+        if os.path.exists(os.path.join(path, "infiniband", "verbs.h")):
+            return [path]
+    raise SystemExit(f"RDMA_CORE={prefix}: no include/infiniband/verbs.h there")
+
+
+extra_compile_args = ["-std=gnu11", "-fvisibility=hidden", "-Wall", "-Wextra",
+                      "-Wno-unused-parameter", "-Wno-missing-field-initializers",
+                      "-Wno-cast-function-type", "-U_FORTIFY_SOURCE"]
+if os.environ.get("IBVERBS_WERROR"):
+    extra_compile_args.append("-Werror")
+extra_link_args = []
+if os.environ.get("IBVERBS_SANITIZE"):
+    extra_compile_args += ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-O1", "-g"]
+    extra_link_args += ["-fsanitize=address,undefined"]
+
+setup(
+    ext_modules=[
+        Extension(
+            "ibverbs._ibverbs",
+            sources=["ibverbs/src/module.c", "ibverbs/src/datapath.c",
+                     "ibverbs/src/errors.c", "ibverbs/src/convert.c",
+                     "ibverbs/src/handles.c", "ibverbs/src/repr.c"],
+            include_dirs=["ibverbs/src", "generated"] + rdma_include_dirs(),
+            define_macros=[("Py_LIMITED_API", "0x03090000")],
+            py_limited_api=True,
+            extra_compile_args=extra_compile_args,
+            extra_link_args=extra_link_args,
+        )
+    ],
+    cmdclass={"bdist_wheel": bdist_wheel_abi3},
+)

@@ -1,0 +1,150 @@
+"""Soft-RoCE (rxe) facts for test fixtures, read from sysfs.
+
+Standard library only.  Inside the run-in-vm guest (tests/vm/run-in-vm) there
+are two devices: rxe0 on veth0 (10.0.0.1) and rxe1 on veth1 (10.0.0.2), both
+ACTIVE; `in_vm()` tells whether we are there.
+
+GID indices are never assumed: index 0 is usually the link-local GID and 1
+the IPv4-mapped RoCE v2 one, but the table is filled asynchronously and its
+order depends on the kernel, so look it up with `roce_v2_ipv4_gid_index`.
+
+Run as a script (`python3 tests/rxe.py`) it prints what it finds.
+"""
+
+import os
+
+SYSFS_IB = "/sys/class/infiniband"
+
+__all__ = [
+    "in_vm", "rdma_devices", "port_state", "roce_v2_ipv4_gid_index",
+    "roce_v2_ipv4_gid", "netdev_of", "ipv4_of", "VM_DEVICES",
+]
+
+# The devices run-in-vm creates, and the IPv4 address of each netdev.
+VM_DEVICES = {"rxe0": "10.0.0.1", "rxe1": "10.0.0.2"}
+
+
+def in_vm():
+    """True inside the run-in-vm guest (its init exports IBVERBS_VM=1)."""
+    return os.environ.get("IBVERBS_VM") == "1"
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def rdma_devices():
+    """Names of the RDMA devices, sorted; [] when there are none."""
+    try:
+        return sorted(os.listdir(SYSFS_IB))
+    except OSError:
+        return []
+
+
+def port_state(dev, port=1):
+    """The port state word, e.g. "ACTIVE" (sysfs says "4: ACTIVE"), or None."""
+    s = _read("%s/%s/ports/%d/state" % (SYSFS_IB, dev, port))
+    return s.split(":", 1)[-1].strip() if s else None
+
+
+def _ipv4_mapped(gid):
+    """"a.b.c.d" if gid (sysfs form, 8 groups of 4 hex digits) is the
+    IPv4-mapped ::ffff:a.b.c.d, else None.  (ipaddress would do, but costs
+    a noticeable import under emulation.)"""
+    g = gid.lower().split(":")
+    if len(g) != 8 or g[:6] != ["0000"] * 5 + ["ffff"]:
+        return None
+    try:
+        hi, lo = int(g[6], 16), int(g[7], 16)
+    except ValueError:
+        return None
+    return "%d.%d.%d.%d" % (hi >> 8, hi & 255, lo >> 8, lo & 255)
+
+
+def _ipv4_gids(dev, port):
+    """(index, "a.b.c.d") for each RoCE v2 GID of dev/port that is an
+    IPv4-mapped address (::ffff:a.b.c.d), in index order."""
+    base = "%s/%s/ports/%d" % (SYSFS_IB, dev, port)
+    try:
+        names = os.listdir(base + "/gids")
+    except OSError:
+        return []
+    out = []
+    for i in sorted(int(n) for n in names if n.isdigit()):
+        gid = _read("%s/gids/%d" % (base, i))
+        if not gid:
+            continue
+        ipv4 = _ipv4_mapped(gid)
+        if ipv4 is None:
+            continue
+        # Unused entries read as all zeros (not IPv4-mapped) and have no
+        # readable type; RoCE v1 entries carry the same address.
+        if _read("%s/gid_attrs/types/%d" % (base, i)) != "RoCE v2":
+            continue
+        out.append((i, ipv4))
+    return out
+
+
+def roce_v2_ipv4_gid_index(dev, port=1):
+    """Index of the RoCE v2 GID with an IPv4-mapped address on dev/port.
+
+    Raises LookupError when there is none (no IPv4 address on the netdev, or
+    the GID table is not filled yet)."""
+    gids = _ipv4_gids(dev, port)
+    if not gids:
+        raise LookupError("%s port %d has no RoCE v2 IPv4 GID" % (dev, port))
+    return gids[0][0]
+
+
+def roce_v2_ipv4_gid(dev, port=1):
+    """(index, "a.b.c.d") of the GID that roce_v2_ipv4_gid_index picks."""
+    gids = _ipv4_gids(dev, port)
+    if not gids:
+        raise LookupError("%s port %d has no RoCE v2 IPv4 GID" % (dev, port))
+    return gids[0]
+
+
+def netdev_of(dev, port=1):
+    """Name of the network device under an RDMA device (e.g. "veth0").
+
+    Taken from the GID attributes, which rxe fills for RoCE GIDs; None if no
+    GID names one."""
+    base = "%s/%s/ports/%d/gid_attrs/ndevs" % (SYSFS_IB, dev, port)
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return None
+    for i in sorted(int(n) for n in names if n.isdigit()):
+        nd = _read("%s/%d" % (base, i))
+        if nd:
+            return nd
+    return None
+
+
+def ipv4_of(dev, port=1):
+    """The IPv4 address of an RDMA device, as its RoCE v2 GID carries it."""
+    return roce_v2_ipv4_gid(dev, port)[1]
+
+
+def main():
+    devs = rdma_devices()
+    print("in_vm: %s" % in_vm())
+    if not devs:
+        print("no RDMA devices under %s" % SYSFS_IB)
+        return 1
+    for dev in devs:
+        try:
+            idx, ip = roce_v2_ipv4_gid(dev)
+        except LookupError:
+            idx, ip = None, None
+        print("%s: state=%s netdev=%s roce_v2_ipv4_gid_index=%s ipv4=%s" % (
+            dev, port_state(dev), netdev_of(dev), idx, ip))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
