@@ -6,6 +6,7 @@ the CPython headers and rdma-core's <infiniband/verbs.h> (RDMA_CORE=<prefix>
 selects other headers), never libclang.  It is built for the Limited API
 (abi3) with 3.9 as the floor, so one wheel serves every CPython >= 3.9.
 """
+import glob
 import os
 
 from setuptools import Extension, setup
@@ -53,6 +54,7 @@ setup(
                      "ibverbs/src/errors.c", "ibverbs/src/convert.c",
                      "ibverbs/src/handles.c", "ibverbs/src/repr.c"],
             include_dirs=["ibverbs/src", "generated"] + rdma_include_dirs(),
+            depends=sorted(glob.glob("generated/*.h") + glob.glob("ibverbs/src/*.h")),
             define_macros=[("Py_LIMITED_API", "0x03090000")],
             py_limited_api=True,
             extra_compile_args=extra_compile_args,

@@ -695,6 +695,27 @@ class MethodBuilder:
                 self.call_args.append(f"{cname}_buf")
                 self.outs.append((cname, [f"item = PyBytes_FromStringAndSize((const char *){cname}_buf, {size});"]))
                 return
+            if kind == "list":
+                pointee = t.pointee
+                cls = self.b.struct_by_ctype.get(pointee.decl or pointee.spelling) if pointee else None
+                if cls is None:
+                    self.fail(f"out list {cname}: no struct class for {t.spelling}")
+                count = f"{pspec['count']}_c"
+                self.decls.append(f"{pointee.spelling} *{cname}_list = NULL;")
+                self.post_convert += [f"{cname}_list = PyMem_Calloc({count} ? {count} : 1, sizeof(*{cname}_list));",
+                                      f"if ({cname}_list == NULL) {{", "    PyErr_NoMemory();",
+                                      "    goto exit;", "}"]
+                self.cleanup.append(f"PyMem_Free({cname}_list);")
+                self.call_args.append(f"{cname}_list")
+                self.outs.append((cname, [
+                    "item = PyList_New(0);",
+                    "for (ssize_t i = 0; item != NULL && i < (ssize_t)rc; i++) {",
+                    f"    PyObject *entry = {cls}_from_c(&{cname}_list[i]);",
+                    "    if (entry == NULL || PyList_Append(item, entry) < 0)",
+                    "        Py_CLEAR(item);",
+                    "    Py_XDECREF(entry);",
+                    "}"]))
+                return
             self.fail(f"unknown out kind {kind!r}")
         name = pspec.get("arg")
         if name is None:

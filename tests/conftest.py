@@ -1,0 +1,210 @@
+"""Shared fixtures.
+
+Two tiers: tests/host (no device: generator, layout, pure Python, the
+extension's import-time behaviour) and tests/device (marked `integration`:
+real verbs, in the Soft-RoCE VM that `make test` boots, or on a host with
+a real RDMA NIC).  Device fixtures open rxe0/rxe1 in the VM, the first
+device(s) elsewhere (IBVERBS_TEST_DEVICE / IBVERBS_TEST_DEVICE2 override),
+and pick the RoCE v2 IPv4 GID from sysfs, never a fixed index.
+
+IBVERBS_REQUIRE_DEVICE=1 (set by `make test`) turns "no device" into a
+failure instead of a skip, so a broken VM can never pass as green.
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+TESTS = pathlib.Path(__file__).resolve().parent
+for p in (str(ROOT), str(TESTS)):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+import rxe  # noqa: E402  (tests/rxe.py)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "/device/" in str(item.fspath).replace(os.sep, "/"):
+            item.add_marker(pytest.mark.integration)
+
+
+def _require_device() -> bool:
+    return os.environ.get("IBVERBS_REQUIRE_DEVICE") == "1"
+
+
+def _device_names():
+    names = rxe.rdma_devices()
+    first = os.environ.get("IBVERBS_TEST_DEVICE")
+    second = os.environ.get("IBVERBS_TEST_DEVICE2")
+    if rxe.in_vm():
+        first, second = first or "rxe0", second or "rxe1"
+    first = first or (names[0] if names else None)
+    second = second or (names[1] if len(names) > 1 else first)
+    return first, second
+
+
+def _missing(what: str):
+    if _require_device():
+        pytest.fail(f"{what} (IBVERBS_REQUIRE_DEVICE=1: the device tier must run)")
+    pytest.skip(what)
+
+
+@pytest.fixture(scope="session")
+def ib():
+    import ibverbs
+    return ibverbs
+
+
+@pytest.fixture(scope="session")
+def device_names():
+    first, second = _device_names()
+    if first is None:
+        _missing("no RDMA device on this host (run `make test`, which boots the Soft-RoCE VM)")
+    return first, second
+
+
+@pytest.fixture(scope="session")
+def port():
+    return int(os.environ.get("IBVERBS_TEST_PORT", "1"))
+
+
+def open_device(ib, name):
+    for dev in ib.get_device_list():
+        if dev.name == name:
+            return dev.open()
+    _missing(f"RDMA device {name} not found")
+
+
+@pytest.fixture
+def ctx(ib, device_names):
+    with open_device(ib, device_names[0]) as c:
+        yield c
+
+
+@pytest.fixture
+def ctx2(ib, device_names):
+    """The second device (rxe1 in the VM); the first one if there is one."""
+    with open_device(ib, device_names[1]) as c:
+        yield c
+
+
+@pytest.fixture
+def gid_index(device_names, port):
+    idx = rxe.roce_v2_ipv4_gid_index(device_names[0], port)
+    if idx is None:
+        _missing(f"{device_names[0]} has no RoCE v2 IPv4 GID")
+    return idx
+
+
+@pytest.fixture
+def gid_index2(device_names, port):
+    idx = rxe.roce_v2_ipv4_gid_index(device_names[1], port)
+    if idx is None:
+        _missing(f"{device_names[1]} has no RoCE v2 IPv4 GID")
+    return idx
+
+
+@pytest.fixture
+def pd(ctx):
+    with ctx.alloc_pd() as p:
+        yield p
+
+
+@pytest.fixture
+def cq(ctx):
+    with ctx.create_cq(64) as c:
+        yield c
+
+
+@pytest.fixture
+def access(ib):
+    A = ib.AccessFlags
+    return A.LOCAL_WRITE | A.REMOTE_WRITE | A.REMOTE_READ | A.REMOTE_ATOMIC
+
+
+class Buffer:
+    """Page-aligned host memory (numpy) registered as an MR."""
+
+    def __init__(self, pd, size, access, fill=0):
+        import numpy as np
+        raw = np.zeros(size + 4096, dtype=np.uint8)
+        offset = (-raw.ctypes.data) % 4096
+        self.array = raw[offset:offset + size]
+        self.array[:] = fill
+        self.mr = pd.reg_mr(self.array.ctypes.data, size, access)
+
+    @property
+    def addr(self):
+        return self.array.ctypes.data
+
+    def close(self):
+        self.mr.close()
+
+
+@pytest.fixture
+def make_buffer(pd, access):
+    made = []
+
+    def make(size=4096, fill=0, on_pd=None, acc=None):
+        b = Buffer(on_pd or pd, size, access if acc is None else acc, fill)
+        made.append(b)
+        return b
+    yield make
+    for b in reversed(made):
+        b.close()
+
+
+def poll_until(cq, n=1, timeout=10.0):
+    """Poll until n completions arrived (or fail after timeout seconds)."""
+    import time
+    got = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n:
+        got += cq.poll(max(1, n - len(got)))
+        if len(got) < n and time.monotonic() > deadline:
+            raise AssertionError(f"only {len(got)} of {n} completions within {timeout}s: {got}")
+    return got
+
+
+class RCPair:
+    """Two connected QPs (a on ctx_a, b on ctx_b) with their own CQs."""
+
+    def __init__(self, ib, pd_a, pd_b, port, gid_a, gid_b, access, qp_type=None,
+                 max_send_wr=64, max_recv_wr=64, max_sge=4, max_inline_data=64):
+        qp_type = ib.QPType.RC if qp_type is None else qp_type
+        self.cq_a = pd_a.context.create_cq(128)
+        self.cq_b = pd_b.context.create_cq(128)
+        self.qp_a = pd_a.create_qp(ib.QPInitAttr(
+            self.cq_a, self.cq_a, qp_type=qp_type, max_send_wr=max_send_wr,
+            max_recv_wr=max_recv_wr, max_send_sge=max_sge, max_recv_sge=max_sge,
+            max_inline_data=max_inline_data))
+        self.qp_b = pd_b.create_qp(ib.QPInitAttr(
+            self.cq_b, self.cq_b, qp_type=qp_type, max_send_wr=max_send_wr,
+            max_recv_wr=max_recv_wr, max_send_sge=max_sge, max_recv_sge=max_sge,
+            max_inline_data=max_inline_data))
+        ctx_a, ctx_b = pd_a.context, pd_b.context
+        info_a = ib.local_qp_info(self.qp_a, ctx_a.query_port(port),
+                                  ctx_a.query_gid(port, gid_a), port=port, psn=0x100)
+        info_b = ib.local_qp_info(self.qp_b, ctx_b.query_port(port),
+                                  ctx_b.query_gid(port, gid_b), port=port, psn=0x200)
+        ib.connect_rc(self.qp_a, info_b, port=port, sgid_index=gid_a, access=access,
+                      local_psn=0x100)
+        ib.connect_rc(self.qp_b, info_a, port=port, sgid_index=gid_b, access=access,
+                      local_psn=0x200)
+
+    def close(self):
+        for obj in (self.qp_a, self.qp_b, self.cq_a, self.cq_b):
+            obj.close()
+
+
+@pytest.fixture
+def rc_pair(ib, pd, port, gid_index, access):
+    """RC loopback on one device."""
+    pair = RCPair(ib, pd, pd, port, gid_index, gid_index, access)
+    yield pair
+    pair.close()
