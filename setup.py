@@ -11,10 +11,10 @@ import os
 
 from setuptools import Extension, setup
 
-try:
-    from wheel.bdist_wheel import bdist_wheel as _bdist_wheel
-except ImportError:  # setuptools >= 70 ships its own
+try:  # setuptools >= 70.1 ships its own
     from setuptools.command.bdist_wheel import bdist_wheel as _bdist_wheel
+except ImportError:
+    from wheel.bdist_wheel import bdist_wheel as _bdist_wheel
 
 
 class bdist_wheel_abi3(_bdist_wheel):

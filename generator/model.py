@@ -261,6 +261,14 @@ def _find_field(ir: IR, record: Record, name: str) -> Optional[Type]:
     return None
 
 
+def _has_member(ir: IR, record: Record, path: str) -> bool:
+    try:
+        _member_type(ir, record, path, "")
+    except SpecError:
+        return False
+    return True
+
+
 def _flat_fields(ir: IR, record: Record) -> List[Tuple[str, Type]]:
     out: List[Tuple[str, Type]] = []
     for f in record.fields:
@@ -296,6 +304,8 @@ class Builder:
             prefix = node["prefix"]
             if "c" in node:
                 ce = self.ir.enum(node["c"])
+                if ce is None and "since" in node:
+                    continue    # newer than these headers
                 if ce is None:
                     raise SpecError(f"{node.where('c')}: {e.name}: no {node['c']} in "
                                     f"{self.ir.source}")
@@ -328,6 +338,8 @@ class Builder:
         for s in self.spec.structs:
             node = s.node
             record = self.ir.record(node["ctype"])
+            if record is None and "since" in node:
+                continue        # newer than these headers
             if record is None or not record.complete:
                 raise SpecError(f"{node.where('ctype')}: {s.name}: no complete "
                                 f"{node['ctype']} in {self.ir.source}")
@@ -346,6 +358,8 @@ class Builder:
                     if isinstance(fspec, str):
                         fspec = {"path": fspec}
                     path = fspec.get("path", pyname)
+                    if "since" in fspec and not _has_member(self.ir, record, path):
+                        continue    # a field newer than these headers
                     t = _member_type(self.ir, record, path, where)
                     f = self._struct_field(s.name, pyname, path, t, fspec, writable,
                                            where, strict=True)
@@ -379,7 +393,8 @@ class Builder:
             getter = [f"result = self->ref_{pyname} ? self->ref_{pyname} : Py_None;",
                       "Py_INCREF(result);"]
             if writable:
-                setter = [f"if (ibv_conv_handle(value, \"{pyname}\", {handle}_Type, 1, &obj) < 0)",
+                none_ok = 1 if has_default else 0
+                setter = [f"if (ibv_conv_handle(value, \"{pyname}\", {handle}_Type, {none_ok}, &obj) < 0)",
                           "    return -1;",
                           f"Py_XINCREF(obj);",
                           f"Py_XSETREF(self->ref_{pyname}, obj);"]
@@ -461,7 +476,7 @@ class Builder:
             slots = [(sname, bool(sspec.get("writable", False)), sspec.get("doc", ""))
                      for sname, sspec in (node.get("slots") or {}).items()]
             state = list((node.get("state") or {}).items())
-            methods = [self.method(m) for m in h.methods]
+            methods = [self.method(m) for m in h.methods if not self.absent(m)]
             out.append(HandleModel(h.name, node["ctype"], node.get("doc", ""), destroy,
                                    parents, attributes, slots, state,
                                    node.get("before_destroy"), bool(node.get("registered", False)),
@@ -469,6 +484,16 @@ class Builder:
         return out
 
     # -- methods --
+    def absent(self, m: Method) -> bool:
+        """A method whose verb these (older) headers do not declare, and
+        that the spec marks as newer (its verb under symbols.optional, or a
+        `since:` key): skipped, so that old releases still generate.  Any
+        other missing verb is left to method(), which raises SpecError."""
+        verbs = [m.verb] if m.hand is None else list(m.node.get("verbs", []) or [])
+        missing = [v for v in verbs if v and self.ir.function(v) is None]
+        return bool(missing) and ("since" in m.node or
+                                  all(v in self.spec.optional for v in missing))
+
     def method(self, m: Method) -> MethodModel:
         label = f"{m.owner}.{m.name}" if m.owner else m.name
         prefix = f"{m.owner}_" if m.owner else "module_"
@@ -485,8 +510,11 @@ class Builder:
                 flags = "METH_VARARGS | METH_KEYWORDS"
             selfpart = "$self, /" if m.owner else ""
             shown = ", ".join(([selfpart] if selfpart else []) + params)
-            doc = f"{m.name}({shown})\n--\n\n{m.node.get('doc', '')}".rstrip()
             verbs = list(m.node.get("verbs", []))
+            text = m.node.get("doc") or (f"Calls {', '.join(verbs)}." if verbs else "")
+            if not text:
+                raise SpecError(f"{m.where()}: {label}: a hand-written method needs 'doc' or 'verbs'")
+            doc = f"{m.name}({shown})\n--\n\n{text}"
             for v in verbs:
                 if self.ir.function(v) is None:
                     raise SpecError(f"{m.where('verbs')}: {label}: no function {v}")
@@ -1008,7 +1036,7 @@ def build(ir: IR, spec: Spec) -> Model:
     enums = b.enums()
     structs = b.structs()
     handles = b.handles()
-    functions = [b.method(m) for m in spec.functions]
+    functions = [b.method(m) for m in spec.functions if not b.absent(m)]
     all_methods = [m for h in handles for m in h.methods] + functions
     return Model(ir, spec, enums, structs, handles, functions, symbols(ir, spec),
                  coverage(ir, spec, all_methods))

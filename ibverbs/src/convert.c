@@ -14,8 +14,13 @@ static int as_long_long(PyObject *obj, const char *name, int *overflow,
         /* IntEnum/IntFlag are ints; anything else with __index__ too. */
         PyObject *index = PyNumber_Index(obj);
         if (index == NULL) {
-            PyErr_Format(PyExc_TypeError, "%s must be an int, not %s", name,
-                         ibv_type_name(obj));
+            /* Not an integer: say which argument.  Anything else (an
+             * exception raised by the object's own __index__) stands. */
+            if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+                PyErr_Clear();
+                PyErr_Format(PyExc_TypeError, "%s must be an int, not %s", name,
+                             ibv_type_name(obj));
+            }
             return -1;
         }
         int rc = as_long_long(index, name, overflow, value, uvalue);
@@ -147,10 +152,9 @@ int ibv_conv_handle(PyObject *obj, const char *name, PyTypeObject *type,
         *out = NULL;
         return 0;
     }
-    int ok = PyObject_IsInstance(obj, (PyObject *)type);
-    if (ok < 0)
-        return -1;
-    if (!ok) {
+    /* The real type, not isinstance(): an object can claim any class
+     * through __class__, and its memory is read as a handle below. */
+    if (!PyObject_TypeCheck(obj, type)) {
         PyObject *tname = PyObject_GetAttrString((PyObject *)type, "__name__");
         PyErr_Format(PyExc_TypeError, "%s must be %s%S, not %s", name,
                      none_ok ? "None or " : "", tname, ibv_type_name(obj));

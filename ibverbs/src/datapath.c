@@ -5,9 +5,13 @@
  * Work request objects hold C values, not Python attributes, so posting
  * converts them with plain loads; chains of up to STACK_WRS requests and
  * STACK_SGES scatter/gather entries are built on the stack (no malloc per
- * post).  Blocking calls (get_cq_event, get_async_event) release the GIL
- * and mark their object busy so that close() from another thread fails
- * with EBUSY instead of freeing what the blocked call still uses.
+ * post).  For hot loops, a PostList is converted once and posted as is,
+ * and a WCBuffer receives completions with no object per completion
+ * (CQ.poll_into); WC objects of poll() come from a free list.  Blocking
+ * calls (get_cq_event, get_async_event) release the GIL and mark their
+ * object busy so that close() from another thread fails with EBUSY
+ * instead of freeing what the blocked call still uses; non-blocking posts
+ * and polls keep it (see ibv_hand_QP_post_send).
  */
 #include "common.h"
 
@@ -23,6 +27,9 @@ static PyTypeObject *SGE_Type;
 static PyTypeObject *SendWR_Type;
 static PyTypeObject *RecvWR_Type;
 static PyTypeObject *WC_Type;
+static PyTypeObject *WCBuffer_Type;
+static PyTypeObject *PostList_Type;
+static PyTypeObject *PostListEntry_Type;
 static PyTypeObject *AsyncEvent_Type;
 
 static void generic_dealloc(PyObject *op)
@@ -566,36 +573,71 @@ struct chain {
     struct ibv_sge stack_sges[STACK_SGES];
 };
 
-/* The work requests of wr_or_list as a borrowed array (items) and count;
- * *seq gets a new reference to keep alive. */
-static int as_items(PyObject *wr_or_list, PyTypeObject *type, const char *what,
-                    PyObject **seq, PyObject ***items, Py_ssize_t *n)
+/*
+ * The work requests of one post: a single request, or a list or tuple of
+ * them.  An exact list or tuple is read in place, with borrowed items: no
+ * Python code runs while a chain is built (no callbacks, no __index__), so
+ * it cannot change under us.  Subclasses are copied into a tuple first, as
+ * they may override iteration.
+ */
+struct wr_seq {
+    PyObject *one;      /* the single request, or NULL */
+    PyObject *seq;      /* the list or tuple read, or NULL */
+    PyObject *owned;    /* a tuple copy to release, or NULL */
+    int is_list;
+    Py_ssize_t n;
+};
+
+static inline PyObject *wr_seq_item(const struct wr_seq *s, Py_ssize_t i)
 {
-    if (PyObject_TypeCheck(wr_or_list, type)) {
-        *seq = PyTuple_Pack(1, wr_or_list);
-    } else if (PyList_Check(wr_or_list) || PyTuple_Check(wr_or_list)) {
-        *seq = PySequence_Tuple(wr_or_list);
+    if (s->one != NULL)
+        return s->one;
+    return s->is_list ? PyList_GetItem(s->seq, i) : PyTuple_GetItem(s->seq, i);
+}
+
+static void wr_seq_done(struct wr_seq *s)
+{
+    Py_CLEAR(s->owned);
+}
+
+static int wr_seq_init(struct wr_seq *s, PyObject *arg, PyTypeObject *type, const char *what)
+{
+    s->one = s->seq = s->owned = NULL;
+    s->is_list = 0;
+    if (PyObject_TypeCheck(arg, type)) {
+        s->one = arg;
+        s->n = 1;
+        return 0;
+    }
+    if (PyList_CheckExact(arg)) {
+        s->seq = arg;
+        s->is_list = 1;
+    } else if (PyTuple_CheckExact(arg)) {
+        s->seq = arg;
+    } else if (PyList_Check(arg) || PyTuple_Check(arg)) {
+        s->owned = s->seq = PySequence_Tuple(arg);
+        if (s->seq == NULL)
+            return -1;
     } else {
         PyErr_Format(PyExc_TypeError, "expected a %s or a list of them, not %s", what,
-                     ibv_type_name(wr_or_list));
+                     ibv_type_name(arg));
         return -1;
     }
-    if (*seq == NULL)
-        return -1;
-    *n = PyTuple_Size(*seq);
-    if (*n == 0) {
+    s->n = s->is_list ? PyList_Size(s->seq) : PyTuple_Size(s->seq);
+    if (s->n == 0) {
         PyErr_Format(PyExc_ValueError, "no %s to post", what);
-        Py_CLEAR(*seq);
+        wr_seq_done(s);
         return -1;
     }
-    *items = NULL;
-    for (Py_ssize_t i = 0; i < *n; i++)
-        if (!PyObject_TypeCheck(PyTuple_GetItem(*seq, i), type)) {
+    for (Py_ssize_t i = 0; i < s->n; i++) {
+        PyObject *item = wr_seq_item(s, i);
+        if (!PyObject_TypeCheck(item, type)) {
             PyErr_Format(PyExc_TypeError, "item %zd must be a %s, not %s", i, what,
-                         ibv_type_name(PyTuple_GetItem(*seq, i)));
-            Py_CLEAR(*seq);
+                         ibv_type_name(item));
+            wr_seq_done(s);
             return -1;
         }
+    }
     return 0;
 }
 
@@ -617,15 +659,10 @@ static int chain_alloc(struct chain *c, Py_ssize_t nwr, size_t wr_size, Py_ssize
     return 0;
 }
 
-static Py_ssize_t count_sges(PyObject *seq, Py_ssize_t n, size_t sg_offset)
+/* SGEs in an sg_list slot (NULL or a list). */
+static inline Py_ssize_t sg_count(PyObject *list)
 {
-    Py_ssize_t total = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *list = *(PyObject **)((char *)PyTuple_GetItem(seq, i) + sg_offset);
-        if (list != NULL)
-            total += PyList_Size(list);
-    }
-    return total;
+    return list != NULL ? PyList_Size(list) : 0;
 }
 
 static int fill_sges(PyObject *list, struct ibv_sge *out, int *num)
@@ -650,58 +687,96 @@ static int fill_sges(PyObject *list, struct ibv_sge *out, int *num)
     return 0;
 }
 
+static inline int is_atomic(uint32_t opcode)
+{
+    return opcode == IBV_WR_ATOMIC_CMP_AND_SWP || opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+
+/* One SendWR into *wr, its SGEs from sg_list (w's, or a reference to it
+ * the caller holds); wr->sg_list must point at room for them.  The caller
+ * sets next afterwards.  Allocates nothing (so runs no Python code). */
+static int send_wr_fill(const SendWRObject *w, PyObject *sg_list, struct ibv_send_wr *wr)
+{
+    struct ibv_sge *sg = wr->sg_list;
+    memset(wr, 0, sizeof(*wr));
+    wr->wr_id = w->wr_id;
+    wr->sg_list = sg;
+    if (fill_sges(sg_list, sg, &wr->num_sge) < 0)
+        return -1;
+    wr->opcode = (enum ibv_wr_opcode)w->opcode;
+    wr->send_flags = w->send_flags;
+    wr->imm_data = htonl(w->imm_data);
+    /* wr.rdma, wr.atomic and wr.ud share memory (and rkey sits at a
+     * different offset in each): fill the one the request uses. */
+    if (w->ah != NULL) {
+        if (ibv_check_open(w->ah) < 0)
+            return -1;
+        wr->wr.ud.ah = AH_PTR(w->ah);
+        wr->wr.ud.remote_qpn = w->remote_qpn;
+        wr->wr.ud.remote_qkey = w->remote_qkey;
+    } else if (is_atomic(w->opcode)) {
+        wr->wr.atomic.remote_addr = w->remote_addr;
+        wr->wr.atomic.compare_add = w->compare_add;
+        wr->wr.atomic.swap = w->swap;
+        wr->wr.atomic.rkey = w->rkey;
+    } else {
+        wr->wr.rdma.remote_addr = w->remote_addr;
+        wr->wr.rdma.rkey = w->rkey;
+    }
+    return 0;
+}
+
+static int recv_wr_fill(const RecvWRObject *w, PyObject *sg_list, struct ibv_recv_wr *wr)
+{
+    wr->wr_id = w->wr_id;
+    wr->next = NULL;
+    return fill_sges(sg_list, wr->sg_list, &wr->num_sge);
+}
+
 static PyObject *post_failed(const char *verb, int rc, Py_ssize_t index, uint64_t wr_id)
 {
     return ibv_raise_detail(verb, rc, "%s failed: %s (work request %zd, wr_id=%llu)",
                             verb, strerror(rc), index, (unsigned long long)wr_id);
 }
 
+enum post_target { POST_SEND, POST_RECV, POST_SRQ_RECV };
+
+static PyObject *postlist_post(PyObject *self, PyObject *list, enum post_target target);
+
+/*
+ * post_send / post_recv keep the GIL: on the common providers a post is a
+ * few stores and a doorbell (rxe and siw make a system call), and giving
+ * the GIL up and taking it back costs more than that, and much more when
+ * another thread is waiting for it (it is then handed over, and taking it
+ * back waits for that thread).  A PostList can be told to release it
+ * (release_gil=True) where a post is slow and other threads must run.
+ */
 PyObject *ibv_hand_QP_post_send(PyObject *self, PyObject *arg)
 {
-    PyObject *seq, **items;
-    Py_ssize_t n;
+    struct wr_seq s;
     struct chain c;
     if (ibv_check_open(self) < 0)
         return NULL;
-    if (as_items(arg, SendWR_Type, "SendWR", &seq, &items, &n) < 0)
+    if (Py_IS_TYPE(arg, PostList_Type))
+        return postlist_post(self, arg, POST_SEND);
+    if (wr_seq_init(&s, arg, SendWR_Type, "SendWR") < 0)
         return NULL;
     PyObject *result = NULL;
-    Py_ssize_t nsge = count_sges(seq, n, offsetof(SendWRObject, sg_list));
-    if (chain_alloc(&c, n, sizeof(struct ibv_send_wr), nsge) < 0)
+    Py_ssize_t nsge = 0;
+    for (Py_ssize_t i = 0; i < s.n; i++)
+        nsge += sg_count(((SendWRObject *)wr_seq_item(&s, i))->sg_list);
+    if (chain_alloc(&c, s.n, sizeof(struct ibv_send_wr), nsge) < 0)
         goto done;
     struct ibv_send_wr *wrs = c.wrs;
     struct ibv_sge *sge = c.sges;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        SendWRObject *w = (SendWRObject *)PyTuple_GetItem(seq, i);
+    for (Py_ssize_t i = 0; i < s.n; i++) {
         struct ibv_send_wr *wr = &wrs[i];
-        memset(wr, 0, sizeof(*wr));
-        wr->wr_id = w->wr_id;
-        wr->next = i + 1 < n ? &wrs[i + 1] : NULL;
+        SendWRObject *w = (SendWRObject *)wr_seq_item(&s, i);
         wr->sg_list = sge;
-        if (fill_sges(w->sg_list, sge, &wr->num_sge) < 0)
+        if (send_wr_fill(w, w->sg_list, wr) < 0)
             goto done;
+        wr->next = i + 1 < s.n ? &wrs[i + 1] : NULL;
         sge += wr->num_sge;
-        wr->opcode = (enum ibv_wr_opcode)w->opcode;
-        wr->send_flags = w->send_flags;
-        wr->imm_data = htonl(w->imm_data);
-        /* wr.rdma, wr.atomic and wr.ud share memory (and rkey sits at a
-         * different offset in each): fill the one the request uses. */
-        if (w->ah != NULL) {
-            if (ibv_check_open(w->ah) < 0)
-                goto done;
-            wr->wr.ud.ah = AH_PTR(w->ah);
-            wr->wr.ud.remote_qpn = w->remote_qpn;
-            wr->wr.ud.remote_qkey = w->remote_qkey;
-        } else if (w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
-                   w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
-            wr->wr.atomic.remote_addr = w->remote_addr;
-            wr->wr.atomic.compare_add = w->compare_add;
-            wr->wr.atomic.swap = w->swap;
-            wr->wr.atomic.rkey = w->rkey;
-        } else {
-            wr->wr.rdma.remote_addr = w->remote_addr;
-            wr->wr.rdma.rkey = w->rkey;
-        }
     }
     struct ibv_send_wr *bad = NULL;
     int rc = ibv_post_send(QP_PTR(self), wrs, &bad);
@@ -713,33 +788,35 @@ PyObject *ibv_hand_QP_post_send(PyObject *self, PyObject *arg)
     result = Py_NewRef(Py_None);
 done:
     PyMem_Free(c.heap);
-    Py_DECREF(seq);
+    wr_seq_done(&s);
     return result;
 }
 
 static PyObject *post_recv(PyObject *self, PyObject *arg, int srq)
 {
-    PyObject *seq, **items;
-    Py_ssize_t n;
+    struct wr_seq s;
     struct chain c;
     if (ibv_check_open(self) < 0)
         return NULL;
-    if (as_items(arg, RecvWR_Type, "RecvWR", &seq, &items, &n) < 0)
+    if (Py_IS_TYPE(arg, PostList_Type))
+        return postlist_post(self, arg, srq ? POST_SRQ_RECV : POST_RECV);
+    if (wr_seq_init(&s, arg, RecvWR_Type, "RecvWR") < 0)
         return NULL;
     PyObject *result = NULL;
-    Py_ssize_t nsge = count_sges(seq, n, offsetof(RecvWRObject, sg_list));
-    if (chain_alloc(&c, n, sizeof(struct ibv_recv_wr), nsge) < 0)
+    Py_ssize_t nsge = 0;
+    for (Py_ssize_t i = 0; i < s.n; i++)
+        nsge += sg_count(((RecvWRObject *)wr_seq_item(&s, i))->sg_list);
+    if (chain_alloc(&c, s.n, sizeof(struct ibv_recv_wr), nsge) < 0)
         goto done;
     struct ibv_recv_wr *wrs = c.wrs;
     struct ibv_sge *sge = c.sges;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        RecvWRObject *w = (RecvWRObject *)PyTuple_GetItem(seq, i);
+    for (Py_ssize_t i = 0; i < s.n; i++) {
         struct ibv_recv_wr *wr = &wrs[i];
-        wr->wr_id = w->wr_id;
-        wr->next = i + 1 < n ? &wrs[i + 1] : NULL;
+        RecvWRObject *w = (RecvWRObject *)wr_seq_item(&s, i);
         wr->sg_list = sge;
-        if (fill_sges(w->sg_list, sge, &wr->num_sge) < 0)
+        if (recv_wr_fill(w, w->sg_list, wr) < 0)
             goto done;
+        wr->next = i + 1 < s.n ? &wrs[i + 1] : NULL;
         sge += wr->num_sge;
     }
     struct ibv_recv_wr *bad = NULL;
@@ -754,7 +831,7 @@ static PyObject *post_recv(PyObject *self, PyObject *arg, int srq)
     result = Py_NewRef(Py_None);
 done:
     PyMem_Free(c.heap);
-    Py_DECREF(seq);
+    wr_seq_done(&s);
     return result;
 }
 
@@ -768,12 +845,769 @@ PyObject *ibv_hand_SRQ_post_recv(PyObject *self, PyObject *arg)
     return post_recv(self, arg, 1);
 }
 
+/* ==== prebuilt work request lists ======================================== */
+
+/*
+ * A PostList is a chain of work requests converted once into C (struct
+ * ibv_send_wr or ibv_recv_wr, linked, with their SGEs, in one block) and
+ * posted as is, any number of times: qp.post_send(plist) is one verb call
+ * with no conversion and no allocation.  Entries are updated in place
+ * through views (plist[i].wr_id = ..., .addr, .length, .remote_addr, ...)
+ * or replaced whole (plist[i] = SendWR(...)).  What the requests name (the
+ * MRs of their SGEs, AHs) is kept alive with the list; AHs are checked to
+ * be open at each post.
+ */
+
+enum { PL_SEND, PL_RECV };
+
+struct pl_entry {
+    int sge_room;        /* SGEs this entry has room for */
+    PyObject *ah;        /* the AH of a UD send, or NULL */
+    PyObject *owners;    /* tuple of what the SGEs keep alive, or NULL */
+};
+
+typedef struct {
+    PyObject_HEAD
+    int kind;                  /* PL_SEND or PL_RECV */
+    int release_gil;           /* post with the GIL released */
+    Py_ssize_t n;
+    Py_ssize_t n_ah;           /* entries with an AH */
+    Py_ssize_t posting;        /* posts in flight with the GIL released */
+    void *wrs;                 /* n work requests, then their SGEs (one block) */
+    struct pl_entry *entries;
+} PostListObject;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *list;            /* the PostList */
+    Py_ssize_t index;
+} PostListEntryObject;
+
+#define PL_SEND_WR(pl, i) (&((struct ibv_send_wr *)(pl)->wrs)[i])
+#define PL_RECV_WR(pl, i) (&((struct ibv_recv_wr *)(pl)->wrs)[i])
+
+static const char *pl_what(const PostListObject *pl)
+{
+    return pl->kind == PL_SEND ? "SendWR" : "RecvWR";
+}
+
+/* Convert request w (of the list's kind, type-checked) into entry i, whose
+ * sg_list pointer is already set.  On failure entry i is left as it was.
+ *
+ * The one allocation (the tuple of SGE owners) comes first: it may run the
+ * garbage collector, hence finalizers that could change w.  What is read
+ * after it is read under a strong reference and re-checked. */
+static int pl_fill(PostListObject *pl, Py_ssize_t i, PyObject *w)
+{
+    struct pl_entry *e = &pl->entries[i];
+    PyObject *sg_list = pl->kind == PL_SEND ? ((SendWRObject *)w)->sg_list
+                                            : ((RecvWRObject *)w)->sg_list;
+    Py_ssize_t nsge = sg_count(sg_list), nowners = 0;
+    for (Py_ssize_t j = 0; j < nsge; j++) {
+        PyObject *item = PyList_GetItem(sg_list, j);
+        if (PyObject_TypeCheck(item, SGE_Type) && ((SGEObject *)item)->owner != NULL)
+            nowners++;
+    }
+    Py_XINCREF(sg_list);
+    PyObject *owners = nowners ? PyTuple_New(nowners) : NULL;
+    struct ibv_sge stack_sges[8], *sges = stack_sges;
+    int rc = -1;
+    if (nowners && owners == NULL)
+        goto done;
+    if (sg_count(sg_list) != nsge) {
+        PyErr_SetString(PyExc_RuntimeError, "sg_list changed while it was converted");
+        goto done;
+    }
+    if (nsge > e->sge_room) {
+        PyErr_Format(PyExc_ValueError,
+                     "the %s has %zd SGEs; entry %zd of the PostList has room for %d",
+                     pl_what(pl), nsge, i, e->sge_room);
+        goto done;
+    }
+    /* Convert into scratch space first, so that a failure changes nothing. */
+    if (nsge > 8 && (sges = PyMem_Malloc(nsge * sizeof(*sges))) == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    union { struct ibv_send_wr send; struct ibv_recv_wr recv; } tmp;
+    if (pl->kind == PL_SEND) {
+        tmp.send.sg_list = sges;
+        if (send_wr_fill((SendWRObject *)w, sg_list, &tmp.send) < 0)
+            goto done;
+    } else {
+        tmp.recv.sg_list = sges;
+        if (recv_wr_fill((RecvWRObject *)w, sg_list, &tmp.recv) < 0)
+            goto done;
+    }
+    Py_ssize_t k = 0;
+    for (Py_ssize_t j = 0; j < nsge; j++) {
+        PyObject *owner = ((SGEObject *)PyList_GetItem(sg_list, j))->owner;
+        if (owner == NULL)
+            continue;
+        if (k == nowners) {
+            PyErr_SetString(PyExc_RuntimeError, "sg_list changed while it was converted");
+            goto done;
+        }
+        PyTuple_SetItem(owners, k++, Py_NewRef(owner));
+    }
+    if (k != nowners) {
+        PyErr_SetString(PyExc_RuntimeError, "sg_list changed while it was converted");
+        goto done;
+    }
+    PyObject *ah = pl->kind == PL_SEND ? ((SendWRObject *)w)->ah : NULL;
+    if (pl->kind == PL_SEND) {
+        struct ibv_send_wr *wr = PL_SEND_WR(pl, i);
+        struct ibv_sge *room = wr->sg_list;
+        struct ibv_send_wr *next = wr->next;
+        *wr = tmp.send;
+        wr->sg_list = room;
+        wr->next = next;
+        memcpy(room, sges, nsge * sizeof(*sges));
+    } else {
+        struct ibv_recv_wr *wr = PL_RECV_WR(pl, i);
+        struct ibv_sge *room = wr->sg_list;
+        struct ibv_recv_wr *next = wr->next;
+        *wr = tmp.recv;
+        wr->sg_list = room;
+        wr->next = next;
+        memcpy(room, sges, nsge * sizeof(*sges));
+    }
+    pl->n_ah += (ah != NULL) - (e->ah != NULL);
+    Py_XINCREF(ah);
+    Py_XSETREF(e->ah, ah);
+    Py_XSETREF(e->owners, owners);
+    owners = NULL;
+    rc = 0;
+done:
+    if (sges != stack_sges)
+        PyMem_Free(sges);
+    Py_XDECREF(owners);
+    Py_XDECREF(sg_list);
+    return rc;
+}
+
+static PyObject *PostList_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"wrs", "release_gil", NULL};
+    PyObject *arg;
+    int release_gil = 0;
+    struct wr_seq s;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$p:PostList", kwlist, &arg, &release_gil))
+        return NULL;
+    int kind;
+    if (PyObject_TypeCheck(arg, SendWR_Type)) {
+        kind = PL_SEND;
+    } else if (PyObject_TypeCheck(arg, RecvWR_Type)) {
+        kind = PL_RECV;
+    } else {
+        PyObject *first = NULL;
+        if ((PyList_Check(arg) && PyList_Size(arg) > 0 && (first = PyList_GetItem(arg, 0))) ||
+            (PyTuple_Check(arg) && PyTuple_Size(arg) > 0 && (first = PyTuple_GetItem(arg, 0)))) {
+            kind = PyObject_TypeCheck(first, RecvWR_Type) ? PL_RECV : PL_SEND;
+        } else if (PyList_Check(arg) || PyTuple_Check(arg)) {
+            PyErr_SetString(PyExc_ValueError, "a PostList needs at least one work request");
+            return NULL;
+        } else {
+            PyErr_Format(PyExc_TypeError, "PostList needs SendWR or RecvWR objects (one, or a "
+                         "list of them), not %s", ibv_type_name(arg));
+            return NULL;
+        }
+    }
+    if (wr_seq_init(&s, arg, kind == PL_SEND ? SendWR_Type : RecvWR_Type,
+                    kind == PL_SEND ? "SendWR" : "RecvWR") < 0)
+        return NULL;
+    if (s.seq != NULL && s.owned == NULL) {
+        /* Building allocates (and may so run finalizers): read a snapshot. */
+        s.owned = s.seq = PySequence_Tuple(s.seq);
+        s.is_list = 0;
+        if (s.seq == NULL)
+            return NULL;
+    }
+    allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
+    PostListObject *pl = (PostListObject *)alloc(type, 0);
+    if (pl == NULL)
+        goto fail;
+    pl->kind = kind;
+    pl->release_gil = release_gil;
+    size_t wr_size = kind == PL_SEND ? sizeof(struct ibv_send_wr) : sizeof(struct ibv_recv_wr);
+    Py_ssize_t nsge = 0;
+    pl->entries = PyMem_Calloc(s.n, sizeof(struct pl_entry));
+    if (pl->entries == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    pl->n = s.n;
+    for (Py_ssize_t i = 0; i < s.n; i++) {
+        PyObject *w = wr_seq_item(&s, i);
+        Py_ssize_t k = sg_count(kind == PL_SEND ? ((SendWRObject *)w)->sg_list
+                                                : ((RecvWRObject *)w)->sg_list);
+        if (k > INT32_MAX) {
+            PyErr_SetString(PyExc_ValueError, "too many SGEs");
+            goto fail;
+        }
+        pl->entries[i].sge_room = (int)k;
+        nsge += k;
+    }
+    pl->wrs = PyMem_Calloc(1, s.n * wr_size + (nsge ? nsge : 1) * sizeof(struct ibv_sge));
+    if (pl->wrs == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    struct ibv_sge *sge = (struct ibv_sge *)((char *)pl->wrs + s.n * wr_size);
+    for (Py_ssize_t i = 0; i < s.n; i++) {
+        if (kind == PL_SEND) {
+            PL_SEND_WR(pl, i)->sg_list = sge;
+            PL_SEND_WR(pl, i)->next = i + 1 < s.n ? PL_SEND_WR(pl, i + 1) : NULL;
+        } else {
+            PL_RECV_WR(pl, i)->sg_list = sge;
+            PL_RECV_WR(pl, i)->next = i + 1 < s.n ? PL_RECV_WR(pl, i + 1) : NULL;
+        }
+        sge += pl->entries[i].sge_room;
+        if (pl_fill(pl, i, wr_seq_item(&s, i)) < 0)
+            goto fail;
+    }
+    wr_seq_done(&s);
+    return (PyObject *)pl;
+fail:
+    wr_seq_done(&s);
+    Py_XDECREF(pl);
+    return NULL;
+}
+
+static int PostList_traverse(PyObject *op, visitproc visit, void *arg)
+{
+    PostListObject *pl = (PostListObject *)op;
+    if (pl->entries != NULL)
+        for (Py_ssize_t i = 0; i < pl->n; i++) {
+            Py_VISIT(pl->entries[i].ah);
+            Py_VISIT(pl->entries[i].owners);
+        }
+    return 0;
+}
+
+static int PostList_clear(PyObject *op)
+{
+    PostListObject *pl = (PostListObject *)op;
+    if (pl->entries != NULL)
+        for (Py_ssize_t i = 0; i < pl->n; i++) {
+            if (pl->entries[i].ah != NULL)
+                pl->n_ah--;
+            Py_CLEAR(pl->entries[i].ah);
+            Py_CLEAR(pl->entries[i].owners);
+        }
+    return 0;
+}
+
+static void PostList_dealloc(PyObject *op)
+{
+    PostListObject *pl = (PostListObject *)op;
+    PyObject_GC_UnTrack(op);
+    PostList_clear(op);
+    PyMem_Free(pl->entries);
+    PyMem_Free(pl->wrs);
+    generic_dealloc(op);
+}
+
+/* Every AH still open (a closed one would be a dangling pointer). */
+static int pl_check_ahs(PostListObject *pl)
+{
+    for (Py_ssize_t i = 0; i < pl->n; i++) {
+        PyObject *ah = pl->entries[i].ah;
+        if (ah != NULL && ibv_check_open(ah) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static PyObject *postlist_post(PyObject *self, PyObject *list, enum post_target target)
+{
+    PostListObject *pl = (PostListObject *)list;
+    int want = target == POST_SEND ? PL_SEND : PL_RECV;
+    if (pl->kind != want) {
+        PyErr_Format(PyExc_TypeError, "%s needs a PostList of %s, not of %s",
+                     target == POST_SEND ? "post_send" : "post_recv",
+                     want == PL_SEND ? "SendWR" : "RecvWR", pl_what(pl));
+        return NULL;
+    }
+    if (pl->n_ah > 0 && pl_check_ahs(pl) < 0)
+        return NULL;
+    void *handle = IBV_HANDLE(self)->ptr;
+    struct ibv_send_wr *bad_send = NULL;
+    struct ibv_recv_wr *bad_recv = NULL;
+    int rc;
+    if (!pl->release_gil) {
+        rc = target == POST_SEND ? ibv_post_send(handle, pl->wrs, &bad_send)
+           : target == POST_RECV ? ibv_post_recv(handle, pl->wrs, &bad_recv)
+           : ibv_post_srq_recv(handle, pl->wrs, &bad_recv);
+    } else {
+        /* The QP/SRQ is busy (close() says EBUSY) and the list frozen
+         * (updates raise) until the post returns. */
+        ibv_busy_enter(self);
+        pl->posting++;
+        Py_BEGIN_ALLOW_THREADS
+        rc = target == POST_SEND ? ibv_post_send(handle, pl->wrs, &bad_send)
+           : target == POST_RECV ? ibv_post_recv(handle, pl->wrs, &bad_recv)
+           : ibv_post_srq_recv(handle, pl->wrs, &bad_recv);
+        Py_END_ALLOW_THREADS
+        pl->posting--;
+        ibv_busy_leave(self);
+    }
+    if (rc != 0) {
+        if (target == POST_SEND)
+            return post_failed("ibv_post_send", rc,
+                               bad_send ? bad_send - PL_SEND_WR(pl, 0) : 0,
+                               bad_send ? bad_send->wr_id : 0);
+        return post_failed(target == POST_RECV ? "ibv_post_recv" : "ibv_post_srq_recv", rc,
+                           bad_recv ? bad_recv - PL_RECV_WR(pl, 0) : 0,
+                           bad_recv ? bad_recv->wr_id : 0);
+    }
+    Py_RETURN_NONE;
+}
+
+static int pl_frozen(PostListObject *pl)
+{
+    if (pl->posting) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "the PostList is being posted (release_gil=True); update it after");
+        return -1;
+    }
+    return 0;
+}
+
+static Py_ssize_t PostList_length(PyObject *op)
+{
+    return ((PostListObject *)op)->n;
+}
+
+static PyObject *PostList_item(PyObject *op, Py_ssize_t i)
+{
+    PostListObject *pl = (PostListObject *)op;
+    if (i < 0 || i >= pl->n) {
+        PyErr_SetString(PyExc_IndexError, "PostList index out of range");
+        return NULL;
+    }
+    PostListEntryObject *e = (PostListEntryObject *)PyType_GenericAlloc(PostListEntry_Type, 0);
+    if (e == NULL)
+        return NULL;
+    e->list = Py_NewRef(op);
+    e->index = i;
+    return (PyObject *)e;
+}
+
+static int PostList_ass_item(PyObject *op, Py_ssize_t i, PyObject *value)
+{
+    PostListObject *pl = (PostListObject *)op;
+    if (i < 0 || i >= pl->n) {
+        PyErr_SetString(PyExc_IndexError, "PostList index out of range");
+        return -1;
+    }
+    if (value == NULL) {
+        PyErr_SetString(PyExc_TypeError, "PostList entries cannot be deleted");
+        return -1;
+    }
+    PyTypeObject *want = pl->kind == PL_SEND ? SendWR_Type : RecvWR_Type;
+    if (!PyObject_TypeCheck(value, want)) {
+        PyErr_Format(PyExc_TypeError, "PostList entry must be a %s, not %s", pl_what(pl),
+                     ibv_type_name(value));
+        return -1;
+    }
+    if (pl_frozen(pl) < 0)
+        return -1;
+    return pl_fill(pl, i, value);
+}
+
+static PyObject *PostList_get_release_gil(PyObject *op, void *c)
+{
+    (void)c;
+    return PyBool_FromLong(((PostListObject *)op)->release_gil);
+}
+
+static int PostList_set_release_gil(PyObject *op, PyObject *v, void *c)
+{
+    (void)c;
+    if (v == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "cannot delete release_gil");
+        return -1;
+    }
+    int truth = PyObject_IsTrue(v);
+    if (truth < 0)
+        return -1;
+    ((PostListObject *)op)->release_gil = truth;
+    return 0;
+}
+
+static PyObject *PostList_get_kind(PyObject *op, void *c)
+{
+    (void)c;
+    return Py_NewRef((PyObject *)(((PostListObject *)op)->kind == PL_SEND ? SendWR_Type
+                                                                          : RecvWR_Type));
+}
+
+static PyObject *PostList_repr(PyObject *op)
+{
+    PostListObject *pl = (PostListObject *)op;
+    return PyUnicode_FromFormat("PostList(%zd %s%s)", pl->n, pl_what(pl),
+                                pl->release_gil ? ", release_gil=True" : "");
+}
+
+static PyGetSetDef PostList_getset[] = {
+    {"release_gil", PostList_get_release_gil, PostList_set_release_gil,
+     "Post with the GIL released (default False; see the class doc).", NULL},
+    {"kind", PostList_get_kind, NULL, "SendWR or RecvWR: what the list holds.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot PostList_slots[] = {
+    {Py_tp_doc, (void *)
+     "PostList(wrs, *, release_gil=False)\n--\n\n"
+     "A chain of work requests converted once into C and posted many times.\n\n"
+     "wrs is a SendWR or RecvWR, or a non-empty list of them (all of one kind).  "
+     "qp.post_send(plist) (or qp.post_recv / srq.post_recv for RecvWR) posts the whole "
+     "chain in one verb call, with no conversion and no allocation.\n\n"
+     "plist[i] is a live view of entry i (PostListEntry): setting its wr_id, "
+     "send_flags, remote_addr, rkey, imm_data, compare_add, swap, remote_qpn, "
+     "remote_qkey, or addr / length / lkey (of its first SGE) writes the C request "
+     "directly.  plist[i] = wr converts a whole new request into entry i (as many "
+     "SGEs as the entry was built with, or fewer).  The MRs and AHs the requests "
+     "name are kept alive with the list; an AH closed since is reported at the next "
+     "post (VerbsError EBADF).\n\n"
+     "release_gil: post with the GIL released.  Off by default: on most providers a "
+     "post is a few stores and a doorbell, cheaper than giving up the GIL.  Turn it "
+     "on where a post is a slow system call (rxe, siw) and other Python threads must "
+     "run meanwhile; while such a post is in flight the QP refuses close() (EBUSY) "
+     "and the list refuses updates (RuntimeError)."},
+    {Py_tp_new, (void *)PostList_new},
+    {Py_tp_dealloc, (void *)PostList_dealloc},
+    {Py_tp_traverse, (void *)PostList_traverse},
+    {Py_tp_clear, (void *)PostList_clear},
+    {Py_tp_repr, (void *)PostList_repr},
+    {Py_tp_getset, PostList_getset},
+    {Py_sq_length, (void *)PostList_length},
+    {Py_sq_item, (void *)PostList_item},
+    {Py_sq_ass_item, (void *)PostList_ass_item},
+    {0, NULL},
+};
+
+static PyType_Spec PostList_spec = {"ibverbs.PostList", sizeof(PostListObject), 0,
+                                    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, PostList_slots};
+
+/* ---- PostListEntry: a view of one entry --------------------------------- */
+
+#define ENTRY_PL(op) ((PostListObject *)((PostListEntryObject *)(op))->list)
+#define ENTRY_I(op) (((PostListEntryObject *)(op))->index)
+
+static PyObject *PostListEntry_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyErr_SetString(PyExc_TypeError, "PostListEntry objects come from PostList[i]");
+    return NULL;
+}
+
+static void PostListEntry_dealloc(PyObject *op)
+{
+    Py_CLEAR(((PostListEntryObject *)op)->list);
+    generic_dealloc(op);
+}
+
+/* The send request of a view, or NULL with AttributeError for a receive list. */
+static struct ibv_send_wr *entry_send(PyObject *op, const char *field)
+{
+    PostListObject *pl = ENTRY_PL(op);
+    if (pl->kind != PL_SEND) {
+        PyErr_Format(PyExc_AttributeError, "a RecvWR has no %s", field);
+        return NULL;
+    }
+    return PL_SEND_WR(pl, ENTRY_I(op));
+}
+
+/* The first SGE of a view's request, or NULL with AttributeError. */
+static struct ibv_sge *entry_sge(PyObject *op)
+{
+    PostListObject *pl = ENTRY_PL(op);
+    Py_ssize_t i = ENTRY_I(op);
+    int num = pl->kind == PL_SEND ? PL_SEND_WR(pl, i)->num_sge : PL_RECV_WR(pl, i)->num_sge;
+    if (num < 1) {
+        PyErr_SetString(PyExc_AttributeError, "this work request has no SGE");
+        return NULL;
+    }
+    return pl->kind == PL_SEND ? PL_SEND_WR(pl, i)->sg_list : PL_RECV_WR(pl, i)->sg_list;
+}
+
+/* Converted value for a setter, refusing while the list is being posted. */
+static int entry_value(PyObject *op, PyObject *v, const char *name, uint64_t max, uint64_t *x)
+{
+    if (conv_u64(v, name, max, x) < 0)
+        return -1;
+    return pl_frozen(ENTRY_PL(op));
+}
+
+/* Which member of the wr union a send request uses. */
+enum { WR_RDMA, WR_ATOMIC, WR_UD };
+
+static int entry_union(PyObject *op)
+{
+    PostListObject *pl = ENTRY_PL(op);
+    if (pl->entries[ENTRY_I(op)].ah != NULL)
+        return WR_UD;
+    return is_atomic(PL_SEND_WR(pl, ENTRY_I(op))->opcode) ? WR_ATOMIC : WR_RDMA;
+}
+
+static const char *union_name[] = {"an RDMA", "an atomic", "a UD"};
+
+static int entry_needs(PyObject *op, int mask, const char *field)
+{
+    int u = entry_union(op);
+    if (mask & (1 << u))
+        return u;
+    PyErr_Format(PyExc_AttributeError, "%s is not used by %s request", field, union_name[u]);
+    return -1;
+}
+
+static PyObject *PostListEntry_get_wr_id(PyObject *op, void *c)
+{
+    PostListObject *pl = ENTRY_PL(op);
+    (void)c;
+    return PyLong_FromUnsignedLongLong(pl->kind == PL_SEND ? PL_SEND_WR(pl, ENTRY_I(op))->wr_id
+                                                           : PL_RECV_WR(pl, ENTRY_I(op))->wr_id);
+}
+
+static int PostListEntry_set_wr_id(PyObject *op, PyObject *v, void *c)
+{
+    PostListObject *pl = ENTRY_PL(op);
+    uint64_t x;
+    (void)c;
+    if (entry_value(op, v, "wr_id", UINT64_MAX, &x) < 0)
+        return -1;
+    if (pl->kind == PL_SEND)
+        PL_SEND_WR(pl, ENTRY_I(op))->wr_id = x;
+    else
+        PL_RECV_WR(pl, ENTRY_I(op))->wr_id = x;
+    return 0;
+}
+
+static PyObject *PostListEntry_get_num_sge(PyObject *op, void *c)
+{
+    PostListObject *pl = ENTRY_PL(op);
+    (void)c;
+    return PyLong_FromLong(pl->kind == PL_SEND ? PL_SEND_WR(pl, ENTRY_I(op))->num_sge
+                                               : PL_RECV_WR(pl, ENTRY_I(op))->num_sge);
+}
+
+#define ENTRY_SGE_FIELD(field, max)                                              \
+    static PyObject *PostListEntry_get_##field(PyObject *op, void *c)            \
+    {                                                                            \
+        struct ibv_sge *sge = entry_sge(op);                                     \
+        (void)c;                                                                 \
+        return sge ? PyLong_FromUnsignedLongLong(sge->field) : NULL;             \
+    }                                                                            \
+    static int PostListEntry_set_##field(PyObject *op, PyObject *v, void *c)     \
+    {                                                                            \
+        struct ibv_sge *sge = entry_sge(op);                                     \
+        uint64_t x;                                                              \
+        (void)c;                                                                 \
+        if (sge == NULL || entry_value(op, v, #field, max, &x) < 0)              \
+            return -1;                                                           \
+        sge->field = x;                                                          \
+        return 0;                                                                \
+    }
+
+ENTRY_SGE_FIELD(addr, UINT64_MAX)
+ENTRY_SGE_FIELD(length, UINT32_MAX)
+ENTRY_SGE_FIELD(lkey, UINT32_MAX)
+
+static PyObject *PostListEntry_get_opcode(PyObject *op, void *c)
+{
+    struct ibv_send_wr *wr = entry_send(op, "opcode");
+    (void)c;
+    return wr ? PyLong_FromLong(wr->opcode) : NULL;
+}
+
+static PyObject *PostListEntry_get_send_flags(PyObject *op, void *c)
+{
+    struct ibv_send_wr *wr = entry_send(op, "send_flags");
+    (void)c;
+    return wr ? PyLong_FromUnsignedLong(wr->send_flags) : NULL;
+}
+
+static int PostListEntry_set_send_flags(PyObject *op, PyObject *v, void *c)
+{
+    struct ibv_send_wr *wr = entry_send(op, "send_flags");
+    uint64_t x;
+    (void)c;
+    if (wr == NULL || entry_value(op, v, "send_flags", UINT32_MAX, &x) < 0)
+        return -1;
+    wr->send_flags = (unsigned int)x;
+    return 0;
+}
+
+static PyObject *PostListEntry_get_imm_data(PyObject *op, void *c)
+{
+    struct ibv_send_wr *wr = entry_send(op, "imm_data");
+    (void)c;
+    return wr ? PyLong_FromUnsignedLong(ntohl(wr->imm_data)) : NULL;
+}
+
+static int PostListEntry_set_imm_data(PyObject *op, PyObject *v, void *c)
+{
+    struct ibv_send_wr *wr = entry_send(op, "imm_data");
+    uint64_t x;
+    (void)c;
+    if (wr == NULL || entry_value(op, v, "imm_data", UINT32_MAX, &x) < 0)
+        return -1;
+    wr->imm_data = htonl((uint32_t)x);
+    return 0;
+}
+
+/* Union fields: which members have them, and where. */
+#define M_RDMA (1 << WR_RDMA)
+#define M_ATOMIC (1 << WR_ATOMIC)
+#define M_UD (1 << WR_UD)
+
+static uint64_t *entry_u64(struct ibv_send_wr *wr, int u, int which)
+{
+    /* which: 0 remote_addr, 1 compare_add, 2 swap */
+    if (which == 0)
+        return u == WR_RDMA ? &wr->wr.rdma.remote_addr : &wr->wr.atomic.remote_addr;
+    return which == 1 ? &wr->wr.atomic.compare_add : &wr->wr.atomic.swap;
+}
+
+static uint32_t *entry_u32(struct ibv_send_wr *wr, int u, int which)
+{
+    /* which: 0 rkey, 1 remote_qpn, 2 remote_qkey */
+    if (which == 0)
+        return u == WR_RDMA ? &wr->wr.rdma.rkey : &wr->wr.atomic.rkey;
+    return which == 1 ? &wr->wr.ud.remote_qpn : &wr->wr.ud.remote_qkey;
+}
+
+#define ENTRY_UNION_FIELD(field, mask, bits, which)                                \
+    static PyObject *PostListEntry_get_##field(PyObject *op, void *c)              \
+    {                                                                              \
+        struct ibv_send_wr *wr = entry_send(op, #field);                           \
+        int u;                                                                     \
+        (void)c;                                                                   \
+        if (wr == NULL || (u = entry_needs(op, mask, #field)) < 0)                 \
+            return NULL;                                                           \
+        return PyLong_FromUnsignedLongLong(*entry_u##bits(wr, u, which));          \
+    }                                                                              \
+    static int PostListEntry_set_##field(PyObject *op, PyObject *v, void *c)       \
+    {                                                                              \
+        struct ibv_send_wr *wr = entry_send(op, #field);                           \
+        uint64_t x;                                                                \
+        int u;                                                                     \
+        (void)c;                                                                   \
+        if (wr == NULL || (u = entry_needs(op, mask, #field)) < 0 ||               \
+            entry_value(op, v, #field, UINT##bits##_MAX, &x) < 0)                  \
+            return -1;                                                             \
+        *entry_u##bits(wr, u, which) = x;                                          \
+        return 0;                                                                  \
+    }
+
+ENTRY_UNION_FIELD(remote_addr, M_RDMA | M_ATOMIC, 64, 0)
+ENTRY_UNION_FIELD(compare_add, M_ATOMIC, 64, 1)
+ENTRY_UNION_FIELD(swap, M_ATOMIC, 64, 2)
+ENTRY_UNION_FIELD(rkey, M_RDMA | M_ATOMIC, 32, 0)
+ENTRY_UNION_FIELD(remote_qpn, M_UD, 32, 1)
+ENTRY_UNION_FIELD(remote_qkey, M_UD, 32, 2)
+
+static PyObject *PostListEntry_get_index(PyObject *op, void *c)
+{
+    (void)c;
+    return PyLong_FromSsize_t(ENTRY_I(op));
+}
+
+static PyObject *PostListEntry_get_list(PyObject *op, void *c)
+{
+    (void)c;
+    return Py_NewRef(((PostListEntryObject *)op)->list);
+}
+
+static PyObject *PostListEntry_repr(PyObject *op)
+{
+    PostListObject *pl = ENTRY_PL(op);
+    Py_ssize_t i = ENTRY_I(op);
+    if (pl->kind == PL_RECV) {
+        struct ibv_recv_wr *wr = PL_RECV_WR(pl, i);
+        return PyUnicode_FromFormat("PostListEntry(%zd, RecvWR, wr_id=%llu, num_sge=%d)", i,
+                                    (unsigned long long)wr->wr_id, wr->num_sge);
+    }
+    struct ibv_send_wr *wr = PL_SEND_WR(pl, i);
+    return PyUnicode_FromFormat("PostListEntry(%zd, SendWR, wr_id=%llu, opcode=%d, "
+                                "send_flags=%u, num_sge=%d)", i, (unsigned long long)wr->wr_id,
+                                (int)wr->opcode, wr->send_flags, wr->num_sge);
+}
+
+#define ENTRY_RW(field, doc) {#field, PostListEntry_get_##field, PostListEntry_set_##field, doc, NULL}
+#define ENTRY_RO(field, doc) {#field, PostListEntry_get_##field, NULL, doc, NULL}
+
+static PyGetSetDef PostListEntry_getset[] = {
+    ENTRY_RW(wr_id, "Returned in the completion."),
+    ENTRY_RW(addr, "Address of the first SGE."),
+    ENTRY_RW(length, "Length of the first SGE (< 2**32)."),
+    ENTRY_RW(lkey, "Local key of the first SGE."),
+    ENTRY_RO(num_sge, "Number of SGEs (fixed; assign a new request to change)."),
+    ENTRY_RO(opcode, "WROpcode (fixed; assign a new request to change). Send only."),
+    ENTRY_RW(send_flags, "SendFlags. Send only."),
+    ENTRY_RW(imm_data, "Immediate data, host order. Send only."),
+    ENTRY_RW(remote_addr, "RDMA/atomic remote address."),
+    ENTRY_RW(rkey, "RDMA/atomic remote key."),
+    ENTRY_RW(compare_add, "Atomic compare or add value."),
+    ENTRY_RW(swap, "Atomic swap value."),
+    ENTRY_RW(remote_qpn, "UD: remote QP number."),
+    ENTRY_RW(remote_qkey, "UD: remote Q_Key."),
+    ENTRY_RO(index, "Position in the list."),
+    ENTRY_RO(list, "The PostList."),
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot PostListEntry_slots[] = {
+    {Py_tp_doc, (void *)"A live view of one entry of a PostList (PostList[i]): reading and "
+                        "setting its fields reads and writes the converted C request."},
+    {Py_tp_new, (void *)PostListEntry_new},
+    {Py_tp_dealloc, (void *)PostListEntry_dealloc},
+    {Py_tp_repr, (void *)PostListEntry_repr},
+    {Py_tp_getset, PostListEntry_getset},
+    {0, NULL},
+};
+
+static PyType_Spec PostListEntry_spec = {"ibverbs.PostListEntry", sizeof(PostListEntryObject),
+                                         0, Py_TPFLAGS_DEFAULT, PostListEntry_slots};
+
 /* ==== completions ======================================================== */
 
 typedef struct {
     PyObject_HEAD
     struct ibv_wc wc;
 } WCObject;
+
+/*
+ * WC objects are made by the thousand and dropped at once: the freed ones
+ * are kept (up to WC_FREE_MAX) and reused, so poll() pays neither the
+ * allocator nor PyType_GenericAlloc's generic path.  Each is a plain
+ * PyObject_Malloc block of sizeof(WCObject) (what tp_alloc gives for WC()
+ * too), revived with PyObject_Init.
+ */
+#define WC_FREE_MAX 256
+static PyObject *wc_free[WC_FREE_MAX];
+static int wc_nfree;
+
+static PyObject *wc_new(const struct ibv_wc *wc)
+{
+    PyObject *op = wc_nfree > 0 ? wc_free[--wc_nfree] : PyObject_Malloc(sizeof(WCObject));
+    if (op == NULL)
+        return PyErr_NoMemory();
+    PyObject_Init(op, WC_Type);   /* type (a reference: heap type) and refcount 1 */
+    ((WCObject *)op)->wc = *wc;
+    return op;
+}
+
+static void WC_dealloc(PyObject *op)
+{
+    PyTypeObject *type = Py_TYPE(op);
+    if (wc_nfree < WC_FREE_MAX)
+        wc_free[wc_nfree++] = op;
+    else
+        PyObject_Free(op);
+    Py_DECREF(type);
+}
 
 #define WC_INT(field, expr)                                                      \
     static PyObject *WC_get_##field(PyObject *op, void *c)                       \
@@ -858,7 +1692,7 @@ static PyMethodDef WC_methods[] = {
 
 static PyType_Slot WC_slots[] = {
     {Py_tp_doc, (void *)"A work completion (struct ibv_wc), from CQ.poll()."},
-    {Py_tp_dealloc, (void *)generic_dealloc},
+    {Py_tp_dealloc, (void *)WC_dealloc},
     {Py_tp_repr, (void *)WC_repr},
     {Py_tp_getset, WC_getset},
     {Py_tp_methods, WC_methods},
@@ -881,24 +1715,46 @@ int ibv_wc_to_c(PyObject *obj, struct ibv_wc *out)
 
 #define STACK_WCS 64
 
+/* num_entries of poll(): an int in 1..INT32_MAX.  Plain ints take a short
+ * path; anything else (IntEnum, __index__) the general conversion. */
+static int num_entries_arg(PyObject *arg, int *out)
+{
+    if (PyLong_CheckExact(arg)) {
+        long v = PyLong_AsLong(arg);
+        if (v > 0 && v <= INT32_MAX) {
+            *out = (int)v;
+            return 0;
+        }
+        if (v == -1 && PyErr_Occurred())
+            PyErr_Clear();   /* too big for a long: the general path says so */
+    }
+    uint64_t num;
+    if (ibv_conv_unsigned(arg, "num_entries", INT32_MAX, &num) < 0)
+        return -1;
+    if (num == 0) {
+        PyErr_SetString(PyExc_ValueError, "num_entries must be positive");
+        return -1;
+    }
+    *out = (int)num;
+    return 0;
+}
+
+/* poll and poll_into keep the GIL: ibv_poll_cq never blocks and costs tens
+ * of nanoseconds, less than releasing and retaking the GIL. */
 PyObject *ibv_hand_CQ_poll(PyObject *self, PyObject *arg)
 {
-    uint64_t num;
+    int num;
     struct ibv_wc stack[STACK_WCS], *wcs = stack;
     if (ibv_check_open(self) < 0)
         return NULL;
-    if (ibv_conv_unsigned(arg, "num_entries", INT32_MAX, &num) < 0)
+    if (num_entries_arg(arg, &num) < 0)
         return NULL;
-    if (num == 0) {
-        PyErr_SetString(PyExc_ValueError, "num_entries must be positive");
-        return NULL;
-    }
     if (num > STACK_WCS) {
-        wcs = PyMem_Malloc(num * sizeof(*wcs));
+        wcs = PyMem_Malloc((size_t)num * sizeof(*wcs));
         if (wcs == NULL)
             return PyErr_NoMemory();
     }
-    int n = ibv_poll_cq(CQ_PTR(self), (int)num, wcs);
+    int n = ibv_poll_cq(CQ_PTR(self), num, wcs);
     PyObject *list = NULL;
     if (n < 0) {
         ibv_raise("ibv_poll_cq", ibv_error_code(n));
@@ -908,18 +1764,291 @@ PyObject *ibv_hand_CQ_poll(PyObject *self, PyObject *arg)
     if (list == NULL)
         goto done;
     for (int i = 0; i < n; i++) {
-        PyObject *wc = PyType_GenericAlloc(WC_Type, 0);
+        PyObject *wc = wc_new(&wcs[i]);
         if (wc == NULL) {
             Py_CLEAR(list);
             goto done;
         }
-        ((WCObject *)wc)->wc = wcs[i];
         PyList_SetItem(list, i, wc);
     }
 done:
     if (wcs != stack)
         PyMem_Free(wcs);
     return list;
+}
+
+/* ==== WCBuffer =========================================================== */
+
+typedef struct {
+    PyObject_HEAD
+    int capacity;
+    int count;             /* valid entries: what the last poll_into returned */
+    int raise_on_error;    /* poll_into raises CompletionError for a failed entry */
+    struct ibv_wc *wc;
+} WCBufferObject;
+
+#define WCBUF_MAX (1 << 20)
+
+static PyObject *WCBuffer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"capacity", "raise_on_error", NULL};
+    PyObject *cap_obj = NULL;
+    uint64_t cap = 16;
+    int raise_on_error = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O$p:WCBuffer", kwlist, &cap_obj,
+                                     &raise_on_error))
+        return NULL;
+    if (cap_obj != NULL && ibv_conv_unsigned(cap_obj, "capacity", WCBUF_MAX, &cap) < 0)
+        return NULL;
+    if (cap == 0) {
+        PyErr_SetString(PyExc_ValueError, "capacity must be positive");
+        return NULL;
+    }
+    allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
+    WCBufferObject *b = (WCBufferObject *)alloc(type, 0);
+    if (b == NULL)
+        return NULL;
+    b->wc = PyMem_Calloc(cap, sizeof(struct ibv_wc));
+    if (b->wc == NULL) {
+        Py_DECREF(b);
+        return PyErr_NoMemory();
+    }
+    b->capacity = (int)cap;
+    b->count = 0;
+    b->raise_on_error = raise_on_error;
+    return (PyObject *)b;
+}
+
+static void WCBuffer_dealloc(PyObject *op)
+{
+    PyMem_Free(((WCBufferObject *)op)->wc);
+    generic_dealloc(op);
+}
+
+/* Index arg into the valid entries (negative counts from the end). */
+static const struct ibv_wc *wcbuf_at(PyObject *op, PyObject *arg)
+{
+    WCBufferObject *b = (WCBufferObject *)op;
+    Py_ssize_t i = PyNumber_AsSsize_t(arg, PyExc_IndexError);
+    if (i == -1 && PyErr_Occurred())
+        return NULL;
+    if (i < 0)
+        i += b->count;
+    if (i < 0 || i >= b->count) {
+        PyErr_SetString(PyExc_IndexError, "WCBuffer index out of range");
+        return NULL;
+    }
+    return &b->wc[i];
+}
+
+#define WCBUF_FIELD(field, expr)                                                 \
+    static PyObject *WCBuffer_##field(PyObject *op, PyObject *arg)               \
+    {                                                                            \
+        const struct ibv_wc *wc = wcbuf_at(op, arg);                             \
+        if (wc == NULL)                                                          \
+            return NULL;                                                         \
+        return PyLong_FromUnsignedLongLong((unsigned long long)(expr));          \
+    }
+
+WCBUF_FIELD(wr_id, wc->wr_id)
+WCBUF_FIELD(status, wc->status)
+WCBUF_FIELD(opcode, wc->opcode)
+WCBUF_FIELD(byte_len, wc->byte_len)
+WCBUF_FIELD(imm_data, ntohl(wc->imm_data))
+WCBUF_FIELD(wc_flags, wc->wc_flags)
+WCBUF_FIELD(qp_num, wc->qp_num)
+WCBUF_FIELD(src_qp, wc->src_qp)
+WCBUF_FIELD(vendor_err, wc->vendor_err)
+
+/* CompletionError for the first valid entry that failed; 0 when none did. */
+static int wcbuf_check(WCBufferObject *b)
+{
+    for (int i = 0; i < b->count; i++)
+        if (b->wc[i].status != IBV_WC_SUCCESS) {
+            PyObject *wc = wc_new(&b->wc[i]);
+            if (wc == NULL)
+                return -1;
+            ibv_raise_completion(wc);
+            Py_DECREF(wc);
+            return -1;
+        }
+    return 0;
+}
+
+static PyObject *WCBuffer_raise_for_status(PyObject *op, PyObject *unused)
+{
+    (void)unused;
+    if (wcbuf_check((WCBufferObject *)op) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *WCBuffer_count_opcode(PyObject *op, PyObject *arg)
+{
+    WCBufferObject *b = (WCBufferObject *)op;
+    uint64_t opcode;
+    if (ibv_conv_unsigned(arg, "opcode", UINT32_MAX, &opcode) < 0)
+        return NULL;
+    long k = 0;
+    for (int i = 0; i < b->count; i++)
+        k += b->wc[i].opcode == opcode;
+    return PyLong_FromLong(k);
+}
+
+static PyObject *WCBuffer_wr_ids(PyObject *op, PyObject *unused)
+{
+    WCBufferObject *b = (WCBufferObject *)op;
+    (void)unused;
+    PyObject *list = PyList_New(b->count);
+    if (list == NULL)
+        return NULL;
+    for (int i = 0; i < b->count; i++) {
+        PyObject *v = PyLong_FromUnsignedLongLong(b->wc[i].wr_id);
+        if (v == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SetItem(list, i, v);
+    }
+    return list;
+}
+
+static PyObject *WCBuffer_clear(PyObject *op, PyObject *unused)
+{
+    (void)unused;
+    ((WCBufferObject *)op)->count = 0;
+    Py_RETURN_NONE;
+}
+
+static Py_ssize_t WCBuffer_length(PyObject *op)
+{
+    return ((WCBufferObject *)op)->count;
+}
+
+static PyObject *WCBuffer_item(PyObject *op, Py_ssize_t i)
+{
+    WCBufferObject *b = (WCBufferObject *)op;
+    if (i < 0 || i >= b->count) {
+        PyErr_SetString(PyExc_IndexError, "WCBuffer index out of range");
+        return NULL;
+    }
+    return wc_new(&b->wc[i]);
+}
+
+static PyObject *WCBuffer_get_capacity(PyObject *op, void *c)
+{
+    (void)c;
+    return PyLong_FromLong(((WCBufferObject *)op)->capacity);
+}
+
+static PyObject *WCBuffer_repr(PyObject *op)
+{
+    WCBufferObject *b = (WCBufferObject *)op;
+    return PyUnicode_FromFormat("WCBuffer(capacity=%d%s, %d valid)", b->capacity,
+                                b->raise_on_error ? ", raise_on_error=True" : "", b->count);
+}
+
+#define WCBUF_METHOD(field, doc)                                                 \
+    {#field, WCBuffer_##field, METH_O,                                           \
+     #field "($self, i, /)\n--\n\n" doc " of valid entry i (IndexError outside)."}
+
+static PyMethodDef WCBuffer_methods[] = {
+    WCBUF_METHOD(wr_id, "wr_id"),
+    WCBUF_METHOD(status, "WCStatus"),
+    WCBUF_METHOD(opcode, "WCOpcode"),
+    WCBUF_METHOD(byte_len, "Bytes received"),
+    WCBUF_METHOD(imm_data, "Immediate data (host order)"),
+    WCBUF_METHOD(wc_flags, "WCFlags"),
+    WCBUF_METHOD(qp_num, "Local QP number"),
+    WCBUF_METHOD(src_qp, "Remote QP number (UD)"),
+    WCBUF_METHOD(vendor_err, "Vendor error syndrome"),
+    {"raise_for_status", WCBuffer_raise_for_status, METH_NOARGS,
+     "raise_for_status($self, /)\n--\n\n"
+     "Raise CompletionError for the first valid entry whose status is not SUCCESS."},
+    {"count_opcode", WCBuffer_count_opcode, METH_O,
+     "count_opcode($self, opcode, /)\n--\n\n"
+     "How many valid entries have this WCOpcode (e.g. WCOpcode.RECV: receives that "
+     "arrived, on a CQ shared with sends)."},
+    {"wr_ids", WCBuffer_wr_ids, METH_NOARGS,
+     "wr_ids($self, /)\n--\n\nThe wr_id of every valid entry, as a list."},
+    {"clear", WCBuffer_clear, METH_NOARGS,
+     "clear($self, /)\n--\n\nForget the valid entries (len() becomes 0)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyObject *WCBuffer_get_raise_on_error(PyObject *op, void *c)
+{
+    (void)c;
+    return PyBool_FromLong(((WCBufferObject *)op)->raise_on_error);
+}
+
+static int WCBuffer_set_raise_on_error(PyObject *op, PyObject *v, void *c)
+{
+    (void)c;
+    if (v == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "cannot delete raise_on_error");
+        return -1;
+    }
+    int truth = PyObject_IsTrue(v);
+    if (truth < 0)
+        return -1;
+    ((WCBufferObject *)op)->raise_on_error = truth;
+    return 0;
+}
+
+static PyGetSetDef WCBuffer_getset[] = {
+    {"capacity", WCBuffer_get_capacity, NULL, "Completions one poll_into can take.", NULL},
+    {"raise_on_error", WCBuffer_get_raise_on_error, WCBuffer_set_raise_on_error,
+     "poll_into raises CompletionError when an entry failed (the entries stay valid).",
+     NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot WCBuffer_slots[] = {
+    {Py_tp_doc, (void *)
+     "WCBuffer(capacity=16, *, raise_on_error=False)\n--\n\n"
+     "Reusable storage for completions: cq.poll_into(buf) polls up to capacity "
+     "completions into it (struct ibv_wc, in C) and returns how many, creating no "
+     "object per completion.  With raise_on_error, poll_into raises CompletionError "
+     "(for the first failed one) when any of them failed; all stay in the buffer.\n\n"
+     "len(buf) is the number of valid entries (what the last poll_into returned).  "
+     "buf.wr_id(i), .status(i), .opcode(i), .byte_len(i), .imm_data(i), .wc_flags(i), "
+     ".qp_num(i), .src_qp(i), .vendor_err(i) read one field of entry i; "
+     "buf.raise_for_status() raises CompletionError for the first failed one; "
+     "buf.count_opcode(op) counts the entries of one WCOpcode; "
+     "buf[i] (and iteration) gives a WC copy of an entry.  The next poll_into "
+     "overwrites the entries."},
+    {Py_tp_new, (void *)WCBuffer_new},
+    {Py_tp_dealloc, (void *)WCBuffer_dealloc},
+    {Py_tp_repr, (void *)WCBuffer_repr},
+    {Py_tp_methods, WCBuffer_methods},
+    {Py_tp_getset, WCBuffer_getset},
+    {Py_sq_length, (void *)WCBuffer_length},
+    {Py_sq_item, (void *)WCBuffer_item},
+    {0, NULL},
+};
+
+static PyType_Spec WCBuffer_spec = {"ibverbs.WCBuffer", sizeof(WCBufferObject), 0,
+                                    Py_TPFLAGS_DEFAULT, WCBuffer_slots};
+
+PyObject *ibv_hand_CQ_poll_into(PyObject *self, PyObject *arg)
+{
+    if (ibv_check_open(self) < 0)
+        return NULL;
+    if (!Py_IS_TYPE(arg, WCBuffer_Type)) {
+        PyErr_Format(PyExc_TypeError, "poll_into needs a WCBuffer, not %s", ibv_type_name(arg));
+        return NULL;
+    }
+    WCBufferObject *b = (WCBufferObject *)arg;
+    int n = ibv_poll_cq(CQ_PTR(self), b->capacity, b->wc);
+    if (n < 0) {
+        b->count = 0;
+        return ibv_raise("ibv_poll_cq", ibv_error_code(n));
+    }
+    b->count = n;
+    if (b->raise_on_error && n > 0 && wcbuf_check(b) < 0)
+        return NULL;
+    return PyLong_FromLong(n);
 }
 
 PyObject *ibv_hand_CQ_req_notify(PyObject *self, PyObject *args, PyObject *kwargs)
@@ -1177,6 +2306,9 @@ int ibv_datapath_init(PyObject *module)
         {&SendWR_Type, &SendWR_spec, "SendWR"},
         {&RecvWR_Type, &RecvWR_spec, "RecvWR"},
         {&WC_Type, &WC_spec, "WC"},
+        {&WCBuffer_Type, &WCBuffer_spec, "WCBuffer"},
+        {&PostList_Type, &PostList_spec, "PostList"},
+        {&PostListEntry_Type, &PostListEntry_spec, "PostListEntry"},
         {&AsyncEvent_Type, &AsyncEvent_spec, "AsyncEvent"},
     };
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {

@@ -7,6 +7,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 PyObject *ibv_VerbsError;
 PyObject *ibv_CompletionError;
@@ -57,7 +58,13 @@ PyObject *ibv_raise_detail(const char *operation, int err, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(detail, sizeof(detail), fmt, ap);
     va_end(ap);
-    return raise_with(Py_BuildValue("(sis)", operation, err, detail));
+    /* VerbsError prints "<operation> failed: <detail>": a detail written
+     * with that prefix already would show it twice. */
+    const char *text = detail;
+    size_t oplen = strlen(operation);
+    if (strncmp(text, operation, oplen) == 0 && strncmp(text + oplen, " failed: ", 9) == 0)
+        text += oplen + 9;
+    return raise_with(Py_BuildValue("(sis)", operation, err, text));
 }
 
 int ibv_error_code(long rc)

@@ -8,7 +8,20 @@
  */
 #include "common.h"
 
+#include <pthread.h>
 #include <stdio.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+/* Declared for the generated code in templates/handle.c.h.j2 (the same
+ * prototypes; common.h is the place for them once its owner agrees). */
+IBV_HIDDEN int ibv_handle_foreign(PyObject *obj);
+IBV_HIDDEN void ibv_handle_closed(PyObject *obj);
+IBV_HIDDEN int ibv_call_enter(PyObject *self);
+IBV_HIDDEN void ibv_call_leave(PyObject *self);
+IBV_HIDDEN int ibv_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
+                                   PyObject **held, int max);
+IBV_HIDDEN void ibv_call_leave_args(PyObject **held, int n);
 
 const char *ibv_type_name(PyObject *obj)
 {
@@ -40,12 +53,187 @@ int ibv_check_closable(PyObject *obj, const char *verb)
     }
     if (h->busy > 0) {
         ibv_raise_detail(verb, EBUSY,
-                         "%s failed: another thread is inside a call on this "
-                         "%s", verb, ibv_type_name(obj));
+                         "%s failed: a call on this %s is in progress (in another "
+                         "thread, or this is a callback of that call); retry "
+                         "when it has returned", verb, ibv_type_name(obj));
         return -1;
     }
     return 0;
 }
+
+/* ---- fork(): whose verbs object is it? -------------------------------- */
+
+/*
+ * After fork() the child holds copies of every handle object, but the verbs
+ * objects (and the file descriptors they live on) are shared with the
+ * parent: a destroy from the child would destroy the parent's PD, MR or QP.
+ * So each open handle records the process that created it; in a child,
+ * handles inherited from the parent are "foreign": close() and garbage
+ * collection forget them without destroying anything, and calling a verb on
+ * them raises VerbsError.
+ */
+static int forked;                 /* this process is a fork() child */
+static pid_t current_pid;          /* getpid(), refreshed in the child */
+static PyObject *origins;          /* dict: object address -> creating pid */
+static PyTypeObject *handle_types[32];
+static int nhandle_types;
+
+static void atfork_child(void)
+{
+    /* Async-signal-safe only: a flag and getpid(). */
+    forked = 1;
+    current_pid = getpid();
+}
+
+static int track_origin(PyObject *obj)
+{
+    static int registered;
+    if (!registered) {
+        current_pid = getpid();
+        if (pthread_atfork(NULL, NULL, atfork_child) != 0) {
+            PyErr_SetString(PyExc_RuntimeError, "pthread_atfork failed");
+            return -1;
+        }
+        registered = 1;
+    }
+    if (origins == NULL && (origins = PyDict_New()) == NULL)
+        return -1;
+    PyObject *key = PyLong_FromVoidPtr(obj);
+    PyObject *value = PyLong_FromLong((long)current_pid);
+    int rc = (key && value) ? PyDict_SetItem(origins, key, value) : -1;
+    Py_XDECREF(key);
+    Py_XDECREF(value);
+    return rc;
+}
+
+int ibv_handle_foreign(PyObject *obj)
+{
+    if (!forked || origins == NULL)
+        return 0;
+    PyObject *exc_type, *exc_value, *exc_tb;
+    PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
+    int foreign = 0;
+    PyObject *key = PyLong_FromVoidPtr(obj);
+    PyObject *pid = key ? PyDict_GetItem(origins, key) : NULL;   /* borrowed */
+    if (pid != NULL)
+        foreign = PyLong_AsLong(pid) != (long)current_pid;
+    Py_XDECREF(key);
+    PyErr_Clear();
+    PyErr_Restore(exc_type, exc_value, exc_tb);
+    return foreign;
+}
+
+void ibv_handle_closed(PyObject *obj)
+{
+    if (origins == NULL)
+        return;
+    PyObject *exc_type, *exc_value, *exc_tb;
+    PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
+    PyObject *key = PyLong_FromVoidPtr(obj);
+    if (key == NULL || PyDict_DelItem(origins, key) < 0)
+        PyErr_Clear();
+    Py_XDECREF(key);
+    PyErr_Restore(exc_type, exc_value, exc_tb);
+}
+
+static PyObject *raise_foreign(PyObject *obj)
+{
+    const char *name = ibv_type_name(obj);
+    return ibv_raise_detail(name, EBADF,
+                            "this %s was created by the parent process before "
+                            "fork(); a child process cannot use its parent's "
+                            "verbs objects (open the device again in the child)",
+                            name);
+}
+
+/* ---- calls in flight ------------------------------------------------------ */
+
+/*
+ * The rule: every method call on a handle counts as in flight on it (busy)
+ * from entry to return, whatever it does in between: release the GIL
+ * around a blocking verb, or run Python code (an argument's __index__ or
+ * __iter__, a finalizer run by the garbage collector) during which another
+ * thread - or that very code - may call close().  close() of a busy object
+ * raises VerbsError EBUSY and changes nothing, so no call ever resumes on
+ * a freed verbs object.  Handles passed as arguments (a CompChannel to
+ * create_cq, an MW to bind_mw) are held busy the same way.
+ */
+static int is_handle_type(PyTypeObject *type)
+{
+    for (int i = 0; i < nhandle_types; i++)
+        if (handle_types[i] == type)
+            return 1;
+    return 0;
+}
+
+int ibv_call_enter(PyObject *self)
+{
+    if (forked && IBV_HANDLE(self)->ptr != NULL && ibv_handle_foreign(self)) {
+        raise_foreign(self);
+        return -1;
+    }
+    IBV_HANDLE(self)->busy++;
+    return 0;
+}
+
+void ibv_call_leave(PyObject *self)
+{
+    IBV_HANDLE(self)->busy--;
+}
+
+static int hold(PyObject *obj, PyObject **held, int *n, int max)
+{
+    if (!is_handle_type(Py_TYPE(obj)))
+        return 0;
+    for (int i = 0; i < *n; i++)
+        if (held[i] == obj)
+            return 0;
+    if (*n >= max)
+        return 0;    /* more handle arguments than any verb takes */
+    if (forked && IBV_HANDLE(obj)->ptr != NULL && ibv_handle_foreign(obj)) {
+        raise_foreign(obj);
+        return -1;
+    }
+    Py_INCREF(obj);
+    IBV_HANDLE(obj)->busy++;
+    held[(*n)++] = obj;
+    return 0;
+}
+
+int ibv_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
+                        PyObject **held, int max)
+{
+    int n = 0;
+    if (hold(self, held, &n, max) < 0)
+        goto fail;
+    if (args != NULL) {
+        Py_ssize_t size = PyTuple_Size(args);
+        for (Py_ssize_t i = 0; i < size; i++)
+            if (hold(PyTuple_GetItem(args, i), held, &n, max) < 0)
+                goto fail;
+    }
+    if (kwargs != NULL) {
+        Py_ssize_t pos = 0;
+        PyObject *key, *value;
+        while (PyDict_Next(kwargs, &pos, &key, &value))
+            if (hold(value, held, &n, max) < 0)
+                goto fail;
+    }
+    return n;
+fail:
+    ibv_call_leave_args(held, n);
+    return -1;
+}
+
+void ibv_call_leave_args(PyObject **held, int n)
+{
+    for (int i = 0; i < n; i++) {
+        IBV_HANDLE(held[i])->busy--;
+        Py_DECREF(held[i]);
+    }
+}
+
+/* ---- creation --------------------------------------------------------------- */
 
 PyObject *ibv_handle_new(PyTypeObject *type, void *ptr, PyObject **parent_slots,
                          PyObject *const *parents, int nparents)
@@ -54,6 +242,13 @@ PyObject *ibv_handle_new(PyTypeObject *type, void *ptr, PyObject **parent_slots,
     PyObject *obj = alloc(type, 0);
     if (obj == NULL)
         return NULL;
+    if (!is_handle_type(type) &&
+        nhandle_types < (int)(sizeof(handle_types) / sizeof(handle_types[0])))
+        handle_types[nhandle_types++] = type;
+    if (track_origin(obj) < 0) {
+        Py_DECREF(obj);     /* ptr not set yet: its dealloc destroys nothing */
+        return NULL;
+    }
     IbvHandle *h = IBV_HANDLE(obj);
     h->ptr = ptr;
     h->live_children = 0;
@@ -79,9 +274,17 @@ void ibv_handle_release_parents(PyObject *const *parents, int nparents)
 void ibv_report_unraisable(PyObject *obj, const char *verb, int err)
 {
     /* A failed destroy in dealloc cannot raise; say so on stderr, the way
-     * CPython reports exceptions in __del__. */
-    ibv_raise(verb, err);
-    PyErr_WriteUnraisable(obj);
+     * CPython reports exceptions in __del__.  Named by its type, not by
+     * obj: in dealloc obj has no references left, and handing it to
+     * PyErr_WriteUnraisable (which takes and drops one) would deallocate it
+     * again, recursively. */
+    PyObject *exc_type, *exc_value, *exc_tb;
+    PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
+    const char *name = ibv_type_name(obj);
+    ibv_raise_detail(verb, err, "%s failed: %s (while freeing an unreachable %s; "
+                     "the verbs object is leaked)", verb, strerror(err), name);
+    PyErr_WriteUnraisable((PyObject *)Py_TYPE(obj));
+    PyErr_Restore(exc_type, exc_value, exc_tb);
 }
 
 /* ---- registry: verbs pointer -> Python object -------------------------- */
@@ -104,10 +307,14 @@ void ibv_registry_remove(void *ptr)
 {
     if (registry == NULL)
         return;
+    /* Called on error paths too (a failed wrap): keep their exception. */
+    PyObject *exc_type, *exc_value, *exc_tb;
+    PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
     PyObject *key = PyLong_FromVoidPtr(ptr);
     if (key == NULL || PyDict_DelItem(registry, key) < 0)
         PyErr_Clear();   /* never added (a failed wrap): nothing to undo */
     Py_XDECREF(key);
+    PyErr_Restore(exc_type, exc_value, exc_tb);
 }
 
 PyObject *ibv_registry_get(void *ptr)

@@ -29,6 +29,15 @@ __asm__(".symver dlerror,dlerror@GLIBC_2.2.5");
 static void *libibverbs;
 static int dmabuf_available;
 
+/* By name: a symbol the headers lacked has no slot (older rdma-core). */
+static int ibv_symbol_loaded(const char *name)
+{
+    for (const struct ibv_symbol *s = ibv_symbols; s->name; s++)
+        if (strcmp(s->name, name) == 0)
+            return *s->slot != NULL;
+    return 0;
+}
+
 int ibv_load_library(void)
 {
     const char *path = getenv("IBVERBS_LIBRARY");
@@ -53,7 +62,7 @@ int ibv_load_library(void)
             return -1;
         }
     }
-    dmabuf_available = IBV_SYMBOL_AVAILABLE(ibv_reg_dmabuf_mr);
+    dmabuf_available = ibv_symbol_loaded("ibv_reg_dmabuf_mr");
     return 0;
 }
 

@@ -81,15 +81,52 @@ def test_error_completion_then_recovery_through_reset(ib, rc_pair, make_buffer, 
     assert bytes(dst.array) == b"\x03" * 64
 
 
-def test_closing_a_context_while_another_thread_waits_is_refused(ib, device_names):
+def test_closing_a_context_while_another_thread_waits_is_refused(ib, device_names, port, gid_index,
+                                                                 access):
+    """close() of a context another thread waits on (get_async_event, GIL
+    released) raises EBUSY and changes nothing; an SRQ_LIMIT_REACHED event
+    on that same context wakes the waiter, and then everything closes."""
+    import time
+    import numpy as np
     from conftest import open_device
     ctx = open_device(ib, device_names[0])
-    t = threading.Thread(target=lambda: pytest.raises(Exception, ctx.get_async_event), daemon=True)
+    events = []
+    t = threading.Thread(target=lambda: events.append(ctx.get_async_event()), daemon=True)
     t.start()
-    import time
     time.sleep(0.2)
+    assert t.is_alive()
     with pytest.raises(ib.VerbsError) as exc:
-        ctx.close()
+        ctx.close()          # no children: refused only because a call is in flight
     assert exc.value.errno == errno.EBUSY
-    # The waiting thread stays blocked (daemon); the context is leaked on
-    # purpose rather than freed under it.
+    assert not ctx.closed and ctx.query_port(port).state == ib.PortState.ACTIVE
+    # Wake the waiter: consume SRQ receives below an armed limit.
+    pd = ctx.alloc_pd()
+    srq = pd.create_srq(max_wr=16)
+    cq_a, cq_b = ctx.create_cq(16), ctx.create_cq(16)
+    a = pd.create_qp(ib.QPInitAttr(cq_a, cq_a))
+    b = pd.create_qp(ib.QPInitAttr(cq_b, cq_b, srq=srq))
+    src = np.ones(16, dtype=np.uint8)
+    dst = np.zeros(16, dtype=np.uint8)
+    src_mr, dst_mr = ib.reg_tensor(pd, src, access), ib.reg_tensor(pd, dst, access)
+    try:
+        info = lambda q: ib.local_qp_info(q, ctx.query_port(port), ctx.query_gid(port, gid_index),
+                                          port=port)
+        ib.connect_rc(a, info(b), port=port, sgid_index=gid_index, access=access)
+        ib.connect_rc(b, info(a), port=port, sgid_index=gid_index, access=access)
+        srq.post_recv([ib.RecvWR(wr_id=i, sg_list=[dst_mr.sge()]) for i in range(4)])
+        srq.modify(srq_limit=3)
+        for _ in range(2):
+            a.post_send(ib.SendWR(sg_list=[src_mr.sge()], opcode=ib.WROpcode.SEND,
+                                  send_flags=ib.SendFlags.SIGNALED))
+        poll_until(cq_a, 2)
+        poll_until(cq_b, 2)
+        t.join(10)
+        assert not t.is_alive(), "no async event within 10 s"
+        (ev,) = events
+        assert ev.event_type == ib.EventType.SRQ_LIMIT_REACHED and ev.element is srq
+        del ev, events[:]
+    finally:
+        for obj in (a, b, src_mr, dst_mr, srq, cq_a, cq_b, pd):
+            obj.close()
+    ctx.close()
+    assert ctx.closed

@@ -36,6 +36,11 @@ def test_reg_mr_of_unmapped_memory_raises_efault(ib, pd, access):
 
 
 def test_reg_dmabuf_mr_with_a_bad_fd_raises(ib, pd, access):
+    if "ibv_reg_dmabuf_mr" in ib._ibverbs._missing_symbols():   # rdma-core < 34
+        with pytest.raises(RuntimeError, match="ibv_reg_dmabuf_mr is unavailable"):
+            pd.reg_dmabuf_mr(0, 4096, 0, -1, access)
+        assert not ib._ibverbs._has_dmabuf()
+        return
     with pytest.raises(ib.VerbsError):
         pd.reg_dmabuf_mr(0, 4096, 0, -1, access)
 
@@ -72,7 +77,12 @@ def test_alloc_null_mr_is_unsupported_or_usable(ib, pd):
 
 
 def test_memory_windows_allocate_and_close(ib, pd):
-    with pd.alloc_mw(ib.MWType.TYPE_2) as mw:
+    try:
+        mw = pd.alloc_mw(ib.MWType.TYPE_2)
+    except ib.VerbsError as exc:     # rxe of rdma-core < 35 has no memory windows
+        assert exc.errno == errno.EOPNOTSUPP
+        pytest.skip("this provider has no memory windows")
+    with mw:
         assert mw.rkey != 0 and mw.pd is pd
 
 

@@ -1,0 +1,188 @@
+/*
+ * A null libibverbs for host microbenchmarks (bench/host_micro.py): loaded
+ * by the extension through IBVERBS_LIBRARY instead of libibverbs.so.1, it
+ * offers one device, "null0", whose data path does nothing but what a
+ * provider must do at least:
+ *
+ *   post_send / post_recv  walk the chain and read every WR and SGE;
+ *   poll_cq                returns min(num_entries, K) successful
+ *                          completions, where the CQ was created with
+ *                          cqe = 1000000 + K (K = 0, any smaller cqe: the
+ *                          CQ is always empty).
+ *
+ * So instruction counts measured through it (valgrind --tool=callgrind)
+ * are the binding's own cost, with no device in the way.  Every other
+ * symbol the extension requires is a stub that aborts; bench/host_micro.py
+ * generates those from generated/loader.c.h into a second file
+ * (nullverbs_stubs.c, which must not see verbs.h's prototypes).
+ */
+#define _GNU_SOURCE
+#include <infiniband/verbs.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define EXPORT __attribute__((visibility("default")))
+
+static struct ibv_device null_device = {
+    .node_type = IBV_NODE_CA,
+    .transport_type = IBV_TRANSPORT_IB,
+    .name = "null0",
+    .dev_name = "uverbs-null0",
+};
+
+static volatile uint64_t sink;
+
+static int null_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+    uint64_t sum = 0;
+    for (; wr; wr = wr->next) {
+        sum += wr->wr_id + wr->opcode + wr->send_flags + wr->wr.rdma.remote_addr;
+        for (int i = 0; i < wr->num_sge; i++)
+            sum += wr->sg_list[i].addr + wr->sg_list[i].length;
+    }
+    sink = sum;
+    return 0;
+}
+
+static int null_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+    uint64_t sum = 0;
+    for (; wr; wr = wr->next) {
+        sum += wr->wr_id;
+        for (int i = 0; i < wr->num_sge; i++)
+            sum += wr->sg_list[i].addr + wr->sg_list[i].length;
+    }
+    sink = sum;
+    return 0;
+}
+
+static int null_poll_cq(struct ibv_cq *cq, int num, struct ibv_wc *wc)
+{
+    int k = cq->cqe >= 1000000 ? cq->cqe - 1000000 : 0;
+    int n = num < k ? num : k;
+    for (int i = 0; i < n; i++) {
+        memset(&wc[i], 0, sizeof(wc[i]));
+        wc[i].wr_id = i;
+        wc[i].opcode = IBV_WC_RDMA_WRITE;
+        wc[i].qp_num = 1;
+    }
+    return n;
+}
+
+static int null_req_notify_cq(struct ibv_cq *cq, int solicited_only)
+{
+    return 0;
+}
+
+EXPORT struct ibv_device **ibv_get_device_list(int *num)
+{
+    struct ibv_device **list = calloc(2, sizeof(*list));
+    if (list == NULL)
+        return NULL;
+    list[0] = &null_device;
+    if (num)
+        *num = 1;
+    return list;
+}
+
+EXPORT void ibv_free_device_list(struct ibv_device **list) { free(list); }
+EXPORT const char *ibv_get_device_name(struct ibv_device *d) { return d->name; }
+EXPORT __be64 ibv_get_device_guid(struct ibv_device *d) { return 0; }
+EXPORT int ibv_get_device_index(struct ibv_device *d) { return 0; }
+
+EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
+{
+    struct ibv_context *ctx = calloc(1, sizeof(*ctx));
+    if (ctx == NULL)
+        return NULL;
+    ctx->device = device;
+    ctx->cmd_fd = -1;
+    ctx->async_fd = -1;
+    ctx->ops.poll_cq = null_poll_cq;
+    ctx->ops.post_send = null_post_send;
+    ctx->ops.post_recv = null_post_recv;
+    ctx->ops.req_notify_cq = null_req_notify_cq;
+    return ctx;
+}
+
+EXPORT int ibv_close_device(struct ibv_context *ctx) { free(ctx); return 0; }
+
+EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *ctx)
+{
+    struct ibv_pd *pd = calloc(1, sizeof(*pd));
+    if (pd)
+        pd->context = ctx;
+    return pd;
+}
+
+EXPORT int ibv_dealloc_pd(struct ibv_pd *pd) { free(pd); return 0; }
+
+EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length,
+                                       uint64_t iova, unsigned int access)
+{
+    static uint32_t key = 0x100;
+    struct ibv_mr *mr = calloc(1, sizeof(*mr));
+    if (mr == NULL)
+        return NULL;
+    mr->context = pd->context;
+    mr->pd = pd;
+    mr->addr = addr;
+    mr->length = length;
+    mr->lkey = mr->rkey = key++;
+    return mr;
+}
+
+EXPORT struct ibv_mr *(ibv_reg_mr)(struct ibv_pd *pd, void *addr, size_t length, int access)
+{
+    return ibv_reg_mr_iova2(pd, addr, length, (uintptr_t)addr, access);
+}
+
+EXPORT struct ibv_mr *(ibv_reg_mr_iova)(struct ibv_pd *pd, void *addr, size_t length,
+                                        uint64_t iova, int access)
+{
+    return ibv_reg_mr_iova2(pd, addr, length, iova, access);
+}
+
+EXPORT int ibv_dereg_mr(struct ibv_mr *mr) { free(mr); return 0; }
+
+EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
+                                    struct ibv_comp_channel *channel, int comp_vector)
+{
+    struct ibv_cq *cq = calloc(1, sizeof(*cq));
+    if (cq == NULL)
+        return NULL;
+    cq->context = ctx;
+    cq->channel = channel;
+    cq->cq_context = cq_context;
+    cq->cqe = cqe;
+    return cq;
+}
+
+EXPORT int ibv_destroy_cq(struct ibv_cq *cq) { free(cq); return 0; }
+
+EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+    static uint32_t qpn = 0x11;
+    struct ibv_qp *qp = calloc(1, sizeof(*qp));
+    if (qp == NULL)
+        return NULL;
+    qp->context = pd->context;
+    qp->pd = pd;
+    qp->send_cq = attr->send_cq;
+    qp->recv_cq = attr->recv_cq;
+    qp->srq = attr->srq;
+    qp->qp_type = attr->qp_type;
+    qp->qp_num = qpn++;
+    qp->state = IBV_QPS_RESET;
+    return qp;
+}
+
+EXPORT int ibv_destroy_qp(struct ibv_qp *qp) { free(qp); return 0; }
+
+EXPORT const char *ibv_wc_status_str(enum ibv_wc_status status)
+{
+    return status == IBV_WC_SUCCESS ? "success" : "error";
+}

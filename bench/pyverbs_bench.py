@@ -1,0 +1,204 @@
+"""The pyverbs side of `make bench`: the workloads of bench/c_bench.c through
+Debian's python3-pyverbs, run with /usr/bin/python3 (what it is built for).
+
+    /usr/bin/python3 bench/pyverbs_bench.py GID0 GID1   (then commands on stdin)
+
+Speaks c_bench's protocol (READY, then "<workload> N" commands answered
+with "RESULT <workload> <value>").  The loops are the C
+loops line by line; a batch is a SendWR chain linked with next_wr, built
+once and posted many times (pyverbs' own way of posting a list).
+"""
+import sys
+import time
+
+import pyverbs.enums as e
+from pyverbs.addr import AHAttr, GlobalRoute
+from pyverbs.cq import CQ
+from pyverbs.device import Context
+from pyverbs.mr import MR
+from pyverbs.pd import PD
+from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
+from pyverbs.wr import SGE, RecvWR, SendWR
+
+PORT = 1
+WINDOW = 128
+CQ_DEPTH = 256
+MSG = 8
+ACCESS = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
+
+
+class Side:
+    def __init__(self, name, gid_index):
+        self.ctx = Context(name=name)
+        self.pd = PD(self.ctx)
+        self.cq = CQ(self.ctx, CQ_DEPTH, None, None, 0)
+        self.mr = MR(self.pd, 4096, ACCESS)
+        self.addr = self.mr.buf
+        self.gid_index = gid_index
+        self.gid = self.ctx.query_gid(PORT, gid_index)
+        self.mtu = self.ctx.query_port(PORT).active_mtu
+
+    def qp(self):
+        cap = QPCap(max_send_wr=WINDOW, max_recv_wr=64, max_send_sge=1, max_recv_sge=1)
+        return QP(self.pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq, cap=cap))
+
+
+def connect(qp, local, peer, remote):
+    """RESET -> INIT -> RTR -> RTS with the attributes ibverbs.connect_rc uses."""
+    a = QPAttr()
+    a.qp_state = e.IBV_QPS_INIT
+    a.pkey_index = 0
+    a.port_num = PORT
+    a.qp_access_flags = ACCESS
+    qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_ACCESS_FLAGS)
+    a = QPAttr()
+    a.qp_state = e.IBV_QPS_RTR
+    a.path_mtu = min(local.mtu, remote.mtu)
+    a.dest_qp_num = peer.qp_num
+    a.rq_psn = 0
+    a.max_dest_rd_atomic = 1
+    a.min_rnr_timer = 12
+    gr = GlobalRoute(dgid=remote.gid, sgid_index=local.gid_index, hop_limit=1)
+    a.ah_attr = AHAttr(gr=gr, is_global=1, port_num=PORT)
+    qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_AV | e.IBV_QP_PATH_MTU | e.IBV_QP_DEST_QPN |
+              e.IBV_QP_RQ_PSN | e.IBV_QP_MAX_DEST_RD_ATOMIC | e.IBV_QP_MIN_RNR_TIMER)
+    a = QPAttr()
+    a.qp_state = e.IBV_QPS_RTS
+    a.timeout = 14
+    a.retry_cnt = 7
+    a.rnr_retry = 7
+    a.sq_psn = 0
+    a.max_rd_atomic = 1
+    qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_TIMEOUT | e.IBV_QP_RETRY_CNT | e.IBV_QP_RNR_RETRY |
+              e.IBV_QP_SQ_PSN | e.IBV_QP_MAX_QP_RD_ATOMIC)
+
+
+def write_chain(s, batch):
+    wrs = []
+    for i in range(batch):
+        wr = SendWR(wr_id=i, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1,
+                    sg=[SGE(s.addr, MSG, s.mr.lkey)],
+                    send_flags=e.IBV_SEND_SIGNALED if i == batch - 1 else 0)
+        wr.set_wr_rdma(s.mr.rkey, s.addr + 2048)
+        wrs.append(wr)
+    for a, b in zip(wrs, wrs[1:]):
+        a.next_wr = b
+    return wrs
+
+
+def write_rate(qp, cq, s, batch, total):
+    wrs = write_chain(s, batch)
+    head = wrs[0]
+    post, poll = qp.post_send, cq.poll
+    posted = done = 0
+    room = WINDOW - batch
+    t0 = time.perf_counter()
+    while done < total:
+        while posted < total and posted - done <= room:
+            post(head)
+            posted += batch
+        _, wcs = poll(16)
+        for wc in wcs:
+            if wc.status:
+                raise RuntimeError(f"completion status {wc.status}")
+            done += batch
+    return total / (time.perf_counter() - t0)
+
+
+def pp_wrs(s):
+    send = SendWR(wr_id=1, opcode=e.IBV_WR_SEND, num_sge=1, sg=[SGE(s.addr, MSG, s.mr.lkey)],
+                  send_flags=e.IBV_SEND_SIGNALED)
+    recv = RecvWR(wr_id=2, num_sge=1, sg=[SGE(s.addr + 1024, MSG, s.mr.lkey)])
+    return send, recv
+
+
+def pingpong(qa, a, qb, b, iters):
+    send_a, recv_a = pp_wrs(a)
+    send_b, recv_b = pp_wrs(b)
+    send_on_a, recv_on_a, poll_a = qa.post_send, qa.post_recv, a.cq.poll
+    send_on_b, recv_on_b, poll_b = qb.post_send, qb.post_recv, b.cq.poll
+    WC_RECV = e.IBV_WC_RECV
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        send_on_a(send_a)
+        got = False
+        while not got:
+            for wc in poll_b(16)[1]:
+                if wc.status:
+                    raise RuntimeError(f"completion status {wc.status}")
+                if wc.opcode == WC_RECV:
+                    got = True
+        recv_on_b(recv_b)
+        send_on_b(send_b)
+        got = False
+        while not got:
+            for wc in poll_a(16)[1]:
+                if wc.status:
+                    raise RuntimeError(f"completion status {wc.status}")
+                if wc.opcode == WC_RECV:
+                    got = True
+        recv_on_a(recv_a)
+    return (time.perf_counter() - t0) / iters * 1e6
+
+
+def drain(cq):
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < 0.2:
+        cq.poll(16)
+
+
+def poll_empty(cq, iters):
+    poll = cq.poll
+    r = range(iters)
+    t0 = time.perf_counter()
+    for _ in r:
+        poll(16)
+    t1 = time.perf_counter()
+    for _ in r:
+        pass
+    t2 = time.perf_counter()
+    if poll(16)[0]:
+        raise RuntimeError("CQ not empty")
+    return ((t1 - t0) - (t2 - t1)) / iters * 1e9
+
+
+def main(argv):
+    gid0, gid1 = int(argv[0]), int(argv[1])
+    s0, s1 = Side("rxe0", gid0), Side("rxe1", gid1)
+
+    qa, qb = s0.qp(), s0.qp()
+    connect(qa, s0, qb, s0)
+    connect(qb, s0, qa, s0)
+    write_rate(qa, s0.cq, s0, 1, 256)
+
+    pa, pb = s0.qp(), s1.qp()
+    connect(pa, s0, pb, s1)
+    connect(pb, s1, pa, s0)
+    pa.post_recv(pp_wrs(s0)[1])
+    pb.post_recv(pp_wrs(s1)[1])
+    pingpong(pa, s0, pb, s1, 20)
+    drain(s0.cq)
+    drain(s1.cq)
+    print("READY", flush=True)
+
+    for line in sys.stdin:
+        cmd, n = line.split()
+        n = int(n)
+        if cmd == "write1":
+            value = write_rate(qa, s0.cq, s0, 1, n)
+        elif cmd == "write32":
+            value = write_rate(qa, s0.cq, s0, 32, n)
+        elif cmd == "pingpong":
+            value = pingpong(pa, s0, pb, s1, n)
+            drain(s0.cq)
+            drain(s1.cq)
+        elif cmd == "poll_empty":
+            value = poll_empty(s0.cq, n)
+        else:
+            raise SystemExit(f"unknown command {cmd}")
+        print(f"RESULT {cmd} {value:.3f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

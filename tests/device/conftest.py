@@ -1,0 +1,188 @@
+"""Device tier: every test module must give back every verbs resource.
+
+An autouse module-scoped fixture records, before and after each test module,
+
+* what the kernel holds for each RDMA device: the `rdma resource show`
+  summary (pd, cq, qp, mr, srq, ctx, cm_id), read over the same netlink
+  interface (RDMA_NLDEV_CMD_RES_GET) the `rdma` tool uses, without spawning
+  it (~0.4 s a call under emulation; falls back to `rdma -j resource show`);
+* what this process holds: the open objects of every handle class
+  (`Context._open_count()`, `PD._open_count()`, ...).  The kernel summary
+  has no address handles, memory windows or completion channels; these
+  counts cover them, and name the Python class that leaked.
+
+After the module (and a gc.collect()) both must be back where they were,
+else the module fails with the difference.  The check runs only inside the
+run-in-vm guest, where nothing else uses the devices; elsewhere (a shared
+host with a real NIC) it is skipped, not failed.
+"""
+from __future__ import annotations
+
+import gc
+import importlib.util
+import json
+import os
+import pathlib
+import shutil
+import socket
+import struct
+import subprocess
+
+import pytest
+
+import rxe
+
+
+def _tests_conftest():
+    """tests/conftest.py as a module of its own.  Both conftest files are
+    imported under the name `conftest`, and pytest imports this one last:
+    test modules that `from conftest import poll_until` get this module, so
+    it offers the shared helpers too."""
+    path = pathlib.Path(__file__).resolve().parents[1] / "conftest.py"
+    spec = importlib.util.spec_from_file_location("_ibverbs_tests_conftest", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_shared = _tests_conftest()
+Buffer = _shared.Buffer
+RCPair = _shared.RCPair
+open_device = _shared.open_device
+poll_until = _shared.poll_until
+del _shared
+
+# Counted by the kernel (the `rdma resource show` summary).
+KERNEL_KINDS = ("pd", "cq", "qp", "mr", "srq", "ctx", "cm_id")
+# Counted in this process, by handle class.
+HANDLE_CLASSES = ("Context", "PD", "CQ", "CompChannel", "QP", "SRQ", "MR", "MW", "AH", "XRCD")
+
+# <rdma/rdma_netlink.h>
+_NETLINK_RDMA = 20
+_RDMA_NL_NLDEV = 5
+_RDMA_NLDEV_CMD_RES_GET = 9
+_ATTR_DEV_NAME = 2
+_ATTR_RES_SUMMARY = 15
+_ATTR_RES_SUMMARY_ENTRY = 16
+_ATTR_RES_SUMMARY_ENTRY_NAME = 17
+_ATTR_RES_SUMMARY_ENTRY_CURR = 18
+_NLM_F_REQUEST, _NLM_F_DUMP = 0x1, 0x300
+_NLMSG_ERROR, _NLMSG_DONE = 2, 3
+
+
+def _attrs(data: bytes):
+    """(type, payload) of each netlink attribute in data."""
+    off = 0
+    while off + 4 <= len(data):
+        length, kind = struct.unpack_from("=HH", data, off)
+        if length < 4:
+            break
+        yield kind & 0x3FFF, data[off + 4:off + length]
+        off += (length + 3) & ~3
+
+
+def _netlink_summary() -> dict:
+    msg_type = (_RDMA_NL_NLDEV << 10) + _RDMA_NLDEV_CMD_RES_GET
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, _NETLINK_RDMA) as s:
+        s.settimeout(5)
+        s.bind((0, 0))
+        s.send(struct.pack("=IHHII", 16, msg_type, _NLM_F_REQUEST | _NLM_F_DUMP, 1, 0))
+        out = {}
+        while True:
+            buf = s.recv(65536)
+            off = 0
+            while off + 16 <= len(buf):
+                length, kind, _, _, _ = struct.unpack_from("=IHHII", buf, off)
+                if length < 16:
+                    raise OSError("short netlink message")
+                body = buf[off + 16:off + length]
+                off += (length + 3) & ~3
+                if kind == _NLMSG_DONE:
+                    return out
+                if kind == _NLMSG_ERROR:
+                    err = struct.unpack_from("=i", body)[0]
+                    if err:
+                        raise OSError(-err, os.strerror(-err))
+                    continue
+                name, counts = None, {}
+                for attr, payload in _attrs(body):
+                    if attr == _ATTR_DEV_NAME:
+                        name = payload.rstrip(b"\0").decode()
+                    elif attr == _ATTR_RES_SUMMARY:
+                        for _, entry in _attrs(payload):      # RES_SUMMARY_ENTRY
+                            ename, curr = None, None
+                            for eattr, epayload in _attrs(entry):
+                                if eattr == _ATTR_RES_SUMMARY_ENTRY_NAME:
+                                    ename = epayload.rstrip(b"\0").decode()
+                                elif eattr == _ATTR_RES_SUMMARY_ENTRY_CURR:
+                                    curr = struct.unpack_from("=Q", epayload)[0]
+                            if ename is not None and curr is not None:
+                                counts[ename] = curr
+                if name is not None:
+                    out[name] = counts
+
+
+def _rdma_tool_summary() -> dict:
+    out = subprocess.run(["rdma", "-j", "resource", "show"], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    return {d["ifname"]: {k: v for k, v in d.items() if k not in ("ifindex", "ifname")}
+            for d in json.loads(out)}
+
+
+def kernel_counts() -> dict:
+    """{device: {kind: count}} for every RDMA device, as `rdma resource show`
+    prints them."""
+    try:
+        summary = _netlink_summary()
+    except OSError:
+        if shutil.which("rdma") is None:
+            raise
+        summary = _rdma_tool_summary()
+    return {dev: {k: counts.get(k, 0) for k in KERNEL_KINDS} for dev, counts in summary.items()}
+
+
+def process_counts(ib) -> dict:
+    """{class name: open objects of this process}."""
+    return {name: getattr(ib, name)._open_count() for name in HANDLE_CLASSES}
+
+
+def resource_snapshot(ib) -> dict:
+    gc.collect()
+    return {"kernel": kernel_counts(), "process": process_counts(ib)}
+
+
+def leaked(before: dict, after: dict) -> list:
+    """Human-readable differences between two snapshots."""
+    diffs = []
+    for dev in sorted(set(before["kernel"]) | set(after["kernel"])):
+        b, a = before["kernel"].get(dev, {}), after["kernel"].get(dev, {})
+        for kind in KERNEL_KINDS:
+            if a.get(kind, 0) != b.get(kind, 0):
+                diffs.append(f"{dev}: {kind} {b.get(kind, 0)} -> {a.get(kind, 0)}")
+    for name in HANDLE_CLASSES:
+        b, a = before["process"][name], after["process"][name]
+        if a != b:
+            diffs.append(f"open {name} objects {b} -> {a}")
+    return diffs
+
+
+def accounting_enabled() -> bool:
+    return rxe.in_vm() and os.environ.get("IBVERBS_NO_LEAK_CHECK") != "1"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def verbs_resources_are_released(request):
+    """Fails the module when it leaves a PD, MR, CQ, QP, SRQ, context (kernel
+    summary) or any handle object (AH, MW, channel... : process counts)
+    behind."""
+    if not accounting_enabled():
+        yield
+        return
+    import ibverbs as ib
+    before = resource_snapshot(ib)
+    yield
+    after = resource_snapshot(ib)
+    diffs = leaked(before, after)
+    if diffs:
+        pytest.fail(f"{request.module.__name__} left verbs resources behind: " + "; ".join(diffs),
+                    pytrace=False)

@@ -1,0 +1,382 @@
+"""The hot-loop data path API: PostList (prebuilt work requests, updated in
+place) and WCBuffer / CQ.poll_into (completions without objects), plus the
+behaviour the faster post_send/post_recv/poll must keep."""
+import gc
+import threading
+import time
+
+import pytest
+
+from conftest import RCPair, poll_until
+
+GRH = 40
+QKEY = 0x11111111
+
+
+def poll_into_until(cq, buf, n=1, timeout=10.0):
+    """Poll into buf until n completions came; returns them as WC copies."""
+    got = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n:
+        k = cq.poll_into(buf)
+        assert k == len(buf)
+        got += list(buf)
+        if len(got) < n and time.monotonic() > deadline:
+            raise AssertionError(f"only {len(got)} of {n} completions within {timeout}s")
+    return got
+
+
+def write_wr(ib, src, dst, wr_id=1, signaled=True, length=None, offset=0):
+    """RDMA_WRITE of src[offset:offset+length] to the same offset of dst."""
+    return ib.SendWR(wr_id=wr_id, sg_list=[src.mr.sge(length, offset)],
+                     opcode=ib.WROpcode.RDMA_WRITE,
+                     send_flags=ib.SendFlags.SIGNALED if signaled else 0,
+                     remote_addr=dst.addr + offset, rkey=dst.mr.rkey)
+
+
+# ---- PostList ------------------------------------------------------------------
+
+def test_postlist_posts_the_same_chain_many_times(ib, rc_pair, make_buffer):
+    src = make_buffer(64, fill=0x3C)
+    dst = make_buffer(64)
+    plist = ib.PostList([write_wr(ib, src, dst, wr_id=i, signaled=(i == 3)) for i in range(4)])
+    assert len(plist) == 4 and plist.kind is ib.SendWR and not plist.release_gil
+    for round_ in range(5):
+        dst.array[:] = 0
+        rc_pair.qp_a.post_send(plist)
+        (wc,) = poll_until(rc_pair.cq_a, 1)
+        wc.raise_for_status()
+        assert wc.wr_id == 3
+        assert bytes(dst.array) == b"\x3c" * 64
+
+
+def test_postlist_entries_update_the_converted_requests(ib, rc_pair, make_buffer):
+    src = make_buffer(4096)
+    src.array[:] = [i % 256 for i in range(4096)]
+    dst = make_buffer(4096)
+    plist = ib.PostList(write_wr(ib, src, dst, wr_id=1, length=8))
+    entry = plist[0]
+    assert (entry.wr_id, entry.length, entry.addr, entry.num_sge) == (1, 8, src.addr, 1)
+    assert entry.opcode == ib.WROpcode.RDMA_WRITE and entry.rkey == dst.mr.rkey
+    for k in range(1, 4):
+        entry.wr_id = 100 + k
+        entry.addr = src.addr + 256 * k
+        entry.length = 16 * k
+        entry.remote_addr = dst.addr + 1024 * k
+        rc_pair.qp_a.post_send(plist)
+        (wc,) = poll_until(rc_pair.cq_a, 1)
+        wc.raise_for_status()
+        assert wc.wr_id == 100 + k
+        got = bytes(dst.array[1024 * k:1024 * k + 16 * k])
+        assert got == bytes(src.array[256 * k:256 * k + 16 * k])
+        assert dst.array[1024 * k + 16 * k] == 0
+    assert plist[-1].wr_id == 103 and plist[0].index == 0 and plist[0].list is plist
+
+
+def test_postlist_entry_replaced_whole(ib, rc_pair, make_buffer):
+    src, dst = make_buffer(64, fill=0x11), make_buffer(64)
+    plist = ib.PostList([write_wr(ib, src, dst, wr_id=1, length=8)])
+    plist[0] = ib.SendWR(wr_id=9, sg_list=[src.mr.sge(32, 8)], opcode=ib.WROpcode.RDMA_WRITE,
+                         send_flags=ib.SendFlags.SIGNALED, remote_addr=dst.addr + 32,
+                         rkey=dst.mr.rkey)
+    rc_pair.qp_a.post_send(plist)
+    (wc,) = poll_until(rc_pair.cq_a, 1)
+    assert wc.is_success and wc.wr_id == 9
+    assert bytes(dst.array) == b"\0" * 32 + b"\x11" * 32
+    with pytest.raises(ValueError, match="room for 1"):
+        plist[0] = ib.SendWR(sg_list=[src.mr.sge(8), src.mr.sge(8)])
+    with pytest.raises(TypeError):
+        plist[0] = ib.RecvWR()
+    with pytest.raises(TypeError):
+        del plist[0]
+    with pytest.raises(IndexError):
+        plist[1]
+    assert plist[0].wr_id == 9   # failed updates changed nothing
+
+
+def test_postlist_keeps_its_memory_regions_alive(ib, pd, rc_pair, access):
+    import numpy as np
+    src_arr, dst_arr = np.full(64, 5, dtype=np.uint8), np.zeros(64, dtype=np.uint8)
+    src_mr = ib.reg_tensor(pd, src_arr, access)
+    dst_mr = ib.reg_tensor(pd, dst_arr, access)
+    plist = ib.PostList(ib.SendWR(wr_id=4, sg_list=[src_mr.sge()], opcode=ib.WROpcode.RDMA_WRITE,
+                                  send_flags=ib.SendFlags.SIGNALED, remote_addr=dst_mr.addr,
+                                  rkey=dst_mr.rkey))
+    rkey = dst_mr.rkey
+    del src_mr
+    gc.collect()
+    rc_pair.qp_a.post_send(plist)
+    (wc,) = poll_until(rc_pair.cq_a, 1)
+    assert wc.is_success and (dst_arr == 5).all() and plist[0].rkey == rkey
+    del plist
+    gc.collect()
+    dst_mr.close()
+
+
+def test_postlist_of_receives_on_a_qp_and_an_srq(ib, ctx, pd, rc_pair, make_buffer, port,
+                                                 gid_index, access):
+    src = make_buffer(32, fill=0x66)
+    dst = make_buffer(4096)
+    recvs = ib.PostList([ib.RecvWR(wr_id=10 + i, sg_list=[dst.mr.sge(32, 64 * i)])
+                         for i in range(3)])
+    assert recvs.kind is ib.RecvWR
+    rc_pair.qp_b.post_recv(recvs)
+    send = ib.PostList(ib.SendWR(wr_id=1, sg_list=[src.mr.sge()], opcode=ib.WROpcode.SEND,
+                                 send_flags=ib.SendFlags.SIGNALED))
+    for _ in range(3):
+        rc_pair.qp_a.post_send(send)
+    assert [wc.wr_id for wc in poll_until(rc_pair.cq_a, 3)] == [1, 1, 1]
+    got = poll_until(rc_pair.cq_b, 3)
+    assert [wc.wr_id for wc in got] == [10, 11, 12]
+    assert all(wc.opcode == ib.WCOpcode.RECV and wc.byte_len == 32 for wc in got)
+    for i in range(3):
+        assert bytes(dst.array[64 * i:64 * i + 32]) == b"\x66" * 32
+    with pytest.raises(TypeError, match="PostList of SendWR"):
+        rc_pair.qp_a.post_send(recvs)
+    with pytest.raises(TypeError, match="PostList of RecvWR"):
+        rc_pair.qp_b.post_recv(send)
+
+    with pd.create_srq(max_wr=16, max_sge=1) as srq, ctx.create_cq(16) as cq_a, \
+            ctx.create_cq(16) as cq_b:
+        a = pd.create_qp(ib.QPInitAttr(cq_a, cq_a))
+        b = pd.create_qp(ib.QPInitAttr(cq_b, cq_b, srq=srq))
+        try:
+            info = lambda q, psn: ib.local_qp_info(q, ctx.query_port(port),
+                                                   ctx.query_gid(port, gid_index), port=port,
+                                                   psn=psn)
+            ib.connect_rc(a, info(b, 2), port=port, sgid_index=gid_index, access=access,
+                          local_psn=1)
+            ib.connect_rc(b, info(a, 1), port=port, sgid_index=gid_index, access=access,
+                          local_psn=2)
+            dst.array[:] = 0
+            srq_recvs = ib.PostList([ib.RecvWR(wr_id=20, sg_list=[dst.mr.sge(32)])])
+            srq.post_recv(srq_recvs)
+            a.post_send(send)
+            poll_until(cq_a, 1)[0].raise_for_status()
+            (rwc,) = poll_until(cq_b, 1)
+            assert rwc.is_success and rwc.wr_id == 20 and bytes(dst.array[:32]) == b"\x66" * 32
+        finally:
+            a.close()
+            b.close()
+
+
+def test_postlist_ud_checks_its_address_handle_at_each_post(ib, ctx, pd, port, gid_index,
+                                                            make_buffer):
+    with ctx.create_cq(16) as cq_a, ctx.create_cq(16) as cq_b:
+        qps = []
+        for cq in (cq_a, cq_b):
+            qp = pd.create_qp(ib.QPInitAttr(cq, cq, qp_type=ib.QPType.UD))
+            qp.to_init(port, qkey=QKEY)
+            qp.to_rtr(None, 0)
+            qp.to_rts(0)
+            qps.append(qp)
+        a, b = qps
+        try:
+            dst = make_buffer(GRH + 64)
+            src = make_buffer(64, fill=0x42)
+            b.post_recv(ib.PostList(ib.RecvWR(wr_id=1, sg_list=[dst.mr.sge()])))
+            ah = pd.create_ah(ib.AHAttr(dgid=ctx.query_gid(port, gid_index),
+                                        sgid_index=gid_index, port_num=port, is_global=1,
+                                        hop_limit=64))
+            plist = ib.PostList(ib.SendWR(wr_id=2, sg_list=[src.mr.sge()],
+                                          opcode=ib.WROpcode.SEND,
+                                          send_flags=ib.SendFlags.SIGNALED, ah=ah,
+                                          remote_qpn=0, remote_qkey=QKEY))
+            entry = plist[0]
+            entry.remote_qpn = b.qp_num
+            assert entry.remote_qpn == b.qp_num and entry.remote_qkey == QKEY
+            with pytest.raises(AttributeError):
+                entry.remote_addr = 5
+            a.post_send(plist)
+            poll_until(cq_a, 1)[0].raise_for_status()
+            (rwc,) = poll_until(cq_b, 1)
+            assert rwc.is_success and rwc.src_qp == a.qp_num
+            assert bytes(dst.array[GRH:]) == b"\x42" * 64
+            ah.close()
+            with pytest.raises(ib.VerbsError) as exc:
+                a.post_send(plist)
+            assert exc.value.errno == 9   # EBADF
+        finally:
+            a.close()
+            b.close()
+
+
+def test_postlist_with_the_gil_released(ib, rc_pair, make_buffer):
+    src, dst = make_buffer(64, fill=0x21), make_buffer(64)
+    plist = ib.PostList([write_wr(ib, src, dst, wr_id=7)], release_gil=True)
+    assert plist.release_gil
+    ticks = []
+    stop = threading.Event()
+
+    def other():
+        while not stop.is_set():
+            ticks.append(1)
+            time.sleep(0)
+
+    t = threading.Thread(target=other)
+    t.start()
+    try:
+        for _ in range(20):
+            rc_pair.qp_a.post_send(plist)
+            (wc,) = poll_until(rc_pair.cq_a, 1)
+            assert wc.is_success and wc.wr_id == 7
+    finally:
+        stop.set()
+        t.join()
+    assert bytes(dst.array) == b"\x21" * 64 and ticks
+    plist.release_gil = False
+    assert "release_gil" not in repr(plist)
+
+
+def test_postlist_rejects_bad_input(ib, make_buffer):
+    with pytest.raises(ValueError):
+        ib.PostList([])
+    with pytest.raises(TypeError):
+        ib.PostList([ib.SendWR(), ib.RecvWR()])
+    with pytest.raises(TypeError):
+        ib.PostList(5)
+    with pytest.raises(TypeError):
+        ib.PostListEntry()
+    recv = ib.PostList(ib.RecvWR(wr_id=1))
+    with pytest.raises(AttributeError):
+        recv[0].rkey
+    with pytest.raises(AttributeError):
+        recv[0].addr         # no SGE
+    with pytest.raises(ValueError):
+        recv[0].wr_id = -1
+
+
+def test_posting_to_a_closed_qp_fails_cleanly(ib, pd, cq, make_buffer):
+    qp = pd.create_qp(ib.QPInitAttr(cq, cq))
+    plist = ib.PostList(ib.SendWR(wr_id=1))
+    qp.close()
+    with pytest.raises(ib.VerbsError) as exc:
+        qp.post_send(plist)
+    assert exc.value.errno == 9
+
+
+# ---- WCBuffer / poll_into -------------------------------------------------------
+
+def test_poll_into_fills_the_buffer(ib, rc_pair, make_buffer):
+    src, dst = make_buffer(256, fill=0x5A), make_buffer(256)
+    buf = ib.WCBuffer(4)
+    assert buf.capacity == 4 and len(buf) == 0 and list(buf) == []
+    assert rc_pair.cq_a.poll_into(buf) == 0
+    rc_pair.qp_a.post_send([write_wr(ib, src, dst, wr_id=100 + i, length=32, offset=32 * i)
+                            for i in range(6)])
+    got = poll_into_until(rc_pair.cq_a, buf, 6)
+    assert [wc.wr_id for wc in got] == list(range(100, 106))
+    assert all(isinstance(wc, ib.WC) and wc.is_success for wc in got)
+    assert bytes(dst.array[:192]) == b"\x5a" * 192
+
+
+def test_wcbuffer_accessors_read_the_entries(ib, rc_pair, make_buffer):
+    src, dst = make_buffer(64, fill=1), make_buffer(64)
+    rc_pair.qp_b.post_recv(ib.RecvWR(wr_id=77, sg_list=[dst.mr.sge()]))
+    rc_pair.qp_a.post_send(ib.SendWR(wr_id=5, sg_list=[src.mr.sge(48)],
+                                     opcode=ib.WROpcode.SEND_WITH_IMM, imm_data=0xABCD0123,
+                                     send_flags=ib.SendFlags.SIGNALED))
+    poll_until(rc_pair.cq_a, 1)[0].raise_for_status()
+    buf = ib.WCBuffer(8, raise_on_error=True)
+    deadline = time.monotonic() + 10
+    while not rc_pair.cq_b.poll_into(buf):
+        assert time.monotonic() < deadline
+    assert len(buf) == 1
+    assert buf.wr_id(0) == 77 and buf.wr_id(-1) == 77 and buf.status(0) == ib.WCStatus.SUCCESS
+    assert buf.opcode(0) == ib.WCOpcode.RECV and buf.byte_len(0) == 48
+    assert buf.imm_data(0) == 0xABCD0123 and buf.wc_flags(0) & ib.WCFlags.WITH_IMM
+    assert buf.qp_num(0) == rc_pair.qp_b.qp_num and buf.vendor_err(0) == 0
+    assert buf.src_qp(0) == buf[0].src_qp
+    assert buf.count_opcode(ib.WCOpcode.RECV) == 1 and buf.count_opcode(ib.WCOpcode.SEND) == 0
+    assert buf.wr_ids() == [77]
+    buf.raise_for_status()
+    wc = buf[0]
+    assert (wc.wr_id, wc.byte_len, wc.imm_data) == (77, 48, 0xABCD0123)
+    with pytest.raises(IndexError):
+        buf.wr_id(1)
+    with pytest.raises(IndexError):
+        buf[1]
+    buf.clear()
+    assert len(buf) == 0 and "0 valid" in repr(buf)
+
+
+def test_wcbuffer_reports_failed_completions(ib, rc_pair, make_buffer):
+    src, dst = make_buffer(64), make_buffer(64)
+    bad = ib.SendWR(wr_id=5, sg_list=[src.mr.sge()], opcode=ib.WROpcode.RDMA_WRITE,
+                    send_flags=ib.SendFlags.SIGNALED, remote_addr=dst.addr,
+                    rkey=dst.mr.rkey ^ 0xFF00)
+    rc_pair.qp_a.post_send(bad)
+    buf = ib.WCBuffer(4, raise_on_error=True)
+    deadline = time.monotonic() + 10
+    with pytest.raises(ib.CompletionError) as exc:
+        while not rc_pair.cq_a.poll_into(buf):
+            assert time.monotonic() < deadline
+    assert exc.value.status == ib.WCStatus.REM_ACCESS_ERR and exc.value.wc.wr_id == 5
+    assert len(buf) == 1 and buf.status(0) == ib.WCStatus.REM_ACCESS_ERR
+    with pytest.raises(ib.CompletionError):
+        buf.raise_for_status()
+    buf.raise_on_error = False
+    assert not buf.raise_on_error
+
+
+def test_wcbuffer_input_checks(ib, cq):
+    with pytest.raises(ValueError):
+        ib.WCBuffer(0)
+    with pytest.raises(ValueError):
+        ib.WCBuffer(-1)
+    with pytest.raises(TypeError):
+        cq.poll_into(16)
+    buf = ib.WCBuffer()
+    assert buf.capacity == 16
+    cq.close()
+    with pytest.raises(ib.VerbsError) as exc:
+        cq.poll_into(buf)
+    assert exc.value.errno == 9
+
+
+# ---- what the faster paths must keep ------------------------------------------------
+
+def test_post_send_takes_a_tuple_and_list_subclasses(ib, rc_pair, make_buffer):
+    src, dst = make_buffer(64, fill=0x44), make_buffer(64)
+
+    class WRList(list):
+        def __iter__(self):        # seen by the snapshot post_send takes
+            return iter(list.__iter__(self))
+
+    for wrs in ((write_wr(ib, src, dst, wr_id=1),), WRList([write_wr(ib, src, dst, wr_id=2)])):
+        rc_pair.qp_a.post_send(wrs)
+        (wc,) = poll_until(rc_pair.cq_a, 1)
+        assert wc.is_success
+    with pytest.raises(ValueError, match="no SendWR"):
+        rc_pair.qp_a.post_send([])
+    with pytest.raises(TypeError, match="item 1 must be a SendWR"):
+        rc_pair.qp_a.post_send([write_wr(ib, src, dst), 5])
+    with pytest.raises(TypeError, match="expected a SendWR"):
+        rc_pair.qp_a.post_send(5)
+
+
+def test_poll_results_survive_reuse_of_completion_objects(ib, rc_pair, make_buffer):
+    src, dst = make_buffer(64, fill=1), make_buffer(64)
+    kept = []
+    for round_ in range(20):
+        rc_pair.qp_a.post_send([write_wr(ib, src, dst, wr_id=1000 * round_ + i)
+                                for i in range(8)])
+        got = poll_until(rc_pair.cq_a, 8)
+        kept.append(got[round_ % 8])
+        del got                  # the others go back to the free list
+    assert [wc.wr_id for wc in kept] == [1000 * r + r % 8 for r in range(20)]
+    assert all(wc.is_success for wc in kept)
+
+
+def test_poll_accepts_index_objects_and_checks_its_argument(ib, rc_pair):
+    import numpy as np
+    assert rc_pair.cq_a.poll(np.int64(4)) == []
+    with pytest.raises(ValueError):
+        rc_pair.cq_a.poll(0)
+    with pytest.raises(ValueError):
+        rc_pair.cq_a.poll(2**31)
+    with pytest.raises(ValueError):
+        rc_pair.cq_a.poll(2**70)
+    with pytest.raises(TypeError):
+        rc_pair.cq_a.poll("4")
+    assert rc_pair.cq_a.poll(100) == []       # more than fit on the stack

@@ -1,0 +1,168 @@
+"""The compiled extension on the host: how it links, how it loads, and the
+checks it makes before any verb is called (no device needed)."""
+from __future__ import annotations
+
+import inspect
+import os
+import subprocess
+import sys
+
+import pytest
+
+import ibverbs as ib
+from ibverbs import _ibverbs
+
+
+def readelf(*args):
+    return subprocess.run(["readelf", *args, _ibverbs.__file__], capture_output=True,
+                          text=True, check=True).stdout
+
+
+def test_only_libc_is_needed():
+    needed = [line.split("[")[1].rstrip("]") for line in readelf("-d").splitlines()
+              if "(NEEDED)" in line]
+    assert needed == ["libc.so.6"]
+
+
+def test_exports_only_the_module_init_and_leaves_no_verb_undefined():
+    out = subprocess.run(["nm", "-D", _ibverbs.__file__], capture_output=True, text=True,
+                         check=True).stdout
+    defined = [l.split()[-1] for l in out.splitlines() if l.split()[-2:-1] != ["U"] and
+               len(l.split()) == 3 and l.split()[1] in "TDBR"]
+    undefined = [l.split()[-1] for l in out.splitlines() if " U " in l]
+    assert defined == ["PyInit__ibverbs"]
+    assert not [s for s in undefined if "ibv" in s]
+
+
+def test_library_is_loaded_and_dmabuf_known():
+    assert _ibverbs._linked() is True
+    assert _ibverbs._has_dmabuf() in (True, False)
+    assert isinstance(_ibverbs._missing_symbols(), list)
+
+
+def test_missing_libibverbs_is_a_clean_import_error(tmp_path):
+    code = "import ibverbs"
+    env = dict(os.environ, IBVERBS_LIBRARY=str(tmp_path / "libibverbs.so.1"))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         cwd=os.path.dirname(os.path.dirname(ib.__file__)))
+    assert out.returncode == 1
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError:") and "libibverbs.so.1" in last
+    assert "libibverbs1" in last and "rdma-core" in last
+
+
+def test_a_library_without_required_verbs_is_refused(tmp_path):
+    # libc is a loadable library with none of the verbs.
+    env = dict(os.environ, IBVERBS_LIBRARY="libc.so.6")
+    out = subprocess.run([sys.executable, "-c", "import ibverbs"], capture_output=True,
+                         text=True, env=env, cwd=os.path.dirname(os.path.dirname(ib.__file__)))
+    assert out.returncode == 1 and "lacks " in out.stderr and "rdma-core is too old" in out.stderr
+
+
+def test_handle_classes_cannot_be_made_directly():
+    for cls in (ib.Context, ib.PD, ib.MR, ib.CQ, ib.QP, ib.SRQ, ib.AH, ib.CompChannel, ib.MW):
+        with pytest.raises(TypeError, match="cannot be created directly"):
+            cls()
+
+
+def test_every_method_has_a_signature_and_docstring():
+    for cls in (ib.Context, ib.PD, ib.MR, ib.CQ, ib.QP, ib.SRQ, ib.CompChannel, ib.XRCD):
+        for name, member in vars(cls).items():
+            if name.startswith("__") or not callable(member):
+                continue
+            assert member.__doc__, f"{cls.__name__}.{name} has no docstring"
+            if not name.startswith("_"):
+                inspect.signature(member)   # raises if the text signature is broken
+
+
+def test_gid():
+    raw = bytes(range(16))
+    g = ib.Gid(raw)
+    assert g.raw == raw and bytes(g) == raw and g == raw and g == ib.Gid(raw)
+    assert g.subnet_prefix == int.from_bytes(raw[:8], "big")
+    assert g.interface_id == int.from_bytes(raw[8:], "big")
+    assert repr(g) == "Gid('0001:0203:0405:0607:0809:0a0b:0c0d:0e0f')"
+    with pytest.raises(ValueError):
+        ib.Gid(b"short")
+
+
+def test_ah_attr_defaults_and_range_checks():
+    a = ib.AHAttr()
+    assert (a.is_global, a.port_num, a.hop_limit, a.sgid_index) == (1, 1, 1, 0)
+    a = ib.AHAttr(dgid=bytes(range(16)), sgid_index=3, flow_label=0xFFFFF)
+    assert a.dgid == bytes(range(16)) and a.sgid_index == 3
+    with pytest.raises(ValueError, match="sgid_index"):
+        ib.AHAttr(sgid_index=256)
+    with pytest.raises(ValueError):
+        ib.AHAttr(dgid=b"x" * 15)
+    with pytest.raises(TypeError):
+        ib.AHAttr(port_num="1")
+    a.port_num = 2
+    assert a.port_num == 2
+    with pytest.raises(ValueError):
+        a.port_num = -1
+
+
+def test_qp_init_attr_needs_completion_queues():
+    with pytest.raises(TypeError):
+        ib.QPInitAttr()
+    with pytest.raises(TypeError, match="send_cq must be CQ"):
+        ib.QPInitAttr(1, 2)
+
+
+@pytest.mark.parametrize("kwargs,exc,words", [
+    (dict(target=0x1000, length=2**32), ValueError, "2**32"),
+    (dict(target=0x1000, length=-1), ValueError, "length"),
+    (dict(target=-1, length=1), ValueError, "target"),
+    (dict(target=0x1000, length=1, offset=-5), ValueError, "non-negative"),
+    (dict(target=0x1000, length=1, lkey=2**32), ValueError, "lkey"),
+    (dict(target="x", length=1), TypeError, "target"),
+])
+def test_sge_rejects_bad_input(kwargs, exc, words):
+    with pytest.raises(exc) as info:
+        ib.SGE(**kwargs)
+    assert words in str(info.value)
+
+
+def test_work_requests_hold_c_values_with_range_checks():
+    sge = ib.SGE(0x1000, 8, lkey=5)
+    wr = ib.SendWR(wr_id=2**64 - 1, sg_list=[sge], opcode=ib.WROpcode.RDMA_WRITE, rkey=7,
+                   imm_data=0xFFFFFFFF)
+    assert wr.wr_id == 2**64 - 1 and wr.sg_list == [sge] and wr.rkey == 7
+    with pytest.raises(ValueError):
+        wr.wr_id = 2**64
+    with pytest.raises(ValueError):
+        wr.imm_data = 2**32
+    with pytest.raises(TypeError):
+        wr.sg_list = [1]
+    with pytest.raises(TypeError):
+        wr.ah = object()
+    rwr = ib.RecvWR(wr_id=3)
+    assert rwr.sg_list is None and rwr.wr_id == 3
+
+
+def test_sge_keepalive_sets_the_owner():
+    owner = object()
+    s = ib.SGE(0x1000, 1)
+    assert s._keepalive(owner) is s and s.owner is owner
+
+
+def test_no_device_means_an_empty_list_or_the_devices():
+    assert isinstance(ib.get_device_list(), list)
+
+
+def test_version_matches_the_distribution():
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        assert ib.__version__ == version("ibverbs")
+    except PackageNotFoundError:
+        assert ib.__version__ == "0+unknown"
+
+
+def test_import_is_lazy_about_enums_and_helpers():
+    code = ("import sys, ibverbs; "
+            "assert 'ibverbs.enums' not in sys.modules; "
+            "assert 'ibverbs.helpers' not in sys.modules; "
+            "ibverbs.AccessFlags; assert 'ibverbs.enums' in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True,
+                   cwd=os.path.dirname(os.path.dirname(ib.__file__)))
