@@ -110,8 +110,62 @@ bench: build
 	@tools/ensure-debs python3-pyverbs $(if $(BENCH_HOST),valgrind)
 	@mkdir -p build/bench
 	gcc -O2 -Wall -Wextra -I$(baseline)/usr/include -o build/bench/c_bench bench/c_bench.c -libverbs
-	tests/vm/run-in-vm --timeout 900 /usr/bin/python3 bench/run_bench.py $(if $(BENCH_ROUNDS),--rounds $(BENCH_ROUNDS))
+	tests/vm/run-in-vm --timeout 900 /usr/bin/python3 bench/run_bench.py
 	$(if $(BENCH_HOST),$(PY) bench/host_micro.py)
+
+# `make fuzz`: the hypothesis state machine of tests/device/test_fuzz.py on
+# Soft-RoCE, FUZZ_EXAMPLES examples (default 2000; `make test` runs a short
+# derandomized pass of the same test).  A fresh seed each run;
+# IBVERBS_FUZZ_SEED=<n> replays one (hypothesis prints it with a failure).
+FUZZ_EXAMPLES ?= 2000
+.PHONY: fuzz
+fuzz: build
+	IBVERBS_REQUIRE_DEVICE=1 IBVERBS_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) \
+	    tests/vm/run-in-vm --timeout 5400 $(PY) -m pytest -q -s --timeout 5000 \
+	    -p no:cacheprovider tests/device/test_fuzz.py
+
+# `make test-asan`: the extension built with -fsanitize=address,undefined
+# (IBVERBS_SANITIZE=1) in a copy of the tree (build/asan/tree, so that the
+# in-place build others test with is left alone), then the whole suite, host
+# and device tiers, in the VM with libasan preloaded into the interpreter.
+# Every report lands in build/asan/logs (ASAN_OPTIONS/UBSAN_OPTIONS
+# log_path); the target fails if there is any.  detect_leaks=0: LeakSanitizer
+# would report CPython's own allocations that live until exit (interned
+# strings, type caches) by the thousand; leaks of verbs resources are what
+# the device tier's accounting checks.  PYTHONMALLOC=malloc sends Python
+# objects through malloc too, so a use of a freed Python object is caught.
+#
+# Reading a report (build/asan/logs/asan.<pid> or ubsan.<pid>): the first
+# line names the bug (heap-use-after-free, heap-buffer-overflow, SEGV on
+# unknown address, or for UBSan "runtime error: ..."); the stack below it is
+# the access, innermost first: the first frame in _ibverbs.abi3.so (file and
+# line, built with -g) is where to look; "freed by thread T.. here" and
+# "previously allocated by" stacks say whose memory it was.  The pid names
+# the process: match it against the test that spawned it with the pytest
+# output printed above the report list.
+ASAN_DIR := build/asan
+ASAN_TREE = $(abspath $(ASAN_DIR))/tree
+ASAN_LOGS = $(ASAN_TREE)/asan-logs
+.PHONY: test-asan
+test-asan: venv
+	rm -rf $(ASAN_DIR) && mkdir -p $(ASAN_TREE)
+	git ls-files -z --cached --others --exclude-standard \
+	    | tar --null --ignore-failed-read -T - -cf - 2>/dev/null | tar -xf - -C $(ASAN_TREE)
+	mkdir -p $(ASAN_LOGS)
+	cd $(ASAN_TREE) && IBVERBS_SANITIZE=1 RDMA_CORE="$(baseline)" \
+	    $(abspath $(PY)) setup.py -q build_ext --inplace > ../build.log 2>&1 \
+	    || { cat ../build.log; exit 1; }
+	@cd $(ASAN_TREE) && { IBVERBS_REQUIRE_DEVICE=1 tests/vm/run-in-vm --rw-cwd --timeout 3000 \
+	    env LD_PRELOAD="$$(gcc -print-file-name=libasan.so)" PYTHONMALLOC=malloc \
+	    ASAN_OPTIONS=detect_leaks=0:log_path=$(ASAN_LOGS)/asan \
+	    UBSAN_OPTIONS=print_stacktrace=1:log_path=$(ASAN_LOGS)/ubsan \
+	    $(abspath $(PY)) -m pytest -q --timeout 600 -p no:cacheprovider tests/host tests/device; \
+	    status=$$?; }; \
+	if [ -n "$$(ls -A $(ASAN_LOGS))" ]; then \
+	    echo "test-asan: sanitizer reports in $(ASAN_LOGS):"; \
+	    for f in $(ASAN_LOGS)/*; do echo "== $$f"; head -n 40 "$$f"; done; exit 1; \
+	fi; \
+	echo "test-asan: 0 sanitizer reports (ASan+UBSan; pytest exit status $$status)"; exit $$status
 
 clean:
 	rm -rf build dist *.egg-info ibverbs/*.so

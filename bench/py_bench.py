@@ -9,6 +9,8 @@ VARIANT
   fast   the hot-loop API: work requests converted once into a PostList and
          posted many times, completions polled into a reusable WCBuffer
          (cq.poll_into), no object created per work request or completion.
+  fast-gil  fast with PostList(release_gil=True): every post releases and
+         retakes the GIL (to measure what that costs a single thread).
 
 Speaks c_bench's protocol (READY, then "<workload> N" commands answered
 with "RESULT <workload> <value>"; see there).  The loops are the C loops
@@ -72,9 +74,12 @@ def write_rate_plain(qp, cq, s, batch, total):
     room = WINDOW - batch
     t0 = time.perf_counter()
     while done < total:
-        while posted < total and posted - done <= room:
-            post(item)
-            posted += batch
+        # post while there is room: C's `while` loop, its count computed once
+        if posted < total and posted - done <= room:
+            k = min((room - (posted - done)) // batch, (total - posted - 1) // batch) + 1
+            for _ in range(k):
+                post(item)
+            posted += k * batch
         for wc in poll(16):
             if wc.status:
                 raise RuntimeError(f"completion status {wc.status}")
@@ -82,17 +87,23 @@ def write_rate_plain(qp, cq, s, batch, total):
     return total / (time.perf_counter() - t0)
 
 
+RELEASE_GIL = False
+
+
 def write_rate_fast(qp, cq, s, batch, total):
-    plist = ib.PostList(write_wrs(s, batch))
+    plist = ib.PostList(write_wrs(s, batch), release_gil=RELEASE_GIL)
     buf = ib.WCBuffer(16, raise_on_error=True)     # poll_into checks every status
     post, poll_into = qp.post_send, cq.poll_into
     posted = done = 0
     room = WINDOW - batch
     t0 = time.perf_counter()
     while done < total:
-        while posted < total and posted - done <= room:
-            post(plist)
-            posted += batch
+        # post while there is room: C's `while` loop, its count computed once
+        if posted < total and posted - done <= room:
+            k = min((room - (posted - done)) // batch, (total - posted - 1) // batch) + 1
+            for _ in range(k):
+                post(plist)
+            posted += k * batch
         n = poll_into(buf)
         if n:
             done += n * batch
@@ -134,8 +145,8 @@ def pingpong_plain(qa, a, qb, b, iters):
 
 
 def pingpong_fast(qa, a, qb, b, iters):
-    send_a, recv_a = (ib.PostList([w]) for w in pp_wrs(a))
-    send_b, recv_b = (ib.PostList([w]) for w in pp_wrs(b))
+    send_a, recv_a = (ib.PostList([w], release_gil=RELEASE_GIL) for w in pp_wrs(a))
+    send_b, recv_b = (ib.PostList([w], release_gil=RELEASE_GIL) for w in pp_wrs(b))
     buf = ib.WCBuffer(16, raise_on_error=True)     # poll_into checks every status
     recvs = buf.count_opcode
     send_on_a, recv_on_a, poll_a = qa.post_send, qa.post_recv, a.cq.poll_into
@@ -182,7 +193,9 @@ def poll_empty(cq, iters, fast):
 def main(argv):
     variant = argv[0]
     gid0, gid1 = int(argv[1]), int(argv[2])
-    fast = variant == "fast"
+    global RELEASE_GIL
+    fast = variant in ("fast", "fast-gil")
+    RELEASE_GIL = variant == "fast-gil"
     write_rate = write_rate_fast if fast else write_rate_plain
     pingpong = pingpong_fast if fast else pingpong_plain
     s0, s1 = Side("rxe0", gid0), Side("rxe1", gid1)

@@ -94,9 +94,12 @@ def write_rate(qp, cq, s, batch, total):
     room = WINDOW - batch
     t0 = time.perf_counter()
     while done < total:
-        while posted < total and posted - done <= room:
-            post(head)
-            posted += batch
+        # post while there is room: C's `while` loop, its count computed once
+        if posted < total and posted - done <= room:
+            k = min((room - (posted - done)) // batch, (total - posted - 1) // batch) + 1
+            for _ in range(k):
+                post(head)
+            posted += k * batch
         _, wcs = poll(16)
         for wc in wcs:
             if wc.status:

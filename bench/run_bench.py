@@ -2,15 +2,21 @@
 
     /usr/bin/python3 bench/run_bench.py [--rounds N]
 
+Environment: BENCH_ROUNDS (default 21), BENCH_WRITE_WRS, BENCH_PP_ITERS,
+BENCH_POLL_ITERS (work per measurement), BENCH_GIL=1 (one more column:
+the hot-loop API with PostList(release_gil=True)).
+
 Runs the same workloads (see bench/c_bench.c) through
   C        build/bench/c_bench (libibverbs, linked normally)
   ibverbs  bench/py_bench.py fast   (PostList + WCBuffer/poll_into)
   plain    bench/py_bench.py plain  (SendWR objects + cq.poll -> WC objects)
   pyverbs  bench/pyverbs_bench.py, with /usr/bin/python3
 each in its own process, set up once (devices, QPs, connections) and then
-told what to measure: round after round (N rounds, default 5), every
+told what to measure: round after round (N rounds, default 21), every
 workload is measured by every implementation in turn, the order rotated so
-that none always goes first, and the medians are reported:
+that none always goes first.  Reported: the median of each value, and for
+each ratio the median of its per-round ratios (the two measured back to
+back: on a busy host the load drifts, and this cancels it):
 a table, then one machine-readable line per workload
 
     ratio <workload> ibverbs/c=<x> ibverbs/pyverbs=<y>
@@ -32,10 +38,10 @@ import rxe  # noqa: E402  (tests/rxe.py)
 
 # Work per measurement (env overrides); each runs well under a second in C.
 COUNTS = {
-    "write1": int(os.environ.get("BENCH_WRITE_WRS", "8000")),
-    "write32": int(os.environ.get("BENCH_WRITE_WRS", "8000")),
-    "pingpong": int(os.environ.get("BENCH_PP_ITERS", "1000")),
-    "poll_empty": int(os.environ.get("BENCH_POLL_ITERS", "50000")),
+    "write1": int(os.environ.get("BENCH_WRITE_WRS", "4000")),
+    "write32": int(os.environ.get("BENCH_WRITE_WRS", "4000")),
+    "pingpong": int(os.environ.get("BENCH_PP_ITERS", "500")),
+    "poll_empty": int(os.environ.get("BENCH_POLL_ITERS", "40000")),
 }
 C_POLL_FACTOR = 10      # C polls are cheap: more of them for a readable time
 TIMEOUT = 120
@@ -59,6 +65,7 @@ def commands(gid0, gid1):
         "C": [os.path.join(ROOT, "build", "bench", "c_bench"), *args],
         "ibverbs": [venv_py, os.path.join(ROOT, "bench", "py_bench.py"), "fast", *args],
         "plain": [venv_py, os.path.join(ROOT, "bench", "py_bench.py"), "plain", *args],
+        "gil": [venv_py, os.path.join(ROOT, "bench", "py_bench.py"), "fast-gil", *args],
         "pyverbs": ["/usr/bin/python3", os.path.join(ROOT, "bench", "pyverbs_bench.py"), *args],
     }
 
@@ -107,17 +114,40 @@ def ratio(ours, theirs, higher_better):
     return ours / theirs if higher_better else theirs / ours
 
 
+def paired(samples, impl, ref, w):
+    """Median over the rounds of the ratio within each round (the two were
+    measured back to back, so a change of the machine's load between
+    rounds cancels out)."""
+    a, b = samples.get(impl, {}).get(w), samples.get(ref, {}).get(w)
+    if not a or not b:
+        return None
+    rs = [ratio(x, y, WORKLOADS[w][1]) for x, y in zip(a, b)]
+    rs = [r for r in rs if r is not None]
+    return statistics.median(rs) if rs else None
+
+
 def rfmt(r):
     return "n/a" if r is None else f"{r:.2f}"
 
 
+LABELS = {
+    "C": "C (libibverbs)",
+    "ibverbs": "ibverbs, hot-loop API: PostList posted as is, cq.poll_into(WCBuffer)",
+    "plain": "ibverbs, plain API: SendWR/RecvWR objects, cq.poll(16) -> WC objects",
+    "gil": "ibverbs hot-loop API with PostList(release_gil=True)",
+    "pyverbs": "pyverbs (python3-pyverbs 44, /usr/bin/python3)",
+}
+
+
 def main(argv):
-    rounds = 5
+    rounds = int(os.environ.get("BENCH_ROUNDS") or 21)
     if "--rounds" in argv:
         rounds = int(argv[argv.index("--rounds") + 1])
     gid0 = rxe.roce_v2_ipv4_gid_index("rxe0")
     gid1 = rxe.roce_v2_ipv4_gid_index("rxe1")
     cmds = commands(gid0, gid1)
+    if not os.environ.get("BENCH_GIL"):
+        del cmds["gil"]
     if not os.path.exists("/usr/lib/python3/dist-packages/pyverbs"):
         print("bench: python3-pyverbs is not installed; pyverbs column skipped", file=sys.stderr)
         del cmds["pyverbs"]
@@ -145,43 +175,56 @@ def main(argv):
 
     med = {impl: {w: (statistics.median(v) if v else None) for w, v in ws.items()}
            for impl, ws in samples.items()}
-    cols = ["C", "ibverbs", "plain", "pyverbs"]
-    cols = [c for c in cols if c in med]
+    ours = [c for c in ("ibverbs", "plain", "gil") if c in med]
     print()
-    print(f"Soft-RoCE (rxe) in the test VM (TCG), medians of {rounds} alternating rounds;"
-          f" ibverbs = PostList + WCBuffer/poll_into, plain = SendWR list + cq.poll")
-    head = f"{'workload':<11} {'unit':<5}" + "".join(f" {c:>9}" for c in cols) + \
-        f" {'ibv/C':>6} {'ibv/pyv':>7} {'plain/C':>7} {'plain/pyv':>9}"
+    print(f"Soft-RoCE (rxe0/rxe1) in the test VM (QEMU TCG, {os.cpu_count()} vCPUs); "
+          f"{rounds} rounds, each workload measured by each implementation in turn")
+    for c in impls:
+        print(f"  {c:<8} {LABELS[c]}")
+    head = f"{'workload':<11} {'unit':<5}" + "".join(f" {c:>9}" for c in impls)
+    for c in ours:
+        head += f" {c + '/C':>11}" + (f" {c + '/pyv':>11}" if "pyverbs" in med else "")
     print(head)
     print("-" * len(head))
     for w, (unit, hib, _) in WORKLOADS.items():
-        line = f"{w:<11} {unit:<5}" + "".join(f" {fmt(med[c][w], unit):>9}" for c in cols)
-        r_c = ratio(med["ibverbs"][w], med["C"][w], hib)
-        r_p = ratio(med["ibverbs"][w], med.get("pyverbs", {}).get(w), hib)
-        p_c = ratio(med["plain"][w], med["C"][w], hib)
-        p_p = ratio(med["plain"][w], med.get("pyverbs", {}).get(w), hib)
-        line += f" {rfmt(r_c):>6} {rfmt(r_p):>7} {rfmt(p_c):>7} {rfmt(p_p):>9}"
+        line = f"{w:<11} {unit:<5}" + "".join(f" {fmt(med[c][w], unit):>9}" for c in impls)
+        for c in ours:
+            line += f" {rfmt(paired(samples, c, 'C', w)):>11}"
+            if "pyverbs" in med:
+                line += f" {rfmt(paired(samples, c, 'pyverbs', w)):>11}"
         print(line)
-    print("(ratios: higher is better; rates ours/theirs, times theirs/ours)")
+    print("values: medians; ratios: median of the per-round ratios, higher is better")
+    print("(rates ours/theirs, times theirs/ours)")
     for w, (_, _, desc) in WORKLOADS.items():
         print(f"  {w}: {desc}")
     print()
     for prefix, impl in (("ratio", "ibverbs"), ("ratio_plain", "plain")):
-        for w, (_, hib, _) in WORKLOADS.items():
-            r_c = ratio(med[impl][w], med["C"][w], hib)
-            r_p = ratio(med[impl][w], med.get("pyverbs", {}).get(w), hib)
-            print(f"{prefix} {w} ibverbs/c={rfmt(r_c)} ibverbs/pyverbs={rfmt(r_p)}")
+        for w in WORKLOADS:
+            print(f"{prefix} {w} ibverbs/c={rfmt(paired(samples, impl, 'C', w))} "
+                  f"ibverbs/pyverbs={rfmt(paired(samples, impl, 'pyverbs', w))}")
     print()
     for w, goal in GOALS_C.items():
-        r = ratio(med["ibverbs"][w], med["C"][w], WORKLOADS[w][1])
-        what = "C/ibverbs (poll cost <= 10 x C)" if w == "poll_empty" else "ibverbs/C"
+        if w == "poll_empty":
+            # The goal names cq.poll(16) itself: the plain API's poll.
+            r = paired(samples, "plain", "C", w)
+            what = "C/ibverbs for cq.poll(16) (an empty poll costs <= 10 x C)"
+            rf = paired(samples, "ibverbs", "C", w)
+            what2 = f" (poll_into: {rfmt(rf)})"
+        else:
+            r = paired(samples, "ibverbs", "C", w)
+            what, what2 = "ibverbs/C", ""
         print(f"goal {w} {what} >= {goal}: {rfmt(r)} "
-              f"{'met' if r is not None and r >= goal else 'NOT met'}")
+              f"{'met' if r is not None and r >= goal else 'NOT met'}{what2}")
     for w, goal in GOALS_PYVERBS.items():
-        r = ratio(med["ibverbs"][w], med.get("pyverbs", {}).get(w), WORKLOADS[w][1])
+        r = paired(samples, "ibverbs", "pyverbs", w)
         print(f"goal {w} ibverbs/pyverbs >= {goal}: {rfmt(r)} "
               f"{'met' if r is not None and r >= goal else 'NOT met'}")
-    print(f"bench: {rounds} rounds in {time.monotonic() - t0:.0f} s", file=sys.stderr)
+    try:
+        load = " ".join(open("/proc/loadavg").read().split()[:3])
+    except OSError:
+        load = "?"
+    print(f"bench: {rounds} rounds in {time.monotonic() - t0:.0f} s (guest load {load})",
+          file=sys.stderr)
     return 0
 
 

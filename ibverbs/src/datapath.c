@@ -46,7 +46,101 @@ static int conv_u64(PyObject *v, const char *name, uint64_t max, uint64_t *out)
         PyErr_Format(PyExc_AttributeError, "cannot delete %s", name);
         return -1;
     }
+    if (PyLong_Check(v)) {
+        /* The common case in one call; anything else (negative, too big)
+         * goes the general way, which words the error. */
+        int overflow;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow == 0 && x >= 0 && (unsigned long long)x <= max) {
+            *out = (uint64_t)x;
+            return 0;
+        }
+        if (x == -1 && PyErr_Occurred())
+            return -1;
+    }
     return ibv_conv_unsigned(v, name, max, out);
+}
+
+/*
+ * Constructor arguments by position or keyword, all optional objects like
+ * PyArg_ParseTupleAndKeywords("|OOO...") with its error messages, but
+ * without making a str of every keyword name on every call (which is what
+ * that costs): the names are interned once, and a call's keywords (interned
+ * by the compiler) are matched by identity first.
+ */
+struct argspec {
+    const char *fname;
+    int nrequired;
+    const char *const *names;   /* NULL-terminated */
+    PyObject **interned;        /* filled by argspec_init */
+    int n;
+};
+
+static int argspec_init(struct argspec *spec)
+{
+    int n = 0;
+    while (spec->names[n] != NULL)
+        n++;
+    spec->interned = PyMem_Calloc(n ? n : 1, sizeof(PyObject *));
+    if (spec->interned == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int i = 0; i < n; i++)
+        if ((spec->interned[i] = PyUnicode_InternFromString(spec->names[i])) == NULL)
+            return -1;
+    spec->n = n;
+    return 0;
+}
+
+static int parse_args(const struct argspec *spec, PyObject *args, PyObject *kwargs,
+                      PyObject **out)
+{
+    Py_ssize_t nargs = PyTuple_Size(args);
+    if (nargs > spec->n) {
+        PyErr_Format(PyExc_TypeError, "%s() takes at most %d argument%s (%zd given)",
+                     spec->fname, spec->n, spec->n == 1 ? "" : "s", nargs);
+        return -1;
+    }
+    for (int i = 0; i < spec->n; i++)
+        out[i] = i < nargs ? PyTuple_GetItem(args, i) : NULL;
+    if (kwargs != NULL) {
+        Py_ssize_t pos = 0;
+        PyObject *key, *value;
+        while (PyDict_Next(kwargs, &pos, &key, &value)) {
+            int j = 0;
+            while (j < spec->n && key != spec->interned[j])
+                j++;
+            if (j == spec->n) {
+                if (!PyUnicode_Check(key)) {
+                    PyErr_SetString(PyExc_TypeError, "keywords must be strings");
+                    return -1;
+                }
+                j = 0;
+                while (j < spec->n && PyUnicode_Compare(key, spec->interned[j]) != 0)
+                    j++;
+                if (j == spec->n) {
+                    PyErr_Format(PyExc_TypeError, "'%U' is an invalid keyword argument for %s()",
+                                 key, spec->fname);
+                    return -1;
+                }
+            }
+            if (out[j] != NULL) {
+                PyErr_Format(PyExc_TypeError,
+                             "argument for %s() given by name ('%s') and position (%d)",
+                             spec->fname, spec->names[j], j + 1);
+                return -1;
+            }
+            out[j] = value;
+        }
+    }
+    for (int i = 0; i < spec->nrequired; i++)
+        if (out[i] == NULL) {
+            PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s' (pos %d)",
+                         spec->fname, spec->names[i], i + 1);
+            return -1;
+        }
+    return 0;
 }
 
 /* ==== SGE ================================================================ */
@@ -57,15 +151,14 @@ typedef struct {
     PyObject *owner;     /* keeps the registered memory alive */
 } SGEObject;
 
-static int SGE_init(PyObject *op, PyObject *args, PyObject *kwargs)
+static const char *const SGE_names[] = {"target", "length", "lkey", "offset", NULL};
+static struct argspec SGE_args = {"SGE", 2, SGE_names, NULL, 0};
+
+/* SGE(target, length, lkey, offset) into self (lkey_obj, offset_obj may be NULL). */
+static int sge_set(SGEObject *self, PyObject *target, PyObject *length_obj,
+                   PyObject *lkey_obj, PyObject *offset_obj)
 {
-    static char *kwlist[] = {"target", "length", "lkey", "offset", NULL};
-    SGEObject *self = (SGEObject *)op;
-    PyObject *target, *length_obj, *lkey_obj = NULL, *offset_obj = NULL;
     uint64_t length, lkey = 0, base, offset = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|OO:SGE", kwlist, &target,
-                                     &length_obj, &lkey_obj, &offset_obj))
-        return -1;
     if (offset_obj != NULL) {
         int64_t off;
         if (ibv_conv_signed(offset_obj, "offset", INT64_MIN, INT64_MAX, &off) < 0)
@@ -108,9 +201,9 @@ static int SGE_init(PyObject *op, PyObject *args, PyObject *kwargs)
         Py_INCREF(target);
         Py_XSETREF(self->owner, target);
     } else {
-        if (ibv_conv_unsigned(target, "target", UINT64_MAX, &base) < 0)
+        if (conv_u64(target, "target", UINT64_MAX, &base) < 0)
             return -1;
-        if (lkey_obj != NULL && ibv_conv_unsigned(lkey_obj, "lkey", UINT32_MAX, &lkey) < 0)
+        if (lkey_obj != NULL && conv_u64(lkey_obj, "lkey", UINT32_MAX, &lkey) < 0)
             return -1;
         if (offset > UINT64_MAX - base) {
             PyErr_SetString(PyExc_ValueError, "address + offset exceeds 64 bits");
@@ -121,6 +214,14 @@ static int SGE_init(PyObject *op, PyObject *args, PyObject *kwargs)
     self->sge.length = (uint32_t)length;
     self->sge.lkey = (uint32_t)lkey;
     return 0;
+}
+
+static int SGE_init(PyObject *op, PyObject *args, PyObject *kwargs)
+{
+    PyObject *v[4];
+    if (parse_args(&SGE_args, args, kwargs, v) < 0)
+        return -1;
+    return sge_set((SGEObject *)op, v[0], v[1], v[2], v[3]);
 }
 
 static PyObject *SGE_get_addr(PyObject *op, void *c)
@@ -253,12 +354,17 @@ static PyType_Slot SGE_slots[] = {
 static PyType_Spec SGE_spec = {"ibverbs.SGE", sizeof(SGEObject), 0,
                                Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, SGE_slots};
 
+static const char *const MR_sge_names[] = {"length", "offset", NULL};
+static struct argspec MR_sge_args = {"sge", 0, MR_sge_names, NULL, 0};
+
+/* MR.sge(length=None, offset=0): SGE(mr, length, None, offset), made
+ * directly (no argument tuple, no type call). */
 PyObject *ibv_hand_MR_sge(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    static char *kwlist[] = {"length", "offset", NULL};
-    PyObject *length = Py_None, *offset = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OO:sge", kwlist, &length, &offset))
+    PyObject *v[2];
+    if (parse_args(&MR_sge_args, args, kwargs, v) < 0)
         return NULL;
+    PyObject *length = v[0] ? v[0] : Py_None, *offset = v[1];
     if (ibv_check_open(self) < 0)
         return NULL;
     PyObject *offset_obj = offset ? Py_NewRef(offset) : PyLong_FromLong(0);
@@ -277,13 +383,10 @@ PyObject *ibv_hand_MR_sge(PyObject *self, PyObject *args, PyObject *kwargs)
     } else {
         length_obj = Py_NewRef(length);
     }
-    if (length_obj == NULL) {
-        Py_DECREF(offset_obj);
-        return NULL;
-    }
-    PyObject *sge = PyObject_CallFunction((PyObject *)SGE_Type, "OOOO", self, length_obj,
-                                          Py_None, offset_obj);
-    Py_DECREF(length_obj);
+    PyObject *sge = length_obj ? PyType_GenericAlloc(SGE_Type, 0) : NULL;
+    if (sge != NULL && sge_set((SGEObject *)sge, self, length_obj, Py_None, offset_obj) < 0)
+        Py_CLEAR(sge);
+    Py_XDECREF(length_obj);
     Py_DECREF(offset_obj);
     return sge;
 }
@@ -414,20 +517,20 @@ static int SendWR_set_ah(PyObject *op, PyObject *v, void *c)
     return 0;
 }
 
+static const char *const SendWR_names[] = {
+    "wr_id", "sg_list", "opcode", "send_flags", "remote_addr", "rkey", "imm_data",
+    "compare_add", "swap", "ah", "remote_qpn", "remote_qkey", NULL};
+static struct argspec SendWR_args = {"SendWR", 0, SendWR_names, NULL, 0};
+
 static int SendWR_init(PyObject *op, PyObject *args, PyObject *kwargs)
 {
-    static char *kwlist[] = {"wr_id", "sg_list", "opcode", "send_flags", "remote_addr",
-                             "rkey", "imm_data", "compare_add", "swap", "ah",
-                             "remote_qpn", "remote_qkey", NULL};
     static setter setters[] = {SendWR_set_wr_id, SendWR_set_sg_list, SendWR_set_opcode,
                                SendWR_set_send_flags, SendWR_set_remote_addr,
                                SendWR_set_rkey, SendWR_set_imm_data,
                                SendWR_set_compare_add, SendWR_set_swap, SendWR_set_ah,
                                SendWR_set_remote_qpn, SendWR_set_remote_qkey};
-    PyObject *v[12] = {NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OOOOOOOOOOOO:SendWR", kwlist,
-                                     &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
-                                     &v[7], &v[8], &v[9], &v[10], &v[11]))
+    PyObject *v[12];
+    if (parse_args(&SendWR_args, args, kwargs, v) < 0)
         return -1;
     for (int i = 0; i < 12; i++)
         if (v[i] != NULL && setters[i](op, v[i], NULL) < 0)
@@ -435,15 +538,17 @@ static int SendWR_init(PyObject *op, PyObject *args, PyObject *kwargs)
     return 0;
 }
 
+static const char *const RecvWR_names[] = {"wr_id", "sg_list", NULL};
+static struct argspec RecvWR_args = {"RecvWR", 0, RecvWR_names, NULL, 0};
+
 static int RecvWR_init(PyObject *op, PyObject *args, PyObject *kwargs)
 {
-    static char *kwlist[] = {"wr_id", "sg_list", NULL};
-    PyObject *wr_id = NULL, *sg_list = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OO:RecvWR", kwlist, &wr_id, &sg_list))
+    PyObject *v[2];
+    if (parse_args(&RecvWR_args, args, kwargs, v) < 0)
         return -1;
-    if (wr_id != NULL && RecvWR_set_wr_id(op, wr_id, NULL) < 0)
+    if (v[0] != NULL && RecvWR_set_wr_id(op, v[0], NULL) < 0)
         return -1;
-    if (sg_list != NULL && RecvWR_set_sg_list(op, sg_list, NULL) < 0)
+    if (v[1] != NULL && RecvWR_set_sg_list(op, v[1], NULL) < 0)
         return -1;
     return 0;
 }
@@ -2301,6 +2406,9 @@ PyObject *ibv_hand_Context_ack_async_event(PyObject *self, PyObject *arg)
 
 int ibv_datapath_init(PyObject *module)
 {
+    if (argspec_init(&SGE_args) < 0 || argspec_init(&SendWR_args) < 0 ||
+        argspec_init(&RecvWR_args) < 0 || argspec_init(&MR_sge_args) < 0)
+        return -1;
     struct { PyTypeObject **type; PyType_Spec *spec; const char *name; } types[] = {
         {&SGE_Type, &SGE_spec, "SGE"},
         {&SendWR_Type, &SendWR_spec, "SendWR"},

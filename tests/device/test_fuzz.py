@@ -35,8 +35,7 @@ import time
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings, strategies as st
-from hypothesis.stateful import (Bundle, RuleBasedStateMachine, consumes, invariant, multiple,
-                                 precondition, rule)
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from conftest import HANDLE_CLASSES, kernel_counts, open_device, process_counts
 
@@ -60,12 +59,13 @@ def ints(lo, hi, bad=True):
 
 class Node:
     """What the model knows about one verbs object."""
-    __slots__ = ("cls", "obj", "parents", "children", "closed", "dropped", "freed", "serial")
+    __slots__ = ("cls", "obj", "parents", "children", "closed", "dropped", "freed", "serial",
+                 "cycle")
 
     def __init__(self, cls, obj, parents, serial):
         self.cls, self.obj, self.parents, self.serial = cls, obj, parents, serial
         self.children = []
-        self.closed = self.dropped = self.freed = False
+        self.closed = self.dropped = self.freed = self.cycle = False
 
     @property
     def live(self):
@@ -83,15 +83,6 @@ def expect(allowed_exc, fn, *args, **kwargs):
 
 
 class VerbsMachine(RuleBasedStateMachine):
-    pds = Bundle("pds")
-    cqs = Bundle("cqs")
-    channels = Bundle("channels")
-    mrs = Bundle("mrs")
-    mws = Bundle("mws")
-    ahs = Bundle("ahs")
-    srqs = Bundle("srqs")
-    qps = Bundle("qps")
-
     def __init__(self):
         super().__init__()
         self.ib = SHARED["ib"]
@@ -115,7 +106,7 @@ class VerbsMachine(RuleBasedStateMachine):
             p.children.append(n)
         self.nodes[id(obj)] = n
         self.all_nodes.append(n)
-        return obj
+        return n
 
     def settle(self):
         """Dropped objects are freed once nothing refers to them: no child
@@ -142,16 +133,16 @@ class VerbsMachine(RuleBasedStateMachine):
 
     # ---- creating ------------------------------------------------------------------
 
-    @rule(target=pds, other_device=st.booleans())
+    @rule(other_device=st.booleans())
     def alloc_pd(self, other_device):
         ctx = SHARED["ctx2"] if other_device and SHARED["ctx2"] is not None else SHARED["ctx"]
         return self.add("PD", ctx.alloc_pd(), [])
 
-    @rule(target=channels)
+    @rule()
     def create_channel(self):
         return self.add("CompChannel", SHARED["ctx"].create_comp_channel(), [])
 
-    @rule(target=cqs, cqe=ints(1, 300), comp_vector=st.sampled_from([0, 0, 0, 1, -1, 2**40]),
+    @rule(cqe=ints(1, 300), comp_vector=st.sampled_from([0, 0, 0, 1, -1, 2**40]),
           data=st.data())
     def create_cq(self, cqe, comp_vector, data):
         channel = None
@@ -166,16 +157,19 @@ class VerbsMachine(RuleBasedStateMachine):
                 assert isinstance(exc, ValueError)
             elif channel is not None and self.node(channel).closed:
                 assert isinstance(exc, self.ib.VerbsError) and exc.errno == errno.EBADF
-            return multiple()
+            return
         assert 1 <= cqe <= 2**31 - 1 and 0 <= comp_vector < ctx.num_comp_vectors
         assert channel is None or not self.node(channel).closed
         return self.add("CQ", cq, [self.parent_node(channel)])
 
-    @rule(target=mrs, pd=pds, size=st.integers(1, 8192),
+    @rule(size=st.integers(1, 8192),
           access=st.one_of(st.sampled_from([1, 3, 7, 15, 0, 6, 0x1F]), ints(-2**31, 2**31 - 1)),
-          cycle=st.booleans())
-    def reg_mr(self, pd, size, access, cycle):
+          cycle=st.booleans(), data=st.data())
+    def reg_mr(self, size, access, cycle, data):
         ib = self.ib
+        pd = self.pick(data, "PD", "pd")
+        if pd is None:
+            return
         arr = np.zeros(size, dtype=np.uint8)
         self.buffers.append(arr)
         if cycle:      # an MR whose owner refers back to it: only the collector frees it
@@ -185,7 +179,7 @@ class VerbsMachine(RuleBasedStateMachine):
         if exc is not None:
             if self.node(pd).closed:
                 assert getattr(exc, "errno", None) == errno.EBADF or isinstance(exc, ValueError)
-            return multiple()
+            return
         assert not self.node(pd).closed and -2**31 <= access < 2**31
         if cycle:
             holder = Holder()
@@ -194,44 +188,58 @@ class VerbsMachine(RuleBasedStateMachine):
             holder.self = holder
         with pytest.raises(ValueError):
             mr.owner = None          # an open MR's owner can be neither cleared nor replaced
-        return self.add("MR", mr, [self.node(pd)])
+        self.add("MR", mr, [self.node(pd)]).cycle = cycle
 
-    @rule(target=mws, pd=pds, kind=st.sampled_from([1, 2, 2, 0, 3, -1, 2**40]))
-    def alloc_mw(self, pd, kind):
+    @rule(kind=st.sampled_from([1, 2, 2, 0, 3, -1, 2**40]), data=st.data())
+    def alloc_mw(self, kind, data):
+        pd = self.pick(data, "PD", "pd")
+        if pd is None:
+            return
         mw, exc = expect((ValueError, self.ib.VerbsError), pd.alloc_mw, kind)
         if exc is not None:
-            return multiple()
+            return
         return self.add("MW", mw, [self.node(pd)])
 
-    @rule(target=ahs, pd=pds, sgid_index=st.sampled_from([0, 1, 2, 255, 256, -1]),
+    @rule(sgid_index=st.sampled_from([0, 1, 2, 255, 256, -1]),
           port=st.sampled_from([1, 1, 2, 0, 256]), hop_limit=ints(0, 255),
           own_gid=st.booleans(), data=st.data())
-    def create_ah(self, pd, sgid_index, port, hop_limit, own_gid, data):
+    def create_ah(self, sgid_index, port, hop_limit, own_gid, data):
         ib = self.ib
+        pd = self.pick(data, "PD", "pd")
+        if pd is None:
+            return
         dgid = (SHARED["ctx"].query_gid(SHARED["port"], SHARED["gid_index"]) if own_gid
                 else data.draw(st.binary(min_size=16, max_size=16), label="dgid"))
         attr, exc = expect(ValueError, ib.AHAttr, dgid=dgid, sgid_index=sgid_index,
                            port_num=port, is_global=1, hop_limit=hop_limit)
         if exc is not None:
-            return multiple()
+            return
         ah, exc = expect((ValueError, ib.VerbsError), pd.create_ah, attr)
         if exc is not None:
-            return multiple()
+            return
         return self.add("AH", ah, [self.node(pd)])
 
-    @rule(target=srqs, pd=pds, max_wr=ints(1, 64), max_sge=ints(1, 4), limit=ints(0, 8))
-    def create_srq(self, pd, max_wr, max_sge, limit):
+    @rule(max_wr=ints(1, 64), max_sge=ints(1, 4), limit=ints(0, 8), data=st.data())
+    def create_srq(self, max_wr, max_sge, limit, data):
+        pd = self.pick(data, "PD", "pd")
+        if pd is None:
+            return
         srq, exc = expect((ValueError, self.ib.VerbsError), pd.create_srq, max_wr=max_wr,
                           max_sge=max_sge, srq_limit=limit)
         if exc is not None:
-            return multiple()
+            return
         return self.add("SRQ", srq, [self.node(pd)])
 
-    @rule(target=qps, pd=pds, send_cq=cqs, recv_cq=cqs,
-          qp_type=st.sampled_from([2, 2, 3, 4, 0, 9, 2**40]), max_wr=ints(1, 64),
+    @rule(qp_type=st.sampled_from([2, 2, 3, 4, 0, 9, 2**40]), max_wr=ints(1, 64),
           max_sge=ints(1, 4), inline=st.sampled_from([0, 0, 64, 256, 2**20]), data=st.data())
-    def create_qp(self, pd, send_cq, recv_cq, qp_type, max_wr, max_sge, inline, data):
+    def create_qp(self, qp_type, max_wr, max_sge, inline, data):
         ib = self.ib
+        pd = self.pick(data, "PD", "pd")
+        send_cq = self.pick(data, "CQ", "send_cq")
+        recv_cq = send_cq if data.draw(st.booleans(), label="one cq") else \
+            self.pick(data, "CQ", "recv_cq")
+        if pd is None or send_cq is None:
+            return
         srq = None
         if data.draw(st.booleans(), label="with srq"):
             srq = self.pick(data, "SRQ", "srq")
@@ -242,7 +250,7 @@ class VerbsMachine(RuleBasedStateMachine):
         if exc is not None:
             closed = [o for o in (send_cq, recv_cq, srq) if o is not None and self.node(o).closed]
             assert isinstance(exc, ValueError) or (closed and exc.errno == errno.EBADF), exc
-            return multiple()
+            return
         other_context = any(c.context is not pd.context for c in (send_cq, recv_cq))
         qp, exc = expect((ValueError, ib.VerbsError), pd.create_qp, attr)
         del attr
@@ -251,7 +259,7 @@ class VerbsMachine(RuleBasedStateMachine):
                 assert isinstance(exc, ib.VerbsError) and exc.errno == errno.EBADF
             elif other_context:
                 assert isinstance(exc, ValueError) and "another context" in str(exc)
-            return multiple()
+            return
         assert not other_context
         for o in (pd, send_cq, recv_cq, srq):
             assert o is None or not self.node(o).closed
@@ -280,44 +288,30 @@ class VerbsMachine(RuleBasedStateMachine):
             n.closed = True
         assert obj.closed == n.closed
 
-    def _drop(self, obj):
+    @rule(cls=st.sampled_from(["MR", "MR", "QP", "CQ", "PD", "AH", "SRQ", "MW", "CompChannel"]),
+          data=st.data())
+    def drop(self, cls, data):
+        """Let go of an object without closing it: garbage collection frees
+        it once its children are gone (an MR in an owner cycle needs the
+        cyclic collector)."""
+        obj = self.pick(data, cls, "drop")
+        if obj is None:
+            return
         n = self.node(obj)
-        del self.nodes[id(obj)]
+        del self.nodes[id(obj)], obj
         n.obj = None
         n.dropped = True
         self.settle()
+        if getattr(n, "cycle", False):
+            gc.collect()
 
-    @rule(obj=consumes(mrs))
-    def drop_mr(self, obj):
-        self._drop(obj)
-        del obj
-        gc.collect()                   # MR <-> owner cycles need the collector
-
-    @rule(obj=consumes(qps))
-    def drop_qp(self, obj):
-        self._drop(obj)
-
-    @rule(obj=consumes(cqs))
-    def drop_cq(self, obj):
-        self._drop(obj)
-
-    @rule(obj=consumes(pds))
-    def drop_pd(self, obj):
-        self._drop(obj)
-
-    @rule(obj=consumes(ahs))
-    def drop_ah(self, obj):
-        self._drop(obj)
-
-    @rule(obj=consumes(srqs))
-    def drop_srq(self, obj):
-        self._drop(obj)
-
-    @rule(obj=st.one_of(pds, cqs, mrs, qps, srqs, mws, ahs, channels))
-    def use_if_closed(self, obj):
+    @rule(data=st.data())
+    def use_if_closed(self, data):
         """Every closed object answers EBADF."""
-        if not self.node(obj).closed:
+        objs = [n.obj for n in sorted(self.nodes.values(), key=lambda n: n.serial) if n.closed]
+        if not objs:
             return
+        obj = objs[data.draw(st.integers(0, len(objs) - 1), label="closed object")]
         ib = self.ib
         call = {"PD": lambda: obj.alloc_mw(), "CQ": lambda: obj.poll(1),
                 "MR": lambda: obj.sge(), "QP": lambda: obj.post_recv(ib.RecvWR()),
@@ -329,12 +323,16 @@ class VerbsMachine(RuleBasedStateMachine):
 
     # ---- QP states -----------------------------------------------------------------
 
-    @rule(qp=qps, step=st.sampled_from(["init", "rtr", "rts", "reset", "err", "raw"]),
+    @rule(step=st.sampled_from(["init", "rtr", "rts", "reset", "err", "raw"]),
           state=ints(0, 6), mask=st.one_of(st.sampled_from([1, 0x1 | 0x10 | 0x20 | 0x8]),
                                            ints(0, 2**21)),
-          peer=st.one_of(st.none(), qps))
-    def modify_qp(self, qp, step, state, mask, peer):
+          data=st.data())
+    def modify_qp(self, step, state, mask, data):
         ib = self.ib
+        qp = self.pick(data, "QP", "qp")
+        peer = self.pick(data, "QP", "peer")
+        if qp is None:
+            return
         port, gid = SHARED["port"], SHARED["gid_index"]
         A = ib.AccessFlags
 
@@ -359,9 +357,12 @@ class VerbsMachine(RuleBasedStateMachine):
                 qp.modify(mask, qp_state=state)
         expect((ValueError, TypeError, ib.VerbsError), do)
 
-    @rule(a=qps, b=qps)
-    def connect(self, a, b):
+    @rule(data=st.data())
+    def connect(self, data):
         ib = self.ib
+        a, b = self.pick(data, "QP", "a"), self.pick(data, "QP", "b")
+        if a is None:
+            return
         port, gid = SHARED["port"], SHARED["gid_index"]
         A = ib.AccessFlags
         access = A.LOCAL_WRITE | A.REMOTE_WRITE | A.REMOTE_READ | A.REMOTE_ATOMIC
@@ -402,9 +403,12 @@ class VerbsMachine(RuleBasedStateMachine):
                 out.append(mr.sge(length, offset=off))
         return out
 
-    @rule(qp=qps, n=st.integers(1, 20), data=st.data())
-    def post_send(self, qp, n, data):
+    @rule(n=st.integers(1, 20), data=st.data())
+    def post_send(self, n, data):
         ib = self.ib
+        qp = self.pick(data, "QP", "qp")
+        if qp is None:
+            return
         wrs = []
         for i in range(n):
             opcode = data.draw(st.one_of(st.sampled_from([0, 1, 2, 3, 4, 5, 6]),
@@ -437,9 +441,12 @@ class VerbsMachine(RuleBasedStateMachine):
                for i in range(n)]
         expect(ib.VerbsError, target.post_recv, wrs)
 
-    @rule(cq=cqs, n=st.one_of(st.integers(1, 64), st.sampled_from([0, -1, 2**31, 1000])))
-    def poll(self, cq, n):
+    @rule(n=st.one_of(st.integers(1, 64), st.sampled_from([0, -1, 2**31, 1000])), data=st.data())
+    def poll(self, n, data):
         ib = self.ib
+        cq = self.pick(data, "CQ", "cq")
+        if cq is None:
+            return
         wcs, exc = expect((ValueError, ib.VerbsError), cq.poll, n)
         if exc is not None:
             assert isinstance(exc, ValueError) == (not 1 <= n <= 2**31 - 1) or self.node(cq).closed
@@ -452,25 +459,38 @@ class VerbsMachine(RuleBasedStateMachine):
                 with pytest.raises(ib.CompletionError):
                     wc.raise_for_status()
 
-    @rule(cq=cqs, solicited=st.booleans(), n=ints(0, 3))
-    def notify_and_ack(self, cq, solicited, n):
+    @rule(solicited=st.booleans(), n=ints(0, 3), data=st.data())
+    def notify_and_ack(self, solicited, n, data):
         ib = self.ib
+        cq = self.pick(data, "CQ", "cq")
+        if cq is None:
+            return
         expect(ib.VerbsError, cq.req_notify, solicited)
         expect((ValueError, ib.VerbsError), cq.ack_events, n)
 
-    @rule(cq=cqs, cqe=ints(1, 512))
-    def resize_cq(self, cq, cqe):
+    @rule(cqe=ints(1, 512), data=st.data())
+    def resize_cq(self, cqe, data):
+        cq = self.pick(data, "CQ", "cq")
+        if cq is None:
+            return
         expect((ValueError, self.ib.VerbsError), cq.resize, cqe)
 
-    @rule(srq=srqs, max_wr=st.one_of(st.none(), ints(1, 128)), limit=st.one_of(st.none(), ints(0, 16)))
-    def modify_srq(self, srq, max_wr, limit):
+    @rule(max_wr=st.one_of(st.none(), ints(1, 128)), limit=st.one_of(st.none(), ints(0, 16)),
+          data=st.data())
+    def modify_srq(self, max_wr, limit, data):
         ib = self.ib
+        srq = self.pick(data, "SRQ", "srq")
+        if srq is None:
+            return
         expect((ValueError, ib.VerbsError), srq.modify, max_wr=max_wr, srq_limit=limit)
         expect(ib.VerbsError, srq.query)
 
-    @rule(qp=qps)
-    def query_qp(self, qp):
+    @rule(data=st.data())
+    def query_qp(self, data):
         ib = self.ib
+        qp = self.pick(data, "QP", "qp")
+        if qp is None:
+            return
         result, exc = expect(ib.VerbsError, qp.query)
         if exc is None:
             attr, cap = result
@@ -511,8 +531,6 @@ class VerbsMachine(RuleBasedStateMachine):
         for n in sorted(self.all_nodes, key=lambda n: -n.serial):
             if n.obj is not None:
                 n.obj.close()
-        for name in ("pds", "cqs", "channels", "mrs", "mws", "ahs", "srqs", "qps"):
-            self.bundle(name).clear()
         self.nodes.clear()
         for n in self.all_nodes:
             n.obj = None
