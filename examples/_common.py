@@ -45,7 +45,6 @@ import torch.distributed as dist  # noqa: E402
 
 import ibverbs as ib  # noqa: E402
 
-A = ib.AccessFlags
 SYSFS_IB = "/sys/class/infiniband"
 TIMEOUT = float(os.environ.get("IBVERBS_EXAMPLE_TIMEOUT", "300"))
 MIB = 1 << 20
@@ -167,10 +166,6 @@ class Session:
             import ibverbs.cuda
             return self.track(ibverbs.cuda.register_tensor(self.pd, tensor, access))
         return self.track(ib.reg_tensor(self.pd, tensor, access))
-
-    def local_info(self, qp, psn):
-        return ib.local_qp_info(qp, self.ctx.query_port(self.port), self.gid,
-                                port=self.port, psn=psn)
 
     # gloo: metadata only ------------------------------------------------------
     def all_gather_bytes(self, blob):

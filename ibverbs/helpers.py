@@ -80,22 +80,32 @@ def local_qp_info(qp, port_attr, gid, *, port, psn=0) -> QPInfo:
                   mtu=port_attr.active_mtu)
 
 
+_RTR_KEYWORDS = ("hop_limit", "min_rnr_timer", "max_dest_rd_atomic", "sl", "traffic_class")
+
+
 def connect_rc(qp, remote, *, port, sgid_index, access, local_psn=0, mtu=None, **rts_kwargs):
     """Bring an RC (or UC) QP from RESET through INIT and RTR to RTS,
     connected to ``remote`` (a QPInfo).
 
-    ``mtu=None`` takes min(``port``'s active MTU, ``remote.mtu``);
-    ``rts_kwargs`` go to ``to_rts`` (``timeout``, ``retry_cnt``,
-    ``rnr_retry``, ``max_rd_atomic``). Every argument is checked before the
-    QP is modified, so a bad one leaves the QP in RESET.
+    ``mtu=None`` takes min(``port``'s active MTU, ``remote.mtu``).  The
+    keywords of ``to_rtr`` (``hop_limit``, ``min_rnr_timer``,
+    ``max_dest_rd_atomic``, ``sl``, ``traffic_class``) go to the RTR step,
+    the others to ``to_rts`` (``timeout``, ``retry_cnt``, ``rnr_retry``,
+    ``max_rd_atomic``). Every argument is checked before the QP is
+    modified, so a bad one leaves the QP in RESET.
     """
+    rtr_kwargs = {k: rts_kwargs.pop(k) for k in _RTR_KEYWORDS if k in rts_kwargs}
     kind = _qp_kind(qp, "connect_rc")
     if kind not in ("RC", "UC"):
         raise ValueError(f"connect_rc connects RC or UC QPs, not {kind}")
     init = _init_request(kind, port, access)
     active_mtu = qp.pd.context.query_port(port).active_mtu if mtu is None else None
-    rtr = _rtr_request(kind, remote, sgid_index, port=port, active_mtu=active_mtu, mtu=mtu)
-    rts = _rts_request(kind, local_psn, **rts_kwargs)
+    rtr = _rtr_request(kind, remote, sgid_index, port=port, active_mtu=active_mtu, mtu=mtu,
+                       **rtr_kwargs)
+    try:
+        rts = _rts_request(kind, local_psn, **rts_kwargs)
+    except TypeError as exc:
+        raise TypeError(str(exc).replace("_rts_request()", "connect_rc()")) from None
     for mask, fields in (init, rtr, rts):
         qp.modify(mask, **fields)
 

@@ -472,7 +472,7 @@ def test_connect_rc_explicit_mtu_and_rts_kwargs():
 
 
 @pytest.mark.parametrize("kw, exc", [
-    (dict(timeout=32), ValueError), (dict(rnr_retry=9), ValueError), (dict(hop_limit=64), TypeError),
+    (dict(timeout=32), ValueError), (dict(rnr_retry=9), ValueError), (dict(bogus=64), TypeError), (dict(hop_limit=300), ValueError),
     (dict(mtu=9), ValueError), (dict(sgid_index=300), ValueError), (dict(port=0), ValueError),
     (dict(access=-1), ValueError), (dict(local_psn=1 << 24), ValueError),
 ])
@@ -690,3 +690,33 @@ def test_reg_tensor_of_a_read_only_array_needs_read_only_access():
 def test_helpers_all():
     assert set(helpers.__all__) == {"QPInfo", "local_qp_info", "connect_rc", "tensor_addr_len", "reg_tensor"}
     assert all(hasattr(helpers, n) for n in helpers.__all__)
+
+
+def test_connect_rc_routes_rtr_keywords_to_the_rtr_step_and_names_itself_in_errors():
+    import ibverbs.helpers as h
+    calls = []
+
+    class Port:
+        active_mtu = 3
+
+    class Ctx:
+        def query_port(self, port):
+            return Port()
+
+    class PD:
+        context = Ctx()
+
+    class FakeQP:
+        qp_type = 2
+        pd = PD()
+
+        def modify(self, mask, **fields):
+            calls.append(fields)
+
+    remote = h.QPInfo(1, 2, 0, bytes(16), 1, 3)
+    h.connect_rc(FakeQP(), remote, port=1, sgid_index=1, access=0, max_dest_rd_atomic=16,
+                 hop_limit=64, timeout=20)
+    assert calls[1]["max_dest_rd_atomic"] == 16
+    assert calls[2]["timeout"] == 20
+    with pytest.raises(TypeError, match=r"connect_rc\(\) got an unexpected keyword argument 'bogus'"):
+        h.connect_rc(FakeQP(), remote, port=1, sgid_index=1, access=0, bogus=1)
