@@ -70,20 +70,29 @@ def write_rate_plain(qp, cq, s, batch, total):
     wrs = write_wrs(s, batch)
     item = wrs[0] if batch == 1 else wrs
     post, poll = qp.post_send, cq.poll
-    posted = done = 0
-    room = WINDOW - batch
+    # C's loop in units of batches: fill the window, then each completion
+    # (one per batch) frees a slot, refilled at once while batches are left.
+    nb = total // batch
+    left = nb - min(WINDOW // batch, nb)
+    done = 0
     t0 = time.perf_counter()
-    while done < total:
-        # post while there is room: C's `while` loop, its count computed once
-        if posted < total and posted - done <= room:
-            k = min((room - (posted - done)) // batch, (total - posted - 1) // batch) + 1
-            for _ in range(k):
-                post(item)
-            posted += k * batch
+    for _ in range(nb - left):
+        post(item)
+    while done < nb:
+        n = 0
         for wc in poll(16):
             if wc.status:
                 raise RuntimeError(f"completion status {wc.status}")
-            done += batch
+            n += 1
+        if n:
+            done += n
+            if left:
+                if n > left:
+                    n = left
+                left -= n
+                while n:
+                    post(item)
+                    n -= 1
     return total / (time.perf_counter() - t0)
 
 
@@ -94,19 +103,25 @@ def write_rate_fast(qp, cq, s, batch, total):
     plist = ib.PostList(write_wrs(s, batch), release_gil=RELEASE_GIL)
     buf = ib.WCBuffer(16, raise_on_error=True)     # poll_into checks every status
     post, poll_into = qp.post_send, cq.poll_into
-    posted = done = 0
-    room = WINDOW - batch
+    # C's loop in units of batches: fill the window, then each completion
+    # (one per batch) frees a slot, refilled at once while batches are left.
+    nb = total // batch
+    left = nb - min(WINDOW // batch, nb)
+    done = 0
     t0 = time.perf_counter()
-    while done < total:
-        # post while there is room: C's `while` loop, its count computed once
-        if posted < total and posted - done <= room:
-            k = min((room - (posted - done)) // batch, (total - posted - 1) // batch) + 1
-            for _ in range(k):
-                post(plist)
-            posted += k * batch
+    for _ in range(nb - left):
+        post(plist)
+    while done < nb:
         n = poll_into(buf)
         if n:
-            done += n * batch
+            done += n
+            if left:
+                if n > left:
+                    n = left
+                left -= n
+                while n:
+                    post(plist)
+                    n -= 1
     return total / (time.perf_counter() - t0)
 
 

@@ -90,21 +90,29 @@ def write_rate(qp, cq, s, batch, total):
     wrs = write_chain(s, batch)
     head = wrs[0]
     post, poll = qp.post_send, cq.poll
-    posted = done = 0
-    room = WINDOW - batch
+    # C's loop in units of batches: fill the window, then each completion
+    # (one per batch) frees a slot, refilled at once while batches are left.
+    nb = total // batch
+    left = nb - min(WINDOW // batch, nb)
+    done = 0
     t0 = time.perf_counter()
-    while done < total:
-        # post while there is room: C's `while` loop, its count computed once
-        if posted < total and posted - done <= room:
-            k = min((room - (posted - done)) // batch, (total - posted - 1) // batch) + 1
-            for _ in range(k):
-                post(head)
-            posted += k * batch
-        _, wcs = poll(16)
-        for wc in wcs:
+    for _ in range(nb - left):
+        post(head)
+    while done < nb:
+        n = 0
+        for wc in poll(16)[1]:
             if wc.status:
                 raise RuntimeError(f"completion status {wc.status}")
-            done += batch
+            n += 1
+        if n:
+            done += n
+            if left:
+                if n > left:
+                    n = left
+                left -= n
+                while n:
+                    post(head)
+                    n -= 1
     return total / (time.perf_counter() - t0)
 
 

@@ -26,6 +26,7 @@ the same for the plain API as "ratio_plain ...", and the goals of issue 7.
 Standard library only.
 """
 import os
+import select
 import statistics
 import subprocess
 import sys
@@ -85,6 +86,10 @@ class Server:
     def measure(self, workload, n):
         self.proc.stdin.write(f"{workload} {n}\n")
         self.proc.stdin.flush()
+        ready, _, _ = select.select([self.proc.stdout], [], [], TIMEOUT)
+        if not ready:
+            self.proc.kill()
+            raise RuntimeError(f"{self.name}: {workload} {n} gave no result within {TIMEOUT} s")
         line = self.proc.stdout.readline().split()
         if len(line) != 3 or line[:2] != ["RESULT", workload]:
             raise RuntimeError(f"{self.name}: {workload} failed (said {' '.join(line)!r})")

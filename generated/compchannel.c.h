@@ -94,8 +94,8 @@ CompChannel_dealloc(PyObject *op)
             /* Leaked (the parents stay counted, so they cannot be closed
              * under it); the Python object goes away regardless, so no
              * event may find it any more. */
-            ibv_report_unraisable(op, "ibv_destroy_comp_channel", err);
             ibv_handle_closed(op);
+            ibv_report_unraisable(op, "ibv_destroy_comp_channel", err);
         }
     }
     Py_CLEAR(self->context);

@@ -90,8 +90,8 @@ Context_dealloc(PyObject *op)
             /* Leaked (the parents stay counted, so they cannot be closed
              * under it); the Python object goes away regardless, so no
              * event may find it any more. */
-            ibv_report_unraisable(op, "ibv_close_device", err);
             ibv_handle_closed(op);
+            ibv_report_unraisable(op, "ibv_close_device", err);
         }
     }
     freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
@@ -884,8 +884,8 @@ Context_query_device_ex__call(PyObject *self, PyObject *unused)
 static PyObject *
 Context_query_port__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *held[4];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 4);
+    PyObject *held[8];
+    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = Context_query_port(self, args, kwargs);
@@ -897,8 +897,8 @@ Context_query_port__call(PyObject *self, PyObject *args, PyObject *kwargs)
 static PyObject *
 Context_query_gid__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *held[4];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 4);
+    PyObject *held[8];
+    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = Context_query_gid(self, args, kwargs);
@@ -910,8 +910,8 @@ Context_query_gid__call(PyObject *self, PyObject *args, PyObject *kwargs)
 static PyObject *
 Context_query_gid_ex__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *held[4];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 4);
+    PyObject *held[8];
+    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = Context_query_gid_ex(self, args, kwargs);
@@ -923,8 +923,8 @@ Context_query_gid_ex__call(PyObject *self, PyObject *args, PyObject *kwargs)
 static PyObject *
 Context_query_gid_table__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *held[4];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 4);
+    PyObject *held[8];
+    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = Context_query_gid_table(self, args, kwargs);
@@ -936,8 +936,8 @@ Context_query_gid_table__call(PyObject *self, PyObject *args, PyObject *kwargs)
 static PyObject *
 Context_init_ah_from_wc__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *held[4];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 4);
+    PyObject *held[8];
+    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = Context_init_ah_from_wc(self, args, kwargs);
@@ -949,8 +949,8 @@ Context_init_ah_from_wc__call(PyObject *self, PyObject *args, PyObject *kwargs)
 static PyObject *
 Context_query_pkey__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *held[4];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 4);
+    PyObject *held[8];
+    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = Context_query_pkey(self, args, kwargs);
@@ -962,8 +962,8 @@ Context_query_pkey__call(PyObject *self, PyObject *args, PyObject *kwargs)
 static PyObject *
 Context_get_pkey_index__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *held[4];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 4);
+    PyObject *held[8];
+    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = Context_get_pkey_index(self, args, kwargs);
@@ -997,8 +997,8 @@ Context_create_comp_channel__call(PyObject *self, PyObject *unused)
 static PyObject *
 Context_create_cq__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *held[4];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 4);
+    PyObject *held[8];
+    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = Context_create_cq(self, args, kwargs);
@@ -1010,8 +1010,8 @@ Context_create_cq__call(PyObject *self, PyObject *args, PyObject *kwargs)
 static PyObject *
 Context_open_xrcd__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *held[4];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 4);
+    PyObject *held[8];
+    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = Context_open_xrcd(self, args, kwargs);
@@ -1023,8 +1023,8 @@ Context_open_xrcd__call(PyObject *self, PyObject *args, PyObject *kwargs)
 static PyObject *
 Context_resolve_eth_l2_from_gid__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *held[4];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 4);
+    PyObject *held[8];
+    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = Context_resolve_eth_l2_from_gid(self, args, kwargs);

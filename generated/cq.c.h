@@ -102,9 +102,9 @@ CQ_dealloc(PyObject *op)
             /* Leaked (the parents stay counted, so they cannot be closed
              * under it); the Python object goes away regardless, so no
              * event may find it any more. */
-            ibv_report_unraisable(op, "ibv_destroy_cq", err);
-            ibv_registry_remove(self->head.ptr);
+            ibv_registry_remove(self->head.ptr);   /* before any Python code runs */
             ibv_handle_closed(op);
+            ibv_report_unraisable(op, "ibv_destroy_cq", err);
         }
     }
     Py_CLEAR(self->context);
@@ -289,8 +289,8 @@ PyDoc_STRVAR(ibv_hand_CQ_ack_events__doc__,
 static PyObject *
 CQ_resize__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *held[4];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 4);
+    PyObject *held[8];
+    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = CQ_resize(self, args, kwargs);
@@ -302,8 +302,8 @@ CQ_resize__call(PyObject *self, PyObject *args, PyObject *kwargs)
 static PyObject *
 CQ_modify__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *held[4];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 4);
+    PyObject *held[8];
+    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = CQ_modify(self, args, kwargs);

@@ -96,8 +96,8 @@ MR_dealloc(PyObject *op)
             /* Leaked (the parents stay counted, so they cannot be closed
              * under it); the Python object goes away regardless, so no
              * event may find it any more. */
-            ibv_report_unraisable(op, "ibv_dereg_mr", err);
             ibv_handle_closed(op);
+            ibv_report_unraisable(op, "ibv_dereg_mr", err);
             self->owner = NULL;   /* leaked with it: it may still cover it */
         }
     }
@@ -399,8 +399,8 @@ exit:
 static PyObject *
 MR_rereg_mr__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *held[4];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 4);
+    PyObject *held[8];
+    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = MR_rereg_mr(self, args, kwargs);
@@ -423,8 +423,8 @@ ibv_hand_MR_sge__call(PyObject *self, PyObject *args, PyObject *kwargs)
 static PyObject *
 MR_advise_mr__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *held[4];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 4);
+    PyObject *held[8];
+    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = MR_advise_mr(self, args, kwargs);

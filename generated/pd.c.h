@@ -94,8 +94,8 @@ PD_dealloc(PyObject *op)
             /* Leaked (the parents stay counted, so they cannot be closed
              * under it); the Python object goes away regardless, so no
              * event may find it any more. */
-            ibv_report_unraisable(op, "ibv_dealloc_pd", err);
             ibv_handle_closed(op);
+            ibv_report_unraisable(op, "ibv_dealloc_pd", err);
         }
     }
     Py_CLEAR(self->context);
@@ -673,8 +673,8 @@ exit:
 static PyObject *
 PD_reg_mr__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *held[4];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 4);
+    PyObject *held[8];
+    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = PD_reg_mr(self, args, kwargs);
@@ -686,8 +686,8 @@ PD_reg_mr__call(PyObject *self, PyObject *args, PyObject *kwargs)
 static PyObject *
 PD_reg_mr_iova__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *held[4];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 4);
+    PyObject *held[8];
+    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = PD_reg_mr_iova(self, args, kwargs);
@@ -699,8 +699,8 @@ PD_reg_mr_iova__call(PyObject *self, PyObject *args, PyObject *kwargs)
 static PyObject *
 PD_reg_mr_iova2__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *held[4];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 4);
+    PyObject *held[8];
+    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = PD_reg_mr_iova2(self, args, kwargs);
@@ -712,8 +712,8 @@ PD_reg_mr_iova2__call(PyObject *self, PyObject *args, PyObject *kwargs)
 static PyObject *
 PD_reg_dmabuf_mr__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *held[4];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 4);
+    PyObject *held[8];
+    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = PD_reg_dmabuf_mr(self, args, kwargs);
@@ -736,8 +736,8 @@ PD_alloc_null_mr__call(PyObject *self, PyObject *unused)
 static PyObject *
 PD_alloc_mw__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *held[4];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 4);
+    PyObject *held[8];
+    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = PD_alloc_mw(self, args, kwargs);
@@ -749,8 +749,8 @@ PD_alloc_mw__call(PyObject *self, PyObject *args, PyObject *kwargs)
 static PyObject *
 PD_create_ah__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *held[4];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 4);
+    PyObject *held[8];
+    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = PD_create_ah(self, args, kwargs);
@@ -762,8 +762,8 @@ PD_create_ah__call(PyObject *self, PyObject *args, PyObject *kwargs)
 static PyObject *
 PD_create_ah_from_wc__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *held[4];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 4);
+    PyObject *held[8];
+    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = PD_create_ah_from_wc(self, args, kwargs);
@@ -775,8 +775,8 @@ PD_create_ah_from_wc__call(PyObject *self, PyObject *args, PyObject *kwargs)
 static PyObject *
 PD_create_qp__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *held[4];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 4);
+    PyObject *held[8];
+    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = PD_create_qp(self, args, kwargs);
@@ -788,8 +788,8 @@ PD_create_qp__call(PyObject *self, PyObject *args, PyObject *kwargs)
 static PyObject *
 PD_create_srq__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *held[4];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 4);
+    PyObject *held[8];
+    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = PD_create_srq(self, args, kwargs);

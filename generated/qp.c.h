@@ -103,9 +103,9 @@ QP_dealloc(PyObject *op)
             /* Leaked (the parents stay counted, so they cannot be closed
              * under it); the Python object goes away regardless, so no
              * event may find it any more. */
-            ibv_report_unraisable(op, "ibv_destroy_qp", err);
-            ibv_registry_remove(self->head.ptr);
+            ibv_registry_remove(self->head.ptr);   /* before any Python code runs */
             ibv_handle_closed(op);
+            ibv_report_unraisable(op, "ibv_destroy_qp", err);
         }
     }
     Py_CLEAR(self->pd);
@@ -666,8 +666,8 @@ PyDoc_STRVAR(ibv_hand_QP_post_recv__doc__,
 static PyObject *
 QP_modify__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *held[4];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 4);
+    PyObject *held[8];
+    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = QP_modify(self, args, kwargs);
@@ -679,8 +679,8 @@ QP_modify__call(PyObject *self, PyObject *args, PyObject *kwargs)
 static PyObject *
 QP__query__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *held[4];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 4);
+    PyObject *held[8];
+    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = QP__query(self, args, kwargs);
@@ -692,8 +692,8 @@ QP__query__call(PyObject *self, PyObject *args, PyObject *kwargs)
 static PyObject *
 QP_query_data_in_order__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *held[4];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 4);
+    PyObject *held[8];
+    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = QP_query_data_in_order(self, args, kwargs);
@@ -705,8 +705,8 @@ QP_query_data_in_order__call(PyObject *self, PyObject *args, PyObject *kwargs)
 static PyObject *
 QP_modify_rate_limit__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *held[4];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 4);
+    PyObject *held[8];
+    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = QP_modify_rate_limit(self, args, kwargs);
@@ -729,8 +729,8 @@ QP_query_ece__call(PyObject *self, PyObject *unused)
 static PyObject *
 QP_set_ece__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *held[4];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 4);
+    PyObject *held[8];
+    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = QP_set_ece(self, args, kwargs);
@@ -742,8 +742,8 @@ QP_set_ece__call(PyObject *self, PyObject *args, PyObject *kwargs)
 static PyObject *
 QP_attach_mcast__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *held[4];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 4);
+    PyObject *held[8];
+    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = QP_attach_mcast(self, args, kwargs);
@@ -755,8 +755,8 @@ QP_attach_mcast__call(PyObject *self, PyObject *args, PyObject *kwargs)
 static PyObject *
 QP_detach_mcast__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *held[4];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 4);
+    PyObject *held[8];
+    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = QP_detach_mcast(self, args, kwargs);
@@ -768,8 +768,8 @@ QP_detach_mcast__call(PyObject *self, PyObject *args, PyObject *kwargs)
 static PyObject *
 QP_bind_mw__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *held[4];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 4);
+    PyObject *held[8];
+    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = QP_bind_mw(self, args, kwargs);

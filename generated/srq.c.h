@@ -100,9 +100,9 @@ SRQ_dealloc(PyObject *op)
             /* Leaked (the parents stay counted, so they cannot be closed
              * under it); the Python object goes away regardless, so no
              * event may find it any more. */
-            ibv_report_unraisable(op, "ibv_destroy_srq", err);
-            ibv_registry_remove(self->head.ptr);
+            ibv_registry_remove(self->head.ptr);   /* before any Python code runs */
             ibv_handle_closed(op);
+            ibv_report_unraisable(op, "ibv_destroy_srq", err);
         }
     }
     Py_CLEAR(self->pd);
@@ -289,8 +289,8 @@ SRQ_query__call(PyObject *self, PyObject *unused)
 static PyObject *
 SRQ_modify__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *held[4];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 4);
+    PyObject *held[8];
+    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = SRQ_modify(self, args, kwargs);

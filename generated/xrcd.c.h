@@ -94,8 +94,8 @@ XRCD_dealloc(PyObject *op)
             /* Leaked (the parents stay counted, so they cannot be closed
              * under it); the Python object goes away regardless, so no
              * event may find it any more. */
-            ibv_report_unraisable(op, "ibv_close_xrcd", err);
             ibv_handle_closed(op);
+            ibv_report_unraisable(op, "ibv_close_xrcd", err);
         }
     }
     Py_CLEAR(self->context);
@@ -181,8 +181,8 @@ exit:
 static PyObject *
 XRCD_open_qp__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *held[4];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 4);
+    PyObject *held[8];
+    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = XRCD_open_qp(self, args, kwargs);

@@ -183,7 +183,8 @@ void ibv_call_leave(PyObject *self)
 
 static int hold(PyObject *obj, PyObject **held, int *n, int max)
 {
-    if (!is_handle_type(Py_TYPE(obj)))
+    /* held[0] is the method's own object, held whatever its type. */
+    if (*n > 0 && !is_handle_type(Py_TYPE(obj)))
         return 0;
     for (int i = 0; i < *n; i++)
         if (held[i] == obj)

@@ -28,10 +28,10 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from conftest import RCPair, open_device, poll_until, process_counts, kernel_counts
+from conftest import RCPair, kernel_counts, poll_until, process_counts
 
 WARMUP = 10
-CYCLES = 100
+CYCLES = 60
 OBJECTS_SLACK = 30
 TRACED_SLACK = 8 * 1024
 RSS_SLACK = 1 << 20
@@ -119,41 +119,72 @@ def test_failed_calls_do_not_leak_either(ib, ctx, pd, access):
             else:
                 raise AssertionError("did not fail")
 
-    tracemalloc.start()
-    try:
-        for _ in range(20):
-            failures()
+    def window():
         gc.collect()
         objects, traced = len(gc.get_objects()), tracemalloc.get_traced_memory()[0]
-        for _ in range(300):
+        for _ in range(200):
             failures()
         gc.collect()
-        d_objects = len(gc.get_objects()) - objects
-        d_traced = tracemalloc.get_traced_memory()[0] - traced
+        return len(gc.get_objects()) - objects, tracemalloc.get_traced_memory()[0] - traced
+
+    tracemalloc.start()
+    try:
+        first = window()     # one-time growth (caches, first-use paths) settles here
+        second = window()    # a leak grows again, as much
     finally:
         tracemalloc.stop()
-    assert d_objects <= OBJECTS_SLACK and d_traced <= TRACED_SLACK, (d_objects, d_traced)
+    assert second[0] <= OBJECTS_SLACK and second[1] <= TRACED_SLACK, (first, second)
 
 
 EXIT_SCRIPT = textwrap.dedent("""
-    import gc, importlib.util, os, sys, threading, time
-    root, devconf_path = sys.argv[1], sys.argv[2]
+    import ctypes, gc, json, os, subprocess, sys, threading, time
+    root = sys.argv[1]
     sys.path[:0] = [root, os.path.join(root, "tests")]
-    import numpy as np
     import ibverbs as ib
     import rxe
-    spec = importlib.util.spec_from_file_location("_devconf", devconf_path)
-    devconf = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(devconf)
 
-    # fork_init must come before any verbs resource; either it is needed
-    # (and done) or the kernel makes it unnecessary.
-    ib.fork_init()
-    assert ib.is_fork_initialized() in (1, 2), ib.is_fork_initialized()
+    def counts():          # `rdma resource show` (no pytest, no numpy here: start-up time)
+        out = subprocess.run(["rdma", "-j", "resource", "show"], capture_output=True, text=True,
+                             check=True).stdout
+        return {d["ifname"]: {k: d[k] for k in ("pd", "cq", "qp", "mr", "srq", "ctx")}
+                for d in json.loads(out)}
+
+    def reg(pd, n, access):
+        buf = bytearray(n)
+        mr = pd.reg_mr(ctypes.addressof((ctypes.c_char * n).from_buffer(buf)), n, access)
+        mr.owner = buf
+        return mr
+
     port, gid = 1, rxe.roce_v2_ipv4_gid_index("rxe0")
     A = ib.AccessFlags
     access = A.LOCAL_WRITE | A.REMOTE_WRITE | A.REMOTE_READ | A.MW_BIND
-    ctx = next(d for d in ib.get_device_list() if d.name == "rxe0").open()
+    dev = next(d for d in ib.get_device_list() if d.name == "rxe0")
+
+    # fork_init() must come before any registration, so in a child of its
+    # own: it registers small buffers (heap pages shared with Python
+    # objects), then forks a grandchild that only collects garbage.
+    pid = os.fork()
+    if pid == 0:
+        code = 3
+        try:
+            ib.fork_init()
+            ctx0 = dev.open()
+            pd0 = ctx0.alloc_pd()
+            mrs = [reg(pd0, 100, access) for _ in range(50)]
+            grandchild = os.fork()
+            if grandchild == 0:
+                gc.collect()
+                os._exit(0)
+            _, status = os.waitpid(grandchild, 0)
+            code = 0 if status == 0 else 4
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    print("fork_init grandchild:", {0: "ok", 4 << 8: "crashed"}.get(status, status), flush=True)
+
+    import faulthandler
+    faulthandler.enable()
+    ctx = dev.open()
     pd = ctx.alloc_pd()
     ch = ctx.create_comp_channel()
     cq = ctx.create_cq(64, channel=ch)
@@ -163,17 +194,15 @@ EXIT_SCRIPT = textwrap.dedent("""
     info = lambda q: ib.local_qp_info(q, ctx.query_port(port), ctx.query_gid(port, gid), port=port)
     ib.connect_rc(a, info(b), port=port, sgid_index=gid, access=access)
     ib.connect_rc(b, info(a), port=port, sgid_index=gid, access=access)
-    src = np.full(4096, 5, dtype=np.uint8)
-    dst = np.zeros(4096, dtype=np.uint8)
-    src_mr, dst_mr = ib.reg_tensor(pd, src, access), ib.reg_tensor(pd, dst, access)
+    src_mr, dst_mr = reg(pd, 4096, access), reg(pd, 4096, access)
+    src_mr.owner[:] = b"\x05" * 4096
 
     class Holder:
         pass
     h = Holder()                       # MR <-> owner cycle
-    h.buf = np.zeros(4096, dtype=np.uint8)
-    h.mr = ib.reg_tensor(pd, h.buf, access)
-    h.mr.owner                         # (reg_tensor set it to the array)
-    h.self = h
+    h.mr = reg(pd, 4096, access)
+    h.mr_cycle = pd.reg_mr(src_mr.addr, 64, access)
+    h.mr_cycle.owner = h
     ah = pd.create_ah(ib.AHAttr(dgid=ctx.query_gid(port, gid), sgid_index=gid, port_num=port))
     mw = pd.alloc_mw(ib.MWType.TYPE_2)
     wrs = [ib.SendWR(ah=ah, sg_list=[src_mr.sge(), h.mr.sge()]) for _ in range(3)]
@@ -190,12 +219,11 @@ EXIT_SCRIPT = textwrap.dedent("""
     # A fork() child that touches nothing: its garbage collection and its
     # normal interpreter exit must leave the parent's resources alone.
     garbage = Holder()
-    garbage.buf = np.zeros(4096, dtype=np.uint8)
-    garbage.mr = ib.reg_tensor(pd, garbage.buf, access)
-    garbage.self = garbage
+    garbage.mr = pd.reg_mr(src_mr.addr, 128, access)
+    garbage.mr.owner = garbage         # unreachable once deleted, not collected yet
     gc.disable()
-    del garbage                        # unreachable, not collected yet
-    before = devconf.kernel_counts()
+    del garbage
+    before = counts()
     pid = os.fork()
     if pid == 0:
         gc.enable()
@@ -203,11 +231,11 @@ EXIT_SCRIPT = textwrap.dedent("""
         sys.exit(0)                    # normal finalization in the child
     _, status = os.waitpid(pid, 0)
     assert status == 0, status
-    after = devconf.kernel_counts()
+    after = counts()
     assert after == before, (before, after)
     gc.enable()
     gc.collect()                       # now the parent frees its garbage MR
-    assert devconf.kernel_counts()["rxe0"]["mr"] == before["rxe0"]["mr"] - 1
+    assert counts()["rxe0"]["mr"] == before["rxe0"]["mr"] - 1
     # ... and the parent's objects still move data.
     a.post_send(ib.SendWR(wr_id=9, sg_list=[src_mr.sge()], opcode=ib.WROpcode.RDMA_WRITE,
                           send_flags=ib.SendFlags.SIGNALED, remote_addr=dst_mr.addr,
@@ -215,14 +243,13 @@ EXIT_SCRIPT = textwrap.dedent("""
     deadline = time.monotonic() + 10
     while not (wcs := cq.poll(4)):
         assert time.monotonic() < deadline
-    assert wcs[0].is_success and (dst == 5).all()
+    assert wcs[0].is_success and dst_mr.owner == src_mr.owner
 
     # Leave with all of it alive, referenced from globals, cycles and
     # blocked threads; more unreachable cycles with the collector off.
     for _ in range(3):
         g = Holder()
-        g.buf = np.zeros(64, dtype=np.uint8)
-        g.mr = ib.reg_tensor(pd, g.buf, access)
+        g.mr = reg(pd, 64, access)
         g.self = g
     del g
     gc.disable()
@@ -230,23 +257,38 @@ EXIT_SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_interpreter_exit_with_live_graphs_and_blocked_threads_is_clean(ib, device_names):
-    """A separate interpreter builds a graph of every kind of object (cycles
-    through MR owners and lists, work requests holding AHs and SGEs, two
-    threads blocked in get_async_event/get_cq_event), forks a child that
-    exits normally, and exits without closing anything: no crash, no
-    hang, nothing reported on stderr, the kernel holds nothing afterwards."""
+@pytest.fixture(scope="module")
+def exit_run(ib, device_names):
     if device_names[0] != "rxe0":
         pytest.skip("written for the Soft-RoCE VM")
     root = pathlib.Path(__file__).resolve().parents[2]
     before = kernel_counts()
-    out = subprocess.run([sys.executable, "-X", "faulthandler", "-c", EXIT_SCRIPT, str(root),
-                          str(pathlib.Path(__file__).with_name("conftest.py"))],
+    out = subprocess.run([sys.executable, "-c", EXIT_SCRIPT, str(root)],
                          capture_output=True, text=True, timeout=300, cwd=root)
+    return out, before, kernel_counts()
+
+
+def test_interpreter_exit_with_live_graphs_and_blocked_threads_is_clean(exit_run):
+    """A separate interpreter builds a graph of every kind of object (cycles
+    through MR owners and lists, work requests holding AHs and SGEs, two
+    threads blocked in get_async_event/get_cq_event), forks a child that
+    collects garbage and exits normally (the parent's objects untouched),
+    and exits without closing anything: no crash, no hang, nothing reported
+    on stderr, the kernel holds nothing afterwards."""
+    out, before, after = exit_run
     assert out.returncode == 0, out.stdout + out.stderr
     assert "ready to exit" in out.stdout
     assert out.stderr == "", out.stderr
-    assert kernel_counts() == before
+    assert after == before
+
+
+@pytest.mark.xfail(strict=True, reason="fork_init() calls ibv_fork_init even where the kernel "
+                   "makes it unneeded (is_fork_initialized() == ForkStatus.UNNEEDED): its "
+                   "MADV_DONTFORK then removes whole heap pages around small registered "
+                   "buffers from every child, which dies touching the Python objects there")
+def test_fork_init_leaves_children_that_do_not_touch_verbs_alive(exit_run):
+    out, _, _ = exit_run
+    assert "fork_init grandchild: ok" in out.stdout, out.stdout
 
 
 def test_a_fork_child_that_does_not_touch_verbs_is_fine(ib, ctx, pd, port, gid_index, access,
