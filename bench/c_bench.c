@@ -178,7 +178,10 @@ static double write_rate(struct ibv_qp *qp, struct ibv_cq *cq, struct side *s, i
             done += batch;
         }
     }
-    return total / (now() - t0);
+    double rate = total / (now() - t0);
+    if (ibv_poll_cq(cq, 16, wc) != 0)
+        DIE("completions left over: the loop miscounted");
+    return rate;
 }
 
 static void post_recv1(struct ibv_qp *qp, struct side *s)

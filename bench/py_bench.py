@@ -93,7 +93,10 @@ def write_rate_plain(qp, cq, s, batch, total):
                 while n:
                     post(item)
                     n -= 1
-    return total / (time.perf_counter() - t0)
+    rate = total / (time.perf_counter() - t0)
+    if cq.poll(16):
+        raise RuntimeError("completions left over: the loop miscounted")
+    return rate
 
 
 RELEASE_GIL = False
@@ -122,7 +125,10 @@ def write_rate_fast(qp, cq, s, batch, total):
                 while n:
                     post(plist)
                     n -= 1
-    return total / (time.perf_counter() - t0)
+    rate = total / (time.perf_counter() - t0)
+    if cq.poll(16):
+        raise RuntimeError("completions left over: the loop miscounted")
+    return rate
 
 
 def pp_wrs(s):

@@ -93,3 +93,13 @@ def test_srq_feeds_the_receives_of_a_qp(ib, ctx, pd, port, gid_index, access, ma
             finally:
                 a.close()
                 b.close()
+
+
+def test_post_srq_ops_without_tag_matching_is_a_clean_error(ib, pd):
+    import errno
+    with pd.create_srq() as srq:
+        with pytest.raises(ib.VerbsError) as exc:
+            srq.post_srq_ops(opcode=0, wr_id=1, tag=5)   # IBV_WR_TAG_ADD
+        assert exc.value.errno == errno.EOPNOTSUPP
+        with pytest.raises(ValueError):
+            srq.post_srq_ops(opcode=0, tag=2**64)
