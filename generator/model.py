@@ -676,6 +676,9 @@ class MethodBuilder:
     # -- parameters --
     def add_arg(self, name: str, default) -> str:
         required = default == "__required__"
+        if required and any(not a.required for a in self.args):
+            self.fail(f"required argument {name!r} follows an argument with a default "
+                      "(reorder the spec)")
         var = f"{name}_obj"
         self.decls.append(f"PyObject *{var} = NULL;")
         self.args.append(Arg(name, required, None if required else _py_repr_default(default)))
