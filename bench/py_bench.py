@@ -13,8 +13,13 @@ VARIANT
          retakes the GIL (to measure what that costs a single thread).
 
 Speaks c_bench's protocol (READY, then "<workload> N" commands answered
-with "RESULT <workload> <value>"; see there).  The loops are the C loops
-line by line: same window, same batches, same checks.
+with "RESULT <workload> <value>"; see there).  The loops do what the C
+loops do (same window, same batches, same posting schedule, every status
+checked), written as a Python programmer would: the message-rate loop
+counts in batches and refills the window as completions free it, which
+posts exactly when C's "post while there is room" loop posts, with a
+third of the bytecode per work request.  bench/pyverbs_bench.py uses the
+same loops.
 """
 import ctypes
 import mmap

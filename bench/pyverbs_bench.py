@@ -4,9 +4,10 @@ Debian's python3-pyverbs, run with /usr/bin/python3 (what it is built for).
     /usr/bin/python3 bench/pyverbs_bench.py GID0 GID1   (then commands on stdin)
 
 Speaks c_bench's protocol (READY, then "<workload> N" commands answered
-with "RESULT <workload> <value>").  The loops are the C
-loops line by line; a batch is a SendWR chain linked with next_wr, built
-once and posted many times (pyverbs' own way of posting a list).
+with "RESULT <workload> <value>").  The loops are bench/py_bench.py's
+plain ones; a batch is a SendWR chain linked with next_wr, built once and
+posted many times (pyverbs' own way of posting a list).  QPs are created
+with sq_sig_all=0 (pyverbs' default is 1), as in C.
 """
 import sys
 import time
