@@ -32,6 +32,27 @@ QP.to_rts = _to_rts
 QP.query = _qp_query
 
 
+def fork_init() -> None:
+    """ibv_fork_init(), unless the kernel makes it unneeded.
+
+    Call it before any other verb if the process fork()s while RDMA
+    transfers may be in flight.  Where ``is_fork_initialized()`` says
+    ``ForkStatus.UNNEEDED`` (Linux >= 5.13 copies pinned DMA pages on
+    fork), nothing is done: ibv_fork_init would still mark every registered
+    range MADV_DONTFORK, and since Python objects share the heap pages
+    around small registered buffers, children would lose those objects and
+    crash touching them.  Registered memory should own whole pages anyway
+    (numpy arrays, mmap) when fork support is really on (older kernels).
+    Raises VerbsError when libibverbs refuses (EINVAL: called too late).
+    """
+    try:
+        if _ibverbs.is_fork_initialized() == 2:      # IBV_FORK_UNNEEDED
+            return
+    except RuntimeError:                             # rdma-core < 35: unknown
+        pass
+    _ibverbs.fork_init()
+
+
 def _version() -> str:
     try:
         from importlib.metadata import version

@@ -29,6 +29,16 @@ def in_vm():
     return os.environ.get("IBVERBS_VM") == "1"
 
 
+def rdma_core_release():
+    """The rdma-core release whose libibverbs and providers run the tests:
+    tools/with-rdma-core's, else the VM's own (Debian bookworm: 44.0)."""
+    release = os.environ.get("IBVERBS_RDMA_CORE", "44.0")
+    try:
+        return tuple(int(x) for x in release.split("."))
+    except ValueError:            # a prefix rather than a release
+        return (0,)
+
+
 def _read(path):
     try:
         with open(path) as f:

@@ -101,6 +101,9 @@ IBV_HIDDEN int ibv_conv_signed(PyObject *obj, const char *name,
 /* A str, returned as a new UTF-8 bytes object (keep it while using *out). */
 IBV_HIDDEN PyObject *ibv_conv_str(PyObject *obj, const char *name,
                                   const char **out);
+/* 0 when [addr, addr+length) can be read by this process; else ValueError
+ * naming what (a raw address a provider would dereference: inline data). */
+IBV_HIDDEN int ibv_check_readable(uint64_t addr, uint64_t length, const char *what);
 /* A GID: Gid, or 16 bytes-like (bytes, bytearray). */
 IBV_HIDDEN int ibv_conv_gid(PyObject *obj, const char *name, union ibv_gid *out);
 IBV_HIDDEN PyObject *ibv_gid_to_py(const union ibv_gid *gid);

@@ -457,7 +457,37 @@ static int set_sg_list(PyObject **slot, PyObject *value)
     }
 
 U64_FIELD(SendWR, wr_id, UINT64_MAX)
-U64_FIELD(SendWR, opcode, UINT32_MAX)
+
+/*
+ * Only opcodes of enum ibv_wr_opcode: providers index tables with it (rxe
+ * in the kernel as a signed int: 2**31 and above oops the machine, seen on
+ * Linux 6.1; mlx5 in this process).  14 and 15 are IBV_WR_FLUSH and
+ * IBV_WR_ATOMIC_WRITE of rdma-core >= 45, newer than the baseline headers.
+ */
+static int valid_wr_opcode(uint64_t opcode)
+{
+    return opcode <= IBV_WR_DRIVER1 || opcode == 14 || opcode == 15;
+}
+
+static PyObject *SendWR_get_opcode(PyObject *op, void *c)
+{
+    (void)c;
+    return PyLong_FromUnsignedLong(((SendWRObject *)op)->opcode);
+}
+
+static int SendWR_set_opcode(PyObject *op, PyObject *v, void *c)
+{
+    uint64_t x;
+    (void)c;
+    if (conv_u64(v, "opcode", UINT32_MAX, &x) < 0)
+        return -1;
+    if (!valid_wr_opcode(x)) {
+        PyErr_Format(PyExc_ValueError, "opcode %llu is not a WROpcode", (unsigned long long)x);
+        return -1;
+    }
+    ((SendWRObject *)op)->opcode = (uint32_t)x;
+    return 0;
+}
 U64_FIELD(SendWR, send_flags, UINT32_MAX)
 U64_FIELD(SendWR, remote_addr, UINT64_MAX)
 U64_FIELD(SendWR, rkey, UINT32_MAX)
@@ -792,6 +822,18 @@ static int fill_sges(PyObject *list, struct ibv_sge *out, int *num)
     return 0;
 }
 
+/* The provider copies inline data from these addresses in this process. */
+static int check_inline_sges(const struct ibv_send_wr *wr)
+{
+    if (!(wr->send_flags & IBV_SEND_INLINE))
+        return 0;
+    for (int i = 0; i < wr->num_sge; i++)
+        if (ibv_check_readable(wr->sg_list[i].addr, wr->sg_list[i].length,
+                               "inline data of an SGE") < 0)
+            return -1;
+    return 0;
+}
+
 static inline int is_atomic(uint32_t opcode)
 {
     return opcode == IBV_WR_ATOMIC_CMP_AND_SWP || opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
@@ -810,6 +852,8 @@ static int send_wr_fill(const SendWRObject *w, PyObject *sg_list, struct ibv_sen
         return -1;
     wr->opcode = (enum ibv_wr_opcode)w->opcode;
     wr->send_flags = w->send_flags;
+    if (check_inline_sges(wr) < 0)
+        return -1;
     wr->imm_data = htonl(w->imm_data);
     /* wr.rdma, wr.atomic and wr.ud share memory (and rkey sits at a
      * different offset in each): fill the one the request uses. */
@@ -1497,6 +1541,13 @@ static PyObject *PostListEntry_get_num_sge(PyObject *op, void *c)
                                                : PL_RECV_WR(pl, ENTRY_I(op))->num_sge);
 }
 
+/* An inline send entry must keep pointing at readable memory. */
+static int entry_inline_check(PyObject *op)
+{
+    PostListObject *pl = ENTRY_PL(op);
+    return pl->kind == PL_SEND ? check_inline_sges(PL_SEND_WR(pl, ENTRY_I(op))) : 0;
+}
+
 #define ENTRY_SGE_FIELD(field, max)                                              \
     static PyObject *PostListEntry_get_##field(PyObject *op, void *c)            \
     {                                                                            \
@@ -1511,7 +1562,12 @@ static PyObject *PostListEntry_get_num_sge(PyObject *op, void *c)
         (void)c;                                                                 \
         if (sge == NULL || entry_value(op, v, #field, max, &x) < 0)              \
             return -1;                                                           \
+        uint64_t old = sge->field;                                               \
         sge->field = x;                                                          \
+        if (entry_inline_check(op) < 0) {                                        \
+            sge->field = old;                                                    \
+            return -1;                                                           \
+        }                                                                        \
         return 0;                                                                \
     }
 
@@ -1540,7 +1596,12 @@ static int PostListEntry_set_send_flags(PyObject *op, PyObject *v, void *c)
     (void)c;
     if (wr == NULL || entry_value(op, v, "send_flags", UINT32_MAX, &x) < 0)
         return -1;
+    unsigned int old = wr->send_flags;
     wr->send_flags = (unsigned int)x;
+    if (check_inline_sges(wr) < 0) {
+        wr->send_flags = old;
+        return -1;
+    }
     return 0;
 }
 
@@ -1844,6 +1905,34 @@ static int num_entries_arg(PyObject *arg, int *out)
     return 0;
 }
 
+/*
+ * Most polls of a busy-polling loop find nothing, and making and freeing an
+ * empty list is most of what such a poll costs.  So poll() keeps two empty
+ * lists and returns one that nobody else holds (reference count 1, still
+ * empty): the caller cannot tell it from a new list, as no one else can
+ * see it.  Two, so that `wcs = cq.poll(n)` in a loop (the previous result
+ * still held during the next call) finds one free as well.
+ */
+static PyObject *empty_results[2];
+
+static PyObject *empty_result(void)
+{
+    for (int i = 0; i < 2; i++) {
+        PyObject *l = empty_results[i];
+        if (l != NULL && Py_REFCNT(l) == 1 && PyList_Size(l) == 0)
+            return Py_NewRef(l);
+    }
+    PyObject *l = PyList_New(0);
+    if (l == NULL)
+        return NULL;
+    /* Replace a slot that is in use (or was grown): its list lives on with
+     * whoever holds it. */
+    int i = empty_results[0] == NULL || Py_REFCNT(empty_results[0]) > 1 ||
+            PyList_Size(empty_results[0]) != 0 ? 0 : 1;
+    Py_XSETREF(empty_results[i], Py_NewRef(l));
+    return l;
+}
+
 /* poll and poll_into keep the GIL: ibv_poll_cq never blocks and costs tens
  * of nanoseconds, less than releasing and retaking the GIL. */
 PyObject *ibv_hand_CQ_poll(PyObject *self, PyObject *arg)
@@ -1863,6 +1952,10 @@ PyObject *ibv_hand_CQ_poll(PyObject *self, PyObject *arg)
     PyObject *list = NULL;
     if (n < 0) {
         ibv_raise("ibv_poll_cq", ibv_error_code(n));
+        goto done;
+    }
+    if (n == 0) {
+        list = empty_result();
         goto done;
     }
     list = PyList_New(n);

@@ -380,3 +380,18 @@ def test_poll_accepts_index_objects_and_checks_its_argument(ib, rc_pair):
     with pytest.raises(TypeError):
         rc_pair.cq_a.poll("4")
     assert rc_pair.cq_a.poll(100) == []       # more than fit on the stack
+
+
+def test_empty_polls_give_independent_lists(ib, cq):
+    held = [cq.poll(4) for _ in range(5)]       # all alive at once: all distinct
+    assert held == [[]] * 5 and len({id(x) for x in held}) == 5
+    first = cq.poll(4)
+    first.append("mine")
+    again = cq.poll(4)
+    assert again == [] and again is not first and first == ["mine"]
+    wcs = None
+    for _ in range(4):                           # the previous result held meanwhile
+        previous, wcs = wcs, cq.poll(4)
+        assert wcs == [] and wcs is not previous
+        wcs.extend([1, 2])                       # the caller owns what it got
+        assert cq.poll(4) == []

@@ -163,8 +163,15 @@ EXIT_SCRIPT = textwrap.dedent("""
     # fork_init() must come before any registration, so in a child of its
     # own: it registers small buffers (heap pages shared with Python
     # objects), then forks a grandchild that only collects garbage.
-    pid = os.fork()
-    if pid == 0:
+    try:
+        ib.is_fork_initialized()
+        old_rdma_core = False
+    except RuntimeError:               # rdma-core < 35: fork_init really marks pages DONTFORK
+        old_rdma_core = True
+    pid = 0 if old_rdma_core else os.fork()
+    if old_rdma_core:
+        status = "not run"
+    elif pid == 0:
         code = 3
         try:
             ib.fork_init()
@@ -179,7 +186,8 @@ EXIT_SCRIPT = textwrap.dedent("""
             code = 0 if status == 0 else 4
         finally:
             os._exit(code)
-    _, status = os.waitpid(pid, 0)
+    else:
+        _, status = os.waitpid(pid, 0)
     print("fork_init grandchild:", {0: "ok", 4 << 8: "crashed"}.get(status, status), flush=True)
 
     import faulthandler
@@ -204,7 +212,10 @@ EXIT_SCRIPT = textwrap.dedent("""
     h.mr_cycle = pd.reg_mr(src_mr.addr, 64, access)
     h.mr_cycle.owner = h
     ah = pd.create_ah(ib.AHAttr(dgid=ctx.query_gid(port, gid), sgid_index=gid, port_num=port))
-    mw = pd.alloc_mw(ib.MWType.TYPE_2)
+    try:
+        mw = pd.alloc_mw(ib.MWType.TYPE_2)
+    except ib.VerbsError:
+        mw = None                      # rxe of rdma-core < 35 has no memory windows
     wrs = [ib.SendWR(ah=ah, sg_list=[src_mr.sge(), h.mr.sge()]) for _ in range(3)]
     loop = [a, b, wrs]
     loop.append(loop)                  # a list that contains itself and QPs
@@ -282,12 +293,13 @@ def test_interpreter_exit_with_live_graphs_and_blocked_threads_is_clean(exit_run
     assert after == before
 
 
-@pytest.mark.xfail(strict=True, reason="fork_init() calls ibv_fork_init even where the kernel "
-                   "makes it unneeded (is_fork_initialized() == ForkStatus.UNNEEDED): its "
-                   "MADV_DONTFORK then removes whole heap pages around small registered "
-                   "buffers from every child, which dies touching the Python objects there")
 def test_fork_init_leaves_children_that_do_not_touch_verbs_alive(exit_run):
+    """fork_init() on a kernel that copies DMA pages on fork (6.1 here) is a
+    no-op: ibv_fork_init's MADV_DONTFORK would take the heap pages around
+    small registered buffers (and the Python objects there) from children."""
     out, _, _ = exit_run
+    if "fork_init grandchild: not run" in out.stdout:
+        pytest.skip("rdma-core < 35 cannot tell that fork_init is unneeded")
     assert "fork_init grandchild: ok" in out.stdout, out.stdout
 
 
@@ -321,4 +333,7 @@ def test_a_fork_child_that_does_not_touch_verbs_is_fine(ib, ctx, pd, port, gid_i
                                      rkey=dst.mr.rkey))
     poll_until(rc_pair.cq_a, 1)[0].raise_for_status()
     assert bytes(dst.array) == b"\x08" * 64
-    assert ib.is_fork_initialized() in (0, 1, 2)
+    try:
+        assert ib.is_fork_initialized() in (0, 1, 2)
+    except RuntimeError as exc:        # ibv_is_fork_initialized: rdma-core >= 35
+        assert "unavailable" in str(exc)

@@ -239,7 +239,8 @@ def test_struct_fields_read_back_after_a_failed_assignment_unchanged():
 # ---- work requests and SGEs (hand-written data path types) ---------------------
 
 U32, U64 = 2**32 - 1, 2**64 - 1
-SENDWR_INT_FIELDS = {"wr_id": U64, "opcode": U32, "send_flags": U32, "remote_addr": U64,
+# opcode: the largest WROpcode value it takes (IBV_WR_ATOMIC_WRITE).
+SENDWR_INT_FIELDS = {"wr_id": U64, "opcode": 15, "send_flags": U32, "remote_addr": U64,
                      "rkey": U32, "imm_data": U32, "compare_add": U64, "swap": U64,
                      "remote_qpn": U32, "remote_qkey": U32}
 
