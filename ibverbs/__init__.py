@@ -44,7 +44,8 @@ _ENUMS = ("AccessFlags", "AtomicCap", "DeviceCapFlags", "EventType", "ForkStatus
           "GIDType", "LinkLayer", "MigState", "MTU", "MWType", "NodeType",
           "PortCapFlags", "PortState", "QPAttrMask", "QPCreateFlags", "QPState",
           "QPType", "Rate", "ReregMRFlags", "SendFlags", "SRQAttrMask", "SRQType",
-          "TransportType", "WCFlags", "WCOpcode", "WCStatus", "WROpcode")
+          "TransportType", "WCFlags", "WCOpcode", "WCStatus", "WROpcode",
+          "CreateCQWCFlags", "CreateCQAttrFlags", "CQInitAttrMask")
 _HELPERS = ("QPInfo", "local_qp_info", "connect_rc", "tensor_addr_len", "reg_tensor")
 
 

@@ -126,6 +126,10 @@ static inline int ibv_check_open(PyObject *obj)
     return 0;
 }
 
+/* cqex.c: RuntimeError (-1) when cq is a CQEx between start_poll() and
+ * end_poll(), whose provider lock a poll/resize would deadlock on. */
+IBV_HIDDEN int ibv_cq_check_not_polling(PyObject *cq);
+
 /* close() may go ahead: no live children, no call in flight. */
 IBV_HIDDEN int ibv_check_closable(PyObject *obj, const char *verb);
 /* A new handle object of type with its parents (NULL entries skipped):

@@ -1850,7 +1850,7 @@ PyObject *ibv_hand_CQ_poll(PyObject *self, PyObject *arg)
 {
     int num;
     struct ibv_wc stack[STACK_WCS], *wcs = stack;
-    if (ibv_check_open(self) < 0)
+    if (ibv_check_open(self) < 0 || ibv_cq_check_not_polling(self) < 0)
         return NULL;
     if (num_entries_arg(arg, &num) < 0)
         return NULL;
@@ -2138,7 +2138,7 @@ static PyType_Spec WCBuffer_spec = {"ibverbs.WCBuffer", sizeof(WCBufferObject), 
 
 PyObject *ibv_hand_CQ_poll_into(PyObject *self, PyObject *arg)
 {
-    if (ibv_check_open(self) < 0)
+    if (ibv_check_open(self) < 0 || ibv_cq_check_not_polling(self) < 0)
         return NULL;
     if (!Py_IS_TYPE(arg, WCBuffer_Type)) {
         PyErr_Format(PyExc_TypeError, "poll_into needs a WCBuffer, not %s", ibv_type_name(arg));
