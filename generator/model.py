@@ -95,6 +95,9 @@ class HandleModel:
     upcast: Optional[str] = None
     before_dealloc: Optional[str] = None
     is_base: bool = False
+    # (state flag, verb): when the flag is set, close() releases the object
+    # with that verb instead of destroying it (an imported DM is unimported)
+    release: Optional[Tuple[str, str]] = None
 
     @property
     def has_gc(self) -> bool:
@@ -521,8 +524,22 @@ class Builder:
                                    node.get("before_destroy"), registered,
                                    methods, base=base, upcast=upcast,
                                    before_dealloc=node.get("before_dealloc"),
-                                   is_base=h.name in bases))
+                                   is_base=h.name in bases,
+                                   release=self.release(h)))
         return out
+
+    def release(self, h) -> Optional[Tuple[str, str]]:
+        rel = h.node.get("release")
+        if rel is None:
+            return None
+        if not isinstance(rel, Node) or set(rel) != {"when", "verb"}:
+            raise SpecError(f"{h.node.where('release')}: {h.name}: release needs 'when' "
+                            f"(a state flag) and 'verb'")
+        if rel["when"] not in (h.node.get("state") or {}):
+            raise SpecError(f"{rel.where('when')}: {h.name}: no state {rel['when']!r}")
+        if self.ir.function(rel["verb"]) is None:
+            raise SpecError(f"{rel.where('verb')}: {h.name}: no function {rel['verb']}")
+        return (rel["when"], rel["verb"])
 
     # -- methods --
     def absent(self, m: Method) -> bool:
@@ -777,6 +794,11 @@ class MethodBuilder:
             if kind == "list":
                 pointee = t.pointee
                 cls = self.b.struct_by_ctype.get(pointee.decl or pointee.spelling) if pointee else None
+                if cls is None and pointee is not None and _is_int(pointee):
+                    # a list of integers (ibv_read_counters): `count` entries,
+                    # all filled by the verb
+                    self.int_out_list(cname, pointee, f"{pspec['count']}_c")
+                    return
                 if cls is None:
                     self.fail(f"out list {cname}: no struct class for {t.spelling}")
                 count = f"{pspec['count']}_c"
@@ -845,6 +867,16 @@ class MethodBuilder:
             lines.append(f"if (ibv_wc_to_c({var}, &{local}) < 0)")
             lines.append("    goto exit;")
             self.call_args.append(f"&{local}")
+        elif convert == "bytes":
+            # a bytes-like of any size, passed as the struct it packs
+            # (QP._create_flow: struct ibv_flow_attr and its specs); `checks`
+            # validate it against {cname}_c_bytes
+            self.decls.append(f"PyObject *{local}_bytes = NULL;")
+            lines.append(f"{local}_bytes = PyBytes_FromObject({var});")
+            lines.append(f"if ({local}_bytes == NULL)")
+            lines.append("    goto exit;")
+            self.cleanup.append(f"Py_XDECREF({local}_bytes);")
+            self.call_args.append(f"({t.spelling})(void *)PyBytes_AsString({local}_bytes)")
         elif convert and convert.startswith("buffer:"):
             size = int(convert.split(":", 1)[1])
             self.decls.append(f"PyObject *{local}_bytes = NULL;")
@@ -875,6 +907,23 @@ class MethodBuilder:
         else:
             self.fail(f"parameter {cname}: cannot convert {t.spelling}")
         self.convert += lines
+
+    def int_out_list(self, cname: str, pointee: Type, count: str) -> None:
+        self.decls.append(f"{pointee.spelling} *{cname}_list = NULL;")
+        self.post_convert += [f"{cname}_list = PyMem_Calloc({count} ? {count} : 1, sizeof(*{cname}_list));",
+                              f"if ({cname}_list == NULL) {{", "    PyErr_NoMemory();",
+                              "    goto exit;", "}"]
+        self.cleanup.append(f"PyMem_Free({cname}_list);")
+        self.call_args.append(f"{cname}_list")
+        getter = _int_getter(f"{cname}_list[i]", pointee).replace("result =", "PyObject *entry =")
+        self.outs.append((cname, [
+            f"item = PyList_New(0);",
+            f"for (size_t i = 0; item != NULL && i < (size_t){count}; i++) {{",
+            f"    {getter}",
+            "    if (entry == NULL || PyList_Append(item, entry) < 0)",
+            "        Py_CLEAR(item);",
+            "    Py_XDECREF(entry);",
+            "}"]))
 
     def handle_arg(self, name: str, var: str, convert: str, default, target: str) -> List[str]:
         """A handle argument stored into a struct member (create_cq_ex's
@@ -1099,6 +1148,9 @@ def coverage(ir: IR, spec: Spec, methods: List[MethodModel]) -> List[Tuple[str, 
         destroy = h.node.get("destroy")
         if destroy:
             bound.setdefault(destroy, []).append(f"{h.name}.close")
+        rel = h.node.get("release")
+        if isinstance(rel, Node) and rel.get("verb"):
+            bound.setdefault(rel["verb"], []).append(f"{h.name}.close (when {rel.get('when')})")
         base = h.node.get("base")
         if isinstance(base, Node) and base.get("upcast"):
             bound.setdefault(base["upcast"], []).append(f"{h.name} (is a {base.get('class')})")

@@ -32,6 +32,16 @@ QP.to_rts = _to_rts
 QP.query = _qp_query
 
 
+def _create_flow(self, attr):
+    from .flow import create_flow
+    return create_flow(self, attr)
+
+
+_create_flow.__doc__ = """create_flow(attr: FlowAttr) -> Flow: attach a steering rule to this QP
+(ibv_create_flow; see ibverbs.flow).  Soft-RoCE: VerbsError EOPNOTSUPP."""
+QP.create_flow = _create_flow
+
+
 def _version() -> str:
     try:
         from importlib.metadata import version
@@ -45,8 +55,11 @@ _ENUMS = ("AccessFlags", "AtomicCap", "DeviceCapFlags", "EventType", "ForkStatus
           "PortCapFlags", "PortState", "QPAttrMask", "QPCreateFlags", "QPState",
           "QPType", "Rate", "ReregMRFlags", "SendFlags", "SRQAttrMask", "SRQType",
           "TransportType", "WCFlags", "WCOpcode", "WCStatus", "WROpcode",
-          "CreateCQWCFlags", "CreateCQAttrFlags", "CQInitAttrMask")
+          "CreateCQWCFlags", "CreateCQAttrFlags", "CQInitAttrMask",
+          "WQType", "WQState", "WQFlags", "FlowAttrType", "FlowSpecType", "FlowFlags",
+          "CounterDescription", "ReadCountersFlags")
 _HELPERS = ("QPInfo", "local_qp_info", "connect_rc", "tensor_addr_len", "reg_tensor")
+_FLOW = ("FlowAttr", "FlowSpecEth", "FlowSpecIPv4", "FlowSpecTCPUDP")
 
 
 def __getattr__(name: str):
@@ -57,6 +70,9 @@ def __getattr__(name: str):
     elif name in _HELPERS:
         from . import helpers
         value = getattr(helpers, name)
+    elif name in _FLOW:
+        from . import flow
+        value = getattr(flow, name)
     elif name == "__version__":
         value = _version()
     else:
@@ -66,4 +82,4 @@ def __getattr__(name: str):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_ENUMS) | set(_HELPERS) | {"__version__"})
+    return sorted(set(globals()) | set(_ENUMS) | set(_HELPERS) | set(_FLOW) | {"__version__"})

@@ -39,6 +39,10 @@ static inline PyObject *ibv_new_ref(PyObject *obj)
     } while (0)
 #endif
 
+/* Before the hidden block below: the pthread functions the header's inline
+ * functions call (ibv_create_wq initialises a mutex) are libc's, not ours. */
+#include <pthread.h>
+
 /* Everything of rdma-core's header stays inside this shared object: the
  * trampolines carry the exported names, and must not be exported again. */
 #pragma GCC visibility push(hidden)

@@ -897,12 +897,17 @@ done:
     return result;
 }
 
+/* srq: 0 a QP, 1 an SRQ, 2 a WQ (ibv_post_wq_recv) */
 static PyObject *post_recv(PyObject *self, PyObject *arg, int srq)
 {
     struct wr_seq s;
     struct chain c;
     if (ibv_check_open(self) < 0)
         return NULL;
+    if (Py_IS_TYPE(arg, PostList_Type) && srq == 2) {
+        PyErr_SetString(PyExc_TypeError, "WQ.post_recv takes a RecvWR or a list of them, not a PostList");
+        return NULL;
+    }
     if (Py_IS_TYPE(arg, PostList_Type))
         return postlist_post(self, arg, srq ? POST_SRQ_RECV : POST_RECV);
     if (wr_seq_init(&s, arg, RecvWR_Type, "RecvWR") < 0)
@@ -925,11 +930,12 @@ static PyObject *post_recv(PyObject *self, PyObject *arg, int srq)
         sge += wr->num_sge;
     }
     struct ibv_recv_wr *bad = NULL;
-    int rc = srq ? ibv_post_srq_recv(SRQ_PTR(self), wrs, &bad)
+    int rc = srq == 2 ? ibv_post_wq_recv(WQ_PTR(self), wrs, &bad)
+           : srq ? ibv_post_srq_recv(SRQ_PTR(self), wrs, &bad)
                  : ibv_post_recv(QP_PTR(self), wrs, &bad);
     if (rc != 0) {
         Py_ssize_t index = bad ? bad - wrs : 0;
-        post_failed(srq ? "ibv_post_srq_recv" : "ibv_post_recv", rc, index,
+        post_failed(srq == 2 ? "ibv_post_wq_recv" : srq ? "ibv_post_srq_recv" : "ibv_post_recv", rc, index,
                     bad ? bad->wr_id : 0);
         goto done;
     }
@@ -948,6 +954,11 @@ PyObject *ibv_hand_QP_post_recv(PyObject *self, PyObject *arg)
 PyObject *ibv_hand_SRQ_post_recv(PyObject *self, PyObject *arg)
 {
     return post_recv(self, arg, 1);
+}
+
+PyObject *ibv_hand_WQ_post_recv(PyObject *self, PyObject *arg)
+{
+    return post_recv(self, arg, 2);
 }
 
 /* ==== prebuilt work request lists ======================================== */
