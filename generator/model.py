@@ -501,6 +501,11 @@ class Builder:
                     attributes.append((aname, guard + [
                         f"result = PyLong_FromUnsignedLongLong((unsigned long long)({aspec['expr']}));"]))
                     continue
+                if isinstance(aspec, Node) and "path" in aspec:
+                    # {path, since}: a member newer than some headers
+                    if "since" in aspec and not _has_member(self.ir, record, aspec["path"]):
+                        continue
+                    aspec = aspec["path"]
                 if isinstance(aspec, str):
                     t = _member_type(self.ir, record, aspec, where)
                     if not _is_int(t):
@@ -537,6 +542,8 @@ class Builder:
                             f"(a state flag) and 'verb'")
         if rel["when"] not in (h.node.get("state") or {}):
             raise SpecError(f"{rel.where('when')}: {h.name}: no state {rel['when']!r}")
+        if self.ir.function(rel["verb"]) is None and rel["verb"] in self.spec.optional:
+            return None     # older headers: nothing can be imported either
         if self.ir.function(rel["verb"]) is None:
             raise SpecError(f"{rel.where('verb')}: {h.name}: no function {rel['verb']}")
         return (rel["when"], rel["verb"])
