@@ -17,6 +17,9 @@
 #include "common.h"
 #include "objects.h"
 
+/* handles.c: a handle inherited across fork() (the parent's verbs object) */
+IBV_HIDDEN int ibv_handle_foreign(PyObject *obj);
+
 int ibv_cq_check_not_polling(PyObject *cq)
 {
     if (CQEx_Type != NULL && PyObject_TypeCheck(cq, CQEx_Type) &&
@@ -97,8 +100,10 @@ PyObject *ibv_hand_CQEx_end_poll(PyObject *self, PyObject *unused)
 
 void ibv_cqex_before_dealloc(struct CQExObject *self)
 {
-    /* Dropped mid-poll: release the provider's lock before the CQ goes. */
-    if (self->polling)
+    /* Dropped mid-poll: release the provider's lock before the CQ goes.
+     * Not in a fork() child: end_poll would advance the consumer index of
+     * the parent's CQ, whose queue is shared memory. */
+    if (self->polling && !ibv_handle_foreign((PyObject *)self))
         stop_polling(self);
 }
 

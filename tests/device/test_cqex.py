@@ -345,3 +345,16 @@ def test_create_cq_ex_single_threaded_flag(ib, ctx):
     else:
         assert cq.start_poll() is False
         cq.close()
+
+
+def test_cqex_objects_dropped_without_close_free_their_kernel_cqs(ib, ctx):
+    from conftest import kernel_counts
+    before, open_before = kernel_counts(), ib.CQ._open_count()
+    cqs = [ctx.create_cq_ex(8, wc_flags=0) for _ in range(10)]
+    assert kernel_counts() != before                 # they are real kernel CQs
+    assert ib.CQ._open_count() == open_before + 10   # a CQEx counts as a CQ
+    assert [cq.start_poll() for cq in cqs] == [False] * 10
+    del cqs
+    gc.collect()
+    assert ib.CQ._open_count() == open_before
+    assert kernel_counts() == before
