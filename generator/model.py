@@ -480,6 +480,9 @@ class Builder:
                 if base is None:
                     raise SpecError(f"{bspec.where('class')}: {h.name}: base {bspec['class']} "
                                     f"must be a handle class defined before it")
+                if base.has_gc or base.base is not None:
+                    raise SpecError(f"{bspec.where('class')}: {h.name}: subhandle.c.h.j2 supports "
+                                    f"bases without slots that are no subclass themselves")
                 upcast = bspec["upcast"]
                 if self.ir.function(upcast) is None:
                     raise SpecError(f"{bspec.where('upcast')}: {h.name}: no function {upcast}")
