@@ -358,3 +358,27 @@ def test_cqex_objects_dropped_without_close_free_their_kernel_cqs(ib, ctx):
     gc.collect()
     assert ib.CQ._open_count() == open_before
     assert kernel_counts() == before
+
+
+def test_another_thread_polling_mid_poll_gets_an_error_not_a_deadlock(ib, ex_pair, make_buffer):
+    import threading
+    src, dst = make_buffer(64, fill=1), make_buffer(64)
+    send_imm(ib, ex_pair, src, dst, 64, wr_id=2)
+    cq = ex_pair.cq_b
+    start_poll_until(cq)
+    errors = []
+
+    def other():
+        for call in (lambda: cq.poll(1), cq.start_poll, cq.close):
+            try:
+                call()
+            except (RuntimeError, ib.VerbsError) as e:
+                errors.append(type(e).__name__)
+    t = threading.Thread(target=other)
+    t.start()
+    t.join(30)
+    assert not t.is_alive()
+    assert errors == ["RuntimeError", "RuntimeError", "VerbsError"]
+    assert cq.wr_id == 1002
+    cq.end_poll()
+    poll_until(ex_pair.cq_a)
