@@ -191,6 +191,12 @@ def spec_refs(spec, ir_new: IR, ir_old: IR) -> SpecRefs:
         refs.where.setdefault(node["ctype"], node.where("ctype"))
         if node.get("destroy"):
             bind(node["destroy"], f"{h.name}.close", node.where("destroy"))
+        release = node.get("release")
+        if isinstance(release, dict) and release.get("verb"):
+            bind(release["verb"], f"{h.name}.close", node.where("release"))
+        base = node.get("base")
+        if isinstance(base, dict) and base.get("upcast"):
+            bind(base["upcast"], h.name, node.where("base"))
         for aname, aspec in (node.get("attributes") or {}).items():
             if isinstance(aspec, str):
                 refs.record_fields.setdefault(node["ctype"], []).append(

@@ -87,6 +87,17 @@ class HandleModel:
     before_destroy: Optional[str]
     registered: bool
     methods: List[MethodModel]
+    # A subclass of another handle class (spec `base:`): `base` is that
+    # class's model, `upcast` the verb that turns this ctype into the
+    # base's (ibv_cq_ex_to_cq); the object stores the upcast pointer, so
+    # every method of the base works unchanged.
+    base: Optional["HandleModel"] = None
+    upcast: Optional[str] = None
+    before_dealloc: Optional[str] = None
+    is_base: bool = False
+    # (state flag, verb): when the flag is set, close() releases the object
+    # with that verb instead of destroying it (an imported DM is unimported)
+    release: Optional[Tuple[str, str]] = None
 
     @property
     def has_gc(self) -> bool:
@@ -440,7 +451,9 @@ class Builder:
 
     # -- handles --
     def handles(self) -> List[HandleModel]:
-        out = []
+        out: List[HandleModel] = []
+        bases = {h.node["base"]["class"] for h in self.spec.handles
+                 if isinstance(h.node.get("base"), Node)}
         for h in self.spec.handles:
             node = h.node
             record = self.ir.record(node["ctype"])
@@ -457,9 +470,45 @@ class Builder:
                     raise SpecError(f"{node['parents'].where(pname)}: {h.name}: unknown "
                                     f"parent class {pcls}")
                 parents.append((pname, pcls, optional))
+            base = upcast = None
+            if "base" in node:
+                bspec = node["base"]
+                if not isinstance(bspec, Node) or set(bspec) != {"class", "upcast"}:
+                    raise SpecError(f"{node.where('base')}: {h.name}: base needs exactly "
+                                    f"'class' and 'upcast'")
+                base = next((b for b in out if b.name == bspec["class"]), None)
+                if base is None:
+                    raise SpecError(f"{bspec.where('class')}: {h.name}: base {bspec['class']} "
+                                    f"must be a handle class defined before it")
+                if base.has_gc or base.base is not None:
+                    raise SpecError(f"{bspec.where('class')}: {h.name}: subhandle.c.h.j2 supports "
+                                    f"bases without slots that are no subclass themselves")
+                upcast = bspec["upcast"]
+                if self.ir.function(upcast) is None:
+                    raise SpecError(f"{bspec.where('upcast')}: {h.name}: no function {upcast}")
+                if parents or destroy:
+                    raise SpecError(f"{node.where()}: {h.name}: a subclass takes its parents "
+                                    f"and destroy verb from its base {base.name}")
+                parents = list(base.parents)
+                destroy = base.destroy
             attributes = []
             for aname, aspec in (node.get("attributes") or {}).items():
                 where = node["attributes"].where(aname)
+                if isinstance(aspec, Node) and "checks" in aspec:
+                    guard = []
+                    for chk in aspec["checks"]:
+                        exc = chk.get("error", "ValueError")
+                        guard += [f"if (!({chk['expr']})) {{",
+                                  f'    PyErr_SetString(PyExc_{exc}, "{h.name}.{aname}: {chk["message"]}");',
+                                  "    return NULL;", "}"]
+                    attributes.append((aname, guard + [
+                        f"result = PyLong_FromUnsignedLongLong((unsigned long long)({aspec['expr']}));"]))
+                    continue
+                if isinstance(aspec, Node) and "path" in aspec:
+                    # {path, since}: a member newer than some headers
+                    if "since" in aspec and not _has_member(self.ir, record, aspec["path"]):
+                        continue
+                    aspec = aspec["path"]
                 if isinstance(aspec, str):
                     t = _member_type(self.ir, record, aspec, where)
                     if not _is_int(t):
@@ -477,11 +526,30 @@ class Builder:
                      for sname, sspec in (node.get("slots") or {}).items()]
             state = list((node.get("state") or {}).items())
             methods = [self.method(m) for m in h.methods if not self.absent(m)]
+            registered = bool(node.get("registered", False)) or bool(base and base.registered)
             out.append(HandleModel(h.name, node["ctype"], node.get("doc", ""), destroy,
                                    parents, attributes, slots, state,
-                                   node.get("before_destroy"), bool(node.get("registered", False)),
-                                   methods))
+                                   node.get("before_destroy"), registered,
+                                   methods, base=base, upcast=upcast,
+                                   before_dealloc=node.get("before_dealloc"),
+                                   is_base=h.name in bases,
+                                   release=self.release(h)))
         return out
+
+    def release(self, h) -> Optional[Tuple[str, str]]:
+        rel = h.node.get("release")
+        if rel is None:
+            return None
+        if not isinstance(rel, Node) or set(rel) != {"when", "verb"}:
+            raise SpecError(f"{h.node.where('release')}: {h.name}: release needs 'when' "
+                            f"(a state flag) and 'verb'")
+        if rel["when"] not in (h.node.get("state") or {}):
+            raise SpecError(f"{rel.where('when')}: {h.name}: no state {rel['when']!r}")
+        if self.ir.function(rel["verb"]) is None and rel["verb"] in self.spec.optional:
+            return None     # older headers: nothing can be imported either
+        if self.ir.function(rel["verb"]) is None:
+            raise SpecError(f"{rel.where('verb')}: {h.name}: no function {rel['verb']}")
+        return (rel["when"], rel["verb"])
 
     # -- methods --
     def absent(self, m: Method) -> bool:
@@ -601,7 +669,11 @@ class MethodBuilder:
             body.append(f'if (!PyArg_ParseTupleAndKeywords(args, kwargs, "{fmt}:{m.name}", kwlist,')
             body.append("        " + ", ".join(f"&{a.name}_obj" for a in self.args) + "))")
             body.append("    goto exit;")
-        if owner:
+        if owner and "base" in self.b.spec.handle(owner).node:
+            # a subclass stores its base's pointer; its own is kept beside it
+            body += ["if (ibv_check_open(self) < 0)", "    goto exit;",
+                     f"self_ptr = {owner}_PTR(self);"]
+        elif owner:
             body += ["if (ibv_check_open(self) < 0)", "    goto exit;",
                      f"self_ptr = ({self.b.spec.handle(owner).node['ctype']} *)IBV_HANDLE(self)->ptr;"]
         # availability of optional symbols
@@ -641,6 +713,9 @@ class MethodBuilder:
             body += ["if (rc < 0) {", f'    ibv_raise("{f.name}", ibv_error_code(rc));',
                      "    goto exit;", "}"]
         body += self.result(f, result_t)
+        if m.node.get("epilogue"):
+            # runs once the result exists (e.g. records how a new object was made)
+            body += ["if (return_value != NULL) {", "    " + m.node["epilogue"], "}"]
         body.append("")
         body.append("exit:")
         body += self.cleanup
@@ -729,6 +804,11 @@ class MethodBuilder:
             if kind == "list":
                 pointee = t.pointee
                 cls = self.b.struct_by_ctype.get(pointee.decl or pointee.spelling) if pointee else None
+                if cls is None and pointee is not None and _is_int(pointee):
+                    # a list of integers (ibv_read_counters): `count` entries,
+                    # all filled by the verb
+                    self.int_out_list(cname, pointee, f"{pspec['count']}_c")
+                    return
                 if cls is None:
                     self.fail(f"out list {cname}: no struct class for {t.spelling}")
                 count = f"{pspec['count']}_c"
@@ -797,6 +877,16 @@ class MethodBuilder:
             lines.append(f"if (ibv_wc_to_c({var}, &{local}) < 0)")
             lines.append("    goto exit;")
             self.call_args.append(f"&{local}")
+        elif convert == "bytes":
+            # a bytes-like of any size, passed as the struct it packs
+            # (QP._create_flow: struct ibv_flow_attr and its specs); `checks`
+            # validate it against {cname}_c_bytes
+            self.decls.append(f"PyObject *{local}_bytes = NULL;")
+            lines.append(f"{local}_bytes = PyBytes_FromObject({var});")
+            lines.append(f"if ({local}_bytes == NULL)")
+            lines.append("    goto exit;")
+            self.cleanup.append(f"Py_XDECREF({local}_bytes);")
+            self.call_args.append(f"({t.spelling})(void *)PyBytes_AsString({local}_bytes)")
         elif convert and convert.startswith("buffer:"):
             size = int(convert.split(":", 1)[1])
             self.decls.append(f"PyObject *{local}_bytes = NULL;")
@@ -827,6 +917,41 @@ class MethodBuilder:
         else:
             self.fail(f"parameter {cname}: cannot convert {t.spelling}")
         self.convert += lines
+
+    def int_out_list(self, cname: str, pointee: Type, count: str) -> None:
+        self.decls.append(f"{pointee.spelling} *{cname}_list = NULL;")
+        self.post_convert += [f"{cname}_list = PyMem_Calloc({count} ? {count} : 1, sizeof(*{cname}_list));",
+                              f"if ({cname}_list == NULL) {{", "    PyErr_NoMemory();",
+                              "    goto exit;", "}"]
+        self.cleanup.append(f"PyMem_Free({cname}_list);")
+        self.call_args.append(f"{cname}_list")
+        getter = _int_getter(f"{cname}_list[i]", pointee).replace("result =", "PyObject *entry =")
+        self.outs.append((cname, [
+            f"item = PyList_New(0);",
+            f"for (size_t i = 0; item != NULL && i < (size_t){count}; i++) {{",
+            f"    {getter}",
+            "    if (entry == NULL || PyList_Append(item, entry) < 0)",
+            "        Py_CLEAR(item);",
+            "    Py_XDECREF(entry);",
+            "}"]))
+
+    def handle_arg(self, name: str, var: str, convert: str, default, target: str) -> List[str]:
+        """A handle argument stored into a struct member (create_cq_ex's
+        channel): the object stays in the PyObject variable `name`, so that
+        `returns: parents:` can name it."""
+        cls = convert.split(":", 1)[1]
+        if cls not in self.b.handle_names:
+            self.fail(f"unknown handle class {cls}")
+        hctype = self.b.spec.handle(cls).node["ctype"]
+        self.decls.append(f"PyObject *{name} = NULL;")
+        none_ok = 1 if default is None else 0
+        lines = [f"if ({var} != NULL) {{",
+                 f'    if (ibv_conv_handle({var}, "{name}", {cls}_Type, {none_ok}, &{name}) < 0)',
+                 "        goto exit;",
+                 f"    if ({name} != NULL)",
+                 f"        {target} = ({hctype} *)IBV_HANDLE({name})->ptr;",
+                 "}"]
+        return lines + self.context_check(name, target, hctype)
 
     def optional_wrap(self, var: str, default, lines: List[str]) -> List[str]:
         if default == "__required__":
@@ -867,6 +992,10 @@ class MethodBuilder:
             name = fspec["arg"]
             default = _spec_default(fspec)
             var = self.add_arg(name, default)
+            convert = fspec.get("convert")
+            if convert and convert.startswith("handle:"):
+                self.convert += self.handle_arg(name, var, convert, default, target)
+                continue
             conv = _int_convert(var, target, ft, name,
                                 None if fspec.get("min") is None else str(fspec["min"]),
                                 None if fspec.get("max") is None else str(fspec["max"]))
@@ -951,7 +1080,10 @@ class MethodBuilder:
             if hspec is None:
                 self.fail(f"returns a new {cls}, which is not a handle class", "returns")
             parents = []
-            declared = list((hspec.node.get("parents") or {}).keys())
+            pnode = hspec.node
+            if isinstance(pnode.get("base"), Node):    # a subclass has its base's parents
+                pnode = self.b.spec.handle(pnode["base"]["class"]).node
+            declared = list((pnode.get("parents") or {}).keys())
             given = ret.get("parents") or {}
             for pname in declared:
                 src = given.get(pname)
@@ -973,6 +1105,9 @@ class MethodBuilder:
             return [_int_getter("rc", result_t).replace("result =", "return_value =")]
         if ret == "bool":
             return ["return_value = PyBool_FromLong(rc != 0);"]
+        if ret == "be32":
+            # network order in C, host order in Python (as WC.imm_data)
+            return ["return_value = PyLong_FromUnsignedLong(be32toh(rc));"]
         if ret == "str":
             return ["return_value = rc ? PyUnicode_FromString(rc) : Py_NewRef(Py_None);"]
         if ret not in (None, "out", "none"):
@@ -1023,6 +1158,12 @@ def coverage(ir: IR, spec: Spec, methods: List[MethodModel]) -> List[Tuple[str, 
         destroy = h.node.get("destroy")
         if destroy:
             bound.setdefault(destroy, []).append(f"{h.name}.close")
+        rel = h.node.get("release")
+        if isinstance(rel, Node) and rel.get("verb"):
+            bound.setdefault(rel["verb"], []).append(f"{h.name}.close (when {rel.get('when')})")
+        base = h.node.get("base")
+        if isinstance(base, Node) and base.get("upcast"):
+            bound.setdefault(base["upcast"], []).append(f"{h.name} (is a {base.get('class')})")
     rows = []
     for f in public_functions(ir):
         if f.name in bound:

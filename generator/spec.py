@@ -75,13 +75,16 @@ def _load_file(path: str, display: str) -> Node:
 
 # --- the validated spec ------------------------------------------------------
 
-TOP_KEYS = {"handles", "structs", "enums", "functions", "symbols", "exclusions"}
+TOP_KEYS = {"handles", "structs", "enums", "functions", "symbols", "exclusions",
+            "methods"}
 HANDLE_KEYS = {"ctype", "doc", "destroy", "parents", "attributes", "methods",
-               "slots", "state", "before_destroy", "registered"}
+               "slots", "state", "before_destroy", "registered",
+               "base", "before_dealloc", "release"}
 STRUCT_KEYS = {"ctype", "doc", "fields", "writable", "since"}
 ENUM_KEYS = {"c", "match", "kind", "prefix", "since"}
 METHOD_KEYS = {"verb", "params", "errors", "returns", "gil", "checks", "doc",
-               "requires", "signature", "hand", "verbs", "prologue", "since"}
+               "requires", "signature", "hand", "verbs", "prologue", "since",
+               "epilogue"}
 ERROR_CONVENTIONS = {"null", "errno", "negative", "none"}
 ENUM_KINDS = {"IntEnum", "IntFlag"}
 
@@ -180,6 +183,9 @@ def load(spec_dir: str) -> Spec:
         raise SpecError(f"{spec_dir}: no *.yaml files")
     digest = hashlib.sha256()
     spec = Spec(files=[], sha256="")
+    # `methods: {Class: {...}}` adds methods to a class of another file
+    # (Context.create_cq_ex lives in spec/cqex.yaml with the rest of CQEx).
+    extra_methods: List[tuple] = []
     for name in names:
         path = os.path.join(spec_dir, name)
         display = f"spec/{name}"
@@ -210,6 +216,12 @@ def load(spec_dir: str) -> Spec:
             if "prefix" not in node:
                 raise SpecError(f"{node.where()}: {cls}: needs 'prefix'")
             spec.enums.append(EnumSpec(cls, node))
+        for cls, mnodes in (data.get("methods") or {}).items():
+            if not isinstance(mnodes, Node):
+                raise SpecError(f"{data['methods'].where(cls)}: methods of {cls}: expected a mapping")
+            for m, mnode in mnodes.items():
+                extra_methods.append((cls, _method(m, cls, mnode, mnodes.where(m)),
+                                      data["methods"].where(cls)))
         functions = data.get("functions") or {}
         for fname, node in functions.items():
             spec.functions.append(_method(fname, "", node, functions.where(fname)))
@@ -224,6 +236,13 @@ def load(spec_dir: str) -> Spec:
                                 f"needs a real reason")
             spec.exclusions[fname] = reason.strip()
             spec.exclusion_where[fname] = exclusions.where(fname)
+    for cls, method, where in extra_methods:
+        handle = spec.handle(cls)
+        if handle is None:
+            raise SpecError(f"{where}: methods of {cls}: no handle class {cls}")
+        if any(m.name == method.name for m in handle.methods):
+            raise SpecError(f"{method.where()}: {cls}.{method.name} is already defined")
+        handle.methods.append(method)
     _check_unique(spec)
     spec.sha256 = digest.hexdigest()
     return spec

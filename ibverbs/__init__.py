@@ -53,6 +53,16 @@ def fork_init() -> None:
     _ibverbs.fork_init()
 
 
+def _create_flow(self, attr):
+    from .flow import create_flow
+    return create_flow(self, attr)
+
+
+_create_flow.__doc__ = """create_flow(attr: FlowAttr) -> Flow: attach a steering rule to this QP
+(ibv_create_flow; see ibverbs.flow).  Soft-RoCE: VerbsError EOPNOTSUPP."""
+QP.create_flow = _create_flow
+
+
 def _version() -> str:
     try:
         from importlib.metadata import version
@@ -65,8 +75,12 @@ _ENUMS = ("AccessFlags", "AtomicCap", "DeviceCapFlags", "EventType", "ForkStatus
           "GIDType", "LinkLayer", "MigState", "MTU", "MWType", "NodeType",
           "PortCapFlags", "PortState", "QPAttrMask", "QPCreateFlags", "QPState",
           "QPType", "Rate", "ReregMRFlags", "SendFlags", "SRQAttrMask", "SRQType",
-          "TransportType", "WCFlags", "WCOpcode", "WCStatus", "WROpcode")
+          "TransportType", "WCFlags", "WCOpcode", "WCStatus", "WROpcode",
+          "CreateCQWCFlags", "CreateCQAttrFlags", "CQInitAttrMask",
+          "WQType", "WQState", "WQFlags", "FlowAttrType", "FlowSpecType", "FlowFlags",
+          "CounterDescription", "ReadCountersFlags")
 _HELPERS = ("QPInfo", "local_qp_info", "connect_rc", "tensor_addr_len", "reg_tensor")
+_FLOW = ("FlowAttr", "FlowSpecEth", "FlowSpecIPv4", "FlowSpecTCPUDP")
 
 
 def __getattr__(name: str):
@@ -77,6 +91,9 @@ def __getattr__(name: str):
     elif name in _HELPERS:
         from . import helpers
         value = getattr(helpers, name)
+    elif name in _FLOW:
+        from . import flow
+        value = getattr(flow, name)
     elif name == "__version__":
         value = _version()
     else:
@@ -86,4 +103,4 @@ def __getattr__(name: str):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_ENUMS) | set(_HELPERS) | {"__version__"})
+    return sorted(set(globals()) | set(_ENUMS) | set(_HELPERS) | set(_FLOW) | {"__version__"})

@@ -39,6 +39,10 @@ static inline PyObject *ibv_new_ref(PyObject *obj)
     } while (0)
 #endif
 
+/* Before the hidden block below: the pthread functions the header's inline
+ * functions call (ibv_create_wq initialises a mutex) are libc's, not ours. */
+#include <pthread.h>
+
 /* Everything of rdma-core's header stays inside this shared object: the
  * trampolines carry the exported names, and must not be exported again. */
 #pragma GCC visibility push(hidden)
@@ -128,6 +132,10 @@ static inline int ibv_check_open(PyObject *obj)
     }
     return 0;
 }
+
+/* cqex.c: RuntimeError (-1) when cq is a CQEx between start_poll() and
+ * end_poll(), whose provider lock a poll/resize would deadlock on. */
+IBV_HIDDEN int ibv_cq_check_not_polling(PyObject *cq);
 
 /* close() may go ahead: no live children, no call in flight. */
 IBV_HIDDEN int ibv_check_closable(PyObject *obj, const char *verb);

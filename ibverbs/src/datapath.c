@@ -941,12 +941,17 @@ done:
     return result;
 }
 
+/* srq: 0 a QP, 1 an SRQ, 2 a WQ (ibv_post_wq_recv) */
 static PyObject *post_recv(PyObject *self, PyObject *arg, int srq)
 {
     struct wr_seq s;
     struct chain c;
     if (ibv_check_open(self) < 0)
         return NULL;
+    if (Py_IS_TYPE(arg, PostList_Type) && srq == 2) {
+        PyErr_SetString(PyExc_TypeError, "WQ.post_recv takes a RecvWR or a list of them, not a PostList");
+        return NULL;
+    }
     if (Py_IS_TYPE(arg, PostList_Type))
         return postlist_post(self, arg, srq ? POST_SRQ_RECV : POST_RECV);
     if (wr_seq_init(&s, arg, RecvWR_Type, "RecvWR") < 0)
@@ -969,11 +974,12 @@ static PyObject *post_recv(PyObject *self, PyObject *arg, int srq)
         sge += wr->num_sge;
     }
     struct ibv_recv_wr *bad = NULL;
-    int rc = srq ? ibv_post_srq_recv(SRQ_PTR(self), wrs, &bad)
+    int rc = srq == 2 ? ibv_post_wq_recv(WQ_PTR(self), wrs, &bad)
+           : srq ? ibv_post_srq_recv(SRQ_PTR(self), wrs, &bad)
                  : ibv_post_recv(QP_PTR(self), wrs, &bad);
     if (rc != 0) {
         Py_ssize_t index = bad ? bad - wrs : 0;
-        post_failed(srq ? "ibv_post_srq_recv" : "ibv_post_recv", rc, index,
+        post_failed(srq == 2 ? "ibv_post_wq_recv" : srq ? "ibv_post_srq_recv" : "ibv_post_recv", rc, index,
                     bad ? bad->wr_id : 0);
         goto done;
     }
@@ -992,6 +998,11 @@ PyObject *ibv_hand_QP_post_recv(PyObject *self, PyObject *arg)
 PyObject *ibv_hand_SRQ_post_recv(PyObject *self, PyObject *arg)
 {
     return post_recv(self, arg, 1);
+}
+
+PyObject *ibv_hand_WQ_post_recv(PyObject *self, PyObject *arg)
+{
+    return post_recv(self, arg, 2);
 }
 
 /* ==== prebuilt work request lists ======================================== */
@@ -1939,7 +1950,7 @@ PyObject *ibv_hand_CQ_poll(PyObject *self, PyObject *arg)
 {
     int num;
     struct ibv_wc stack[STACK_WCS], *wcs = stack;
-    if (ibv_check_open(self) < 0)
+    if (ibv_check_open(self) < 0 || ibv_cq_check_not_polling(self) < 0)
         return NULL;
     if (num_entries_arg(arg, &num) < 0)
         return NULL;
@@ -2231,7 +2242,7 @@ static PyType_Spec WCBuffer_spec = {"ibverbs.WCBuffer", sizeof(WCBufferObject), 
 
 PyObject *ibv_hand_CQ_poll_into(PyObject *self, PyObject *arg)
 {
-    if (ibv_check_open(self) < 0)
+    if (ibv_check_open(self) < 0 || ibv_cq_check_not_polling(self) < 0)
         return NULL;
     if (!Py_IS_TYPE(arg, WCBuffer_Type)) {
         PyErr_Format(PyExc_TypeError, "poll_into needs a WCBuffer, not %s", ibv_type_name(arg));

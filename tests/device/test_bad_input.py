@@ -197,6 +197,7 @@ def test_a_closed_handle_argument_is_ebadf(ib, pool):
         p = params[i]
         closed = {"CompChannel": lambda: pool.ctx.create_comp_channel(),
                   "PD": lambda: pool.ctx.alloc_pd(),
+                  "CQ": lambda: pool.ctx.create_cq(4),
                   "MW": lambda: pool.pd.alloc_mw(ib.MWType.TYPE_2)}[p.type]()
         closed.close()
         with pytest.raises(ib.VerbsError) as exc:

@@ -107,6 +107,10 @@ def write_spec(tmp_path, name, text):
      "spec/zz.yaml:5: f: 'errors' must be one of"),
     ("handles:\n  PD:\n    ctype: struct ibv_pd\n", "PD already defined at spec/pd.yaml:"),
     ("handles: [1, 2\n", "spec/zz.yaml"),
+    ("methods:\n  NoSuchClass:\n    f: {hand: \"f()\", doc: x}\n",
+     "spec/zz.yaml:2: methods of NoSuchClass: no handle class NoSuchClass"),
+    ("methods:\n  Context:\n    alloc_pd: {hand: \"alloc_pd()\", doc: x}\n",
+     "Context.alloc_pd is already defined"),
 ])
 def test_spec_errors_name_the_file_and_line(tmp_path, text, message):
     d = write_spec(tmp_path, "zz.yaml", text)
@@ -124,12 +128,35 @@ def test_spec_errors_name_the_file_and_line(tmp_path, text, message):
      "f: parameter 'rkey' of ibv_inc_rkey is not mapped"),
     ("enums:\n  Foo: {c: enum ibv_nothing, kind: IntEnum, prefix: IBV_}\n",
      "spec/zz.yaml:2: Foo: no enum ibv_nothing"),
+    ("handles:\n  Sub:\n    ctype: struct ibv_cq_ex\n    base: {class: Nope, upcast: ibv_cq_ex_to_cq}\n",
+     "Sub: base Nope must be a handle class defined before it"),
+    ("handles:\n  Sub:\n    ctype: struct ibv_cq_ex\n    base: {class: CQ}\n",
+     "spec/zz.yaml:4: Sub: base needs exactly 'class' and 'upcast'"),
+    ("handles:\n  Sub:\n    ctype: struct ibv_cq_ex\n    destroy: ibv_destroy_cq\n"
+     "    base: {class: CQ, upcast: ibv_cq_ex_to_cq}\n",
+     "Sub: a subclass takes its parents and destroy verb from its base CQ"),
+    ("handles:\n  D2:\n    ctype: struct ibv_dm\n    destroy: ibv_free_dm\n"
+     "    release: {when: imported, verb: ibv_unimport_dm}\n",
+     "D2: no state 'imported'"),
 ])
 def test_model_errors_name_the_file_and_line(tmp_path, ir, text, message):
     d = write_spec(tmp_path, "zz.yaml", text)
     with pytest.raises(spec.SpecError) as exc:
         model.build(ir, spec.load(d))
     assert message in str(exc.value)
+
+
+def test_a_subclass_handle_shares_its_base_parents_and_pointer(built):
+    cqex = next(h for h in built.handles if h.name == "CQEx")
+    cq = next(h for h in built.handles if h.name == "CQ")
+    assert cqex.base is cq and cq.is_base and cqex.upcast == "ibv_cq_ex_to_cq"
+    assert cqex.parents == cq.parents and cqex.destroy == "ibv_destroy_cq"
+    create = next(m for h in built.handles if h.name == "Context" for m in h.methods
+                  if m.name == "create_cq_ex")
+    assert any("CQEx_wrap(rc, self, channel)" in line for line in create.body)
+    reader = next(m for m in cqex.methods if m.name == "read_imm_data")
+    assert any("be32toh" in line for line in reader.body)
+    assert any("IBV_WC_EX_WITH_IMM" in line for line in reader.body)
 
 
 def test_cli_check_reports_a_stale_file(tmp_path, monkeypatch, capsys, ir):

@@ -1,0 +1,128 @@
+/*
+ * The polling loop of extended CQs (CQEx): start_poll / next_poll /
+ * end_poll, and Context.query_rt_values_ex.  The readers (read_opcode,
+ * wr_id, ...) are generated (spec/cqex.yaml); they run only while `current`
+ * is set here, and only for the fields requested in wc_flags.
+ *
+ * A provider's start_poll takes the CQ's lock and holds it until end_poll
+ * (rxe: a spinlock).  So, between a start_poll() that returned True and
+ * end_poll():
+ *   - the CQEx counts as busy: close() raises VerbsError EBUSY;
+ *   - CQ.poll(), poll_into(), resize() and modify() of that CQ, and a
+ *     second start_poll(), raise RuntimeError instead of deadlocking on
+ *     the lock (ibv_cq_check_not_polling);
+ *   - a CQEx garbage-collected mid-poll is ended first (before_dealloc).
+ * start_poll() returning ENOENT (empty CQ) leaves nothing to end: False.
+ */
+#include "common.h"
+#include "objects.h"
+
+/* handles.c: a handle inherited across fork() (the parent's verbs object) */
+IBV_HIDDEN int ibv_handle_foreign(PyObject *obj);
+
+int ibv_cq_check_not_polling(PyObject *cq)
+{
+    if (CQEx_Type != NULL && PyObject_TypeCheck(cq, CQEx_Type) &&
+        ((struct CQExObject *)cq)->polling) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "this CQEx is between start_poll() and end_poll(): "
+                        "call end_poll() first");
+        return -1;
+    }
+    return 0;
+}
+
+static void stop_polling(struct CQExObject *cq)
+{
+    ibv_end_poll(cq->ex_ptr);
+    cq->polling = 0;
+    cq->current = 0;
+    IBV_HANDLE(cq)->busy--;    /* taken by start_poll() */
+}
+
+PyObject *ibv_hand_CQEx_start_poll(PyObject *self, PyObject *unused)
+{
+    struct CQExObject *cq = (struct CQExObject *)self;
+    (void)unused;
+    if (ibv_check_open(self) < 0)
+        return NULL;
+    if (ibv_cq_check_not_polling(self) < 0)
+        return NULL;
+    struct ibv_poll_cq_attr attr;
+    memset(&attr, 0, sizeof(attr));
+    int rc = ibv_start_poll(cq->ex_ptr, &attr);
+    if (rc == ENOENT)
+        Py_RETURN_FALSE;      /* empty, and not locked: no end_poll() */
+    if (rc != 0)
+        return ibv_raise("ibv_start_poll", ibv_error_code(rc));
+    cq->polling = 1;
+    cq->current = 1;
+    IBV_HANDLE(self)->busy++;  /* close() refuses until end_poll() */
+    Py_RETURN_TRUE;
+}
+
+PyObject *ibv_hand_CQEx_next_poll(PyObject *self, PyObject *unused)
+{
+    struct CQExObject *cq = (struct CQExObject *)self;
+    (void)unused;
+    if (ibv_check_open(self) < 0)
+        return NULL;
+    if (!cq->polling) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "next_poll() needs a start_poll() that returned True first");
+        return NULL;
+    }
+    int rc = ibv_next_poll(cq->ex_ptr);
+    cq->current = rc == 0;
+    if (rc == ENOENT)
+        Py_RETURN_FALSE;      /* still locked: end_poll() remains due */
+    if (rc != 0)
+        return ibv_raise("ibv_next_poll", ibv_error_code(rc));
+    Py_RETURN_TRUE;
+}
+
+PyObject *ibv_hand_CQEx_end_poll(PyObject *self, PyObject *unused)
+{
+    struct CQExObject *cq = (struct CQExObject *)self;
+    (void)unused;
+    if (ibv_check_open(self) < 0)
+        return NULL;
+    if (!cq->polling) {
+        /* ending a poll that is not in progress would unlock a lock the
+         * provider does not hold */
+        PyErr_SetString(PyExc_RuntimeError,
+                        "end_poll() without a start_poll() that returned True");
+        return NULL;
+    }
+    stop_polling(cq);
+    Py_RETURN_NONE;
+}
+
+void ibv_cqex_before_dealloc(struct CQExObject *self)
+{
+    /* Dropped mid-poll: release the provider's lock before the CQ goes.
+     * Not in a fork() child: end_poll would advance the consumer index of
+     * the parent's CQ, whose queue is shared memory. */
+    if (self->polling && !ibv_handle_foreign((PyObject *)self))
+        stop_polling(self);
+}
+
+PyObject *ibv_hand_Context_query_rt_values_ex(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (ibv_check_open(self) < 0)
+        return NULL;
+    struct ibv_values_ex values;
+    memset(&values, 0, sizeof(values));
+    values.comp_mask = IBV_VALUES_MASK_RAW_CLOCK;
+    errno = 0;
+    int rc = ibv_query_rt_values_ex(Context_PTR(self), &values);
+    if (rc != 0)
+        return ibv_raise("ibv_query_rt_values_ex", ibv_error_code(rc));
+    if (!(values.comp_mask & IBV_VALUES_MASK_RAW_CLOCK))
+        return ibv_raise_detail("ibv_query_rt_values_ex", EOPNOTSUPP,
+                                "ibv_query_rt_values_ex failed: the provider "
+                                "returned no raw clock");
+    return Py_BuildValue("(LL)", (long long)values.raw_clock.tv_sec,
+                         (long long)values.raw_clock.tv_nsec);
+}

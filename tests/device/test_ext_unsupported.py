@@ -1,0 +1,105 @@
+"""Device memory, flow steering, flow counters, work queues and RSS tables.
+
+Soft-RoCE implements none of them: each verb must fail with a clean
+VerbsError (EOPNOTSUPP, or the errno libibverbs gives for a missing
+provider op), bad input must be caught before the verb, and nothing may
+leak (the module's leak accounting checks the kernel's and our counts)."""
+import errno
+
+import pytest
+
+UNSUPPORTED = (errno.EOPNOTSUPP, errno.ENOSYS, errno.EPROTONOSUPPORT, errno.EINVAL)
+
+
+def assert_unsupported(excinfo, verb):
+    assert excinfo.value.errno in UNSUPPORTED, excinfo.value
+    assert verb in str(excinfo.value)
+
+
+def test_alloc_dm_is_unsupported_and_checks_arguments(ib, ctx):
+    with pytest.raises(ib.VerbsError) as e:
+        ctx.alloc_dm(4096)
+    assert_unsupported(e, "ibv_alloc_dm")
+    with pytest.raises(ValueError):
+        ctx.alloc_dm(0)
+    with pytest.raises(ValueError):
+        ctx.alloc_dm(4096, log_align_req=-1)
+    with pytest.raises(TypeError):
+        ctx.alloc_dm("4096")
+    assert ib.DM._open_count() == 0
+
+
+def test_import_dm_of_an_unknown_handle_fails_cleanly(ib, ctx):
+    with pytest.raises(ib.VerbsError) as e:
+        ctx.import_dm(12345)
+    assert "ibv_import_dm" in str(e.value) and e.value.errno != 0
+    with pytest.raises(ValueError):
+        ctx.import_dm(-1)
+    assert ib.DM._open_count() == 0
+
+
+def test_create_counters_is_unsupported(ib, ctx):
+    with pytest.raises(ib.VerbsError) as e:
+        ctx.create_counters()
+    assert_unsupported(e, "ibv_create_counters")
+    assert ib.Counters._open_count() == 0
+
+
+def test_create_wq_is_unsupported_and_checks_its_cq(ib, ctx, ctx2, pd, cq):
+    with pytest.raises(ib.VerbsError) as e:
+        pd.create_wq(cq, wq_type=ib.WQType.RQ, max_wr=16)
+    assert_unsupported(e, "ibv_create_wq")
+    with pytest.raises(TypeError):
+        pd.create_wq(object())
+    with pytest.raises(TypeError):
+        pd.create_wq()
+    with pytest.raises(ValueError):
+        pd.create_wq(cq, max_wr=0)
+    if ctx2.name != ctx.name:
+        with ctx2.create_cq(8) as other:
+            with pytest.raises(ValueError, match="another context"):
+                pd.create_wq(other)
+    closed = ctx.create_cq(4)
+    closed.close()
+    with pytest.raises(ib.VerbsError) as e:
+        pd.create_wq(closed)
+    assert e.value.errno == errno.EBADF
+    assert ib.WQ._open_count() == 0
+    # the CQ and PD were not left counted as parents of a WQ
+    cq.close()
+    pd.close()
+
+
+def test_create_rwq_ind_table_checks_its_wq_list(ib, ctx, cq):
+    with pytest.raises(ValueError, match="power of two"):
+        ctx.create_rwq_ind_table([])
+    with pytest.raises(TypeError, match="must be a WQ"):
+        ctx.create_rwq_ind_table([cq])
+    with pytest.raises(ValueError, match="power of two"):
+        ctx.create_rwq_ind_table([cq, cq, cq])
+    with pytest.raises(TypeError):
+        ctx.create_rwq_ind_table(5)
+    assert ib.RWQIndTable._open_count() == 0
+
+
+def test_create_flow_is_unsupported_on_rc_qps_of_rxe(ib, pd, cq):
+    with pd.create_qp(ib.QPInitAttr(cq, cq)) as qp:
+        rule = ib.FlowAttr([ib.FlowSpecEth(dst_mac="02:00:00:00:00:01", ether_type=0x0800),
+                            ib.FlowSpecIPv4(dst_ip="10.0.0.1"),
+                            ib.FlowSpecTCPUDP("udp", dst_port=4791)], port=1)
+        with pytest.raises(ib.VerbsError) as e:
+            qp.create_flow(rule)
+        assert_unsupported(e, "ibv_create_flow")
+        with pytest.raises(TypeError):
+            qp.create_flow(b"\0" * 20)
+        with pytest.raises(ValueError, match="packed struct ibv_flow_attr"):
+            qp._create_flow(b"\0" * 8)
+        with pytest.raises(ValueError, match="packed struct ibv_flow_attr"):
+            qp._create_flow(rule.pack() + b"\0")     # size field disagrees
+    assert ib.Flow._open_count() == 0
+
+
+def test_raw_packet_qp_is_refused_by_rxe(ib, pd, cq):
+    # Flow steering and RSS need raw packet QPs, which rxe does not create.
+    with pytest.raises(ib.VerbsError):
+        pd.create_qp(ib.QPInitAttr(cq, cq, qp_type=ib.QPType.RAW_PACKET))
