@@ -87,6 +87,17 @@ class HandleModel:
     before_destroy: Optional[str]
     registered: bool
     methods: List[MethodModel]
+    # A subclass of another handle class (`base:` in the spec): same verbs
+    # object, the base's parents, destroy and close(); its own methods and
+    # state are added.  `subclassed` marks a base, which then also offers
+    # <Name>_wrap_type() to make objects of a subclass.
+    base: Optional[str] = None
+    subclassed: bool = False
+    hand_attributes: List[Tuple[str, bool, str]] = field(default_factory=list)
+    # A subclass with a destroy of its own (ImportedPD: ibv_unimport_pd) is
+    # a whole handle class again, with the base's object layout.
+    own_destroy: bool = False
+    destroy_void: bool = False     # the destroy verb returns nothing
 
     @property
     def has_gc(self) -> bool:
@@ -477,11 +488,41 @@ class Builder:
                      for sname, sspec in (node.get("slots") or {}).items()]
             state = list((node.get("state") or {}).items())
             methods = [self.method(m) for m in h.methods if not self.absent(m)]
+            hand_attributes = [(aname, bool(aspec.get("writable", False)), aspec.get("doc", ""))
+                               for aname, aspec in (node.get("hand_attributes") or {}).items()]
+            base = node.get("base")
+            registered = bool(node.get("registered", False))
+            if base is not None:
+                parents, destroy, registered, slots = self.base_of(h.name, node, out)
+            dfunc = self.ir.function(destroy) if destroy else None
             out.append(HandleModel(h.name, node["ctype"], node.get("doc", ""), destroy,
                                    parents, attributes, slots, state,
-                                   node.get("before_destroy"), bool(node.get("registered", False)),
-                                   methods))
+                                   node.get("before_destroy"), registered,
+                                   methods, base=base, hand_attributes=hand_attributes,
+                                   own_destroy=base is not None and "destroy" in node,
+                                   destroy_void=dfunc is not None and dfunc.result.kind == "void"))
         return out
+
+    def base_of(self, name: str, node, done: List[HandleModel]):
+        """A subclass handle takes its base's parents, destroy and
+        registration; the base must come first in the spec and own the same
+        C type (its methods run on the subclass's objects unchanged)."""
+        base = next((m for m in done if m.name == node["base"]), None)
+        if base is None:
+            raise SpecError(f"{node.where('base')}: {name}: base {node['base']} must be a "
+                            "handle class declared before it")
+        if base.ctype != node["ctype"]:
+            raise SpecError(f"{node.where('ctype')}: {name}: a subclass owns the same C "
+                            f"type as its base ({base.ctype})")
+        for key in ("parents", "slots", "before_destroy", "registered"):
+            if key in node:
+                raise SpecError(f"{node.where(key)}: {name}: {key} comes from the base "
+                                f"{base.name}")
+        if "destroy" in node and ("state" in node or "hand_attributes" in node):
+            raise SpecError(f"{node.where('destroy')}: {name}: a subclass with its own "
+                            "destroy keeps the base's layout (no state)")
+        base.subclassed = True
+        return base.parents, node.get("destroy", base.destroy), base.registered, base.slots
 
     # -- methods --
     def absent(self, m: Method) -> bool:
@@ -616,6 +657,9 @@ class MethodBuilder:
             body += [f"if (!({chk['expr']})) {{",
                      f'    PyErr_SetString(PyExc_{exc}, "{self.label}: {chk["message"]}");',
                      "    goto exit;", "}"]
+        if m.node.get("guard"):
+            # hand-written precondition: < 0 with an exception set
+            body += [f"if (({m.node['guard']}) < 0)", "    goto exit;"]
         if m.node.get("prologue"):
             body.append(m.node["prologue"])
         call = f"{f.name}({', '.join(self.call_args)})"
@@ -641,6 +685,11 @@ class MethodBuilder:
             body += ["if (rc < 0) {", f'    ibv_raise("{f.name}", ibv_error_code(rc));',
                      "    goto exit;", "}"]
         body += self.result(f, result_t)
+        if owner and sum("self_ptr" in line for line in body) == 2:
+            # only declared and set: the verb takes something else of self
+            # (a QPEx's struct ibv_qp_ex)
+            at = next(i for i, line in enumerate(body) if line.startswith("self_ptr = "))
+            body.insert(at + 1, "(void)self_ptr;")
         body.append("")
         body.append("exit:")
         body += self.cleanup
@@ -792,6 +841,28 @@ class MethodBuilder:
             lines.append(f'if (ibv_conv_gid({var}, "{name}", &{local}) < 0)')
             lines.append("    goto exit;")
             self.call_args.append(f"&{local}" if t.kind == "pointer" else local)
+        elif convert == "be32":
+            # host order in Python, network order in C (imm_data)
+            self.decls.append(f"uint32_t {local} = 0;")
+            lines += self.optional_wrap(var, default, _int_convert(
+                var, local, Type("uint32_t", "int", 4, False), name))
+            self.call_args.append(f"htobe32({local})")
+        elif convert == "bytes":
+            # any bytes-like object, copied; other parameters may use its
+            # size as {cname}_c_size
+            self.decls.append(f"PyObject *{local}_bytes = NULL;")
+            self.decls.append(f"Py_ssize_t {local}_size = 0;")
+            lines.append(f"{local}_bytes = PyBytes_FromObject({var});")
+            lines.append(f"if ({local}_bytes == NULL)")
+            lines.append("    goto exit;")
+            lines.append(f"{local}_size = PyBytes_Size({local}_bytes);")
+            if pspec.get("max") is not None:
+                lines.append(f"if ({local}_size > (Py_ssize_t)({pspec['max']})) {{")
+                lines.append(f'    PyErr_Format(PyExc_ValueError, "{name} must be at most %lld bytes, got %zd", (long long)({pspec["max"]}), {local}_size);')
+                lines.append("    goto exit;")
+                lines.append("}")
+            self.cleanup.append(f"Py_XDECREF({local}_bytes);")
+            self.call_args.append(f"({t.spelling})(void *)PyBytes_AsString({local}_bytes)")
         elif convert == "wc":
             self.decls.append(f"struct ibv_wc {local};")
             lines.append(f"if (ibv_wc_to_c({var}, &{local}) < 0)")
@@ -867,6 +938,11 @@ class MethodBuilder:
             name = fspec["arg"]
             default = _spec_default(fspec)
             var = self.add_arg(name, default)
+            convert = fspec.get("convert")
+            if convert and convert.startswith("handle:"):
+                self.convert += self.struct_handle_field(name, var, target, convert,
+                                                         default, fspec, fields.where(path))
+                continue
             conv = _int_convert(var, target, ft, name,
                                 None if fspec.get("min") is None else str(fspec["min"]),
                                 None if fspec.get("max") is None else str(fspec["max"]))
@@ -883,6 +959,31 @@ class MethodBuilder:
             else:
                 self.convert += conv
         self.call_args.append(f"&{local}")
+
+    def struct_handle_field(self, name: str, var: str, target: str, convert: str,
+                            default, fspec, where: str) -> List[str]:
+        """A struct member pointing to a verbs object, from a handle argument
+        (its Python object is `name`, usable as a parent in `returns`)."""
+        cls = convert.split(":", 1)[1]
+        if cls not in self.b.handle_names:
+            raise SpecError(f"{where}: {self.label}: unknown handle class {cls}")
+        hctype = self.b.spec.handle(cls).node["ctype"]
+        none_ok = 1 if default is None else 0
+        self.decls.append(f"PyObject *{name} = NULL;")
+        lines = [f"if ({var} != NULL) {{",
+                 f'    if (ibv_conv_handle({var}, "{name}", {cls}_Type, {none_ok}, &{name}) < 0)',
+                 "        goto exit;",
+                 "}",
+                 f"if ({name} != NULL) {{",
+                 f"    {target} = ({hctype} *)IBV_HANDLE({name})->ptr;"]
+        if "mask" in fspec:
+            if not self.mask_used:
+                self.decls.append("int mask_bits = 0;")
+                self.mask_used = True
+            lines.append(f"    mask_bits |= {fspec['mask']};")
+        lines.append("}")
+        lines += self.context_check(name, target, hctype)
+        return lines
 
     def out_param(self, cname: str, t: Type, where: str):
         pointee = t.pointee
@@ -951,7 +1052,10 @@ class MethodBuilder:
             if hspec is None:
                 self.fail(f"returns a new {cls}, which is not a handle class", "returns")
             parents = []
-            declared = list((hspec.node.get("parents") or {}).keys())
+            pnode = hspec.node
+            while "base" in pnode:          # a subclass has its base's parents
+                pnode = self.b.spec.handle(pnode["base"]).node
+            declared = list((pnode.get("parents") or {}).keys())
             given = ret.get("parents") or {}
             for pname in declared:
                 src = given.get(pname)

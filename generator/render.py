@@ -57,7 +57,7 @@ def render(model: Model, template_dir: str) -> Dict[str, str]:
     emit("objects.h", "objects.h.j2")
     emit("structs.c.h", "structs.c.h.j2")
     for h in model.handles:
-        emit(f"{h.name.lower()}.c.h", "handle.c.h.j2", h=h)
+        emit(f"{h.name.lower()}.c.h", "subhandle.c.h.j2" if h.base and not h.own_destroy else "handle.c.h.j2", h=h)
     emit("module.c.h", "module.c.h.j2")
     emit("handles.c.h", "includes.c.h.j2",
          includes=[f"{h.name.lower()}.c.h" for h in model.handles])

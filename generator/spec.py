@@ -77,11 +77,13 @@ def _load_file(path: str, display: str) -> Node:
 
 TOP_KEYS = {"handles", "structs", "enums", "functions", "symbols", "exclusions"}
 HANDLE_KEYS = {"ctype", "doc", "destroy", "parents", "attributes", "methods",
-               "slots", "state", "before_destroy", "registered"}
+               "slots", "state", "before_destroy", "registered", "base",
+               "hand_attributes"}
 STRUCT_KEYS = {"ctype", "doc", "fields", "writable", "since"}
 ENUM_KEYS = {"c", "match", "kind", "prefix", "since"}
 METHOD_KEYS = {"verb", "params", "errors", "returns", "gil", "checks", "doc",
-               "requires", "signature", "hand", "verbs", "prologue", "since"}
+               "requires", "signature", "hand", "verbs", "prologue", "since",
+               "guard"}
 ERROR_CONVENTIONS = {"null", "errno", "negative", "none"}
 ENUM_KINDS = {"IntEnum", "IntFlag"}
 
