@@ -646,7 +646,7 @@ QPEx_wr_send_tso(PyObject *self, PyObject *args, PyObject *kwargs)
     }
     if ((ibv_qpex_guard(self, IBV_QPEX_OP(wr_send_tso), "wr_send_tso", IBV_QPEX_OP_NEW)) < 0)
         goto exit;
-    ibv_wr_send_tso(IBV_QPEX(self), (void *)(void *)PyBytes_AsString(hdr_c_bytes), (uint16_t)hdr_c_size, mss_c);
+    ibv_wr_send_tso(IBV_QPEX(self), (void *)PyBytes_AsString(hdr_c_bytes), (uint16_t)hdr_c_size, mss_c);
     return_value = Py_NewRef(Py_None);
 
 exit:
@@ -741,7 +741,7 @@ QPEx_wr_set_inline_data(PyObject *self, PyObject *args, PyObject *kwargs)
     addr_c_size = PyBytes_Size(addr_c_bytes);
     if ((ibv_qpex_guard(self, IBV_QPEX_OP(wr_set_inline_data), "wr_set_inline_data", IBV_QPEX_SETTER)) < 0)
         goto exit;
-    ibv_wr_set_inline_data(IBV_QPEX(self), (void *)(void *)PyBytes_AsString(addr_c_bytes), (size_t)addr_c_size);
+    ibv_wr_set_inline_data(IBV_QPEX(self), (void *)PyBytes_AsString(addr_c_bytes), (size_t)addr_c_size);
     return_value = Py_NewRef(Py_None);
 
 exit:

@@ -862,7 +862,8 @@ class MethodBuilder:
                 lines.append("    goto exit;")
                 lines.append("}")
             self.cleanup.append(f"Py_XDECREF({local}_bytes);")
-            self.call_args.append(f"({t.spelling})(void *)PyBytes_AsString({local}_bytes)")
+            cast = "(void *)" if t.spelling.replace(" ", "") == "void*" else f"({t.spelling})(void *)"
+            self.call_args.append(f"{cast}PyBytes_AsString({local}_bytes)")
         elif convert == "wc":
             self.decls.append(f"struct ibv_wc {local};")
             lines.append(f"if (ibv_wc_to_c({var}, &{local}) < 0)")

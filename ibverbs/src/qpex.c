@@ -93,7 +93,8 @@ int ibv_qpex_guard(PyObject *self, size_t op_offset, const char *name,
 
 int ibv_qp_send_idle(PyObject *self, const char *what)
 {
-    if (QPEx_Type == NULL || !PyObject_TypeCheck(self, QPEx_Type) ||
+    /* On every post_send: a plain QP leaves at the first test. */
+    if (Py_IS_TYPE(self, QP_Type) || QPEx_Type == NULL || !PyObject_TypeCheck(self, QPEx_Type) ||
         !((struct QPExObject *)self)->in_batch)
         return 0;
     ibv_raise_detail(what, EBUSY, "%s: a wr_start() batch is open on this QP: "
