@@ -234,8 +234,9 @@ def test_wr_atomic_write_is_refused_when_not_asked_for(ib, pair, make_buffer):
 
 def test_wr_atomic_write_on_rxe(ib, pd, port, gid_index, access, make_buffer):
     """The 6.1 kernel's rxe accepts the flag at creation but has no atomic
-    write on the wire: the request fails cleanly (a VerbsError at once or
-    an error completion), and nothing is written."""
+    write on the wire: the request ends in an error completion (local QP
+    operation error, seen in the VM) and nothing is written.  A device that
+    has it must land the 8 bytes."""
     p = QPExPair(ib, pd, port, gid_index, access,
                  send_ops_flags=all_ops(ib) | ib.QPCreateSendOps.ATOMIC_WRITE)
     try:
