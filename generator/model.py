@@ -87,17 +87,29 @@ class HandleModel:
     before_destroy: Optional[str]
     registered: bool
     methods: List[MethodModel]
-    # A subclass of another handle class (spec `base:`): `base` is that
-    # class's model, `upcast` the verb that turns this ctype into the
-    # base's (ibv_cq_ex_to_cq); the object stores the upcast pointer, so
-    # every method of the base works unchanged.
+    # A subclass of another handle class (spec `base:`), in one of two forms:
+    # * `base: QP`: the same verbs object (QPEx, ImportedPD): the base's
+    #   layout, parents, destroy and close(), plus its own methods and state;
+    #   objects are made with <Base>_wrap_type();
+    # * `base: {class: CQ, upcast: ibv_cq_ex_to_cq}`: another C type that
+    #   converts to the base's; the object stores the upcast pointer, so every
+    #   method of the base works unchanged, and its own methods see ex_ptr.
     base: Optional["HandleModel"] = None
     upcast: Optional[str] = None
+    subclassed: bool = False           # a base: BASETYPE, and <Name>_wrap_type()
     before_dealloc: Optional[str] = None
-    is_base: bool = False
     # (state flag, verb): when the flag is set, close() releases the object
     # with that verb instead of destroying it (an imported DM is unimported)
     release: Optional[Tuple[str, str]] = None
+    hand_attributes: List[Tuple[str, bool, str]] = field(default_factory=list)
+    # A same-object subclass with a destroy of its own (ImportedPD:
+    # ibv_unimport_pd) is a whole handle class again, with the base's layout.
+    own_destroy: bool = False
+    destroy_void: bool = False     # the destroy verb returns nothing
+
+    @property
+    def is_base(self) -> bool:
+        return self.subclassed
 
     @property
     def has_gc(self) -> bool:
@@ -452,8 +464,8 @@ class Builder:
     # -- handles --
     def handles(self) -> List[HandleModel]:
         out: List[HandleModel] = []
-        bases = {h.node["base"]["class"] for h in self.spec.handles
-                 if isinstance(h.node.get("base"), Node)}
+        bases = {(b["class"] if isinstance(b, Node) else b) for b in
+                 (h.node.get("base") for h in self.spec.handles) if b is not None}
         for h in self.spec.handles:
             node = h.node
             record = self.ir.record(node["ctype"])
@@ -471,7 +483,7 @@ class Builder:
                                     f"parent class {pcls}")
                 parents.append((pname, pcls, optional))
             base = upcast = None
-            if "base" in node:
+            if isinstance(node.get("base"), Node):
                 bspec = node["base"]
                 if not isinstance(bspec, Node) or set(bspec) != {"class", "upcast"}:
                     raise SpecError(f"{node.where('base')}: {h.name}: base needs exactly "
@@ -527,13 +539,23 @@ class Builder:
             state = list((node.get("state") or {}).items())
             methods = [self.method(m) for m in h.methods if not self.absent(m)]
             registered = bool(node.get("registered", False)) or bool(base and base.registered)
+            hand_attributes = [(aname, bool(aspec.get("writable", False)), aspec.get("doc", ""))
+                               for aname, aspec in (node.get("hand_attributes") or {}).items()]
+            own_destroy = False
+            if isinstance(node.get("base"), str):
+                base, parents, destroy, registered, slots = self.base_of(h.name, node, out)
+                own_destroy = "destroy" in node
+            dfunc = self.ir.function(destroy) if destroy else None
             out.append(HandleModel(h.name, node["ctype"], node.get("doc", ""), destroy,
                                    parents, attributes, slots, state,
                                    node.get("before_destroy"), registered,
                                    methods, base=base, upcast=upcast,
                                    before_dealloc=node.get("before_dealloc"),
-                                   is_base=h.name in bases,
-                                   release=self.release(h)))
+                                   subclassed=h.name in bases,
+                                   release=self.release(h),
+                                   hand_attributes=hand_attributes,
+                                   own_destroy=own_destroy,
+                                   destroy_void=dfunc is not None and dfunc.result.kind == "void"))
         return out
 
     def release(self, h) -> Optional[Tuple[str, str]]:
@@ -550,6 +572,28 @@ class Builder:
         if self.ir.function(rel["verb"]) is None:
             raise SpecError(f"{rel.where('verb')}: {h.name}: no function {rel['verb']}")
         return (rel["when"], rel["verb"])
+
+    def base_of(self, name: str, node, done: List[HandleModel]):
+        """A same-object subclass (`base: QP`) takes its base's parents,
+        destroy and registration; the base must come first in the spec and
+        own the same C type (its methods run on the subclass's objects
+        unchanged)."""
+        base = next((m for m in done if m.name == node["base"]), None)
+        if base is None:
+            raise SpecError(f"{node.where('base')}: {name}: base {node['base']} must be a "
+                            "handle class declared before it")
+        if base.ctype != node["ctype"]:
+            raise SpecError(f"{node.where('ctype')}: {name}: a subclass owns the same C "
+                            f"type as its base ({base.ctype}); another type needs "
+                            "base: {class, upcast}")
+        for key in ("parents", "slots", "before_destroy", "registered"):
+            if key in node:
+                raise SpecError(f"{node.where(key)}: {name}: {key} comes from the base "
+                                f"{base.name}")
+        if "destroy" in node and ("state" in node or "hand_attributes" in node):
+            raise SpecError(f"{node.where('destroy')}: {name}: a subclass with its own "
+                            "destroy keeps the base's layout (no state)")
+        return base, base.parents, node.get("destroy", base.destroy), base.registered, base.slots
 
     # -- methods --
     def absent(self, m: Method) -> bool:
@@ -688,6 +732,9 @@ class MethodBuilder:
             body += [f"if (!({chk['expr']})) {{",
                      f'    PyErr_SetString(PyExc_{exc}, "{self.label}: {chk["message"]}");',
                      "    goto exit;", "}"]
+        if m.node.get("guard"):
+            # hand-written precondition: < 0 with an exception set
+            body += [f"if (({m.node['guard']}) < 0)", "    goto exit;"]
         if m.node.get("prologue"):
             body.append(m.node["prologue"])
         call = f"{f.name}({', '.join(self.call_args)})"
@@ -716,6 +763,11 @@ class MethodBuilder:
         if m.node.get("epilogue"):
             # runs once the result exists (e.g. records how a new object was made)
             body += ["if (return_value != NULL) {", "    " + m.node["epilogue"], "}"]
+        if owner and sum("self_ptr" in line for line in body) == 2:
+            # only declared and set: the verb takes something else of self
+            # (a QPEx's struct ibv_qp_ex)
+            at = next(i for i, line in enumerate(body) if line.startswith("self_ptr = "))
+            body.insert(at + 1, "(void)self_ptr;")
         body.append("")
         body.append("exit:")
         body += self.cleanup
@@ -872,21 +924,36 @@ class MethodBuilder:
             lines.append(f'if (ibv_conv_gid({var}, "{name}", &{local}) < 0)')
             lines.append("    goto exit;")
             self.call_args.append(f"&{local}" if t.kind == "pointer" else local)
+        elif convert == "be32":
+            # host order in Python, network order in C (imm_data)
+            self.decls.append(f"uint32_t {local} = 0;")
+            lines += self.optional_wrap(var, default, _int_convert(
+                var, local, Type("uint32_t", "int", 4, False), name))
+            self.call_args.append(f"htobe32({local})")
+        elif convert == "bytes":
+            # any bytes-like object, copied; other parameters and `checks`
+            # may use it as {cname}_c_bytes and its size as {cname}_c_size
+            # (QP._create_flow: struct ibv_flow_attr and its specs)
+            self.decls.append(f"PyObject *{local}_bytes = NULL;")
+            self.decls.append(f"Py_ssize_t {local}_size = 0;")
+            lines.append(f"{local}_bytes = PyBytes_FromObject({var});")
+            lines.append(f"if ({local}_bytes == NULL)")
+            lines.append("    goto exit;")
+            lines.append(f"{local}_size = PyBytes_Size({local}_bytes);")
+            lines.append(f"(void){local}_size;   /* for the parameters and checks that want it */")
+            if pspec.get("max") is not None:
+                lines.append(f"if ({local}_size > (Py_ssize_t)({pspec['max']})) {{")
+                lines.append(f'    PyErr_Format(PyExc_ValueError, "{name} must be at most %lld bytes, got %zd", (long long)({pspec["max"]}), {local}_size);')
+                lines.append("    goto exit;")
+                lines.append("}")
+            self.cleanup.append(f"Py_XDECREF({local}_bytes);")
+            cast = "(void *)" if t.spelling.replace(" ", "") == "void*" else f"({t.spelling})(void *)"
+            self.call_args.append(f"{cast}PyBytes_AsString({local}_bytes)")
         elif convert == "wc":
             self.decls.append(f"struct ibv_wc {local};")
             lines.append(f"if (ibv_wc_to_c({var}, &{local}) < 0)")
             lines.append("    goto exit;")
             self.call_args.append(f"&{local}")
-        elif convert == "bytes":
-            # a bytes-like of any size, passed as the struct it packs
-            # (QP._create_flow: struct ibv_flow_attr and its specs); `checks`
-            # validate it against {cname}_c_bytes
-            self.decls.append(f"PyObject *{local}_bytes = NULL;")
-            lines.append(f"{local}_bytes = PyBytes_FromObject({var});")
-            lines.append(f"if ({local}_bytes == NULL)")
-            lines.append("    goto exit;")
-            self.cleanup.append(f"Py_XDECREF({local}_bytes);")
-            self.call_args.append(f"({t.spelling})(void *)PyBytes_AsString({local}_bytes)")
         elif convert and convert.startswith("buffer:"):
             size = int(convert.split(":", 1)[1])
             self.decls.append(f"PyObject *{local}_bytes = NULL;")
@@ -935,24 +1002,6 @@ class MethodBuilder:
             "    Py_XDECREF(entry);",
             "}"]))
 
-    def handle_arg(self, name: str, var: str, convert: str, default, target: str) -> List[str]:
-        """A handle argument stored into a struct member (create_cq_ex's
-        channel): the object stays in the PyObject variable `name`, so that
-        `returns: parents:` can name it."""
-        cls = convert.split(":", 1)[1]
-        if cls not in self.b.handle_names:
-            self.fail(f"unknown handle class {cls}")
-        hctype = self.b.spec.handle(cls).node["ctype"]
-        self.decls.append(f"PyObject *{name} = NULL;")
-        none_ok = 1 if default is None else 0
-        lines = [f"if ({var} != NULL) {{",
-                 f'    if (ibv_conv_handle({var}, "{name}", {cls}_Type, {none_ok}, &{name}) < 0)',
-                 "        goto exit;",
-                 f"    if ({name} != NULL)",
-                 f"        {target} = ({hctype} *)IBV_HANDLE({name})->ptr;",
-                 "}"]
-        return lines + self.context_check(name, target, hctype)
-
     def optional_wrap(self, var: str, default, lines: List[str]) -> List[str]:
         if default == "__required__":
             return lines
@@ -994,7 +1043,8 @@ class MethodBuilder:
             var = self.add_arg(name, default)
             convert = fspec.get("convert")
             if convert and convert.startswith("handle:"):
-                self.convert += self.handle_arg(name, var, convert, default, target)
+                self.convert += self.struct_handle_field(name, var, target, convert,
+                                                         default, fspec, fields.where(path))
                 continue
             conv = _int_convert(var, target, ft, name,
                                 None if fspec.get("min") is None else str(fspec["min"]),
@@ -1012,6 +1062,31 @@ class MethodBuilder:
             else:
                 self.convert += conv
         self.call_args.append(f"&{local}")
+
+    def struct_handle_field(self, name: str, var: str, target: str, convert: str,
+                            default, fspec, where: str) -> List[str]:
+        """A struct member pointing to a verbs object, from a handle argument
+        (its Python object is `name`, usable as a parent in `returns`)."""
+        cls = convert.split(":", 1)[1]
+        if cls not in self.b.handle_names:
+            raise SpecError(f"{where}: {self.label}: unknown handle class {cls}")
+        hctype = self.b.spec.handle(cls).node["ctype"]
+        none_ok = 1 if default is None else 0
+        self.decls.append(f"PyObject *{name} = NULL;")
+        lines = [f"if ({var} != NULL) {{",
+                 f'    if (ibv_conv_handle({var}, "{name}", {cls}_Type, {none_ok}, &{name}) < 0)',
+                 "        goto exit;",
+                 "}",
+                 f"if ({name} != NULL) {{",
+                 f"    {target} = ({hctype} *)IBV_HANDLE({name})->ptr;"]
+        if "mask" in fspec:
+            if not self.mask_used:
+                self.decls.append("int mask_bits = 0;")
+                self.mask_used = True
+            lines.append(f"    mask_bits |= {fspec['mask']};")
+        lines.append("}")
+        lines += self.context_check(name, target, hctype)
+        return lines
 
     def out_param(self, cname: str, t: Type, where: str):
         pointee = t.pointee
@@ -1081,8 +1156,9 @@ class MethodBuilder:
                 self.fail(f"returns a new {cls}, which is not a handle class", "returns")
             parents = []
             pnode = hspec.node
-            if isinstance(pnode.get("base"), Node):    # a subclass has its base's parents
-                pnode = self.b.spec.handle(pnode["base"]["class"]).node
+            while "base" in pnode:          # a subclass has its base's parents
+                b = pnode["base"]
+                pnode = self.b.spec.handle(b["class"] if isinstance(b, Node) else b).node
             declared = list((pnode.get("parents") or {}).keys())
             given = ret.get("parents") or {}
             for pname in declared:

@@ -40,6 +40,17 @@ def environment(template_dir: str) -> jinja2.Environment:
     return env
 
 
+def _handle_template(h) -> str:
+    """A plain handle class, a subclass over the same verbs object (QPEx of
+    QP), or a subclass holding another C type that converts to its base's
+    (CQEx of CQ through ibv_cq_ex_to_cq)."""
+    if h.base is not None and h.upcast:
+        return "subhandle_upcast.c.h.j2"
+    if h.base is not None and not h.own_destroy:
+        return "subhandle.c.h.j2"
+    return "handle.c.h.j2"
+
+
 def render(model: Model, template_dir: str) -> Dict[str, str]:
     """File name (relative to generated/) -> contents."""
     env = environment(template_dir)
@@ -57,7 +68,7 @@ def render(model: Model, template_dir: str) -> Dict[str, str]:
     emit("objects.h", "objects.h.j2")
     emit("structs.c.h", "structs.c.h.j2")
     for h in model.handles:
-        emit(f"{h.name.lower()}.c.h", "subhandle.c.h.j2" if h.base else "handle.c.h.j2", h=h)
+        emit(f"{h.name.lower()}.c.h", _handle_template(h), h=h)
     emit("module.c.h", "module.c.h.j2")
     emit("handles.c.h", "includes.c.h.j2",
          includes=[f"{h.name.lower()}.c.h" for h in model.handles])

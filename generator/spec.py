@@ -79,12 +79,12 @@ TOP_KEYS = {"handles", "structs", "enums", "functions", "symbols", "exclusions",
             "methods"}
 HANDLE_KEYS = {"ctype", "doc", "destroy", "parents", "attributes", "methods",
                "slots", "state", "before_destroy", "registered",
-               "base", "before_dealloc", "release"}
+               "base", "before_dealloc", "release", "hand_attributes"}
 STRUCT_KEYS = {"ctype", "doc", "fields", "writable", "since"}
 ENUM_KEYS = {"c", "match", "kind", "prefix", "since"}
 METHOD_KEYS = {"verb", "params", "errors", "returns", "gil", "checks", "doc",
                "requires", "signature", "hand", "verbs", "prologue", "since",
-               "epilogue"}
+               "epilogue", "guard"}
 ERROR_CONVENTIONS = {"null", "errno", "negative", "none"}
 ENUM_KINDS = {"IntEnum", "IntFlag"}
 

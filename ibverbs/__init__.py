@@ -73,7 +73,7 @@ def _version() -> str:
 
 _ENUMS = ("AccessFlags", "AtomicCap", "DeviceCapFlags", "EventType", "ForkStatus",
           "GIDType", "LinkLayer", "MigState", "MTU", "MWType", "NodeType",
-          "PortCapFlags", "PortState", "QPAttrMask", "QPCreateFlags", "QPState",
+          "PortCapFlags", "PortState", "QPAttrMask", "QPCreateFlags", "QPCreateSendOps", "QPState",
           "QPType", "Rate", "ReregMRFlags", "SendFlags", "SRQAttrMask", "SRQType",
           "TransportType", "WCFlags", "WCOpcode", "WCStatus", "WROpcode",
           "CreateCQWCFlags", "CreateCQAttrFlags", "CQInitAttrMask",

@@ -169,6 +169,31 @@ IBV_HIDDEN PyObject *ibv_asdict_fields(PyObject *obj, const char *const *names);
 static inline void ibv_busy_enter(PyObject *obj) { IBV_HANDLE(obj)->busy++; }
 static inline void ibv_busy_leave(PyObject *obj) { IBV_HANDLE(obj)->busy--; }
 
+/* ---- the extended QP post API (qpex.c) ---------------------------------- */
+
+/* The struct ibv_qp_ex of a QPEx object (set by ibv_qpex_guard). */
+#define IBV_QPEX(self) (((struct QPExObject *)(self))->qpx)
+/* Which provider function pointer a wr_* method calls. */
+#define IBV_QPEX_OP(member) offsetof(struct ibv_qp_ex, member)
+/* What a wr_* method is, for the order ibv_qpex_guard enforces. */
+enum ibv_qpex_step {
+    IBV_QPEX_START,     /* wr_start: no batch open */
+    IBV_QPEX_END,       /* wr_complete, wr_abort: a batch open */
+    IBV_QPEX_OP_NEW,    /* wr_send, wr_rdma_write, ...: a batch open */
+    IBV_QPEX_SETTER,    /* wr_set_*: after an operation of this batch */
+};
+/* 0 when the wr_* method `name` may call the provider's op at op_offset
+ * of the QPEx's struct ibv_qp_ex now (and records the step); -1 with
+ * VerbsError otherwise. */
+IBV_HIDDEN int ibv_qpex_guard(PyObject *self, size_t op_offset, const char *name,
+                              enum ibv_qpex_step step);
+/* 0 unless self is a QPEx with a batch open (its send queue is taken until
+ * wr_complete/wr_abort): then VerbsError EBUSY naming `what`. */
+IBV_HIDDEN int ibv_qp_send_idle(PyObject *self, const char *what);
+/* An SGE object's struct ibv_sge (datapath.c); -1 with TypeError if obj is
+ * not an SGE. */
+IBV_HIDDEN int ibv_sge_from_py(PyObject *obj, struct ibv_sge *out);
+
 /* ---- the loaded library (generated/loader.c.h, module.c) ---------------- */
 
 /* dlopen libibverbs.so.1 and fill the slots; ImportError on failure. */

@@ -354,6 +354,16 @@ static PyType_Slot SGE_slots[] = {
 static PyType_Spec SGE_spec = {"ibverbs.SGE", sizeof(SGEObject), 0,
                                Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, SGE_slots};
 
+int ibv_sge_from_py(PyObject *obj, struct ibv_sge *out)
+{
+    if (!PyObject_TypeCheck(obj, SGE_Type)) {
+        PyErr_Format(PyExc_TypeError, "expected an SGE, not %s", ibv_type_name(obj));
+        return -1;
+    }
+    *out = ((SGEObject *)obj)->sge;
+    return 0;
+}
+
 static const char *const MR_sge_names[] = {"length", "offset", NULL};
 static struct argspec MR_sge_args = {"sge", 0, MR_sge_names, NULL, 0};
 
@@ -407,6 +417,9 @@ typedef struct {
     PyObject *ah;          /* AH or NULL */
     uint32_t remote_qpn;
     uint32_t remote_qkey;
+    uint32_t invalidate_rkey;   /* LOCAL_INV, SEND_WITH_INV */
+    PyObject *mw;          /* BIND_MW: the MW, or NULL */
+    PyObject *bind_info;   /* BIND_MW: an MWBindInfo, or NULL */
 } SendWRObject;
 
 typedef struct {
@@ -496,6 +509,7 @@ U64_FIELD(SendWR, compare_add, UINT64_MAX)
 U64_FIELD(SendWR, swap, UINT64_MAX)
 U64_FIELD(SendWR, remote_qpn, UINT32_MAX)
 U64_FIELD(SendWR, remote_qkey, UINT32_MAX)
+U64_FIELD(SendWR, invalidate_rkey, UINT32_MAX)
 U64_FIELD(RecvWR, wr_id, UINT64_MAX)
 
 static PyObject *SendWR_get_sg_list(PyObject *op, void *c)
@@ -547,9 +561,53 @@ static int SendWR_set_ah(PyObject *op, PyObject *v, void *c)
     return 0;
 }
 
+/* mw / bind_info: an object of type, or None. */
+static int set_typed(PyObject **slot, PyObject *v, PyTypeObject *type, const char *name)
+{
+    if (v == NULL || v == Py_None) {
+        Py_CLEAR(*slot);
+        return 0;
+    }
+    if (!PyObject_TypeCheck(v, type)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a %s or None, not %s", name,
+                     type == MW_Type ? "MW" : "MWBindInfo", ibv_type_name(v));
+        return -1;
+    }
+    Py_INCREF(v);
+    Py_XSETREF(*slot, v);
+    return 0;
+}
+
+static PyObject *SendWR_get_mw(PyObject *op, void *c)
+{
+    PyObject *v = ((SendWRObject *)op)->mw;
+    (void)c;
+    return Py_NewRef(v ? v : Py_None);
+}
+
+static int SendWR_set_mw(PyObject *op, PyObject *v, void *c)
+{
+    (void)c;
+    return set_typed(&((SendWRObject *)op)->mw, v, MW_Type, "mw");
+}
+
+static PyObject *SendWR_get_bind_info(PyObject *op, void *c)
+{
+    PyObject *v = ((SendWRObject *)op)->bind_info;
+    (void)c;
+    return Py_NewRef(v ? v : Py_None);
+}
+
+static int SendWR_set_bind_info(PyObject *op, PyObject *v, void *c)
+{
+    (void)c;
+    return set_typed(&((SendWRObject *)op)->bind_info, v, MWBindInfo_Type, "bind_info");
+}
+
 static const char *const SendWR_names[] = {
     "wr_id", "sg_list", "opcode", "send_flags", "remote_addr", "rkey", "imm_data",
-    "compare_add", "swap", "ah", "remote_qpn", "remote_qkey", NULL};
+    "compare_add", "swap", "ah", "remote_qpn", "remote_qkey", "invalidate_rkey",
+    "mw", "bind_info", NULL};
 static struct argspec SendWR_args = {"SendWR", 0, SendWR_names, NULL, 0};
 
 static int SendWR_init(PyObject *op, PyObject *args, PyObject *kwargs)
@@ -558,11 +616,13 @@ static int SendWR_init(PyObject *op, PyObject *args, PyObject *kwargs)
                                SendWR_set_send_flags, SendWR_set_remote_addr,
                                SendWR_set_rkey, SendWR_set_imm_data,
                                SendWR_set_compare_add, SendWR_set_swap, SendWR_set_ah,
-                               SendWR_set_remote_qpn, SendWR_set_remote_qkey};
-    PyObject *v[12];
+                               SendWR_set_remote_qpn, SendWR_set_remote_qkey,
+                               SendWR_set_invalidate_rkey, SendWR_set_mw,
+                               SendWR_set_bind_info};
+    PyObject *v[15];
     if (parse_args(&SendWR_args, args, kwargs, v) < 0)
         return -1;
-    for (int i = 0; i < 12; i++)
+    for (int i = 0; i < 15; i++)
         if (v[i] != NULL && setters[i](op, v[i], NULL) < 0)
             return -1;
     return 0;
@@ -587,6 +647,8 @@ static int SendWR_traverse(PyObject *op, visitproc visit, void *arg)
 {
     Py_VISIT(((SendWRObject *)op)->sg_list);
     Py_VISIT(((SendWRObject *)op)->ah);
+    Py_VISIT(((SendWRObject *)op)->mw);
+    Py_VISIT(((SendWRObject *)op)->bind_info);
     return 0;
 }
 
@@ -594,6 +656,8 @@ static int SendWR_clear(PyObject *op)
 {
     Py_CLEAR(((SendWRObject *)op)->sg_list);
     Py_CLEAR(((SendWRObject *)op)->ah);
+    Py_CLEAR(((SendWRObject *)op)->mw);
+    Py_CLEAR(((SendWRObject *)op)->bind_info);
     return 0;
 }
 
@@ -638,6 +702,9 @@ static PyGetSetDef SendWR_getset[] = {
     GETSET(SendWR, ah, "UD: address handle."),
     GETSET(SendWR, remote_qpn, "UD: remote QP number."),
     GETSET(SendWR, remote_qkey, "UD: remote Q_Key."),
+    GETSET(SendWR, invalidate_rkey, "LOCAL_INV, SEND_WITH_INV: the rkey to invalidate."),
+    GETSET(SendWR, mw, "BIND_MW: the (type 2) MW to bind; rkey is its new rkey (ibverbs.inc_rkey(mw.rkey)), which MW.rkey may not show."),
+    GETSET(SendWR, bind_info, "BIND_MW: an MWBindInfo (the MR range and access to bind to)."),
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -854,7 +921,25 @@ static int send_wr_fill(const SendWRObject *w, PyObject *sg_list, struct ibv_sen
     wr->send_flags = w->send_flags;
     if (check_inline_sges(wr) < 0)
         return -1;
-    wr->imm_data = htonl(w->imm_data);
+    if (w->opcode == IBV_WR_LOCAL_INV || w->opcode == IBV_WR_SEND_WITH_INV)
+        wr->invalidate_rkey = w->invalidate_rkey;   /* shares imm_data's place */
+    else
+        wr->imm_data = htonl(w->imm_data);
+    if (w->opcode == IBV_WR_BIND_MW) {
+        /* bind_mw has a union of its own (with tso): the MW and MR are
+         * read at post time, and the SendWR holds both while it runs. */
+        if (w->mw == NULL || w->bind_info == NULL) {
+            PyErr_SetString(PyExc_ValueError, "a BIND_MW request needs mw and bind_info");
+            return -1;
+        }
+        struct MWBindInfoObject *info = (struct MWBindInfoObject *)w->bind_info;
+        if (ibv_check_open(w->mw) < 0 || MWBindInfo_prepare(info) < 0)
+            return -1;
+        wr->bind_mw.mw = MW_PTR(w->mw);
+        wr->bind_mw.rkey = w->rkey;
+        wr->bind_mw.bind_info = info->c;
+        return 0;
+    }
     /* wr.rdma, wr.atomic and wr.ud share memory (and rkey sits at a
      * different offset in each): fill the one the request uses. */
     if (w->ah != NULL) {
@@ -904,7 +989,7 @@ PyObject *ibv_hand_QP_post_send(PyObject *self, PyObject *arg)
 {
     struct wr_seq s;
     struct chain c;
-    if (ibv_check_open(self) < 0)
+    if (ibv_check_open(self) < 0 || ibv_qp_send_idle(self, "post_send") < 0)
         return NULL;
     if (Py_IS_TYPE(arg, PostList_Type))
         return postlist_post(self, arg, POST_SEND);
@@ -1090,6 +1175,12 @@ static int pl_fill(PostListObject *pl, Py_ssize_t i, PyObject *w)
         goto done;
     }
     union { struct ibv_send_wr send; struct ibv_recv_wr recv; } tmp;
+    if (pl->kind == PL_SEND && ((SendWRObject *)w)->opcode == IBV_WR_BIND_MW) {
+        /* it would keep raw MW and MR pointers beyond the SendWR's life */
+        PyErr_SetString(PyExc_ValueError, "a BIND_MW request cannot be in a PostList: "
+                        "post it with QP.post_send");
+        goto done;
+    }
     if (pl->kind == PL_SEND) {
         tmp.send.sg_list = sges;
         if (send_wr_fill((SendWRObject *)w, sg_list, &tmp.send) < 0)

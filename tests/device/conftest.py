@@ -56,7 +56,7 @@ del _shared
 KERNEL_KINDS = ("pd", "cq", "qp", "mr", "srq", "ctx", "cm_id")
 # Counted in this process, by handle class.
 HANDLE_CLASSES = ("Context", "PD", "CQ", "CompChannel", "QP", "SRQ", "MR", "MW", "AH", "XRCD",
-                  "DM", "Flow", "Counters", "WQ", "RWQIndTable")
+                  "DM", "Flow", "Counters", "WQ", "RWQIndTable", "TD", "ImportedPD", "ImportedMR")
 
 # <rdma/rdma_netlink.h>
 _NETLINK_RDMA = 20

@@ -36,8 +36,10 @@ def _host_module():
 
 
 H = _host_module()
-HANDLE_FILES = ("context", "compchannel", "cq", "mr", "mw", "pd", "qp", "srq", "ah", "xrcd")
-CLASS_NAMES = ("Context", "CompChannel", "CQ", "MR", "MW", "PD", "QP", "SRQ", "AH", "XRCD")
+HANDLE_FILES = ("context", "compchannel", "cq", "mr", "mw", "pd", "qp", "srq", "ah", "xrcd",
+                "qpex")
+CLASS_NAMES = ("Context", "CompChannel", "CQ", "MR", "MW", "PD", "QP", "SRQ", "AH", "XRCD",
+               "QPEx")
 
 
 def _methods():
@@ -71,6 +73,8 @@ class Pool:
         self.cq = self.ctx.create_cq(16, channel=self.ch)
         self.srq = self.pd.create_srq(max_wr=8)
         self.qp = self.pd.create_qp(ib.QPInitAttr(self.cq, self.cq))
+        self.qpex = self.pd.create_qp_ex(self.cq, self.cq,
+                                         send_ops_flags=ib.QPCreateSendOps.SEND)
         self.buf = np.zeros(4096, dtype=np.uint8)
         self.mr = ib.reg_tensor(self.pd, self.buf, access)
         try:
@@ -78,7 +82,8 @@ class Pool:
         except ib.VerbsError:
             self.mw = None                    # rxe before rdma-core 35 has no memory windows
         gid = self.ctx.query_gid(port, gid_index)
-        self.ah = self.pd.create_ah(ib.AHAttr(dgid=gid, sgid_index=gid_index, port_num=port))
+        self.ah_attr = ib.AHAttr(dgid=gid, sgid_index=gid_index, port_num=port)
+        self.ah = self.pd.create_ah(self.ah_attr)
         try:
             self.xrcd = self.ctx.open_xrcd()
         except ib.VerbsError:
@@ -94,7 +99,7 @@ class Pool:
     def of(self, cls):
         return {"Context": self.ctx, "CompChannel": self.ch, "CQ": self.cq, "MR": self.mr,
                 "MW": self.mw, "PD": self.pd, "QP": self.qp, "SRQ": self.srq, "AH": self.ah,
-                "XRCD": self.xrcd}[cls]
+                "XRCD": self.xrcd, "QPEx": self.qpex}[cls]
 
     def value(self, p):
         """A value that converts fine for parameter p."""
@@ -107,17 +112,20 @@ class Pool:
             return {"AHAttr": lambda: ib.AHAttr(),
                     "QPInitAttr": lambda: ib.QPInitAttr(self.cq, self.cq),
                     "MWBind": lambda: ib._ibverbs.MWBind(self.mr, self.mr.addr, 64),
-                    "ECE": lambda: ib._ibverbs.ECE()}[p.type]()
+                    "ECE": lambda: ib._ibverbs.ECE(),
+                    "MWBindInfo": lambda: ib.MWBindInfo(self.mr, self.mr.addr, 64)}[p.type]()
         if p.kind == "wc":
             return self.wc
         if p.kind == "gid":
             return bytes(16)
         if p.kind == "bytes":
             return bytes(p.size)
+        if p.kind == "other":
+            return bytes(8)     # any bytes-like object (wr_set_inline_data, wr_send_tso)
         raise AssertionError(f"no value for {p}")
 
     def close(self):
-        objs = [self.xrcd, self.ah, self.mw, self.mr, self.qp, self.srq, self.cq, self.ch,
+        objs = [self.xrcd, self.ah, self.mw, self.mr, self.qpex, self.qp, self.srq, self.cq, self.ch,
                 self.pd, self.ctx]
         for obj in objs:
             if obj is not None:
@@ -195,10 +203,14 @@ def test_every_argument_of_a_wrong_type_is_a_type_error(ib, pool):
 def test_a_closed_handle_argument_is_ebadf(ib, pool):
     def check(cls, method, params, i):
         p = params[i]
+        if p.type == "XRCD" and pool.xrcd is None:
+            return                    # rxe has no XRC domain to close
         closed = {"CompChannel": lambda: pool.ctx.create_comp_channel(),
                   "PD": lambda: pool.ctx.alloc_pd(),
-                  "CQ": lambda: pool.ctx.create_cq(4),
-                  "MW": lambda: pool.pd.alloc_mw(ib.MWType.TYPE_2)}[p.type]()
+                  "MW": lambda: pool.pd.alloc_mw(ib.MWType.TYPE_2),
+                  "CQ": lambda: pool.ctx.create_cq(2),
+                  "SRQ": lambda: pool.pd.create_srq(max_wr=2),
+                  "AH": lambda: pool.pd.create_ah(pool.ah_attr)}[p.type]()
         closed.close()
         with pytest.raises(ib.VerbsError) as exc:
             _call(pool, cls, method, params, i, closed)

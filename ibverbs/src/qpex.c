@@ -1,0 +1,243 @@
+/*
+ * The extended QP post API around the generated QPEx methods (spec/qpex.yaml):
+ * the guard every wr_* method passes first, the two methods that take a
+ * list (wr_set_sge_list, wr_set_inline_data_list), the wr_id / wr_flags
+ * attributes, and what QP close() and post_send do about an open batch.
+ *
+ * Why a guard: the ibv_wr_* functions of verbs.h call the provider's
+ * function pointers in struct ibv_qp_ex without any check.  A pointer is
+ * NULL for an operation the QP was not created for (send_ops_flags), and
+ * providers keep the send queue locked between wr_start and wr_complete
+ * (rxe takes its spinlock in wr_start): a second wr_start, or a post_send
+ * or bind_mw on the same QP in between, would spin for ever with the GIL
+ * held.  So the order is enforced here and misuse is a VerbsError.
+ */
+#include "common.h"
+
+#include "objects.h"
+
+static PyObject *raise_order(const char *name, const char *why)
+{
+    return ibv_raise_detail(name, EINVAL, "%s: %s", name, why);
+}
+
+/* The struct ibv_qp_ex, found once; NULL with VerbsError when the QP was
+ * created without the extended post API. */
+static struct ibv_qp_ex *qpex_of(PyObject *self, const char *name)
+{
+    struct QPExObject *q = (struct QPExObject *)self;
+    if (q->qpx == NULL)
+        q->qpx = ibv_qp_to_qp_ex(QP_PTR(self));
+    if (q->qpx == NULL)
+        ibv_raise_detail(name, EOPNOTSUPP,
+                         "%s: this QP has no extended post API (create it with "
+                         "PD.create_qp_ex(..., send_ops_flags=...))", name);
+    return q->qpx;
+}
+
+int ibv_qpex_guard(PyObject *self, size_t op_offset, const char *name,
+                   enum ibv_qpex_step step)
+{
+    struct QPExObject *q = (struct QPExObject *)self;
+    struct ibv_qp_ex *qpx = qpex_of(self, name);
+    if (qpx == NULL)
+        return -1;
+    void *op;
+    memcpy(&op, (char *)qpx + op_offset, sizeof(op));
+    if (op == NULL) {
+        ibv_raise_detail(name, EOPNOTSUPP,
+                         "%s: not available on this QP (its operation is not in the "
+                         "send_ops_flags it was created with, or the provider lacks it)",
+                         name);
+        return -1;
+    }
+    switch (step) {
+    case IBV_QPEX_START:
+        if (q->in_batch) {
+            ibv_raise_detail(name, EBUSY, "%s: a batch is already open: wr_complete() "
+                             "or wr_abort() it first", name);
+            return -1;
+        }
+        q->in_batch = 1;
+        q->wr_open = 0;
+        return 0;
+    case IBV_QPEX_END:
+        if (!q->in_batch) {
+            raise_order(name, "no batch is open: call wr_start() first");
+            return -1;
+        }
+        q->in_batch = 0;     /* over, whatever the provider says */
+        q->wr_open = 0;
+        return 0;
+    case IBV_QPEX_OP_NEW:
+        if (!q->in_batch) {
+            raise_order(name, "no batch is open: call wr_start() first");
+            return -1;
+        }
+        q->wr_open = 1;
+        return 0;
+    case IBV_QPEX_SETTER:
+        if (!q->in_batch) {
+            raise_order(name, "no batch is open: call wr_start() first");
+            return -1;
+        }
+        if (!q->wr_open) {
+            raise_order(name, "no work request to set: call an operation "
+                        "(wr_send, wr_rdma_write, ...) first");
+            return -1;
+        }
+        return 0;
+    }
+    return 0;
+}
+
+int ibv_qp_send_idle(PyObject *self, const char *what)
+{
+    /* On every post_send: a plain QP leaves at the first test. */
+    if (Py_IS_TYPE(self, QP_Type) || QPEx_Type == NULL || !PyObject_TypeCheck(self, QPEx_Type) ||
+        !((struct QPExObject *)self)->in_batch)
+        return 0;
+    ibv_raise_detail(what, EBUSY, "%s: a wr_start() batch is open on this QP: "
+                     "wr_complete() or wr_abort() it first", what);
+    return -1;
+}
+
+/* QP close() or garbage collection with a batch open: drop the batch, so
+ * that the provider releases its send queue before the QP is destroyed. */
+int ibv_qp_before_destroy(struct QPObject *self)
+{
+    PyObject *op = (PyObject *)self;
+    if (QPEx_Type != NULL && PyObject_TypeCheck(op, QPEx_Type)) {
+        struct QPExObject *q = (struct QPExObject *)op;
+        if (q->in_batch && q->qpx != NULL)
+            ibv_wr_abort(q->qpx);
+        q->in_batch = q->wr_open = 0;
+    }
+    return 0;
+}
+
+/* The items of a list or tuple (a new reference to a tuple or list). */
+static PyObject *as_sequence(PyObject *arg, const char *what)
+{
+    if (PyList_Check(arg) || PyTuple_Check(arg))
+        return PySequence_Tuple(arg);    /* a copy: no Python code changes it */
+    PyErr_Format(PyExc_TypeError, "%s must be a list or tuple, not %s", what,
+                 ibv_type_name(arg));
+    return NULL;
+}
+
+PyObject *ibv_hand_QPEx_wr_set_sge_list(PyObject *self, PyObject *arg)
+{
+    PyObject *items = NULL, *result = NULL;
+    struct ibv_sge *sges = NULL;
+    if (ibv_check_open(self) < 0)
+        return NULL;
+    if ((items = as_sequence(arg, "sg_list")) == NULL)
+        return NULL;
+    Py_ssize_t n = PyTuple_Size(items);
+    sges = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*sges));
+    if (sges == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (ibv_sge_from_py(PyTuple_GetItem(items, i), &sges[i]) < 0)
+            goto done;
+    if (ibv_qpex_guard(self, IBV_QPEX_OP(wr_set_sge_list), "wr_set_sge_list",
+                       IBV_QPEX_SETTER) < 0)
+        goto done;
+    ibv_wr_set_sge_list(IBV_QPEX(self), (size_t)n, sges);
+    result = Py_NewRef(Py_None);
+done:
+    PyMem_Free(sges);
+    Py_DECREF(items);
+    return result;
+}
+
+PyObject *ibv_hand_QPEx_wr_set_inline_data_list(PyObject *self, PyObject *arg)
+{
+    PyObject *items = NULL, *copies = NULL, *result = NULL;
+    struct ibv_data_buf *bufs = NULL;
+    if (ibv_check_open(self) < 0)
+        return NULL;
+    if ((items = as_sequence(arg, "buffers")) == NULL)
+        return NULL;
+    Py_ssize_t n = PyTuple_Size(items);
+    /* bytes copies: the Limited API of 3.9 has no buffer protocol, and the
+     * provider copies the data into the work request at once anyway. */
+    copies = PyTuple_New(n);
+    bufs = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*bufs));
+    if (copies == NULL || bufs == NULL) {
+        if (bufs == NULL)
+            PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *b = PyBytes_FromObject(PyTuple_GetItem(items, i));
+        if (b == NULL)
+            goto done;
+        PyTuple_SetItem(copies, i, b);
+        bufs[i].addr = PyBytes_AsString(b);
+        bufs[i].length = (size_t)PyBytes_Size(b);
+    }
+    if (ibv_qpex_guard(self, IBV_QPEX_OP(wr_set_inline_data_list),
+                       "wr_set_inline_data_list", IBV_QPEX_SETTER) < 0)
+        goto done;
+    ibv_wr_set_inline_data_list(IBV_QPEX(self), (size_t)n, bufs);
+    result = Py_NewRef(Py_None);
+done:
+    PyMem_Free(bufs);
+    Py_XDECREF(copies);
+    Py_DECREF(items);
+    return result;
+}
+
+/* wr_id and wr_flags: fields of struct ibv_qp_ex that the next operation
+ * reads. */
+PyObject *ibv_hand_QPEx_get_wr_id(PyObject *self, void *closure)
+{
+    (void)closure;
+    struct ibv_qp_ex *qpx = ibv_check_open(self) < 0 ? NULL : qpex_of(self, "wr_id");
+    return qpx ? PyLong_FromUnsignedLongLong(qpx->wr_id) : NULL;
+}
+
+int ibv_hand_QPEx_set_wr_id(PyObject *self, PyObject *value, void *closure)
+{
+    uint64_t v;
+    (void)closure;
+    if (value == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "cannot delete wr_id");
+        return -1;
+    }
+    if (ibv_check_open(self) < 0 || ibv_conv_unsigned(value, "wr_id", UINT64_MAX, &v) < 0)
+        return -1;
+    struct ibv_qp_ex *qpx = qpex_of(self, "wr_id");
+    if (qpx == NULL)
+        return -1;
+    qpx->wr_id = v;
+    return 0;
+}
+
+PyObject *ibv_hand_QPEx_get_wr_flags(PyObject *self, void *closure)
+{
+    (void)closure;
+    struct ibv_qp_ex *qpx = ibv_check_open(self) < 0 ? NULL : qpex_of(self, "wr_flags");
+    return qpx ? PyLong_FromUnsignedLong(qpx->wr_flags) : NULL;
+}
+
+int ibv_hand_QPEx_set_wr_flags(PyObject *self, PyObject *value, void *closure)
+{
+    uint64_t v;
+    (void)closure;
+    if (value == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "cannot delete wr_flags");
+        return -1;
+    }
+    if (ibv_check_open(self) < 0 || ibv_conv_unsigned(value, "wr_flags", UINT32_MAX, &v) < 0)
+        return -1;
+    struct ibv_qp_ex *qpx = qpex_of(self, "wr_flags");
+    if (qpx == NULL)
+        return -1;
+    qpx->wr_flags = (unsigned int)v;
+    return 0;
+}
