@@ -158,6 +158,15 @@ IBV_HIDDEN PyObject *ibv_asdict_fields(PyObject *obj, const char *const *names);
 static inline void ibv_busy_enter(PyObject *obj) { IBV_HANDLE(obj)->busy++; }
 static inline void ibv_busy_leave(PyObject *obj) { IBV_HANDLE(obj)->busy--; }
 
+/* Mark a just-wrapped handle as borrowed: its verbs object belongs to
+ * another library (librdmacm), so close() and GC never destroy it. */
+IBV_HIDDEN int ibv_handle_borrow(PyObject *obj);
+
+/* ---- rdma_cm (rdmacm.c; librdmacm is dlopen'ed on first use) ------------ */
+
+/* Add EventChannel, CMID and the rdma_cm functions to the module. */
+IBV_HIDDEN int ibv_rdmacm_init(PyObject *module);
+
 /* ---- the loaded library (generated/loader.c.h, module.c) ---------------- */
 
 /* dlopen libibverbs.so.1 and fill the slots; ImportError on failure. */

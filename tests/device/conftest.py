@@ -55,7 +55,8 @@ del _shared
 # Counted by the kernel (the `rdma resource show` summary).
 KERNEL_KINDS = ("pd", "cq", "qp", "mr", "srq", "ctx", "cm_id")
 # Counted in this process, by handle class.
-HANDLE_CLASSES = ("Context", "PD", "CQ", "CompChannel", "QP", "SRQ", "MR", "MW", "AH", "XRCD")
+HANDLE_CLASSES = ("Context", "PD", "CQ", "CompChannel", "QP", "SRQ", "MR", "MW", "AH", "XRCD",
+                  "EventChannel", "CMID")
 
 # <rdma/rdma_netlink.h>
 _NETLINK_RDMA = 20
