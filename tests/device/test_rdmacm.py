@@ -11,6 +11,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -69,14 +71,15 @@ def free_port():
 class Side:
     """One end of a connection: its CM ID, and a PD/CQ/QP on its context."""
 
-    def __init__(self, ib, cm_id, private_data=b""):
+    def __init__(self, ib, cm_id, qp_type=None):
         self.cm_id = cm_id
         ctx = cm_id.context
         self.pd = ctx.alloc_pd()
         self.cq = ctx.create_cq(16)
-        self.qp = cm_id.create_qp(self.pd, ib.QPInitAttr(self.cq, self.cq, max_send_wr=16,
-                                                         max_recv_wr=16))
+        self.qp = cm_id.create_qp(self.pd, ib.QPInitAttr(
+            self.cq, self.cq, qp_type=qp_type or ib.QPType.RC, max_send_wr=16, max_recv_wr=16))
         self.mrs = []
+        self.ahs = []
 
     def buffer(self, ib, size, fill):
         array = np.full(size, fill, dtype=np.uint8)
@@ -86,6 +89,8 @@ class Side:
 
     def close(self):
         self.cm_id.destroy_qp()
+        for ah in self.ahs:
+            ah.close()
         for mr in self.mrs:
             mr.close()
         self.cq.close()
@@ -502,6 +507,97 @@ def test_udp_port_space_ids_resolve(ib, cm, channel):
         cm_id.resolve_addr((SERVER_IP, 1), src=CLIENT_IP)
         cm.wait_event(channel, E.ADDR_RESOLVED, TIMEOUT)
         assert cm_id.context.name == "rxe1"
+
+
+def test_ud_datagram_through_a_udp_port_space_connection(ib, cm, channel):
+    """PortSpace.UDP: connect/accept is a SIDR exchange; the client's
+    ESTABLISHED carries UDParam (address handle attributes, QP number,
+    Q_Key), enough to send the server a datagram."""
+    E = cm.CMEventType
+    port = free_port()
+    with channel.create_id(cm.PortSpace.UDP) as listener, \
+            channel.create_id(cm.PortSpace.UDP) as client_id:
+        listener.bind_addr((SERVER_IP, port))
+        listener.listen()
+        client_id.resolve_addr((SERVER_IP, port), src=CLIENT_IP)
+        cm.wait_event(channel, E.ADDR_RESOLVED, TIMEOUT)
+        client_id.resolve_route()
+        cm.wait_event(channel, E.ROUTE_RESOLVED, TIMEOUT)
+        client = Side(ib, client_id, qp_type=ib.QPType.UD)
+        server = None
+        try:
+            client_id.connect(private_data=b"ud?")
+            req = cm.wait_event(channel, E.CONNECT_REQUEST, TIMEOUT)
+            assert req.private_data[:3] == b"ud?" and req.listen_id is listener
+            server = Side(ib, req.id, qp_type=ib.QPType.UD)
+            inbox, inbox_mr = server.buffer(ib, 40 + 32, 0)      # 40 bytes of GRH first
+            server.qp.post_recv(ib.RecvWR(wr_id=3, sg_list=[inbox_mr.sge()]))
+            req.id.accept(private_data=b"ud!")
+            ev = cm.wait_event(channel, E.ESTABLISHED, TIMEOUT)
+            assert ev.id is client_id and ev.private_data[:3] == b"ud!"
+            assert isinstance(ev.param, cm.UDParam)
+            assert ev.param.qp_num == server.qp.qp_num and ev.param.qkey != 0
+            ah = client.pd.create_ah(ev.param.ah_attr)
+            client.ahs.append(ah)
+            out, out_mr = client.buffer(ib, 32, 0x77)
+            client.qp.post_send(ib.SendWR(wr_id=4, sg_list=[out_mr.sge()], opcode=ib.WROpcode.SEND,
+                                          send_flags=ib.SendFlags.SIGNALED, ah=ah,
+                                          remote_qpn=ev.param.qp_num,
+                                          remote_qkey=ev.param.qkey))
+            poll_until(client.cq)[0].raise_for_status()
+            [wc] = poll_until(server.cq)
+            wc.raise_for_status()
+            assert wc.wr_id == 3 and wc.byte_len == 40 + 32 and wc.src_qp == client.qp.qp_num
+            assert (inbox[40:] == 0x77).all()
+        finally:
+            client.close()
+            if server is not None:
+                server.close()
+
+
+def test_get_cm_event_blocks_with_the_gil_released(ib, cm, channel):
+    """A thread waits in get_cm_event on an idle channel: meanwhile this
+    thread runs (close() of the busy channel is refused with EBUSY), then
+    makes the event that wakes it."""
+    E = cm.CMEventType
+    other = cm.create_event_channel()
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(other.get_cm_event()), daemon=True)
+    waiter.start()
+    time.sleep(0.3)
+    assert waiter.is_alive()
+    with pytest.raises(ib.VerbsError) as exc:
+        other.close()
+    assert exc.value.errno == errno.EBUSY and "in progress" in str(exc.value)
+    cm_id = other.create_id()
+    cm_id.resolve_addr((SERVER_IP, 1), src=CLIENT_IP)
+    waiter.join(TIMEOUT)
+    assert not waiter.is_alive()
+    assert got[0].event == E.ADDR_RESOLVED and got[0].id is cm_id
+    cm_id.close()
+    other.close()
+
+
+def test_the_cm_context_is_borrowed_never_closed(ib, cm, channel):
+    """cm_id.context is librdmacm's ibv_context: closing (or collecting)
+    the Python object leaves the device open (the module's kernel ctx count
+    would drop otherwise) and usable."""
+    with channel.create_id() as cm_id:
+        assert cm_id.context is None            # no device before binding
+        cm_id.bind_addr(SERVER_IP)
+        ctx = cm_id.context
+        assert cm_id.context is ctx and ctx.name == "rxe0"
+        ctx.close()
+        assert ctx.closed
+        again = cm_id.context
+        assert again is not ctx and not again.closed
+        del ctx, again
+        gc.collect()
+        with cm_id.context.alloc_pd() as pd, cm_id.context.create_cq(4) as cq:
+            with cm_id.create_qp(pd, ib.QPInitAttr(cq, cq)) as qp:
+                assert qp.state == ib.QPState.INIT
+                assert cm_id.qp is qp
+            assert cm_id.qp is None
 
 
 def test_garbage_collection_in_any_order_leaks_nothing(ib, cm):
