@@ -657,11 +657,15 @@ PyObject *ibv_hand_CMID_migrate(PyObject *op, PyObject *arg)
     struct rdma_cm_id *id = cm_enter(op);
     if (id == NULL)
         return NULL;
+    /* The target channel is in use too while the GIL is released: its
+     * close() from another thread must wait (EBUSY). */
+    ibv_busy_enter(channel);
     int rc;
     Py_BEGIN_ALLOW_THREADS
     errno = 0;
     rc = rdma_migrate_id(id, CHANNEL_PTR(channel));
     Py_END_ALLOW_THREADS
+    ibv_busy_leave(channel);
     cm_leave(op);
     if (rc != 0)
         return ibv_raise("rdma_migrate_id", ibv_error_code(rc));
