@@ -678,6 +678,57 @@ PyObject *ibv_hand_CMID_migrate(PyObject *op, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+PyObject *ibv_hand_CMID_set_option(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"optname", "value", NULL};
+    int optname;
+    PyObject *value_obj;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iO:set_option", keywords, &optname,
+                                     &value_obj))
+        return NULL;
+    /* Each option has its own C type (rdma_cma.h): a uint8_t or an int.
+     * The IB path record option (level RDMA_OPTION_IB) takes structs and is
+     * not offered. */
+    uint8_t u8;
+    int i32;
+    void *optval;
+    size_t optlen;
+    int64_t v;
+    switch (optname) {
+    case RDMA_OPTION_ID_TOS:
+    case RDMA_OPTION_ID_ACK_TIMEOUT:
+        if (ibv_conv_signed(value_obj, "value", 0,
+                            optname == RDMA_OPTION_ID_TOS ? UINT8_MAX : 31, &v) < 0)
+            return NULL;
+        u8 = (uint8_t)v;
+        optval = &u8;
+        optlen = sizeof(u8);
+        break;
+    case RDMA_OPTION_ID_REUSEADDR:
+    case RDMA_OPTION_ID_AFONLY: {
+        int truth = PyObject_IsTrue(value_obj);
+        if (truth < 0)
+            return NULL;
+        i32 = truth;
+        optval = &i32;
+        optlen = sizeof(i32);
+        break;
+    }
+    default:
+        return PyErr_Format(PyExc_ValueError, "optname must be a CMIDOption (TOS, REUSEADDR, "
+                            "AFONLY, ACK_TIMEOUT), got %d", optname);
+    }
+    struct rdma_cm_id *id = cm_enter(self);
+    if (id == NULL)
+        return NULL;
+    errno = 0;
+    int rc = rdma_set_option(id, RDMA_OPTION_ID, optname, optval, optlen);
+    cm_leave(self);
+    if (rc != 0)
+        return ibv_raise("rdma_set_option", ibv_error_code(rc));
+    Py_RETURN_NONE;
+}
+
 PyObject *ibv_hand_CMID__ports(PyObject *self, PyObject *unused)
 {
     (void)unused;

@@ -600,6 +600,33 @@ def test_the_cm_context_is_borrowed_never_closed(ib, cm, channel):
             assert cm_id.qp is None
 
 
+def test_set_option_reuseaddr_lets_a_second_id_bind_the_port(ib, cm, channel):
+    """Two IDs on one address and port: EADDRINUSE, unless both set
+    REUSEADDR (rdma_set_option) before binding; TOS and ACK_TIMEOUT take
+    their ranges."""
+    O = cm.CMIDOption
+    port = free_port()
+    with channel.create_id() as a, channel.create_id() as b:
+        a.bind_addr((SERVER_IP, port))
+        with pytest.raises(ib.VerbsError) as exc:
+            b.bind_addr((SERVER_IP, port))
+        assert exc.value.errno == errno.EADDRINUSE
+    with channel.create_id() as a, channel.create_id() as b:
+        for cm_id in (a, b):
+            cm_id.set_option(O.REUSEADDR, True)
+            cm_id.set_option(O.TOS, 32)
+            cm_id.set_option(O.ACK_TIMEOUT, 14)
+        a.bind_addr((SERVER_IP, port))
+        b.bind_addr((SERVER_IP, port))
+        assert a.local_addr == b.local_addr == (SERVER_IP, port)
+        with pytest.raises(ValueError):
+            a.set_option(O.TOS, 256)
+        with pytest.raises(ValueError):
+            a.set_option(O.ACK_TIMEOUT, 32)
+        with pytest.raises(ValueError, match="CMIDOption"):
+            a.set_option(77, 1)
+
+
 def test_garbage_collection_in_any_order_leaks_nothing(ib, cm):
     """Everything dropped without close(), a connected pair included: the
     module's leak check (kernel cm_id/qp/pd/cq counts, open objects) proves
