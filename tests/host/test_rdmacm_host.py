@@ -244,3 +244,23 @@ def test_librdmacm_is_not_linked():
     symbols = subprocess.run(["nm", "-D", ext.__file__], stdout=subprocess.PIPE,
                              text=True, check=True).stdout
     assert [line for line in symbols.splitlines() if "rdma_" in line] == []
+
+
+def test_import_does_not_load_librdmacm():
+    result = _run_python("""
+        import ibverbs, ibverbs.cm
+        maps = open("/proc/self/maps").read()
+        print("before", "librdmacm" in maps)
+        ibverbs.cm.available()
+        print("after", "librdmacm" in open("/proc/self/maps").read())
+    """)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.split("\n")
+    assert lines[0] == "before False"
+    if ibverbs_cm_available():
+        assert lines[1] == "after True"
+
+
+def ibverbs_cm_available() -> bool:
+    from ibverbs import cm
+    return cm.available()
