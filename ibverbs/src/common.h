@@ -169,6 +169,15 @@ IBV_HIDDEN PyObject *ibv_asdict_fields(PyObject *obj, const char *const *names);
 static inline void ibv_busy_enter(PyObject *obj) { IBV_HANDLE(obj)->busy++; }
 static inline void ibv_busy_leave(PyObject *obj) { IBV_HANDLE(obj)->busy--; }
 
+/* Mark a just-wrapped handle as borrowed: its verbs object belongs to
+ * another library (librdmacm), so close() and GC never destroy it. */
+IBV_HIDDEN int ibv_handle_borrow(PyObject *obj);
+
+/* ---- rdma_cm (rdmacm.c; librdmacm is dlopen'ed on first use) ------------ */
+
+/* Add EventChannel, CMID and the rdma_cm functions to the module. */
+IBV_HIDDEN int ibv_rdmacm_init(PyObject *module);
+
 /* ---- the extended QP post API (qpex.c) ---------------------------------- */
 
 /* The struct ibv_qp_ex of a QPEx object (set by ibv_qpex_guard). */

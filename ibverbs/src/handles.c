@@ -106,17 +106,41 @@ static int track_origin(PyObject *obj)
     return rc;
 }
 
+/*
+ * Borrowed handles: objects wrapping a verbs object that another library
+ * owns (the ibv_context librdmacm opened for a CM ID).  They are recorded
+ * with origin pid 0, so they count as foreign everywhere: close() and
+ * garbage collection forget them without destroying anything.
+ */
+static int any_borrowed;
+
+int ibv_handle_borrow(PyObject *obj)
+{
+    if (origins == NULL && (origins = PyDict_New()) == NULL)
+        return -1;
+    PyObject *key = PyLong_FromVoidPtr(obj);
+    PyObject *value = PyLong_FromLong(0);
+    int rc = (key && value) ? PyDict_SetItem(origins, key, value) : -1;
+    Py_XDECREF(key);
+    Py_XDECREF(value);
+    if (rc == 0)
+        any_borrowed = 1;
+    return rc;
+}
+
 int ibv_handle_foreign(PyObject *obj)
 {
-    if (!forked || origins == NULL)
+    if ((!forked && !any_borrowed) || origins == NULL)
         return 0;
     PyObject *exc_type, *exc_value, *exc_tb;
     PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
     int foreign = 0;
     PyObject *key = PyLong_FromVoidPtr(obj);
     PyObject *pid = key ? PyDict_GetItem(origins, key) : NULL;   /* borrowed */
-    if (pid != NULL)
-        foreign = PyLong_AsLong(pid) != (long)current_pid;
+    if (pid != NULL) {
+        long origin = PyLong_AsLong(pid);
+        foreign = origin == 0 || (forked && origin != (long)current_pid);
+    }
     Py_XDECREF(key);
     PyErr_Clear();
     PyErr_Restore(exc_type, exc_value, exc_tb);

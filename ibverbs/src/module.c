@@ -190,7 +190,8 @@ PyMODINIT_FUNC PyInit__ibverbs(void)
         PyModule_AddFunctions(module, ibv_generated_functions) < 0 ||
         ibv_errors_init() < 0 ||
         ibv_register_generated_types(module) < 0 ||
-        ibv_datapath_init(module) < 0) {
+        ibv_datapath_init(module) < 0 ||
+        ibv_rdmacm_init(module) < 0) {
         Py_DECREF(module);
         return NULL;
     }

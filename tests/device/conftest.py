@@ -56,7 +56,8 @@ del _shared
 KERNEL_KINDS = ("pd", "cq", "qp", "mr", "srq", "ctx", "cm_id")
 # Counted in this process, by handle class.
 HANDLE_CLASSES = ("Context", "PD", "CQ", "CompChannel", "QP", "SRQ", "MR", "MW", "AH", "XRCD",
-                  "DM", "Flow", "Counters", "WQ", "RWQIndTable", "TD", "ImportedPD", "ImportedMR")
+                  "DM", "Flow", "Counters", "WQ", "RWQIndTable", "TD", "ImportedPD", "ImportedMR",
+                  "EventChannel", "CMID")
 
 # <rdma/rdma_netlink.h>
 _NETLINK_RDMA = 20

@@ -1,0 +1,123 @@
+"""The second header: librdmacm's <rdma/rdma_cma.h> (the RDMA connection
+manager), with its own spec set in spec/rdmacm/.
+
+The verbs pipeline is reused as is (parse.parse with another header, the
+spec loader on another directory, model.Builder for enums and hand-written
+method docstrings, model.coverage); what differs is what gets emitted:
+
+  generated/rdmacm_loader.c.h   slots + trampolines + dlsym table for the
+                                librdmacm functions the spec binds (the
+                                library is dlopen'ed on first use, so a
+                                missing librdmacm never breaks import)
+  generated/rdmacm_methods.c.h  docstrings, prototypes and method tables of
+                                the hand-written EventChannel/CMID classes
+  generated/rdmacm_enums.py     the CM enums (event types, port spaces)
+
+Nothing here changes the verbs output: the verbs model, spec and templates
+are untouched, and the rdmacm files are added next to them.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+from . import model as vmodel
+from .ir import IR
+from .spec import Spec, SpecError
+
+HEADER = "rdma/rdma_cma.h"
+SPEC_SUBDIR = "rdmacm"
+#: Generated files of this header (all named rdmacm_*).
+PREFIX = "rdmacm_"
+
+
+@dataclass
+class CMHandleModel:
+    name: str
+    ctype: str
+    destroy: str
+    methods: List[vmodel.MethodModel]
+
+
+@dataclass
+class CMModel:
+    ir: IR
+    spec: Spec
+    enums: List[vmodel.EnumModel]
+    handles: List[CMHandleModel]
+    functions: List[vmodel.MethodModel]
+    symbols: List[vmodel.SymbolModel]
+    coverage: List[Tuple[str, str, str]]
+
+
+def spec_dir(spec_root: str) -> str:
+    return os.path.join(spec_root, SPEC_SUBDIR)
+
+
+def bound_names(spec: Spec, methods: List[vmodel.MethodModel]) -> List[str]:
+    """Every librdmacm function the spec binds (methods' verbs, destroys)."""
+    names = {v for m in methods for v in m.verbs}
+    names |= {h.node["destroy"] for h in spec.handles if h.node.get("destroy")}
+    return sorted(names)
+
+
+def build(ir: IR, spec: Spec) -> CMModel:
+    b = vmodel.Builder(ir, spec)
+    enums = b.enums()
+    handles = []
+    for h in spec.handles:
+        node = h.node
+        if ir.record(node["ctype"]) is None:
+            raise SpecError(f"{node.where('ctype')}: {h.name}: no {node['ctype']} in {ir.source}")
+        destroy = node.get("destroy")
+        if destroy and ir.function(destroy) is None:
+            raise SpecError(f"{node.where('destroy')}: {h.name}: no function {destroy}")
+        methods = []
+        for m in h.methods:
+            if m.hand is None:
+                raise SpecError(f"{m.where()}: {h.name}.{m.name}: the rdma_cm classes are "
+                                "hand-written (ibverbs/src/rdmacm.c): use 'hand' + 'verbs'")
+            if b.absent(m):
+                continue
+            methods.append(b.method(m))
+        handles.append(CMHandleModel(h.name, node["ctype"], destroy or "", methods))
+    functions = []
+    for m in spec.functions:
+        if m.hand is None:
+            raise SpecError(f"{m.where()}: {m.name}: rdma_cm functions are hand-written: "
+                            "use 'hand' + 'verbs'")
+        if not b.absent(m):
+            functions.append(b.method(m))
+    all_methods = [m for h in handles for m in h.methods] + functions
+    wanted = set(bound_names(spec, all_methods))
+    symbols = [s for s in vmodel.symbols(ir, spec) if s.name in wanted]
+    missing = wanted - {s.name for s in symbols}
+    inline = {f.name for f in ir.functions if f.storage != "exported"}
+    if missing - inline:
+        raise SpecError(f"spec/{SPEC_SUBDIR}: binds {', '.join(sorted(missing - inline))}, "
+                        f"which {ir.source} does not export")
+    return CMModel(ir, spec, enums, handles, functions, symbols,
+                   vmodel.coverage(ir, spec, all_methods))
+
+
+def render(m: CMModel, template_dir: str) -> Dict[str, str]:
+    """File name (relative to generated/) -> contents."""
+    from . import render as vrender
+    env = vrender.environment(template_dir)
+    common = dict(ir=m.ir, spec=m.spec, command=vrender.COMMAND, enums=m.enums,
+                  handles=m.handles, functions=m.functions, symbols=m.symbols)
+    c_comment = dict(comment_open="/*", comment_mid=" *", comment_close="*/")
+    py_comment = dict(comment_open="#", comment_mid="#", comment_close="")
+    files = {
+        f"{PREFIX}loader.c.h": env.get_template("rdmacm_loader.c.h.j2").render(**common, **c_comment),
+        f"{PREFIX}methods.c.h": env.get_template("rdmacm_methods.c.h.j2").render(**common, **c_comment),
+        f"{PREFIX}enums.py": env.get_template("enums.py.j2").render(**common, **py_comment),
+    }
+    return {name: vrender._tidy(text) for name, text in files.items()}
+
+
+def load(prefix: Optional[str], spec_root: str):
+    """Parse rdma_cma.h at *prefix* and load spec/rdmacm/: the CMModel."""
+    from . import parse, spec as vspec
+    return build(parse.parse(prefix, HEADER), vspec.load(spec_dir(spec_root)))

@@ -1,0 +1,640 @@
+"""rdma_cm (librdmacm) on Soft-RoCE: rxe0 is 10.0.0.1, rxe1 is 10.0.0.2.
+
+Connections are made across the two devices, event-driven (every wait is a
+select() on the channel's fd with a timeout, so a missing event fails the
+test instead of hanging it), in one process and across two processes.
+"""
+import errno
+import fcntl
+import gc
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import rxe
+from conftest import poll_until
+
+SERVER_IP, CLIENT_IP = rxe.VM_DEVICES["rxe0"], rxe.VM_DEVICES["rxe1"]
+TIMEOUT = 20.0      # seconds per event (TCG emulation is slow)
+
+
+def _warm_up_librdmacm():
+    """librdmacm opens each device's ibv_context the first time an ID is
+    bound to it and keeps it open for the life of the process: do that
+    before the module's resource snapshot (this runs at collection, before
+    any fixture), so that the leak check compares like with like."""
+    import ibverbs
+    from ibverbs import cm
+    if not cm.available():
+        return
+    with cm.create_event_channel() as ch:
+        for ip in (SERVER_IP, CLIENT_IP):
+            with ch.create_id() as cm_id:
+                cm_id.bind_addr(ip)
+                assert cm_id.context is not None
+    del ibverbs
+    gc.collect()
+
+
+if rxe.in_vm():
+    _warm_up_librdmacm()
+
+
+@pytest.fixture
+def cm(ib, device_names):
+    from ibverbs import cm
+    if not cm.available():
+        pytest.skip("librdmacm.so.1 is not installed")
+    return cm
+
+
+@pytest.fixture
+def channel(cm):
+    with cm.create_event_channel() as ch:
+        yield ch
+
+
+_next_port = [7471]
+
+
+def free_port():
+    _next_port[0] += 1
+    return _next_port[0]
+
+
+class Side:
+    """One end of a connection: its CM ID, and a PD/CQ/QP on its context."""
+
+    def __init__(self, ib, cm_id, qp_type=None):
+        self.cm_id = cm_id
+        ctx = cm_id.context
+        self.pd = ctx.alloc_pd()
+        self.cq = ctx.create_cq(16)
+        self.qp = cm_id.create_qp(self.pd, ib.QPInitAttr(
+            self.cq, self.cq, qp_type=qp_type or ib.QPType.RC, max_send_wr=16, max_recv_wr=16))
+        self.mrs = []
+        self.ahs = []
+
+    def buffer(self, ib, size, fill):
+        array = np.full(size, fill, dtype=np.uint8)
+        mr = ib.reg_tensor(self.pd, array, ib.AccessFlags.LOCAL_WRITE)
+        self.mrs.append(mr)
+        return array, mr
+
+    def close(self):
+        self.cm_id.destroy_qp()
+        for ah in self.ahs:
+            ah.close()
+        for mr in self.mrs:
+            mr.close()
+        self.cq.close()
+        self.pd.close()
+        self.cm_id.close()
+
+
+def connect_pair(ib, cm, channel, port, client_data=b"hello", server_data=b"world",
+                 before_accept=None):
+    """listener on rxe0, client from rxe1; returns (listener, client Side,
+    server Side, events) once both sides are ESTABLISHED."""
+    E = cm.CMEventType
+    listener = channel.create_id(cm.PortSpace.TCP)
+    listener.bind_addr((SERVER_IP, port))
+    listener.listen()
+    client_id = channel.create_id(cm.PortSpace.TCP)
+    client_id.resolve_addr((SERVER_IP, port), src=CLIENT_IP)
+    ev = cm.wait_event(channel, E.ADDR_RESOLVED, TIMEOUT)
+    assert ev.id is client_id and ev.status == 0
+    client_id.resolve_route()
+    ev = cm.wait_event(channel, E.ROUTE_RESOLVED, TIMEOUT)
+    assert ev.id is client_id
+    client = Side(ib, client_id)
+    client_id.connect(private_data=client_data, retry_count=5, rnr_retry_count=6)
+    request = cm.wait_event(channel, E.CONNECT_REQUEST, TIMEOUT)
+    assert request.listen_id is listener
+    assert isinstance(request.id, ib.CMID) and request.id is not listener
+    server = Side(ib, request.id)
+    if before_accept:
+        before_accept(server)
+    request.id.accept(private_data=server_data)
+    established = {}
+    for _ in range(2):
+        ev = cm.wait_event(channel, E.ESTABLISHED, TIMEOUT)
+        established["client" if ev.id is client_id else "server"] = ev
+    assert set(established) == {"client", "server"}
+    return listener, client, server, request, established
+
+
+def disconnect_both(cm, channel, client, server):
+    """Client disconnects; the server answers its DISCONNECTED with its own
+    disconnect (which sends the DREP): both sides see DISCONNECTED."""
+    client.cm_id.disconnect()
+    ev = cm.wait_event(channel, cm.CMEventType.DISCONNECTED, TIMEOUT)
+    assert ev.id is server.cm_id
+    server.cm_id.disconnect()
+    ev = cm.wait_event(channel, cm.CMEventType.DISCONNECTED, TIMEOUT)
+    assert ev.id is client.cm_id
+
+
+def test_connect_accept_send_and_disconnect_in_one_process(ib, cm, channel):
+    port = free_port()
+    received = {}
+
+    def post_receive(server):
+        received["array"], mr = server.buffer(ib, 256, 0)
+        server.qp.post_recv(ib.RecvWR(wr_id=41, sg_list=[mr.sge()]))
+
+    listener, client, server, request, established = connect_pair(
+        ib, cm, channel, port, client_data=b"client says hi", server_data=b"server says ok",
+        before_accept=post_receive)
+    try:
+        # private data both ways (the transport pads it with zeros)
+        assert request.private_data[:14] == b"client says hi"
+        assert set(request.private_data[14:]) <= {0}
+        assert request.param.retry_count == 5 and request.param.rnr_retry_count == 6
+        assert request.param.qp_num == client.qp.qp_num
+        assert established["client"].private_data[:14] == b"server says ok"
+        assert established["client"].param.qp_num == server.qp.qp_num
+        assert established["server"].param is None
+        # the connection manager moved both QPs to RTS
+        assert client.qp.state == ib.QPState.RTS and server.qp.state == ib.QPState.RTS
+        assert client.cm_id.qp is client.qp and client.cm_id.pd is client.pd
+        assert client.cm_id.local_addr[0] == CLIENT_IP
+        assert client.cm_id.peer_addr == (SERVER_IP, port)
+        assert server.cm_id.local_addr == (SERVER_IP, port)
+        assert server.cm_id.peer_addr[0] == CLIENT_IP
+        assert client.cm_id._ports()[1] == port
+        assert client.cm_id.context.name == "rxe1" and server.cm_id.context.name == "rxe0"
+
+        payload, mr = client.buffer(ib, 256, 0)
+        payload[:] = np.arange(256, dtype=np.uint8)
+        client.qp.post_send(ib.SendWR(wr_id=40, sg_list=[mr.sge()], opcode=ib.WROpcode.SEND,
+                                      send_flags=ib.SendFlags.SIGNALED))
+        [sent] = poll_until(client.cq)
+        sent.raise_for_status()
+        assert sent.wr_id == 40
+        [arrived] = poll_until(server.cq)
+        arrived.raise_for_status()
+        assert arrived.wr_id == 41 and arrived.byte_len == 256
+        assert arrived.opcode == ib.WCOpcode.RECV
+        assert (received["array"] == np.arange(256, dtype=np.uint8)).all()
+
+        disconnect_both(cm, channel, client, server)
+    finally:
+        client.close()
+        server.close()
+        listener.close()
+
+
+def test_rdma_write_over_cm_qps(ib, cm, channel):
+    """The CM-made QPs take the whole data path: an RDMA WRITE lands."""
+    port = free_port()
+    target = {}
+
+    def expose(server):
+        array = np.zeros(64, dtype=np.uint8)
+        mr = ib.reg_tensor(server.pd, array, ib.AccessFlags.LOCAL_WRITE | ib.AccessFlags.REMOTE_WRITE)
+        server.mrs.append(mr)
+        target.update(array=array, mr=mr)
+
+    listener, client, server, _, _ = connect_pair(ib, cm, channel, port, before_accept=expose)
+    try:
+        src, mr = client.buffer(ib, 64, 0x5A)
+        client.qp.post_send(ib.SendWR(wr_id=1, sg_list=[mr.sge()], opcode=ib.WROpcode.RDMA_WRITE,
+                                      send_flags=ib.SendFlags.SIGNALED,
+                                      remote_addr=target["mr"].addr, rkey=target["mr"].rkey))
+        [wc] = poll_until(client.cq)
+        wc.raise_for_status()
+        assert (target["array"] == 0x5A).all()
+        disconnect_both(cm, channel, client, server)
+    finally:
+        client.close()
+        server.close()
+        listener.close()
+
+
+SERVER_SCRIPT = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import ibverbs as ib
+    from ibverbs import cm
+    E = cm.CMEventType
+    port = int(sys.argv[1])
+    with cm.create_event_channel() as ch:
+        listener = ch.create_id()
+        listener.bind_addr((sys.argv[2], port))
+        listener.listen()
+        print("listening", flush=True)
+        req = cm.wait_event(ch, E.CONNECT_REQUEST, 60)
+        conn = req.id
+        ctx = conn.context
+        pd = ctx.alloc_pd()
+        cq = ctx.create_cq(8)
+        qp = conn.create_qp(pd, ib.QPInitAttr(cq, cq))
+        buf = np.zeros(32, dtype=np.uint8)
+        mr = ib.reg_tensor(pd, buf, ib.AccessFlags.LOCAL_WRITE)
+        qp.post_recv(ib.RecvWR(wr_id=5, sg_list=[mr.sge()]))
+        conn.accept(private_data=b"pid" + str(__import__("os").getpid()).encode())
+        cm.wait_event(ch, E.ESTABLISHED, 60)
+        while not (wcs := cq.poll(1)):
+            pass
+        wcs[0].raise_for_status()
+        print("got", req.private_data[:6].decode(), bytes(buf[:wcs[0].byte_len]).hex(), flush=True)
+        cm.wait_event(ch, E.DISCONNECTED, 60)
+        conn.disconnect()
+        conn.destroy_qp()
+        for obj in (mr, cq, pd, conn, listener):
+            obj.close()
+        print("done", ib.CMID._open_count(), flush=True)
+""")
+
+
+def test_client_and_server_in_two_processes(ib, cm, channel, tmp_path):
+    port = free_port()
+    script = tmp_path / "cm_server.py"
+    script.write_text(SERVER_SCRIPT)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    server = subprocess.Popen([sys.executable, str(script), str(port), SERVER_IP],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    client = None
+    try:
+        line = server.stdout.readline().strip()
+        if line != "listening":
+            server.kill()
+            pytest.fail(f"the server process did not start: {server.communicate()[1][-2000:]}")
+        E = cm.CMEventType
+        cm_id = channel.create_id()
+        cm_id.resolve_addr((SERVER_IP, port), src=CLIENT_IP)
+        cm.wait_event(channel, E.ADDR_RESOLVED, TIMEOUT)
+        cm_id.resolve_route()
+        cm.wait_event(channel, E.ROUTE_RESOLVED, TIMEOUT)
+        client = Side(ib, cm_id)
+        cm_id.connect(private_data=b"proc-2")
+        ev = cm.wait_event(channel, E.ESTABLISHED, TIMEOUT)
+        assert ev.private_data.startswith(b"pid%d" % server.pid)
+        payload, mr = client.buffer(ib, 16, 0)
+        payload[:] = np.arange(16, dtype=np.uint8) + 100
+        client.qp.post_send(ib.SendWR(wr_id=9, sg_list=[mr.sge()], opcode=ib.WROpcode.SEND,
+                                      send_flags=ib.SendFlags.SIGNALED))
+        [wc] = poll_until(client.cq)
+        wc.raise_for_status()
+        assert server.stdout.readline().split() == ["got", "proc-2", bytes(payload).hex()]
+        cm_id.disconnect()
+        ev = cm.wait_event(channel, E.DISCONNECTED, TIMEOUT)
+        assert ev.id is cm_id
+        out, err = server.communicate(timeout=60)
+        assert server.returncode == 0, err
+        assert out.split() == ["done", "0"]
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+        if client is not None:
+            client.close()
+
+
+def test_reject_reaches_the_client_with_its_private_data(ib, cm, channel):
+    E = cm.CMEventType
+    port = free_port()
+    with channel.create_id() as listener, channel.create_id() as client_id:
+        listener.bind_addr((SERVER_IP, port))
+        listener.listen()
+        client_id.resolve_addr((SERVER_IP, port), src=CLIENT_IP)
+        cm.wait_event(channel, E.ADDR_RESOLVED, TIMEOUT)
+        client_id.resolve_route()
+        cm.wait_event(channel, E.ROUTE_RESOLVED, TIMEOUT)
+        client = Side(ib, client_id)
+        try:
+            client_id.connect(private_data=b"let me in")
+            req = cm.wait_event(channel, E.CONNECT_REQUEST, TIMEOUT)
+            req.id.reject(private_data=b"go away")
+            ev = cm.wait_event(channel, E.REJECTED, TIMEOUT)
+            assert ev.id is client_id
+            assert ev.status == 28       # IB_CM_REJ_CONSUMER_DEFINED
+            assert ev.private_data[:7] == b"go away"
+            req.id.close()
+        finally:
+            client.close()
+
+
+def test_connect_to_a_port_without_listener_is_rejected(ib, cm, channel):
+    E = cm.CMEventType
+    with channel.create_id() as client_id:
+        client_id.resolve_addr((SERVER_IP, free_port()), src=CLIENT_IP)
+        cm.wait_event(channel, E.ADDR_RESOLVED, TIMEOUT)
+        client_id.resolve_route()
+        cm.wait_event(channel, E.ROUTE_RESOLVED, TIMEOUT)
+        client = Side(ib, client_id)
+        try:
+            client_id.connect()
+            ev = cm.wait_event(channel, None, 60)
+            assert ev.id is client_id
+            assert ev.event in (E.REJECTED, E.UNREACHABLE)
+            assert ev.status != 0
+        finally:
+            client.close()
+
+
+def test_resolving_an_unreachable_address_fails_cleanly(ib, cm, channel):
+    """10.0.0.99 is on the veth subnet but nobody answers ARP: either the
+    call fails at once or ADDR_ERROR/ROUTE_ERROR arrives."""
+    E = cm.CMEventType
+    with channel.create_id() as cm_id:
+        try:
+            cm_id.resolve_addr(("10.0.0.99", 1), src=CLIENT_IP, timeout_ms=500)
+        except ib.VerbsError as exc:
+            assert exc.errno != 0
+            return
+        ev = cm.wait_event(channel, None, 60)
+        assert ev.id is cm_id
+        if ev.event == E.ADDR_RESOLVED:       # resolved without a reply: the route must fail
+            cm_id.resolve_route(timeout_ms=500)
+            ev = cm.wait_event(channel, None, 60)
+        assert ev.event in (E.ADDR_ERROR, E.ROUTE_ERROR, E.ROUTE_RESOLVED) and (
+            ev.event == E.ROUTE_RESOLVED or ev.status < 0)
+
+
+def test_bad_arguments_raise_python_errors(ib, cm, channel, ctx):
+    with channel.create_id() as cm_id:
+        with pytest.raises(ValueError, match="numeric"):
+            cm_id.resolve_addr(("not an address", 1))
+        with pytest.raises(ValueError):
+            cm_id.resolve_addr((SERVER_IP, 70000))
+        with pytest.raises(ValueError):
+            cm_id.resolve_addr((SERVER_IP, 1, 2))
+        with pytest.raises(TypeError):
+            cm_id.bind_addr(1234)
+        with pytest.raises(ValueError):
+            cm_id.resolve_route(timeout_ms=0)
+        with pytest.raises(ValueError):
+            cm_id.connect(private_data=b"x" * 256)
+        with pytest.raises(ValueError):
+            cm_id.connect(retry_count=8)
+        with pytest.raises(TypeError):
+            cm_id.connect(private_data=12)
+        with pytest.raises(TypeError):
+            cm_id.migrate("channel")
+        with pytest.raises(ValueError):
+            channel.create_id(ps=12345)
+        with pytest.raises(TypeError):
+            cm_id.create_qp(None, None)
+        # no device yet: create_qp is refused before librdmacm is asked
+        with ctx.alloc_pd() as pd, ctx.create_cq(4) as cq:
+            with pytest.raises(ib.VerbsError) as exc:
+                cm_id.create_qp(pd, ib.QPInitAttr(cq, cq))
+            assert exc.value.errno == errno.EINVAL
+    with pytest.raises(TypeError):
+        ib.CMID()
+    with pytest.raises(TypeError):
+        ib.EventChannel()
+
+
+def test_create_qp_checks_the_context_and_is_single(ib, cm, channel, ctx):
+    with channel.create_id() as cm_id:
+        cm_id.bind_addr(SERVER_IP)
+        cm_ctx = cm_id.context
+        assert cm_ctx.name == "rxe0"
+        with ctx.alloc_pd() as other_pd, cm_ctx.alloc_pd() as pd, cm_ctx.create_cq(4) as cq, \
+                ctx.create_cq(4) as other_cq:
+            with pytest.raises(ValueError, match="another context"):
+                cm_id.create_qp(other_pd, ib.QPInitAttr(cq, cq))
+            with pytest.raises(ValueError, match="another context"):
+                cm_id.create_qp(pd, ib.QPInitAttr(other_cq, other_cq))
+            qp = cm_id.create_qp(pd, ib.QPInitAttr(cq, cq))
+            assert qp.state == ib.QPState.INIT      # rdma_create_qp moves it to INIT
+            with pytest.raises(ib.VerbsError) as exc:
+                cm_id.create_qp(pd, ib.QPInitAttr(cq, cq))
+            assert exc.value.errno == errno.EEXIST
+            # the QP ties the CM ID: EBUSY, nothing changed
+            with pytest.raises(ib.VerbsError) as exc:
+                cm_id.close()
+            assert exc.value.errno == errno.EBUSY
+            assert not cm_id.closed and cm_id.qp is qp
+            # closing the QP itself (ibv_destroy_qp) also releases the ID
+            qp.close()
+            assert cm_id.qp is None and cm_id.pd is None
+            qp2 = cm_id.create_qp(pd, ib.QPInitAttr(cq, cq))
+            cm_id.destroy_qp()
+            assert qp2.closed and cm_id.qp is None
+            cm_id.destroy_qp()      # harmless when there is none
+
+
+def test_closed_objects_raise_ebadf_and_parents_refuse_with_ebusy(ib, cm, channel):
+    cm_id = channel.create_id()
+    with pytest.raises(ib.VerbsError) as exc:
+        channel.close()
+    assert exc.value.errno == errno.EBUSY and not channel.closed
+    cm_id.close()
+    cm_id.close()       # idempotent
+    assert cm_id.closed and repr(cm_id) == "<ibverbs.CMID closed>"
+    for call in (lambda: cm_id.bind_addr(SERVER_IP), lambda: cm_id.resolve_route(),
+                 lambda: cm_id.connect(), lambda: cm_id.listen(), cm_id.disconnect,
+                 lambda: cm_id.context, lambda: cm_id.local_addr, cm_id._ports,
+                 lambda: cm_id.migrate(channel), cm_id.destroy_qp):
+        with pytest.raises(ib.VerbsError) as exc:
+            call()
+        assert exc.value.errno == errno.EBADF
+    other = cm.create_event_channel()
+    other.close()
+    with pytest.raises(ib.VerbsError) as exc:
+        other.get_cm_event()
+    assert exc.value.errno == errno.EBADF
+    with pytest.raises(ib.VerbsError) as exc:
+        other.create_id()
+    assert exc.value.errno == errno.EBADF
+    with pytest.raises(ib.VerbsError) as exc:
+        other.fd
+    assert exc.value.errno == errno.EBADF
+
+
+def test_nonblocking_channel_raises_eagain(ib, cm, channel):
+    flags = fcntl.fcntl(channel.fd, fcntl.F_GETFL)
+    fcntl.fcntl(channel.fd, fcntl.F_SETFL, flags | os.O_NONBLOCK)
+    with pytest.raises(ib.VerbsError) as exc:
+        channel.get_cm_event()
+    assert exc.value.errno == errno.EAGAIN
+
+
+def test_asyncio_reader_on_the_channel_fd(ib, cm, channel):
+    import asyncio
+    E = cm.CMEventType
+
+    async def resolve():
+        loop = asyncio.get_running_loop()
+        ready = loop.create_future()
+        loop.add_reader(channel.fd, lambda: ready.done() or ready.set_result(None))
+        try:
+            cm_id.resolve_addr((SERVER_IP, 1), src=CLIENT_IP)
+            await asyncio.wait_for(ready, TIMEOUT)
+        finally:
+            loop.remove_reader(channel.fd)
+        return channel.get_cm_event()
+
+    with channel.create_id() as cm_id:
+        ev = asyncio.run(resolve())
+        assert ev.event == E.ADDR_RESOLVED and ev.id is cm_id
+        assert cm.cm_event_str(ev.event) == "RDMA_CM_EVENT_ADDR_RESOLVED" == ev.event_str
+
+
+def test_migrate_id_moves_events_and_the_parent_count(ib, cm, channel):
+    E = cm.CMEventType
+    with cm.create_event_channel() as other:
+        cm_id = other.create_id()
+        cm_id.migrate(channel)
+        assert cm_id.channel is channel
+        other.close()       # no CM ID left on it
+        assert other.closed
+        cm_id.resolve_addr((SERVER_IP, 1), src=CLIENT_IP)
+        ev = cm.wait_event(channel, E.ADDR_RESOLVED, TIMEOUT)
+        assert ev.id is cm_id
+        with pytest.raises(ib.VerbsError) as exc:
+            channel.close()
+        assert exc.value.errno == errno.EBUSY
+        cm_id.close()
+
+
+def test_udp_port_space_ids_resolve(ib, cm, channel):
+    E = cm.CMEventType
+    with channel.create_id(cm.PortSpace.UDP) as cm_id:
+        assert cm_id.ps == cm.PortSpace.UDP
+        cm_id.resolve_addr((SERVER_IP, 1), src=CLIENT_IP)
+        cm.wait_event(channel, E.ADDR_RESOLVED, TIMEOUT)
+        assert cm_id.context.name == "rxe1"
+
+
+def test_ud_datagram_through_a_udp_port_space_connection(ib, cm, channel):
+    """PortSpace.UDP: connect/accept is a SIDR exchange; the client's
+    ESTABLISHED carries UDParam (address handle attributes, QP number,
+    Q_Key), enough to send the server a datagram."""
+    E = cm.CMEventType
+    port = free_port()
+    with channel.create_id(cm.PortSpace.UDP) as listener, \
+            channel.create_id(cm.PortSpace.UDP) as client_id:
+        listener.bind_addr((SERVER_IP, port))
+        listener.listen()
+        client_id.resolve_addr((SERVER_IP, port), src=CLIENT_IP)
+        cm.wait_event(channel, E.ADDR_RESOLVED, TIMEOUT)
+        client_id.resolve_route()
+        cm.wait_event(channel, E.ROUTE_RESOLVED, TIMEOUT)
+        client = Side(ib, client_id, qp_type=ib.QPType.UD)
+        server = None
+        try:
+            client_id.connect(private_data=b"ud?")
+            req = cm.wait_event(channel, E.CONNECT_REQUEST, TIMEOUT)
+            assert req.private_data[:3] == b"ud?" and req.listen_id is listener
+            server = Side(ib, req.id, qp_type=ib.QPType.UD)
+            inbox, inbox_mr = server.buffer(ib, 40 + 32, 0)      # 40 bytes of GRH first
+            server.qp.post_recv(ib.RecvWR(wr_id=3, sg_list=[inbox_mr.sge()]))
+            req.id.accept(private_data=b"ud!")
+            ev = cm.wait_event(channel, E.ESTABLISHED, TIMEOUT)
+            assert ev.id is client_id and ev.private_data[:3] == b"ud!"
+            assert isinstance(ev.param, cm.UDParam)
+            assert ev.param.qp_num == server.qp.qp_num and ev.param.qkey != 0
+            ah = client.pd.create_ah(ev.param.ah_attr)
+            client.ahs.append(ah)
+            out, out_mr = client.buffer(ib, 32, 0x77)
+            client.qp.post_send(ib.SendWR(wr_id=4, sg_list=[out_mr.sge()], opcode=ib.WROpcode.SEND,
+                                          send_flags=ib.SendFlags.SIGNALED, ah=ah,
+                                          remote_qpn=ev.param.qp_num,
+                                          remote_qkey=ev.param.qkey))
+            poll_until(client.cq)[0].raise_for_status()
+            [wc] = poll_until(server.cq)
+            wc.raise_for_status()
+            assert wc.wr_id == 3 and wc.byte_len == 40 + 32 and wc.src_qp == client.qp.qp_num
+            assert (inbox[40:] == 0x77).all()
+        finally:
+            client.close()
+            if server is not None:
+                server.close()
+
+
+def test_get_cm_event_blocks_with_the_gil_released(ib, cm, channel):
+    """A thread waits in get_cm_event on an idle channel: meanwhile this
+    thread runs (close() of the busy channel is refused with EBUSY), then
+    makes the event that wakes it."""
+    E = cm.CMEventType
+    other = cm.create_event_channel()
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(other.get_cm_event()), daemon=True)
+    waiter.start()
+    time.sleep(0.3)
+    assert waiter.is_alive()
+    with pytest.raises(ib.VerbsError) as exc:
+        other.close()
+    assert exc.value.errno == errno.EBUSY and "in progress" in str(exc.value)
+    cm_id = other.create_id()
+    cm_id.resolve_addr((SERVER_IP, 1), src=CLIENT_IP)
+    waiter.join(TIMEOUT)
+    assert not waiter.is_alive()
+    assert got[0].event == E.ADDR_RESOLVED and got[0].id is cm_id
+    cm_id.close()
+    other.close()
+
+
+def test_the_cm_context_is_borrowed_never_closed(ib, cm, channel):
+    """cm_id.context is librdmacm's ibv_context: closing (or collecting)
+    the Python object leaves the device open (the module's kernel ctx count
+    would drop otherwise) and usable."""
+    with channel.create_id() as cm_id:
+        assert cm_id.context is None            # no device before binding
+        cm_id.bind_addr(SERVER_IP)
+        ctx = cm_id.context
+        assert cm_id.context is ctx and ctx.name == "rxe0"
+        ctx.close()
+        assert ctx.closed
+        again = cm_id.context
+        assert again is not ctx and not again.closed
+        del ctx, again
+        gc.collect()
+        with cm_id.context.alloc_pd() as pd, cm_id.context.create_cq(4) as cq:
+            with cm_id.create_qp(pd, ib.QPInitAttr(cq, cq)) as qp:
+                assert qp.state == ib.QPState.INIT
+                assert cm_id.qp is qp
+            assert cm_id.qp is None
+
+
+def test_set_option_reuseaddr_lets_a_second_id_bind_the_port(ib, cm, channel):
+    """Two IDs on one address and port: EADDRINUSE, unless both set
+    REUSEADDR (rdma_set_option) before binding; TOS and ACK_TIMEOUT take
+    their ranges."""
+    O = cm.CMIDOption
+    port = free_port()
+    with channel.create_id() as a, channel.create_id() as b:
+        a.bind_addr((SERVER_IP, port))
+        with pytest.raises(ib.VerbsError) as exc:
+            b.bind_addr((SERVER_IP, port))
+        assert exc.value.errno == errno.EADDRINUSE
+    with channel.create_id() as a, channel.create_id() as b:
+        for cm_id in (a, b):
+            cm_id.set_option(O.REUSEADDR, True)
+            cm_id.set_option(O.TOS, 32)
+            cm_id.set_option(O.ACK_TIMEOUT, 14)
+        a.bind_addr((SERVER_IP, port))
+        b.bind_addr((SERVER_IP, port))
+        assert a.local_addr == b.local_addr == (SERVER_IP, port)
+        with pytest.raises(ValueError):
+            a.set_option(O.TOS, 256)
+        with pytest.raises(ValueError):
+            a.set_option(O.ACK_TIMEOUT, 32)
+        with pytest.raises(ValueError, match="CMIDOption"):
+            a.set_option(77, 1)
+
+
+def test_garbage_collection_in_any_order_leaks_nothing(ib, cm):
+    """Everything dropped without close(), a connected pair included: the
+    module's leak check (kernel cm_id/qp/pd/cq counts, open objects) proves
+    it was all destroyed."""
+    ch = cm.create_event_channel()
+    listener, client, server, request, established = connect_pair(ib, cm, ch, free_port())
+    assert ib.CMID._open_count() == 3
+    del listener, client, server, request, established, ch
+    gc.collect()
+    assert ib.CMID._open_count() == 0
+    assert ib.EventChannel._open_count() == 0

@@ -1,0 +1,266 @@
+"""rdma_cm without a device: the second header in the generator (rdma/rdma_cma.h
+with spec/rdmacm/), and the extension without librdmacm.
+
+Headers come from tools/rdma-core's cache (a release not fetched is skipped,
+as in test_releases.py); the device behaviour is tests/device/test_rdmacm.py.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+RELEASES = ("33.2", "44.0", "56.1", "65.0")
+BASELINE = "44.0"
+CACHE = pathlib.Path(os.environ.get("IBVERBS_RDMA_CACHE")
+                     or pathlib.Path(os.environ.get("XDG_CACHE_HOME")
+                                     or pathlib.Path.home() / ".cache") / "ibverbs-rdma-core")
+
+
+def prefix(release: str) -> str:
+    p = CACHE / release
+    if not (p / ".complete").exists():
+        pytest.skip(f"rdma-core {release} is not fetched (tools/rdma-core {release})")
+    if not (p / "usr" / "include" / "rdma" / "rdma_cma.h").exists():
+        pytest.skip(f"rdma-core {release} was fetched without librdmacm-dev")
+    return str(p)
+
+
+@pytest.fixture(scope="module")
+def generator():
+    pytest.importorskip("clang.cindex", reason="libclang is not installed")
+    from generator import model, parse, rdmacm, render, spec
+    from generator.cli import SPEC_DIR, TEMPLATE_DIR
+    return dict(model=model, parse=parse, rdmacm=rdmacm, render=render, spec=spec,
+                SPEC_DIR=SPEC_DIR, TEMPLATE_DIR=TEMPLATE_DIR)
+
+
+_models: dict = {}
+
+
+def cm_model(g, release):
+    if release not in _models:
+        _models[release] = g["rdmacm"].load(prefix(release), g["SPEC_DIR"])
+    return _models[release]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_every_public_rdma_cma_function_is_bound_or_excluded(generator, release):
+    m = cm_model(generator, release)
+    rows = {name: status for name, status, _ in m.coverage}
+    assert [n for n, s in rows.items() if s == "unhandled"] == []
+    for name in ("rdma_create_event_channel", "rdma_create_id", "rdma_resolve_addr",
+                 "rdma_resolve_route", "rdma_connect", "rdma_listen", "rdma_accept",
+                 "rdma_reject", "rdma_disconnect", "rdma_get_cm_event", "rdma_ack_cm_event",
+                 "rdma_create_qp", "rdma_destroy_id", "rdma_migrate_id"):
+        assert rows[name] == "bound", name
+    # only rdma_cma.h's own functions are listed, never verbs.h's
+    assert all(name.startswith("rdma_") for name in rows)
+
+
+def test_every_exclusion_names_a_reason_and_a_real_function(generator):
+    m65 = cm_model(generator, "65.0")
+    names = {f.name for f in m65.ir.functions if f.header == m65.ir.source}
+    for name, reason in m65.spec.exclusions.items():
+        assert name in names, f"spec/rdmacm excludes {name}, which rdma_cma.h 65.0 lacks"
+        assert len(reason) > 20
+
+
+def test_loader_carries_exactly_the_bound_functions(generator):
+    m = cm_model(generator, BASELINE)
+    bound = {name for name, status, _ in m.coverage if status == "bound"}
+    inline = {f.name for f in m.ir.functions if f.storage != "exported"}
+    assert {s.name for s in m.symbols} == bound - inline
+    text = generator["rdmacm"].render(m, generator["TEMPLATE_DIR"])["rdmacm_loader.c.h"]
+    for s in m.symbols:
+        assert f'{{"{s.name}", (void **)&cm_slot_{s.name}' in text
+        assert f"int ({s.name})(" in text or f"({s.name})(" in text
+    # no ibv_* trampoline here: those are loader.c.h's (one definition each)
+    assert "(ibv_" not in text
+
+
+def test_rdmacm_files_are_fresh_and_headed_by_their_header(generator):
+    m = cm_model(generator, BASELINE)
+    files = generator["rdmacm"].render(m, generator["TEMPLATE_DIR"])
+    assert sorted(files) == ["rdmacm_enums.py", "rdmacm_loader.c.h", "rdmacm_methods.c.h"]
+    for name, text in files.items():
+        head = "\n".join(text.splitlines()[:4])
+        assert "from rdma/rdma_cma.h" in head and m.ir.sha256 in head, name
+        assert m.spec.sha256 in head, name
+        assert (ROOT / "generated" / name).read_text() == text, f"generated/{name} is stale"
+
+
+def test_the_verbs_output_does_not_change(generator):
+    """The second header adds files; the verbs model renders exactly what it
+    rendered before (no rdmacm_ file, the verbs spec hash unchanged)."""
+    g = generator
+    vspec = g["spec"].load(g["SPEC_DIR"])
+    assert not any("rdmacm" in f for f in vspec.files)
+    built = g["model"].build(g["parse"].parse(prefix(BASELINE)), vspec)
+    files = g["render"].render(built, g["TEMPLATE_DIR"])
+    assert not any(name.startswith("rdmacm_") for name in files)
+    for name, text in files.items():
+        assert (ROOT / "generated" / name).read_text() == text, f"generated/{name} is stale"
+
+
+def test_enums_come_from_the_header(generator):
+    m = cm_model(generator, BASELINE)
+    enums = {e.name: {n: v for n, v, _ in e.members} for e in m.enums}
+    assert enums["CMEventType"]["CONNECT_REQUEST"] == 4
+    assert enums["CMEventType"]["TIMEWAIT_EXIT"] == 15
+    assert enums["PortSpace"] == {"IPOIB": 0x2, "TCP": 0x106, "UDP": 0x111, "IB": 0x13F}
+
+
+def test_a_generated_method_in_the_rdmacm_spec_is_refused(generator, tmp_path):
+    g = generator
+    spec_root = tmp_path / "spec"
+    shutil.copytree(g["SPEC_DIR"], spec_root)
+    path = spec_root / "rdmacm" / "cm.yaml"
+    text = path.read_text().replace(
+        '      disconnect:\n        hand: "disconnect()"\n        verbs: [rdma_disconnect]\n',
+        "      disconnect:\n        verb: rdma_disconnect\n        params: {id: self}\n"
+        "        errors: errno\n")
+    path.write_text(text)
+    with pytest.raises(g["spec"].SpecError, match=r"cm.yaml:\d+: CMID.disconnect: .*hand"):
+        g["rdmacm"].load(prefix(BASELINE), str(spec_root))
+
+
+def test_an_unknown_function_in_the_rdmacm_spec_names_its_line(generator, tmp_path):
+    g = generator
+    spec_root = tmp_path / "spec"
+    shutil.copytree(g["SPEC_DIR"], spec_root)
+    path = spec_root / "rdmacm" / "cm.yaml"
+    path.write_text(path.read_text().replace("verbs: [rdma_listen]", "verbs: [rdma_lisen]"))
+    with pytest.raises(g["spec"].SpecError, match=r"cm.yaml:\d+: CMID.listen: no function rdma_lisen"):
+        g["rdmacm"].load(prefix(BASELINE), str(spec_root))
+
+
+def test_ir_and_coverage_commands_take_the_second_header(generator):
+    env = dict(os.environ, RDMA_CORE=prefix(BASELINE))
+    out = subprocess.run([sys.executable, "-m", "generator", "ir", "--json",
+                          "--header", "rdma/rdma_cma.h"], cwd=ROOT, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=True)
+    ir = json.loads(out.stdout)
+    assert ir["source"] == "rdma/rdma_cma.h"
+    assert any(f["name"] == "rdma_connect" for f in ir["functions"])
+    out = subprocess.run([sys.executable, "-m", "generator", "coverage", "--rdmacm"],
+                         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, check=True)
+    lines = out.stdout.splitlines()
+    assert lines[-1].startswith("coverage: bound=") and lines[-1].endswith("unhandled=0")
+    assert any(line.split()[:2] == ["rdma_getaddrinfo", "excluded"] for line in lines)
+    assert not any(line.startswith("ibv_") for line in lines)
+
+
+def _run_python(code: str, **env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT,
+                          env=dict(os.environ, **env), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, timeout=120)
+
+
+def test_import_works_without_librdmacm_and_only_rdma_cm_fails():
+    result = _run_python("""
+        import ibverbs
+        from ibverbs import cm
+        assert ibverbs._ibverbs._linked()
+        assert not cm.available()
+        try:
+            cm.create_event_channel()
+        except RuntimeError as exc:
+            print("error:", exc)
+        else:
+            raise SystemExit("create_event_channel worked without librdmacm")
+        try:
+            ibverbs.cm_event_str(0)
+        except RuntimeError as exc:
+            print("error2:", exc)
+        print(ibverbs.CMID, ibverbs.EventChannel, cm.CMEventType.ESTABLISHED.value)
+    """, IBVERBS_RDMACM_LIBRARY="/nonexistent/librdmacm.so.1")
+    assert result.returncode == 0, result.stderr
+    assert "error: rdma_cm is unavailable: /nonexistent/librdmacm.so.1 could not be loaded" \
+        in result.stdout
+    assert "librdmacm1" in result.stdout
+    assert "error2: rdma_cm is unavailable" in result.stdout
+    assert "<class 'ibverbs.CMID'> <class 'ibverbs.EventChannel'> 9" in result.stdout
+
+
+def test_a_library_lacking_the_symbols_is_refused_cleanly():
+    # libibverbs loads but exports no rdma_* function
+    lib = next((p for p in ("/usr/lib/x86_64-linux-gnu/libibverbs.so.1",
+                            "/lib/x86_64-linux-gnu/libibverbs.so.1") if os.path.exists(p)), None)
+    if lib is None:
+        pytest.skip("no libibverbs.so.1 at the usual path")
+    result = _run_python("""
+        from ibverbs import cm
+        try:
+            cm.create_event_channel()
+        except RuntimeError as exc:
+            print("error:", exc)
+        print(cm.available())
+    """, IBVERBS_RDMACM_LIBRARY=lib)
+    assert result.returncode == 0, result.stderr
+    assert "lacks rdma_" in result.stdout and "False" in result.stdout
+
+
+def test_classes_are_not_constructible_and_documented():
+    import ibverbs
+    from ibverbs import cm
+    with pytest.raises(TypeError):
+        ibverbs.CMID()
+    with pytest.raises(TypeError):
+        ibverbs.EventChannel()
+    assert ibverbs.CMID.connect.__text_signature__.startswith("($self, /, private_data=b''")
+    assert "rdma_connect" in ibverbs.CMID.connect.__doc__
+    assert cm.CMEventType.REJECTED == 8 and cm.PortSpace.TCP == 0x106
+
+
+def test_events_are_built_from_the_copied_fields():
+    from ibverbs import cm
+    ev = cm._make_event(4, 0, None, None, b"hi", dict(
+        responder_resources=1, initiator_depth=2, flow_control=1, retry_count=7,
+        rnr_retry_count=7, srq=0, qp_num=17))
+    assert ev.event is cm.CMEventType.CONNECT_REQUEST
+    assert ev.param == cm.ConnParam(1, 2, 1, 7, 7, 0, 17) and ev.private_data == b"hi"
+    ev = cm._make_event(99, -5, None, None, None, None)     # an event newer than the enum
+    assert ev.event == 99 and ev.param is None
+
+
+def test_librdmacm_is_not_linked():
+    """Its functions are trampolines (hidden) filled by dlsym: the extension
+    neither needs librdmacm nor leaves an rdma_* symbol to the loader."""
+    import ibverbs._ibverbs as ext
+    if shutil.which("nm") is None or shutil.which("readelf") is None:
+        pytest.skip("binutils (nm, readelf) not installed")
+    needed = subprocess.run(["readelf", "-d", ext.__file__], stdout=subprocess.PIPE,
+                            text=True, check=True).stdout
+    assert "librdmacm" not in needed
+    symbols = subprocess.run(["nm", "-D", ext.__file__], stdout=subprocess.PIPE,
+                             text=True, check=True).stdout
+    assert [line for line in symbols.splitlines() if "rdma_" in line] == []
+
+
+def test_import_does_not_load_librdmacm():
+    result = _run_python("""
+        import ibverbs, ibverbs.cm
+        maps = open("/proc/self/maps").read()
+        print("before", "librdmacm" in maps)
+        ibverbs.cm.available()
+        print("after", "librdmacm" in open("/proc/self/maps").read())
+    """)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.split("\n")
+    assert lines[0] == "before False"
+    if ibverbs_cm_available():
+        assert lines[1] == "after True"
+
+
+def ibverbs_cm_available() -> bool:
+    from ibverbs import cm
+    return cm.available()
