@@ -87,6 +87,9 @@ class HandleModel:
     before_destroy: Optional[str]
     registered: bool
     methods: List[MethodModel]
+    # Slots dropped as soon as the verbs object is destroyed (spec:
+    # `clear_on_close: true`), e.g. a buffer export that pins memory.
+    clear_on_close: List[str] = field(default_factory=list)
 
     @property
     def has_gc(self) -> bool:
@@ -481,6 +484,8 @@ class Builder:
                                    parents, attributes, slots, state,
                                    node.get("before_destroy"), bool(node.get("registered", False)),
                                    methods))
+            out[-1].clear_on_close = [sname for sname, sspec in (node.get("slots") or {}).items()
+                                      if sspec.get("clear_on_close")]
         return out
 
     # -- methods --

@@ -14,7 +14,7 @@ from ._gid import Gid
 # depends on the rdma-core headers it was generated from (spec/symbols.yaml),
 # hence no fixed list here.
 from ._ibverbs import *  # noqa: F401,F403
-from ._ibverbs import QP
+from ._ibverbs import PD, QP
 from ._qp_transitions import to_init as _to_init, to_rtr as _to_rtr, to_rts as _to_rts
 from .errors import CompletionError, VerbsError
 
@@ -25,11 +25,39 @@ def _qp_query(self, attr_mask=0x1FFFFF):
     return attr._asdict(), attr.cap
 
 
+_reg_mr_addr = PD.reg_mr
+
+
+def _pd_reg_mr(self, *args, **kwargs):
+    """reg_mr(addr, length, access) -> MR: ibv_reg_mr of [addr, addr+length).
+    reg_mr(buffer, access) -> MR: the whole of a writable, C-contiguous Python
+    buffer (bytearray, numpy array, mmap, memoryview...); ``mr.owner`` is the
+    buffer, kept alive and locked (not resizable, mmap not closable) until
+    the MR is closed.  A read-only buffer: TypeError."""
+    first = args[0] if args else kwargs.get("buffer", kwargs.get("addr"))
+    if "buffer" in kwargs or (args and not isinstance(first, int) and not _is_index(first)):
+        from ._buffers import reg_mr
+        if "buffer" in kwargs:
+            args = (kwargs.pop("buffer"),) + args
+        return reg_mr(self, *args, **kwargs, _reg_mr_addr=_reg_mr_addr)
+    return _reg_mr_addr(self, *args, **kwargs)
+
+
+def _is_index(value) -> bool:
+    """True for integer-likes (numpy integers): an address, not a buffer."""
+    try:
+        type(value).__index__(value)
+    except (AttributeError, TypeError):
+        return False
+    return True
+
+
 # Compositions of verbs written in Python, attached to the generated class.
 QP.to_init = _to_init
 QP.to_rtr = _to_rtr
 QP.to_rts = _to_rts
 QP.query = _qp_query
+PD.reg_mr = _pd_reg_mr
 
 
 def _version() -> str:
