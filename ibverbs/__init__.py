@@ -14,7 +14,7 @@ from ._gid import Gid
 # depends on the rdma-core headers it was generated from (spec/symbols.yaml),
 # hence no fixed list here.
 from ._ibverbs import *  # noqa: F401,F403
-from ._ibverbs import PD, QP
+from ._ibverbs import CQ, PD, QP, Context
 from ._qp_transitions import to_init as _to_init, to_rtr as _to_rtr, to_rts as _to_rts
 from .errors import CompletionError, VerbsError
 
@@ -50,6 +50,39 @@ def _is_index(value) -> bool:
     except (AttributeError, TypeError):
         return False
     return True
+
+
+# asyncio (ibverbs.aio, imported with asyncio on first use only).
+def _cq_wait(self, max_entries=16, *, solicited_only=False):
+    """Coroutine: wait for completions (needs a completion channel) and
+    return them, 1..max_entries WC; see ibverbs.aio.wait."""
+    from .aio import wait
+    return wait(self, max_entries, solicited_only=solicited_only)
+
+
+def _cq_completions(self, max_entries=16, *, solicited_only=False):
+    """Async iterator over every completion of the CQ as it arrives
+    (``async for wc in cq.completions()``); see ibverbs.aio.completions."""
+    from .aio import completions
+    return completions(self, max_entries, solicited_only=solicited_only)
+
+
+def _ctx_async_event(self):
+    """Coroutine: the next asynchronous event; see ibverbs.aio.async_event."""
+    from .aio import async_event
+    return async_event(self)
+
+
+def _ctx_async_events(self):
+    """Async iterator over the asynchronous events; see ibverbs.aio.async_events."""
+    from .aio import async_events
+    return async_events(self)
+
+
+CQ.wait = _cq_wait
+CQ.completions = _cq_completions
+Context.async_event = _ctx_async_event
+Context.async_events = _ctx_async_events
 
 
 # Compositions of verbs written in Python, attached to the generated class.
