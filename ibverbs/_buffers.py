@@ -23,13 +23,15 @@ ctypes is imported on first use only.
 
 from __future__ import annotations
 
+from typing import Any, Callable, Tuple
+
 __all__ = ["reg_mr"]
 
 
-def _export(buffer: object):
+def _export(buffer: Any) -> Tuple[Any, int, int]:
     """(ctypes array holding a writable export of buffer, address, length)."""
     try:
-        view = memoryview(buffer)  # type: ignore[arg-type]
+        view = memoryview(buffer)
     except TypeError:
         raise TypeError(f"reg_mr needs an int address or a writable buffer, "
                         f"not {type(buffer).__name__}") from None
@@ -44,11 +46,11 @@ def _export(buffer: object):
         raise ValueError("reg_mr cannot register an empty buffer")
     import ctypes
 
-    array = (ctypes.c_char * nbytes).from_buffer(buffer)  # type: ignore[arg-type]
+    array = (ctypes.c_char * nbytes).from_buffer(buffer)
     return array, ctypes.addressof(array), nbytes
 
 
-def reg_mr(pd, buffer, access, *, _reg_mr_addr):
+def reg_mr(pd: Any, buffer: Any, access: int, *, _reg_mr_addr: Callable[..., Any]) -> Any:
     """Register the whole of ``buffer`` (see the module docstring)."""
     array, addr, nbytes = _export(buffer)
     try:

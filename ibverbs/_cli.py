@@ -236,7 +236,10 @@ class _Side:
 def _stats(rtts_ns: Sequence[int], size: int) -> str:
     s = sorted(rtts_ns)
     n = len(s)
-    pct = lambda p: s[min(n - 1, int(p / 100 * n))] / 1000  # noqa: E731
+
+    def pct(p: float) -> float:
+        return s[min(n - 1, int(p / 100 * n))] / 1000
+
     avg = sum(s) / n / 1000
     return (f"{n} round trips of {size} bytes: min {s[0] / 1000:.1f} us, avg {avg:.1f} us, "
             f"median {pct(50):.1f} us, p99 {pct(99):.1f} us, max {s[-1] / 1000:.1f} us")
