@@ -24,7 +24,8 @@ channel).  Every event read is acknowledged at once (the extension acks
 libibverbs on receipt; ``ack_events`` keeps the count), so a cancelled
 ``wait()`` leaves nothing unacknowledged and the CQ can always be closed.
 The reader is removed when nobody waits any more, so nothing holds the
-channel or context alive between waits.
+channel or context alive between waits (async events read beyond what was
+awaited are kept, with the context, for the next ``async_event()``).
 
 The fds stay non-blocking: do not mix these coroutines with blocking
 ``get_cq_event()`` / ``get_async_event()`` calls on the same channel or
@@ -126,7 +127,10 @@ class _ChannelReader(_FdReader):
                 if not _drained(exc):
                     self.fail(exc)
                 return
-            cq.ack_events(1)   # every event read is acknowledged at once
+            try:
+                cq.ack_events(1)   # every event read is acknowledged at once
+            except VerbsError:     # closed meanwhile: its events are moot
+                continue
             for fut in self.waiters.get(id(cq), ()):
                 if not fut.done():
                     fut.set_result(None)
