@@ -216,3 +216,26 @@ def test_srq_limit_reached_arrives_through_the_async_api(ib, ctx, pd, port, gid_
         finally:
             a.close()
             b.close()
+
+
+def test_waiting_does_not_spin(ib, chpair, make_buffer):
+    """While nothing arrives, the waiting process sleeps in the event loop:
+    it uses almost no CPU (a busy poll would burn the whole interval)."""
+    import time
+    src, dst = make_buffer(16, fill=5), make_buffer(16)
+    chpair.qp_b.post_recv(ib.RecvWR(wr_id=9, sg_list=[dst.mr.sge()]))
+
+    async def main():
+        waiter = asyncio.ensure_future(chpair.cq_b.wait())
+        await asyncio.sleep(0.05)            # the first poll/arm/add_reader happen here
+        cpu0, wall0 = time.process_time(), time.monotonic()
+        await asyncio.sleep(1.0)
+        cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
+        assert not waiter.done()
+        send(ib, chpair.qp_a, src, wr_id=9)
+        return cpu, wall, await asyncio.wait_for(waiter, TIMEOUT)
+
+    cpu, wall, wcs = asyncio.run(main())
+    assert [wc.wr_id for wc in wcs] == [9]
+    assert cpu < 0.25 * wall, f"{cpu:.3f} s of CPU in {wall:.3f} s of waiting"
+    poll_until(chpair.cq_a, 1)
