@@ -10,7 +10,7 @@ from typing import Any, AsyncIterator, Awaitable, Union, final, overload
 
 from typing_extensions import Self, TypeAlias
 
-from ._gid import Gid
+from ibverbs._gid import Gid
 
 # What the extension accepts where a GID or a fixed-size buffer is expected.
 _GidLike: TypeAlias = Union[Gid, bytes, bytearray, memoryview]

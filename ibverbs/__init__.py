@@ -92,6 +92,13 @@ QP.to_rts = _to_rts
 QP.query = _qp_query
 PD.reg_mr = _pd_reg_mr
 
+# help() and tracebacks show them as the methods they are.
+for _cls, _name in ((PD, "reg_mr"), (CQ, "wait"), (CQ, "completions"),
+                    (Context, "async_event"), (Context, "async_events")):
+    _func = getattr(_cls, _name)
+    _func.__name__, _func.__qualname__ = _name, f"{_cls.__name__}.{_name}"
+del _cls, _name, _func
+
 
 def _version() -> str:
     try:

@@ -8,6 +8,7 @@ from ._ibverbs import MR, PD, QP, PortAttr
 __all__ = ["QPInfo", "local_qp_info", "connect_rc", "tensor_addr_len", "reg_tensor"]
 
 class QPInfo:
+    __match_args__ = ("qp_num", "psn", "lid", "gid", "port", "mtu")
     qp_num: int
     psn: int
     lid: int

@@ -41,6 +41,56 @@ def test_readme_examples_and_test_helpers_pass_mypy_strict(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+USAGE = """
+import asyncio
+import ibverbs as ib
+import ibverbs.cuda as cuda
+
+
+def setup(ctx: ib.Context, remote_bytes: bytes) -> tuple[ib.QP, ib.MR, ib.WCBuffer]:
+    pd = ctx.alloc_pd()
+    channel = ctx.create_comp_channel()
+    cq = ctx.create_cq(64, channel=channel, comp_vector=0)
+    qp = pd.create_qp(ib.QPInitAttr(cq, cq, qp_type=ib.QPType.RC, max_send_wr=16))
+    port_attr: ib.PortAttr = ctx.query_port(1)
+    gid: ib.Gid = ctx.query_gid(1, 0)
+    mine = ib.local_qp_info(qp, port_attr, gid, port=1, psn=0)
+    ib.connect_rc(qp, ib.QPInfo.from_bytes(remote_bytes), port=1, sgid_index=0,
+                  access=ib.AccessFlags.LOCAL_WRITE, local_psn=mine.psn)
+    mr = pd.reg_mr(bytearray(4096), ib.AccessFlags.LOCAL_WRITE)
+    plist = ib.PostList([ib.SendWR(wr_id=i, sg_list=[mr.sge(64, 64 * i)]) for i in range(4)])
+    plist[0].wr_id = 7
+    qp.post_send(plist)
+    attrs, cap = qp.query()
+    assert cap.max_send_wr >= 16 and isinstance(attrs["qp_state"], int)
+    return qp, mr, ib.WCBuffer(16, raise_on_error=True)
+
+
+async def drain(cq: ib.CQ, ctx: ib.Context, buf: ib.WCBuffer) -> int:
+    wcs: list[ib.WC] = await cq.wait(8)
+    n = cq.poll_into(buf) + len(wcs)
+    event: ib.AsyncEvent = await ctx.async_event()
+    return n + event.event_type
+
+
+def gpu(pd: ib.PD, tensor: object) -> int:
+    with cuda.register_tensor(pd, tensor, ib.AccessFlags.REMOTE_WRITE) as g:
+        return g.rkey + g.sge().length
+
+
+def run(ctx: ib.Context, cq: ib.CQ, buf: ib.WCBuffer) -> int:
+    return asyncio.run(drain(cq, ctx, buf))
+"""
+
+
+def test_typical_use_of_the_whole_api_passes_mypy_strict(tmp_path):
+    """Helpers, aio, cuda, the data path classes: typed end to end."""
+    usage = tmp_path / "usage.py"
+    usage.write_text(USAGE)
+    out = mypy("--strict", str(usage), cache=tmp_path / "cache")
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
 def test_mypy_catches_a_wrong_call(tmp_path):
     """The stubs are precise enough to reject misuse (the check above can fail)."""
     bad = tmp_path / "bad.py"
@@ -59,9 +109,10 @@ def test_mypy_catches_a_wrong_call(tmp_path):
 
 def test_generated_stub_matches_the_extension(tmp_path):
     """mypy's stubtest: every class, method, attribute and signature of the
-    built extension is in _ibverbs.pyi, and nothing else."""
+    built extension is in _ibverbs.pyi, and nothing else (and the same for
+    the hand-written stubs of helpers.py and cuda.py)."""
     out = subprocess.run([sys.executable, "-m", "mypy.stubtest", "--ignore-disjoint-bases",
-                          "--mypy-config-file", "/dev/null", "ibverbs._ibverbs"],
+                          "ibverbs._ibverbs", "ibverbs.helpers", "ibverbs.cuda"],
                          cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-6000:] + out.stderr
 
