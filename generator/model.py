@@ -110,6 +110,9 @@ class HandleModel:
     @property
     def is_base(self) -> bool:
         return self.subclassed
+    # Slots dropped as soon as the verbs object is destroyed (spec:
+    # `clear_on_close: true`), e.g. a buffer export that pins memory.
+    clear_on_close: List[str] = field(default_factory=list)
 
     @property
     def has_gc(self) -> bool:
@@ -556,6 +559,9 @@ class Builder:
                                    hand_attributes=hand_attributes,
                                    own_destroy=own_destroy,
                                    destroy_void=dfunc is not None and dfunc.result.kind == "void"))
+            out[-1].clear_on_close = (list(base.clear_on_close) if isinstance(node.get("base"), str)
+                                      else [sname for sname, sspec in (node.get("slots") or {}).items()
+                                            if sspec.get("clear_on_close")])
         return out
 
     def release(self, h) -> Optional[Tuple[str, str]]:

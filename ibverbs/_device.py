@@ -23,11 +23,11 @@ class Device:
         self.node_type = node_type
         self.transport_type = transport_type
 
-    def open(self):
+    def open(self) -> "_ibverbs.Context":
         """Open the device (ibv_open_device) -> Context."""
         return _ibverbs._open_device(self.name)
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         if not isinstance(other, Device):
             return NotImplemented
         return (self.name, self.guid) == (other.name, other.guid)
@@ -39,6 +39,6 @@ class Device:
         return f"Device(name={self.name!r}, guid=0x{self.guid:016x})"
 
 
-def get_device_list() -> list:
+def get_device_list() -> "list[Device]":
     """The RDMA devices of this host (ibv_get_device_list)."""
     return [Device(*row) for row in _ibverbs._device_list()]

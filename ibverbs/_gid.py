@@ -1,6 +1,8 @@
 """Gid: a 16-byte RDMA global identifier."""
 from __future__ import annotations
 
+from typing import Union
+
 __all__ = ["Gid"]
 
 
@@ -9,7 +11,7 @@ class Gid:
 
     __slots__ = ("_raw",)
 
-    def __init__(self, raw) -> None:
+    def __init__(self, raw: Union[Gid, bytes, bytearray, memoryview]) -> None:
         if isinstance(raw, Gid):
             raw = raw.raw
         if not isinstance(raw, (bytes, bytearray, memoryview)):
@@ -17,7 +19,7 @@ class Gid:
         raw = bytes(raw)
         if len(raw) != 16:
             raise ValueError(f"a GID is exactly 16 bytes, got {len(raw)}")
-        self._raw = raw
+        self._raw: bytes = raw
 
     @property
     def raw(self) -> bytes:
@@ -34,7 +36,7 @@ class Gid:
     def __bytes__(self) -> bytes:
         return self._raw
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         if isinstance(other, Gid):
             return self._raw == other._raw
         if isinstance(other, (bytes, bytearray, memoryview)):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno as _errno
 import os
+from typing import Any
 
 __all__ = ["VerbsError", "CompletionError"]
 
@@ -43,7 +44,7 @@ class VerbsError(OSError):
         reason = self.strerror if self.detail is None else self.detail
         return f"{self.operation} failed: {reason}"
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.operation, self.errno, self.detail), self.__dict__ or None)
 
 
@@ -75,7 +76,7 @@ class CompletionError(VerbsError):
     completion's fields (the C ``WC`` object itself is not picklable).
     """
 
-    def __init__(self, wc: object) -> None:
+    def __init__(self, wc: Any) -> None:
         status = wc.status
         status_str = getattr(wc, "status_str", None) or f"status {int(status)}"
         operation = f"work request {wc.wr_id} (opcode {_enum_name(wc.opcode)})"
@@ -85,14 +86,14 @@ class CompletionError(VerbsError):
         self.args = (wc,)
 
     @property
-    def status(self):
+    def status(self) -> Any:
         return self.wc.status
 
     @property
-    def vendor_err(self):
+    def vendor_err(self) -> Any:
         return self.wc.vendor_err
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         from types import SimpleNamespace
 
         snap = SimpleNamespace(**{f: getattr(self.wc, f) for f in _WC_FIELDS if hasattr(self.wc, f)})

@@ -15,8 +15,13 @@ from __future__ import annotations
 import os
 import pathlib
 import sys
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable, Iterator, List, NoReturn, Optional, Tuple
 
 import pytest
+
+if TYPE_CHECKING:
+    import ibverbs as ibv
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TESTS = pathlib.Path(__file__).resolve().parent
@@ -27,7 +32,7 @@ for p in (str(ROOT), str(TESTS)):
 import rxe  # noqa: E402  (tests/rxe.py)
 
 
-def pytest_collection_modifyitems(config, items):
+def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
     for item in items:
         if "/device/" in str(item.fspath).replace(os.sep, "/"):
             item.add_marker(pytest.mark.integration)
@@ -37,7 +42,7 @@ def _require_device() -> bool:
     return os.environ.get("IBVERBS_REQUIRE_DEVICE") == "1"
 
 
-def _device_names():
+def _device_names() -> Tuple[Optional[str], Optional[str]]:
     names = rxe.rdma_devices()
     first = os.environ.get("IBVERBS_TEST_DEVICE")
     second = os.environ.get("IBVERBS_TEST_DEVICE2")
@@ -48,53 +53,54 @@ def _device_names():
     return first, second
 
 
-def _missing(what: str):
+def _missing(what: str) -> NoReturn:
     if _require_device():
         pytest.fail(f"{what} (IBVERBS_REQUIRE_DEVICE=1: the device tier must run)")
     pytest.skip(what)
 
 
 @pytest.fixture(scope="session")
-def ib():
+def ib() -> ModuleType:
     import ibverbs
     return ibverbs
 
 
 @pytest.fixture(scope="session")
-def device_names():
+def device_names() -> Tuple[str, str]:
     first, second = _device_names()
-    if first is None:
+    if first is None or second is None:
         _missing("no RDMA device on this host (run `make test`, which boots the Soft-RoCE VM)")
     return first, second
 
 
 @pytest.fixture(scope="session")
-def port():
+def port() -> int:
     return int(os.environ.get("IBVERBS_TEST_PORT", "1"))
 
 
-def open_device(ib, name):
+def open_device(ib: Any, name: str) -> "ibv.Context":
     for dev in ib.get_device_list():
         if dev.name == name:
-            return dev.open()
+            ctx: ibv.Context = dev.open()
+            return ctx
     _missing(f"RDMA device {name} not found")
 
 
 @pytest.fixture
-def ctx(ib, device_names):
+def ctx(ib: Any, device_names: Tuple[str, str]) -> "Iterator[ibv.Context]":
     with open_device(ib, device_names[0]) as c:
         yield c
 
 
 @pytest.fixture
-def ctx2(ib, device_names):
+def ctx2(ib: Any, device_names: Tuple[str, str]) -> "Iterator[ibv.Context]":
     """The second device (rxe1 in the VM); the first one if there is one."""
     with open_device(ib, device_names[1]) as c:
         yield c
 
 
 @pytest.fixture
-def gid_index(device_names, port):
+def gid_index(device_names: Tuple[str, str], port: int) -> int:
     idx = rxe.roce_v2_ipv4_gid_index(device_names[0], port)
     if idx is None:
         _missing(f"{device_names[0]} has no RoCE v2 IPv4 GID")
@@ -102,7 +108,7 @@ def gid_index(device_names, port):
 
 
 @pytest.fixture
-def gid_index2(device_names, port):
+def gid_index2(device_names: Tuple[str, str], port: int) -> int:
     idx = rxe.roce_v2_ipv4_gid_index(device_names[1], port)
     if idx is None:
         _missing(f"{device_names[1]} has no RoCE v2 IPv4 GID")
@@ -110,27 +116,28 @@ def gid_index2(device_names, port):
 
 
 @pytest.fixture
-def pd(ctx):
+def pd(ctx: "ibv.Context") -> "Iterator[ibv.PD]":
     with ctx.alloc_pd() as p:
         yield p
 
 
 @pytest.fixture
-def cq(ctx):
+def cq(ctx: "ibv.Context") -> "Iterator[ibv.CQ]":
     with ctx.create_cq(64) as c:
         yield c
 
 
 @pytest.fixture
-def access(ib):
+def access(ib: Any) -> "ibv.AccessFlags":
     A = ib.AccessFlags
-    return A.LOCAL_WRITE | A.REMOTE_WRITE | A.REMOTE_READ | A.REMOTE_ATOMIC
+    flags: ibv.AccessFlags = A.LOCAL_WRITE | A.REMOTE_WRITE | A.REMOTE_READ | A.REMOTE_ATOMIC
+    return flags
 
 
 class Buffer:
     """Page-aligned host memory (numpy) registered as an MR."""
 
-    def __init__(self, pd, size, access, fill=0):
+    def __init__(self, pd: "ibv.PD", size: int, access: int, fill: int = 0) -> None:
         import numpy as np
         raw = np.zeros(size + 4096, dtype=np.uint8)
         offset = (-raw.ctypes.data) % 4096
@@ -139,18 +146,19 @@ class Buffer:
         self.mr = pd.reg_mr(self.array.ctypes.data, size, access)
 
     @property
-    def addr(self):
+    def addr(self) -> int:
         return self.array.ctypes.data
 
-    def close(self):
+    def close(self) -> None:
         self.mr.close()
 
 
 @pytest.fixture
-def make_buffer(pd, access):
-    made = []
+def make_buffer(pd: "ibv.PD", access: int) -> Iterator[Callable[..., Buffer]]:
+    made: List[Buffer] = []
 
-    def make(size=4096, fill=0, on_pd=None, acc=None):
+    def make(size: int = 4096, fill: int = 0, on_pd: "Optional[ibv.PD]" = None,
+             acc: Optional[int] = None) -> Buffer:
         b = Buffer(on_pd or pd, size, access if acc is None else acc, fill)
         made.append(b)
         return b
@@ -159,10 +167,10 @@ def make_buffer(pd, access):
         b.close()
 
 
-def poll_until(cq, n=1, timeout=10.0):
+def poll_until(cq: "ibv.CQ", n: int = 1, timeout: float = 10.0) -> "List[ibv.WC]":
     """Poll until n completions arrived (or fail after timeout seconds)."""
     import time
-    got = []
+    got: "List[ibv.WC]" = []
     deadline = time.monotonic() + timeout
     while len(got) < n:
         got += cq.poll(max(1, n - len(got)))
@@ -174,8 +182,9 @@ def poll_until(cq, n=1, timeout=10.0):
 class RCPair:
     """Two connected QPs (a on ctx_a, b on ctx_b) with their own CQs."""
 
-    def __init__(self, ib, pd_a, pd_b, port, gid_a, gid_b, access, qp_type=None,
-                 max_send_wr=64, max_recv_wr=64, max_sge=4, max_inline_data=64):
+    def __init__(self, ib: Any, pd_a: "ibv.PD", pd_b: "ibv.PD", port: int, gid_a: int, gid_b: int,
+                 access: int, qp_type: Optional[int] = None, max_send_wr: int = 64,
+                 max_recv_wr: int = 64, max_sge: int = 4, max_inline_data: int = 64) -> None:
         qp_type = ib.QPType.RC if qp_type is None else qp_type
         self.cq_a = pd_a.context.create_cq(128)
         self.cq_b = pd_b.context.create_cq(128)
@@ -197,13 +206,13 @@ class RCPair:
         ib.connect_rc(self.qp_b, info_a, port=port, sgid_index=gid_b, access=access,
                       local_psn=0x200)
 
-    def close(self):
+    def close(self) -> None:
         for obj in (self.qp_a, self.qp_b, self.cq_a, self.cq_b):
             obj.close()
 
 
 @pytest.fixture
-def rc_pair(ib, pd, port, gid_index, access):
+def rc_pair(ib: Any, pd: "ibv.PD", port: int, gid_index: int, access: int) -> Iterator[RCPair]:
     """RC loopback on one device."""
     pair = RCPair(ib, pd, pd, port, gid_index, gid_index, access)
     yield pair

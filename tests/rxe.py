@@ -12,6 +12,7 @@ Run as a script (`python3 tests/rxe.py`) it prints what it finds.
 """
 
 import os
+from typing import List, Optional, Tuple
 
 SYSFS_IB = "/sys/class/infiniband"
 
@@ -24,12 +25,12 @@ __all__ = [
 VM_DEVICES = {"rxe0": "10.0.0.1", "rxe1": "10.0.0.2"}
 
 
-def in_vm():
+def in_vm() -> bool:
     """True inside the run-in-vm guest (its init exports IBVERBS_VM=1)."""
     return os.environ.get("IBVERBS_VM") == "1"
 
 
-def rdma_core_release():
+def rdma_core_release() -> Tuple[int, ...]:
     """The rdma-core release whose libibverbs and providers run the tests:
     tools/with-rdma-core's, else the VM's own (Debian bookworm: 44.0)."""
     release = os.environ.get("IBVERBS_RDMA_CORE", "44.0")
@@ -39,7 +40,7 @@ def rdma_core_release():
         return (0,)
 
 
-def _read(path):
+def _read(path: str) -> Optional[str]:
     try:
         with open(path) as f:
             return f.read().strip()
@@ -47,7 +48,7 @@ def _read(path):
         return None
 
 
-def rdma_devices():
+def rdma_devices() -> List[str]:
     """Names of the RDMA devices, sorted; [] when there are none."""
     try:
         return sorted(os.listdir(SYSFS_IB))
@@ -55,13 +56,13 @@ def rdma_devices():
         return []
 
 
-def port_state(dev, port=1):
+def port_state(dev: str, port: int = 1) -> Optional[str]:
     """The port state word, e.g. "ACTIVE" (sysfs says "4: ACTIVE"), or None."""
     s = _read("%s/%s/ports/%d/state" % (SYSFS_IB, dev, port))
     return s.split(":", 1)[-1].strip() if s else None
 
 
-def _ipv4_mapped(gid):
+def _ipv4_mapped(gid: str) -> Optional[str]:
     """"a.b.c.d" if gid (sysfs form, 8 groups of 4 hex digits) is the
     IPv4-mapped ::ffff:a.b.c.d, else None.  (ipaddress would do, but costs
     a noticeable import under emulation.)"""
@@ -75,7 +76,7 @@ def _ipv4_mapped(gid):
     return "%d.%d.%d.%d" % (hi >> 8, hi & 255, lo >> 8, lo & 255)
 
 
-def _ipv4_gids(dev, port):
+def _ipv4_gids(dev: str, port: int) -> List[Tuple[int, str]]:
     """(index, "a.b.c.d") for each RoCE v2 GID of dev/port that is an
     IPv4-mapped address (::ffff:a.b.c.d), in index order."""
     base = "%s/%s/ports/%d" % (SYSFS_IB, dev, port)
@@ -83,7 +84,7 @@ def _ipv4_gids(dev, port):
         names = os.listdir(base + "/gids")
     except OSError:
         return []
-    out = []
+    out: List[Tuple[int, str]] = []
     for i in sorted(int(n) for n in names if n.isdigit()):
         gid = _read("%s/gids/%d" % (base, i))
         if not gid:
@@ -99,7 +100,7 @@ def _ipv4_gids(dev, port):
     return out
 
 
-def roce_v2_ipv4_gid_index(dev, port=1):
+def roce_v2_ipv4_gid_index(dev: str, port: int = 1) -> int:
     """Index of the RoCE v2 GID with an IPv4-mapped address on dev/port.
 
     Raises LookupError when there is none (no IPv4 address on the netdev, or
@@ -110,7 +111,7 @@ def roce_v2_ipv4_gid_index(dev, port=1):
     return gids[0][0]
 
 
-def roce_v2_ipv4_gid(dev, port=1):
+def roce_v2_ipv4_gid(dev: str, port: int = 1) -> Tuple[int, str]:
     """(index, "a.b.c.d") of the GID that roce_v2_ipv4_gid_index picks."""
     gids = _ipv4_gids(dev, port)
     if not gids:
@@ -118,7 +119,7 @@ def roce_v2_ipv4_gid(dev, port=1):
     return gids[0]
 
 
-def netdev_of(dev, port=1):
+def netdev_of(dev: str, port: int = 1) -> Optional[str]:
     """Name of the network device under an RDMA device (e.g. "veth0").
 
     Taken from the GID attributes, which rxe fills for RoCE GIDs; None if no
@@ -135,18 +136,20 @@ def netdev_of(dev, port=1):
     return None
 
 
-def ipv4_of(dev, port=1):
+def ipv4_of(dev: str, port: int = 1) -> str:
     """The IPv4 address of an RDMA device, as its RoCE v2 GID carries it."""
     return roce_v2_ipv4_gid(dev, port)[1]
 
 
-def main():
+def main() -> int:
     devs = rdma_devices()
     print("in_vm: %s" % in_vm())
     if not devs:
         print("no RDMA devices under %s" % SYSFS_IB)
         return 1
     for dev in devs:
+        idx: Optional[int]
+        ip: Optional[str]
         try:
             idx, ip = roce_v2_ipv4_gid(dev)
         except LookupError:

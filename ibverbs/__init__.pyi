@@ -1,0 +1,12 @@
+# Typed view of the package for type checkers (the runtime is __init__.py:
+# enums and helpers are loaded lazily there, and Python methods are attached
+# to the generated classes; their stubs are in _ibverbs.pyi).
+from ._ibverbs import *  # noqa: F401,F403
+from ._device import Device as Device, get_device_list as get_device_list
+from ._gid import Gid as Gid
+from ._generated.enums import *  # noqa: F401,F403  (what ibverbs.enums re-exports)
+from .errors import CompletionError as CompletionError, VerbsError as VerbsError
+from .helpers import (QPInfo as QPInfo, connect_rc as connect_rc, local_qp_info as local_qp_info,
+                      reg_tensor as reg_tensor, tensor_addr_len as tensor_addr_len)
+
+__version__: str

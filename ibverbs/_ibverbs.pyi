@@ -1,0 +1,1 @@
+../generated/_ibverbs.pyi

@@ -1,0 +1,113 @@
+"""python -m ibverbs: devices, info, ping (each run as its own process)."""
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+import rxe
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+STATS = re.compile(r"(\d+) round trips of (\d+) bytes: min ([\d.]+) us, avg ([\d.]+) us, "
+                   r"median ([\d.]+) us, p99 ([\d.]+) us, max ([\d.]+) us")
+
+
+def cli(*args, timeout=120, check=True):
+    out = subprocess.run([sys.executable, "-m", "ibverbs", *args], cwd=ROOT, capture_output=True,
+                         text=True, timeout=timeout)
+    if check and out.returncode != 0:
+        raise AssertionError(f"python -m ibverbs {' '.join(args)}: rc {out.returncode}\n"
+                             f"{out.stdout}\n{out.stderr}")
+    return out
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def test_devices_lists_every_device_with_its_guid(ib, device_names):
+    out = cli("devices").stdout
+    listed = {line.split()[0]: line.split()[1] for line in out.splitlines()[2:]}
+    for dev in ib.get_device_list():
+        assert listed[dev.name] == f"{dev.guid:016x}"
+    assert set(device_names) <= set(listed)
+    as_json = json.loads(cli("devices", "--json").stdout)
+    assert {d["name"]: d["guid"] for d in as_json} == {d.name: d.guid for d in ib.get_device_list()}
+
+
+def test_info_json_matches_the_verbs(ib, ctx, device_names, port, gid_index):
+    info = json.loads(cli("info", "-d", device_names[0], "--json").stdout)
+    (dev,) = info["devices"]
+    assert dev["name"] == device_names[0]
+    attr = ctx.query_device()._asdict()
+    assert dev["device"] == {k: (v if isinstance(v, str) else int(v)) for k, v in attr.items()}
+    assert len(dev["ports"]) == attr["phys_port_cnt"]
+    p = dev["ports"][port - 1]
+    assert p["port"] == port
+    pattr = ctx.query_port(port)._asdict()
+    # counters may move between the two reads; the rest must be equal
+    volatile = {"bad_pkey_cntr", "qkey_viol_cntr"}
+    assert {k: v for k, v in p["attr"].items() if k not in volatile} == \
+        {k: int(v) for k, v in pattr.items() if k not in volatile}
+    gids = {g["index"]: g["gid"] for g in p["gids"]}
+    assert gids[gid_index] == str(ctx.query_gid(port, gid_index))
+    assert gids[0] == str(ctx.query_gid(port, 0))
+    types = {g["index"]: g.get("type") for g in p["gids"]}
+    assert types[gid_index] == ib.GIDType.ROCE_V2          # from ibv_query_gid_table
+
+
+def test_info_text_names_every_device_and_port(ib, device_names):
+    out = cli("info").stdout
+    for name in device_names:
+        assert f"hca_id:\t{name}" in out
+    assert "port:\t1" in out and "state:" in out and "ACTIVE" in out and "GID[" in out
+
+
+def test_info_of_an_unknown_device_fails_cleanly(ib):
+    out = cli("info", "-d", "no_such_device", check=False)
+    assert out.returncode != 0 and "no RDMA device named 'no_such_device'" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_ping_in_one_process_between_two_devices(ib, device_names):
+    out = cli("ping", "-d", device_names[0], "--peer-device", device_names[1], "-n", "30",
+              "-s", "256").stdout
+    m = STATS.search(out)
+    assert m, out
+    assert int(m.group(1)) == 30 and int(m.group(2)) == 256
+    lo, avg, hi = float(m.group(3)), float(m.group(4)), float(m.group(7))
+    assert 0 < lo <= avg <= hi
+    assert f"{device_names[0]} <-> {device_names[1]}" in out
+
+
+def test_ping_between_a_server_and_a_client_process(ib, device_names):
+    if not rxe.in_vm():
+        pytest.skip("needs the VM's addresses")
+    tcp_port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "ibverbs", "ping", "--listen", "--port",
+                               str(tcp_port), "-d", device_names[1]], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert "listening on" in server.stdout.readline()
+        client = cli("ping", rxe.VM_DEVICES[device_names[1]], "--port", str(tcp_port),
+                     "-d", device_names[0], "-n", "25", "-s", "64")
+        m = STATS.search(client.stdout)
+        assert m and int(m.group(1)) == 25 and int(m.group(2)) == 64, client.stdout
+        out, err = server.communicate(timeout=60)
+        assert server.returncode == 0, err
+        assert "served 25 round trips of 64 bytes" in out
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+
+
+def test_ping_without_a_server_fails_cleanly(ib, device_names):
+    out = cli("ping", "127.0.0.1", "--port", str(free_port()), "-d", device_names[0], check=False)
+    assert out.returncode == 1 and out.stderr.startswith("error:") and "Traceback" not in out.stderr

@@ -1,0 +1,194 @@
+"""Typed stubs: ibverbs/_ibverbs.pyi (generated from the spec, see
+generator/stubs.py), the Python layer's annotations and stubs, py.typed.
+
+mypy (pinned in the Makefile's DEV_PKGS) checks the README examples and the
+test helpers with --strict, and its stubtest compares the generated stub
+with the extension as built."""
+from __future__ import annotations
+
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+pytest.importorskip("mypy", reason="mypy is installed by `make venv` (DEV_PKGS)")
+
+
+def mypy(*args: str, cache: pathlib.Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", str(cache), *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def readme_examples() -> str:
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    assert blocks, "README.md has no python examples"
+    return "\n\n".join(f"def example_{i}() -> None:\n" + "".join(f"    {line}\n" if line else "\n"
+                                                                 for line in b.splitlines())
+                       for i, b in enumerate(blocks))
+
+
+def test_readme_examples_and_test_helpers_pass_mypy_strict(tmp_path):
+    """Each ```python block of README.md becomes the body of a function."""
+    examples = tmp_path / "readme_examples.py"
+    examples.write_text(readme_examples())
+    out = mypy("--strict", str(examples), "tests/conftest.py", "tests/rxe.py",
+               # the typed Python modules of the package
+               "ibverbs/aio.py", "ibverbs/_buffers.py", "ibverbs/_cli.py", cache=tmp_path / "cache")
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+USAGE = """
+import asyncio
+import ibverbs as ib
+import ibverbs.cuda as cuda
+
+
+def setup(ctx: ib.Context, remote_bytes: bytes) -> tuple[ib.QP, ib.MR, ib.WCBuffer]:
+    pd = ctx.alloc_pd()
+    channel = ctx.create_comp_channel()
+    cq = ctx.create_cq(64, channel=channel, comp_vector=0)
+    qp = pd.create_qp(ib.QPInitAttr(cq, cq, qp_type=ib.QPType.RC, max_send_wr=16))
+    port_attr: ib.PortAttr = ctx.query_port(1)
+    gid: ib.Gid = ctx.query_gid(1, 0)
+    mine = ib.local_qp_info(qp, port_attr, gid, port=1, psn=0)
+    ib.connect_rc(qp, ib.QPInfo.from_bytes(remote_bytes), port=1, sgid_index=0,
+                  access=ib.AccessFlags.LOCAL_WRITE, local_psn=mine.psn)
+    mr = pd.reg_mr(bytearray(4096), ib.AccessFlags.LOCAL_WRITE)
+    plist = ib.PostList([ib.SendWR(wr_id=i, sg_list=[mr.sge(64, 64 * i)]) for i in range(4)])
+    plist[0].wr_id = 7
+    qp.post_send(plist)
+    attrs, cap = qp.query()
+    assert cap.max_send_wr >= 16 and isinstance(attrs["qp_state"], int)
+    return qp, mr, ib.WCBuffer(16, raise_on_error=True)
+
+
+async def drain(cq: ib.CQ, ctx: ib.Context, buf: ib.WCBuffer) -> int:
+    wcs: list[ib.WC] = await cq.wait(8)
+    n = cq.poll_into(buf) + len(wcs)
+    event: ib.AsyncEvent = await ctx.async_event()
+    return n + event.event_type
+
+
+def gpu(pd: ib.PD, tensor: object) -> int:
+    with cuda.register_tensor(pd, tensor, ib.AccessFlags.REMOTE_WRITE) as g:
+        return g.rkey + g.sge().length
+
+
+def run(ctx: ib.Context, cq: ib.CQ, buf: ib.WCBuffer) -> int:
+    return asyncio.run(drain(cq, ctx, buf))
+"""
+
+
+def test_typical_use_of_the_whole_api_passes_mypy_strict(tmp_path):
+    """Helpers, aio, cuda, the data path classes: typed end to end."""
+    usage = tmp_path / "usage.py"
+    usage.write_text(USAGE)
+    out = mypy("--strict", str(usage), cache=tmp_path / "cache")
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_mypy_catches_a_wrong_call(tmp_path):
+    """The stubs are precise enough to reject misuse (the check above can fail)."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("import ibverbs as ib\n"
+                   "ctx = ib.get_device_list()[0].open()\n"
+                   "cq = ctx.create_cq('many')\n"
+                   "wcs: list[ib.WC] = cq.poll(4)\n"
+                   "wcs[0].no_such_field\n"
+                   "ctx.alloc_pd().reg_mr(b'x', 1, 2, 3)\n")
+    out = mypy("--strict", str(bad), cache=tmp_path / "cache")
+    assert out.returncode == 1
+    assert 'Argument 1 to "create_cq" of "Context" has incompatible type "str"' in out.stdout
+    assert '"WC" has no attribute "no_such_field"' in out.stdout
+    assert "No overload variant of \"reg_mr\"" in out.stdout
+
+
+def test_generated_stub_matches_the_extension(tmp_path):
+    """mypy's stubtest: every class, method, attribute and signature of the
+    built extension is in _ibverbs.pyi, and nothing else (and the same for
+    the hand-written stubs of helpers.py and cuda.py)."""
+    out = subprocess.run([sys.executable, "-m", "mypy.stubtest", "--ignore-disjoint-bases",
+                          "ibverbs._ibverbs", "ibverbs.helpers", "ibverbs.cuda"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-6000:] + out.stderr
+
+
+def test_stubs_ship_with_the_package():
+    stub = ROOT / "ibverbs" / "_ibverbs.pyi"
+    assert stub.resolve() == (ROOT / "generated" / "_ibverbs.pyi").resolve()
+    assert (ROOT / "ibverbs" / "py.typed").exists()
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert re.search(r'ibverbs = \[[^\]]*"py.typed"[^\]]*"\*.pyi"', pyproject)
+
+
+@pytest.fixture(scope="module")
+def generator_ir():
+    pytest.importorskip("clang.cindex", reason="libclang is not installed")
+    import os
+
+    from generator import parse
+    return parse.parse(os.environ.get("RDMA_CORE") or None)
+
+
+def stub_of(ir, spec_dir) -> str:
+    from generator import model, render, spec
+    from generator.cli import TEMPLATE_DIR
+    return render.render(model.build(ir, spec.load(str(spec_dir))), TEMPLATE_DIR)["_ibverbs.pyi"]
+
+
+def class_body(stub: str, cls: str) -> str:
+    parts = stub.split(f"\nclass {cls}:", 1)
+    assert len(parts) == 2, f"no stub for {cls}"
+    return parts[1].split("\n@final", 1)[0]
+
+
+def test_a_verb_added_to_the_spec_gets_a_typed_stub(tmp_path, generator_ir):
+    """What another spec change adds (a class, a verb) is typed on the next
+    generate, with no stub edit: argument and result types follow the spec."""
+    import shutil
+    spec_dir = tmp_path / "spec"
+    shutil.copytree(ROOT / "spec", spec_dir)
+    ctx_yaml = spec_dir / "context.yaml"
+    text = ctx_yaml.read_text()
+    text = text.replace("    methods:\n", "    methods:\n"
+                        "      query_port_again:\n"
+                        "        verb: ibv_query_port\n"
+                        "        params: {context: self, port_num: {arg: port, default: 1}, port_attr: out}\n"
+                        "        errors: errno\n"
+                        "      create_cq_again:\n"
+                        "        verb: ibv_create_cq\n"
+                        "        params: {context: self, cqe: cqe, cq_context: {value: \"NULL\"},\n"
+                        "                 channel: {arg: channel, default: None, convert: \"handle:CompChannel\"},\n"
+                        "                 comp_vector: {value: \"0\"}}\n"
+                        "        errors: \"null\"\n"
+                        "        returns: {new: CQ, parents: {context: self, channel: channel}}\n", 1)
+    ctx_yaml.write_text(text)
+    body = class_body(stub_of(generator_ir, spec_dir), "Context")
+    assert "    def query_port_again(self, port: int = ...) -> PortAttr: ..." in body
+    assert "    def create_cq_again(self, cqe: int, channel: CompChannel | None = ...) -> CQ: ..." in body
+
+
+def test_every_bound_method_has_a_stub(generator_ir):
+    from generator import model, spec
+    from generator.cli import SPEC_DIR
+    built = model.build(generator_ir, spec.load(SPEC_DIR))
+    stub = stub_of(generator_ir, SPEC_DIR)
+    for h in built.handles:
+        body = class_body(stub, h.name)
+        for m in h.methods:
+            assert f"    def {m.name}(" in body, f"{h.name}.{m.name} has no stub"
+    for s in built.structs:
+        body = class_body(stub, s.name)
+        for f in s.fields:
+            assert f" {f.name}" in body, f"{s.name}.{f.name} has no stub"
+
+
+def test_import_ibverbs_imports_no_asyncio_and_no_ctypes():
+    out = subprocess.run([sys.executable, "-c", "import sys, ibverbs; "
+                          "print('asyncio' in sys.modules, 'ctypes' in sys.modules)"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["False", "False"], out.stderr
