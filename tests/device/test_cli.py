@@ -86,17 +86,25 @@ def test_ping_in_one_process_between_two_devices(ib, device_names):
     assert f"{device_names[0]} <-> {device_names[1]}" in out
 
 
-def test_ping_between_a_server_and_a_client_process(ib, device_names):
+def test_ping_in_one_process_sleeping_on_completion_channels(ib, device_names):
+    out = cli("ping", "-d", device_names[0], "--peer-device", device_names[1], "-n", "10",
+              "--events").stdout
+    m = STATS.search(out)
+    assert m and int(m.group(1)) == 10, out
+
+
+@pytest.mark.parametrize("mode", [[], ["--events"]], ids=["busy-poll", "events"])
+def test_ping_between_a_server_and_a_client_process(ib, device_names, mode):
     if not rxe.in_vm():
         pytest.skip("needs the VM's addresses")
     tcp_port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "ibverbs", "ping", "--listen", "--port",
-                               str(tcp_port), "-d", device_names[1]], cwd=ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               str(tcp_port), "-d", device_names[1], "--timeout", "60", *mode],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert "listening on" in server.stdout.readline()
         client = cli("ping", rxe.VM_DEVICES[device_names[1]], "--port", str(tcp_port),
-                     "-d", device_names[0], "-n", "25", "-s", "64")
+                     "-d", device_names[0], "-n", "25", "-s", "64", "--timeout", "60", *mode)
         m = STATS.search(client.stdout)
         assert m and int(m.group(1)) == 25 and int(m.group(2)) == 64, client.stdout
         out, err = server.communicate(timeout=60)

@@ -33,5 +33,5 @@ def test_ping_rejects_a_size_of_zero_without_a_traceback():
 def test_ping_options_are_documented():
     out = cli("ping", "--help")
     for option in ("--listen", "--port", "--device", "--peer-device", "--count", "--size",
-                   "--gid-index", "--ib-port"):
+                   "--gid-index", "--ib-port", "--events"):
         assert option in out.stdout
