@@ -16,9 +16,14 @@ the committed stub is stale:
 * hand-written methods (``hand:`` in the spec) take the spec's ``stub:``
   key when it is there (``"(self, num_entries: int) -> list[WC]"``), else
   ``Any`` arguments from the hand signature and an ``Any`` result.
+* subclass handles (spec ``base:``, either form: QPEx, CQEx, ImportedPD,
+  ImportedMR) derive from their base (``class QPEx(QP):``, the base loses
+  ``@final``) and list only what they add; hand-written attributes (spec
+  ``hand_attributes``) are typed by their ``stub:`` key (``stub: int``).
 
 What is written by hand lives in templates/stubs/: ``_datapath.pyi.j2``
-(the classes of ibverbs/src/datapath.c and module.c), and
+(the classes of ibverbs/src/datapath.c and module.c), ``_rdmacm.pyi.j2``
+(ibverbs/src/rdmacm.c), and
 ``<Class>.pyi.j2`` for methods the Python layer attaches to a generated
 class (``QP.to_init``, ``PD.reg_mr(buffer, access)``, ``CQ.wait``...); a
 method defined there replaces the generated one of the same name.
@@ -42,6 +47,8 @@ class StubClass:
     name: str
     doc: str
     lines: List[str] = field(default_factory=list)   # the body, unindented
+    base: Optional[str] = None        # a subclass handle (spec `base:`) derives from it
+    final: bool = True                # a base of another class cannot be @final
 
 
 @dataclass
@@ -119,6 +126,10 @@ def _convert_type(pspec: dict, handles: Set[str]) -> str:
         t = "int"
     elif convert.startswith("handle:") or convert.startswith("struct:"):
         t = convert.split(":", 1)[1]
+    elif convert == "be32":       # an int, in host order
+        t = "int"
+    elif convert == "bytes":      # any bytes-like object
+        t = BUFFER_LIKE
     elif convert == "wc":
         t = "WC"
     elif convert.startswith("buffer:"):
@@ -263,6 +274,7 @@ def _handle_class(h: HandleModel, spec, handles: Set[str],
         c.lines += ["@property", f"def {aname}(self) -> {_type_of_getter(stmts, handles)}: ..."]
     for sname, writable, _doc in h.slots:
         c.lines.append(f"{sname}: Any" if writable else f"@property\ndef {sname}(self) -> Any: ...")
+    c.lines += _hand_attribute_lines(h, spec)
     c.lines += ["def close(self) -> None: ...",
                 "def __enter__(self) -> Self: ...",
                 "def __exit__(self, *exc: object) -> None: ...",
@@ -276,6 +288,41 @@ def _handle_class(h: HandleModel, spec, handles: Set[str],
     return c
 
 
+def _hand_attribute_lines(h: HandleModel, spec) -> List[str]:
+    """Attributes of hand-written getters/setters (spec ``hand_attributes``),
+    typed by their ``stub:`` key (``stub: int``), else Any."""
+    hspec = spec.handle(h.name)
+    nodes = (hspec.node.get("hand_attributes") or {}) if hspec else {}
+    lines = []
+    for aname, writable, _doc in h.hand_attributes:
+        anode = nodes.get(aname)
+        t = (anode.get("stub") if hasattr(anode, "get") else None) or "Any"
+        lines.append(f"{aname}: {t}" if writable else f"@property\ndef {aname}(self) -> {t}: ...")
+    return lines
+
+
+def _members(lines: List[str]) -> List[List[str]]:
+    """The lines of a class body grouped per member (decorators with their def)."""
+    out: List[List[str]] = []
+    pending: List[str] = []
+    for line in lines:
+        pending.append(line)
+        if not line.startswith("@"):
+            out.append(pending)
+            pending = []
+    return out + ([pending] if pending else [])
+
+
+def _derive(cls: StubClass, base: StubClass) -> None:
+    """A subclass handle's stub derives from its base's: what the base
+    declares the same way is inherited, not repeated (parents, close,
+    the context manager, and what the base's template adds)."""
+    cls.base = base.name
+    base.final = False
+    inherited = {tuple(m) for m in _members(base.lines)}
+    cls.lines = [line for m in _members(cls.lines) if tuple(m) not in inherited for line in m]
+
+
 def build(model: Model, replaced: Callable[[str], Set[str]]) -> Stubs:
     """``replaced(cls)``: the method names templates/stubs/<cls>.pyi.j2 defines."""
     handles = {h.name for h in model.handles}
@@ -285,6 +332,10 @@ def build(model: Model, replaced: Callable[[str], Set[str]]) -> Stubs:
         # a slot written as "@property\ndef ..." spans lines
         cls.lines = [part for line in cls.lines for part in line.split("\n")]
         cls.doc = _first_line(cls.doc)
+    by_name = {c.name: c for c in classes}
+    for h in model.handles:
+        if h.base is not None:
+            _derive(by_name[h.name], by_name[h.base.name])
     nodes = {m.name: m.node for m in model.spec.functions}
     functions = [_method_def(m, nodes.get(m.name), handles, False) for m in model.functions]
     return Stubs(classes, functions)

@@ -29,7 +29,7 @@ create_event_channel() raises RuntimeError saying the library is missing
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from . import _ibverbs
 from ._generated.rdmacm_enums import CMEventType, CMIDOption, CMOptionLevel, PortSpace
@@ -81,7 +81,7 @@ class CMEvent:
     param        ConnParam (connection events), UDParam (datagram events)
                  or None
     """
-    event: CMEventType
+    event: Union[CMEventType, int]      # an int: an event newer than CMEventType
     status: int
     id: Optional[CMID]
     listen_id: Optional[CMID]
@@ -93,12 +93,14 @@ class CMEvent:
         return cm_event_str(self.event)
 
     def __repr__(self) -> str:
-        return (f"CMEvent({self.event.name}, status={self.status}, "
+        return (f"CMEvent({getattr(self.event, 'name', self.event)}, status={self.status}, "
                 f"private_data={self.private_data!r})")
 
 
-def _make_event(event, status, cm_id, listen_id, private_data, param) -> CMEvent:
+def _make_event(event: int, status: int, cm_id: Optional[CMID], listen_id: Optional[CMID],
+                private_data: Optional[bytes], param: Any) -> CMEvent:
     """Called by EventChannel.get_cm_event (C) with the copied fields."""
+    kind: Union[CMEventType, int]
     try:
         kind = CMEventType(event)
     except ValueError:      # a newer librdmacm's event: keep the number
@@ -108,7 +110,8 @@ def _make_event(event, status, cm_id, listen_id, private_data, param) -> CMEvent
     return CMEvent(kind, status, cm_id, listen_id, private_data, param)
 
 
-def wait_event(channel: EventChannel, expected=None, timeout: Optional[float] = None) -> CMEvent:
+def wait_event(channel: EventChannel, expected: Optional[CMEventType] = None,
+               timeout: Optional[float] = None) -> CMEvent:
     """The next event of channel, waiting at most timeout seconds (select on
     its fd; TimeoutError after that).  With expected (a CMEventType), any
     other event raises RuntimeError naming both."""

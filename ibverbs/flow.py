@@ -17,7 +17,10 @@ from __future__ import annotations
 import ipaddress
 import struct
 from dataclasses import dataclass, field
-from typing import List, Optional, Union
+from typing import TYPE_CHECKING, List, Optional, TypeVar, Union
+
+if TYPE_CHECKING:
+    from ._ibverbs import QP, Flow
 
 # enum ibv_flow_spec_type (FlowSpecType): fixed by the verbs ABI
 _SPEC_ETH, _SPEC_IPV4, _SPEC_TCP, _SPEC_UDP, _SPEC_INNER = 0x20, 0x30, 0x40, 0x41, 0x100
@@ -37,7 +40,7 @@ def _mac(value: Union[bytes, str, None], name: str) -> bytes:
     return value
 
 
-def _ipv4(value, name: str) -> int:
+def _ipv4(value: Union[str, int, None], name: str) -> int:
     if value is None:
         return 0
     if isinstance(value, int):
@@ -53,7 +56,11 @@ def _u16(value: int, name: str) -> int:
     return value
 
 
-def _mask_for(value, mask, full):
+_Mask = TypeVar("_Mask", int, bytes)
+
+
+def _mask_for(value: object, mask: Optional[_Mask], full: _Mask) -> _Mask:
+    """mask when given, else full when value is set, else zero (all bits off)."""
     return (full if value else type(full)(0) if isinstance(full, int) else bytes(len(full))) \
         if mask is None else mask
 
@@ -167,7 +174,7 @@ class FlowAttr:
                           len(self.specs), self.port, self.flags) + body
 
 
-def create_flow(qp, attr: FlowAttr):
+def create_flow(qp: QP, attr: FlowAttr) -> Flow:
     """QP.create_flow(attr) -> Flow: attach a steering rule (ibv_create_flow).
 
     Raw packet QPs on NICs with flow steering; Soft-RoCE: VerbsError

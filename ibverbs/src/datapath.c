@@ -733,7 +733,8 @@ static PyObject *RecvWR_repr(PyObject *op)
 static PyType_Slot SendWR_slots[] = {
     {Py_tp_doc, (void *)"SendWR(wr_id=0, sg_list=None, opcode=0, send_flags=0, remote_addr=0, "
                         "rkey=0, imm_data=0, compare_add=0, swap=0, ah=None, remote_qpn=0, "
-                        "remote_qkey=0)\n--\n\nA send work request (struct ibv_send_wr)."},
+                        "remote_qkey=0, invalidate_rkey=0, mw=None, bind_info=None)\n--\n\n"
+                        "A send work request (struct ibv_send_wr)."},
     {Py_tp_init, (void *)SendWR_init},
     {Py_tp_new, (void *)PyType_GenericNew},
     {Py_tp_dealloc, (void *)SendWR_dealloc},

@@ -37,7 +37,8 @@ def test_readme_examples_and_test_helpers_pass_mypy_strict(tmp_path):
     examples.write_text(readme_examples())
     out = mypy("--strict", str(examples), "tests/conftest.py", "tests/rxe.py",
                # the typed Python modules of the package
-               "ibverbs/aio.py", "ibverbs/_buffers.py", "ibverbs/_cli.py", cache=tmp_path / "cache")
+               "ibverbs/aio.py", "ibverbs/_buffers.py", "ibverbs/_cli.py", "ibverbs/cm.py",
+               "ibverbs/flow.py", cache=tmp_path / "cache")
     assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -141,9 +142,10 @@ def stub_of(ir, spec_dir) -> str:
 
 
 def class_body(stub: str, cls: str) -> str:
-    parts = stub.split(f"\nclass {cls}:", 1)
-    assert len(parts) == 2, f"no stub for {cls}"
-    return parts[1].split("\n@final", 1)[0]
+    # "class QP:", or "class QPEx(QP):" for a subclass handle (spec base:)
+    parts = re.split(rf"\nclass {cls}(?:\((\w+)\))?:", stub, maxsplit=1)
+    assert len(parts) == 3, f"no stub for {cls}"
+    return re.split(r"\n(?:@final\n)?class ", parts[2], maxsplit=1)[0]
 
 
 def test_a_verb_added_to_the_spec_gets_a_typed_stub(tmp_path, generator_ir):
@@ -185,6 +187,20 @@ def test_every_bound_method_has_a_stub(generator_ir):
         body = class_body(stub, s.name)
         for f in s.fields:
             assert f" {f.name}" in body, f"{s.name}.{f.name} has no stub"
+
+
+def test_subclass_handles_derive_from_their_base():
+    """spec `base:` (both forms) -> `class Sub(Base)` in the stub, with only
+    what the subclass adds; its base is no longer @final; hand_attributes
+    are typed by their `stub:` key."""
+    stub = (ROOT / "generated" / "_ibverbs.pyi").read_text()
+    for sub, base in (("QPEx", "QP"), ("CQEx", "CQ"), ("ImportedPD", "PD"), ("ImportedMR", "MR")):
+        assert f"\n@final\nclass {sub}({base}):" in stub
+        assert f"\n\nclass {base}:" in stub
+        assert "def close(" not in class_body(stub, sub)
+    qpex = class_body(stub, "QPEx")
+    assert "    wr_id: int\n" in qpex and "    wr_flags: int\n" in qpex
+    assert "def start_poll(self) -> bool: ..." in class_body(stub, "CQEx")
 
 
 def test_import_ibverbs_imports_no_asyncio_and_no_ctypes():
