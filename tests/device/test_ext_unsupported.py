@@ -103,3 +103,21 @@ def test_raw_packet_qp_is_refused_by_rxe(ib, pd, cq):
     # Flow steering and RSS need raw packet QPs, which rxe does not create.
     with pytest.raises(ib.VerbsError):
         pd.create_qp(ib.QPInitAttr(cq, cq, qp_type=ib.QPType.RAW_PACKET))
+
+
+def test_odp_registration_and_prefetch_fail_cleanly(ib, pd, make_buffer, access):
+    """On-demand paging: rxe of Linux 6.1 has none, so an ON_DEMAND
+    registration is refused by the kernel and ibv_advise_mr (a prefetch of
+    an ordinary MR) by the provider; nothing is registered by either."""
+    buf = make_buffer(4096, fill=3)
+    with pytest.raises(ib.VerbsError) as e:
+        pd.reg_mr(buf.addr, 4096, access | ib.AccessFlags.ON_DEMAND)
+    assert_unsupported(e, "ibv_reg_mr")
+    PREFETCH, PREFETCH_WRITE, FLAG_FLUSH = 0, 1, 1      # enum ib_uverbs_advise_mr_*
+    for advice, flags in ((PREFETCH, 0), (PREFETCH_WRITE, FLAG_FLUSH)):
+        with pytest.raises(ib.VerbsError) as e:
+            buf.mr.advise_mr(advice, flags)
+        assert_unsupported(e, "ibv_advise_mr")
+    with pytest.raises(ValueError):
+        buf.mr.advise_mr(-1)
+    assert not buf.mr.closed and bytes(buf.array[:4]) == b"\x03" * 4
