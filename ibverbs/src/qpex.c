@@ -26,7 +26,7 @@ static PyObject *raise_order(const char *name, const char *why)
 static struct ibv_qp_ex *qpex_of(PyObject *self, const char *name)
 {
     struct QPExObject *q = (struct QPExObject *)self;
-    if (q->qpx == NULL)
+    if (q->qpx == NULL && q->has_send_ops)
         q->qpx = ibv_qp_to_qp_ex(QP_PTR(self));
     if (q->qpx == NULL)
         ibv_raise_detail(name, EOPNOTSUPP,

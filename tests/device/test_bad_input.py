@@ -73,8 +73,11 @@ class Pool:
         self.cq = self.ctx.create_cq(16, channel=self.ch)
         self.srq = self.pd.create_srq(max_wr=8)
         self.qp = self.pd.create_qp(ib.QPInitAttr(self.cq, self.cq))
-        self.qpex = self.pd.create_qp_ex(self.cq, self.cq,
-                                         send_ops_flags=ib.QPCreateSendOps.SEND)
+        try:
+            self.qpex = self.pd.create_qp_ex(self.cq, self.cq,
+                                             send_ops_flags=ib.QPCreateSendOps.SEND)
+        except ib.VerbsError:
+            self.qpex = None                  # rxe before rdma-core 34: no ibv_wr_* API
         self.buf = np.zeros(4096, dtype=np.uint8)
         self.mr = ib.reg_tensor(self.pd, self.buf, access)
         try:

@@ -6,6 +6,8 @@ import time
 
 import pytest
 
+from conftest import skip_if_unsupported
+
 from tests.conftest import poll_until
 
 IMM = 0x12345678
@@ -17,6 +19,12 @@ def start_poll_until(cq, timeout=10.0):
     while not cq.start_poll():
         if time.monotonic() > deadline:
             raise AssertionError("no completion within %ss" % timeout)
+
+
+@pytest.fixture(autouse=True)
+def _provider_has_extended_cqs(ib, ctx):
+    """rxe got ibv_create_cq_ex in rdma-core 34 (33.2: EOPNOTSUPP)."""
+    skip_if_unsupported(ib, "extended CQs", lambda: ctx.create_cq_ex(4))
 
 
 class ExPair:

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import poll_until
+from conftest import poll_until, skip_if_unsupported
 
 GRH = 40
 QKEY = 0x22222222
@@ -17,6 +17,13 @@ def all_ops(ib):
     return (O.RDMA_WRITE | O.RDMA_WRITE_WITH_IMM | O.SEND | O.SEND_WITH_IMM | O.RDMA_READ
             | O.ATOMIC_CMP_AND_SWP | O.ATOMIC_FETCH_AND_ADD | O.LOCAL_INV | O.BIND_MW
             | O.SEND_WITH_INV)
+
+
+@pytest.fixture(autouse=True)
+def _provider_has_the_wr_api(ib, pd, cq):
+    """rxe got the ibv_wr_* API in rdma-core 34 (33.2: EOPNOTSUPP)."""
+    skip_if_unsupported(ib, "extended QP post API", lambda: pd.create_qp_ex(
+        cq, cq, send_ops_flags=ib.QPCreateSendOps.SEND))
 
 
 class QPExPair:
