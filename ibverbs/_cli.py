@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import select
 import socket
 import struct
@@ -199,6 +198,12 @@ class _Side:
         self.mr = self.pd.reg_mr(self.buf, ib.AccessFlags.LOCAL_WRITE)
         self.send_sge = self.mr.sge(size, 0)
         self.recv_sge = self.mr.sge(size, size)
+        # Completions polled but not waited for yet.  The CQ gives them in
+        # the order they happened, not the order wait() asks for them: the
+        # server's echo SEND completes when the client's ACK comes back, and
+        # the client's next ping can land (its receive completes) first.
+        self.recvs_done = 0
+        self.sends_done = 0
 
     def info(self) -> ib.QPInfo:
         return ib.local_qp_info(self.qp, self.ctx.query_port(self.port),
@@ -225,38 +230,35 @@ class _Side:
 
     def wait(self, want_recv: bool, want_send: bool, timeout: float = 10.0) -> None:
         """Busy-poll (latency first), or with events sleep on the completion
-        channel, until the wanted completions arrived."""
+        channel, until the wanted completions arrived; one that arrives
+        early (the other kind, or the next round's) is kept for a later wait."""
         deadline = time.monotonic() + timeout
         armed = False
-        while want_recv or want_send:
+        while (want_recv and not self.recvs_done) or (want_send and not self.sends_done):
             wcs = self.cq.poll(4)
             for wc in wcs:
                 wc.raise_for_status()
                 if wc.wr_id == 1:
-                    want_recv = False
+                    self.recvs_done += 1
                 else:
-                    want_send = False
-            if not (want_recv or want_send):
-                break
+                    self.sends_done += 1
+            if wcs:
+                continue                # the loop condition decides
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError(f"no completion within {timeout:g} s (is the peer running?)")
-            if wcs:
-                continue
             channel = self.channel
             if channel is None:
-                # Give the CPU up between empty polls: with two ping
-                # processes busy polling in pure user space, rxe round trips
-                # stalled for good in the Soft-RoCE VM (sched_yield is a
-                # syscall of well under a microsecond here).
-                os.sched_yield()
-            elif not armed:             # arm, then poll once more: no completion slips by
+                continue                # busy polling
+            if not armed:               # arm, then poll once more: no completion slips by
                 self.cq.req_notify()
                 armed = True
             elif select.select([channel.fd], [], [], left)[0]:
                 channel.get_cq_event()  # readable: does not block
                 self.cq.ack_events(1)
                 armed = False
+        self.recvs_done -= want_recv
+        self.sends_done -= want_send
 
     def close(self) -> None:
         for obj in (self.qp, self.mr, self.cq, self.channel, self.pd, self.ctx):
