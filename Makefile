@@ -147,6 +147,9 @@ fuzz: build
 # "previously allocated by" stacks say whose memory it was.  The pid names
 # the process: match it against the test that spawned it with the pytest
 # output printed above the report list.
+# ASAN_TESTS: what to run (default: both tiers); e.g.
+#   make test-asan ASAN_TESTS="tests/device/test_qpex.py tests/device/test_cqex.py"
+ASAN_TESTS ?= tests/host tests/device
 ASAN_DIR := build/asan
 ASAN_TREE = $(abspath $(ASAN_DIR))/tree
 ASAN_LOGS = $(ASAN_TREE)/asan-logs
@@ -159,11 +162,11 @@ test-asan: venv
 	cd $(ASAN_TREE) && IBVERBS_SANITIZE=1 RDMA_CORE="$(baseline)" \
 	    $(abspath $(PY)) setup.py -q build_ext --inplace > ../build.log 2>&1 \
 	    || { cat ../build.log; exit 1; }
-	@cd $(ASAN_TREE) && { IBVERBS_REQUIRE_DEVICE=1 tests/vm/run-in-vm --rw-cwd --timeout 3000 \
+	@cd $(ASAN_TREE) && { IBVERBS_REQUIRE_DEVICE=1 tests/vm/run-in-vm --rw-cwd --timeout 7200 \
 	    env LD_PRELOAD="$$(gcc -print-file-name=libasan.so)" PYTHONMALLOC=malloc \
 	    ASAN_OPTIONS=detect_leaks=0:log_path=$(ASAN_LOGS)/asan \
 	    UBSAN_OPTIONS=print_stacktrace=1:log_path=$(ASAN_LOGS)/ubsan \
-	    $(abspath $(PY)) -m pytest -q --timeout 600 -p no:cacheprovider tests/host tests/device \
+	    $(abspath $(PY)) -m pytest -q -rfE --timeout 600 -p no:cacheprovider $(ASAN_TESTS) \
 	    --deselect tests/host/test_extension.py::test_only_libc_is_needed; \
 	    status=$$?; }; \
 	if [ -n "$$(ls -A $(ASAN_LOGS))" ]; then \
