@@ -131,9 +131,11 @@ def test_failed_calls_do_not_leak_either(ib, ctx, pd, access):
     try:
         first = window()     # one-time growth (caches, first-use paths) settles here
         second = window()    # a leak grows again, as much
+        third = window()     # ... and again: a one-off spike (seen once on 33.2) does not
     finally:
         tracemalloc.stop()
-    assert second[0] <= OBJECTS_SLACK and second[1] <= TRACED_SLACK, (first, second)
+    assert max(second[0], third[0]) <= OBJECTS_SLACK, (first, second, third)
+    assert min(second[1], third[1]) <= TRACED_SLACK, (first, second, third)
 
 
 EXIT_SCRIPT = textwrap.dedent("""
