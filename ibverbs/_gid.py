@@ -1,7 +1,10 @@
 """Gid: a 16-byte RDMA global identifier."""
 from __future__ import annotations
 
-from typing import Union
+# typing costs milliseconds to import: for the type checker only
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Union
 
 __all__ = ["Gid"]
 

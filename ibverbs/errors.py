@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import errno as _errno
 import os
-from typing import Any
+# typing costs milliseconds to import: for the type checker only
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["VerbsError", "CompletionError"]
 
