@@ -172,6 +172,18 @@ static int sge_set(SGEObject *self, PyObject *target, PyObject *length_obj,
     }
     {
         int64_t len;
+        if (PyLong_Check(length_obj)) {
+            /* Any int from 2**32 on, however large, gets the message that says why. */
+            int overflow = 0;
+            long long v = PyLong_AsLongLongAndOverflow(length_obj, &overflow);
+            if (overflow > 0 || (overflow == 0 && v > (long long)UINT32_MAX)) {
+                PyErr_SetString(PyExc_ValueError, "SGE length must be below 2**32; split it "
+                                "into several SGEs");
+                return -1;
+            }
+            if (v == -1 && PyErr_Occurred())
+                return -1;
+        }
         if (ibv_conv_signed(length_obj, "length", 0, INT64_MAX, &len) < 0)
             return -1;
         if ((uint64_t)len > UINT32_MAX) {
@@ -251,12 +263,14 @@ static int SGE_set_length(PyObject *op, PyObject *v, void *c)
     uint64_t x;
     (void)c;
     if (v != NULL && PyLong_Check(v)) {
-        unsigned long long big = PyLong_AsUnsignedLongLong(v);
-        if (!PyErr_Occurred() && big > UINT32_MAX) {
+        int overflow = 0;
+        long long big = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow > 0 || (overflow == 0 && big > (long long)UINT32_MAX)) {
             PyErr_SetString(PyExc_ValueError, "SGE length must be below 2**32");
             return -1;
         }
-        PyErr_Clear();
+        if (big == -1 && PyErr_Occurred())
+            return -1;
     }
     if (conv_u64(v, "length", UINT32_MAX, &x) < 0)
         return -1;
