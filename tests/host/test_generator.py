@@ -149,7 +149,7 @@ def test_model_errors_name_the_file_and_line(tmp_path, ir, text, message):
 def test_a_subclass_handle_shares_its_base_parents_and_pointer(built):
     cqex = next(h for h in built.handles if h.name == "CQEx")
     cq = next(h for h in built.handles if h.name == "CQ")
-    assert cqex.base is cq and cq.is_base and cqex.upcast == "ibv_cq_ex_to_cq"
+    assert cqex.base is cq and cq.subclassed and cqex.upcast == "ibv_cq_ex_to_cq"
     assert cqex.parents == cq.parents and cqex.destroy == "ibv_destroy_cq"
     create = next(m for h in built.handles if h.name == "Context" for m in h.methods
                   if m.name == "create_cq_ex")
