@@ -451,7 +451,12 @@ static int set_sg_list(PyObject **slot, PyObject *value)
     }
     PyObject *list = PySequence_List(value);
     if (list == NULL) {
-        PyErr_SetString(PyExc_TypeError, "sg_list must be a list of SGE or None");
+        /* Only "not iterable" is ours to word; MemoryError, KeyboardInterrupt
+         * or an iterator's own error pass through. */
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_TypeError, "sg_list must be a list of SGE or None");
+        }
         return -1;
     }
     Py_ssize_t n = PyList_Size(list);
@@ -990,6 +995,26 @@ static PyObject *post_failed(const char *verb, int rc, Py_ssize_t index, uint64_
 
 enum post_target { POST_SEND, POST_RECV, POST_SRQ_RECV };
 
+/* wr.ud.ah shares its memory with wr.rdma.remote_addr: a UD request
+ * without an AH would hand the provider a remote address as an AH pointer
+ * (and an AH on another QP type would become a remote address). */
+static int check_ah_fits_qp(PyObject *qp, int has_ah, Py_ssize_t index)
+{
+    int ud = QP_PTR(qp)->qp_type == IBV_QPT_UD;
+    if (ud && !has_ah) {
+        PyErr_Format(PyExc_ValueError, "work request %zd has no ah: a UD QP sends "
+                     "through an address handle (SendWR(ah=..., remote_qpn=..., "
+                     "remote_qkey=...))", index);
+        return -1;
+    }
+    if (!ud && has_ah) {
+        PyErr_Format(PyExc_ValueError, "work request %zd has an ah, but only a UD QP "
+                     "takes one", index);
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *postlist_post(PyObject *self, PyObject *list, enum post_target target);
 
 /*
@@ -1022,7 +1047,7 @@ PyObject *ibv_hand_QP_post_send(PyObject *self, PyObject *arg)
         struct ibv_send_wr *wr = &wrs[i];
         SendWRObject *w = (SendWRObject *)wr_seq_item(&s, i);
         wr->sg_list = sge;
-        if (send_wr_fill(w, w->sg_list, wr) < 0)
+        if (check_ah_fits_qp(self, w->ah != NULL, i) < 0 || send_wr_fill(w, w->sg_list, wr) < 0)
             goto done;
         wr->next = i + 1 < s.n ? &wrs[i + 1] : NULL;
         sge += wr->num_sge;
@@ -1394,6 +1419,11 @@ static PyObject *postlist_post(PyObject *self, PyObject *list, enum post_target 
                      target == POST_SEND ? "post_send" : "post_recv",
                      want == PL_SEND ? "SendWR" : "RecvWR", pl_what(pl));
         return NULL;
+    }
+    if (target == POST_SEND && pl->n_ah != (QP_PTR(self)->qp_type == IBV_QPT_UD ? pl->n : 0)) {
+        for (Py_ssize_t i = 0; i < pl->n; i++)
+            if (check_ah_fits_qp(self, pl->entries[i].ah != NULL, i) < 0)
+                return NULL;
     }
     if (pl->n_ah > 0 && pl_check_ahs(pl) < 0)
         return NULL;
@@ -2042,10 +2072,11 @@ static PyObject *empty_result(void)
     PyObject *l = PyList_New(0);
     if (l == NULL)
         return NULL;
-    /* Replace a slot that is in use (or was grown): its list lives on with
-     * whoever holds it. */
-    int i = empty_results[0] == NULL || Py_REFCNT(empty_results[0]) > 1 ||
-            PyList_Size(empty_results[0]) != 0 ? 0 : 1;
+    /* No slot is free: fill an empty one, else replace the older one (its
+     * list lives on with whoever holds it). */
+    static int older;
+    int i = empty_results[0] == NULL ? 0 : empty_results[1] == NULL ? 1 : older;
+    older = !i;
     Py_XSETREF(empty_results[i], Py_NewRef(l));
     return l;
 }
@@ -2060,6 +2091,9 @@ PyObject *ibv_hand_CQ_poll(PyObject *self, PyObject *arg)
         return NULL;
     if (num_entries_arg(arg, &num) < 0)
         return NULL;
+    /* More than the CQ holds cannot come back: no larger buffer. */
+    if (num > CQ_PTR(self)->cqe && CQ_PTR(self)->cqe > 0)
+        num = CQ_PTR(self)->cqe;
     if (num > STACK_WCS) {
         wcs = PyMem_Malloc((size_t)num * sizeof(*wcs));
         if (wcs == NULL)
