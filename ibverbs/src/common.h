@@ -184,6 +184,9 @@ IBV_HIDDEN int ibv_handle_borrow(PyObject *obj);
 
 /* Add EventChannel, CMID and the rdma_cm functions to the module. */
 IBV_HIDDEN int ibv_rdmacm_init(PyObject *module);
+/* qp is about to be destroyed: if a CMID made it, clear that rdma_cm_id's
+ * qp (librdmacm modifies id->qp on connection events). */
+IBV_HIDDEN void ibv_rdmacm_qp_destroying(PyObject *qp);
 
 /* ---- the extended QP post API (qpex.c) ---------------------------------- */
 

@@ -921,6 +921,20 @@ static int check_inline_sges(const struct ibv_send_wr *wr)
     return 0;
 }
 
+/* An INLINE request's SGEs must not name a closed MR (its buffer export is
+ * gone, so the memory may be too). */
+static int check_inline_mrs(PyObject *sg_list, const struct ibv_send_wr *wr)
+{
+    if (!(wr->send_flags & IBV_SEND_INLINE) || sg_list == NULL)
+        return 0;
+    for (Py_ssize_t j = 0; j < PyList_Size(sg_list); j++) {
+        PyObject *owner = ((SGEObject *)PyList_GetItem(sg_list, j))->owner;
+        if (owner != NULL && PyObject_TypeCheck(owner, MR_Type) && ibv_check_open(owner) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 static inline int is_atomic(uint32_t opcode)
 {
     return opcode == IBV_WR_ATOMIC_CMP_AND_SWP || opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
@@ -1047,7 +1061,8 @@ PyObject *ibv_hand_QP_post_send(PyObject *self, PyObject *arg)
         struct ibv_send_wr *wr = &wrs[i];
         SendWRObject *w = (SendWRObject *)wr_seq_item(&s, i);
         wr->sg_list = sge;
-        if (check_ah_fits_qp(self, w->ah != NULL, i) < 0 || send_wr_fill(w, w->sg_list, wr) < 0)
+        if (check_ah_fits_qp(self, w->ah != NULL, i) < 0 || send_wr_fill(w, w->sg_list, wr) < 0 ||
+            check_inline_mrs(w->sg_list, wr) < 0)
             goto done;
         wr->next = i + 1 < s.n ? &wrs[i + 1] : NULL;
         sge += wr->num_sge;
@@ -1171,6 +1186,16 @@ typedef struct {
 #define PL_SEND_WR(pl, i) (&((struct ibv_send_wr *)(pl)->wrs)[i])
 #define PL_RECV_WR(pl, i) (&((struct ibv_recv_wr *)(pl)->wrs)[i])
 
+static int pl_frozen(PostListObject *pl)
+{
+    if (pl->posting) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "the PostList is being posted (release_gil=True); update it after");
+        return -1;
+    }
+    return 0;
+}
+
 static const char *pl_what(const PostListObject *pl)
 {
     return pl->kind == PL_SEND ? "SendWR" : "RecvWR";
@@ -1245,6 +1270,10 @@ static int pl_fill(PostListObject *pl, Py_ssize_t i, PyObject *w)
         PyErr_SetString(PyExc_RuntimeError, "sg_list changed while it was converted");
         goto done;
     }
+    /* The allocations above may have run the GC, hence other threads: one
+     * of them may be posting this list with the GIL released now. */
+    if (pl_frozen(pl) < 0)
+        goto done;
     PyObject *ah = pl->kind == PL_SEND ? ((SendWRObject *)w)->ah : NULL;
     if (pl->kind == PL_SEND) {
         struct ibv_send_wr *wr = PL_SEND_WR(pl, i);
@@ -1410,6 +1439,49 @@ static int pl_check_ahs(PostListObject *pl)
     return 0;
 }
 
+/* The provider copies INLINE data from the SGEs' addresses at post time:
+ * their MRs must still be open (MR.close() drops the export that kept a
+ * Python buffer in place) and the memory readable. */
+static int check_inline_owners(PyObject *sg_owners, const struct ibv_send_wr *wr)
+{
+    if (!(wr->send_flags & IBV_SEND_INLINE))
+        return 0;
+    Py_ssize_t n = sg_owners == NULL ? 0 : PyTuple_Size(sg_owners);
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyObject *owner = PyTuple_GetItem(sg_owners, j);
+        if (PyObject_TypeCheck(owner, MR_Type) && ibv_check_open(owner) < 0)
+            return -1;
+    }
+    return check_inline_sges(wr);
+}
+
+static int pl_check_inline(PostListObject *pl)
+{
+    if (pl->kind != PL_SEND)
+        return 0;
+    for (Py_ssize_t i = 0; i < pl->n; i++)
+        if (check_inline_owners(pl->entries[i].owners, PL_SEND_WR(pl, i)) < 0)
+            return -1;
+    return 0;
+}
+
+/* What a release_gil post reads besides the QP: the AHs of its entries and
+ * the MRs of their SGEs, busy (close() says EBUSY) while it runs. */
+static void pl_hold(PostListObject *pl, int delta)
+{
+    for (Py_ssize_t i = 0; i < pl->n; i++) {
+        struct pl_entry *e = &pl->entries[i];
+        if (e->ah != NULL)
+            IBV_HANDLE(e->ah)->busy += delta;
+        Py_ssize_t n = e->owners == NULL ? 0 : PyTuple_Size(e->owners);
+        for (Py_ssize_t j = 0; j < n; j++) {
+            PyObject *owner = PyTuple_GetItem(e->owners, j);
+            if (PyObject_TypeCheck(owner, MR_Type))
+                IBV_HANDLE(owner)->busy += delta;
+        }
+    }
+}
+
 static PyObject *postlist_post(PyObject *self, PyObject *list, enum post_target target)
 {
     PostListObject *pl = (PostListObject *)list;
@@ -1427,6 +1499,8 @@ static PyObject *postlist_post(PyObject *self, PyObject *list, enum post_target 
     }
     if (pl->n_ah > 0 && pl_check_ahs(pl) < 0)
         return NULL;
+    if (pl_check_inline(pl) < 0)
+        return NULL;
     void *handle = IBV_HANDLE(self)->ptr;
     struct ibv_send_wr *bad_send = NULL;
     struct ibv_recv_wr *bad_recv = NULL;
@@ -1440,11 +1514,13 @@ static PyObject *postlist_post(PyObject *self, PyObject *list, enum post_target 
          * (updates raise) until the post returns. */
         ibv_busy_enter(self);
         pl->posting++;
+        pl_hold(pl, 1);
         Py_BEGIN_ALLOW_THREADS
         rc = target == POST_SEND ? ibv_post_send(handle, pl->wrs, &bad_send)
            : target == POST_RECV ? ibv_post_recv(handle, pl->wrs, &bad_recv)
            : ibv_post_srq_recv(handle, pl->wrs, &bad_recv);
         Py_END_ALLOW_THREADS
+        pl_hold(pl, -1);
         pl->posting--;
         ibv_busy_leave(self);
     }
@@ -1458,16 +1534,6 @@ static PyObject *postlist_post(PyObject *self, PyObject *list, enum post_target 
                            bad_recv ? bad_recv->wr_id : 0);
     }
     Py_RETURN_NONE;
-}
-
-static int pl_frozen(PostListObject *pl)
-{
-    if (pl->posting) {
-        PyErr_SetString(PyExc_RuntimeError,
-                        "the PostList is being posted (release_gil=True); update it after");
-        return -1;
-    }
-    return 0;
 }
 
 static Py_ssize_t PostList_length(PyObject *op)
@@ -1600,8 +1666,17 @@ static PyObject *PostListEntry_new(PyTypeObject *type, PyObject *args, PyObject 
 
 static void PostListEntry_dealloc(PyObject *op)
 {
+    PyObject_GC_UnTrack(op);
     Py_CLEAR(((PostListEntryObject *)op)->list);
     generic_dealloc(op);
+}
+
+/* No tp_clear: the view needs its list while it lives; the collector
+ * breaks a cycle through one at the PostList or an SGE instead. */
+static int PostListEntry_traverse(PyObject *op, visitproc visit, void *arg)
+{
+    Py_VISIT(((PostListEntryObject *)op)->list);
+    return 0;
 }
 
 /* The send request of a view, or NULL with AttributeError for a receive list. */
@@ -1704,10 +1779,10 @@ static int entry_inline_check(PyObject *op)
     }                                                                            \
     static int PostListEntry_set_##field(PyObject *op, PyObject *v, void *c)     \
     {                                                                            \
-        struct ibv_sge *sge = entry_sge(op);                                     \
+        struct ibv_sge *sge;                                                     \
         uint64_t x;                                                              \
         (void)c;                                                                 \
-        if (sge == NULL || entry_value(op, v, #field, max, &x) < 0)              \
+        if (entry_value(op, v, #field, max, &x) < 0 || (sge = entry_sge(op)) == NULL) \
             return -1;                                                           \
         uint64_t old = sge->field;                                               \
         sge->field = x;                                                          \
@@ -1807,8 +1882,9 @@ static uint32_t *entry_u32(struct ibv_send_wr *wr, int u, int which)
         uint64_t x;                                                                \
         int u;                                                                     \
         (void)c;                                                                   \
-        if (wr == NULL || (u = entry_needs(op, mask, #field)) < 0 ||               \
-            entry_value(op, v, #field, UINT##bits##_MAX, &x) < 0)                  \
+        /* the value's __index__ may replace the entry: pick the member after */  \
+        if (wr == NULL || entry_value(op, v, #field, UINT##bits##_MAX, &x) < 0 ||  \
+            (u = entry_needs(op, mask, #field)) < 0)                               \
             return -1;                                                             \
         *entry_u##bits(wr, u, which) = x;                                          \
         return 0;                                                                  \
@@ -1876,13 +1952,15 @@ static PyType_Slot PostListEntry_slots[] = {
                         "setting its fields reads and writes the converted C request."},
     {Py_tp_new, (void *)PostListEntry_new},
     {Py_tp_dealloc, (void *)PostListEntry_dealloc},
+    {Py_tp_traverse, (void *)PostListEntry_traverse},
     {Py_tp_repr, (void *)PostListEntry_repr},
     {Py_tp_getset, PostListEntry_getset},
     {0, NULL},
 };
 
 static PyType_Spec PostListEntry_spec = {"ibverbs.PostListEntry", sizeof(PostListEntryObject),
-                                         0, Py_TPFLAGS_DEFAULT, PostListEntry_slots};
+                                         0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+                                         PostListEntry_slots};
 
 /* ==== completions ======================================================== */
 
@@ -2467,6 +2545,8 @@ PyObject *ibv_hand_CompChannel_get_cq_event(PyObject *self, PyObject *unused)
         if (rc != 0)
             return ibv_raise("ibv_get_cq_event", err ? err : EIO);
         PyObject *obj = ibv_registry_get(cq);
+        if (obj != NULL && !PyObject_TypeCheck(obj, CQ_Type))
+            Py_CLEAR(obj);   /* the registry maps QPs, SRQs, CM IDs too */
         if (obj == NULL)
             continue;   /* its CQ was destroyed meanwhile: wait for the next */
         ((struct CQObject *)obj)->events_received++;

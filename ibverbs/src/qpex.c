@@ -134,6 +134,7 @@ int ibv_qp_send_idle(PyObject *self, const char *what)
 int ibv_qp_before_destroy(struct QPObject *self)
 {
     PyObject *op = (PyObject *)self;
+    ibv_rdmacm_qp_destroying(op);
     if (QPEx_Type != NULL && PyObject_TypeCheck(op, QPEx_Type)) {
         struct QPExObject *q = (struct QPExObject *)op;
         if (q->in_batch && q->qpx != NULL)
@@ -236,7 +237,8 @@ int ibv_hand_QPEx_set_wr_id(PyObject *self, PyObject *value, void *closure)
         PyErr_SetString(PyExc_AttributeError, "cannot delete wr_id");
         return -1;
     }
-    if (ibv_check_open(self) < 0 || ibv_conv_unsigned(value, "wr_id", UINT64_MAX, &v) < 0)
+    /* Converted first: the value's __index__ may close the QP. */
+    if (ibv_conv_unsigned(value, "wr_id", UINT64_MAX, &v) < 0 || ibv_check_open(self) < 0)
         return -1;
     struct ibv_qp_ex *qpx = qpex_of(self, "wr_id");
     if (qpx == NULL)
@@ -260,7 +262,8 @@ int ibv_hand_QPEx_set_wr_flags(PyObject *self, PyObject *value, void *closure)
         PyErr_SetString(PyExc_AttributeError, "cannot delete wr_flags");
         return -1;
     }
-    if (ibv_check_open(self) < 0 || ibv_conv_unsigned(value, "wr_flags", UINT32_MAX, &v) < 0)
+    /* Converted first: the value's __index__ may close the QP. */
+    if (ibv_conv_unsigned(value, "wr_flags", UINT32_MAX, &v) < 0 || ibv_check_open(self) < 0)
         return -1;
     struct ibv_qp_ex *qpx = qpex_of(self, "wr_flags");
     if (qpx == NULL)

@@ -161,3 +161,101 @@ def test_too_many_verbs_objects_in_one_call_is_an_error(ib, ctx, pd, cq):
     finally:
         for c in cqs:
             c.close()
+
+
+# ---- 4: QPEx.wr_id / wr_flags convert before they check the QP -----------------------
+
+def test_qpex_attribute_whose_index_closes_the_qp(ib, pd, cq):
+    skip_if_unsupported(ib, "extended QP post API", lambda: pd.create_qp_ex(
+        cq, cq, send_ops_flags=ib.QPCreateSendOps.SEND))
+    for name in ("wr_id", "wr_flags"):
+        qp = pd.create_qp_ex(cq, cq, send_ops_flags=ib.QPCreateSendOps.SEND)
+        qp.wr_id = 1      # the struct ibv_qp_ex is looked up while the QP is open
+
+        class ClosesTheQP:
+            def __index__(self):
+                qp.close()
+                return 3
+
+        with pytest.raises(ib.VerbsError) as e:
+            setattr(qp, name, ClosesTheQP())
+        assert e.value.errno == 9       # EBADF: nothing was written into the freed QP
+        with pytest.raises(ib.VerbsError):
+            qp.wr_start()
+
+
+# ---- 7: INLINE data from the memory of a closed MR -------------------------------------
+
+def test_inline_send_from_a_closed_mr_is_refused(ib, pd, rc_pair, make_buffer):
+    buf = bytearray(b"\x05" * 16)
+    mr = pd.reg_mr(buf, ib.AccessFlags.LOCAL_WRITE)
+    dst = make_buffer(16)
+    wr = ib.SendWR(wr_id=1, opcode=ib.WROpcode.RDMA_WRITE, sg_list=[mr.sge()],
+                   send_flags=ib.SendFlags.INLINE | ib.SendFlags.SIGNALED,
+                   remote_addr=dst.addr, rkey=dst.mr.rkey)
+    plist = ib.PostList([wr])
+    rc_pair.qp_a.post_send(plist)
+    poll_until(rc_pair.cq_a, 1)[0].raise_for_status()
+    assert bytes(dst.array) == b"\x05" * 16
+    dst.array[:] = 0
+    mr.close()
+    del buf[:]        # the export is gone: the memory may go with it
+    for what in (wr, plist):
+        with pytest.raises(ib.VerbsError) as e:
+            rc_pair.qp_a.post_send(what)
+        assert e.value.errno == 9
+    time.sleep(0.1)
+    assert rc_pair.cq_a.poll(4) == [] and bytes(dst.array) == b"\0" * 16
+
+
+# ---- 6: a release_gil post holds the AHs and MRs it reads -------------------------------
+
+def test_release_gil_post_holds_its_ah_and_mrs(ib, ctx, pd, port, gid_index, make_buffer):
+    with ctx.create_cq(256) as cq:
+        qp = ud_qp(ib, pd, cq, port)
+        ah = make_ah(ib, ctx, pd, port, gid_index)
+        src = make_buffer(64, fill=1)
+        mr = pd.reg_mr(src.addr, 64, ib.AccessFlags.LOCAL_WRITE)
+        plist = ib.PostList([ib.SendWR(wr_id=i, opcode=ib.WROpcode.SEND, sg_list=[mr.sge()],
+                                       ah=ah, remote_qpn=qp.qp_num, remote_qkey=QKEY,
+                                       send_flags=ib.SendFlags.SIGNALED)
+                             for i in range(4)], release_gil=True)
+        outcomes = {"busy": 0}
+        stop = threading.Event()
+
+        def closer():
+            while not stop.is_set():
+                for obj in (ah, mr):
+                    try:
+                        obj.close()
+                    except ib.VerbsError as e:
+                        assert e.errno == 16      # EBUSY, never a close under the post
+                        outcomes["busy"] += 1
+                        continue
+                    stop.set()
+                    return
+
+        t = threading.Thread(target=closer)
+        posted = 0
+        try:
+            t.start()
+            while not stop.is_set() and posted < 2000:
+                try:
+                    qp.post_send(plist)
+                except ib.VerbsError as e:
+                    assert e.errno in (9, 12)     # closed meanwhile; or the queue is full
+                    if e.errno == 12:
+                        poll_until(cq, 1)
+                    continue
+                posted += 4
+                while cq.poll(64):
+                    pass
+        finally:
+            stop.set()
+            t.join()
+            time.sleep(0.1)
+            while cq.poll(64):
+                pass
+            for obj in (qp, ah, mr):
+                obj.close()
+        assert posted > 0

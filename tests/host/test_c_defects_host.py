@@ -1,4 +1,5 @@
 """Host-side regression tests of issue 12 (no device needed)."""
+import gc
 import re
 
 import pytest
@@ -30,3 +31,33 @@ def test_sg_list_passes_errors_that_are_not_about_its_type():
         ib.RecvWR(sg_list=_Failing(KeyError("x")))
     with pytest.raises(TypeError, match="sg_list must be a list of SGE"):
         ib.SendWR(sg_list=5)
+
+
+def test_postlist_union_setter_writes_the_member_of_the_entry_it_finds():
+    W = ib.WROpcode
+    rdma = ib.SendWR(opcode=W.RDMA_WRITE, sg_list=[ib.SGE(0x1000, 8)], remote_addr=0x2000, rkey=1)
+    atomic = ib.SendWR(opcode=W.ATOMIC_FETCH_AND_ADD, sg_list=[ib.SGE(0x1000, 8)],
+                       remote_addr=0x3000, rkey=2, compare_add=11)
+    pl = ib.PostList([rdma])
+
+    class SwapsTheEntry:
+        def __index__(self):
+            pl[0] = atomic
+            return 5
+
+    pl[0].rkey = SwapsTheEntry()
+    assert pl[0].opcode == W.ATOMIC_FETCH_AND_ADD
+    assert pl[0].rkey == 5 and pl[0].compare_add == 11 and pl[0].remote_addr == 0x3000
+
+
+def test_a_cycle_through_a_postlist_entry_is_collected():
+    gc.collect()
+    before = sum(type(o) is ib.PostList for o in gc.get_objects())
+    for _ in range(200):
+        s = ib.SGE(0x1000, 8)
+        pl = ib.PostList([ib.SendWR(sg_list=[ib.SGE(0x1000, 8)])])
+        s._keepalive(pl[0])
+        pl[0] = ib.SendWR(sg_list=[s])
+    del s, pl
+    gc.collect()
+    assert sum(type(o) is ib.PostList for o in gc.get_objects()) == before
