@@ -61,3 +61,30 @@ def test_a_cycle_through_a_postlist_entry_is_collected():
     del s, pl
     gc.collect()
     assert sum(type(o) is ib.PostList for o in gc.get_objects()) == before
+
+
+class _FakeMR:
+    owner = None
+
+
+class _FakePD:
+    def reg_mr(self, addr, length, access):
+        return _FakeMR()
+
+
+def test_reg_tensor_holds_a_numpy_array_and_its_base_in_place():
+    np = pytest.importorskip("numpy")
+    from ibverbs.helpers import reg_tensor
+    base = np.zeros(8192, dtype=np.uint8)
+    view = base[:4096]
+    mr = reg_tensor(_FakePD(), view, ib.AccessFlags.LOCAL_WRITE)
+    for array in (view, base):
+        with pytest.raises(ValueError):
+            array.resize(1 << 20, refcheck=False)
+    del mr._buffer_export           # what MR.close() does
+    base.resize(1 << 20, refcheck=False)
+    ro = np.zeros(16, dtype=np.uint8)
+    ro.flags.writeable = False
+    mr = reg_tensor(_FakePD(), ro, 0)
+    with pytest.raises(ValueError):
+        ro.resize(32, refcheck=False)
