@@ -397,7 +397,9 @@ PyObject *ibv_hand_MR_sge(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *length_obj;
     if (length == Py_None) {
         int64_t off;
-        if (ibv_conv_signed(offset_obj, "offset", INT64_MIN, INT64_MAX, &off) < 0) {
+        /* the offset's __index__ may have closed the MR */
+        if (ibv_conv_signed(offset_obj, "offset", INT64_MIN, INT64_MAX, &off) < 0 ||
+            ibv_check_open(self) < 0) {
             Py_DECREF(offset_obj);
             return NULL;
         }
@@ -2165,9 +2167,10 @@ PyObject *ibv_hand_CQ_poll(PyObject *self, PyObject *arg)
 {
     int num;
     struct ibv_wc stack[STACK_WCS], *wcs = stack;
-    if (ibv_check_open(self) < 0 || ibv_cq_check_not_polling(self) < 0)
-        return NULL;
+    /* Converted first: an __index__ may close the CQ. */
     if (num_entries_arg(arg, &num) < 0)
+        return NULL;
+    if (ibv_check_open(self) < 0 || ibv_cq_check_not_polling(self) < 0)
         return NULL;
     /* More than the CQ holds cannot come back: no larger buffer. */
     if (num > CQ_PTR(self)->cqe && CQ_PTR(self)->cqe > 0)
