@@ -720,7 +720,7 @@ static PyGetSetDef SendWR_getset[] = {
     GETSET(SendWR, imm_data, "Immediate data, host order (sent in network order)."),
     GETSET(SendWR, compare_add, "Atomic compare (CMP_AND_SWP) or add (FETCH_AND_ADD) value."),
     GETSET(SendWR, swap, "Atomic swap value."),
-    GETSET(SendWR, ah, "UD: address handle."),
+    GETSET(SendWR, ah, "UD: address handle (a UD QP requires one, other QPs refuse one)."),
     GETSET(SendWR, remote_qpn, "UD: remote QP number."),
     GETSET(SendWR, remote_qkey, "UD: remote Q_Key."),
     GETSET(SendWR, invalidate_rkey, "LOCAL_INV, SEND_WITH_INV: the rkey to invalidate."),
@@ -1633,8 +1633,8 @@ static PyType_Slot PostList_slots[] = {
      "remote_qkey, or addr / length / lkey (of its first SGE) writes the C request "
      "directly.  plist[i] = wr converts a whole new request into entry i (as many "
      "SGEs as the entry was built with, or fewer).  The MRs and AHs the requests "
-     "name are kept alive with the list; an AH closed since is reported at the next "
-     "post (VerbsError EBADF).\n\n"
+     "name are kept alive with the list; an AH closed since, or the MR of an INLINE "
+     "entry's SGE, is reported at the next post (VerbsError EBADF).\n\n"
      "release_gil: post with the GIL released.  Off by default: on most providers a "
      "post is a few stores and a doorbell, cheaper than giving up the GIL.  Turn it "
      "on where a post is a slow system call (rxe, siw) and other Python threads must "

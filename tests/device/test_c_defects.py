@@ -258,4 +258,5 @@ def test_release_gil_post_holds_its_ah_and_mrs(ib, ctx, pd, port, gid_index, mak
                 pass
             for obj in (qp, ah, mr):
                 obj.close()
-        assert posted > 0
+        # the closer takes the GIL when a post gives it up: it meets posts in flight
+        assert posted > 0 and outcomes["busy"] > 0
