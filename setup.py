@@ -38,7 +38,9 @@ def rdma_include_dirs():
 
 extra_compile_args = ["-std=gnu11", "-fvisibility=hidden", "-Wall", "-Wextra",
                       "-Wno-unused-parameter", "-Wno-missing-field-initializers",
-                      "-Wno-cast-function-type", "-U_FORTIFY_SOURCE"]
+                      "-Wno-cast-function-type", "-U_FORTIFY_SOURCE",
+                      # a function the headers do not declare would return a truncated int
+                      "-Werror=implicit-function-declaration"]
 if os.environ.get("IBVERBS_WERROR"):
     extra_compile_args.append("-Werror")
 extra_link_args = []

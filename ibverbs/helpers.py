@@ -189,9 +189,41 @@ def tensor_addr_len(t) -> tuple[int, int]:
     return addr, nbytes
 
 
+def _hold_array(array) -> tuple:
+    """What keeps a numpy array's memory in place while its MR is open.
+
+    A weak reference to the array and to each array it is a view of: numpy
+    refuses ``resize()`` of an array that has one, even with
+    ``refcheck=False`` (which skips the reference count, and numpy does not
+    count buffer exports).  And, for a writable array, a buffer export (as
+    ``pd.reg_mr(buffer)`` holds) for other exporters' rules."""
+    import weakref
+    held = []
+    node = array
+    while node is not None:
+        try:
+            held.append(weakref.ref(node))
+        except TypeError:
+            break                       # not weak-referenceable: nothing to hold
+        node = getattr(node, "base", None)
+    try:
+        import ctypes
+        held.append((ctypes.c_char * memoryview(array).nbytes).from_buffer(array))
+    except (TypeError, ValueError, BufferError):
+        pass                            # read-only or no buffer protocol
+    return tuple(held)
+
+
 def reg_tensor(pd, tensor, access):
     """Register a host torch tensor or numpy array: ``pd.reg_mr`` over its
     bytes, with ``mr.owner = tensor`` keeping the memory alive.
+
+    A numpy array (and the arrays it is a view of) cannot be resized while
+    the MR is open, ``refcheck=False`` included (ValueError).  A torch
+    tensor offers no such hold: ``tensor.resize_()`` or ``tensor.set_()``
+    can still move its storage away from the registered memory, which the
+    device would then read and write after it was freed; do neither until
+    ``mr.close()``.
 
     ValueError for a CUDA tensor (use ``ibverbs.cuda.register_tensor``) or
     one on another non-CPU device, an empty or non-contiguous tensor, and for a read-only numpy array
@@ -213,4 +245,6 @@ def reg_tensor(pd, tensor, access):
                          "and REMOTE_ATOMIC access")
     mr = pd.reg_mr(addr, nbytes, access)
     mr.owner = tensor
+    if not _is_torch_like(tensor):
+        mr._buffer_export = _hold_array(tensor)
     return mr

@@ -39,6 +39,13 @@ static inline PyObject *ibv_new_ref(PyObject *obj)
     } while (0)
 #endif
 
+/* In the stable ABI since 3.7, but 3.9's headers declare it only outside
+ * the Limited API (cpython/pymem.h): without this, C takes it for a
+ * function returning int and truncates the pointer it returns. */
+#if !defined(Py_LIMITED_API) || Py_LIMITED_API + 0 < 0x030A0000
+PyAPI_FUNC(void *) PyMem_Calloc(size_t nelem, size_t elsize);
+#endif
+
 /* Before the hidden block below: the pthread functions the header's inline
  * functions call (ibv_create_wq initialises a mutex) are libc's, not ours. */
 #include <pthread.h>
@@ -177,6 +184,9 @@ IBV_HIDDEN int ibv_handle_borrow(PyObject *obj);
 
 /* Add EventChannel, CMID and the rdma_cm functions to the module. */
 IBV_HIDDEN int ibv_rdmacm_init(PyObject *module);
+/* qp is about to be destroyed: if a CMID made it, clear that rdma_cm_id's
+ * qp (librdmacm modifies id->qp on connection events). */
+IBV_HIDDEN void ibv_rdmacm_qp_destroying(PyObject *qp);
 
 /* ---- the extended QP post API (qpex.c) ---------------------------------- */
 

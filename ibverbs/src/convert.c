@@ -221,7 +221,13 @@ int ibv_check_readable(uint64_t addr, uint64_t length, const char *what)
     }
     return 0;
 bad:
-    PyErr_Format(PyExc_ValueError, "%s: [%#llx, +%llu) is not readable memory of this process",
-                 what, (unsigned long long)addr, (unsigned long long)length);
+    {
+        /* PyErr_Format knows no '#' flag (it would print the format itself) */
+        char range[64];
+        snprintf(range, sizeof(range), "[%#llx, +%llu)", (unsigned long long)addr,
+                 (unsigned long long)length);
+        PyErr_Format(PyExc_ValueError, "%s: %s is not readable memory of this process",
+                     what, range);
+    }
     return -1;
 }

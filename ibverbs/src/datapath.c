@@ -397,7 +397,9 @@ PyObject *ibv_hand_MR_sge(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *length_obj;
     if (length == Py_None) {
         int64_t off;
-        if (ibv_conv_signed(offset_obj, "offset", INT64_MIN, INT64_MAX, &off) < 0) {
+        /* the offset's __index__ may have closed the MR */
+        if (ibv_conv_signed(offset_obj, "offset", INT64_MIN, INT64_MAX, &off) < 0 ||
+            ibv_check_open(self) < 0) {
             Py_DECREF(offset_obj);
             return NULL;
         }
@@ -451,7 +453,12 @@ static int set_sg_list(PyObject **slot, PyObject *value)
     }
     PyObject *list = PySequence_List(value);
     if (list == NULL) {
-        PyErr_SetString(PyExc_TypeError, "sg_list must be a list of SGE or None");
+        /* Only "not iterable" is ours to word; MemoryError, KeyboardInterrupt
+         * or an iterator's own error pass through. */
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_TypeError, "sg_list must be a list of SGE or None");
+        }
         return -1;
     }
     Py_ssize_t n = PyList_Size(list);
@@ -713,7 +720,7 @@ static PyGetSetDef SendWR_getset[] = {
     GETSET(SendWR, imm_data, "Immediate data, host order (sent in network order)."),
     GETSET(SendWR, compare_add, "Atomic compare (CMP_AND_SWP) or add (FETCH_AND_ADD) value."),
     GETSET(SendWR, swap, "Atomic swap value."),
-    GETSET(SendWR, ah, "UD: address handle."),
+    GETSET(SendWR, ah, "UD: address handle (a UD QP requires one, other QPs refuse one)."),
     GETSET(SendWR, remote_qpn, "UD: remote QP number."),
     GETSET(SendWR, remote_qkey, "UD: remote Q_Key."),
     GETSET(SendWR, invalidate_rkey, "LOCAL_INV, SEND_WITH_INV: the rkey to invalidate."),
@@ -916,6 +923,20 @@ static int check_inline_sges(const struct ibv_send_wr *wr)
     return 0;
 }
 
+/* An INLINE request's SGEs must not name a closed MR (its buffer export is
+ * gone, so the memory may be too). */
+static int check_inline_mrs(PyObject *sg_list, const struct ibv_send_wr *wr)
+{
+    if (!(wr->send_flags & IBV_SEND_INLINE) || sg_list == NULL)
+        return 0;
+    for (Py_ssize_t j = 0; j < PyList_Size(sg_list); j++) {
+        PyObject *owner = ((SGEObject *)PyList_GetItem(sg_list, j))->owner;
+        if (owner != NULL && PyObject_TypeCheck(owner, MR_Type) && ibv_check_open(owner) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 static inline int is_atomic(uint32_t opcode)
 {
     return opcode == IBV_WR_ATOMIC_CMP_AND_SWP || opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
@@ -990,6 +1011,26 @@ static PyObject *post_failed(const char *verb, int rc, Py_ssize_t index, uint64_
 
 enum post_target { POST_SEND, POST_RECV, POST_SRQ_RECV };
 
+/* wr.ud.ah shares its memory with wr.rdma.remote_addr: a UD request
+ * without an AH would hand the provider a remote address as an AH pointer
+ * (and an AH on another QP type would become a remote address). */
+static int check_ah_fits_qp(PyObject *qp, int has_ah, Py_ssize_t index)
+{
+    int ud = QP_PTR(qp)->qp_type == IBV_QPT_UD;
+    if (ud && !has_ah) {
+        PyErr_Format(PyExc_ValueError, "work request %zd has no ah: a UD QP sends "
+                     "through an address handle (SendWR(ah=..., remote_qpn=..., "
+                     "remote_qkey=...))", index);
+        return -1;
+    }
+    if (!ud && has_ah) {
+        PyErr_Format(PyExc_ValueError, "work request %zd has an ah, but only a UD QP "
+                     "takes one", index);
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *postlist_post(PyObject *self, PyObject *list, enum post_target target);
 
 /*
@@ -1022,7 +1063,8 @@ PyObject *ibv_hand_QP_post_send(PyObject *self, PyObject *arg)
         struct ibv_send_wr *wr = &wrs[i];
         SendWRObject *w = (SendWRObject *)wr_seq_item(&s, i);
         wr->sg_list = sge;
-        if (send_wr_fill(w, w->sg_list, wr) < 0)
+        if (check_ah_fits_qp(self, w->ah != NULL, i) < 0 || send_wr_fill(w, w->sg_list, wr) < 0 ||
+            check_inline_mrs(w->sg_list, wr) < 0)
             goto done;
         wr->next = i + 1 < s.n ? &wrs[i + 1] : NULL;
         sge += wr->num_sge;
@@ -1146,6 +1188,16 @@ typedef struct {
 #define PL_SEND_WR(pl, i) (&((struct ibv_send_wr *)(pl)->wrs)[i])
 #define PL_RECV_WR(pl, i) (&((struct ibv_recv_wr *)(pl)->wrs)[i])
 
+static int pl_frozen(PostListObject *pl)
+{
+    if (pl->posting) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "the PostList is being posted (release_gil=True); update it after");
+        return -1;
+    }
+    return 0;
+}
+
 static const char *pl_what(const PostListObject *pl)
 {
     return pl->kind == PL_SEND ? "SendWR" : "RecvWR";
@@ -1220,6 +1272,10 @@ static int pl_fill(PostListObject *pl, Py_ssize_t i, PyObject *w)
         PyErr_SetString(PyExc_RuntimeError, "sg_list changed while it was converted");
         goto done;
     }
+    /* The allocations above may have run the GC, hence other threads: one
+     * of them may be posting this list with the GIL released now. */
+    if (pl_frozen(pl) < 0)
+        goto done;
     PyObject *ah = pl->kind == PL_SEND ? ((SendWRObject *)w)->ah : NULL;
     if (pl->kind == PL_SEND) {
         struct ibv_send_wr *wr = PL_SEND_WR(pl, i);
@@ -1385,6 +1441,49 @@ static int pl_check_ahs(PostListObject *pl)
     return 0;
 }
 
+/* The provider copies INLINE data from the SGEs' addresses at post time:
+ * their MRs must still be open (MR.close() drops the export that kept a
+ * Python buffer in place) and the memory readable. */
+static int check_inline_owners(PyObject *sg_owners, const struct ibv_send_wr *wr)
+{
+    if (!(wr->send_flags & IBV_SEND_INLINE))
+        return 0;
+    Py_ssize_t n = sg_owners == NULL ? 0 : PyTuple_Size(sg_owners);
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyObject *owner = PyTuple_GetItem(sg_owners, j);
+        if (PyObject_TypeCheck(owner, MR_Type) && ibv_check_open(owner) < 0)
+            return -1;
+    }
+    return check_inline_sges(wr);
+}
+
+static int pl_check_inline(PostListObject *pl)
+{
+    if (pl->kind != PL_SEND)
+        return 0;
+    for (Py_ssize_t i = 0; i < pl->n; i++)
+        if (check_inline_owners(pl->entries[i].owners, PL_SEND_WR(pl, i)) < 0)
+            return -1;
+    return 0;
+}
+
+/* What a release_gil post reads besides the QP: the AHs of its entries and
+ * the MRs of their SGEs, busy (close() says EBUSY) while it runs. */
+static void pl_hold(PostListObject *pl, int delta)
+{
+    for (Py_ssize_t i = 0; i < pl->n; i++) {
+        struct pl_entry *e = &pl->entries[i];
+        if (e->ah != NULL)
+            IBV_HANDLE(e->ah)->busy += delta;
+        Py_ssize_t n = e->owners == NULL ? 0 : PyTuple_Size(e->owners);
+        for (Py_ssize_t j = 0; j < n; j++) {
+            PyObject *owner = PyTuple_GetItem(e->owners, j);
+            if (PyObject_TypeCheck(owner, MR_Type))
+                IBV_HANDLE(owner)->busy += delta;
+        }
+    }
+}
+
 static PyObject *postlist_post(PyObject *self, PyObject *list, enum post_target target)
 {
     PostListObject *pl = (PostListObject *)list;
@@ -1395,7 +1494,14 @@ static PyObject *postlist_post(PyObject *self, PyObject *list, enum post_target 
                      want == PL_SEND ? "SendWR" : "RecvWR", pl_what(pl));
         return NULL;
     }
+    if (target == POST_SEND && pl->n_ah != (QP_PTR(self)->qp_type == IBV_QPT_UD ? pl->n : 0)) {
+        for (Py_ssize_t i = 0; i < pl->n; i++)
+            if (check_ah_fits_qp(self, pl->entries[i].ah != NULL, i) < 0)
+                return NULL;
+    }
     if (pl->n_ah > 0 && pl_check_ahs(pl) < 0)
+        return NULL;
+    if (pl_check_inline(pl) < 0)
         return NULL;
     void *handle = IBV_HANDLE(self)->ptr;
     struct ibv_send_wr *bad_send = NULL;
@@ -1410,11 +1516,13 @@ static PyObject *postlist_post(PyObject *self, PyObject *list, enum post_target 
          * (updates raise) until the post returns. */
         ibv_busy_enter(self);
         pl->posting++;
+        pl_hold(pl, 1);
         Py_BEGIN_ALLOW_THREADS
         rc = target == POST_SEND ? ibv_post_send(handle, pl->wrs, &bad_send)
            : target == POST_RECV ? ibv_post_recv(handle, pl->wrs, &bad_recv)
            : ibv_post_srq_recv(handle, pl->wrs, &bad_recv);
         Py_END_ALLOW_THREADS
+        pl_hold(pl, -1);
         pl->posting--;
         ibv_busy_leave(self);
     }
@@ -1428,16 +1536,6 @@ static PyObject *postlist_post(PyObject *self, PyObject *list, enum post_target 
                            bad_recv ? bad_recv->wr_id : 0);
     }
     Py_RETURN_NONE;
-}
-
-static int pl_frozen(PostListObject *pl)
-{
-    if (pl->posting) {
-        PyErr_SetString(PyExc_RuntimeError,
-                        "the PostList is being posted (release_gil=True); update it after");
-        return -1;
-    }
-    return 0;
 }
 
 static Py_ssize_t PostList_length(PyObject *op)
@@ -1535,8 +1633,8 @@ static PyType_Slot PostList_slots[] = {
      "remote_qkey, or addr / length / lkey (of its first SGE) writes the C request "
      "directly.  plist[i] = wr converts a whole new request into entry i (as many "
      "SGEs as the entry was built with, or fewer).  The MRs and AHs the requests "
-     "name are kept alive with the list; an AH closed since is reported at the next "
-     "post (VerbsError EBADF).\n\n"
+     "name are kept alive with the list; an AH closed since, or the MR of an INLINE "
+     "entry's SGE, is reported at the next post (VerbsError EBADF).\n\n"
      "release_gil: post with the GIL released.  Off by default: on most providers a "
      "post is a few stores and a doorbell, cheaper than giving up the GIL.  Turn it "
      "on where a post is a slow system call (rxe, siw) and other Python threads must "
@@ -1570,8 +1668,17 @@ static PyObject *PostListEntry_new(PyTypeObject *type, PyObject *args, PyObject 
 
 static void PostListEntry_dealloc(PyObject *op)
 {
+    PyObject_GC_UnTrack(op);
     Py_CLEAR(((PostListEntryObject *)op)->list);
     generic_dealloc(op);
+}
+
+/* No tp_clear: the view needs its list while it lives; the collector
+ * breaks a cycle through one at the PostList or an SGE instead. */
+static int PostListEntry_traverse(PyObject *op, visitproc visit, void *arg)
+{
+    Py_VISIT(((PostListEntryObject *)op)->list);
+    return 0;
 }
 
 /* The send request of a view, or NULL with AttributeError for a receive list. */
@@ -1674,10 +1781,10 @@ static int entry_inline_check(PyObject *op)
     }                                                                            \
     static int PostListEntry_set_##field(PyObject *op, PyObject *v, void *c)     \
     {                                                                            \
-        struct ibv_sge *sge = entry_sge(op);                                     \
+        struct ibv_sge *sge;                                                     \
         uint64_t x;                                                              \
         (void)c;                                                                 \
-        if (sge == NULL || entry_value(op, v, #field, max, &x) < 0)              \
+        if (entry_value(op, v, #field, max, &x) < 0 || (sge = entry_sge(op)) == NULL) \
             return -1;                                                           \
         uint64_t old = sge->field;                                               \
         sge->field = x;                                                          \
@@ -1777,8 +1884,9 @@ static uint32_t *entry_u32(struct ibv_send_wr *wr, int u, int which)
         uint64_t x;                                                                \
         int u;                                                                     \
         (void)c;                                                                   \
-        if (wr == NULL || (u = entry_needs(op, mask, #field)) < 0 ||               \
-            entry_value(op, v, #field, UINT##bits##_MAX, &x) < 0)                  \
+        /* the value's __index__ may replace the entry: pick the member after */  \
+        if (wr == NULL || entry_value(op, v, #field, UINT##bits##_MAX, &x) < 0 ||  \
+            (u = entry_needs(op, mask, #field)) < 0)                               \
             return -1;                                                             \
         *entry_u##bits(wr, u, which) = x;                                          \
         return 0;                                                                  \
@@ -1846,13 +1954,15 @@ static PyType_Slot PostListEntry_slots[] = {
                         "setting its fields reads and writes the converted C request."},
     {Py_tp_new, (void *)PostListEntry_new},
     {Py_tp_dealloc, (void *)PostListEntry_dealloc},
+    {Py_tp_traverse, (void *)PostListEntry_traverse},
     {Py_tp_repr, (void *)PostListEntry_repr},
     {Py_tp_getset, PostListEntry_getset},
     {0, NULL},
 };
 
 static PyType_Spec PostListEntry_spec = {"ibverbs.PostListEntry", sizeof(PostListEntryObject),
-                                         0, Py_TPFLAGS_DEFAULT, PostListEntry_slots};
+                                         0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+                                         PostListEntry_slots};
 
 /* ==== completions ======================================================== */
 
@@ -2042,10 +2152,11 @@ static PyObject *empty_result(void)
     PyObject *l = PyList_New(0);
     if (l == NULL)
         return NULL;
-    /* Replace a slot that is in use (or was grown): its list lives on with
-     * whoever holds it. */
-    int i = empty_results[0] == NULL || Py_REFCNT(empty_results[0]) > 1 ||
-            PyList_Size(empty_results[0]) != 0 ? 0 : 1;
+    /* No slot is free: fill an empty one, else replace the older one (its
+     * list lives on with whoever holds it). */
+    static int older;
+    int i = empty_results[0] == NULL ? 0 : empty_results[1] == NULL ? 1 : older;
+    older = !i;
     Py_XSETREF(empty_results[i], Py_NewRef(l));
     return l;
 }
@@ -2056,10 +2167,14 @@ PyObject *ibv_hand_CQ_poll(PyObject *self, PyObject *arg)
 {
     int num;
     struct ibv_wc stack[STACK_WCS], *wcs = stack;
-    if (ibv_check_open(self) < 0 || ibv_cq_check_not_polling(self) < 0)
-        return NULL;
+    /* Converted first: an __index__ may close the CQ. */
     if (num_entries_arg(arg, &num) < 0)
         return NULL;
+    if (ibv_check_open(self) < 0 || ibv_cq_check_not_polling(self) < 0)
+        return NULL;
+    /* More than the CQ holds cannot come back: no larger buffer. */
+    if (num > CQ_PTR(self)->cqe && CQ_PTR(self)->cqe > 0)
+        num = CQ_PTR(self)->cqe;
     if (num > STACK_WCS) {
         wcs = PyMem_Malloc((size_t)num * sizeof(*wcs));
         if (wcs == NULL)
@@ -2433,6 +2548,8 @@ PyObject *ibv_hand_CompChannel_get_cq_event(PyObject *self, PyObject *unused)
         if (rc != 0)
             return ibv_raise("ibv_get_cq_event", err ? err : EIO);
         PyObject *obj = ibv_registry_get(cq);
+        if (obj != NULL && !PyObject_TypeCheck(obj, CQ_Type))
+            Py_CLEAR(obj);   /* the registry maps QPs, SRQs, CM IDs too */
         if (obj == NULL)
             continue;   /* its CQ was destroyed meanwhile: wait for the next */
         ((struct CQObject *)obj)->events_received++;

@@ -75,8 +75,8 @@ int ibv_check_closable(PyObject *obj, const char *verb)
 static int forked;                 /* this process is a fork() child */
 static pid_t current_pid;          /* getpid(), refreshed in the child */
 static PyObject *origins;          /* dict: object address -> creating pid */
-static PyTypeObject *handle_types[32];
-static int nhandle_types;
+static PyTypeObject **handle_types;
+static int nhandle_types, handle_types_room;
 
 static void atfork_child(void)
 {
@@ -213,8 +213,11 @@ static int hold(PyObject *obj, PyObject **held, int *n, int max)
     for (int i = 0; i < *n; i++)
         if (held[i] == obj)
             return 0;
-    if (*n >= max)
-        return 0;    /* more handle arguments than any verb takes */
+    if (*n >= max) {
+        /* Unheld, one could be closed under the call: refuse instead. */
+        PyErr_Format(PyExc_TypeError, "more than %d verbs objects given to one call", max - 1);
+        return -1;
+    }
     if (forked && IBV_HANDLE(obj)->ptr != NULL && ibv_handle_foreign(obj)) {
         raise_foreign(obj);
         return -1;
@@ -267,9 +270,19 @@ PyObject *ibv_handle_new(PyTypeObject *type, void *ptr, PyObject **parent_slots,
     PyObject *obj = alloc(type, 0);
     if (obj == NULL)
         return NULL;
-    if (!is_handle_type(type) &&
-        nhandle_types < (int)(sizeof(handle_types) / sizeof(handle_types[0])))
+    if (!is_handle_type(type)) {
+        if (nhandle_types == handle_types_room) {
+            int room = handle_types_room ? 2 * handle_types_room : 32;
+            PyTypeObject **grown = PyMem_Realloc(handle_types, room * sizeof(*grown));
+            if (grown == NULL) {
+                Py_DECREF(obj);
+                return PyErr_NoMemory();
+            }
+            handle_types = grown;
+            handle_types_room = room;
+        }
         handle_types[nhandle_types++] = type;
+    }
     if (track_origin(obj) < 0) {
         Py_DECREF(obj);     /* ptr not set yet: its dealloc destroys nothing */
         return NULL;

@@ -39,9 +39,14 @@ int ibv_qpex_guard(PyObject *self, size_t op_offset, const char *name,
                    enum ibv_qpex_step step)
 {
     struct QPExObject *q = (struct QPExObject *)self;
+    /* The arguments were converted since the method checked: their
+     * __index__ may have closed the QP. */
+    if (ibv_check_open(self) < 0)
+        return -1;
     struct ibv_qp_ex *qpx = qpex_of(self, name);
     if (qpx == NULL)
         return -1;
+    int ud = QP_PTR(self)->qp_type == IBV_QPT_UD;
     void *op;
     memcpy(&op, (char *)qpx + op_offset, sizeof(op));
     if (op == NULL) {
@@ -60,6 +65,7 @@ int ibv_qpex_guard(PyObject *self, size_t op_offset, const char *name,
         }
         q->in_batch = 1;
         q->wr_open = 0;
+        q->ud_addr_due = 0;
         return 0;
     case IBV_QPEX_END:
         if (!q->in_batch) {
@@ -68,13 +74,27 @@ int ibv_qpex_guard(PyObject *self, size_t op_offset, const char *name,
         }
         q->in_batch = 0;     /* over, whatever the provider says */
         q->wr_open = 0;
+        if (q->ud_addr_due && op_offset == IBV_QPEX_OP(wr_complete)) {
+            q->ud_addr_due = 0;
+            ibv_wr_abort(qpx);
+            raise_order(name, "the last UD work request has no destination "
+                        "(wr_set_ud_addr); the batch was aborted, nothing posted");
+            return -1;
+        }
+        q->ud_addr_due = 0;
         return 0;
     case IBV_QPEX_OP_NEW:
         if (!q->in_batch) {
             raise_order(name, "no batch is open: call wr_start() first");
             return -1;
         }
+        if (q->ud_addr_due) {
+            raise_order(name, "the previous UD work request has no destination: "
+                        "call wr_set_ud_addr() first");
+            return -1;
+        }
         q->wr_open = 1;
+        q->ud_addr_due = ud;
         return 0;
     case IBV_QPEX_SETTER:
         if (!q->in_batch) {
@@ -85,6 +105,13 @@ int ibv_qpex_guard(PyObject *self, size_t op_offset, const char *name,
             raise_order(name, "no work request to set: call an operation "
                         "(wr_send, wr_rdma_write, ...) first");
             return -1;
+        }
+        if (op_offset == IBV_QPEX_OP(wr_set_ud_addr)) {
+            if (!ud) {
+                raise_order(name, "only a UD QP takes an address handle");
+                return -1;
+            }
+            q->ud_addr_due = 0;
         }
         return 0;
     }
@@ -107,6 +134,7 @@ int ibv_qp_send_idle(PyObject *self, const char *what)
 int ibv_qp_before_destroy(struct QPObject *self)
 {
     PyObject *op = (PyObject *)self;
+    ibv_rdmacm_qp_destroying(op);
     if (QPEx_Type != NULL && PyObject_TypeCheck(op, QPEx_Type)) {
         struct QPExObject *q = (struct QPExObject *)op;
         if (q->in_batch && q->qpx != NULL)
@@ -209,7 +237,8 @@ int ibv_hand_QPEx_set_wr_id(PyObject *self, PyObject *value, void *closure)
         PyErr_SetString(PyExc_AttributeError, "cannot delete wr_id");
         return -1;
     }
-    if (ibv_check_open(self) < 0 || ibv_conv_unsigned(value, "wr_id", UINT64_MAX, &v) < 0)
+    /* Converted first: the value's __index__ may close the QP. */
+    if (ibv_conv_unsigned(value, "wr_id", UINT64_MAX, &v) < 0 || ibv_check_open(self) < 0)
         return -1;
     struct ibv_qp_ex *qpx = qpex_of(self, "wr_id");
     if (qpx == NULL)
@@ -233,7 +262,8 @@ int ibv_hand_QPEx_set_wr_flags(PyObject *self, PyObject *value, void *closure)
         PyErr_SetString(PyExc_AttributeError, "cannot delete wr_flags");
         return -1;
     }
-    if (ibv_check_open(self) < 0 || ibv_conv_unsigned(value, "wr_flags", UINT32_MAX, &v) < 0)
+    /* Converted first: the value's __index__ may close the QP. */
+    if (ibv_conv_unsigned(value, "wr_flags", UINT32_MAX, &v) < 0 || ibv_check_open(self) < 0)
         return -1;
     struct ibv_qp_ex *qpx = qpex_of(self, "wr_flags");
     if (qpx == NULL)

@@ -239,15 +239,96 @@ static PyObject *CMID_wrap(struct rdma_cm_id *id, PyObject *channel)
     return op;
 }
 
-/* A QP closed through qp.close() was destroyed with ibv_destroy_qp: clear
- * id->qp as rdma_destroy_qp would, so librdmacm never touches it again. */
+/*
+ * The QPs made by CMID.create_qp: QP object address -> CMID object address
+ * (both alive while listed: the CMID holds the QP, and leaves the map
+ * before it goes).  librdmacm reads and modifies id->qp while it processes
+ * events (rdma_get_cm_event moves the QP to RTR/RTS on CONNECT_RESPONSE,
+ * to ERR on REJECTED), so a QP destroyed by qp.close() must leave its ID
+ * at once, not at the CMID's next call.
+ */
+static PyObject *cm_qps;
+
+static int cm_qps_add(PyObject *qp, PyObject *cmid)
+{
+    if (cm_qps == NULL && (cm_qps = PyDict_New()) == NULL)
+        return -1;
+    PyObject *key = PyLong_FromVoidPtr(qp), *value = PyLong_FromVoidPtr(cmid);
+    int rc = key && value ? PyDict_SetItem(cm_qps, key, value) : -1;
+    Py_XDECREF(key);
+    Py_XDECREF(value);
+    return rc;
+}
+
+/* The CMID that made qp (borrowed), or NULL; removed from the map if drop. */
+static struct CMIDObject *cm_qps_find(PyObject *qp, int drop)
+{
+    if (cm_qps == NULL)
+        return NULL;
+    PyObject *exc_type, *exc_value, *exc_tb;
+    PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
+    struct CMIDObject *cmid = NULL;
+    PyObject *key = PyLong_FromVoidPtr(qp);
+    PyObject *value = key ? PyDict_GetItem(cm_qps, key) : NULL;   /* borrowed */
+    if (value != NULL) {
+        cmid = PyLong_AsVoidPtr(value);
+        if (drop)
+            PyDict_DelItem(cm_qps, key);
+    }
+    Py_XDECREF(key);
+    PyErr_Clear();
+    PyErr_Restore(exc_type, exc_value, exc_tb);
+    return cmid;
+}
+
+void ibv_rdmacm_qp_destroying(PyObject *qp)
+{
+    struct CMIDObject *cmid = cm_qps_find(qp, 1);
+    if (cmid != NULL && cmid->head.ptr != NULL)
+        CMID_PTR(cmid)->qp = NULL;      /* what rdma_destroy_qp does after ibv_destroy_qp */
+}
+
+/* A QP closed through qp.close() left its rdma_cm_id then: forget it here. */
 static void cmid_sync_qp(struct CMIDObject *self)
 {
     if (self->qp != NULL && IBV_HANDLE(self->qp)->ptr == NULL) {
         if (self->head.ptr != NULL)
             CMID_PTR(self)->qp = NULL;
+        cm_qps_find(self->qp, 1);
         Py_CLEAR(self->qp);
     }
+}
+
+/* The open QPs of the CMIDs on channel, held busy (a new list to pass to
+ * cm_qps_release): qp.close() says EBUSY while librdmacm may modify them
+ * in a call with the GIL released. */
+static PyObject *cm_qps_hold(PyObject *channel)
+{
+    PyObject *held = PyList_New(0);
+    if (held == NULL || cm_qps == NULL)
+        return held;
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(cm_qps, &pos, &key, &value)) {
+        struct CMIDObject *cmid = PyLong_AsVoidPtr(value);
+        PyObject *qp = cmid->qp;
+        if (cmid->channel != channel || qp == NULL || IBV_HANDLE(qp)->ptr == NULL)
+            continue;
+        if (PyList_Append(held, qp) < 0) {
+            Py_DECREF(held);
+            return NULL;
+        }
+    }
+    for (Py_ssize_t i = 0; i < PyList_Size(held); i++)
+        IBV_HANDLE(PyList_GetItem(held, i))->busy++;
+    return held;
+}
+
+static void cm_qps_release(PyObject *held)
+{
+    for (Py_ssize_t i = 0; i < PyList_Size(held); i++)
+        IBV_HANDLE(PyList_GetItem(held, i))->busy--;
+    Py_DECREF(held);
 }
 
 /* Destroy the rdma_cm_id; 0 or an errno value. */
@@ -260,6 +341,8 @@ static int CMID_destroy(struct CMIDObject *self)
     /* Only dealloc gets here with the QP open (close() refuses): the QP
      * outlives the ID as a plain QP, which its own object destroys. */
     id->qp = NULL;
+    if (self->qp != NULL)
+        cm_qps_find(self->qp, 1);
     errno = 0;
     int rc = rdma_destroy_id(id);
     if (rc != 0)
@@ -621,6 +704,11 @@ PyObject *ibv_hand_CMID_create_qp(PyObject *op, PyObject *args, PyObject *kwargs
     result = QP_wrap(id->qp, pd, attr->ref_send_cq, attr->ref_recv_cq, attr->ref_srq);
     if (result == NULL) {
         id->qp = NULL;      /* QP_wrap destroyed it */
+        goto done;
+    }
+    if (cm_qps_add(result, op) < 0) {
+        id->qp = NULL;
+        Py_CLEAR(result);       /* its dealloc destroys the QP */
         goto done;
     }
     self->qp = Py_NewRef(result);
@@ -996,9 +1084,14 @@ PyObject *ibv_hand_EventChannel_get_cm_event(PyObject *self, PyObject *unused)
         if (make_event == NULL)
             return NULL;
     }
-    struct rdma_event_channel *channel = cm_enter(self);
-    if (channel == NULL)
+    PyObject *held_qps = cm_qps_hold(self);
+    if (held_qps == NULL)
         return NULL;
+    struct rdma_event_channel *channel = cm_enter(self);
+    if (channel == NULL) {
+        cm_qps_release(held_qps);
+        return NULL;
+    }
     /* Everything the event says is copied out and the event acknowledged
      * before the GIL is taken back: a thread closing a CMID (rdma_destroy_id
      * waits for its events to be acknowledged, GIL held) can then never
@@ -1044,6 +1137,7 @@ PyObject *ibv_hand_EventChannel_get_cm_event(PyObject *self, PyObject *unused)
     }
     Py_END_ALLOW_THREADS
     cm_leave(self);
+    cm_qps_release(held_qps);
     if (rc != 0)
         return ibv_raise("rdma_get_cm_event", ibv_error_code(err ? err : rc));
     PyObject *id_obj = NULL, *listen_obj = NULL, *data_obj = NULL, *param = NULL;

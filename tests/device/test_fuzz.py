@@ -12,6 +12,11 @@ Properties checked at every step:
   its children are gone, in whatever order;
 * the open objects of each class (`X._open_count()`) are what the model
   says;
+* Python code run inside a C call (an argument's `__index__` that replaces
+  the PostList entry it is assigned to, or closes the object called or
+  another) and a second thread closing objects while a `release_gil`
+  PostList is posted get EBUSY or EBADF, never a freed object; UD QPs are
+  drawn with and without AHs (a UD send without one is a ValueError);
 and after every example, once everything is closed: the process and the
 kernel (`rdma resource show` counts) hold exactly what they held before.
 
@@ -537,6 +542,142 @@ class VerbsMachine(RuleBasedStateMachine):
             repr(ev)
             SHARED["ctx"].ack_async_event(ev)
 
+    # ---- Python code inside C calls; a second thread ------------------------------------
+
+    def any_object(self, data, label):
+        objs = [n.obj for n in sorted(self.nodes.values(), key=lambda n: n.serial)
+                if n.obj is not None]
+        if not objs:
+            return None
+        return objs[data.draw(st.integers(0, len(objs) - 1), label=label)]
+
+    def closer(self, victim, outcomes):
+        """A function closing victim: done, or refused with EBUSY (children,
+        or a call in flight on it); anything else lands in outcomes."""
+        def close():
+            try:
+                victim.close()
+            except self.ib.VerbsError as exc:
+                if exc.errno != errno.EBUSY:
+                    outcomes.append(f"close of {victim!r}: errno {exc.errno}")
+                exc.__traceback__ = None
+        return close
+
+    def sync_closed(self, *objs):
+        """The model follows closes made from callbacks and threads."""
+        for obj in objs:
+            if obj is None or id(obj) not in self.nodes:
+                continue
+            n = self.node(obj)
+            if obj.closed and not n.closed:
+                assert not any(c.live for c in n.children), f"{obj!r} closed with live children"
+                n.closed = True
+            assert obj.closed == n.closed
+
+    @rule(field=st.sampled_from(["wr_id", "rkey", "remote_addr", "compare_add", "swap",
+                                 "remote_qpn", "remote_qkey", "send_flags", "imm_data", "addr",
+                                 "length", "lkey"]),
+          first=st.sampled_from(["rdma", "atomic", "ud", "nosge"]),
+          swap_in=st.sampled_from(["none", "rdma", "atomic", "ud", "nosge"]),
+          value=ints(0, U32), close_victim=st.booleans(), data=st.data())
+    def index_mutates_a_postlist_entry(self, field, first, swap_in, value, close_victim, data):
+        """An __index__ that replaces the entry it is assigned to (and may
+        close an object): the value lands in the field of the entry found
+        after it ran, or the assignment is refused."""
+        ib = self.ib
+        W = ib.WROpcode
+        ah = self.pick(data, "AH", "ah", open_only=True)
+        kinds = {"rdma": dict(opcode=W.RDMA_WRITE, sg_list=[ib.SGE(0x1000, 8)], remote_addr=1, rkey=2),
+                 "atomic": dict(opcode=W.ATOMIC_FETCH_AND_ADD, sg_list=[ib.SGE(0x1000, 8)],
+                                remote_addr=6, rkey=7, compare_add=3, swap=8),
+                 "ud": dict(opcode=W.SEND, sg_list=[ib.SGE(0x1000, 8)], ah=ah, remote_qpn=4,
+                            remote_qkey=5),
+                 "nosge": dict(opcode=W.SEND)}
+        pl = ib.PostList([ib.SendWR(**kinds[first])])
+        victim = self.any_object(data, "victim") if close_victim else None
+        outcomes = []
+        close = self.closer(victim, outcomes) if victim is not None else None
+
+        def action():
+            if swap_in != "none":
+                pl[0] = ib.SendWR(**kinds[swap_in])
+            if close is not None:
+                close()
+        try:
+            setattr(pl[0], field, Index(value, action))
+        except (ValueError, AttributeError, ib.VerbsError) as exc:
+            exc.__traceback__ = None
+        else:
+            assert getattr(pl[0], field) == value, (field, first, swap_in)
+        assert not outcomes, outcomes
+        del pl, action, close
+        self.sync_closed(victim)
+
+    @rule(target=st.sampled_from(["poll", "sge_length", "sge_offset", "qp_modify", "srq_modify",
+                                  "resize"]),
+          value=ints(0, 64), self_victim=st.booleans(), data=st.data())
+    def index_closes_an_object(self, target, value, self_victim, data):
+        """Arguments whose __index__ closes the very object called (or
+        another): refused with EBUSY or EBADF, never a freed object used."""
+        ib = self.ib
+        cls = {"poll": "CQ", "resize": "CQ", "sge_length": "MR", "sge_offset": "MR",
+               "qp_modify": "QP", "srq_modify": "SRQ"}[target]
+        obj = self.pick(data, cls, "called")
+        if obj is None:
+            return
+        victim = obj if self_victim else self.any_object(data, "victim")
+        outcomes = []
+        arg = Index(value, self.closer(victim, outcomes))
+        call = {"poll": lambda: obj.poll(arg), "resize": lambda: obj.resize(arg),
+                "sge_length": lambda: obj.sge(arg), "sge_offset": lambda: obj.sge(None, arg),
+                "qp_modify": lambda: obj.modify(ib.QPAttrMask.QKEY, qkey=arg),
+                "srq_modify": lambda: obj.modify(srq_limit=arg)}[target]
+        expect((ValueError, TypeError, ib.VerbsError), call)
+        assert not outcomes, outcomes
+        del arg, call
+        self.sync_closed(obj, victim)
+
+    @rule(n=st.integers(1, 8), posts=st.integers(1, 6), closes=st.integers(1, 4),
+          data=st.data())
+    def post_while_another_thread_closes(self, n, posts, closes, data):
+        """A release_gil PostList posted while another thread closes objects
+        (the QP, the AHs and MRs it reads, anything): EBUSY while in flight."""
+        import threading
+        ib = self.ib
+        qp = self.pick(data, "QP", "qp", open_only=True)
+        if qp is None:
+            return
+        wrs = []
+        for i in range(n):
+            wr = ib.SendWR(wr_id=i, opcode=ib.WROpcode.SEND,
+                           send_flags=data.draw(st.sampled_from([0, 2, 2 | 8]), label="flags"),
+                           sg_list=self.sges(data, data.draw(st.integers(0, 2), label="nsge")))
+            ah = self.pick(data, "AH", "ah")
+            if ah is not None and data.draw(st.booleans(), label="with ah"):
+                wr.ah, wr.remote_qpn, wr.remote_qkey = ah, 1, 0x1111
+            wrs.append(wr)
+        pl, exc = expect((ValueError, ib.VerbsError), ib.PostList, wrs, release_gil=True)
+        if pl is None:
+            return
+        victims = [self.any_object(data, "victim") for _ in range(closes)]
+        outcomes = []
+        closers = [self.closer(v, outcomes) for v in victims if v is not None]
+
+        def close_all():
+            for close in closers:
+                time.sleep(0)
+                close()
+        t = threading.Thread(target=close_all)
+        t.start()
+        try:
+            for _ in range(posts):
+                expect((ValueError, ib.VerbsError), qp.post_send, pl)
+        finally:
+            t.join()
+        assert not outcomes, outcomes
+        del pl, wrs, closers
+        self.sync_closed(qp, *victims)
+
     # ---- invariants and cleanup ------------------------------------------------------
 
     @invariant()
@@ -570,6 +711,19 @@ class VerbsMachine(RuleBasedStateMachine):
 
 class Holder:
     pass
+
+
+class Index:
+    """An integer whose __index__ first runs an action (once)."""
+
+    def __init__(self, value, action):
+        self.value, self.action = value, action
+
+    def __index__(self):
+        action, self.action = self.action, None
+        if action is not None:
+            action()
+        return self.value
 
 
 @pytest.fixture(scope="module")

@@ -638,3 +638,56 @@ def test_garbage_collection_in_any_order_leaks_nothing(ib, cm):
     gc.collect()
     assert ib.CMID._open_count() == 0
     assert ib.EventChannel._open_count() == 0
+
+
+def test_a_cm_qp_closed_before_the_connect_response_leaves_its_id(ib, cm, channel):
+    """qp.close() of a QP made by create_qp clears id->qp at once: librdmacm
+    moves id->qp to RTR/RTS when it reads CONNECT_RESPONSE, which on a freed
+    QP was a use after free.  With no QP the event reaches the caller."""
+    E = cm.CMEventType
+    port = free_port()
+    with channel.create_id() as listener, channel.create_id() as client_id:
+        listener.bind_addr((SERVER_IP, port))
+        listener.listen()
+        client_id.resolve_addr((SERVER_IP, port), src=CLIENT_IP)
+        cm.wait_event(channel, E.ADDR_RESOLVED, TIMEOUT)
+        client_id.resolve_route()
+        cm.wait_event(channel, E.ROUTE_RESOLVED, TIMEOUT)
+        client = Side(ib, client_id)
+        server = None
+        try:
+            client_id.connect(retry_count=5, rnr_retry_count=6)
+            req = cm.wait_event(channel, E.CONNECT_REQUEST, TIMEOUT)
+            server = Side(ib, req.id)
+            client.qp.close()
+            assert client_id.qp is None
+            req.id.accept()
+            ev = cm.wait_event(channel, timeout=TIMEOUT)
+            assert ev.id is client_id and ev.event == E.CONNECT_RESPONSE, ev
+        finally:
+            client.close()
+            if server is not None:
+                server.close()
+
+
+def test_a_cm_qp_is_busy_while_get_cm_event_waits_on_its_channel(ib, cm, channel):
+    port = free_port()
+    with channel.create_id() as client_id:
+        client_id.resolve_addr((SERVER_IP, port), src=CLIENT_IP)
+        cm.wait_event(channel, cm.CMEventType.ADDR_RESOLVED, TIMEOUT)
+        client = Side(ib, client_id)
+        try:
+            events = []
+            waiter = threading.Thread(target=lambda: events.append(channel.get_cm_event()))
+            waiter.start()
+            time.sleep(1.0)                # the waiter is blocked in rdma_get_cm_event
+            with pytest.raises(ib.VerbsError) as e:
+                client.qp.close()
+            assert e.value.errno == errno.EBUSY
+            client_id.resolve_route()      # wakes the waiter
+            waiter.join(TIMEOUT)
+            assert not waiter.is_alive() and events[0].event == cm.CMEventType.ROUTE_RESOLVED
+            client.qp.close()
+            assert client_id.qp is None
+        finally:
+            client.close()
