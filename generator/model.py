@@ -618,7 +618,9 @@ class Builder:
             params = [p.strip() for p in inner.split(",") if p.strip()]
             if not params:
                 flags = "METH_NOARGS"
-            elif len(params) == 1 and "=" not in params[0]:
+            elif len(params) == 1 and "=" not in params[0] and not m.node.get("keywords"):
+                # keywords: true keeps the name usable as a keyword (the
+                # seed's cq.poll(num_entries=16)), at a tuple per call.
                 flags = "METH_O"
             else:
                 flags = "METH_VARARGS | METH_KEYWORDS"

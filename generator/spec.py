@@ -83,7 +83,7 @@ HANDLE_KEYS = {"ctype", "doc", "destroy", "parents", "attributes", "methods",
 STRUCT_KEYS = {"ctype", "doc", "fields", "writable", "since"}
 ENUM_KEYS = {"c", "match", "kind", "prefix", "since"}
 METHOD_KEYS = {"verb", "params", "errors", "returns", "gil", "checks", "doc",
-               "requires", "signature", "hand", "verbs", "prologue", "since",
+               "requires", "signature", "hand", "keywords", "verbs", "prologue", "since",
                "epilogue", "guard",
                "stub"}  # stub: the typed signature of a hand method (generator/stubs.py)
 ERROR_CONVENTIONS = {"null", "errno", "negative", "none"}

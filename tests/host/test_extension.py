@@ -138,7 +138,7 @@ def test_work_requests_hold_c_values_with_range_checks():
     with pytest.raises(TypeError):
         wr.ah = object()
     rwr = ib.RecvWR(wr_id=3)
-    assert rwr.sg_list is None and rwr.wr_id == 3
+    assert rwr.sg_list == [] and rwr.wr_id == 3
 
 
 def test_sge_keepalive_sets_the_owner():
