@@ -341,6 +341,13 @@ class Builder:
                     raise SpecError(f"{node.where('match')}: {e.name}: no enum member "
                                     f"matches {pattern!r}")
                 cname = pattern
+            declared = dict(members)
+            for cname_m, value in (node.get("members") or {}).items():
+                if cname_m not in declared:
+                    members.append((cname_m, int(value)))
+                elif declared[cname_m] != int(value):
+                    raise SpecError(f"{node.where('members')}: {e.name}: {cname_m} is "
+                                    f"{declared[cname_m]} in {self.ir.source}, not {value}")
             result = []
             last_part = prefix.rstrip("_").split("_")[-1] + "_"
             for cname_m, value in members:
@@ -850,6 +857,17 @@ class MethodBuilder:
             return
         if "out" in pspec:
             kind = pspec["out"]
+            if kind == "dict":
+                # the struct's fields as a plain dict (the seed's SRQ.query)
+                self.out_param(cname, t, where)
+                var, stmts = self.outs[-1]
+                if not stmts[0].endswith("_from_c(&" + cname + "_out);"):
+                    self.fail(f"out: dict needs a struct class for {cname}")
+                cls = stmts[0].split("=", 1)[1].strip().split("_from_c", 1)[0]
+                self.outs[-1] = (var, [f"{{ PyObject *obj = {cls}_from_c(&{cname}_out);",
+                                       f"  item = obj ? {cls}_asdict(obj, NULL) : NULL;",
+                                       "  Py_XDECREF(obj); }"])
+                return
             if kind == "bytes":
                 size = int(pspec["size"])
                 self.decls.append(f"uint8_t {cname}_buf[{size}];")

@@ -81,7 +81,7 @@ HANDLE_KEYS = {"ctype", "doc", "destroy", "parents", "attributes", "methods",
                "slots", "state", "before_destroy", "registered",
                "base", "before_dealloc", "release", "hand_attributes"}
 STRUCT_KEYS = {"ctype", "doc", "fields", "writable", "since"}
-ENUM_KEYS = {"c", "match", "kind", "prefix", "since"}
+ENUM_KEYS = {"c", "match", "kind", "prefix", "since", "members"}
 METHOD_KEYS = {"verb", "params", "errors", "returns", "gil", "checks", "doc",
                "requires", "signature", "hand", "keywords", "verbs", "prologue", "since",
                "epilogue", "guard",
