@@ -422,7 +422,9 @@ class Builder:
             getter = [f"result = self->ref_{pyname} ? self->ref_{pyname} : Py_None;",
                       "Py_INCREF(result);"]
             if writable:
-                none_ok = 1 if has_default else 0
+                # none_ok: a required field that may hold None until the
+                # struct is used (the seed's QPInitAttr(None, None) filled later)
+                none_ok = 1 if has_default or fspec.get("none_ok") else 0
                 setter = [f"if (ibv_conv_handle(value, \"{pyname}\", {handle}_Type, {none_ok}, &obj) < 0)",
                           "    return -1;",
                           f"Py_XINCREF(obj);",
@@ -430,8 +432,17 @@ class Builder:
             return StructField(pyname, path, getter, setter,
                                _py_repr_default(default) if has_default else None,
                                handle=handle)
-        if convert == "gid" or (t.kind == "union" and (t.decl or t.spelling) == "union ibv_gid"):
-            getter = [f"result = ibv_gid_to_py(&{member});"]
+        if convert == "bool" and _is_int(t):
+            getter = [f"result = PyBool_FromLong({member} != 0);"]
+            if writable:
+                setter = ["int truth = PyObject_IsTrue(value);",
+                          "if (truth < 0)",
+                          "    return -1;",
+                          f"{member} = truth;"]
+        elif convert in ("gid", "gid_bytes") or (t.kind == "union" and (t.decl or t.spelling) == "union ibv_gid"):
+            # gid_bytes: read back as 16 bytes (the seed's AHAttr.dgid), not a Gid
+            getter = ([f"result = PyBytes_FromStringAndSize((const char *){member}.raw, 16);"]
+                      if convert == "gid_bytes" else [f"result = ibv_gid_to_py(&{member});"])
             if writable:
                 setter = [f"if (value == Py_None) {{ memset(&{member}, 0, sizeof({member})); return 0; }}",
                           f"if (ibv_conv_gid(value, \"{pyname}\", &{member}) < 0)",

@@ -583,6 +583,11 @@ PyObject *ibv_hand_CMID_create_qp(PyObject *op, PyObject *args, PyObject *kwargs
     struct QPInitAttrObject *attr = (struct QPInitAttrObject *)attr_arg;
     if (QPInitAttr_prepare(attr) < 0)
         return NULL;
+    if (attr->ref_send_cq == NULL || attr->ref_recv_cq == NULL) {
+        /* placeholders the caller never filled (QPInitAttr(None, None)) */
+        PyErr_SetString(PyExc_TypeError, "CMID.create_qp: init_attr.send_cq and recv_cq must be CQs, not None");
+        return NULL;
+    }
     struct rdma_cm_id *id = cm_enter(op);
     if (id == NULL)
         return NULL;

@@ -106,8 +106,28 @@ def test_ah_attr_defaults_and_range_checks():
 def test_qp_init_attr_needs_completion_queues():
     with pytest.raises(TypeError):
         ib.QPInitAttr()
-    with pytest.raises(TypeError, match="send_cq must be CQ"):
+    with pytest.raises(TypeError, match="send_cq must be None or CQ"):
         ib.QPInitAttr(1, 2)
+
+
+def test_qp_init_attr_takes_the_seeds_placeholders_and_types():
+    """QPInitAttr(None, None) filled in later (create_qp checks them), and
+    sq_sig_all reads back as a bool, as in the seed."""
+    attr = ib.QPInitAttr(send_cq=None, recv_cq=None, sq_sig_all=1)
+    assert (attr.send_cq, attr.recv_cq, attr.sq_sig_all) == (None, None, True)
+    assert ib.QPInitAttr(None, None).sq_sig_all is False
+
+
+def test_ah_attr_dgid_reads_back_as_16_bytes_from_a_gid_bytes_or_ints():
+    raw = bytes(range(16))
+    for given in (ib.Gid(raw), raw, bytearray(raw), list(raw)):
+        dgid = ib.AHAttr(dgid=given).dgid
+        assert type(dgid) is bytes and dgid == raw
+    assert ib.AHAttr().dgid == bytes(16)
+    with pytest.raises(ValueError):
+        ib.AHAttr(dgid=[1] * 15)
+    with pytest.raises(ValueError):
+        ib.AHAttr(dgid=[256] * 16)
 
 
 @pytest.mark.parametrize("kwargs,exc,words", [
