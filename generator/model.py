@@ -109,6 +109,9 @@ class HandleModel:
     # Slots dropped as soon as the verbs object is destroyed (spec:
     # `clear_on_close: true`), e.g. a buffer export that pins memory.
     clear_on_close: List[str] = field(default_factory=list)
+    # (method, slot): a method setting the slot and returning the object
+    # (spec: `keepalive: _keepalive`, the seed's MR._keepalive(owner) -> self)
+    keepalive: List[Tuple[str, str]] = field(default_factory=list)
 
     @property
     def has_gc(self) -> bool:
@@ -576,6 +579,10 @@ class Builder:
             out[-1].clear_on_close = (list(base.clear_on_close) if isinstance(node.get("base"), str)
                                       else [sname for sname, sspec in (node.get("slots") or {}).items()
                                             if sspec.get("clear_on_close")])
+            out[-1].keepalive = ([] if isinstance(node.get("base"), str)
+                                 else [(str(sspec["keepalive"]), sname)
+                                       for sname, sspec in (node.get("slots") or {}).items()
+                                       if sspec.get("keepalive")])
         return out
 
     def release(self, h) -> Optional[Tuple[str, str]]:
@@ -673,7 +680,7 @@ class MethodBuilder:
         self.call_args: List[str] = []
         self.outs: List[Tuple[str, List[str]]] = []   # (var, statements -> item)
         self.cleanup: List[str] = []
-        self.kwargs_struct: Optional[Tuple[str, str, str]] = None
+        self.kwargs_struct: Optional[Tuple[str, str, str, List[str]]] = None
         self.mask_used = False
 
     def where(self, key=None):
@@ -863,7 +870,10 @@ class MethodBuilder:
             if sm is None or not sm.writable:
                 self.fail(f"kwargs needs a writable struct class, got {cls}")
             self.decls.append(f"{sm.ctype} {cname}_c;")
-            self.kwargs_struct = (cname, cls, pspec.get("unknown", "unknown attribute"))
+            # positional: fields also taken by position after the arguments,
+            # where None means not given (the seed's modify(mask, ah_attr=None))
+            self.kwargs_struct = (cname, cls, pspec.get("unknown", "unknown attribute"),
+                                  list(pspec.get("positional") or []))
             self.call_args.append(f"&{cname}_c")
             return
         if "out" in pspec:
@@ -1142,17 +1152,31 @@ class MethodBuilder:
             self.fail(f"out parameter {cname}: no class for {pointee.spelling}")
 
     def kwargs_parse(self) -> List[str]:
-        cname, cls, unknown = self.kwargs_struct
+        cname, cls, unknown, positional = self.kwargs_struct
         local = f"{cname}_c"
         lines = [f"memset(&{local}, 0, sizeof({local}));"]
-        # positional: the non-struct args (attr_mask) then keywords
+        # positional: the non-struct args (attr_mask), the positional fields, then keywords
         others = self.args
+        most = len(others) + len(positional)
         lines.append("{")
         lines.append("    Py_ssize_t nargs = PyTuple_Size(args);")
-        lines.append(f"    if (nargs > {len(others)}) {{")
-        lines.append(f'        PyErr_Format(PyExc_TypeError, "{self.m.name}() takes at most {len(others)} positional argument(s) (%zd given)", nargs);')
+        lines.append(f"    if (nargs > {most}) {{")
+        lines.append(f'        PyErr_Format(PyExc_TypeError, "{self.m.name}() takes at most {most} positional argument(s) (%zd given)", nargs);')
         lines.append("        goto exit;")
         lines.append("    }")
+        for j, field in enumerate(positional):
+            i = len(others) + j
+            lines.append(f"    if (nargs > {i} && PyTuple_GetItem(args, {i}) != Py_None) {{")
+            lines.append(f'        if (kwargs && PyDict_GetItemString(kwargs, "{field}") != NULL) {{')
+            lines.append(f'            PyErr_SetString(PyExc_TypeError, "{self.m.name}() got {field} by position and by keyword");')
+            lines.append("            goto exit;")
+            lines.append("        }")
+            lines.append(f'        PyObject *key = PyUnicode_FromString("{field}");')
+            lines.append(f"        int rc_set = key ? {cls}_set_field(&{local}, key, PyTuple_GetItem(args, {i})) : -1;")
+            lines.append("        Py_XDECREF(key);")
+            lines.append("        if (rc_set < 0)")
+            lines.append("            goto exit;")
+            lines.append("    }")
         for i, a in enumerate(others):
             lines.append(f"    if (nargs > {i}) {a.name}_obj = PyTuple_GetItem(args, {i});")
             lines.append(f'    else if (kwargs) {a.name}_obj = PyDict_GetItemString(kwargs, "{a.name}");')
@@ -1165,7 +1189,9 @@ class MethodBuilder:
         lines.append("        PyObject *key, *value;")
         lines.append("        Py_ssize_t pos = 0;")
         lines.append("        while (PyDict_Next(kwargs, &pos, &key, &value)) {")
-        conds = " || ".join(f'PyUnicode_CompareWithASCIIString(key, "{a.name}") == 0' for a in others)
+        conds = " || ".join([f'PyUnicode_CompareWithASCIIString(key, "{a.name}") == 0' for a in others] +
+                            [f'(value == Py_None && PyUnicode_CompareWithASCIIString(key, "{f}") == 0)'
+                             for f in positional])
         if conds:
             lines.append(f"            if ({conds})")
             lines.append("                continue;")

@@ -365,8 +365,9 @@ static PyType_Slot SGE_slots[] = {
     {0, NULL},
 };
 
+/* BASETYPE: the seed's classes could be subclassed. */
 static PyType_Spec SGE_spec = {"ibverbs.SGE", sizeof(SGEObject), 0,
-                               Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, SGE_slots};
+                               Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC, SGE_slots};
 
 int ibv_sge_from_py(PyObject *obj, struct ibv_sge *out)
 {
@@ -791,9 +792,11 @@ static PyType_Slot RecvWR_slots[] = {
 };
 
 static PyType_Spec SendWR_spec = {"ibverbs.SendWR", sizeof(SendWRObject), 0,
-                                  Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, SendWR_slots};
+                                  Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+                                  SendWR_slots};
 static PyType_Spec RecvWR_spec = {"ibverbs.RecvWR", sizeof(RecvWRObject), 0,
-                                  Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, RecvWR_slots};
+                                  Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+                                  RecvWR_slots};
 
 /* ---- building C chains -------------------------------------------------- */
 
@@ -1932,10 +1935,12 @@ static PyObject *wc_new(const struct ibv_wc *wc)
 static void WC_dealloc(PyObject *op)
 {
     PyTypeObject *type = Py_TYPE(op);
-    if (wc_nfree < WC_FREE_MAX)
+    if (type == WC_Type && wc_nfree < WC_FREE_MAX)
         wc_free[wc_nfree++] = op;
-    else
+    else if (type == WC_Type)
         PyObject_Free(op);
+    else    /* a subclass's instance: its own layout and allocator */
+        ((freefunc)PyType_GetSlot(type, Py_tp_free))(op);
     Py_DECREF(type);
 }
 
@@ -2030,7 +2035,7 @@ static PyType_Slot WC_slots[] = {
 };
 
 static PyType_Spec WC_spec = {"ibverbs.WC", sizeof(WCObject), 0,
-                              Py_TPFLAGS_DEFAULT,
+                              Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
                               WC_slots};
 
 int ibv_wc_to_c(PyObject *obj, struct ibv_wc *out)
@@ -2596,7 +2601,8 @@ static PyType_Slot AsyncEvent_slots[] = {
 };
 
 static PyType_Spec AsyncEvent_spec = {"ibverbs.AsyncEvent", sizeof(AsyncEventObject), 0,
-                                      Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, AsyncEvent_slots};
+                                      Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+                                      AsyncEvent_slots};
 
 static void *event_element(const struct ibv_async_event *ev)
 {

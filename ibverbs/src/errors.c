@@ -83,7 +83,9 @@ int ibv_error_code(long rc)
 PyObject *ibv_raise_closed(PyObject *obj)
 {
     const char *name = ibv_type_name(obj);
-    return ibv_raise_detail(name, EBADF, "%s is closed", name);
+    char text[160];
+    snprintf(text, sizeof(text), "%s is closed", name);    /* the seed's words */
+    return raise_with(Py_BuildValue("(sis)", name, EBADF, text));
 }
 
 PyObject *ibv_raise_unavailable(const char *symbol, const char *since)

@@ -911,7 +911,7 @@ static PyType_Slot CMID_slots[] = {
 };
 
 static PyType_Spec CMID_spec = {
-    "ibverbs.CMID", sizeof(struct CMIDObject), 0, Py_TPFLAGS_DEFAULT, CMID_slots,
+    "ibverbs.CMID", sizeof(struct CMIDObject), 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, CMID_slots,
 };
 
 /* ---- EventChannel ------------------------------------------------------------------ */

@@ -59,10 +59,47 @@ def test_a_library_without_required_verbs_is_refused(tmp_path):
     assert out.returncode == 1 and "lacks " in out.stderr and "rdma-core is too old" in out.stderr
 
 
-def test_handle_classes_cannot_be_made_directly():
+def test_handle_classes_called_directly_give_closed_handles_as_in_the_seed():
+    import errno
     for cls in (ib.Context, ib.PD, ib.MR, ib.CQ, ib.QP, ib.SRQ, ib.AH, ib.CompChannel, ib.MW):
-        with pytest.raises(TypeError, match="cannot be created directly"):
-            cls()
+        before = cls._open_count()
+        obj = cls()
+        assert cls._open_count() == before
+        with pytest.raises(ib.VerbsError) as info:
+            (obj.query_device() if cls is ib.Context else obj.fd if cls is ib.CompChannel else
+                                       obj.handle if hasattr(cls, "handle") else obj.pd)
+        assert info.value.errno == errno.EBADF
+        assert info.value.strerror == f"{cls.__name__} is closed"
+        obj.close()                       # harmless, like any closed handle
+        with pytest.raises(TypeError, match="takes no arguments"):
+            cls(1)
+
+
+def test_the_seeds_public_classes_can_be_subclassed():
+    seed_classes = ("Gid", "DeviceAttr", "PortAttr", "WC", "SGE", "SendWR", "RecvWR", "QPCap",
+                    "QPInitAttr", "AHAttr", "Device", "Context", "AsyncEvent", "PD", "MR",
+                    "CompChannel", "CQ", "QP", "AH", "SRQ", "CMID", "VerbsError", "CompletionError")
+    for name in seed_classes:
+        cls = getattr(ib, name)
+        sub = type("My" + name, (cls,), {"extra": 1})
+        assert issubclass(sub, cls) and sub.extra == 1
+
+    class TaggedWR(ib.SendWR):
+        def __init__(self, tag, **kwargs):
+            super().__init__(**kwargs)
+            self.tag = tag
+
+    wr = TaggedWR("x", wr_id=5)
+    assert (wr.tag, wr.wr_id, wr.sg_list) == ("x", 5, [])
+
+    class MyQP(ib.QP):
+        def __init__(self, name):
+            self.name = name
+
+    qp = MyQP("q")
+    assert qp.name == "q"
+    with pytest.raises(ib.VerbsError):
+        qp.qp_num
 
 
 def test_every_method_has_a_signature_and_docstring():
