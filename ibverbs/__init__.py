@@ -15,6 +15,7 @@ from ._gid import Gid
 # hence no fixed list here.
 from ._ibverbs import *  # noqa: F401,F403
 from ._ibverbs import CQ, PD, QP, Context
+from ._cmid import CMID  # the C CMID with the seed's blocking API
 from ._qp_transitions import to_init as _to_init, to_rtr as _to_rtr, to_rts as _to_rts
 from .errors import CompletionError, VerbsError
 
