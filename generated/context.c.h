@@ -1404,11 +1404,11 @@ ibv_hand_Context_get_async_event__call(PyObject *self, PyObject *unused)
 
 /* ack_async_event(): in flight on its object until it returns. */
 static PyObject *
-ibv_hand_Context_ack_async_event__call(PyObject *self, PyObject *args, PyObject *kwargs)
+ibv_hand_Context_ack_async_event__call(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     if (ibv_call_enter(self) < 0)
         return NULL;
-    PyObject *result = ibv_hand_Context_ack_async_event(self, args, kwargs);
+    PyObject *result = ibv_hand_Context_ack_async_event(self, args, nargs, kwnames);
     ibv_call_leave(self);
     return result;
 }
@@ -1535,7 +1535,7 @@ static PyMethodDef Context_methods[] = {
     {"alloc_td", (PyCFunction)(void (*)(void))Context_alloc_td__call, METH_NOARGS, Context_alloc_td__doc__},
     {"import_pd", (PyCFunction)(void (*)(void))Context_import_pd__call, METH_VARARGS | METH_KEYWORDS, Context_import_pd__doc__},
     {"get_async_event", (PyCFunction)(void (*)(void))ibv_hand_Context_get_async_event__call, METH_NOARGS, ibv_hand_Context_get_async_event__doc__},
-    {"ack_async_event", (PyCFunction)(void (*)(void))ibv_hand_Context_ack_async_event__call, METH_VARARGS | METH_KEYWORDS, ibv_hand_Context_ack_async_event__doc__},
+    {"ack_async_event", (PyCFunction)(void (*)(void))ibv_hand_Context_ack_async_event__call, METH_FASTCALL | METH_KEYWORDS, ibv_hand_Context_ack_async_event__doc__},
     {"create_cq_ex", (PyCFunction)(void (*)(void))Context_create_cq_ex__call, METH_VARARGS | METH_KEYWORDS, Context_create_cq_ex__doc__},
     {"query_rt_values_ex", (PyCFunction)(void (*)(void))ibv_hand_Context_query_rt_values_ex__call, METH_NOARGS, ibv_hand_Context_query_rt_values_ex__doc__},
     {"alloc_dm", (PyCFunction)(void (*)(void))Context_alloc_dm__call, METH_VARARGS | METH_KEYWORDS, Context_alloc_dm__doc__},

@@ -321,11 +321,11 @@ CQ_modify__call(PyObject *self, PyObject *args, PyObject *kwargs)
 
 /* poll(): in flight on its object until it returns. */
 static PyObject *
-ibv_hand_CQ_poll__call(PyObject *self, PyObject *args, PyObject *kwargs)
+ibv_hand_CQ_poll__call(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     if (ibv_call_enter(self) < 0)
         return NULL;
-    PyObject *result = ibv_hand_CQ_poll(self, args, kwargs);
+    PyObject *result = ibv_hand_CQ_poll(self, args, nargs, kwnames);
     ibv_call_leave(self);
     return result;
 }
@@ -396,7 +396,7 @@ static PyMethodDef CQ_methods[] = {
      "_open_count($cls, /)\n--\n\nHow many CQ objects of this process are open (leak checks)."},
     {"resize", (PyCFunction)(void (*)(void))CQ_resize__call, METH_VARARGS | METH_KEYWORDS, CQ_resize__doc__},
     {"modify", (PyCFunction)(void (*)(void))CQ_modify__call, METH_VARARGS | METH_KEYWORDS, CQ_modify__doc__},
-    {"poll", (PyCFunction)(void (*)(void))ibv_hand_CQ_poll__call, METH_VARARGS | METH_KEYWORDS, ibv_hand_CQ_poll__doc__},
+    {"poll", (PyCFunction)(void (*)(void))ibv_hand_CQ_poll__call, METH_FASTCALL | METH_KEYWORDS, ibv_hand_CQ_poll__doc__},
     {"poll_into", (PyCFunction)(void (*)(void))ibv_hand_CQ_poll_into__call, METH_O, ibv_hand_CQ_poll_into__doc__},
     {"req_notify", (PyCFunction)(void (*)(void))ibv_hand_CQ_req_notify__call, METH_VARARGS | METH_KEYWORDS, ibv_hand_CQ_req_notify__doc__},
     {"ack_events", (PyCFunction)(void (*)(void))ibv_hand_CQ_ack_events__call, METH_VARARGS | METH_KEYWORDS, ibv_hand_CQ_ack_events__doc__},

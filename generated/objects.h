@@ -124,7 +124,7 @@ struct ContextObject {
 extern IBV_HIDDEN PyTypeObject *Context_Type;
 IBV_HIDDEN PyObject *Context_wrap(struct ibv_context *ptr);
 IBV_HIDDEN PyObject *ibv_hand_Context_get_async_event(PyObject *self, PyObject *unused);
-IBV_HIDDEN PyObject *ibv_hand_Context_ack_async_event(PyObject *self, PyObject *args, PyObject *kwargs);
+IBV_HIDDEN PyObject *ibv_hand_Context_ack_async_event(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 IBV_HIDDEN PyObject *ibv_hand_Context_query_rt_values_ex(PyObject *self, PyObject *unused);
 IBV_HIDDEN PyObject *ibv_hand_Context_create_rwq_ind_table(PyObject *self, PyObject *arg);
 
@@ -156,7 +156,7 @@ extern IBV_HIDDEN PyTypeObject *CQ_Type;
 IBV_HIDDEN PyObject *CQ_wrap(struct ibv_cq *ptr, PyObject *context, PyObject *channel);
 /* The same for an object of a subclass (type). */
 IBV_HIDDEN PyObject *CQ_wrap_type(PyTypeObject *type, struct ibv_cq *ptr, PyObject *context, PyObject *channel);
-IBV_HIDDEN PyObject *ibv_hand_CQ_poll(PyObject *self, PyObject *args, PyObject *kwargs);
+IBV_HIDDEN PyObject *ibv_hand_CQ_poll(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 IBV_HIDDEN PyObject *ibv_hand_CQ_poll_into(PyObject *self, PyObject *arg);
 IBV_HIDDEN PyObject *ibv_hand_CQ_req_notify(PyObject *self, PyObject *args, PyObject *kwargs);
 IBV_HIDDEN PyObject *ibv_hand_CQ_ack_events(PyObject *self, PyObject *args, PyObject *kwargs);
@@ -212,7 +212,7 @@ struct WQObject {
 #define WQ_PTR(o) ((struct ibv_wq *)IBV_HANDLE(o)->ptr)
 extern IBV_HIDDEN PyTypeObject *WQ_Type;
 IBV_HIDDEN PyObject *WQ_wrap(struct ibv_wq *ptr, PyObject *pd, PyObject *cq);
-IBV_HIDDEN PyObject *ibv_hand_WQ_post_recv(PyObject *self, PyObject *args, PyObject *kwargs);
+IBV_HIDDEN PyObject *ibv_hand_WQ_post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 
 struct RWQIndTableObject {
     IbvHandle head;          /* head.ptr is the struct ibv_rwq_ind_table * */
@@ -286,8 +286,8 @@ IBV_HIDDEN PyObject *QP_wrap(struct ibv_qp *ptr, PyObject *pd, PyObject *send_cq
 IBV_HIDDEN int ibv_qp_before_destroy(struct QPObject *self);
 /* The same for an object of a subclass (type). */
 IBV_HIDDEN PyObject *QP_wrap_type(PyTypeObject *type, struct ibv_qp *ptr, PyObject *pd, PyObject *send_cq, PyObject *recv_cq, PyObject *srq);
-IBV_HIDDEN PyObject *ibv_hand_QP_post_send(PyObject *self, PyObject *args, PyObject *kwargs);
-IBV_HIDDEN PyObject *ibv_hand_QP_post_recv(PyObject *self, PyObject *args, PyObject *kwargs);
+IBV_HIDDEN PyObject *ibv_hand_QP_post_send(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+IBV_HIDDEN PyObject *ibv_hand_QP_post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 
 struct SRQObject {
     IbvHandle head;          /* head.ptr is the struct ibv_srq * */
@@ -298,7 +298,7 @@ struct SRQObject {
 #define SRQ_PTR(o) ((struct ibv_srq *)IBV_HANDLE(o)->ptr)
 extern IBV_HIDDEN PyTypeObject *SRQ_Type;
 IBV_HIDDEN PyObject *SRQ_wrap(struct ibv_srq *ptr, PyObject *pd, PyObject *xrcd, PyObject *cq);
-IBV_HIDDEN PyObject *ibv_hand_SRQ_post_recv(PyObject *self, PyObject *args, PyObject *kwargs);
+IBV_HIDDEN PyObject *ibv_hand_SRQ_post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 
 struct AHObject {
     IbvHandle head;          /* head.ptr is the struct ibv_ah * */

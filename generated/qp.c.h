@@ -845,22 +845,22 @@ QP_bind_mw__call(PyObject *self, PyObject *args, PyObject *kwargs)
 
 /* post_send(): in flight on its object until it returns. */
 static PyObject *
-ibv_hand_QP_post_send__call(PyObject *self, PyObject *args, PyObject *kwargs)
+ibv_hand_QP_post_send__call(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     if (ibv_call_enter(self) < 0)
         return NULL;
-    PyObject *result = ibv_hand_QP_post_send(self, args, kwargs);
+    PyObject *result = ibv_hand_QP_post_send(self, args, nargs, kwnames);
     ibv_call_leave(self);
     return result;
 }
 
 /* post_recv(): in flight on its object until it returns. */
 static PyObject *
-ibv_hand_QP_post_recv__call(PyObject *self, PyObject *args, PyObject *kwargs)
+ibv_hand_QP_post_recv__call(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     if (ibv_call_enter(self) < 0)
         return NULL;
-    PyObject *result = ibv_hand_QP_post_recv(self, args, kwargs);
+    PyObject *result = ibv_hand_QP_post_recv(self, args, nargs, kwnames);
     ibv_call_leave(self);
     return result;
 }
@@ -918,8 +918,8 @@ static PyMethodDef QP_methods[] = {
     {"attach_mcast", (PyCFunction)(void (*)(void))QP_attach_mcast__call, METH_VARARGS | METH_KEYWORDS, QP_attach_mcast__doc__},
     {"detach_mcast", (PyCFunction)(void (*)(void))QP_detach_mcast__call, METH_VARARGS | METH_KEYWORDS, QP_detach_mcast__doc__},
     {"bind_mw", (PyCFunction)(void (*)(void))QP_bind_mw__call, METH_VARARGS | METH_KEYWORDS, QP_bind_mw__doc__},
-    {"post_send", (PyCFunction)(void (*)(void))ibv_hand_QP_post_send__call, METH_VARARGS | METH_KEYWORDS, ibv_hand_QP_post_send__doc__},
-    {"post_recv", (PyCFunction)(void (*)(void))ibv_hand_QP_post_recv__call, METH_VARARGS | METH_KEYWORDS, ibv_hand_QP_post_recv__doc__},
+    {"post_send", (PyCFunction)(void (*)(void))ibv_hand_QP_post_send__call, METH_FASTCALL | METH_KEYWORDS, ibv_hand_QP_post_send__doc__},
+    {"post_recv", (PyCFunction)(void (*)(void))ibv_hand_QP_post_recv__call, METH_FASTCALL | METH_KEYWORDS, ibv_hand_QP_post_recv__doc__},
     {"_create_flow", (PyCFunction)(void (*)(void))QP__create_flow__call, METH_VARARGS | METH_KEYWORDS, QP__create_flow__doc__},
     {NULL, NULL, 0, NULL},
 };

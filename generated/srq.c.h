@@ -460,11 +460,11 @@ SRQ_post_srq_ops__call(PyObject *self, PyObject *args, PyObject *kwargs)
 
 /* post_recv(): in flight on its object until it returns. */
 static PyObject *
-ibv_hand_SRQ_post_recv__call(PyObject *self, PyObject *args, PyObject *kwargs)
+ibv_hand_SRQ_post_recv__call(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     if (ibv_call_enter(self) < 0)
         return NULL;
-    PyObject *result = ibv_hand_SRQ_post_recv(self, args, kwargs);
+    PyObject *result = ibv_hand_SRQ_post_recv(self, args, nargs, kwnames);
     ibv_call_leave(self);
     return result;
 }
@@ -504,7 +504,7 @@ static PyMethodDef SRQ_methods[] = {
     {"modify", (PyCFunction)(void (*)(void))SRQ_modify__call, METH_VARARGS | METH_KEYWORDS, SRQ_modify__doc__},
     {"get_srq_num", (PyCFunction)(void (*)(void))SRQ_get_srq_num__call, METH_NOARGS, SRQ_get_srq_num__doc__},
     {"post_srq_ops", (PyCFunction)(void (*)(void))SRQ_post_srq_ops__call, METH_VARARGS | METH_KEYWORDS, SRQ_post_srq_ops__doc__},
-    {"post_recv", (PyCFunction)(void (*)(void))ibv_hand_SRQ_post_recv__call, METH_VARARGS | METH_KEYWORDS, ibv_hand_SRQ_post_recv__doc__},
+    {"post_recv", (PyCFunction)(void (*)(void))ibv_hand_SRQ_post_recv__call, METH_FASTCALL | METH_KEYWORDS, ibv_hand_SRQ_post_recv__doc__},
     {NULL, NULL, 0, NULL},
 };
 

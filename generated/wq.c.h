@@ -285,11 +285,11 @@ WQ_modify__call(PyObject *self, PyObject *args, PyObject *kwargs)
 
 /* post_recv(): in flight on its object until it returns. */
 static PyObject *
-ibv_hand_WQ_post_recv__call(PyObject *self, PyObject *args, PyObject *kwargs)
+ibv_hand_WQ_post_recv__call(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     if (ibv_call_enter(self) < 0)
         return NULL;
-    PyObject *result = ibv_hand_WQ_post_recv(self, args, kwargs);
+    PyObject *result = ibv_hand_WQ_post_recv(self, args, nargs, kwnames);
     ibv_call_leave(self);
     return result;
 }
@@ -326,7 +326,7 @@ static PyMethodDef WQ_methods[] = {
     {"_open_count", WQ_open_count_get, METH_NOARGS | METH_CLASS,
      "_open_count($cls, /)\n--\n\nHow many WQ objects of this process are open (leak checks)."},
     {"modify", (PyCFunction)(void (*)(void))WQ_modify__call, METH_VARARGS | METH_KEYWORDS, WQ_modify__doc__},
-    {"post_recv", (PyCFunction)(void (*)(void))ibv_hand_WQ_post_recv__call, METH_VARARGS | METH_KEYWORDS, ibv_hand_WQ_post_recv__doc__},
+    {"post_recv", (PyCFunction)(void (*)(void))ibv_hand_WQ_post_recv__call, METH_FASTCALL | METH_KEYWORDS, ibv_hand_WQ_post_recv__doc__},
     {NULL, NULL, 0, NULL},
 };
 

@@ -73,6 +73,24 @@ class MethodModel:
     body: List[str] = field(default_factory=list)   # C statements
     verbs: List[str] = field(default_factory=list)  # C functions it binds
 
+    # The C parameters of its function and the names passing them on, by
+    # calling convention.
+    @property
+    def c_params(self) -> str:
+        return {"METH_NOARGS": "PyObject *unused", "METH_O": "PyObject *arg",
+                FASTCALL_KEYWORDS: "PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames",
+                }.get(self.flags, "PyObject *args, PyObject *kwargs")
+
+    @property
+    def c_args(self) -> str:
+        return {"METH_NOARGS": "unused", "METH_O": "arg", FASTCALL_KEYWORDS: "args, nargs, kwnames",
+                }.get(self.flags, "args, kwargs")
+
+
+# A one-argument hand method that takes its argument by keyword too (spec
+# `keywords: true`): no tuple per call, unlike METH_VARARGS (ibverbs/src/common.h).
+FASTCALL_KEYWORDS = "METH_FASTCALL | METH_KEYWORDS"
+
 
 @dataclass
 class HandleModel:
@@ -643,10 +661,10 @@ class Builder:
             params = [p.strip() for p in inner.split(",") if p.strip()]
             if not params:
                 flags = "METH_NOARGS"
-            elif len(params) == 1 and "=" not in params[0] and not m.node.get("keywords"):
+            elif len(params) == 1 and "=" not in params[0]:
                 # keywords: true keeps the name usable as a keyword (the
-                # seed's cq.poll(num_entries=16)), at a tuple per call.
-                flags = "METH_O"
+                # seed's cq.poll(num_entries=16)) at METH_O's speed.
+                flags = FASTCALL_KEYWORDS if m.node.get("keywords") else "METH_O"
             else:
                 flags = "METH_VARARGS | METH_KEYWORDS"
             selfpart = "$self, /" if m.owner else ""

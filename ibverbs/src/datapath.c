@@ -1021,26 +1021,35 @@ static PyObject *postlist_post(PyObject *self, PyObject *list, enum post_target 
  * back waits for that thread).  A PostList can be told to release it
  * (release_gil=True) where a post is slow and other threads must run.
  */
-static const char *const post_send_names[] = {"wrs", NULL};
-static struct argspec post_send_args = {"post_send", 1, post_send_names, NULL, 0};
-static const char *const post_recv_names[] = {"wrs", NULL};
-static struct argspec post_recv_args = {"post_recv", 1, post_recv_names, NULL, 0};
-
-/* The one argument of a method that also takes it by keyword (the seed's
- * names): the common positional call costs a tuple size check. */
-static inline PyObject *one_arg(const struct argspec *spec, PyObject *args, PyObject *kwargs)
+/* The one argument of a METH_FASTCALL | METH_KEYWORDS method (common.h),
+ * by position or by its keyword `name` (the seed's names). */
+static inline PyObject *one_arg(const char *fname, const char *name, PyObject *const *args,
+                                Py_ssize_t nargs, PyObject *kwnames)
 {
-    PyObject *arg;
-    if (kwargs == NULL && PyTuple_Size(args) == 1)
-        return PyTuple_GetItem(args, 0);
-    return parse_args(spec, args, kwargs, &arg) < 0 ? NULL : arg;
+    Py_ssize_t nkw = kwnames != NULL ? PyTuple_Size(kwnames) : 0;
+    if (nargs == 1 && nkw == 0)
+        return args[0];
+    if (nargs == 0 && nkw == 1) {
+        PyObject *key = PyTuple_GetItem(kwnames, 0);
+        if (PyUnicode_CompareWithASCIIString(key, name) == 0)
+            return args[0];
+        PyErr_Format(PyExc_TypeError, "'%U' is an invalid keyword argument for %s()", key, fname);
+        return NULL;
+    }
+    if (nargs + nkw == 0)
+        PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s' (pos 1)", fname, name);
+    else
+        PyErr_Format(PyExc_TypeError, "%s() takes exactly one argument (%zd given)", fname,
+                     nargs + nkw);
+    return NULL;
 }
 
-PyObject *ibv_hand_QP_post_send(PyObject *self, PyObject *args, PyObject *kwargs)
+PyObject *ibv_hand_QP_post_send(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                PyObject *kwnames)
 {
     struct wr_seq s;
     struct chain c;
-    PyObject *arg = one_arg(&post_send_args, args, kwargs);
+    PyObject *arg = one_arg("post_send", "wrs", args, nargs, kwnames);
     if (arg == NULL)
         return NULL;
     if (ibv_check_open(self) < 0 || ibv_qp_send_idle(self, "post_send") < 0)
@@ -1137,21 +1146,24 @@ done:
     return result;
 }
 
-PyObject *ibv_hand_QP_post_recv(PyObject *self, PyObject *args, PyObject *kwargs)
+PyObject *ibv_hand_QP_post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                PyObject *kwnames)
 {
-    PyObject *arg = one_arg(&post_recv_args, args, kwargs);
+    PyObject *arg = one_arg("post_recv", "wrs", args, nargs, kwnames);
     return arg == NULL ? NULL : post_recv(self, arg, 0);
 }
 
-PyObject *ibv_hand_SRQ_post_recv(PyObject *self, PyObject *args, PyObject *kwargs)
+PyObject *ibv_hand_SRQ_post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                 PyObject *kwnames)
 {
-    PyObject *arg = one_arg(&post_recv_args, args, kwargs);
+    PyObject *arg = one_arg("post_recv", "wrs", args, nargs, kwnames);
     return arg == NULL ? NULL : post_recv(self, arg, 1);
 }
 
-PyObject *ibv_hand_WQ_post_recv(PyObject *self, PyObject *args, PyObject *kwargs)
+PyObject *ibv_hand_WQ_post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                PyObject *kwnames)
 {
-    PyObject *arg = one_arg(&post_recv_args, args, kwargs);
+    PyObject *arg = one_arg("post_recv", "wrs", args, nargs, kwnames);
     return arg == NULL ? NULL : post_recv(self, arg, 2);
 }
 
@@ -2104,14 +2116,12 @@ static PyObject *empty_result(void)
 
 /* poll and poll_into keep the GIL: ibv_poll_cq never blocks and costs tens
  * of nanoseconds, less than releasing and retaking the GIL. */
-static const char *const poll_names[] = {"num_entries", NULL};
-static struct argspec poll_args = {"poll", 1, poll_names, NULL, 0};
-
-PyObject *ibv_hand_CQ_poll(PyObject *self, PyObject *args, PyObject *kwargs)
+PyObject *ibv_hand_CQ_poll(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                           PyObject *kwnames)
 {
     int num;
     struct ibv_wc stack[STACK_WCS], *wcs = stack;
-    PyObject *arg = one_arg(&poll_args, args, kwargs);
+    PyObject *arg = one_arg("poll", "num_entries", args, nargs, kwnames);
     if (arg == NULL)
         return NULL;
     if (ibv_check_open(self) < 0 || ibv_cq_check_not_polling(self) < 0)
@@ -2664,12 +2674,10 @@ PyObject *ibv_hand_Context_get_async_event(PyObject *self, PyObject *unused)
     return op;
 }
 
-static const char *const ack_async_event_names[] = {"ev", NULL};
-static struct argspec ack_async_event_args = {"ack_async_event", 1, ack_async_event_names, NULL, 0};
-
-PyObject *ibv_hand_Context_ack_async_event(PyObject *self, PyObject *args, PyObject *kwargs)
+PyObject *ibv_hand_Context_ack_async_event(PyObject *self, PyObject *const *args,
+                                           Py_ssize_t nargs, PyObject *kwnames)
 {
-    PyObject *arg = one_arg(&ack_async_event_args, args, kwargs);
+    PyObject *arg = one_arg("ack_async_event", "ev", args, nargs, kwnames);
     (void)self;
     if (arg == NULL)
         return NULL;
@@ -2686,9 +2694,7 @@ PyObject *ibv_hand_Context_ack_async_event(PyObject *self, PyObject *args, PyObj
 int ibv_datapath_init(PyObject *module)
 {
     if (argspec_init(&SGE_args) < 0 || argspec_init(&SendWR_args) < 0 ||
-        argspec_init(&RecvWR_args) < 0 || argspec_init(&MR_sge_args) < 0 ||
-        argspec_init(&post_send_args) < 0 || argspec_init(&post_recv_args) < 0 ||
-        argspec_init(&poll_args) < 0 || argspec_init(&ack_async_event_args) < 0)
+        argspec_init(&RecvWR_args) < 0 || argspec_init(&MR_sge_args) < 0)
         return -1;
     struct { PyTypeObject **type; PyType_Spec *spec; const char *name; } types[] = {
         {&SGE_Type, &SGE_spec, "SGE"},

@@ -223,3 +223,25 @@ def test_import_is_lazy_about_enums_and_helpers():
             "ibverbs.AccessFlags; assert 'ibverbs.enums' in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True,
                    cwd=os.path.dirname(os.path.dirname(ib.__file__)))
+
+
+def test_one_argument_data_path_methods_take_the_seeds_keywords():
+    """poll(num_entries=), post_send(wrs=), post_recv(wrs=), ack_async_event(ev=)
+    are parsed before the (closed) object is used: EBADF means the
+    argument was accepted, TypeError that it was not."""
+    import errno
+    calls = [(ib.CQ().poll, "num_entries", 4), (ib.QP().post_send, "wrs", []),
+             (ib.QP().post_recv, "wrs", []), (ib.SRQ().post_recv, "wrs", [])]
+    for method, name, value in calls:
+        for args, kwargs in (((value,), {}), ((), {name: value})):
+            with pytest.raises(ib.VerbsError) as info:
+                method(*args, **kwargs)
+            assert info.value.errno == errno.EBADF
+        with pytest.raises(TypeError, match="invalid keyword argument"):
+            method(**{name + "x": value})
+        with pytest.raises(TypeError, match="missing required argument"):
+            method()
+        with pytest.raises(TypeError, match="exactly one argument"):
+            method(value, **{name: value})
+    with pytest.raises(TypeError, match="AsyncEvent"):
+        ib.Context().ack_async_event(ev=None)
