@@ -11,6 +11,10 @@ from typing import Any, AsyncIterator, Awaitable, Union, final, overload
 from typing_extensions import Self, TypeAlias
 
 from ibverbs._gid import Gid
+# the seed's extension module had these (ibverbs/src/module.c)
+from ibverbs._device import Device as Device, get_device_list as get_device_list
+from ibverbs.errors import CompletionError as CompletionError, VerbsError as VerbsError
+from ibverbs._gid import Gid as Gid
 from ibverbs.cm import CMEvent
 from ibverbs.flow import FlowAttr
 
@@ -176,6 +180,8 @@ class AsyncEvent:
 def create_event_channel() -> EventChannel: ...
 def cm_event_str(event: int) -> str: ...
 def _rdmacm_available() -> bool: ...
+def _has_rdmacm() -> bool: ...
+def _set_cmid_class(cls: type[CMID]) -> None: ...
 
 # an address: (host, port) or host
 _Addr: TypeAlias = Union[tuple[str, int], str]
@@ -195,7 +201,6 @@ class EventChannel:
     def create_id(self, ps: int = ...) -> CMID: ...
     def get_cm_event(self) -> CMEvent: ...
 
-@final
 class CMID:
     """An rdma_cm identifier (rdma_create_id), the connection manager's analogue of a socket."""
     @property
@@ -998,3 +1003,70 @@ def port_state_str(port_state: int) -> str | None: ...
 def event_type_str(event: int) -> str | None: ...
 def wc_status_str(status: int) -> str | None: ...
 def flow_label_to_udp_sport(flow_label: int) -> int: ...
+
+__all__ = [
+    'AH',
+    'AHAttr',
+    'AsyncEvent',
+    'CMID',
+    'CQ',
+    'CQEx',
+    'CompChannel',
+    'CompletionError',
+    'Context',
+    'Counters',
+    'DM',
+    'Device',
+    'DeviceAttr',
+    'DeviceAttrEx',
+    'ECE',
+    'EventChannel',
+    'Flow',
+    'Gid',
+    'GidEntry',
+    'ImportedMR',
+    'ImportedPD',
+    'MR',
+    'MW',
+    'MWBind',
+    'MWBindInfo',
+    'PD',
+    'PortAttr',
+    'PostList',
+    'PostListEntry',
+    'QP',
+    'QPAttr',
+    'QPCap',
+    'QPEx',
+    'QPInitAttr',
+    'RWQIndTable',
+    'RecvWR',
+    'SGE',
+    'SRQ',
+    'SRQAttr',
+    'SendWR',
+    'TD',
+    'VerbsError',
+    'WC',
+    'WCBuffer',
+    'WCTMInfo',
+    'WQ',
+    'XRCD',
+    'cm_event_str',
+    'create_event_channel',
+    'event_type_str',
+    'flow_label_to_udp_sport',
+    'fork_init',
+    'get_device_list',
+    'import_device',
+    'inc_rkey',
+    'is_fork_initialized',
+    'is_qpt_supported',
+    'mbps_to_rate',
+    'mult_to_rate',
+    'node_type_str',
+    'port_state_str',
+    'rate_to_mbps',
+    'rate_to_mult',
+    'wc_status_str',
+]

@@ -28,12 +28,19 @@ import errno as _errno
 from . import _ibverbs
 from .errors import VerbsError
 
+# typing costs milliseconds to import: for the type checker only
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Iterable, Optional
+
+    from .cm import CMEvent
+
 __all__ = ["CMID"]
 
 _DEFAULT_TIMEOUT = 10.0
 
 
-def _text(what: str, value: object, allow_none: bool = False):
+def _text(what: str, value: object, allow_none: bool = False) -> "Optional[str]":
     """The seed's checks of host and source: a non-empty str without NUL."""
     if value is None and allow_none:
         return None
@@ -42,7 +49,7 @@ def _text(what: str, value: object, allow_none: bool = False):
     return value
 
 
-def _port(port: object) -> int:
+def _port(port: "Any") -> int:
     try:
         value = int(port)       # the seed took int(port)
     except (TypeError, ValueError):
@@ -52,7 +59,8 @@ def _port(port: object) -> int:
     return value
 
 
-def _wait(channel, wanted, operation: str, timeout: float):
+def _wait(channel: "_ibverbs.EventChannel", wanted: "Iterable[int]", operation: str,
+          timeout: float) -> "CMEvent":
     """The next event of channel if it is one of wanted; VerbsError (the
     operation's, with an errno saying why) for a failure event or when none
     comes within timeout seconds."""
@@ -85,13 +93,13 @@ class CMID(_ibverbs.CMID):
     __module__ = "ibverbs"
 
     # Class defaults: a CMID of the event-driven API has none of these.
-    request_data = None     # the client's private data, on a CMID from get_request()
-    _channel = None         # the private EventChannel of a blocking CMID
+    request_data: "Optional[bytes]" = None  # the client's private data (CMIDs of get_request())
+    _channel: "Optional[_ibverbs.EventChannel]" = None   # a blocking CMID's own channel
     _timeout = _DEFAULT_TIMEOUT
     _connected = False
-    host = None
-    port = None
-    source = None
+    host: "Optional[str]" = None
+    port: "Optional[int]" = None
+    source: "Optional[str]" = None
 
     @property
     def connected(self) -> bool:
@@ -102,8 +110,9 @@ class CMID(_ibverbs.CMID):
     # --- making blocking CMIDs ---------------------------------------------------
 
     @classmethod
-    def _blocking(cls, channel, timeout: float) -> "CMID":
+    def _blocking(cls, channel: "_ibverbs.EventChannel", timeout: float) -> "CMID":
         cm_id = channel.create_id()
+        assert isinstance(cm_id, CMID)      # every CMID is (_set_cmid_class below)
         cm_id._channel = channel
         cm_id._timeout = timeout
         return cm_id
@@ -118,15 +127,15 @@ class CMID(_ibverbs.CMID):
         raise VerbsError and leave nothing open."""
         from ._generated.rdmacm_enums import CMEventType as E
 
-        host = _text("host", host)
+        host_text = _text("host", host)
         source = _text("source", source, allow_none=True)
         port = _port(port)
         channel = _ibverbs.create_event_channel()
         cm_id = None
         try:
             cm_id = cls._blocking(channel, timeout)
-            cm_id.host, cm_id.port, cm_id.source = host, port, source
-            cm_id.resolve_addr((host, port), src=source, timeout_ms=int(timeout * 1000))
+            cm_id.host, cm_id.port, cm_id.source = host_text, port, source
+            cm_id.resolve_addr((str(host_text), port), src=source, timeout_ms=int(timeout * 1000))
             _wait(channel, (E.ADDR_RESOLVED,), "rdma_resolve_addr", timeout)
             cm_id.resolve_route(timeout_ms=int(timeout * 1000))
             _wait(channel, (E.ROUTE_RESOLVED,), "rdma_resolve_route", timeout)
@@ -142,14 +151,14 @@ class CMID(_ibverbs.CMID):
                   timeout: float = _DEFAULT_TIMEOUT) -> "CMID":
         """A listening CMID bound to the local address ``host``:``port``;
         ``get_request()`` waits for the next connection."""
-        host = _text("host", host)
+        host_text = _text("host", host)
         port = _port(port)
         channel = _ibverbs.create_event_channel()
         cm_id = None
         try:
             cm_id = cls._blocking(channel, timeout)
-            cm_id.host, cm_id.port = host, port
-            cm_id.bind_addr((host, port))
+            cm_id.host, cm_id.port = host_text, port
+            cm_id.bind_addr((str(host_text), port))
             cm_id.listen(backlog)
         except BaseException:
             if cm_id is not None:
@@ -165,10 +174,11 @@ class CMID(_ibverbs.CMID):
         the client's private data."""
         from ._generated.rdmacm_enums import CMEventType as E
 
-        self._require_blocking("get_request")
+        listening = self._require_blocking("get_request")
         timeout = self._timeout if timeout is None else timeout
-        ev = _wait(self._channel, (E.CONNECT_REQUEST,), "rdma_get_request", timeout)
+        ev = _wait(listening, (E.CONNECT_REQUEST,), "rdma_get_request", timeout)
         conn = ev.id
+        assert isinstance(conn, CMID)
         channel = _ibverbs.create_event_channel()
         try:
             conn.migrate(channel)
@@ -182,14 +192,16 @@ class CMID(_ibverbs.CMID):
         conn.request_data = ev.private_data or b""
         return conn
 
-    def _require_blocking(self, what: str) -> None:
+    def _require_blocking(self, what: str) -> "_ibverbs.EventChannel":
         if self._channel is None:
             raise ValueError(f"CMID.{what} needs a CMID made by CMID.resolve or CMID.listen_on")
+        return self._channel
 
     # --- connecting -----------------------------------------------------------------
 
-    def connect(self, private_data=b"", *args, responder_resources=1, initiator_depth=1,
-                retry_count=7, rnr_retry_count=7, **kwargs):
+    def connect(self, private_data: "Any" = b"", *args: int, responder_resources: int = 1,  # type: ignore[override]
+                initiator_depth: int = 1, retry_count: int = 7, rnr_retry_count: int = 7,
+                **kwargs: int) -> "Optional[bytes]":
         """Blocking CMID: connect the QP made by ``create_qp``, wait until
         the connection is ESTABLISHED and return the peer's private data
         (the transport may pad it).  A refusal raises VerbsError
@@ -197,41 +209,43 @@ class CMID(_ibverbs.CMID):
         its outcome an event on their channel (see ibverbs.cm)."""
         params = dict(responder_resources=responder_resources, initiator_depth=initiator_depth,
                       retry_count=retry_count, rnr_retry_count=rnr_retry_count, **kwargs)
-        if self._channel is None:
-            return super().connect(private_data, *args, **params)
+        channel = self._channel
+        if channel is None:
+            super().connect(private_data, *args, **params)
+            return None
         from ._generated.rdmacm_enums import CMEventType as E
 
         if self.qp is None:
             raise VerbsError("rdma_connect", _errno.EBADF,
                              "rdma_connect failed: create a QP before connecting")
         super().connect(bytes(private_data), *args, **params)
-        ev = _wait(self._channel, (E.ESTABLISHED,), "rdma_connect", self._timeout)
+        ev = _wait(channel, (E.ESTABLISHED,), "rdma_connect", self._timeout)
         self._connected = True
         return ev.private_data or b""
 
-    def accept(self, private_data=b"", *args, **kwargs):
+    def accept(self, private_data: "Any" = b"", *args: int,  # type: ignore[override]
+               **kwargs: int) -> "Optional[bytes]":
         """Blocking CMID (from ``get_request``): accept, wait until
         ESTABLISHED and return the client's private data.  Other CMIDs:
         ``rdma_accept``, as in ibverbs.cm."""
-        if self._channel is None:
-            return super().accept(private_data, *args, **kwargs)
+        channel = self._channel
+        if channel is None:
+            super().accept(private_data, *args, **kwargs)
+            return None
         from ._generated.rdmacm_enums import CMEventType as E
 
         super().accept(private_data, *args, **kwargs)
-        _wait(self._channel, (E.ESTABLISHED,), "rdma_accept", self._timeout)
+        _wait(channel, (E.ESTABLISHED,), "rdma_accept", self._timeout)
         self._connected = True
         return self.request_data
 
     def disconnect(self) -> None:
         """Blocking CMID: disconnect if connected (else nothing).  Other
         CMIDs: ``rdma_disconnect``."""
-        if self._channel is None:
-            return super().disconnect()
-        if not self._connected:
-            return None
+        if self._channel is not None and not self._connected:
+            return
         super().disconnect()
         self._connected = False
-        return None
 
     def close(self) -> None:
         """Destroy the CMID (EBUSY while its QP is open) and, for a
@@ -242,7 +256,7 @@ class CMID(_ibverbs.CMID):
         if channel is not None:
             channel.close()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:

@@ -5,7 +5,8 @@ from typing_extensions import Self
 
 from ._ibverbs import MR, PD, SGE
 
-__all__ = ["GpuMR", "register_tensor", "dmabuf_fd", "tensor_ptr_len", "flush_gpudirect_writes", "PAGE_SIZE"]
+__all__ = ["GpuMR", "register_tensor", "dmabuf_fd", "tensor_ptr_len", "flush_gpudirect_writes",
+           "synchronize", "PAGE_SIZE"]
 
 PAGE_SIZE: int
 

@@ -855,14 +855,14 @@ static int wr_seq_init(struct wr_seq *s, PyObject *arg, PyTypeObject *type, cons
     } else if (PyTuple_CheckExact(arg)) {
         s->seq = arg;
     } else {
-        PyObject *iter = PyObject_GetIter(arg);
+        PyObject *iter = PyObject_GetIter(arg);     /* iterated once, here */
         if (iter == NULL) {
             PyErr_Format(PyExc_TypeError, "expected a %s or an iterable of them, not %s", what,
                          ibv_type_name(arg));
             return -1;
         }
+        s->owned = s->seq = PySequence_Tuple(iter);
         Py_DECREF(iter);
-        s->owned = s->seq = PySequence_Tuple(arg);
         if (s->seq == NULL)
             return -1;
     }

@@ -129,14 +129,14 @@ def test_post_send_takes_wrs_by_keyword_and_any_iterable(ib, rc_pair, make_buffe
     qp.post_send(wrs=write_wr(ib, src, dst, 1, 0))
     qp.post_send(wrs=[write_wr(ib, src, dst, 2, 64)])
     qp.post_send((write_wr(ib, src, dst, 3, 128), write_wr(ib, src, dst, 4, 192)))
-    qp.post_send(write_wr(ib, src, dst, i, 64 * i) for i in (5, 6))      # a generator
-    qp.post_send(iter([write_wr(ib, src, dst, 7, 448)]))
-    qp.post_send(ib.PostList([write_wr(ib, src, dst, 8, 512)]))
+    qp.post_send(write_wr(ib, src, dst, i, 64 * (i - 1)) for i in (5, 6))      # a generator
+    qp.post_send(iter([write_wr(ib, src, dst, 7, 384)]))
+    qp.post_send(ib.PostList([write_wr(ib, src, dst, 8, 448), write_wr(ib, src, dst, 9, 512)]))
     qp.post_send([])                                                     # nothing, no error
     qp.post_send(wrs=())
     qp.post_send(x for x in ())
-    got = poll_until(cq, 8)
-    assert sorted(wc.wr_id for wc in got) == list(range(1, 9)) and all(wc.is_success for wc in got)
+    got = poll_until(cq, 9)
+    assert sorted(wc.wr_id for wc in got) == list(range(1, 10)) and all(wc.is_success for wc in got)
     assert (dst.array[:576] == 0x5A).all() and (dst.array[576:] == 0).all()
     assert cq.poll(num_entries=4) == []
 
