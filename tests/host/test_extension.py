@@ -245,3 +245,36 @@ def test_one_argument_data_path_methods_take_the_seeds_keywords():
             method(value, **{name: value})
     with pytest.raises(TypeError, match="AsyncEvent"):
         ib.Context().ack_async_event(ev=None)
+
+
+SEED_NAMES = ("__version__", "AH", "CQ", "MR", "PD", "QP", "SRQ", "AHAttr", "AsyncEvent", "CompChannel",
+              "Context", "Device", "DeviceAttr", "Gid", "PortAttr", "QPCap", "QPInitAttr", "RecvWR",
+              "SendWR", "SGE", "VerbsError", "CompletionError", "WC", "get_device_list",
+              "AccessFlags", "MTU", "NodeType", "PortState", "QPAttrMask", "QPState", "QPType",
+              "SendFlags", "WCFlags", "WCOpcode", "WCStatus", "WROpcode",
+              "QPInfo", "connect_rc", "local_qp_info", "reg_tensor", "tensor_addr_len", "CMID")
+
+
+def test_star_import_gives_the_seeds_names_and_ours():
+    assert set(SEED_NAMES) <= set(ib.__all__)
+    assert {"PostList", "WCBuffer", "fork_init", "FlowAttr", "EventType"} <= set(ib.__all__)
+    namespace = {}
+    exec("from ibverbs import *", namespace)
+    assert set(ib.__all__) <= set(namespace)
+    assert namespace["CMID"] is ib.CMID and namespace["AccessFlags"] is ib.AccessFlags
+
+
+def test_the_extension_module_offers_the_seeds_names():
+    ext = ib._ibverbs
+    assert ext.VerbsError is ib.VerbsError and ext.CompletionError is ib.CompletionError
+    assert ext.Gid is ib.Gid and ext.Device is ib.Device
+    assert ext.get_device_list is ib.get_device_list
+    assert {"VerbsError", "CompletionError", "Gid", "Device", "get_device_list", "QP"} <= set(ext.__all__)
+    assert ext._linked() is True and isinstance(ext._has_rdmacm(), bool)
+    with pytest.raises(AttributeError):
+        ext.no_such_name
+
+
+def test_version_module_holds_the_version():
+    import ibverbs._version as v
+    assert v.__version__ == ib.__version__
