@@ -73,6 +73,24 @@ class MethodModel:
     body: List[str] = field(default_factory=list)   # C statements
     verbs: List[str] = field(default_factory=list)  # C functions it binds
 
+    # The C parameters of its function and the names passing them on, by
+    # calling convention.
+    @property
+    def c_params(self) -> str:
+        return {"METH_NOARGS": "PyObject *unused", "METH_O": "PyObject *arg",
+                FASTCALL_KEYWORDS: "PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames",
+                }.get(self.flags, "PyObject *args, PyObject *kwargs")
+
+    @property
+    def c_args(self) -> str:
+        return {"METH_NOARGS": "unused", "METH_O": "arg", FASTCALL_KEYWORDS: "args, nargs, kwnames",
+                }.get(self.flags, "args, kwargs")
+
+
+# A one-argument hand method that takes its argument by keyword too (spec
+# `keywords: true`): no tuple per call, unlike METH_VARARGS (ibverbs/src/common.h).
+FASTCALL_KEYWORDS = "METH_FASTCALL | METH_KEYWORDS"
+
 
 @dataclass
 class HandleModel:
@@ -109,6 +127,9 @@ class HandleModel:
     # Slots dropped as soon as the verbs object is destroyed (spec:
     # `clear_on_close: true`), e.g. a buffer export that pins memory.
     clear_on_close: List[str] = field(default_factory=list)
+    # (method, slot): a method setting the slot and returning the object
+    # (spec: `keepalive: _keepalive`, the seed's MR._keepalive(owner) -> self)
+    keepalive: List[Tuple[str, str]] = field(default_factory=list)
 
     @property
     def has_gc(self) -> bool:
@@ -341,6 +362,13 @@ class Builder:
                     raise SpecError(f"{node.where('match')}: {e.name}: no enum member "
                                     f"matches {pattern!r}")
                 cname = pattern
+            declared = dict(members)
+            for cname_m, value in (node.get("members") or {}).items():
+                if cname_m not in declared:
+                    members.append((cname_m, int(value)))
+                elif declared[cname_m] != int(value):
+                    raise SpecError(f"{node.where('members')}: {e.name}: {cname_m} is "
+                                    f"{declared[cname_m]} in {self.ir.source}, not {value}")
             result = []
             last_part = prefix.rstrip("_").split("_")[-1] + "_"
             for cname_m, value in members:
@@ -415,7 +443,9 @@ class Builder:
             getter = [f"result = self->ref_{pyname} ? self->ref_{pyname} : Py_None;",
                       "Py_INCREF(result);"]
             if writable:
-                none_ok = 1 if has_default else 0
+                # none_ok: a required field that may hold None until the
+                # struct is used (the seed's QPInitAttr(None, None) filled later)
+                none_ok = 1 if has_default or fspec.get("none_ok") else 0
                 setter = [f"if (ibv_conv_handle(value, \"{pyname}\", {handle}_Type, {none_ok}, &obj) < 0)",
                           "    return -1;",
                           f"Py_XINCREF(obj);",
@@ -423,8 +453,17 @@ class Builder:
             return StructField(pyname, path, getter, setter,
                                _py_repr_default(default) if has_default else None,
                                handle=handle)
-        if convert == "gid" or (t.kind == "union" and (t.decl or t.spelling) == "union ibv_gid"):
-            getter = [f"result = ibv_gid_to_py(&{member});"]
+        if convert == "bool" and _is_int(t):
+            getter = [f"result = PyBool_FromLong({member} != 0);"]
+            if writable:
+                setter = ["int truth = PyObject_IsTrue(value);",
+                          "if (truth < 0)",
+                          "    return -1;",
+                          f"{member} = truth;"]
+        elif convert in ("gid", "gid_bytes") or (t.kind == "union" and (t.decl or t.spelling) == "union ibv_gid"):
+            # gid_bytes: read back as 16 bytes (the seed's AHAttr.dgid), not a Gid
+            getter = ([f"result = PyBytes_FromStringAndSize((const char *){member}.raw, 16);"]
+                      if convert == "gid_bytes" else [f"result = ibv_gid_to_py(&{member});"])
             if writable:
                 setter = [f"if (value == Py_None) {{ memset(&{member}, 0, sizeof({member})); return 0; }}",
                           f"if (ibv_conv_gid(value, \"{pyname}\", &{member}) < 0)",
@@ -558,6 +597,10 @@ class Builder:
             out[-1].clear_on_close = (list(base.clear_on_close) if isinstance(node.get("base"), str)
                                       else [sname for sname, sspec in (node.get("slots") or {}).items()
                                             if sspec.get("clear_on_close")])
+            out[-1].keepalive = ([] if isinstance(node.get("base"), str)
+                                 else [(str(sspec["keepalive"]), sname)
+                                       for sname, sspec in (node.get("slots") or {}).items()
+                                       if sspec.get("keepalive")])
         return out
 
     def release(self, h) -> Optional[Tuple[str, str]]:
@@ -619,7 +662,9 @@ class Builder:
             if not params:
                 flags = "METH_NOARGS"
             elif len(params) == 1 and "=" not in params[0]:
-                flags = "METH_O"
+                # keywords: true keeps the name usable as a keyword (the
+                # seed's cq.poll(num_entries=16)) at METH_O's speed.
+                flags = FASTCALL_KEYWORDS if m.node.get("keywords") else "METH_O"
             else:
                 flags = "METH_VARARGS | METH_KEYWORDS"
             selfpart = "$self, /" if m.owner else ""
@@ -653,7 +698,7 @@ class MethodBuilder:
         self.call_args: List[str] = []
         self.outs: List[Tuple[str, List[str]]] = []   # (var, statements -> item)
         self.cleanup: List[str] = []
-        self.kwargs_struct: Optional[Tuple[str, str, str]] = None
+        self.kwargs_struct: Optional[Tuple[str, str, str, List[str]]] = None
         self.mask_used = False
 
     def where(self, key=None):
@@ -843,11 +888,25 @@ class MethodBuilder:
             if sm is None or not sm.writable:
                 self.fail(f"kwargs needs a writable struct class, got {cls}")
             self.decls.append(f"{sm.ctype} {cname}_c;")
-            self.kwargs_struct = (cname, cls, pspec.get("unknown", "unknown attribute"))
+            # positional: fields also taken by position after the arguments,
+            # where None means not given (the seed's modify(mask, ah_attr=None))
+            self.kwargs_struct = (cname, cls, pspec.get("unknown", "unknown attribute"),
+                                  list(pspec.get("positional") or []))
             self.call_args.append(f"&{cname}_c")
             return
         if "out" in pspec:
             kind = pspec["out"]
+            if kind == "dict":
+                # the struct's fields as a plain dict (the seed's SRQ.query)
+                self.out_param(cname, t, where)
+                var, stmts = self.outs[-1]
+                if not stmts[0].endswith("_from_c(&" + cname + "_out);"):
+                    self.fail(f"out: dict needs a struct class for {cname}")
+                cls = stmts[0].split("=", 1)[1].strip().split("_from_c", 1)[0]
+                self.outs[-1] = (var, [f"{{ PyObject *obj = {cls}_from_c(&{cname}_out);",
+                                       f"  item = obj ? {cls}_asdict(obj, NULL) : NULL;",
+                                       "  Py_XDECREF(obj); }"])
+                return
             if kind == "bytes":
                 size = int(pspec["size"])
                 self.decls.append(f"uint8_t {cname}_buf[{size}];")
@@ -1111,17 +1170,31 @@ class MethodBuilder:
             self.fail(f"out parameter {cname}: no class for {pointee.spelling}")
 
     def kwargs_parse(self) -> List[str]:
-        cname, cls, unknown = self.kwargs_struct
+        cname, cls, unknown, positional = self.kwargs_struct
         local = f"{cname}_c"
         lines = [f"memset(&{local}, 0, sizeof({local}));"]
-        # positional: the non-struct args (attr_mask) then keywords
+        # positional: the non-struct args (attr_mask), the positional fields, then keywords
         others = self.args
+        most = len(others) + len(positional)
         lines.append("{")
         lines.append("    Py_ssize_t nargs = PyTuple_Size(args);")
-        lines.append(f"    if (nargs > {len(others)}) {{")
-        lines.append(f'        PyErr_Format(PyExc_TypeError, "{self.m.name}() takes at most {len(others)} positional argument(s) (%zd given)", nargs);')
+        lines.append(f"    if (nargs > {most}) {{")
+        lines.append(f'        PyErr_Format(PyExc_TypeError, "{self.m.name}() takes at most {most} positional argument(s) (%zd given)", nargs);')
         lines.append("        goto exit;")
         lines.append("    }")
+        for j, field in enumerate(positional):
+            i = len(others) + j
+            lines.append(f"    if (nargs > {i} && PyTuple_GetItem(args, {i}) != Py_None) {{")
+            lines.append(f'        if (kwargs && PyDict_GetItemString(kwargs, "{field}") != NULL) {{')
+            lines.append(f'            PyErr_SetString(PyExc_TypeError, "{self.m.name}() got {field} by position and by keyword");')
+            lines.append("            goto exit;")
+            lines.append("        }")
+            lines.append(f'        PyObject *key = PyUnicode_FromString("{field}");')
+            lines.append(f"        int rc_set = key ? {cls}_set_field(&{local}, key, PyTuple_GetItem(args, {i})) : -1;")
+            lines.append("        Py_XDECREF(key);")
+            lines.append("        if (rc_set < 0)")
+            lines.append("            goto exit;")
+            lines.append("    }")
         for i, a in enumerate(others):
             lines.append(f"    if (nargs > {i}) {a.name}_obj = PyTuple_GetItem(args, {i});")
             lines.append(f'    else if (kwargs) {a.name}_obj = PyDict_GetItemString(kwargs, "{a.name}");')
@@ -1134,7 +1207,9 @@ class MethodBuilder:
         lines.append("        PyObject *key, *value;")
         lines.append("        Py_ssize_t pos = 0;")
         lines.append("        while (PyDict_Next(kwargs, &pos, &key, &value)) {")
-        conds = " || ".join(f'PyUnicode_CompareWithASCIIString(key, "{a.name}") == 0' for a in others)
+        conds = " || ".join([f'PyUnicode_CompareWithASCIIString(key, "{a.name}") == 0' for a in others] +
+                            [f'(value == Py_None && PyUnicode_CompareWithASCIIString(key, "{f}") == 0)'
+                             for f in positional])
         if conds:
             lines.append(f"            if ({conds})")
             lines.append("                continue;")

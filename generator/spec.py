@@ -81,9 +81,9 @@ HANDLE_KEYS = {"ctype", "doc", "destroy", "parents", "attributes", "methods",
                "slots", "state", "before_destroy", "registered",
                "base", "before_dealloc", "release", "hand_attributes"}
 STRUCT_KEYS = {"ctype", "doc", "fields", "writable", "since"}
-ENUM_KEYS = {"c", "match", "kind", "prefix", "since"}
+ENUM_KEYS = {"c", "match", "kind", "prefix", "since", "members"}
 METHOD_KEYS = {"verb", "params", "errors", "returns", "gil", "checks", "doc",
-               "requires", "signature", "hand", "verbs", "prologue", "since",
+               "requires", "signature", "hand", "keywords", "verbs", "prologue", "since",
                "epilogue", "guard",
                "stub"}  # stub: the typed signature of a hand method (generator/stubs.py)
 ERROR_CONVENTIONS = {"null", "errno", "negative", "none"}

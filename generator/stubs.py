@@ -357,4 +357,9 @@ def render(model: Model, env, common: dict) -> Dict[str, str]:
     text = env.get_template(TEMPLATE).render(
         **common, comment_open="#", comment_mid="#", comment_close="",
         classes=stubs.classes, stub_functions=stubs.functions)
+    # The extension's __all__ (module.c): its public classes and functions,
+    # and the names it re-exports from Python modules (`X as X` imports).
+    public = set(re.findall(r"^(?:class|def) ([A-Za-z]\w*)", text, re.M))
+    public |= set(re.findall(r"\b(\w+) as \1\b", text))
+    text += "\n__all__ = [\n" + "".join(f"    {n!r},\n" for n in sorted(public)) + "]\n"
     return {OUTPUT: text}

@@ -15,6 +15,7 @@ from ._gid import Gid
 # hence no fixed list here.
 from ._ibverbs import *  # noqa: F401,F403
 from ._ibverbs import CQ, PD, QP, Context
+from ._cmid import CMID  # the C CMID with the seed's blocking API
 from ._qp_transitions import to_init as _to_init, to_rtr as _to_rtr, to_rts as _to_rts
 from .errors import CompletionError, VerbsError
 
@@ -131,14 +132,6 @@ _create_flow.__doc__ = """create_flow(attr: FlowAttr) -> Flow: attach a steering
 QP.create_flow = _create_flow
 
 
-def _version() -> str:
-    try:
-        from importlib.metadata import version
-        return version("ibverbs")
-    except Exception:  # not installed (running from a source tree)
-        return "0+unknown"
-
-
 _ENUMS = ("AccessFlags", "AtomicCap", "DeviceCapFlags", "EventType", "ForkStatus",
           "GIDType", "LinkLayer", "MigState", "MTU", "MWType", "NodeType",
           "PortCapFlags", "PortState", "QPAttrMask", "QPCreateFlags", "QPCreateSendOps", "QPState",
@@ -163,11 +156,17 @@ def __getattr__(name: str):
         from . import flow
         value = getattr(flow, name)
     elif name == "__version__":
-        value = _version()
+        from ._version import __version__ as value
     else:
         raise AttributeError(f"module 'ibverbs' has no attribute {name!r}")
     globals()[name] = value
     return value
+
+
+# Everything public, the seed's names (enums, helpers, __version__) among
+# them: `from ibverbs import *` resolves the lazy ones through __getattr__.
+__all__ = sorted(set(_ibverbs.__all__) | set(_ENUMS) | set(_HELPERS) | set(_FLOW)
+                 | {"fork_init", "__version__"})
 
 
 def __dir__():

@@ -1,7 +1,8 @@
 # Typed view of the package for type checkers (the runtime is __init__.py:
 # enums and helpers are loaded lazily there, and Python methods are attached
 # to the generated classes; their stubs are in _ibverbs.pyi).
-from ._ibverbs import *  # noqa: F401,F403
+from ._cmid import CMID as CMID  # first: the star import below keeps it (the C base's subclass)
+from ._ibverbs import *  # type: ignore[assignment]  # noqa: F401,F403  (CMID: the subclass above)
 from ._device import Device as Device, get_device_list as get_device_list
 from ._gid import Gid as Gid
 from ._generated.enums import *  # noqa: F401,F403  (what ibverbs.enums re-exports)

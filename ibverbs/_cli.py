@@ -62,7 +62,8 @@ def cmd_devices(args: argparse.Namespace) -> int:
     print(f"    {'device':<16}\t   node GUID")
     print(f"    {'------':<16}\t----------------")
     for dev in devices:
-        print(f"    {dev.name:<16}\t{dev.guid:016x}")
+        # Device.guid is the __be64 read as a host integer: wire order, as ibv_devices
+        print(f"    {dev.name:<16}\t{dev.guid.to_bytes(8, sys.byteorder).hex()}")
     return 0
 
 

@@ -90,8 +90,9 @@ def _init_request(kind: str, port, access=0, pkey_index=0, qkey=0):
 
 def _rtr_request(kind: str, remote, sgid_index, *, port, active_mtu=None, mtu=None,
                  hop_limit=1, min_rnr_timer=12, max_dest_rd_atomic=1, sl=0, traffic_class=0):
-    """For RC/UC, ``port`` is the local port and ``active_mtu`` its active
-    MTU (needed only when ``mtu`` is None)."""
+    """For RC/UC, ``port`` is the local port.  ``mtu=None`` takes
+    ``remote.mtu``, or min(``active_mtu``, ``remote.mtu``) when the local
+    port's ``active_mtu`` is given (connect_rc's rule)."""
     from .enums import QPAttrMask as M, QPState
 
     if kind in ("UD", "RAW_PACKET"):
@@ -101,8 +102,12 @@ def _rtr_request(kind: str, remote, sgid_index, *, port, active_mtu=None, mtu=No
     except AttributeError:
         raise TypeError(f"remote must be a QPInfo, not {type(remote).__name__}") from None
     if mtu is None:
-        remote_mtu = _check_int("remote.mtu", remote.mtu, _MTU_MIN, _MTU_MAX)
-        path_mtu = min(_check_int("the local port's active_mtu", active_mtu, _MTU_MIN, _MTU_MAX), remote_mtu)
+        try:
+            remote_mtu = _check_int("remote.mtu", remote.mtu, _MTU_MIN, _MTU_MAX)
+        except AttributeError:
+            raise TypeError(f"remote must be a QPInfo, not {type(remote).__name__}") from None
+        path_mtu = remote_mtu if active_mtu is None else min(
+            _check_int("the local port's active_mtu", active_mtu, _MTU_MIN, _MTU_MAX), remote_mtu)
     else:
         path_mtu = _check_int("mtu", mtu, _MTU_MIN, _MTU_MAX)
     from ._ibverbs import AHAttr
@@ -149,11 +154,22 @@ def _rts_request(kind: str, psn, timeout=14, retry_cnt=7, rnr_retry=7, max_rd_at
     return mask, fields
 
 
+def _modify(qp, state: str, mask, fields) -> None:
+    """qp.modify, a failure named after the transition (the seed's
+    ``ibv_modify_qp(->RTR)``)."""
+    from .errors import VerbsError
+
+    try:
+        qp.modify(mask, **fields)
+    except VerbsError as exc:
+        raise VerbsError(f"ibv_modify_qp(->{state})", exc.errno) from exc
+
+
 def to_init(qp, port, access=0, pkey_index=0, qkey=0):
     """RESET -> INIT on local ``port``. ``access`` (AccessFlags) is used by
     RC/UC QPs, ``qkey`` by UD QPs."""
     mask, fields = _init_request(_qp_kind(qp, "to_init"), port, access, pkey_index, qkey)
-    qp.modify(mask, **fields)
+    _modify(qp, "INIT", mask, fields)
 
 
 def to_rtr(qp, remote, sgid_index, mtu=None, hop_limit=1, min_rnr_timer=12,
@@ -161,26 +177,26 @@ def to_rtr(qp, remote, sgid_index, mtu=None, hop_limit=1, min_rnr_timer=12,
     """INIT -> RTR towards ``remote`` (a QPInfo), addressed through the local
     GID at ``sgid_index`` of the port ``to_init`` chose.
 
-    ``mtu=None`` takes min(the local port's active MTU, ``remote.mtu``).
+    ``mtu=None`` takes ``remote.mtu`` (the seed's rule; ``connect_rc`` takes
+    the smaller of it and the local port's active MTU).
     UD and RAW_PACKET QPs only change state (``remote`` is not used).
     """
     kind = _qp_kind(qp, "to_rtr")
-    port = active_mtu = None
+    port = None
     if kind in ("RC", "UC"):
+        # the port to_init set, as the QP holds it
         port = qp.query()[0]["port_num"]
         if not port:
             raise ValueError("to_rtr needs the QP's port; move the QP to INIT with to_init first")
-        if mtu is None:
-            active_mtu = qp.pd.context.query_port(port).active_mtu
     mask, fields = _rtr_request(
-        kind, remote, sgid_index, port=port, active_mtu=active_mtu, mtu=mtu, hop_limit=hop_limit,
+        kind, remote, sgid_index, port=port, mtu=mtu, hop_limit=hop_limit,
         min_rnr_timer=min_rnr_timer, max_dest_rd_atomic=max_dest_rd_atomic, sl=sl,
         traffic_class=traffic_class)
-    qp.modify(mask, **fields)
+    _modify(qp, "RTR", mask, fields)
 
 
 def to_rts(qp, psn, timeout=14, retry_cnt=7, rnr_retry=7, max_rd_atomic=1):
     """RTR -> RTS with send PSN ``psn``. ``timeout``, ``retry_cnt``,
     ``rnr_retry`` and ``max_rd_atomic`` apply to RC QPs only."""
     mask, fields = _rts_request(_qp_kind(qp, "to_rts"), psn, timeout, retry_cnt, rnr_retry, max_rd_atomic)
-    qp.modify(mask, **fields)
+    _modify(qp, "RTS", mask, fields)

@@ -33,7 +33,8 @@ from typing import Any, Optional, Union
 
 from . import _ibverbs
 from ._generated.rdmacm_enums import CMEventType, CMIDOption, CMOptionLevel, PortSpace
-from ._ibverbs import CMID, EventChannel, cm_event_str, create_event_channel
+from ._cmid import CMID
+from ._ibverbs import EventChannel, cm_event_str, create_event_channel
 
 __all__ = ["CMEvent", "CMEventType", "CMID", "CMIDOption", "CMOptionLevel", "ConnParam",
            "EventChannel", "PortSpace", "UDParam", "available", "cm_event_str",

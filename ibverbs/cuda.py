@@ -32,7 +32,8 @@ import threading
 from ._qp_transitions import _index
 from .helpers import _array_interface_span, _is_cuda, _is_torch_like, _torch_span
 
-__all__ = ["GpuMR", "register_tensor", "dmabuf_fd", "tensor_ptr_len", "flush_gpudirect_writes", "PAGE_SIZE"]
+__all__ = ["GpuMR", "register_tensor", "dmabuf_fd", "tensor_ptr_len", "flush_gpudirect_writes",
+           "synchronize", "PAGE_SIZE"]
 
 #: The alignment CUDA requires of an exported dma-buf range (host page size).
 PAGE_SIZE = mmap.PAGESIZE
@@ -56,6 +57,7 @@ _PROTOTYPES = {
                                       ctypes.c_int, ctypes.c_ulonglong],
     # (CUflushGPUDirectRDMAWritesTarget, CUflushGPUDirectRDMAWritesScope)
     "cuFlushGPUDirectRDMAWrites": [ctypes.c_int, ctypes.c_int],
+    "cuCtxSynchronize": [],
 }
 # The CUDA release whose driver first has the function, for error messages.
 _SINCE = {"cuMemGetHandleForAddressRange": "11.7", "cuFlushGPUDirectRDMAWrites": "11.3"}
@@ -157,28 +159,46 @@ def flush_gpudirect_writes(*, all_devices: bool = False) -> None:
     _check(res, "cuFlushGPUDirectRDMAWrites")
 
 
-def tensor_ptr_len(t) -> tuple[int, int]:
-    """``(device_ptr, nbytes)`` of a contiguous CUDA tensor (torch, or
-    anything with ``__cuda_array_interface__``).
+def synchronize() -> None:
+    """Wait for all work of the current CUDA context (``cuCtxSynchronize``),
+    e.g. the kernels that produced a tensor before the NIC reads it.
 
-    ValueError for a host tensor or array (register those with
-    ``ibverbs.reg_tensor``) and for a non-contiguous one; TypeError for
-    other types.
+    RuntimeError when libcuda cannot be loaded, or naming the CUDA error
+    (no context current in this thread, ...).
+    """
+    _check(_fn("cuCtxSynchronize")(), "cuCtxSynchronize")
+
+
+def tensor_ptr_len(t) -> tuple[int, int]:
+    """``(data_ptr, nbytes)`` of a contiguous torch tensor, wherever it lives
+    (a host tensor too, as in the seed), or of an object with
+    ``__cuda_array_interface__``.
+
+    ValueError for a non-contiguous one; TypeError for other types (a numpy
+    array among them: register host arrays with ``ibverbs.reg_tensor``).
     """
     if _is_torch_like(t):
-        if not _is_cuda(t):
-            device = getattr(getattr(t, "device", None), "type", "cpu")
-            if device == "cpu":
-                raise ValueError("the tensor is in host memory; register it with ibverbs.reg_tensor")
-            raise ValueError(f"register_tensor needs a CUDA tensor, not a {device} tensor")
         return _torch_span(t)
     cai = getattr(t, "__cuda_array_interface__", None)
     if isinstance(cai, dict):
         ptr, nbytes, _ = _array_interface_span(cai, "CUDA array")
         return ptr, nbytes
     if isinstance(getattr(t, "__array_interface__", None), dict):
-        raise ValueError("the array is in host memory; register it with ibverbs.reg_tensor")
+        raise TypeError("expected a tensor exposing data_ptr(), not a host array; "
+                        "register it with ibverbs.reg_tensor")
     raise TypeError(f"expected a CUDA tensor, not {type(t).__name__}")
+
+
+def _require_device_memory(t) -> None:
+    """register_tensor takes device memory only (ValueError naming reg_tensor)."""
+    if _is_torch_like(t) and not _is_cuda(t):
+        device = getattr(getattr(t, "device", None), "type", "cpu")
+        if device == "cpu":
+            raise ValueError("the tensor is in host memory; register it with ibverbs.reg_tensor")
+        raise ValueError(f"register_tensor needs a CUDA tensor, not a {device} tensor")
+    if (not _is_torch_like(t) and not isinstance(getattr(t, "__cuda_array_interface__", None), dict)
+            and isinstance(getattr(t, "__array_interface__", None), dict)):
+        raise ValueError("the array is in host memory; register it with ibverbs.reg_tensor")
 
 
 def _reg_dmabuf_mr(pd, ptr: int, nbytes: int, access):
@@ -198,17 +218,23 @@ def register_tensor(pd, tensor, access) -> GpuMR:
     GpuMR retains the tensor until ``close()``.
 
     dma-buf first; when that raises (RuntimeError, OSError, VerbsError) the
-    raw device pointer is registered with ``pd.reg_mr(ptr, nbytes, access)``,
-    whose own failure then propagates (with the dma-buf error as its
-    ``__context__``). A host tensor: ValueError (use ``ibverbs.reg_tensor``).
+    raw device pointer is registered with ``pd.reg_mr(ptr, nbytes, access)``.
+    When that fails too: ``RuntimeError("GPUDirect registration failed.
+    dma-buf path: ...; reg_mr path: ...")`` (the seed's words) from the
+    reg_mr error. A host tensor: ValueError (use ``ibverbs.reg_tensor``).
     """
+    _require_device_memory(tensor)
     ptr, nbytes = tensor_ptr_len(tensor)
     if nbytes == 0:
         raise ValueError("cannot register an empty tensor")
     try:
         mr = _reg_dmabuf_mr(pd, ptr, nbytes, access)
-    except (RuntimeError, OSError):
-        mr = pd.reg_mr(ptr, nbytes, access)
+    except (RuntimeError, OSError) as dmabuf_error:
+        try:
+            mr = pd.reg_mr(ptr, nbytes, access)
+        except Exception as reg_mr_error:
+            raise RuntimeError(f"GPUDirect registration failed. dma-buf path: {dmabuf_error}; "
+                               f"reg_mr path: {reg_mr_error}") from reg_mr_error
     return GpuMR(mr, ptr, nbytes, tensor)
 
 
@@ -247,9 +273,8 @@ class GpuMR:
         its ``.owner`` is this GpuMR."""
         lkey = self.mr.lkey
         offset = _index("offset", offset)
-        if offset < 0:
-            raise ValueError(f"offset must be non-negative, got {offset}")
-        if offset >= self.length:
+        # as the seed: a negative offset is outside too; the end is not
+        if offset < 0 or offset > self.length:
             raise ValueError(f"offset {offset} is outside the region of {self.length} bytes")
         if length is None:
             length = self.length - offset

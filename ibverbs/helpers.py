@@ -58,6 +58,9 @@ class QPInfo:
     port: int
     mtu: int
 
+    # The wire layout, under the name the seed exposed it (not a field: no annotation).
+    _STRUCT = _QPINFO
+
     def __setattr__(self, name: str, value: object) -> None:
         check = _QPINFO_CHECKS.get(name)
         object.__setattr__(self, name, value if check is None else check(value))
@@ -93,21 +96,28 @@ def connect_rc(qp, remote, *, port, sgid_index, access, local_psn=0, mtu=None, *
     the others to ``to_rts`` (``timeout``, ``retry_cnt``, ``rnr_retry``,
     ``max_rd_atomic``). Every argument is checked before the QP is
     modified, so a bad one leaves the QP in RESET.
+
+    The QP is driven through its own ``to_init``, ``to_rtr`` and ``to_rts``
+    (as the seed did), so a subclass or wrapper providing those is used.
     """
     rtr_kwargs = {k: rts_kwargs.pop(k) for k in _RTR_KEYWORDS if k in rts_kwargs}
-    kind = _qp_kind(qp, "connect_rc")
+    try:
+        kind = _qp_kind(qp, "connect_rc")
+    except AttributeError:      # a wrapper without qp_type: its methods decide
+        kind = "RC"
     if kind not in ("RC", "UC"):
         raise ValueError(f"connect_rc connects RC or UC QPs, not {kind}")
-    init = _init_request(kind, port, access)
+    _init_request(kind, port, access)
     active_mtu = qp.pd.context.query_port(port).active_mtu if mtu is None else None
-    rtr = _rtr_request(kind, remote, sgid_index, port=port, active_mtu=active_mtu, mtu=mtu,
-                       **rtr_kwargs)
+    _, rtr = _rtr_request(kind, remote, sgid_index, port=port, active_mtu=active_mtu, mtu=mtu,
+                          **rtr_kwargs)
     try:
-        rts = _rts_request(kind, local_psn, **rts_kwargs)
+        _rts_request(kind, local_psn, **rts_kwargs)
     except TypeError as exc:
         raise TypeError(str(exc).replace("_rts_request()", "connect_rc()")) from None
-    for mask, fields in (init, rtr, rts):
-        qp.modify(mask, **fields)
+    qp.to_init(port, access)
+    qp.to_rtr(remote, sgid_index, mtu=rtr["path_mtu"], **rtr_kwargs)
+    qp.to_rts(local_psn, **rts_kwargs)
 
 
 # --- tensors -----------------------------------------------------------------

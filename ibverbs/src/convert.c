@@ -109,8 +109,8 @@ int ibv_conv_gid(PyObject *obj, const char *name, union ibv_gid *out)
     PyObject *raw;
     if (PyObject_IsInstance(obj, ibv_GidClass) == 1)
         raw = PyObject_GetAttrString(obj, "raw");
-    else if (PyBytes_Check(obj) || PyByteArray_Check(obj))
-        raw = PyBytes_FromObject(obj);
+    else if (PyBytes_Check(obj) || PyByteArray_Check(obj) || PyList_Check(obj) || PyTuple_Check(obj))
+        raw = PyBytes_FromObject(obj);      /* a list of 16 ints too, as the seed's bytes(dgid) */
     else {
         PyErr_Format(PyExc_TypeError, "%s must be a Gid or 16 bytes, not %s",
                      name, ibv_type_name(obj));

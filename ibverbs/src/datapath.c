@@ -365,8 +365,9 @@ static PyType_Slot SGE_slots[] = {
     {0, NULL},
 };
 
+/* BASETYPE: the seed's classes could be subclassed. */
 static PyType_Spec SGE_spec = {"ibverbs.SGE", sizeof(SGEObject), 0,
-                               Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, SGE_slots};
+                               Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC, SGE_slots};
 
 int ibv_sge_from_py(PyObject *obj, struct ibv_sge *out)
 {
@@ -444,14 +445,20 @@ typedef struct {
     PyObject *sg_list;
 } RecvWRObject;
 
-/* sg_list must be None or a sequence of SGE; stored as a new list. */
-static int set_sg_list(PyObject **slot, PyObject *value)
+/*
+ * sg_list must be None or a sequence of SGE.  As in the seed, the
+ * constructor stores a copy (copy=1) and assignment stores the list itself
+ * (a list's later appends are posted); anything else becomes a new list.
+ * Items are checked here and again when posted (fill_sges), since the list
+ * can change in between.
+ */
+static int set_sg_list(PyObject **slot, PyObject *value, int copy)
 {
     if (value == NULL || value == Py_None) {
         Py_CLEAR(*slot);
         return 0;
     }
-    PyObject *list = PySequence_List(value);
+    PyObject *list = !copy && PyList_CheckExact(value) ? Py_NewRef(value) : PySequence_List(value);
     if (list == NULL) {
         /* Only "not iterable" is ours to word; MemoryError, KeyboardInterrupt
          * or an iterator's own error pass through. */
@@ -533,30 +540,43 @@ U64_FIELD(SendWR, remote_qkey, UINT32_MAX)
 U64_FIELD(SendWR, invalidate_rkey, UINT32_MAX)
 U64_FIELD(RecvWR, wr_id, UINT64_MAX)
 
+/* A request without SGEs holds no list until sg_list is read: then an
+ * empty one, kept, so that wr.sg_list.append(sge) is what gets posted. */
+static PyObject *get_sg_list(PyObject **slot)
+{
+    if (*slot == NULL && (*slot = PyList_New(0)) == NULL)
+        return NULL;
+    return Py_NewRef(*slot);
+}
+
 static PyObject *SendWR_get_sg_list(PyObject *op, void *c)
 {
-    PyObject *v = ((SendWRObject *)op)->sg_list;
     (void)c;
-    return Py_NewRef(v ? v : Py_None);
+    return get_sg_list(&((SendWRObject *)op)->sg_list);
 }
 
 static int SendWR_set_sg_list(PyObject *op, PyObject *v, void *c)
 {
     (void)c;
-    return set_sg_list(&((SendWRObject *)op)->sg_list, v);
+    return set_sg_list(&((SendWRObject *)op)->sg_list, v, 0);
+}
+
+static int SendWR_init_sg_list(PyObject *op, PyObject *v, void *c)
+{
+    (void)c;
+    return set_sg_list(&((SendWRObject *)op)->sg_list, v, 1);
 }
 
 static PyObject *RecvWR_get_sg_list(PyObject *op, void *c)
 {
-    PyObject *v = ((RecvWRObject *)op)->sg_list;
     (void)c;
-    return Py_NewRef(v ? v : Py_None);
+    return get_sg_list(&((RecvWRObject *)op)->sg_list);
 }
 
 static int RecvWR_set_sg_list(PyObject *op, PyObject *v, void *c)
 {
     (void)c;
-    return set_sg_list(&((RecvWRObject *)op)->sg_list, v);
+    return set_sg_list(&((RecvWRObject *)op)->sg_list, v, 0);
 }
 
 static PyObject *SendWR_get_ah(PyObject *op, void *c)
@@ -633,7 +653,7 @@ static struct argspec SendWR_args = {"SendWR", 0, SendWR_names, NULL, 0};
 
 static int SendWR_init(PyObject *op, PyObject *args, PyObject *kwargs)
 {
-    static setter setters[] = {SendWR_set_wr_id, SendWR_set_sg_list, SendWR_set_opcode,
+    static setter setters[] = {SendWR_set_wr_id, SendWR_init_sg_list, SendWR_set_opcode,
                                SendWR_set_send_flags, SendWR_set_remote_addr,
                                SendWR_set_rkey, SendWR_set_imm_data,
                                SendWR_set_compare_add, SendWR_set_swap, SendWR_set_ah,
@@ -659,7 +679,7 @@ static int RecvWR_init(PyObject *op, PyObject *args, PyObject *kwargs)
         return -1;
     if (v[0] != NULL && RecvWR_set_wr_id(op, v[0], NULL) < 0)
         return -1;
-    if (v[1] != NULL && RecvWR_set_sg_list(op, v[1], NULL) < 0)
+    if (v[1] != NULL && set_sg_list(&((RecvWRObject *)op)->sg_list, v[1], 1) < 0)
         return -1;
     return 0;
 }
@@ -712,7 +732,7 @@ static void RecvWR_dealloc(PyObject *op)
 
 static PyGetSetDef SendWR_getset[] = {
     GETSET(SendWR, wr_id, "Returned in the completion."),
-    GETSET(SendWR, sg_list, "List of SGE (or None)."),
+    GETSET(SendWR, sg_list, "List of SGE (an empty list by default)."),
     GETSET(SendWR, opcode, "WROpcode."),
     GETSET(SendWR, send_flags, "SendFlags."),
     GETSET(SendWR, remote_addr, "RDMA/atomic remote address."),
@@ -731,7 +751,7 @@ static PyGetSetDef SendWR_getset[] = {
 
 static PyGetSetDef RecvWR_getset[] = {
     GETSET(RecvWR, wr_id, "Returned in the completion."),
-    GETSET(RecvWR, sg_list, "List of SGE (or None)."),
+    GETSET(RecvWR, sg_list, "List of SGE (an empty list by default)."),
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -779,9 +799,11 @@ static PyType_Slot RecvWR_slots[] = {
 };
 
 static PyType_Spec SendWR_spec = {"ibverbs.SendWR", sizeof(SendWRObject), 0,
-                                  Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, SendWR_slots};
+                                  Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+                                  SendWR_slots};
 static PyType_Spec RecvWR_spec = {"ibverbs.RecvWR", sizeof(RecvWRObject), 0,
-                                  Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, RecvWR_slots};
+                                  Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+                                  RecvWR_slots};
 
 /* ---- building C chains -------------------------------------------------- */
 
@@ -798,11 +820,12 @@ struct chain {
 };
 
 /*
- * The work requests of one post: a single request, or a list or tuple of
- * them.  An exact list or tuple is read in place, with borrowed items: no
- * Python code runs while a chain is built (no callbacks, no __index__), so
- * it cannot change under us.  Subclasses are copied into a tuple first, as
- * they may override iteration.
+ * The work requests of one post: a single request, or any iterable of
+ * them (as the seed took).  An exact list or tuple is read in place, with
+ * borrowed items: no Python code runs while a chain is built (no callbacks,
+ * no __index__), so it cannot change under us.  Anything else (subclasses,
+ * generators) is copied into a tuple first, as it may run code when
+ * iterated.  An empty one gives n == 0: nothing to post.
  */
 struct wr_seq {
     PyObject *one;      /* the single request, or NULL */
@@ -838,21 +861,19 @@ static int wr_seq_init(struct wr_seq *s, PyObject *arg, PyTypeObject *type, cons
         s->is_list = 1;
     } else if (PyTuple_CheckExact(arg)) {
         s->seq = arg;
-    } else if (PyList_Check(arg) || PyTuple_Check(arg)) {
-        s->owned = s->seq = PySequence_Tuple(arg);
+    } else {
+        PyObject *iter = PyObject_GetIter(arg);     /* iterated once, here */
+        if (iter == NULL) {
+            PyErr_Format(PyExc_TypeError, "expected a %s or an iterable of them, not %s", what,
+                         ibv_type_name(arg));
+            return -1;
+        }
+        s->owned = s->seq = PySequence_Tuple(iter);
+        Py_DECREF(iter);
         if (s->seq == NULL)
             return -1;
-    } else {
-        PyErr_Format(PyExc_TypeError, "expected a %s or a list of them, not %s", what,
-                     ibv_type_name(arg));
-        return -1;
     }
     s->n = s->is_list ? PyList_Size(s->seq) : PyTuple_Size(s->seq);
-    if (s->n == 0) {
-        PyErr_Format(PyExc_ValueError, "no %s to post", what);
-        wr_seq_done(s);
-        return -1;
-    }
     for (Py_ssize_t i = 0; i < s->n; i++) {
         PyObject *item = wr_seq_item(s, i);
         if (!PyObject_TypeCheck(item, type)) {
@@ -1041,16 +1062,47 @@ static PyObject *postlist_post(PyObject *self, PyObject *list, enum post_target 
  * back waits for that thread).  A PostList can be told to release it
  * (release_gil=True) where a post is slow and other threads must run.
  */
-PyObject *ibv_hand_QP_post_send(PyObject *self, PyObject *arg)
+/* The one argument of a METH_FASTCALL | METH_KEYWORDS method (common.h),
+ * by position or by its keyword `name` (the seed's names). */
+static inline PyObject *one_arg(const char *fname, const char *name, PyObject *const *args,
+                                Py_ssize_t nargs, PyObject *kwnames)
+{
+    Py_ssize_t nkw = kwnames != NULL ? PyTuple_Size(kwnames) : 0;
+    if (nargs == 1 && nkw == 0)
+        return args[0];
+    if (nargs == 0 && nkw == 1) {
+        PyObject *key = PyTuple_GetItem(kwnames, 0);
+        if (PyUnicode_CompareWithASCIIString(key, name) == 0)
+            return args[0];
+        PyErr_Format(PyExc_TypeError, "'%U' is an invalid keyword argument for %s()", key, fname);
+        return NULL;
+    }
+    if (nargs + nkw == 0)
+        PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s' (pos 1)", fname, name);
+    else
+        PyErr_Format(PyExc_TypeError, "%s() takes exactly one argument (%zd given)", fname,
+                     nargs + nkw);
+    return NULL;
+}
+
+PyObject *ibv_hand_QP_post_send(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                PyObject *kwnames)
 {
     struct wr_seq s;
     struct chain c;
+    PyObject *arg = one_arg("post_send", "wrs", args, nargs, kwnames);
+    if (arg == NULL)
+        return NULL;
     if (ibv_check_open(self) < 0 || ibv_qp_send_idle(self, "post_send") < 0)
         return NULL;
     if (Py_IS_TYPE(arg, PostList_Type))
         return postlist_post(self, arg, POST_SEND);
     if (wr_seq_init(&s, arg, SendWR_Type, "SendWR") < 0)
         return NULL;
+    if (s.n == 0) {
+        wr_seq_done(&s);
+        Py_RETURN_NONE;
+    }
     PyObject *result = NULL;
     Py_ssize_t nsge = 0;
     for (Py_ssize_t i = 0; i < s.n; i++)
@@ -1098,6 +1150,10 @@ static PyObject *post_recv(PyObject *self, PyObject *arg, int srq)
         return postlist_post(self, arg, srq ? POST_SRQ_RECV : POST_RECV);
     if (wr_seq_init(&s, arg, RecvWR_Type, "RecvWR") < 0)
         return NULL;
+    if (s.n == 0) {
+        wr_seq_done(&s);
+        Py_RETURN_NONE;
+    }
     PyObject *result = NULL;
     Py_ssize_t nsge = 0;
     for (Py_ssize_t i = 0; i < s.n; i++)
@@ -1132,19 +1188,25 @@ done:
     return result;
 }
 
-PyObject *ibv_hand_QP_post_recv(PyObject *self, PyObject *arg)
+PyObject *ibv_hand_QP_post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                PyObject *kwnames)
 {
-    return post_recv(self, arg, 0);
+    PyObject *arg = one_arg("post_recv", "wrs", args, nargs, kwnames);
+    return arg == NULL ? NULL : post_recv(self, arg, 0);
 }
 
-PyObject *ibv_hand_SRQ_post_recv(PyObject *self, PyObject *arg)
+PyObject *ibv_hand_SRQ_post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                 PyObject *kwnames)
 {
-    return post_recv(self, arg, 1);
+    PyObject *arg = one_arg("post_recv", "wrs", args, nargs, kwnames);
+    return arg == NULL ? NULL : post_recv(self, arg, 1);
 }
 
-PyObject *ibv_hand_WQ_post_recv(PyObject *self, PyObject *arg)
+PyObject *ibv_hand_WQ_post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                PyObject *kwnames)
 {
-    return post_recv(self, arg, 2);
+    PyObject *arg = one_arg("post_recv", "wrs", args, nargs, kwnames);
+    return arg == NULL ? NULL : post_recv(self, arg, 2);
 }
 
 /* ==== prebuilt work request lists ======================================== */
@@ -1995,10 +2057,12 @@ static PyObject *wc_new(const struct ibv_wc *wc)
 static void WC_dealloc(PyObject *op)
 {
     PyTypeObject *type = Py_TYPE(op);
-    if (wc_nfree < WC_FREE_MAX)
+    if (type == WC_Type && wc_nfree < WC_FREE_MAX)
         wc_free[wc_nfree++] = op;
-    else
+    else if (type == WC_Type)
         PyObject_Free(op);
+    else    /* a subclass's instance: its own layout and allocator */
+        ((freefunc)PyType_GetSlot(type, Py_tp_free))(op);
     Py_DECREF(type);
 }
 
@@ -2093,7 +2157,7 @@ static PyType_Slot WC_slots[] = {
 };
 
 static PyType_Spec WC_spec = {"ibverbs.WC", sizeof(WCObject), 0,
-                              Py_TPFLAGS_DEFAULT,
+                              Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
                               WC_slots};
 
 int ibv_wc_to_c(PyObject *obj, struct ibv_wc *out)
@@ -2163,10 +2227,14 @@ static PyObject *empty_result(void)
 
 /* poll and poll_into keep the GIL: ibv_poll_cq never blocks and costs tens
  * of nanoseconds, less than releasing and retaking the GIL. */
-PyObject *ibv_hand_CQ_poll(PyObject *self, PyObject *arg)
+PyObject *ibv_hand_CQ_poll(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                           PyObject *kwnames)
 {
     int num;
     struct ibv_wc stack[STACK_WCS], *wcs = stack;
+    PyObject *arg = one_arg("poll", "num_entries", args, nargs, kwnames);
+    if (arg == NULL)
+        return NULL;
     /* Converted first: an __index__ may close the CQ. */
     if (num_entries_arg(arg, &num) < 0)
         return NULL;
@@ -2513,6 +2581,10 @@ PyObject *ibv_hand_CQ_ack_events(PyObject *self, PyObject *args, PyObject *kwarg
     if (nevents_obj != NULL &&
         ibv_conv_unsigned(nevents_obj, "nevents", UINT32_MAX, &nevents) < 0)
         return NULL;
+    if (nevents == 0) {
+        PyErr_SetString(PyExc_ValueError, "nevents must be positive");
+        return NULL;
+    }
     if (ibv_check_open(self) < 0)
         return NULL;
     struct CQObject *cq = (struct CQObject *)self;
@@ -2656,7 +2728,8 @@ static PyType_Slot AsyncEvent_slots[] = {
 };
 
 static PyType_Spec AsyncEvent_spec = {"ibverbs.AsyncEvent", sizeof(AsyncEventObject), 0,
-                                      Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, AsyncEvent_slots};
+                                      Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+                                      AsyncEvent_slots};
 
 static void *event_element(const struct ibv_async_event *ev)
 {
@@ -2718,9 +2791,13 @@ PyObject *ibv_hand_Context_get_async_event(PyObject *self, PyObject *unused)
     return op;
 }
 
-PyObject *ibv_hand_Context_ack_async_event(PyObject *self, PyObject *arg)
+PyObject *ibv_hand_Context_ack_async_event(PyObject *self, PyObject *const *args,
+                                           Py_ssize_t nargs, PyObject *kwnames)
 {
+    PyObject *arg = one_arg("ack_async_event", "ev", args, nargs, kwnames);
     (void)self;
+    if (arg == NULL)
+        return NULL;
     if (!PyObject_TypeCheck(arg, AsyncEvent_Type)) {
         PyErr_Format(PyExc_TypeError, "expected an AsyncEvent, not %s", ibv_type_name(arg));
         return NULL;

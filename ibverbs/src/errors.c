@@ -58,12 +58,14 @@ PyObject *ibv_raise_detail(const char *operation, int err, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(detail, sizeof(detail), fmt, ap);
     va_end(ap);
-    /* VerbsError prints "<operation> failed: <detail>": a detail written
-     * with that prefix already would show it twice. */
-    const char *text = detail;
+    /* A detail is the whole message (VerbsError as the seed's OSError):
+     * it starts "<operation> failed: ", written here unless already there. */
+    char text[320];
     size_t oplen = strlen(operation);
-    if (strncmp(text, operation, oplen) == 0 && strncmp(text + oplen, " failed: ", 9) == 0)
-        text += oplen + 9;
+    if (strncmp(detail, operation, oplen) == 0 && strncmp(detail + oplen, " failed: ", 9) == 0)
+        snprintf(text, sizeof(text), "%s", detail);
+    else
+        snprintf(text, sizeof(text), "%s failed: %s", operation, detail);
     return raise_with(Py_BuildValue("(sis)", operation, err, text));
 }
 
@@ -81,7 +83,9 @@ int ibv_error_code(long rc)
 PyObject *ibv_raise_closed(PyObject *obj)
 {
     const char *name = ibv_type_name(obj);
-    return ibv_raise_detail(name, EBADF, "%s is closed", name);
+    char text[160];
+    snprintf(text, sizeof(text), "%s is closed", name);    /* the seed's words */
+    return raise_with(Py_BuildValue("(sis)", name, EBADF, text));
 }
 
 PyObject *ibv_raise_unavailable(const char *symbol, const char *since)

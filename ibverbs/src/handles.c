@@ -10,6 +10,7 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -45,9 +46,11 @@ int ibv_check_closable(PyObject *obj, const char *verb)
 {
     IbvHandle *h = IBV_HANDLE(obj);
     if (h->live_children > 0) {
+        /* The seed's words, which callers match on. */
+        const char *name = ibv_type_name(obj);
         ibv_raise_detail(verb, EBUSY,
-                         "%s failed: %s still has %zd open child object(s); "
-                         "close them first", verb, ibv_type_name(obj),
+                         "%s failed: cannot close %s with %zd open child resource(s)",
+                         verb, strcmp(name, "Context") == 0 ? "context" : name,
                          h->live_children);
         return -1;
     }

@@ -82,7 +82,9 @@ PyObject *ibv_hand_module__device_list(PyObject *module, PyObject *unused)
     PyObject *result = PyList_New(0);
     for (int i = 0; result != NULL && i < n; i++) {
         const char *name = ibv_get_device_name(list[i]);
-        uint64_t guid = be64toh(ibv_get_device_guid(list[i]));
+        /* As it comes (network order read as a host integer), like the
+         * seed's Device.guid and DeviceAttr.node_guid (ibv_query_device). */
+        uint64_t guid = ibv_get_device_guid(list[i]);
         int index = ibv_get_device_index(list[i]);
         PyObject *item = Py_BuildValue("(sKiiI)", name ? name : "", (unsigned long long)guid,
                                        index, (int)list[i]->node_type,
@@ -161,7 +163,83 @@ static PyObject *module_missing_symbols(PyObject *module, PyObject *unused)
     return list;
 }
 
+PyObject *ibv_hand_module__rdmacm_available(PyObject *module, PyObject *unused);
+
+static PyObject *module_has_rdmacm(PyObject *module, PyObject *unused)
+{
+    return ibv_hand_module__rdmacm_available(module, unused);
+}
+
+/* Names the seed's extension module had that live in Python modules here,
+ * which import this one (so they cannot be imported while it initialises):
+ * looked up on first use (PEP 562). */
+static const char *const python_names[][2] = {
+    {"Device", "ibverbs._device"},
+    {"get_device_list", "ibverbs._device"},
+    {NULL, NULL},
+};
+
+static PyObject *module_getattr(PyObject *module, PyObject *name)
+{
+    (void)module;
+    for (int i = 0; PyUnicode_Check(name) && python_names[i][0] != NULL; i++) {
+        if (PyUnicode_CompareWithASCIIString(name, python_names[i][0]) != 0)
+            continue;
+        PyObject *source = PyImport_ImportModule(python_names[i][1]);
+        if (source == NULL)
+            return NULL;
+        PyObject *value = PyObject_GetAttr(source, name);
+        Py_DECREF(source);
+        return value;
+    }
+    PyErr_Format(PyExc_AttributeError, "module 'ibverbs._ibverbs' has no attribute '%U'", name);
+    return NULL;
+}
+
+/* __all__: every public name, the looked-up ones included, so that
+ * `from ibverbs._ibverbs import *` gives what the seed's did and more. */
+static int module_set_all(PyObject *module)
+{
+    PyObject *all = PyList_New(0);
+    PyObject *names = all ? PyDict_Keys(PyModule_GetDict(module)) : NULL;
+    int rc = names == NULL ? -1 : 0;
+    for (Py_ssize_t i = 0; rc == 0 && i < PyList_Size(names); i++) {
+        PyObject *key = PyList_GetItem(names, i);
+        if (PyUnicode_Check(key) && PyUnicode_GetLength(key) > 0 &&
+            PyUnicode_ReadChar(key, 0) != '_')
+            rc = PyList_Append(all, key);
+    }
+    for (int i = 0; rc == 0 && python_names[i][0] != NULL; i++) {
+        PyObject *key = PyUnicode_FromString(python_names[i][0]);
+        rc = key == NULL ? -1 : PyList_Append(all, key);
+        Py_XDECREF(key);
+    }
+    if (rc == 0)
+        rc = PyList_Sort(all);
+    if (rc == 0)
+        rc = PyModule_AddObject(module, "__all__", all);
+    if (rc < 0)
+        Py_XDECREF(all);
+    Py_XDECREF(names);
+    return rc;
+}
+
+/* PyModule_AddObjectRef joined the Limited API in 3.10. */
+static int add_ref(PyObject *module, const char *name, PyObject *value)
+{
+    Py_INCREF(value);
+    if (PyModule_AddObject(module, name, value) < 0) {
+        Py_DECREF(value);
+        return -1;
+    }
+    return 0;
+}
+
 static PyMethodDef module_functions[] = {
+    {"__getattr__", module_getattr, METH_O,
+     "__getattr__($module, name, /)\n--\n\nDevice and get_device_list, from ibverbs._device."},
+    {"_has_rdmacm", module_has_rdmacm, METH_NOARGS,
+     "_has_rdmacm($module, /)\n--\n\nWhether librdmacm.so.1 can be loaded (it is, on first use)."},
     {"_linked", module_linked, METH_NOARGS,
      "_linked($module, /)\n--\n\nTrue once libibverbs.so.1 is loaded."},
     {"_has_dmabuf", module_has_dmabuf, METH_NOARGS,
@@ -191,7 +269,11 @@ PyMODINIT_FUNC PyInit__ibverbs(void)
         ibv_errors_init() < 0 ||
         ibv_register_generated_types(module) < 0 ||
         ibv_datapath_init(module) < 0 ||
-        ibv_rdmacm_init(module) < 0) {
+        ibv_rdmacm_init(module) < 0 ||
+        add_ref(module, "VerbsError", ibv_VerbsError) < 0 ||
+        add_ref(module, "CompletionError", ibv_CompletionError) < 0 ||
+        add_ref(module, "Gid", ibv_GidClass) < 0 ||
+        module_set_all(module) < 0) {
         Py_DECREF(module);
         return NULL;
     }

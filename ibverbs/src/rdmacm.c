@@ -217,11 +217,16 @@ static PyObject *Context_wrap_borrowed(struct ibv_context *verbs)
     return ctx;
 }
 
+/* The class of the CMIDs made here: ibverbs.CMID, the Python subclass
+ * with the seed's blocking API (ibverbs/_cmid.py), once it registered
+ * itself; this C base before that. */
+static PyTypeObject *cmid_class;
+
 static PyObject *CMID_wrap(struct rdma_cm_id *id, PyObject *channel)
 {
     PyObject *parents[] = {channel};
     PyObject *slots[1];
-    PyObject *op = ibv_handle_new(CMID_Type, id, slots, parents, 1);
+    PyObject *op = ibv_handle_new(cmid_class ? cmid_class : CMID_Type, id, slots, parents, 1);
     if (op == NULL) {
         rdma_destroy_id(id);    /* not wrapped, so not leaked either */
         return NULL;
@@ -666,6 +671,11 @@ PyObject *ibv_hand_CMID_create_qp(PyObject *op, PyObject *args, PyObject *kwargs
     struct QPInitAttrObject *attr = (struct QPInitAttrObject *)attr_arg;
     if (QPInitAttr_prepare(attr) < 0)
         return NULL;
+    if (attr->ref_send_cq == NULL || attr->ref_recv_cq == NULL) {
+        /* placeholders the caller never filled (QPInitAttr(None, None)) */
+        PyErr_SetString(PyExc_TypeError, "CMID.create_qp: init_attr.send_cq and recv_cq must be CQs, not None");
+        return NULL;
+    }
     struct rdma_cm_id *id = cm_enter(op);
     if (id == NULL)
         return NULL;
@@ -994,7 +1004,7 @@ static PyType_Slot CMID_slots[] = {
 };
 
 static PyType_Spec CMID_spec = {
-    "ibverbs.CMID", sizeof(struct CMIDObject), 0, Py_TPFLAGS_DEFAULT, CMID_slots,
+    "ibverbs.CMID", sizeof(struct CMIDObject), 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, CMID_slots,
 };
 
 /* ---- EventChannel ------------------------------------------------------------------ */
@@ -1301,7 +1311,21 @@ PyObject *ibv_hand_module__rdmacm_available(PyObject *module, PyObject *unused)
     Py_RETURN_TRUE;
 }
 
+static PyObject *module_set_cmid_class(PyObject *module, PyObject *cls)
+{
+    (void)module;
+    if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, CMID_Type)) {
+        PyErr_SetString(PyExc_TypeError, "_set_cmid_class needs a subclass of the C CMID");
+        return NULL;
+    }
+    Py_INCREF(cls);
+    Py_XSETREF(cmid_class, (PyTypeObject *)cls);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef rdmacm_functions[] = {
+    {"_set_cmid_class", module_set_cmid_class, METH_O,
+     "_set_cmid_class($module, cls, /)\n--\n\nThe class of the CMIDs made from now on (ibverbs.CMID)."},
     RDMACM_GENERATED_FUNCTIONS
     {NULL, NULL, 0, NULL},
 };

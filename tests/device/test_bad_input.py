@@ -339,7 +339,7 @@ def test_mr_sge_checks_offset_and_length(ib, pool):
 def test_posting_wrong_types_raises_type_error(ib, pool):
     qp = pool.qp
     for bad in (None, 1, "x", ib.RecvWR(), [ib.RecvWR()], [ib.SendWR(), 1], (ib.SendWR(), None),
-                {ib.SendWR()}, iter([ib.SendWR()])):
+                {ib.SendWR(), 2}, iter([ib.SendWR(), "x"])):
         with pytest.raises(TypeError):
             qp.post_send(bad)
     for bad in (None, 1, ib.SendWR(), [ib.SendWR()], [ib.RecvWR(), "x"]):
@@ -347,11 +347,9 @@ def test_posting_wrong_types_raises_type_error(ib, pool):
             qp.post_recv(bad)
         with pytest.raises(TypeError):
             pool.srq.post_recv(bad)
-    for empty in ([], ()):
-        with pytest.raises(ValueError):
-            qp.post_send(empty)
-        with pytest.raises(ValueError):
-            qp.post_recv(empty)
+    for empty in ([], (), iter([]), set()):     # nothing to post (the seed's behaviour)
+        assert qp.post_send(empty) is None
+        assert qp.post_recv(empty) is None
     wr = ib.SendWR(sg_list=[pool.mr.sge()])
     wr.sg_list.append("not an SGE")       # the stored list is mutable: checked at post time
     with pytest.raises(TypeError):
@@ -397,8 +395,9 @@ def test_a_closed_object_refuses_every_method_with_ebadf(ib, device_names, acces
         with pytest.raises(ib.VerbsError) as exc:
             call()
         assert exc.value.errno == errno.EBADF
-    # Attributes that need no verbs object still answer.
-    assert mr.owner is buf and qp.pd is pd and pd.context is ctx
+    # Attributes that need no verbs object still answer; the MR let its
+    # owner go (the seed's rule).
+    assert mr.owner is None and qp.pd is pd and pd.context is ctx
 
 
 # ---- queues, states and keys -------------------------------------------------------
@@ -463,14 +462,14 @@ def test_more_receives_than_the_queue_holds_fail_and_it_stays_usable(
 def test_more_receives_than_the_srq_holds_fail_and_it_stays_usable(ib, pd, make_buffer):
     dst = make_buffer(8)
     with pd.create_srq(max_wr=4) as srq:
-        cap = srq.query().max_wr
+        cap = srq.query()["max_wr"]
         wrs = [ib.RecvWR(wr_id=i, sg_list=[dst.mr.sge()]) for i in range(cap + 4)]
         with pytest.raises(ib.VerbsError) as exc:
             srq.post_recv(wrs)
         assert cap <= _failed_index(exc.value) < len(wrs)
         with pytest.raises(ib.VerbsError):
             srq.post_recv(wrs[0])                 # full: refused, not lost
-        assert srq.query().max_wr == cap
+        assert srq.query()["max_wr"] == cap
 
 
 @pytest.mark.parametrize("bad", ["lkey", "rkey"])

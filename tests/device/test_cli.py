@@ -35,7 +35,7 @@ def test_devices_lists_every_device_with_its_guid(ib, device_names):
     out = cli("devices").stdout
     listed = {line.split()[0]: line.split()[1] for line in out.splitlines()[2:]}
     for dev in ib.get_device_list():
-        assert listed[dev.name] == f"{dev.guid:016x}"
+        assert listed[dev.name] == dev.guid.to_bytes(8, sys.byteorder).hex()
     assert set(device_names) <= set(listed)
     as_json = json.loads(cli("devices", "--json").stdout)
     assert {d["name"]: d["guid"] for d in as_json} == {d.name: d.guid for d in ib.get_device_list()}

@@ -113,7 +113,7 @@ def test_create_srq_ex_makes_a_basic_srq_that_feeds_a_qp(ib, ctx, pd, port, gid_
     with pd.create_srq_ex(max_wr=16, max_sge=2, srq_type=ib.SRQType.BASIC) as srq:
         assert isinstance(srq, ib.SRQ) and srq.pd is pd
         assert srq.xrcd is None and srq.cq is None
-        assert srq.query().max_wr >= 16
+        assert srq.query()["max_wr"] >= 16
         with ctx.create_cq(16) as cq_a, ctx.create_cq(16) as cq_b:
             a = pd.create_qp_ex(cq_a, cq_a, send_ops_flags=ib.QPCreateSendOps.SEND)
             b = pd.create_qp_ex(cq_b, cq_b, srq=srq)

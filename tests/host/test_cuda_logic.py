@@ -263,14 +263,16 @@ def test_register_tensor_falls_back_when_reg_dmabuf_mr_fails_and_still_closes_th
     assert is_closed(fake_fd.fds[0])
 
 
-def test_register_tensor_raises_the_reg_mr_error_when_both_paths_fail(monkeypatch):
+def test_register_tensor_says_both_paths_failed_as_the_seed(monkeypatch):
     first = RuntimeError("no dma-buf")
     monkeypatch.setattr(cuda, "dmabuf_fd", FakeDmabufFd(first))
-    pd = FakePD(reg_mr_error=VerbsError("ibv_reg_mr", errno.EFAULT))
-    with pytest.raises(VerbsError) as info:
+    second = VerbsError("ibv_reg_mr", errno.EFAULT)
+    pd = FakePD(reg_mr_error=second)
+    with pytest.raises(RuntimeError) as info:
         cuda.register_tensor(pd, FakeCudaTensor(), ACCESS)
-    assert info.value.errno == errno.EFAULT
-    assert info.value.__context__ is first
+    assert str(info.value) == (f"GPUDirect registration failed. dma-buf path: no dma-buf; "
+                               f"reg_mr path: {second}")
+    assert info.value.__cause__ is second
 
 
 def test_register_tensor_does_not_hide_programming_errors(fake_fd):
@@ -336,18 +338,20 @@ def test_tensor_ptr_len_of_a_cuda_array_interface_object(fake_fd):
     assert (gmr.addr, gmr.length) == (BASE + 4, 12)
 
 
-def test_tensor_ptr_len_rejects_host_tensors_and_other_types():
-    with pytest.raises(ValueError, match="ibverbs.reg_tensor"):
-        cuda.tensor_ptr_len(FakeCudaTensor(device="cpu"))
-    with pytest.raises(ValueError, match="ibverbs.reg_tensor"):
+def test_tensor_ptr_len_of_a_host_tensor_is_its_span_as_in_the_seed():
+    assert cuda.tensor_ptr_len(FakeCudaTensor(device="cpu", ptr=BASE + 8, nbytes=24)) == (BASE + 8, 24)
+
+
+def test_tensor_ptr_len_rejects_host_arrays_and_other_types():
+    with pytest.raises(TypeError, match="ibverbs.reg_tensor"):
         cuda.tensor_ptr_len(np.arange(3))
     with pytest.raises(TypeError):
         cuda.tensor_ptr_len("tensor")
 
 
-def test_tensor_ptr_len_names_other_devices():
+def test_register_tensor_names_other_devices():
     with pytest.raises(ValueError, match="not a meta tensor"):
-        cuda.tensor_ptr_len(FakeCudaTensor(device="meta"))
+        cuda.register_tensor(FakePD(), FakeCudaTensor(device="meta"), ACCESS)
 
 
 # --- GpuMR -----------------------------------------------------------------------------------
@@ -382,10 +386,17 @@ def test_gpumr_sge_offset_and_length(length, offset, expected):
     assert g.sge(length=length, offset=offset).owner is g
 
 
-@pytest.mark.parametrize("offset", [1000, 1001, 1 << 40])
-def test_gpumr_sge_offset_outside_the_region(offset):
+@pytest.mark.parametrize("offset", [-1, -(1 << 40), 1001, 1 << 40])
+def test_gpumr_sge_offset_outside_the_region_negative_included(offset):
     with pytest.raises(ValueError, match="outside"):
         make_gpumr().sge(offset=offset)
+    with pytest.raises(ValueError, match="outside"):
+        make_gpumr().sge(0, offset)
+
+
+def test_gpumr_sge_at_the_end_of_the_region_is_empty_as_in_the_seed():
+    sge = make_gpumr().sge(offset=1000)
+    assert (sge.addr, sge.length) == (BASE + 0x40 + 1000, 0)
 
 
 @pytest.mark.parametrize("length, offset", [(1001, 0), (2, 999), (1 << 33, 0)])
@@ -394,9 +405,7 @@ def test_gpumr_sge_range_beyond_the_region(length, offset):
         make_gpumr().sge(length, offset)
 
 
-def test_gpumr_sge_negative_values():
-    with pytest.raises(ValueError, match="non-negative"):
-        make_gpumr().sge(offset=-1)
+def test_gpumr_sge_negative_length():
     with pytest.raises(ValueError, match="non-negative"):
         make_gpumr().sge(-1)
 
@@ -463,15 +472,17 @@ ERRORS = {1: (b"CUDA_ERROR_INVALID_VALUE", b"invalid argument"),
 
 
 _CU_FUNCTIONS = ("cuInit", "cuGetErrorName", "cuGetErrorString", "cuMemGetHandleForAddressRange",
-                 "cuFlushGPUDirectRDMAWrites")
+                 "cuFlushGPUDirectRDMAWrites", "cuCtxSynchronize")
 
 
 class FakeLibcuda:
     """Stands in for the ctypes CDLL of libcuda.so.1."""
 
-    def __init__(self, init_result=0, handle_result=0, flush_result=0, fd=42, missing=()):
+    def __init__(self, init_result=0, handle_result=0, flush_result=0, fd=42, missing=(),
+                 sync_result=0):
         self.init_result, self.handle_result, self.flush_result, self.fd = (
             init_result, handle_result, flush_result, fd)
+        self.sync_result = sync_result
         self.calls = []
         for name in _CU_FUNCTIONS:  # as plain callables, which take .argtypes like ctypes functions
             setattr(self, name, functools.partial(getattr(type(self), name), self))
@@ -503,6 +514,10 @@ class FakeLibcuda:
     def cuFlushGPUDirectRDMAWrites(self, target, scope):
         self.calls.append(("cuFlushGPUDirectRDMAWrites", target, scope))
         return self.flush_result
+
+    def cuCtxSynchronize(self):
+        self.calls.append(("cuCtxSynchronize",))
+        return self.sync_result
 
 
 def test_dmabuf_fd_calls_cuMemGetHandleForAddressRange_for_a_dmabuf_fd(monkeypatch):
@@ -579,6 +594,25 @@ def test_missing_libcuda_is_a_clear_runtime_error(monkeypatch, real_loader):
         assert "libcuda-ibverbs-test-missing.so.1" in msg and "NVIDIA driver" in msg
         assert isinstance(info.value.__cause__, OSError)
     assert cuda._lib is None  # a failed load is not cached
+
+
+def test_synchronize_calls_cuCtxSynchronize(monkeypatch):
+    lib = FakeLibcuda()
+    monkeypatch.setattr(cuda, "_lib", lib)
+    assert cuda.synchronize() is None
+    assert lib.calls == [("cuCtxSynchronize",)]
+
+
+def test_synchronize_reports_the_cuda_error(monkeypatch):
+    monkeypatch.setattr(cuda, "_lib", FakeLibcuda(sync_result=201))
+    with pytest.raises(RuntimeError, match="cuCtxSynchronize failed: CUDA_ERROR_INVALID_CONTEXT"):
+        cuda.synchronize()
+
+
+def test_synchronize_without_libcuda_is_a_clean_runtime_error(monkeypatch, real_loader):
+    monkeypatch.setattr(cuda, "_LIBCUDA", "libcuda-ibverbs-test-missing.so.1")
+    with pytest.raises(RuntimeError, match="libcuda-ibverbs-test-missing.so.1"):
+        cuda.synchronize()
 
 
 def test_missing_libcuda_makes_register_tensor_fall_back_to_reg_mr(monkeypatch, real_loader):

@@ -59,10 +59,47 @@ def test_a_library_without_required_verbs_is_refused(tmp_path):
     assert out.returncode == 1 and "lacks " in out.stderr and "rdma-core is too old" in out.stderr
 
 
-def test_handle_classes_cannot_be_made_directly():
+def test_handle_classes_called_directly_give_closed_handles_as_in_the_seed():
+    import errno
     for cls in (ib.Context, ib.PD, ib.MR, ib.CQ, ib.QP, ib.SRQ, ib.AH, ib.CompChannel, ib.MW):
-        with pytest.raises(TypeError, match="cannot be created directly"):
-            cls()
+        before = cls._open_count()
+        obj = cls()
+        assert cls._open_count() == before
+        with pytest.raises(ib.VerbsError) as info:
+            (obj.query_device() if cls is ib.Context else obj.fd if cls is ib.CompChannel else
+                                       obj.handle if hasattr(cls, "handle") else obj.pd)
+        assert info.value.errno == errno.EBADF
+        assert info.value.strerror == f"{cls.__name__} is closed"
+        obj.close()                       # harmless, like any closed handle
+        with pytest.raises(TypeError, match="takes no arguments"):
+            cls(1)
+
+
+def test_the_seeds_public_classes_can_be_subclassed():
+    seed_classes = ("Gid", "DeviceAttr", "PortAttr", "WC", "SGE", "SendWR", "RecvWR", "QPCap",
+                    "QPInitAttr", "AHAttr", "Device", "Context", "AsyncEvent", "PD", "MR",
+                    "CompChannel", "CQ", "QP", "AH", "SRQ", "CMID", "VerbsError", "CompletionError")
+    for name in seed_classes:
+        cls = getattr(ib, name)
+        sub = type("My" + name, (cls,), {"extra": 1})
+        assert issubclass(sub, cls) and sub.extra == 1
+
+    class TaggedWR(ib.SendWR):
+        def __init__(self, tag, **kwargs):
+            super().__init__(**kwargs)
+            self.tag = tag
+
+    wr = TaggedWR("x", wr_id=5)
+    assert (wr.tag, wr.wr_id, wr.sg_list) == ("x", 5, [])
+
+    class MyQP(ib.QP):
+        def __init__(self, name):
+            self.name = name
+
+    qp = MyQP("q")
+    assert qp.name == "q"
+    with pytest.raises(ib.VerbsError):
+        qp.qp_num
 
 
 def test_every_method_has_a_signature_and_docstring():
@@ -106,8 +143,28 @@ def test_ah_attr_defaults_and_range_checks():
 def test_qp_init_attr_needs_completion_queues():
     with pytest.raises(TypeError):
         ib.QPInitAttr()
-    with pytest.raises(TypeError, match="send_cq must be CQ"):
+    with pytest.raises(TypeError, match="send_cq must be None or CQ"):
         ib.QPInitAttr(1, 2)
+
+
+def test_qp_init_attr_takes_the_seeds_placeholders_and_types():
+    """QPInitAttr(None, None) filled in later (create_qp checks them), and
+    sq_sig_all reads back as a bool, as in the seed."""
+    attr = ib.QPInitAttr(send_cq=None, recv_cq=None, sq_sig_all=1)
+    assert (attr.send_cq, attr.recv_cq, attr.sq_sig_all) == (None, None, True)
+    assert ib.QPInitAttr(None, None).sq_sig_all is False
+
+
+def test_ah_attr_dgid_reads_back_as_16_bytes_from_a_gid_bytes_or_ints():
+    raw = bytes(range(16))
+    for given in (ib.Gid(raw), raw, bytearray(raw), list(raw)):
+        dgid = ib.AHAttr(dgid=given).dgid
+        assert type(dgid) is bytes and dgid == raw
+    assert ib.AHAttr().dgid == bytes(16)
+    with pytest.raises(ValueError):
+        ib.AHAttr(dgid=[1] * 15)
+    with pytest.raises(ValueError):
+        ib.AHAttr(dgid=[256] * 16)
 
 
 @pytest.mark.parametrize("kwargs,exc,words", [
@@ -138,7 +195,7 @@ def test_work_requests_hold_c_values_with_range_checks():
     with pytest.raises(TypeError):
         wr.ah = object()
     rwr = ib.RecvWR(wr_id=3)
-    assert rwr.sg_list is None and rwr.wr_id == 3
+    assert rwr.sg_list == [] and rwr.wr_id == 3
 
 
 def test_sge_keepalive_sets_the_owner():
@@ -166,3 +223,58 @@ def test_import_is_lazy_about_enums_and_helpers():
             "ibverbs.AccessFlags; assert 'ibverbs.enums' in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True,
                    cwd=os.path.dirname(os.path.dirname(ib.__file__)))
+
+
+def test_one_argument_data_path_methods_take_the_seeds_keywords():
+    """poll(num_entries=), post_send(wrs=), post_recv(wrs=), ack_async_event(ev=)
+    are parsed before the (closed) object is used: EBADF means the
+    argument was accepted, TypeError that it was not."""
+    import errno
+    calls = [(ib.CQ().poll, "num_entries", 4), (ib.QP().post_send, "wrs", []),
+             (ib.QP().post_recv, "wrs", []), (ib.SRQ().post_recv, "wrs", [])]
+    for method, name, value in calls:
+        for args, kwargs in (((value,), {}), ((), {name: value})):
+            with pytest.raises(ib.VerbsError) as info:
+                method(*args, **kwargs)
+            assert info.value.errno == errno.EBADF
+        with pytest.raises(TypeError, match="invalid keyword argument"):
+            method(**{name + "x": value})
+        with pytest.raises(TypeError, match="missing required argument"):
+            method()
+        with pytest.raises(TypeError, match="exactly one argument"):
+            method(value, **{name: value})
+    with pytest.raises(TypeError, match="AsyncEvent"):
+        ib.Context().ack_async_event(ev=None)
+
+
+SEED_NAMES = ("__version__", "AH", "CQ", "MR", "PD", "QP", "SRQ", "AHAttr", "AsyncEvent", "CompChannel",
+              "Context", "Device", "DeviceAttr", "Gid", "PortAttr", "QPCap", "QPInitAttr", "RecvWR",
+              "SendWR", "SGE", "VerbsError", "CompletionError", "WC", "get_device_list",
+              "AccessFlags", "MTU", "NodeType", "PortState", "QPAttrMask", "QPState", "QPType",
+              "SendFlags", "WCFlags", "WCOpcode", "WCStatus", "WROpcode",
+              "QPInfo", "connect_rc", "local_qp_info", "reg_tensor", "tensor_addr_len", "CMID")
+
+
+def test_star_import_gives_the_seeds_names_and_ours():
+    assert set(SEED_NAMES) <= set(ib.__all__)
+    assert {"PostList", "WCBuffer", "fork_init", "FlowAttr", "EventType"} <= set(ib.__all__)
+    namespace = {}
+    exec("from ibverbs import *", namespace)
+    assert set(ib.__all__) <= set(namespace)
+    assert namespace["CMID"] is ib.CMID and namespace["AccessFlags"] is ib.AccessFlags
+
+
+def test_the_extension_module_offers_the_seeds_names():
+    ext = ib._ibverbs
+    assert ext.VerbsError is ib.VerbsError and ext.CompletionError is ib.CompletionError
+    assert ext.Gid is ib.Gid and ext.Device is ib.Device
+    assert ext.get_device_list is ib.get_device_list
+    assert {"VerbsError", "CompletionError", "Gid", "Device", "get_device_list", "QP"} <= set(ext.__all__)
+    assert ext._linked() is True and isinstance(ext._has_rdmacm(), bool)
+    with pytest.raises(AttributeError):
+        ext.no_such_name
+
+
+def test_version_module_holds_the_version():
+    import ibverbs._version as v
+    assert v.__version__ == ib.__version__

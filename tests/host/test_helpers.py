@@ -24,7 +24,7 @@ except ImportError:  # not built here: load the pure-Python modules on their own
     sys.modules["ibverbs"] = _pkg
 
 import ibverbs.helpers as helpers  # noqa: E402
-from ibverbs import _qp_transitions as tr  # noqa: E402
+from ibverbs import _qp_transitions as tr, errors as ib_errors  # noqa: E402
 from ibverbs.helpers import QPInfo, connect_rc, local_qp_info, reg_tensor, tensor_addr_len  # noqa: E402
 
 # rdma-core's values (verbs.h), independent of the package's generated enums.
@@ -105,6 +105,9 @@ class FakeQP:
 
     def query(self):
         return {"port_num": self.port_num, "qp_state": 0, "path_mtu": 0}, None
+
+    # as QP has them; connect_rc drives the QP through them
+    to_init, to_rtr, to_rts = tr.to_init, tr.to_rtr, tr.to_rts
 
 
 class FakeGid:
@@ -322,13 +325,13 @@ def test_transitions_reject_other_qp_types(fn, args):
     assert qp.calls == []
 
 
-@pytest.mark.parametrize("active, remote_mtu, expected", [(5, 3, 3), (3, 5, 3), (4, 4, 4), (1, 5, 1)])
-def test_to_rtr_mtu_defaults_to_min_of_local_active_and_remote(active, remote_mtu, expected):
+@pytest.mark.parametrize("active, remote_mtu", [(5, 3), (3, 5), (4, 4), (1, 5)])
+def test_to_rtr_mtu_defaults_to_the_remote_mtu_as_in_the_seed(active, remote_mtu):
     qp = FakeQP(QPT["RC"], active_mtu=active)
     tr.to_init(qp, 3)
     tr.to_rtr(qp, remote_info(mtu=remote_mtu), 0)
-    assert qp.calls[-1][2]["path_mtu"] == expected
-    assert qp.pd.context.queried == [3]  # the port to_init chose
+    assert qp.calls[-1][2]["path_mtu"] == remote_mtu
+    assert qp.pd.context.queried == []
 
 
 def test_to_rtr_explicit_mtu_skips_the_port_query():
@@ -713,6 +716,11 @@ def test_connect_rc_routes_rtr_keywords_to_the_rtr_step_and_names_itself_in_erro
         def modify(self, mask, **fields):
             calls.append(fields)
 
+        def query(self):
+            return {"port_num": 1}, None
+
+        to_init, to_rtr, to_rts = tr.to_init, tr.to_rtr, tr.to_rts
+
     remote = h.QPInfo(1, 2, 0, bytes(16), 1, 3)
     h.connect_rc(FakeQP(), remote, port=1, sgid_index=1, access=0, max_dest_rd_atomic=16,
                  hop_limit=64, timeout=20)
@@ -720,3 +728,55 @@ def test_connect_rc_routes_rtr_keywords_to_the_rtr_step_and_names_itself_in_erro
     assert calls[2]["timeout"] == 20
     with pytest.raises(TypeError, match=r"connect_rc\(\) got an unexpected keyword argument 'bogus'"):
         h.connect_rc(FakeQP(), remote, port=1, sgid_index=1, access=0, bogus=1)
+
+
+# --- the seed's connection rules ---------------------------------------------------
+
+def test_connect_rc_drives_a_wrapper_through_its_own_transitions():
+    """connect_rc calls qp.to_init/to_rtr/to_rts (as the seed did), so a
+    wrapper that provides them, without being a QP, is connected by them."""
+    calls = []
+
+    class Wrapper:
+        pd = types.SimpleNamespace(context=FakeContext(4))
+
+        def to_init(self, port, access=0):
+            calls.append(("init", port, access))
+
+        def to_rtr(self, remote, sgid_index, mtu=None, **kw):
+            calls.append(("rtr", remote.qp_num, sgid_index, mtu))
+
+        def to_rts(self, psn, **kw):
+            calls.append(("rts", psn, kw))
+
+    connect_rc(Wrapper(), remote_info(mtu=5), port=1, sgid_index=2, access=7, local_psn=9, timeout=3)
+    assert calls == [("init", 1, 7), ("rtr", 0xABCDE, 2, 4), ("rts", 9, {"timeout": 3})]
+
+
+@pytest.mark.parametrize("step, fn, args", [("INIT", tr.to_init, (1,)),
+                                            ("RTR", tr.to_rtr, (remote_info(), 0)),
+                                            ("RTS", tr.to_rts, (0,))])
+def test_a_failed_transition_names_it(step, fn, args):
+    import errno as errno_
+
+    class Refusing(FakeQP):
+        def modify(self, attr_mask, ah_attr=None, **fields):
+            if fields.get("qp_state") != INIT or step == "INIT":
+                raise ib_errors.VerbsError("ibv_modify_qp", errno_.EINVAL)
+            super().modify(attr_mask, ah_attr, **fields)
+
+    qp = Refusing()
+    if step != "INIT":
+        tr.to_init(qp, 1)
+    with pytest.raises(ib_errors.VerbsError) as info:
+        fn(qp, *args)
+    assert info.value.operation == f"ibv_modify_qp(->{step})"
+    assert info.value.errno == errno_.EINVAL
+    assert str(info.value).startswith(f"[Errno {errno_.EINVAL}] ibv_modify_qp(->{step}) failed: ")
+
+
+def test_qpinfo_struct_is_the_seeds():
+    assert isinstance(QPInfo._STRUCT, struct.Struct)
+    assert (QPInfo._STRUCT.format, QPInfo._STRUCT.size) == ("!IIH16sBB", 28)
+    info = remote_info()
+    assert QPInfo._STRUCT.unpack(info.to_bytes()) == (0xABCDE, 0x42, 0x22, GID, 1, 3)

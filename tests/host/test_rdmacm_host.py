@@ -216,7 +216,7 @@ def test_classes_are_not_constructible_and_documented():
         ibverbs.CMID()
     with pytest.raises(TypeError):
         ibverbs.EventChannel()
-    assert ibverbs.CMID.connect.__text_signature__.startswith("($self, /, private_data=b''")
+    assert ibverbs._ibverbs.CMID.connect.__text_signature__.startswith("($self, /, private_data=b''")
     assert "rdma_connect" in ibverbs.CMID.connect.__doc__
     assert cm.CMEventType.REJECTED == 8 and cm.PortSpace.TCP == 0x106
 
@@ -264,3 +264,39 @@ def test_import_does_not_load_librdmacm():
 def ibverbs_cm_available() -> bool:
     from ibverbs import cm
     return cm.available()
+
+
+# --- the seed's blocking API: argument checks (the seed's tests/test_cm.py) ------
+
+def test_rdmacm_is_optional_but_discoverable():
+    import ibverbs as ib
+    assert isinstance(ib._ibverbs._has_rdmacm(), bool)
+
+
+@pytest.mark.parametrize("host, port", [("", 4420), ("localhost", 0), ("localhost", 65536)])
+def test_cmid_resolve_validates_the_address(host, port):
+    import ibverbs as ib
+    with pytest.raises(ValueError):
+        ib.CMID.resolve(host, port)
+
+
+@pytest.mark.parametrize("source", ["", "bad\x00source", 42])
+def test_cmid_resolve_validates_the_source_address(source):
+    import ibverbs as ib
+    with pytest.raises(ValueError):
+        ib.CMID.resolve("localhost", source=source)
+
+
+def test_cmid_is_the_c_class_with_the_blocking_api():
+    import inspect
+
+    import ibverbs as ib
+    from ibverbs import cm
+    assert ib.CMID is cm.CMID and issubclass(ib.CMID, ib._ibverbs.CMID)
+    assert repr(ib.CMID) == "<class 'ibverbs.CMID'>"
+    params = inspect.signature(ib.CMID.connect).parameters
+    assert list(params)[:2] == ["self", "private_data"] and params["private_data"].default == b""
+    for name in ("responder_resources", "initiator_depth", "retry_count", "rnr_retry_count"):
+        assert params[name].kind is params[name].KEYWORD_ONLY
+    assert list(inspect.signature(ib.CMID.resolve).parameters)[:3] == ["host", "port", "source"]
+    assert inspect.signature(ib.CMID.resolve).parameters["port"].default == 4420
