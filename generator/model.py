@@ -72,6 +72,8 @@ class MethodModel:
     parse_format: str = ""
     body: List[str] = field(default_factory=list)   # C statements
     verbs: List[str] = field(default_factory=list)  # C functions it binds
+    # a Python-layer method (spec `python:`): (module, function) it calls
+    python: Optional[Tuple[str, str]] = None
 
 
 @dataclass
@@ -612,6 +614,15 @@ class Builder:
         label = f"{m.owner}.{m.name}" if m.owner else m.name
         prefix = f"{m.owner}_" if m.owner else "module_"
         cname = f"{prefix}{m.name.lstrip('_')}" if not m.name.startswith("_") else f"{prefix}_{m.name.lstrip('_')}"
+        if m.python is not None:
+            module, func = m.python.split(":")
+            sig = str(m.node["signature"])
+            if not sig.startswith(f"{m.name}("):
+                raise SpecError(f"{m.where('signature')}: {label}: the signature must "
+                                f"start with {m.name}(")
+            doc = f"{sig}\n--\n\n{str(m.node['doc']).strip()}"
+            return MethodModel(m.name, m.owner, f"ibv_py_{cname}", "METH_VARARGS | METH_KEYWORDS",
+                               doc, hand=True, python=(module, func))
         if m.hand is not None:
             sig = m.hand
             inner = sig[sig.index("(") + 1:sig.rindex(")")].strip()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
@@ -85,7 +86,8 @@ ENUM_KEYS = {"c", "match", "kind", "prefix", "since"}
 METHOD_KEYS = {"verb", "params", "errors", "returns", "gil", "checks", "doc",
                "requires", "signature", "hand", "verbs", "prologue", "since",
                "epilogue", "guard",
-               "stub"}  # stub: the typed signature of a hand method (generator/stubs.py)
+               "stub",    # stub: the typed signature of a hand method (generator/stubs.py)
+               "python"}  # python: "module:function" of a Python-layer method
 ERROR_CONVENTIONS = {"null", "errno", "negative", "none"}
 ENUM_KINDS = {"IntEnum", "IntFlag"}
 
@@ -96,6 +98,9 @@ class Method:
     owner: str                 # class name, or "" for module functions
     node: Node
     hand: Optional[str] = None  # signature of a hand-written method
+    # "ibverbs.module:function" of a method written in Python: the method
+    # table calls it (imported on first call) with the object first
+    python: Optional[str] = None
 
     @property
     def verb(self) -> Optional[str]:
@@ -163,6 +168,15 @@ def _method(name: str, owner: str, node: Any, where: str) -> Method:
     _check_keys(node, METHOD_KEYS, label)
     if "hand" in node:
         return Method(name, owner, node, hand=str(node["hand"]))
+    if "python" in node:
+        target = str(node["python"])
+        if not re.fullmatch(r"[\w.]+:\w+", target):
+            raise SpecError(f"{node.where('python')}: {label}: 'python' must be "
+                            f"'module:function', got {target!r}")
+        for key in ("signature", "stub", "doc"):
+            if key not in node:
+                raise SpecError(f"{node.where()}: {label}: a Python-layer method needs {key!r}")
+        return Method(name, owner, node, python=target)
     if "verb" not in node:
         raise SpecError(f"{node.where()}: {label}: needs 'verb' (or 'hand')")
     if "params" not in node:

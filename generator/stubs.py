@@ -220,6 +220,9 @@ def _typed_params(params: List[str], types: Dict[str, str]) -> str:
 
 def _method_def(m: MethodModel, node, handles: Set[str], is_method: bool) -> str:
     stub = node.get("stub") if node is not None else None
+    if m.hand and isinstance(stub, list):
+        # several call forms (PD.reg_mr(addr, length, access) / (buffer, access))
+        return "\n".join(f"@overload\ndef {m.name}{form}: ..." for form in stub)
     if m.hand and stub:
         return f"def {m.name}{stub}: ..."
     params = _signature_params(m.doc)

@@ -37,7 +37,7 @@ def test_readme_examples_and_test_helpers_pass_mypy_strict(tmp_path):
     examples.write_text(readme_examples())
     out = mypy("--strict", str(examples), "tests/conftest.py", "tests/rxe.py",
                # the typed Python modules of the package
-               "ibverbs/aio.py", "ibverbs/_buffers.py", "ibverbs/_cli.py", "ibverbs/cm.py",
+               "ibverbs/aio.py", "ibverbs/_buffers.py", "ibverbs/_cli.py", "ibverbs/_gid_table.py", "ibverbs/cm.py",
                "ibverbs/flow.py", cache=tmp_path / "cache")
     assert out.returncode == 0, out.stdout + out.stderr
 
@@ -68,7 +68,7 @@ def setup(ctx: ib.Context, remote_bytes: bytes) -> tuple[ib.QP, ib.MR, ib.WCBuff
 
 
 async def drain(cq: ib.CQ, ctx: ib.Context, buf: ib.WCBuffer) -> int:
-    wcs: list[ib.WC] = await cq.wait(8)
+    wcs: list[ib.WC] = await cq.async_wait(8)
     n = cq.poll_into(buf) + len(wcs)
     event: ib.AsyncEvent = await ctx.async_event()
     return n + event.event_type
