@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
+from . import docstrings
+
 from .ir import IR, Function, Record, Type
 from .spec import Method, Node, Spec, SpecError
 
@@ -793,12 +795,17 @@ class MethodBuilder:
         for a in self.args:
             parts.append(a.name if a.required else f"{a.name}={a.default_doc}")
         sig = m.node.get("signature") or f"{m.name}({', '.join(parts)})"
-        doc_text = m.node.get("doc") or f"Calls {f.name}."
-        doc = f"{sig}\n--\n\n{doc_text}"
         flags = "METH_VARARGS | METH_KEYWORDS" if (self.args or self.kwargs_struct) else "METH_NOARGS"
         verbs = [f.name] + list(m.node.get("verbs", []) or [])
-        return MethodModel(m.name, owner, self.cname, flags, doc, args=self.args,
-                           body=body, verbs=verbs)
+        mm = MethodModel(m.name, owner, self.cname, flags, "", args=self.args,
+                         body=body, verbs=verbs)
+        try:
+            text = docstrings.compose(mm, self.label, m.node, f.name, f.storage, self.b.spec,
+                                      self.b.handle_names)
+        except docstrings.DocError as exc:
+            self.fail(str(exc).split(": ", 1)[1], "doc")
+        mm.doc = f"{sig}\n--\n\n{text}"
+        return mm
 
     def required_symbols(self, f: Function) -> List[str]:
         syms = []

@@ -77,7 +77,7 @@ def _load_file(path: str, display: str) -> Node:
 # --- the validated spec ------------------------------------------------------
 
 TOP_KEYS = {"handles", "structs", "enums", "functions", "symbols", "exclusions",
-            "methods"}
+            "methods", "docs"}
 HANDLE_KEYS = {"ctype", "doc", "destroy", "parents", "attributes", "methods",
                "slots", "state", "before_destroy", "registered",
                "base", "before_dealloc", "release", "hand_attributes"}
@@ -140,6 +140,9 @@ class Spec:
     optional: Dict[str, str] = field(default_factory=dict)     # symbol -> release
     optional_where: Dict[str, str] = field(default_factory=dict)
     exclusions: Dict[str, str] = field(default_factory=dict)   # function -> reason
+    # spec/docs.yaml: docstring text of generated methods (generator/docstrings.py)
+    doc_arguments: Dict[str, str] = field(default_factory=dict)  # argument name -> meaning
+    doc_methods: Dict[str, Any] = field(default_factory=dict)    # "Class.method" -> summary
     exclusion_where: Dict[str, str] = field(default_factory=dict)
 
     def handle(self, name: str) -> Optional[Handle]:
@@ -244,6 +247,17 @@ def load(spec_dir: str) -> Spec:
         for sym, release in (symbols.get("optional") or {}).items():
             spec.optional[sym] = str(release)
             spec.optional_where[sym] = symbols["optional"].where(sym)
+        docs = data.get("docs") or Node()
+        _check_keys(docs, {"arguments", "methods"}, f"{display}: docs")
+        for arg, text in (docs.get("arguments") or {}).items():
+            spec.doc_arguments[str(arg)] = str(text).strip()
+        for label, entry in (docs.get("methods") or {}).items():
+            if isinstance(entry, Node):
+                _check_keys(entry, {"summary", "args"}, f"docs of {label}")
+            elif not isinstance(entry, str):
+                raise SpecError(f"{docs['methods'].where(label)}: docs of {label}: "
+                                "a summary or {summary:, args:}")
+            spec.doc_methods[str(label)] = entry
         exclusions = data.get("exclusions") or {}
         for fname, reason in exclusions.items():
             if not isinstance(reason, str) or len(reason.strip()) < 8:
