@@ -601,7 +601,7 @@ class Context:
 
         Raises:
             VerbsError: the verb failed; ``errno`` is the error it returned.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
 
         Calls ibv_query_device, in every supported rdma-core release (33.2 on).
         """
@@ -613,7 +613,7 @@ class Context:
 
         Raises:
             VerbsError: the verb failed; ``errno`` is the error it returned.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
 
         Calls ibv_query_device_ex, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.
         """
@@ -628,7 +628,7 @@ class Context:
 
         Raises:
             VerbsError: the verb failed; ``errno`` is the error it returned.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_query_port, in every supported rdma-core release (33.2 on).
@@ -645,7 +645,7 @@ class Context:
 
         Raises:
             VerbsError: the verb failed; ``errno`` is the error it returned.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_query_gid, in every supported rdma-core release (33.2 on).
@@ -662,7 +662,7 @@ class Context:
 
         Raises:
             VerbsError: the verb failed; ``errno`` is the error it returned.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_query_gid_ex, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.
@@ -678,7 +678,7 @@ class Context:
 
         Raises:
             VerbsError: the verb failed (a negative result); ``errno`` says why.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_query_gid_table, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.
@@ -696,7 +696,7 @@ class Context:
 
         Raises:
             VerbsError: the verb failed; ``errno`` is the error it returned.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_init_ah_from_wc, in every supported rdma-core release (33.2 on).
@@ -713,7 +713,7 @@ class Context:
 
         Raises:
             VerbsError: the verb failed; ``errno`` is the error it returned.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_query_pkey, in every supported rdma-core release (33.2 on).
@@ -730,7 +730,7 @@ class Context:
 
         Raises:
             VerbsError: the verb failed (a negative result); ``errno`` says why.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_get_pkey_index, in every supported rdma-core release (33.2 on).
@@ -743,7 +743,7 @@ class Context:
 
         Raises:
             VerbsError: the verb failed (it returned NULL); ``errno`` says why.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
 
         Calls ibv_alloc_pd, in every supported rdma-core release (33.2 on).
         """
@@ -755,7 +755,7 @@ class Context:
 
         Raises:
             VerbsError: the verb failed (it returned NULL); ``errno`` says why.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
 
         Calls ibv_create_comp_channel, in every supported rdma-core release (33.2 on).
         """
@@ -772,7 +772,7 @@ class Context:
 
         Raises:
             VerbsError: the verb failed (it returned NULL); ``errno`` says why.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_create_cq, in every supported rdma-core release (33.2 on).
@@ -789,7 +789,7 @@ class Context:
 
         Raises:
             VerbsError: the verb failed (it returned NULL); ``errno`` says why.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_open_xrcd, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.
@@ -805,7 +805,7 @@ class Context:
 
         Raises:
             VerbsError: the verb failed; ``errno`` is the error it returned.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_resolve_eth_l2_from_gid, in every supported rdma-core release (33.2 on).
@@ -818,7 +818,7 @@ class Context:
 
         Raises:
             VerbsError: the verb failed (it returned NULL); ``errno`` says why.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
 
         Calls ibv_alloc_td, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.
         """
@@ -833,7 +833,7 @@ class Context:
 
         Raises:
             VerbsError: the verb failed (it returned NULL); ``errno`` says why.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_import_pd, in every supported rdma-core release (33.2 on).
@@ -858,7 +858,7 @@ class Context:
 
         Raises:
             VerbsError: the verb failed (it returned NULL); ``errno`` says why.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_create_cq_ex, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.
@@ -878,7 +878,7 @@ class Context:
 
         Raises:
             VerbsError: the verb failed (it returned NULL); ``errno`` says why.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_alloc_dm, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.
@@ -894,7 +894,7 @@ class Context:
 
         Raises:
             VerbsError: the verb failed (it returned NULL); ``errno`` says why.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
             RuntimeError: the running libibverbs predates ibv_import_dm (rdma-core 35).
 
@@ -911,7 +911,7 @@ class Context:
 
         Raises:
             VerbsError: the verb failed (it returned NULL); ``errno`` says why.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_create_counters, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.
@@ -1005,7 +1005,7 @@ class CQ:
 
         Raises:
             VerbsError: the verb failed; ``errno`` is the error it returned.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_resize_cq, in every supported rdma-core release (33.2 on).
@@ -1019,7 +1019,7 @@ class CQ:
 
         Raises:
             VerbsError: the verb failed; ``errno`` is the error it returned.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_modify_cq, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.
@@ -1053,7 +1053,7 @@ class CQEx(CQ):
             int: the verb's result.
 
         Raises:
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
 
         Calls ibv_wc_read_opcode, in every supported rdma-core release (33.2 on).
         """
@@ -1064,7 +1064,7 @@ class CQEx(CQ):
             int: the verb's result.
 
         Raises:
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
 
         Calls ibv_wc_read_vendor_err, in every supported rdma-core release (33.2 on).
         """
@@ -1075,7 +1075,7 @@ class CQEx(CQ):
             int: the verb's result.
 
         Raises:
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
 
         Calls ibv_wc_read_wc_flags, in every supported rdma-core release (33.2 on).
         """
@@ -1086,7 +1086,7 @@ class CQEx(CQ):
             int: the verb's result.
 
         Raises:
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
 
         Calls ibv_wc_read_byte_len, in every supported rdma-core release (33.2 on).
         """
@@ -1097,7 +1097,7 @@ class CQEx(CQ):
             int: the verb's result.
 
         Raises:
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
 
         Calls ibv_wc_read_imm_data, in every supported rdma-core release (33.2 on).
         """
@@ -1108,7 +1108,7 @@ class CQEx(CQ):
             int: the verb's result.
 
         Raises:
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
 
         Calls ibv_wc_read_invalidated_rkey, in every supported rdma-core release (33.2 on).
         """
@@ -1119,7 +1119,7 @@ class CQEx(CQ):
             int: the verb's result.
 
         Raises:
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
 
         Calls ibv_wc_read_qp_num, in every supported rdma-core release (33.2 on).
         """
@@ -1130,7 +1130,7 @@ class CQEx(CQ):
             int: the verb's result.
 
         Raises:
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
 
         Calls ibv_wc_read_src_qp, in every supported rdma-core release (33.2 on).
         """
@@ -1141,7 +1141,7 @@ class CQEx(CQ):
             int: the verb's result.
 
         Raises:
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
 
         Calls ibv_wc_read_slid, in every supported rdma-core release (33.2 on).
         """
@@ -1152,7 +1152,7 @@ class CQEx(CQ):
             int: the verb's result.
 
         Raises:
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
 
         Calls ibv_wc_read_sl, in every supported rdma-core release (33.2 on).
         """
@@ -1163,7 +1163,7 @@ class CQEx(CQ):
             int: the verb's result.
 
         Raises:
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
 
         Calls ibv_wc_read_dlid_path_bits, in every supported rdma-core release (33.2 on).
         """
@@ -1174,7 +1174,7 @@ class CQEx(CQ):
             int: the verb's result.
 
         Raises:
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
 
         Calls ibv_wc_read_completion_ts, in every supported rdma-core release (33.2 on).
         """
@@ -1185,7 +1185,7 @@ class CQEx(CQ):
             int: the verb's result.
 
         Raises:
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
 
         Calls ibv_wc_read_completion_wallclock_ns, in every supported rdma-core release (33.2 on).
         """
@@ -1196,7 +1196,7 @@ class CQEx(CQ):
             int: the verb's result.
 
         Raises:
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
 
         Calls ibv_wc_read_cvlan, in every supported rdma-core release (33.2 on).
         """
@@ -1207,7 +1207,7 @@ class CQEx(CQ):
             int: the verb's result.
 
         Raises:
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
 
         Calls ibv_wc_read_flow_tag, in every supported rdma-core release (33.2 on).
         """
@@ -1218,7 +1218,7 @@ class CQEx(CQ):
             WCTMInfo: what the verb filled in, as a WCTMInfo.
 
         Raises:
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
 
         Calls ibv_wc_read_tm_info, in every supported rdma-core release (33.2 on).
         """
@@ -1250,7 +1250,7 @@ class DM:
 
         Raises:
             VerbsError: the verb failed; ``errno`` is the error it returned.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_memcpy_to_dm, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.
@@ -1265,7 +1265,7 @@ class DM:
 
         Raises:
             VerbsError: the verb failed; ``errno`` is the error it returned.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_memcpy_from_dm, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.
@@ -1284,7 +1284,7 @@ class DM:
 
         Raises:
             VerbsError: the verb failed (it returned NULL); ``errno`` says why.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_reg_dm_mr, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.
@@ -1329,7 +1329,7 @@ class Counters:
 
         Raises:
             VerbsError: the verb failed; ``errno`` is the error it returned.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_attach_counters_point_flow, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.
@@ -1346,7 +1346,7 @@ class Counters:
 
         Raises:
             VerbsError: the verb failed; ``errno`` is the error it returned.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_read_counters, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.
@@ -1386,7 +1386,7 @@ class WQ:
 
         Raises:
             VerbsError: the verb failed; ``errno`` is the error it returned.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_modify_wq, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.
@@ -1457,7 +1457,7 @@ class MR:
 
         Raises:
             VerbsError: the verb failed; ``errno`` is the error it returned.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_rereg_mr, in every supported rdma-core release (33.2 on).
@@ -1473,7 +1473,7 @@ class MR:
 
         Raises:
             VerbsError: the verb failed; ``errno`` is the error it returned.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_advise_mr, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.
@@ -1570,7 +1570,7 @@ class PD:
 
         Raises:
             VerbsError: the verb failed (it returned NULL); ``errno`` says why.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_reg_mr, in every supported rdma-core release (33.2 on).
@@ -1589,7 +1589,7 @@ class PD:
 
         Raises:
             VerbsError: the verb failed (it returned NULL); ``errno`` says why.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_reg_mr_iova, in every supported rdma-core release (33.2 on).
@@ -1608,7 +1608,7 @@ class PD:
 
         Raises:
             VerbsError: the verb failed (it returned NULL); ``errno`` says why.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_reg_mr_iova2, in every supported rdma-core release (33.2 on).
@@ -1628,7 +1628,7 @@ class PD:
 
         Raises:
             VerbsError: the verb failed (it returned NULL); ``errno`` says why.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
             RuntimeError: the running libibverbs predates ibv_reg_dmabuf_mr (rdma-core 34).
 
@@ -1642,7 +1642,7 @@ class PD:
 
         Raises:
             VerbsError: the verb failed (it returned NULL); ``errno`` says why.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
 
         Calls ibv_alloc_null_mr, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.
         """
@@ -1657,7 +1657,7 @@ class PD:
 
         Raises:
             VerbsError: the verb failed (it returned NULL); ``errno`` says why.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_alloc_mw, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.
@@ -1673,7 +1673,7 @@ class PD:
 
         Raises:
             VerbsError: the verb failed (it returned NULL); ``errno`` says why.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_create_ah, in every supported rdma-core release (33.2 on).
@@ -1691,7 +1691,7 @@ class PD:
 
         Raises:
             VerbsError: the verb failed (it returned NULL); ``errno`` says why.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_create_ah_from_wc, in every supported rdma-core release (33.2 on).
@@ -1707,7 +1707,7 @@ class PD:
 
         Raises:
             VerbsError: the verb failed (it returned NULL); ``errno`` says why.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_create_qp, in every supported rdma-core release (33.2 on).
@@ -1725,7 +1725,7 @@ class PD:
 
         Raises:
             VerbsError: the verb failed (it returned NULL); ``errno`` says why.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_create_srq, in every supported rdma-core release (33.2 on).
@@ -1754,7 +1754,7 @@ class PD:
 
         Raises:
             VerbsError: the verb failed (it returned NULL); ``errno`` says why.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_create_qp_ex, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.
@@ -1777,7 +1777,7 @@ class PD:
 
         Raises:
             VerbsError: the verb failed (it returned NULL); ``errno`` says why.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_create_srq_ex, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.
@@ -1793,7 +1793,7 @@ class PD:
 
         Raises:
             VerbsError: the verb failed (it returned NULL); ``errno`` says why.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_import_mr, in every supported rdma-core release (33.2 on).
@@ -1813,7 +1813,7 @@ class PD:
 
         Raises:
             VerbsError: the verb failed (it returned NULL); ``errno`` says why.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_create_wq, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.
@@ -1911,7 +1911,7 @@ class QP:
 
         Raises:
             VerbsError: the verb failed; ``errno`` is the error it returned.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_modify_qp, in every supported rdma-core release (33.2 on).
@@ -1927,7 +1927,7 @@ class QP:
 
         Raises:
             VerbsError: the verb failed; ``errno`` is the error it returned.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_query_qp, in every supported rdma-core release (33.2 on).
@@ -1943,7 +1943,7 @@ class QP:
             int: the verb's result.
 
         Raises:
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
             RuntimeError: the running libibverbs predates ibv_query_qp_data_in_order (rdma-core 37).
 
@@ -1959,7 +1959,7 @@ class QP:
 
         Raises:
             VerbsError: the verb failed; ``errno`` is the error it returned.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_modify_qp_rate_limit, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.
@@ -1972,7 +1972,7 @@ class QP:
 
         Raises:
             VerbsError: the verb failed; ``errno`` is the error it returned.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
 
         Calls ibv_query_ece, in every supported rdma-core release (33.2 on).
         """
@@ -1984,7 +1984,7 @@ class QP:
 
         Raises:
             VerbsError: the verb failed; ``errno`` is the error it returned.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_set_ece, in every supported rdma-core release (33.2 on).
@@ -1998,7 +1998,7 @@ class QP:
 
         Raises:
             VerbsError: the verb failed; ``errno`` is the error it returned.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_attach_mcast, in every supported rdma-core release (33.2 on).
@@ -2012,7 +2012,7 @@ class QP:
 
         Raises:
             VerbsError: the verb failed; ``errno`` is the error it returned.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_detach_mcast, in every supported rdma-core release (33.2 on).
@@ -2026,7 +2026,7 @@ class QP:
 
         Raises:
             VerbsError: the verb failed; ``errno`` is the error it returned.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_bind_mw, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.
@@ -2046,7 +2046,7 @@ class QP:
 
         Raises:
             VerbsError: the verb failed (it returned NULL); ``errno`` says why.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_create_flow, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.
@@ -2079,7 +2079,7 @@ class SRQ:
 
         Raises:
             VerbsError: the verb failed; ``errno`` is the error it returned.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
 
         Calls ibv_query_srq, in every supported rdma-core release (33.2 on).
         """
@@ -2092,7 +2092,7 @@ class SRQ:
 
         Raises:
             VerbsError: the verb failed; ``errno`` is the error it returned.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_modify_srq, in every supported rdma-core release (33.2 on).
@@ -2105,7 +2105,7 @@ class SRQ:
 
         Raises:
             VerbsError: the verb failed; ``errno`` is the error it returned.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
 
         Calls ibv_get_srq_num, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.
         """
@@ -2124,7 +2124,7 @@ class SRQ:
 
         Raises:
             VerbsError: the verb failed; ``errno`` is the error it returned.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_post_srq_ops, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.
@@ -2173,7 +2173,7 @@ class XRCD:
 
         Raises:
             VerbsError: the verb failed (it returned NULL); ``errno`` says why.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_open_qp, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.
@@ -2188,7 +2188,7 @@ class QPEx(QP):
         """Begin a batch of work requests (ibv_wr_start); a batch already open raises VerbsError EBUSY.
 
         Raises:
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
 
         Calls ibv_wr_start, in every supported rdma-core release (33.2 on).
         """
@@ -2197,7 +2197,7 @@ class QPEx(QP):
 
         Raises:
             VerbsError: the verb failed; ``errno`` is the error it returned.
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
 
         Calls ibv_wr_complete, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.
         """
@@ -2205,7 +2205,7 @@ class QPEx(QP):
         """Drop the batch, posting nothing (ibv_wr_abort).
 
         Raises:
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
 
         Calls ibv_wr_abort, in every supported rdma-core release (33.2 on).
         """
@@ -2213,7 +2213,7 @@ class QPEx(QP):
         """Add a SEND to the batch (its data: a wr_set_* call next).
 
         Raises:
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
 
         Calls ibv_wr_send, in every supported rdma-core release (33.2 on).
         """
@@ -2224,7 +2224,7 @@ class QPEx(QP):
             imm_data: 32-bit immediate data, in host order (sent in network order).
 
         Raises:
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_wr_send_imm, in every supported rdma-core release (33.2 on).
@@ -2236,7 +2236,7 @@ class QPEx(QP):
             invalidate_rkey: the rkey to invalidate.
 
         Raises:
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_wr_send_inv, in every supported rdma-core release (33.2 on).
@@ -2249,7 +2249,7 @@ class QPEx(QP):
             remote_addr: address in the peer's memory (from its MR.remote()).
 
         Raises:
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_wr_rdma_write, in every supported rdma-core release (33.2 on).
@@ -2263,7 +2263,7 @@ class QPEx(QP):
             imm_data: 32-bit immediate data, in host order (sent in network order).
 
         Raises:
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_wr_rdma_write_imm, in every supported rdma-core release (33.2 on).
@@ -2276,7 +2276,7 @@ class QPEx(QP):
             remote_addr: address in the peer's memory (from its MR.remote()).
 
         Raises:
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_wr_rdma_read, in every supported rdma-core release (33.2 on).
@@ -2291,7 +2291,7 @@ class QPEx(QP):
             swap: an int.
 
         Raises:
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_wr_atomic_cmp_swp, in every supported rdma-core release (33.2 on).
@@ -2305,7 +2305,7 @@ class QPEx(QP):
             add: an int.
 
         Raises:
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_wr_atomic_fetch_add, in every supported rdma-core release (33.2 on).
@@ -2319,7 +2319,7 @@ class QPEx(QP):
             data: bytes-like data.
 
         Raises:
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
             RuntimeError: the running libibverbs predates ibv_wr_atomic_write (rdma-core 42).
 
@@ -2334,7 +2334,7 @@ class QPEx(QP):
             bind_info: a MWBindInfo.
 
         Raises:
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_wr_bind_mw, in every supported rdma-core release (33.2 on).
@@ -2346,7 +2346,7 @@ class QPEx(QP):
             invalidate_rkey: the rkey to invalidate.
 
         Raises:
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_wr_local_inv, in every supported rdma-core release (33.2 on).
@@ -2359,7 +2359,7 @@ class QPEx(QP):
             mss: an int.
 
         Raises:
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_wr_send_tso, in every supported rdma-core release (33.2 on).
@@ -2373,7 +2373,7 @@ class QPEx(QP):
             length: size in bytes.
 
         Raises:
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_wr_set_sge, in every supported rdma-core release (33.2 on).
@@ -2387,7 +2387,7 @@ class QPEx(QP):
             data: bytes-like data.
 
         Raises:
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_wr_set_inline_data, in every supported rdma-core release (33.2 on).
@@ -2403,7 +2403,7 @@ class QPEx(QP):
             remote_qkey: an int.
 
         Raises:
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_wr_set_ud_addr, in every supported rdma-core release (33.2 on).
@@ -2415,7 +2415,7 @@ class QPEx(QP):
             remote_srqn: an int.
 
         Raises:
-            VerbsError (EBADF): the object is closed.
+            VerbsError: EBADF when the object is closed.
             TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).
 
         Calls ibv_wr_set_xrc_srqn, in every supported rdma-core release (33.2 on).

@@ -230,7 +230,7 @@ PyDoc_STRVAR(Context_query_device__doc__,
 "\n"
 "Raises:\n"
 "    VerbsError: the verb failed; ``errno`` is the error it returned.\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "\n"
 "Calls ibv_query_device, in every supported rdma-core release (33.2 on).");
 static PyObject *
@@ -273,7 +273,7 @@ PyDoc_STRVAR(Context_query_device_ex__doc__,
 "\n"
 "Raises:\n"
 "    VerbsError: the verb failed; ``errno`` is the error it returned.\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "\n"
 "Calls ibv_query_device_ex, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.");
 static PyObject *
@@ -319,7 +319,7 @@ PyDoc_STRVAR(Context_query_port__doc__,
 "\n"
 "Raises:\n"
 "    VerbsError: the verb failed; ``errno`` is the error it returned.\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_query_port, in every supported rdma-core release (33.2 on).");
@@ -378,7 +378,7 @@ PyDoc_STRVAR(Context_query_gid__doc__,
 "\n"
 "Raises:\n"
 "    VerbsError: the verb failed; ``errno`` is the error it returned.\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_query_gid, in every supported rdma-core release (33.2 on).");
@@ -445,7 +445,7 @@ PyDoc_STRVAR(Context_query_gid_ex__doc__,
 "\n"
 "Raises:\n"
 "    VerbsError: the verb failed; ``errno`` is the error it returned.\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_query_gid_ex, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.");
@@ -511,7 +511,7 @@ PyDoc_STRVAR(Context_query_gid_table__doc__,
 "\n"
 "Raises:\n"
 "    VerbsError: the verb failed (a negative result); ``errno`` says why.\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_query_gid_table, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.");
@@ -589,7 +589,7 @@ PyDoc_STRVAR(Context_init_ah_from_wc__doc__,
 "\n"
 "Raises:\n"
 "    VerbsError: the verb failed; ``errno`` is the error it returned.\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_init_ah_from_wc, in every supported rdma-core release (33.2 on).");
@@ -662,7 +662,7 @@ PyDoc_STRVAR(Context_query_pkey__doc__,
 "\n"
 "Raises:\n"
 "    VerbsError: the verb failed; ``errno`` is the error it returned.\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_query_pkey, in every supported rdma-core release (33.2 on).");
@@ -729,7 +729,7 @@ PyDoc_STRVAR(Context_get_pkey_index__doc__,
 "\n"
 "Raises:\n"
 "    VerbsError: the verb failed (a negative result); ``errno`` says why.\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_get_pkey_index, in every supported rdma-core release (33.2 on).");
@@ -786,7 +786,7 @@ PyDoc_STRVAR(Context_alloc_pd__doc__,
 "\n"
 "Raises:\n"
 "    VerbsError: the verb failed (it returned NULL); ``errno`` says why.\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "\n"
 "Calls ibv_alloc_pd, in every supported rdma-core release (33.2 on).");
 static PyObject *
@@ -823,7 +823,7 @@ PyDoc_STRVAR(Context_create_comp_channel__doc__,
 "\n"
 "Raises:\n"
 "    VerbsError: the verb failed (it returned NULL); ``errno`` says why.\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "\n"
 "Calls ibv_create_comp_channel, in every supported rdma-core release (33.2 on).");
 static PyObject *
@@ -865,7 +865,7 @@ PyDoc_STRVAR(Context_create_cq__doc__,
 "\n"
 "Raises:\n"
 "    VerbsError: the verb failed (it returned NULL); ``errno`` says why.\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_create_cq, in every supported rdma-core release (33.2 on).");
@@ -946,7 +946,7 @@ PyDoc_STRVAR(Context_open_xrcd__doc__,
 "\n"
 "Raises:\n"
 "    VerbsError: the verb failed (it returned NULL); ``errno`` says why.\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_open_xrcd, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.");
@@ -1013,7 +1013,7 @@ PyDoc_STRVAR(Context_resolve_eth_l2_from_gid__doc__,
 "\n"
 "Raises:\n"
 "    VerbsError: the verb failed; ``errno`` is the error it returned.\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_resolve_eth_l2_from_gid, in every supported rdma-core release (33.2 on).");
@@ -1085,7 +1085,7 @@ PyDoc_STRVAR(Context_alloc_td__doc__,
 "\n"
 "Raises:\n"
 "    VerbsError: the verb failed (it returned NULL); ``errno`` says why.\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "\n"
 "Calls ibv_alloc_td, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.");
 static PyObject *
@@ -1128,7 +1128,7 @@ PyDoc_STRVAR(Context_import_pd__doc__,
 "\n"
 "Raises:\n"
 "    VerbsError: the verb failed (it returned NULL); ``errno`` says why.\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_import_pd, in every supported rdma-core release (33.2 on).");
@@ -1199,7 +1199,7 @@ PyDoc_STRVAR(Context_create_cq_ex__doc__,
 "\n"
 "Raises:\n"
 "    VerbsError: the verb failed (it returned NULL); ``errno`` says why.\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_create_cq_ex, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.");
@@ -1323,7 +1323,7 @@ PyDoc_STRVAR(Context_alloc_dm__doc__,
 "\n"
 "Raises:\n"
 "    VerbsError: the verb failed (it returned NULL); ``errno`` says why.\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_alloc_dm, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.");
@@ -1396,7 +1396,7 @@ PyDoc_STRVAR(Context_import_dm__doc__,
 "\n"
 "Raises:\n"
 "    VerbsError: the verb failed (it returned NULL); ``errno`` says why.\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "    RuntimeError: the running libibverbs predates ibv_import_dm (rdma-core 35).\n"
 "\n"
@@ -1456,7 +1456,7 @@ PyDoc_STRVAR(Context_create_counters__doc__,
 "\n"
 "Raises:\n"
 "    VerbsError: the verb failed (it returned NULL); ``errno`` says why.\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_create_counters, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.");

@@ -138,7 +138,7 @@ PyDoc_STRVAR(Counters_attach_point_flow__doc__,
 "\n"
 "Raises:\n"
 "    VerbsError: the verb failed; ``errno`` is the error it returned.\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_attach_counters_point_flow, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.");
@@ -212,7 +212,7 @@ PyDoc_STRVAR(Counters_read__doc__,
 "\n"
 "Raises:\n"
 "    VerbsError: the verb failed; ``errno`` is the error it returned.\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_read_counters, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.");

@@ -123,7 +123,7 @@ PyDoc_STRVAR(CQEx_read_opcode__doc__,
 "    int: the verb's result.\n"
 "\n"
 "Raises:\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "\n"
 "Calls ibv_wc_read_opcode, in every supported rdma-core release (33.2 on).");
 static PyObject *
@@ -162,7 +162,7 @@ PyDoc_STRVAR(CQEx_read_vendor_err__doc__,
 "    int: the verb's result.\n"
 "\n"
 "Raises:\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "\n"
 "Calls ibv_wc_read_vendor_err, in every supported rdma-core release (33.2 on).");
 static PyObject *
@@ -201,7 +201,7 @@ PyDoc_STRVAR(CQEx_read_wc_flags__doc__,
 "    int: the verb's result.\n"
 "\n"
 "Raises:\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "\n"
 "Calls ibv_wc_read_wc_flags, in every supported rdma-core release (33.2 on).");
 static PyObject *
@@ -240,7 +240,7 @@ PyDoc_STRVAR(CQEx_read_byte_len__doc__,
 "    int: the verb's result.\n"
 "\n"
 "Raises:\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "\n"
 "Calls ibv_wc_read_byte_len, in every supported rdma-core release (33.2 on).");
 static PyObject *
@@ -279,7 +279,7 @@ PyDoc_STRVAR(CQEx_read_imm_data__doc__,
 "    int: the verb's result.\n"
 "\n"
 "Raises:\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "\n"
 "Calls ibv_wc_read_imm_data, in every supported rdma-core release (33.2 on).");
 static PyObject *
@@ -318,7 +318,7 @@ PyDoc_STRVAR(CQEx_read_invalidated_rkey__doc__,
 "    int: the verb's result.\n"
 "\n"
 "Raises:\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "\n"
 "Calls ibv_wc_read_invalidated_rkey, in every supported rdma-core release (33.2 on).");
 static PyObject *
@@ -357,7 +357,7 @@ PyDoc_STRVAR(CQEx_read_qp_num__doc__,
 "    int: the verb's result.\n"
 "\n"
 "Raises:\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "\n"
 "Calls ibv_wc_read_qp_num, in every supported rdma-core release (33.2 on).");
 static PyObject *
@@ -396,7 +396,7 @@ PyDoc_STRVAR(CQEx_read_src_qp__doc__,
 "    int: the verb's result.\n"
 "\n"
 "Raises:\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "\n"
 "Calls ibv_wc_read_src_qp, in every supported rdma-core release (33.2 on).");
 static PyObject *
@@ -435,7 +435,7 @@ PyDoc_STRVAR(CQEx_read_slid__doc__,
 "    int: the verb's result.\n"
 "\n"
 "Raises:\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "\n"
 "Calls ibv_wc_read_slid, in every supported rdma-core release (33.2 on).");
 static PyObject *
@@ -474,7 +474,7 @@ PyDoc_STRVAR(CQEx_read_sl__doc__,
 "    int: the verb's result.\n"
 "\n"
 "Raises:\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "\n"
 "Calls ibv_wc_read_sl, in every supported rdma-core release (33.2 on).");
 static PyObject *
@@ -513,7 +513,7 @@ PyDoc_STRVAR(CQEx_read_dlid_path_bits__doc__,
 "    int: the verb's result.\n"
 "\n"
 "Raises:\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "\n"
 "Calls ibv_wc_read_dlid_path_bits, in every supported rdma-core release (33.2 on).");
 static PyObject *
@@ -552,7 +552,7 @@ PyDoc_STRVAR(CQEx_read_completion_ts__doc__,
 "    int: the verb's result.\n"
 "\n"
 "Raises:\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "\n"
 "Calls ibv_wc_read_completion_ts, in every supported rdma-core release (33.2 on).");
 static PyObject *
@@ -591,7 +591,7 @@ PyDoc_STRVAR(CQEx_read_completion_wallclock_ns__doc__,
 "    int: the verb's result.\n"
 "\n"
 "Raises:\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "\n"
 "Calls ibv_wc_read_completion_wallclock_ns, in every supported rdma-core release (33.2 on).");
 static PyObject *
@@ -630,7 +630,7 @@ PyDoc_STRVAR(CQEx_read_cvlan__doc__,
 "    int: the verb's result.\n"
 "\n"
 "Raises:\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "\n"
 "Calls ibv_wc_read_cvlan, in every supported rdma-core release (33.2 on).");
 static PyObject *
@@ -669,7 +669,7 @@ PyDoc_STRVAR(CQEx_read_flow_tag__doc__,
 "    int: the verb's result.\n"
 "\n"
 "Raises:\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "\n"
 "Calls ibv_wc_read_flow_tag, in every supported rdma-core release (33.2 on).");
 static PyObject *
@@ -708,7 +708,7 @@ PyDoc_STRVAR(CQEx_read_tm_info__doc__,
 "    WCTMInfo: what the verb filled in, as a WCTMInfo.\n"
 "\n"
 "Raises:\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "\n"
 "Calls ibv_wc_read_tm_info, in every supported rdma-core release (33.2 on).");
 static PyObject *

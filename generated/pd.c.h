@@ -191,7 +191,7 @@ PyDoc_STRVAR(PD__reg_mr__doc__,
 "\n"
 "Raises:\n"
 "    VerbsError: the verb failed (it returned NULL); ``errno`` says why.\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_reg_mr, in every supported rdma-core release (33.2 on).");
@@ -262,7 +262,7 @@ PyDoc_STRVAR(PD_reg_mr_iova__doc__,
 "\n"
 "Raises:\n"
 "    VerbsError: the verb failed (it returned NULL); ``errno`` says why.\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_reg_mr_iova, in every supported rdma-core release (33.2 on).");
@@ -341,7 +341,7 @@ PyDoc_STRVAR(PD_reg_mr_iova2__doc__,
 "\n"
 "Raises:\n"
 "    VerbsError: the verb failed (it returned NULL); ``errno`` says why.\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_reg_mr_iova2, in every supported rdma-core release (33.2 on).");
@@ -421,7 +421,7 @@ PyDoc_STRVAR(PD_reg_dmabuf_mr__doc__,
 "\n"
 "Raises:\n"
 "    VerbsError: the verb failed (it returned NULL); ``errno`` says why.\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "    RuntimeError: the running libibverbs predates ibv_reg_dmabuf_mr (rdma-core 34).\n"
 "\n"
@@ -507,7 +507,7 @@ PyDoc_STRVAR(PD_alloc_null_mr__doc__,
 "\n"
 "Raises:\n"
 "    VerbsError: the verb failed (it returned NULL); ``errno`` says why.\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "\n"
 "Calls ibv_alloc_null_mr, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.");
 static PyObject *
@@ -547,7 +547,7 @@ PyDoc_STRVAR(PD_alloc_mw__doc__,
 "\n"
 "Raises:\n"
 "    VerbsError: the verb failed (it returned NULL); ``errno`` says why.\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_alloc_mw, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.");
@@ -601,7 +601,7 @@ PyDoc_STRVAR(PD_create_ah__doc__,
 "\n"
 "Raises:\n"
 "    VerbsError: the verb failed (it returned NULL); ``errno`` says why.\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_create_ah, in every supported rdma-core release (33.2 on).");
@@ -654,7 +654,7 @@ PyDoc_STRVAR(PD_create_ah_from_wc__doc__,
 "\n"
 "Raises:\n"
 "    VerbsError: the verb failed (it returned NULL); ``errno`` says why.\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_create_ah_from_wc, in every supported rdma-core release (33.2 on).");
@@ -720,7 +720,7 @@ PyDoc_STRVAR(PD_create_qp__doc__,
 "\n"
 "Raises:\n"
 "    VerbsError: the verb failed (it returned NULL); ``errno`` says why.\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_create_qp, in every supported rdma-core release (33.2 on).");
@@ -787,7 +787,7 @@ PyDoc_STRVAR(PD_create_srq__doc__,
 "\n"
 "Raises:\n"
 "    VerbsError: the verb failed (it returned NULL); ``errno`` says why.\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_create_srq, in every supported rdma-core release (33.2 on).");
@@ -876,7 +876,7 @@ PyDoc_STRVAR(PD_create_qp_ex__doc__,
 "\n"
 "Raises:\n"
 "    VerbsError: the verb failed (it returned NULL); ``errno`` says why.\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_create_qp_ex, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.");
@@ -1088,7 +1088,7 @@ PyDoc_STRVAR(PD_create_srq_ex__doc__,
 "\n"
 "Raises:\n"
 "    VerbsError: the verb failed (it returned NULL); ``errno`` says why.\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_create_srq_ex, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.");
@@ -1225,7 +1225,7 @@ PyDoc_STRVAR(PD_import_mr__doc__,
 "\n"
 "Raises:\n"
 "    VerbsError: the verb failed (it returned NULL); ``errno`` says why.\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_import_mr, in every supported rdma-core release (33.2 on).");
@@ -1281,7 +1281,7 @@ PyDoc_STRVAR(PD_create_wq__doc__,
 "\n"
 "Raises:\n"
 "    VerbsError: the verb failed (it returned NULL); ``errno`` says why.\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_create_wq, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.");

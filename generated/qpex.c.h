@@ -36,7 +36,7 @@ PyDoc_STRVAR(QPEx_wr_start__doc__,
 "Begin a batch of work requests (ibv_wr_start); a batch already open raises VerbsError EBUSY.\n"
 "\n"
 "Raises:\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "\n"
 "Calls ibv_wr_start, in every supported rdma-core release (33.2 on).");
 static PyObject *
@@ -67,7 +67,7 @@ PyDoc_STRVAR(QPEx_wr_complete__doc__,
 "\n"
 "Raises:\n"
 "    VerbsError: the verb failed; ``errno`` is the error it returned.\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "\n"
 "Calls ibv_wr_complete, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.");
 static PyObject *
@@ -103,7 +103,7 @@ PyDoc_STRVAR(QPEx_wr_abort__doc__,
 "Drop the batch, posting nothing (ibv_wr_abort).\n"
 "\n"
 "Raises:\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "\n"
 "Calls ibv_wr_abort, in every supported rdma-core release (33.2 on).");
 static PyObject *
@@ -133,7 +133,7 @@ PyDoc_STRVAR(QPEx_wr_send__doc__,
 "Add a SEND to the batch (its data: a wr_set_* call next).\n"
 "\n"
 "Raises:\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "\n"
 "Calls ibv_wr_send, in every supported rdma-core release (33.2 on).");
 static PyObject *
@@ -166,7 +166,7 @@ PyDoc_STRVAR(QPEx_wr_send_imm__doc__,
 "    imm_data: 32-bit immediate data, in host order (sent in network order).\n"
 "\n"
 "Raises:\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_wr_send_imm, in every supported rdma-core release (33.2 on).");
@@ -211,7 +211,7 @@ PyDoc_STRVAR(QPEx_wr_send_inv__doc__,
 "    invalidate_rkey: the rkey to invalidate.\n"
 "\n"
 "Raises:\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_wr_send_inv, in every supported rdma-core release (33.2 on).");
@@ -257,7 +257,7 @@ PyDoc_STRVAR(QPEx_wr_rdma_write__doc__,
 "    remote_addr: address in the peer's memory (from its MR.remote()).\n"
 "\n"
 "Raises:\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_wr_rdma_write, in every supported rdma-core release (33.2 on).");
@@ -312,7 +312,7 @@ PyDoc_STRVAR(QPEx_wr_rdma_write_imm__doc__,
 "    imm_data: 32-bit immediate data, in host order (sent in network order).\n"
 "\n"
 "Raises:\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_wr_rdma_write_imm, in every supported rdma-core release (33.2 on).");
@@ -374,7 +374,7 @@ PyDoc_STRVAR(QPEx_wr_rdma_read__doc__,
 "    remote_addr: address in the peer's memory (from its MR.remote()).\n"
 "\n"
 "Raises:\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_wr_rdma_read, in every supported rdma-core release (33.2 on).");
@@ -430,7 +430,7 @@ PyDoc_STRVAR(QPEx_wr_atomic_cmp_swp__doc__,
 "    swap: an int.\n"
 "\n"
 "Raises:\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_wr_atomic_cmp_swp, in every supported rdma-core release (33.2 on).");
@@ -501,7 +501,7 @@ PyDoc_STRVAR(QPEx_wr_atomic_fetch_add__doc__,
 "    add: an int.\n"
 "\n"
 "Raises:\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_wr_atomic_fetch_add, in every supported rdma-core release (33.2 on).");
@@ -564,7 +564,7 @@ PyDoc_STRVAR(QPEx_wr_atomic_write__doc__,
 "    data: bytes-like data.\n"
 "\n"
 "Raises:\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "    RuntimeError: the running libibverbs predates ibv_wr_atomic_write (rdma-core 42).\n"
 "\n"
@@ -630,7 +630,7 @@ PyDoc_STRVAR(QPEx_wr_bind_mw__doc__,
 "    bind_info: a MWBindInfo.\n"
 "\n"
 "Raises:\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_wr_bind_mw, in every supported rdma-core release (33.2 on).");
@@ -696,7 +696,7 @@ PyDoc_STRVAR(QPEx_wr_local_inv__doc__,
 "    invalidate_rkey: the rkey to invalidate.\n"
 "\n"
 "Raises:\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_wr_local_inv, in every supported rdma-core release (33.2 on).");
@@ -742,7 +742,7 @@ PyDoc_STRVAR(QPEx_wr_send_tso__doc__,
 "    mss: an int.\n"
 "\n"
 "Raises:\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_wr_send_tso, in every supported rdma-core release (33.2 on).");
@@ -802,7 +802,7 @@ PyDoc_STRVAR(QPEx_wr_set_sge__doc__,
 "    length: size in bytes.\n"
 "\n"
 "Raises:\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_wr_set_sge, in every supported rdma-core release (33.2 on).");
@@ -870,7 +870,7 @@ PyDoc_STRVAR(QPEx_wr_set_inline_data__doc__,
 "    data: bytes-like data.\n"
 "\n"
 "Raises:\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_wr_set_inline_data, in every supported rdma-core release (33.2 on).");
@@ -925,7 +925,7 @@ PyDoc_STRVAR(QPEx_wr_set_ud_addr__doc__,
 "    remote_qkey: an int.\n"
 "\n"
 "Raises:\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_wr_set_ud_addr, in every supported rdma-core release (33.2 on).");
@@ -990,7 +990,7 @@ PyDoc_STRVAR(QPEx_wr_set_xrc_srqn__doc__,
 "    remote_srqn: an int.\n"
 "\n"
 "Raises:\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_wr_set_xrc_srqn, in every supported rdma-core release (33.2 on).");

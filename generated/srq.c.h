@@ -178,7 +178,7 @@ PyDoc_STRVAR(SRQ_query__doc__,
 "\n"
 "Raises:\n"
 "    VerbsError: the verb failed; ``errno`` is the error it returned.\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "\n"
 "Calls ibv_query_srq, in every supported rdma-core release (33.2 on).");
 static PyObject *
@@ -222,7 +222,7 @@ PyDoc_STRVAR(SRQ_modify__doc__,
 "\n"
 "Raises:\n"
 "    VerbsError: the verb failed; ``errno`` is the error it returned.\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_modify_srq, in every supported rdma-core release (33.2 on).");
@@ -286,7 +286,7 @@ PyDoc_STRVAR(SRQ_get_srq_num__doc__,
 "\n"
 "Raises:\n"
 "    VerbsError: the verb failed; ``errno`` is the error it returned.\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "\n"
 "Calls ibv_get_srq_num, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.");
 static PyObject *
@@ -336,7 +336,7 @@ PyDoc_STRVAR(SRQ_post_srq_ops__doc__,
 "\n"
 "Raises:\n"
 "    VerbsError: the verb failed; ``errno`` is the error it returned.\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_post_srq_ops, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.");

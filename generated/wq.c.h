@@ -202,7 +202,7 @@ PyDoc_STRVAR(WQ_modify__doc__,
 "\n"
 "Raises:\n"
 "    VerbsError: the verb failed; ``errno`` is the error it returned.\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_modify_wq, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.");

@@ -140,7 +140,7 @@ PyDoc_STRVAR(XRCD_open_qp__doc__,
 "\n"
 "Raises:\n"
 "    VerbsError: the verb failed (it returned NULL); ``errno`` says why.\n"
-"    VerbsError (EBADF): the object is closed.\n"
+"    VerbsError: EBADF when the object is closed.\n"
 "    TypeError, ValueError: an argument of the wrong type or out of range (checked before the verb is called).\n"
 "\n"
 "Calls ibv_open_qp, in every supported rdma-core release (33.2 on). verbs.h inlines it into a call of the provider, which may not implement it: then VerbsError EOPNOTSUPP.");

@@ -108,7 +108,7 @@ def _raises_section(mm: Any, node: Any, errors: str, optional: Optional[str],
     if errors in _RAISES:
         lines.append(f"    VerbsError: {_RAISES[errors]}.")
     if mm.owner:
-        lines.append("    VerbsError (EBADF): the object is closed.")
+        lines.append("    VerbsError: EBADF when the object is closed.")
     if mm.args or "**" in arg_specs(node):
         lines.append("    TypeError, ValueError: an argument of the wrong type or out of range "
                      "(checked before the verb is called).")

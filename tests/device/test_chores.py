@@ -37,11 +37,14 @@ def rxe_context(ib, name):
 
 
 def test_find_gid_with_other_criteria(ib, ctx, port):
-    v1_index, v1_gid = ctx.find_gid(port, gid_type=ib.GIDType.ROCE_V1)
-    v2_index, v2_gid = ctx.find_gid(port)
-    assert v1_gid == v2_gid and v1_index != v2_index      # rxe lists each address twice
-    any_index, _ = ctx.find_gid(port, family=None, gid_type=None)
-    assert any_index <= min(v1_index, v2_index)
+    v4_index, v4 = ctx.find_gid(port)
+    # rxe lists a RoCE v2 GID for the netdev's IPv6 link-local address too
+    v6_index, v6 = ctx.find_gid(port, family="ipv6")
+    assert v6.raw[:8] == bytes.fromhex("fe80000000000000") and v6_index != v4_index
+    assert ctx.find_gid(port, family=socket.AF_INET6) == (v6_index, v6)
+    assert ctx.find_gid(port, family=None) == min((v4_index, v4), (v6_index, v6),
+                                                  key=lambda e: e[0])
+    assert ctx.find_gid(port, gid_type=None) == (v4_index, v4)
 
 
 def test_find_gid_says_what_the_port_has_when_nothing_fits(ib, ctx, port):
