@@ -30,9 +30,11 @@ class SGE:
     length: int
     lkey: int
     @property
-    def owner(self) -> Any: ...
+    def owner(self) -> Any:
+        """Object kept alive with this SGE (an MR or GpuMR)."""
     def __init__(self, target: MR | int, length: int, lkey: int = ..., offset: int = ...) -> None: ...
-    def _keepalive(self, owner: object, /) -> Self: ...
+    def _keepalive(self, owner: object, /) -> Self:
+        """Keep owner alive with this SGE; returns self."""
 
 @final
 class SendWR:
@@ -69,38 +71,55 @@ class RecvWR:
 class WC:
     """A work completion (struct ibv_wc), from CQ.poll()."""
     @property
-    def wr_id(self) -> int: ...
+    def wr_id(self) -> int:
+        """wr_id of the work request."""
     @property
-    def status(self) -> int: ...
+    def status(self) -> int:
+        """WCStatus."""
     @property
-    def opcode(self) -> int: ...
+    def opcode(self) -> int:
+        """WCOpcode."""
     @property
-    def vendor_err(self) -> int: ...
+    def vendor_err(self) -> int:
+        """Vendor error syndrome."""
     @property
-    def byte_len(self) -> int: ...
+    def byte_len(self) -> int:
+        """Bytes received (receive completions)."""
     @property
-    def imm_data(self) -> int: ...
+    def imm_data(self) -> int:
+        """Immediate data in host order (valid with WCFlags.WITH_IMM)."""
     @property
-    def invalidated_rkey(self) -> int: ...
+    def invalidated_rkey(self) -> int:
+        """Invalidated rkey (valid with WCFlags.WITH_INV)."""
     @property
-    def qp_num(self) -> int: ...
+    def qp_num(self) -> int:
+        """Local QP number."""
     @property
-    def src_qp(self) -> int: ...
+    def src_qp(self) -> int:
+        """Remote QP number (UD)."""
     @property
-    def wc_flags(self) -> int: ...
+    def wc_flags(self) -> int:
+        """WCFlags."""
     @property
-    def pkey_index(self) -> int: ...
+    def pkey_index(self) -> int:
+        """P_Key index (GSI)."""
     @property
-    def slid(self) -> int: ...
+    def slid(self) -> int:
+        """Source LID."""
     @property
-    def sl(self) -> int: ...
+    def sl(self) -> int:
+        """Service level."""
     @property
-    def dlid_path_bits(self) -> int: ...
+    def dlid_path_bits(self) -> int:
+        """DLID path bits."""
     @property
-    def is_success(self) -> bool: ...
+    def is_success(self) -> bool:
+        """status == WCStatus.SUCCESS."""
     @property
-    def status_str(self) -> str: ...
-    def raise_for_status(self) -> None: ...
+    def status_str(self) -> str:
+        """ibv_wc_status_str(status)."""
+    def raise_for_status(self) -> None:
+        """Raise CompletionError unless the status is SUCCESS."""
 
 @final
 class WCBuffer:
@@ -108,22 +127,36 @@ class WCBuffer:
     raise_on_error: bool
     def __new__(cls, capacity: int = ..., *, raise_on_error: bool = ...) -> Self: ...
     @property
-    def capacity(self) -> int: ...
+    def capacity(self) -> int:
+        """Completions one poll_into can take."""
     def __len__(self) -> int: ...
     def __getitem__(self, index: int, /) -> WC: ...
-    def wr_id(self, index: int, /) -> int: ...
-    def status(self, index: int, /) -> int: ...
-    def opcode(self, index: int, /) -> int: ...
-    def byte_len(self, index: int, /) -> int: ...
-    def imm_data(self, index: int, /) -> int: ...
-    def wc_flags(self, index: int, /) -> int: ...
-    def qp_num(self, index: int, /) -> int: ...
-    def src_qp(self, index: int, /) -> int: ...
-    def vendor_err(self, index: int, /) -> int: ...
-    def raise_for_status(self) -> None: ...
-    def count_opcode(self, opcode: int, /) -> int: ...
-    def wr_ids(self) -> list[int]: ...
-    def clear(self) -> None: ...
+    def wr_id(self, index: int, /) -> int:
+        """wr_id of valid entry i (IndexError outside)."""
+    def status(self, index: int, /) -> int:
+        """WCStatus of valid entry i (IndexError outside)."""
+    def opcode(self, index: int, /) -> int:
+        """WCOpcode of valid entry i (IndexError outside)."""
+    def byte_len(self, index: int, /) -> int:
+        """Bytes received of valid entry i (IndexError outside)."""
+    def imm_data(self, index: int, /) -> int:
+        """Immediate data (host order) of valid entry i (IndexError outside)."""
+    def wc_flags(self, index: int, /) -> int:
+        """WCFlags of valid entry i (IndexError outside)."""
+    def qp_num(self, index: int, /) -> int:
+        """Local QP number of valid entry i (IndexError outside)."""
+    def src_qp(self, index: int, /) -> int:
+        """Remote QP number (UD) of valid entry i (IndexError outside)."""
+    def vendor_err(self, index: int, /) -> int:
+        """Vendor error syndrome of valid entry i (IndexError outside)."""
+    def raise_for_status(self) -> None:
+        """Raise CompletionError for the first valid entry whose status is not SUCCESS."""
+    def count_opcode(self, opcode: int, /) -> int:
+        """How many valid entries have this WCOpcode (e.g. WCOpcode.RECV: receives that arrived, on a CQ shared with sends)."""
+    def wr_ids(self) -> list[int]:
+        """The wr_id of every valid entry, as a list."""
+    def clear(self) -> None:
+        """Forget the valid entries (len() becomes 0)."""
 
 @final
 class PostListEntry:
@@ -142,11 +175,14 @@ class PostListEntry:
     length: int
     lkey: int
     @property
-    def index(self) -> int: ...
+    def index(self) -> int:
+        """Position in the list."""
     @property
-    def list(self) -> PostList: ...
+    def list(self) -> PostList:
+        """The PostList."""
     @property
-    def num_sge(self) -> int: ...
+    def num_sge(self) -> int:
+        """Number of SGEs (fixed; assign a new request to change)."""
 
 @final
 class PostList:
@@ -155,7 +191,8 @@ class PostList:
     def __new__(cls, wrs: SendWR | RecvWR | Sequence[SendWR] | Sequence[RecvWR], *,
                 release_gil: bool = ...) -> Self: ...
     @property
-    def kind(self) -> type[SendWR] | type[RecvWR]: ...
+    def kind(self) -> type[SendWR] | type[RecvWR]:
+        """SendWR or RecvWR: what the list holds."""
     def __len__(self) -> int: ...
     def __getitem__(self, index: int, /) -> PostListEntry: ...
     def __setitem__(self, index: int, wr: SendWR | RecvWR, /) -> None: ...
@@ -164,15 +201,20 @@ class PostList:
 class AsyncEvent:
     """An asynchronous event (Context.get_async_event)."""
     @property
-    def event_type(self) -> int: ...
+    def event_type(self) -> int:
+        """EventType."""
     @property
-    def event_type_str(self) -> str: ...
+    def event_type_str(self) -> str:
+        """ibv_event_type_str()."""
     @property
-    def element(self) -> QP | CQ | SRQ | None: ...
+    def element(self) -> QP | CQ | SRQ | None:
+        """The QP, CQ or SRQ concerned (or None)."""
     @property
-    def port_num(self) -> int | None: ...
+    def port_num(self) -> int | None:
+        """The port, for port events (else None)."""
     @property
-    def acked(self) -> bool: ...
+    def acked(self) -> bool:
+        """True once ack_async_event() was called."""
 
 def create_event_channel() -> EventChannel: ...
 def cm_event_str(event: int) -> str: ...
@@ -185,61 +227,92 @@ _Addr: TypeAlias = Union[tuple[str, int], str]
 class EventChannel:
     """An rdma_cm event channel (rdma_create_event_channel)."""
     @property
-    def closed(self) -> bool: ...
+    def closed(self) -> bool:
+        """True once close() has run."""
     @property
-    def fd(self) -> int: ...
-    def close(self) -> None: ...
+    def fd(self) -> int:
+        """The channel's file descriptor, readable when an event is pending (select, asyncio's add_reader); set it non-blocking for EAGAIN instead of waiting."""
+    def close(self) -> None:
+        """Destroy the channel (rdma_destroy_event_channel); EBUSY while CMIDs use it; harmless when already closed."""
     def __enter__(self) -> Self: ...
     def __exit__(self, *exc: object) -> None: ...
     @classmethod
-    def _open_count(cls) -> int: ...
-    def create_id(self, ps: int = ...) -> CMID: ...
-    def get_cm_event(self) -> CMEvent: ...
+    def _open_count(cls) -> int:
+        """How many EventChannel objects of this process are open."""
+    def create_id(self, ps: int = ...) -> CMID:
+        """A new CMID reporting its events on this channel (rdma_create_id); ps is a PortSpace (TCP: reliable connections, UDP: datagrams)."""
+    def get_cm_event(self) -> CMEvent:
+        """The next CMEvent (rdma_get_cm_event), blocking with the GIL released (VerbsError EAGAIN when the fd is non-blocking and none is pending).  The event is copied and acknowledged at once, so it never holds up closing its CMID; a CONNECT_REQUEST's id is a new CMID."""
 
 @final
 class CMID:
     """An rdma_cm identifier (rdma_create_id), the connection manager's analogue of a socket."""
     @property
-    def closed(self) -> bool: ...
+    def closed(self) -> bool:
+        """True once close() has run."""
     @property
-    def channel(self) -> EventChannel: ...
+    def channel(self) -> EventChannel:
+        """The EventChannel its events arrive on."""
     @property
-    def qp(self) -> QP | None: ...
+    def qp(self) -> QP | None:
+        """The QP made by create_qp (None when there is none)."""
     @property
-    def pd(self) -> PD | None: ...
+    def pd(self) -> PD | None:
+        """The PD of that QP (None when there is none)."""
     @property
-    def context(self) -> Context | None: ...
+    def context(self) -> Context | None:
+        """The device Context librdmacm uses for this ID (cm_id->verbs), borrowed (closing it never closes the device); None before the ID is bound to a device."""
     @property
-    def port_num(self) -> int: ...
+    def port_num(self) -> int:
+        """The device port (0 before binding)."""
     @property
-    def ps(self) -> int: ...
+    def ps(self) -> int:
+        """The port space (PortSpace value)."""
     @property
-    def local_addr(self) -> tuple[str, int] | None: ...
+    def local_addr(self) -> tuple[str, int] | None:
+        """(host, port) of the local end, or None."""
     @property
-    def peer_addr(self) -> tuple[str, int] | None: ...
-    def close(self) -> None: ...
+    def peer_addr(self) -> tuple[str, int] | None:
+        """(host, port) of the remote end, or None."""
+    def close(self) -> None:
+        """Destroy the rdma_cm_id (rdma_destroy_id); EBUSY while its QP is open; harmless when already closed."""
     def __enter__(self) -> Self: ...
     def __exit__(self, *exc: object) -> None: ...
     @classmethod
-    def _open_count(cls) -> int: ...
-    def bind_addr(self, addr: _Addr) -> None: ...
-    def resolve_addr(self, dst: _Addr, src: _Addr | None = ..., timeout_ms: int = ...) -> None: ...
-    def resolve_route(self, timeout_ms: int = ...) -> None: ...
-    def listen(self, backlog: int = ...) -> None: ...
+    def _open_count(cls) -> int:
+        """How many CMID objects of this process are open (leak checks)."""
+    def bind_addr(self, addr: _Addr) -> None:
+        """Bind to a local address: (host, port) or host; '' or '0.0.0.0' is any (rdma_bind_addr)."""
+    def resolve_addr(self, dst: _Addr, src: _Addr | None = ..., timeout_ms: int = ...) -> None:
+        """Start resolving dst ((host, port) or host) to an RDMA device; ADDR_RESOLVED or ADDR_ERROR follows on the channel (rdma_resolve_addr)."""
+    def resolve_route(self, timeout_ms: int = ...) -> None:
+        """Start resolving the route to the resolved address; ROUTE_RESOLVED or ROUTE_ERROR follows (rdma_resolve_route)."""
+    def listen(self, backlog: int = ...) -> None:
+        """Listen for connection requests on the bound address; each one arrives as a CONNECT_REQUEST event with a new CMID (rdma_listen)."""
     def connect(self, private_data: _BufferLike = ..., responder_resources: int = ...,
                 initiator_depth: int = ..., flow_control: int = ..., retry_count: int = ...,
-                rnr_retry_count: int = ...) -> None: ...
+                rnr_retry_count: int = ...) -> None:
+        """Connect (after ROUTE_RESOLVED); the QP made by create_qp is moved to RTS by the connection manager (rdma_connect)."""
     def accept(self, private_data: _BufferLike = ..., responder_resources: int = ...,
                initiator_depth: int = ..., flow_control: int = ..., retry_count: int = ...,
-               rnr_retry_count: int = ...) -> None: ...
-    def reject(self, private_data: _BufferLike = ...) -> None: ...
-    def disconnect(self) -> None: ...
-    def establish(self) -> None: ...
-    def create_qp(self, pd: PD, init_attr: QPInitAttr) -> QP: ...
-    def destroy_qp(self) -> None: ...
-    def migrate(self, channel: EventChannel) -> None: ...
-    def set_option(self, optname: int, value: int) -> None: ...
-    def _ports(self) -> tuple[int, int]: ...
+               rnr_retry_count: int = ...) -> None:
+        """Accept a connection request (on the CMID of a CONNECT_REQUEST event) (rdma_accept)."""
+    def reject(self, private_data: _BufferLike = ...) -> None:
+        """Reject a connection request; the peer gets REJECTED with this private data (rdma_reject)."""
+    def disconnect(self) -> None:
+        """Disconnect; both sides get DISCONNECTED (rdma_disconnect)."""
+    def establish(self) -> None:
+        """Complete an accepted connection when the QP was handled by the caller (rdma_establish)."""
+    def create_qp(self, pd: PD, init_attr: QPInitAttr) -> QP:
+        """Create the CMID's QP on pd (a PD of cm_id.context) from a QPInitAttr (rdma_create_qp).  The returned QP works with post_send/post_recv/poll; the connection manager drives its state.  close() of the CMID raises EBUSY while it is open."""
+    def destroy_qp(self) -> None:
+        """Destroy the CMID's QP, as rdma_destroy_qp does (the QP's own close(), ibv_destroy_qp, then id->qp = NULL, so that the QP object's bookkeeping applies); harmless when there is none."""
+    def migrate(self, channel: EventChannel) -> None:
+        """Report this CMID's events on another EventChannel from now on (rdma_migrate_id)."""
+    def set_option(self, optname: int, value: int) -> None:
+        """Set an integer option of the ID (rdma_set_option, level RDMA_OPTION_ID): CMIDOption.TOS (0-255), REUSEADDR and AFONLY (bool/int), ACK_TIMEOUT (0-31)."""
+    def _ports(self) -> tuple[int, int]:
+        """(source port, destination port) in host order (rdma_get_src_port, rdma_get_dst_port)."""
 
 @final
 class WCTMInfo:

@@ -88,12 +88,13 @@ def test_an_optional_verb_says_so(generated):
     assert "in every supported rdma-core release" in by_name[("Context", "alloc_pd")].doc
 
 
-def test_the_stubs_carry_the_same_docstrings(generated):
-    """The classes the generator builds from the spec (the data path's and
-    rdma_cm's stubs are still written by hand, in templates/stubs/)."""
+def test_the_stubs_carry_the_same_docstrings():
+    """Every method of the extension has its docstring in the stub, the
+    same text: generated for the spec's classes, kept in step by this test
+    for the data path's and rdma_cm's (templates/stubs/_datapath.pyi.j2,
+    _rdmacm.pyi.j2)."""
     tree = ast.parse((ROOT / "generated" / "_ibverbs.pyi").read_text())
-    modelled = {m.owner for m in generated}
-    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef) and n.name in modelled}
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
     checked = 0
     for label, member in METHODS:
         if "." not in label:
@@ -106,4 +107,4 @@ def test_the_stubs_carry_the_same_docstrings(generated):
         stub_doc = ast.get_docstring(defs[0])
         assert stub_doc == inspect.cleandoc(_body(member.__doc__)), label
         checked += 1
-    assert checked > 130
+    assert checked > 160
