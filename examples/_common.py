@@ -198,17 +198,15 @@ class Session:
     # completions ----------------------------------------------------------------
     @staticmethod
     def poll(cq, n=1, timeout=TIMEOUT):
-        """At least one and at most n completions (busy-polls; gives up
-        after ``timeout`` seconds). Raises CompletionError for a failed one."""
-        deadline = time.monotonic() + timeout
-        while True:
-            wcs = cq.poll(n)
-            if wcs:
-                for wc in wcs:
-                    wc.raise_for_status()
-                return wcs
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"no completion within {timeout} s")
+        """At least one and at most n completions: CQ.wait for the first
+        (TimeoutError after ``timeout`` seconds, CompletionError for a failed
+        one), then whatever else is already there."""
+        wcs = cq.wait(1, timeout)
+        if n > 1:
+            for wc in cq.poll(n - 1):
+                wc.raise_for_status()
+                wcs.append(wc)
+        return wcs
 
     @staticmethod
     def poll_all(cq, n, timeout=TIMEOUT):
