@@ -383,7 +383,9 @@ def cq_wait(cq, n: int = 1, timeout: float | None = None, *, raise_on_error: boo
     got: list = []
     armed = False
     while True:
-        for wc in cq.poll(n - len(got)):
+        # at most what is still wanted (the rest stays queued), in bites the
+        # C poll can hold on its stack
+        for wc in cq.poll(min(n - len(got), 64)):
             if raise_on_error and wc.status != 0:
                 wc.raise_for_status()
             got.append(wc)
