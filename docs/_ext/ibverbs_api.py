@@ -5,8 +5,9 @@ from the built extension: its docstrings are the generated method table's,
 the same text the generator writes into the stubs (generator/docstrings.py),
 so the reference and the editors' hovers cannot drift apart.
 
-Every public name of ``ibverbs`` must be in exactly one group: a new class or
-function that no group lists is a warning, and ``make docs`` turns warnings
+Every public name of ``ibverbs`` must be in a group: a new class or
+function that no group lists is a warning (a new enum goes to the enums
+page by itself), and ``make docs`` turns warnings
 into errors (tests/host/test_docs.py checks the built inventory as well).
 
 ``.. ibverbs-cli:: <command>`` prints the help of a command of the
@@ -62,9 +63,28 @@ def public_names() -> List[str]:
     return sorted(n for n in dir(ibverbs) if not n.startswith("_") and n not in NOT_API)
 
 
+def _is_enum(name: str) -> bool:
+    import enum
+
+    import ibverbs
+
+    obj = getattr(ibverbs, name)
+    return isinstance(obj, type) and issubclass(obj, enum.Enum)
+
+
+def group_names(group: str) -> List[str]:
+    """The names a page documents; an enum that no group lists (a new one
+    of spec/enums.yaml) joins the enums page by itself."""
+    names = list(GROUPS[group])
+    if group == "enums":
+        grouped = {n for names_ in GROUPS.values() for n in names_}
+        names += [n for n in public_names() if n not in grouped and _is_enum(n)]
+    return names
+
+
 def _ungrouped() -> List[str]:
     grouped = {n for names in GROUPS.values() for n in names}
-    return [n for n in public_names() if n not in grouped]
+    return [n for n in public_names() if n not in grouped and not _is_enum(n)]
 
 
 def _autodoc(name: str) -> List[str]:
@@ -92,7 +112,7 @@ class ApiGroup(Directive):
         if group not in GROUPS:
             raise self.error(f"unknown ibverbs-api group {group!r} (have: {', '.join(GROUPS)})")
         lines: List[str] = [".. currentmodule:: ibverbs", ""]
-        for name in GROUPS[group]:
+        for name in group_names(group):
             if hasattr(ibverbs, name):
                 lines += _autodoc(name)
         node = nodes.section()
