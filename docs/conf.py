@@ -40,7 +40,7 @@ myst_heading_anchors = 3
 
 autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
-autodoc_class_signature = "separated"
+autodoc_class_signature = "mixed"
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 napoleon_use_ivar = True          # an Attributes section: fields, not a second object description

@@ -97,8 +97,7 @@ def _autodoc(name: str) -> List[str]:
         return [f".. autoclass:: ibverbs.{name}", "   :members:", "   :undoc-members:",
                 "   :member-order: bysource", ""]
     if isinstance(obj, type):
-        return [f".. autoclass:: ibverbs.{name}", "   :members:", "   :undoc-members:",
-                "   :special-members: __init__", ""]
+        return [f".. autoclass:: ibverbs.{name}", "   :members:", "   :undoc-members:", ""]
     return [f".. autofunction:: ibverbs.{name}", ""]
 
 
