@@ -56,6 +56,11 @@ def test_without_libibverbs_one_line_and_status_3(monkeypatch):
         assert out.returncode == 3, out.stderr
         assert len(out.stderr.splitlines()) == 1 and "libibverbs" in out.stderr, out.stderr
         assert "Traceback" not in out.stderr
+    # the console script (`ibverbs = ibverbs._cli:main`) imports the package first too
+    script = "import sys; sys.argv[0] = '/usr/local/bin/ibverbs'; from ibverbs._cli import main"
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60, env=env)
+    assert out.returncode == 3 and len(out.stderr.splitlines()) == 1, out.stderr
     # a program importing the package still gets the ImportError
     out = subprocess.run([sys.executable, "-c", "import ibverbs"], cwd=ROOT, capture_output=True,
                          text=True, timeout=60, env=env)
