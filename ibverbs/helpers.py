@@ -383,8 +383,8 @@ def cq_wait(cq, n: int = 1, timeout: float | None = None, *, raise_on_error: boo
     got: list = []
     armed = False
     while True:
-        # at most what is still wanted (the rest stays queued), in bites the
-        # C poll can hold on its stack
+        # never more than is still wanted: the rest stays queued for the
+        # caller's next wait or poll (and a huge n allocates nothing huge)
         for wc in cq.poll(min(n - len(got), 64)):
             if raise_on_error and wc.status != 0:
                 wc.raise_for_status()
