@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Set
 
 from .model import HandleModel, MethodModel, Model, StructModel
-from .pytypes import BUFFER_LIKE, GID_LIKE, _arg_types, _return_type, _type_of_getter
+from .pytypes import GID_LIKE, _arg_types, _return_type, _type_of_getter
 
 TEMPLATE = "stubs.pyi.j2"
 OUTPUT = "_ibverbs.pyi"
