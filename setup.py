@@ -56,7 +56,7 @@ setup(
                      "ibverbs/src/errors.c", "ibverbs/src/convert.c",
                      "ibverbs/src/handles.c", "ibverbs/src/repr.c",
                      "ibverbs/src/cqex.c", "ibverbs/src/ext.c", "ibverbs/src/qpex.c",
-                     "ibverbs/src/rdmacm.c"],
+                     "ibverbs/src/rdmacm.c", "ibverbs/src/pymethods.c"],
             include_dirs=["ibverbs/src", "generated"] + rdma_include_dirs(),
             depends=sorted(glob.glob("generated/*.h") + glob.glob("ibverbs/src/*.h")),
             define_macros=[("Py_LIMITED_API", "0x03090000")],

@@ -5,7 +5,8 @@ a deadline, reporting and teardown.
 Every example runs under ``torchrun --nproc-per-node 2``: torchrun starts the
 two ranks and sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT;
 torch.distributed (gloo, CPU only) carries the small metadata (28-byte
-QPInfo records, addresses and rkeys, "ready"/"done" barriers); the payload
+QPInfo records, 20-byte RemoteBuffer records of address, rkey and length,
+"ready"/"done" barriers); the payload
 moves over RDMA between the two ranks' own devices.
 
 Device, port and GID, per rank (environment variables):
@@ -15,24 +16,25 @@ IBVERBS_DEVICE     the RDMA device, or a comma-separated list indexed by
                    (rxe0 / rxe1 in the Soft-RoCE VM), else the
                    LOCAL_RANK-th device of get_device_list().
 IBVERBS_PORT       the port number (default 1).
-IBVERBS_GID_INDEX  the source GID index. Default: the first RoCE v2 GID
-                   holding an IPv4-mapped address (read from sysfs), or 0
-                   on an InfiniBand port.
+IBVERBS_GID_INDEX  the source GID index. Default: Context.find_gid, the
+                   first RoCE v2 GID holding an IPv4-mapped address (GID
+                   types read from sysfs), or the first IB GID on an
+                   InfiniBand port.
 IBVERBS_CUDA       "0" keeps tensors on the CPU even when CUDA is available;
                    by default rank r uses cuda:<LOCAL_RANK % device_count>
                    when torch.cuda.is_available().
 IBVERBS_EXAMPLE_TIMEOUT  seconds a collective or a poll may wait (default
                    300: ranks in an emulated VM are slow).
 
-Under Soft-RoCE in a VM, bind gloo to loopback: GLOO_SOCKET_IFNAME=lo,
-MASTER_ADDR=127.0.0.1.
+In the Soft-RoCE VM, ``torchrun --standalone --nproc-per-node 2 <example>``
+works as it does elsewhere (the guest's hostname resolves, gloo binds to
+loopback).
 """
 from __future__ import annotations
 
 import argparse
 import datetime
 import os
-import struct
 import sys
 import time
 
@@ -45,45 +47,29 @@ import torch.distributed as dist  # noqa: E402
 
 import ibverbs as ib  # noqa: E402
 
-SYSFS_IB = "/sys/class/infiniband"
 TIMEOUT = float(os.environ.get("IBVERBS_EXAMPLE_TIMEOUT", "300"))
 MIB = 1 << 20
 
 
 # --- device, port and GID ----------------------------------------------------
 
-def _read(path):
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError:
-        return None
-
-
-def default_gid_index(dev, port):
-    """The first RoCE v2 GID of dev/port that holds an IPv4-mapped address
-    (::ffff:a.b.c.d), as sysfs shows it; 0 on an InfiniBand port.
+def find_gid(ctx, port):
+    """(index, Gid) of the first RoCE v2 GID of the port holding an IPv4-mapped
+    address (::ffff:a.b.c.d); index 0 on an InfiniBand port.
 
     The GID table is filled by the kernel in no fixed order, so the index is
-    looked up, never assumed."""
-    base = f"{SYSFS_IB}/{dev}/ports/{port}"
-    if _read(f"{base}/link_layer") == "InfiniBand":
-        return 0
+    looked up (Context.find_gid reads the GID types from sysfs), never
+    assumed."""
+    if ctx.query_port(port).link_layer == ib.LinkLayer.INFINIBAND:
+        return ctx.find_gid(port, gid_type=ib.GIDType.IB, family=None)
     try:
-        indices = sorted(int(n) for n in os.listdir(f"{base}/gids") if n.isdigit())
-    except OSError:
-        indices = []
-    for i in indices:
-        gid = (_read(f"{base}/gids/{i}") or "").lower().split(":")
-        if len(gid) == 8 and gid[:6] == ["0000"] * 5 + ["ffff"] \
-                and _read(f"{base}/gid_attrs/types/{i}") == "RoCE v2":
-            return i
-    raise SystemExit(f"{dev} port {port} has no RoCE v2 GID with an IPv4 address; "
-                     f"set IBVERBS_GID_INDEX")
+        return ctx.find_gid(port)
+    except LookupError as exc:
+        raise SystemExit(f"{exc}; set IBVERBS_GID_INDEX") from None
 
 
 def choose_device(local_rank):
-    """(device name, port, GID index) of this rank, from the environment."""
+    """(device name, port, GID index or None) of this rank, from the environment."""
     names = [d.name for d in ib.get_device_list()]
     wanted = [s.strip() for s in os.environ.get("IBVERBS_DEVICE", "").split(",") if s.strip()]
     if wanted:
@@ -98,8 +84,7 @@ def choose_device(local_rank):
         raise SystemExit(f"RDMA device {name!r} not found (have: {', '.join(names) or 'none'})")
     port = int(os.environ.get("IBVERBS_PORT", "1"))
     env_gid = os.environ.get("IBVERBS_GID_INDEX")
-    gid_index = int(env_gid) if env_gid else default_gid_index(name, port)
-    return name, port, gid_index
+    return name, port, int(env_gid) if env_gid else None
 
 
 def choose_tensor_device(local_rank):
@@ -140,7 +125,10 @@ class Session:
         self.tensor_device = choose_tensor_device(self.local_rank)
         self.ctx = next(d for d in ib.get_device_list() if d.name == self.device_name).open()
         self.pd = self.ctx.alloc_pd()
-        self.gid = self.ctx.query_gid(self.port, self.gid_index)
+        if self.gid_index is None:
+            self.gid_index, self.gid = find_gid(self.ctx, self.port)
+        else:
+            self.gid = self.ctx.query_gid(self.port, self.gid_index)
         self._objects = []
         self.failures = []
         self.log(f"{self.device_name} port {self.port} GID[{self.gid_index}] {self.gid}, "
@@ -175,16 +163,15 @@ class Session:
         dist.all_gather(out, mine)
         return [bytes(t.tolist()) for t in out]
 
-    def broadcast_u64(self, values, src, count):
-        """``values`` (count unsigned 64-bit ints: addresses, rkeys, sizes)
-        from rank ``src`` to every rank."""
-        fmt = f"!{count}Q"
+    def broadcast_remote(self, remote, src):
+        """A RemoteBuffer (where to RDMA-write or read: addr, rkey, length)
+        from rank ``src`` to every rank, as its 20-byte wire format."""
         if self.rank == src:
-            buf = torch.tensor(list(struct.pack(fmt, *values)), dtype=torch.uint8)
+            buf = torch.frombuffer(bytearray(remote.to_bytes()), dtype=torch.uint8)
         else:
-            buf = torch.empty(struct.calcsize(fmt), dtype=torch.uint8)
+            buf = torch.empty(20, dtype=torch.uint8)
         dist.broadcast(buf, src=src)
-        return list(struct.unpack(fmt, bytes(buf.tolist())))
+        return ib.RemoteBuffer.from_bytes(buf)       # from_bytes takes the tensor as it is
 
     def barrier(self):
         dist.barrier()
@@ -211,24 +198,21 @@ class Session:
     # completions ----------------------------------------------------------------
     @staticmethod
     def poll(cq, n=1, timeout=TIMEOUT):
-        """At least one and at most n completions (busy-polls; gives up
-        after ``timeout`` seconds). Raises CompletionError for a failed one."""
-        deadline = time.monotonic() + timeout
-        while True:
-            wcs = cq.poll(n)
-            if wcs:
-                for wc in wcs:
-                    wc.raise_for_status()
-                return wcs
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"no completion within {timeout} s")
+        """At least one and at most n completions: CQ.wait for the first
+        (TimeoutError after ``timeout`` seconds, CompletionError for a failed
+        one), then whatever else is already there."""
+        wcs = cq.wait(1, timeout)
+        if n > 1:
+            for wc in cq.poll(n - 1):
+                wc.raise_for_status()
+                wcs.append(wc)
+        return wcs
 
-    def poll_all(self, cq, n, timeout=TIMEOUT):
-        """Exactly n completions."""
-        got = []
-        while len(got) < n:
-            got += self.poll(cq, n - len(got), timeout)
-        return got
+    @staticmethod
+    def poll_all(cq, n, timeout=TIMEOUT):
+        """Exactly n completions (CQ.wait raises TimeoutError naming how many
+        arrived, and CompletionError for a failed one)."""
+        return cq.wait(n, timeout)
 
     # reporting ------------------------------------------------------------------
     def log(self, msg):

@@ -62,7 +62,7 @@ def run(s, args):
     if s.rank == TARGET:
         dst = torch.zeros(numel, dtype=torch.int32, device=s.tensor_device)
         mr = s.register(dst, A.LOCAL_WRITE | A.REMOTE_WRITE)
-        s.broadcast_u64([mr.addr, mr.rkey, dst.nbytes], src=TARGET, count=3)
+        s.broadcast_remote(mr.remote(), src=TARGET)   # addr, rkey, length: 20 bytes
         t0 = time.perf_counter()
         s.barrier()                      # "rank 0's write has completed"
         elapsed = time.perf_counter() - t0
@@ -72,12 +72,13 @@ def run(s, args):
     else:
         src = expected.clone()
         mr = s.register(src, 0)          # the NIC only reads it: no access flag
-        addr, rkey, nbytes = s.broadcast_u64(None, src=TARGET, count=3)
-        s.check(nbytes == src.nbytes, f"peer tensor has {nbytes} bytes, not {src.nbytes}")
+        target = s.broadcast_remote(None, src=TARGET)
+        s.check(target.length == src.nbytes, f"peer tensor has {target.length} bytes, not {src.nbytes}")
         s.before_post(src)               # CUDA: the producing stream must be done
         t0 = time.perf_counter()
         qp.post_send(ib.SendWR(wr_id=1, sg_list=[mr.sge()], opcode=ib.WROpcode.RDMA_WRITE,
-                               send_flags=ib.SendFlags.SIGNALED, remote_addr=addr, rkey=rkey))
+                               send_flags=ib.SendFlags.SIGNALED, remote_addr=target.addr,
+                               rkey=target.rkey))
         (wc,) = s.poll(cq)               # RC: acknowledged by the peer's NIC
         elapsed = time.perf_counter() - t0
         s.check(wc.wr_id == 1 and wc.opcode == ib.WCOpcode.RDMA_WRITE, f"unexpected completion {wc}")

@@ -43,18 +43,20 @@ def run(s, args):
         src = expected.clone()
         mr = s.register(src, A.REMOTE_READ)
         s.before_post(src)              # CUDA: finished before the peer may read it
-        s.broadcast_u64([mr.addr, mr.rkey, src.nbytes], src=SOURCE, count=3)
+        s.broadcast_remote(mr.remote(), src=SOURCE)
         s.log(f"serving {src.nbytes} bytes ({_common.tensor_desc(src)}) for RDMA_READ")
         # Nothing to do until the reader is done: Session.close() waits for it.
     else:
         dst = torch.zeros(numel, dtype=torch.int32, device=s.tensor_device)
         mr = s.register(dst, A.LOCAL_WRITE)
-        addr, rkey, nbytes = s.broadcast_u64(None, src=SOURCE, count=3)
-        if not s.check(nbytes == dst.nbytes, f"source has {nbytes} bytes, not {dst.nbytes}"):
+        source = s.broadcast_remote(None, src=SOURCE)
+        if not s.check(source.length == dst.nbytes,
+                       f"source has {source.length} bytes, not {dst.nbytes}"):
             return
         t0 = time.perf_counter()
         qp.post_send(ib.SendWR(wr_id=7, sg_list=[mr.sge()], opcode=ib.WROpcode.RDMA_READ,
-                               send_flags=ib.SendFlags.SIGNALED, remote_addr=addr, rkey=rkey))
+                               send_flags=ib.SendFlags.SIGNALED, remote_addr=source.addr,
+                               rkey=source.rkey))
         (wc,) = s.poll(cq)
         elapsed = time.perf_counter() - t0
         s.check(wc.opcode == ib.WCOpcode.RDMA_READ and wc.wr_id == 7, f"unexpected completion {wc!r}")

@@ -54,7 +54,7 @@ def run(s, args):
         # Receives first, then tell the writer where to write: the
         # broadcast is also the "ready" signal.
         qp.post_recv([ib.RecvWR(wr_id=1000 + i) for i in range(depth)])
-        s.broadcast_u64([mr.addr, mr.rkey, dst.nbytes], src=RECEIVER, count=3)
+        s.broadcast_remote(mr.remote(), src=RECEIVER)
         t0 = time.perf_counter()
         seen = set()
         while len(seen) < depth:
@@ -76,12 +76,12 @@ def run(s, args):
     else:
         src = expected.clone()
         mr = s.register(src, 0)
-        addr, rkey, nbytes = s.broadcast_u64(None, src=RECEIVER, count=3)
-        s.check(nbytes == src.nbytes, f"peer tensor has {nbytes} bytes, not {src.nbytes}")
+        target = s.broadcast_remote(None, src=RECEIVER)
+        s.check(target.length == src.nbytes, f"peer tensor has {target.length} bytes, not {src.nbytes}")
         s.before_post(src)                          # CUDA: the producing stream must be done
         wrs = [ib.SendWR(wr_id=i, sg_list=[mr.sge(n * 4, off * 4)],
                          opcode=ib.WROpcode.RDMA_WRITE_WITH_IMM, send_flags=ib.SendFlags.SIGNALED,
-                         remote_addr=addr + off * 4, rkey=rkey, imm_data=i)
+                         remote_addr=target.addr + off * 4, rkey=target.rkey, imm_data=i)
                for i, (off, n) in enumerate(spans)]
         t0 = time.perf_counter()
         qp.post_send(wrs)                           # one call posts the whole chain

@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
+from . import docstrings
+
 from .ir import IR, Function, Record, Type
 from .spec import Method, Node, Spec, SpecError
 
@@ -72,6 +74,8 @@ class MethodModel:
     parse_format: str = ""
     body: List[str] = field(default_factory=list)   # C statements
     verbs: List[str] = field(default_factory=list)  # C functions it binds
+    # a Python-layer method (spec `python:`): (module, function) it calls
+    python: Optional[Tuple[str, str]] = None
 
     # The C parameters of its function and the names passing them on, by
     # calling convention.
@@ -655,6 +659,15 @@ class Builder:
         label = f"{m.owner}.{m.name}" if m.owner else m.name
         prefix = f"{m.owner}_" if m.owner else "module_"
         cname = f"{prefix}{m.name.lstrip('_')}" if not m.name.startswith("_") else f"{prefix}_{m.name.lstrip('_')}"
+        if m.python is not None:
+            module, func = m.python.split(":")
+            sig = str(m.node["signature"])
+            if not sig.startswith(f"{m.name}("):
+                raise SpecError(f"{m.where('signature')}: {label}: the signature must "
+                                f"start with {m.name}(")
+            doc = f"{sig}\n--\n\n{str(m.node['doc']).strip()}"
+            return MethodModel(m.name, m.owner, f"ibv_py_{cname}", "METH_VARARGS | METH_KEYWORDS",
+                               doc, hand=True, python=(module, func))
         if m.hand is not None:
             sig = m.hand
             inner = sig[sig.index("(") + 1:sig.rindex(")")].strip()
@@ -827,12 +840,17 @@ class MethodBuilder:
         for a in self.args:
             parts.append(a.name if a.required else f"{a.name}={a.default_doc}")
         sig = m.node.get("signature") or f"{m.name}({', '.join(parts)})"
-        doc_text = m.node.get("doc") or f"Calls {f.name}."
-        doc = f"{sig}\n--\n\n{doc_text}"
         flags = "METH_VARARGS | METH_KEYWORDS" if (self.args or self.kwargs_struct) else "METH_NOARGS"
         verbs = [f.name] + list(m.node.get("verbs", []) or [])
-        return MethodModel(m.name, owner, self.cname, flags, doc, args=self.args,
-                           body=body, verbs=verbs)
+        mm = MethodModel(m.name, owner, self.cname, flags, "", args=self.args,
+                         body=body, verbs=verbs)
+        try:
+            text = docstrings.compose(mm, self.label, m.node, f.name, f.storage, self.b.spec,
+                                      self.b.handle_names)
+        except docstrings.DocError as exc:
+            self.fail(str(exc).split(": ", 1)[1], "doc")
+        mm.doc = f"{sig}\n--\n\n{text}"
+        return mm
 
     def required_symbols(self, f: Function) -> List[str]:
         syms = []

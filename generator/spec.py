@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
@@ -76,7 +77,7 @@ def _load_file(path: str, display: str) -> Node:
 # --- the validated spec ------------------------------------------------------
 
 TOP_KEYS = {"handles", "structs", "enums", "functions", "symbols", "exclusions",
-            "methods"}
+            "methods", "docs"}
 HANDLE_KEYS = {"ctype", "doc", "destroy", "parents", "attributes", "methods",
                "slots", "state", "before_destroy", "registered",
                "base", "before_dealloc", "release", "hand_attributes"}
@@ -85,7 +86,8 @@ ENUM_KEYS = {"c", "match", "kind", "prefix", "since", "members"}
 METHOD_KEYS = {"verb", "params", "errors", "returns", "gil", "checks", "doc",
                "requires", "signature", "hand", "keywords", "verbs", "prologue", "since",
                "epilogue", "guard",
-               "stub"}  # stub: the typed signature of a hand method (generator/stubs.py)
+               "stub",    # stub: the typed signature of a hand method (generator/stubs.py)
+               "python"}  # python: "module:function" of a Python-layer method
 ERROR_CONVENTIONS = {"null", "errno", "negative", "none"}
 ENUM_KINDS = {"IntEnum", "IntFlag"}
 
@@ -96,6 +98,9 @@ class Method:
     owner: str                 # class name, or "" for module functions
     node: Node
     hand: Optional[str] = None  # signature of a hand-written method
+    # "ibverbs.module:function" of a method written in Python: the method
+    # table calls it (imported on first call) with the object first
+    python: Optional[str] = None
 
     @property
     def verb(self) -> Optional[str]:
@@ -135,6 +140,9 @@ class Spec:
     optional: Dict[str, str] = field(default_factory=dict)     # symbol -> release
     optional_where: Dict[str, str] = field(default_factory=dict)
     exclusions: Dict[str, str] = field(default_factory=dict)   # function -> reason
+    # spec/docs.yaml: docstring text of generated methods (generator/docstrings.py)
+    doc_arguments: Dict[str, str] = field(default_factory=dict)  # argument name -> meaning
+    doc_methods: Dict[str, Any] = field(default_factory=dict)    # "Class.method" -> summary
     exclusion_where: Dict[str, str] = field(default_factory=dict)
 
     def handle(self, name: str) -> Optional[Handle]:
@@ -163,6 +171,15 @@ def _method(name: str, owner: str, node: Any, where: str) -> Method:
     _check_keys(node, METHOD_KEYS, label)
     if "hand" in node:
         return Method(name, owner, node, hand=str(node["hand"]))
+    if "python" in node:
+        target = str(node["python"])
+        if not re.fullmatch(r"[\w.]+:\w+", target):
+            raise SpecError(f"{node.where('python')}: {label}: 'python' must be "
+                            f"'module:function', got {target!r}")
+        for key in ("signature", "stub", "doc"):
+            if key not in node:
+                raise SpecError(f"{node.where()}: {label}: a Python-layer method needs {key!r}")
+        return Method(name, owner, node, python=target)
     if "verb" not in node:
         raise SpecError(f"{node.where()}: {label}: needs 'verb' (or 'hand')")
     if "params" not in node:
@@ -230,6 +247,17 @@ def load(spec_dir: str) -> Spec:
         for sym, release in (symbols.get("optional") or {}).items():
             spec.optional[sym] = str(release)
             spec.optional_where[sym] = symbols["optional"].where(sym)
+        docs = data.get("docs") or Node()
+        _check_keys(docs, {"arguments", "methods"}, f"{display}: docs")
+        for arg, text in (docs.get("arguments") or {}).items():
+            spec.doc_arguments[str(arg)] = str(text).strip()
+        for label, entry in (docs.get("methods") or {}).items():
+            if isinstance(entry, Node):
+                _check_keys(entry, {"summary", "args"}, f"docs of {label}")
+            elif not isinstance(entry, str):
+                raise SpecError(f"{docs['methods'].where(label)}: docs of {label}: "
+                                "a summary or {summary:, args:}")
+            spec.doc_methods[str(label)] = entry
         exclusions = data.get("exclusions") or {}
         for fname, reason in exclusions.items():
             if not isinstance(reason, str) or len(reason.strip()) < 8:

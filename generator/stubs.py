@@ -35,11 +35,10 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Set
 
 from .model import HandleModel, MethodModel, Model, StructModel
+from .pytypes import GID_LIKE, _arg_types, _return_type, _type_of_getter
 
 TEMPLATE = "stubs.pyi.j2"
 OUTPUT = "_ibverbs.pyi"
-GID_LIKE = "_GidLike"
-BUFFER_LIKE = "_BufferLike"
 
 
 @dataclass
@@ -62,109 +61,6 @@ def _first_line(doc: str) -> str:
     text = doc.split("\n--\n\n", 1)[-1].strip()
     line = text.split("\n", 1)[0].strip()
     return line.replace("\\", "\\\\").replace('"""', "'''")
-
-
-# --- types of values, read from the C that builds them --------------------------
-
-_WRAP = re.compile(r"return_value = (\w+)_wrap\(")
-_FROM_C = re.compile(r"(\w+)_from_c\(")
-
-
-def _type_of_getter(stmts: List[str], handles: Set[str]) -> str:
-    """The Python type of `result`/`item` built by these C statements."""
-    text = " ".join(stmts)
-    m = _FROM_C.search(text)
-    if m:
-        return m.group(1)
-    if "ibv_gid_to_py" in text:
-        return "Gid"
-    if "ibv_chars_to_py" in text:
-        return "str"
-    if "PyUnicode_FromString" in text:
-        return "str | None"
-    if "PyBytes_" in text:
-        return "bytes"
-    if "PyBool_" in text:
-        return "bool"
-    if "PyLong_" in text:
-        return "int"
-    return "Any"
-
-
-def _return_type(m: MethodModel, handles: Set[str]) -> str:
-    """What a generated wrapper returns, from its C statements."""
-    body = [line.strip() for line in m.body]
-    items: List[str] = []
-    for i, line in enumerate(body):
-        if line.startswith("item = PyList_New(0)"):
-            entry = next((b for b in body[i:] if "PyObject *entry =" in b), "")
-            cls = _FROM_C.search(entry)
-            items.append(f"list[{cls.group(1)}]" if cls else "list[Any]")
-        elif line.startswith("item = "):
-            items.append(_type_of_getter([line], handles))
-    for line in body:
-        wrap = _WRAP.search(line)
-        if wrap:
-            return wrap.group(1)
-        if line.startswith("return_value = PyTuple_New("):
-            return f"tuple[{', '.join(items)}]"
-        if line.startswith("return_value = item;"):
-            return items[0] if items else "Any"
-        if line.startswith("return_value = Py_NewRef(Py_None)"):
-            return "None"
-        if line.startswith("return_value = "):
-            return _type_of_getter([line], handles)
-    return "Any"
-
-
-# --- argument types, from the spec -------------------------------------------------
-
-def _convert_type(pspec: dict, handles: Set[str]) -> str:
-    convert = pspec.get("convert")
-    optional = "default" in pspec and pspec.get("default") is None
-    if convert is None or convert in ("address", "int"):
-        t = "int"
-    elif convert.startswith("handle:") or convert.startswith("struct:"):
-        t = convert.split(":", 1)[1]
-    elif convert == "be32":       # an int, in host order
-        t = "int"
-    elif convert == "bytes":      # any bytes-like object
-        t = BUFFER_LIKE
-    elif convert == "wc":
-        t = "WC"
-    elif convert.startswith("buffer:"):
-        t = BUFFER_LIKE
-    elif convert == "gid":
-        t = GID_LIKE
-    elif convert == "str":
-        t = "str"
-    else:
-        t = "Any"
-    return f"{t} | None" if optional and t != "Any" else t
-
-
-def _arg_types(node, handles: Set[str]) -> Dict[str, str]:
-    """Python argument name -> type, for a spec method node."""
-    out: Dict[str, str] = {}
-
-    def visit(pspec) -> None:
-        if isinstance(pspec, str):
-            if pspec not in ("self", "out", "scratch", "mask"):
-                out[pspec] = "int"
-            return
-        if not hasattr(pspec, "get"):
-            return
-        if "struct" in pspec:
-            for sub in (pspec["struct"] or {}).values():
-                visit(sub)
-        elif "kwargs" in pspec:
-            out["**"] = "Any"
-        elif "arg" in pspec:
-            out[pspec["arg"]] = _convert_type(pspec, handles)
-
-    for pspec in (node.get("params") or {}).values():
-        visit(pspec)
-    return out
 
 
 def _split_params(text: str) -> List[str]:
@@ -218,10 +114,35 @@ def _typed_params(params: List[str], types: Dict[str, str]) -> str:
     return ", ".join(out)
 
 
+def _docstring_body(doc: str) -> List[str]:
+    """A method's docstring (without its text signature) as the indented
+    body of its stub, so that editors show it on hover."""
+    text = doc.split("\n--\n\n", 1)[-1].strip()
+    if not text:
+        return []
+    text = text.replace("\\", "\\\\").replace('"""', "'''")
+    lines = text.split("\n")
+    body = [f'    """{lines[0]}'] + [f"    {line}" if line else "" for line in lines[1:]]
+    if len(lines) > 1:
+        body.append('    """')
+    else:
+        body[0] += '"""'
+    return body
+
+
+def _with_doc(head: str, doc: str) -> str:
+    """``head`` (a def line ending in ':') with the docstring as its body."""
+    body = _docstring_body(doc)
+    return "\n".join([head] + body) if body else f"{head} ..."
+
+
 def _method_def(m: MethodModel, node, handles: Set[str], is_method: bool) -> str:
     stub = node.get("stub") if node is not None else None
+    if m.hand and isinstance(stub, list):
+        # several call forms (PD.reg_mr(addr, length, access) / (buffer, access))
+        return "\n".join(_with_doc(f"@overload\ndef {m.name}{form}:", m.doc) for form in stub)
     if m.hand and stub:
-        return f"def {m.name}{stub}: ..."
+        return _with_doc(f"def {m.name}{stub}:", m.doc)
     params = _signature_params(m.doc)
     if params is None:
         params = ["self", "*args", "**kwargs"] if is_method else ["*args", "**kwargs"]
@@ -231,7 +152,7 @@ def _method_def(m: MethodModel, node, handles: Set[str], is_method: bool) -> str
     else:
         types = _arg_types(node, handles) if node is not None else {}
         result = _return_type(m, handles)
-    return f"def {m.name}({_typed_params(params, types)}) -> {result}: ..."
+    return _with_doc(f"def {m.name}({_typed_params(params, types)}) -> {result}:", m.doc)
 
 
 # --- classes --------------------------------------------------------------------
@@ -275,7 +196,8 @@ def _handle_class(h: HandleModel, spec, handles: Set[str],
     for sname, writable, _doc in h.slots:
         c.lines.append(f"{sname}: Any" if writable else f"@property\ndef {sname}(self) -> Any: ...")
     c.lines += _hand_attribute_lines(h, spec)
-    c.lines += ["def close(self) -> None: ...",
+    c.lines += [_with_doc("def close(self) -> None:",
+                          f"Destroy the {h.ctype} ({h.destroy}); harmless when already closed."),
                 "def __enter__(self) -> Self: ...",
                 "def __exit__(self, *exc: object) -> None: ...",
                 "@classmethod", "def _open_count(cls) -> int: ..."]
@@ -302,15 +224,17 @@ def _hand_attribute_lines(h: HandleModel, spec) -> List[str]:
 
 
 def _members(lines: List[str]) -> List[List[str]]:
-    """The lines of a class body grouped per member (decorators with their def)."""
+    """The lines of a class body grouped per member: decorators with their
+    def, the def with its docstring (indented or blank lines)."""
     out: List[List[str]] = []
-    pending: List[str] = []
+    current: List[str] = []
     for line in lines:
-        pending.append(line)
-        if not line.startswith("@"):
-            out.append(pending)
-            pending = []
-    return out + ([pending] if pending else [])
+        starts = bool(line) and not line[0].isspace() and not (current and current[-1].startswith("@"))
+        if starts and current:
+            out.append(current)
+            current = []
+        current.append(line)
+    return out + ([current] if current else [])
 
 
 def _derive(cls: StubClass, base: StubClass) -> None:
@@ -320,7 +244,10 @@ def _derive(cls: StubClass, base: StubClass) -> None:
     cls.base = base.name
     base.final = False
     inherited = {tuple(m) for m in _members(base.lines)}
-    cls.lines = [line for m in _members(cls.lines) if tuple(m) not in inherited for line in m]
+    # close() keeps the base's signature (ImportedPD's unimports: only its
+    # docstring differs)
+    cls.lines = [line for m in _members(cls.lines)
+                 if tuple(m) not in inherited and m[0] != "def close(self) -> None:" for line in m]
 
 
 def build(model: Model, replaced: Callable[[str], Set[str]]) -> Stubs:

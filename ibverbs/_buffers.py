@@ -23,9 +23,9 @@ ctypes is imported on first use only.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Tuple
+from typing import Any, Tuple
 
-__all__ = ["reg_mr"]
+__all__ = ["reg_mr", "reg_mr_any"]
 
 
 def _export(buffer: Any) -> Tuple[Any, int, int]:
@@ -50,11 +50,31 @@ def _export(buffer: Any) -> Tuple[Any, int, int]:
     return array, ctypes.addressof(array), nbytes
 
 
-def reg_mr(pd: Any, buffer: Any, access: int, *, _reg_mr_addr: Callable[..., Any]) -> Any:
+def _is_index(value: Any) -> bool:
+    """True for integer-likes (numpy integers): an address, not a buffer."""
+    try:
+        type(value).__index__(value)
+    except (AttributeError, TypeError):
+        return False
+    return True
+
+
+def reg_mr_any(pd: Any, *args: Any, **kwargs: Any) -> Any:
+    """``PD.reg_mr``: ``(addr, length, access)`` goes to the generated
+    ``PD._reg_mr`` (ibv_reg_mr), ``(buffer, access)`` to ``reg_mr``."""
+    first = args[0] if args else kwargs.get("buffer", kwargs.get("addr"))
+    if "buffer" in kwargs or (args and not isinstance(first, int) and not _is_index(first)):
+        if "buffer" in kwargs:
+            args = (kwargs.pop("buffer"),) + args
+        return reg_mr(pd, *args, **kwargs)
+    return pd._reg_mr(*args, **kwargs)
+
+
+def reg_mr(pd: Any, buffer: Any, access: int) -> Any:
     """Register the whole of ``buffer`` (see the module docstring)."""
     array, addr, nbytes = _export(buffer)
     try:
-        mr = _reg_mr_addr(pd, addr, nbytes, access)
+        mr = pd._reg_mr(addr, nbytes, access)
     except BaseException:
         del array  # release the export at once: the buffer is usable again
         raise

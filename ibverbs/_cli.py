@@ -1,6 +1,8 @@
-"""``python -m ibverbs``: devices, info, ping.
+"""``ibverbs`` / ``python -m ibverbs``: devices, info, gids, ping.
 
 * ``devices``: the RDMA devices and their node GUIDs (like ``ibv_devices``).
+* ``gids [-d DEV]``: every valid GID with its index, type and network device
+  (like ``show_gids``), read from sysfs.
 * ``info [-d DEV] [--json]``: what ``ibv_devinfo -v`` shows: every device
   attribute, and for each port its attributes and valid GIDs, read with
   ``query_device``/``query_port``/``query_gid_table`` (all fields the
@@ -17,6 +19,10 @@
   ``-e``/``--events`` sleeps on a completion channel between completions
   instead of busy polling (what ``ibv_rc_pingpong -e`` does): slower round
   trips, no CPU burnt while waiting.
+
+``--json`` (every command) prints one JSON document: GUIDs are strings
+(``"5254:00ff:fe12:3456"``, as ``rdma -j`` writes them: jq would round a
+64-bit integer), enums and flags are names.  Exit codes: see EXIT_CODES.
 """
 
 from __future__ import annotations
@@ -35,29 +41,85 @@ import ibverbs as ib
 DEFAULT_TCP_PORT = 18515      # the port ibv_rc_pingpong uses
 _PARAMS = struct.Struct("!II")  # count, size: the client tells the server
 
+# What the exit status says (also in `ibverbs --help`).
+EXIT_OK = 0
+EXIT_FAILED = 1        # a verb, the peer or the network failed; the message says which
+EXIT_USAGE = 2         # bad arguments (argparse's own status)
+EXIT_NO_LIBRARY = 3    # libibverbs.so.1 cannot be loaded (see ibverbs/__init__.py)
+EXIT_NO_DEVICE = 4     # no RDMA device: no kernel support, no provider, none there / by that name
+EXIT_CODES = {EXIT_OK: "success", EXIT_FAILED: "a verb, the peer or the network failed",
+              EXIT_USAGE: "bad arguments",
+              EXIT_NO_LIBRARY: "libibverbs.so.1 cannot be loaded (install rdma-core)",
+              EXIT_NO_DEVICE: "no RDMA device (no kernel support, no provider, or none by that name)"}
+SYSFS_INFINIBAND = "/sys/class/infiniband"
+
+
+class CLIError(Exception):
+    """A one-line failure for stderr, with its exit status."""
+
+    def __init__(self, message: str, status: int = EXIT_FAILED) -> None:
+        super().__init__(message)
+        self.status = status
+
 
 def _hex(value: int, width: int = 16) -> str:
     return f"0x{value:0{width}x}"
 
 
-def _find_device(name: Optional[str]) -> ib.Device:
+def _guid(value: int, wire_order: bool = False) -> str:
+    """A GUID as rdma -j and ibv_devinfo write it: xxxx:xxxx:xxxx:xxxx.
+    ``wire_order``: the value is a __be64 read as a host integer."""
+    raw = value.to_bytes(8, sys.byteorder if wire_order else "big")
+    h = raw.hex()
+    return ":".join(h[i:i + 4] for i in range(0, 16, 4))
+
+
+def _no_device_reason() -> str:
+    """Why ibv_get_device_list found nothing, in the words an admin acts on."""
+    import os
+
+    try:
+        in_sysfs = sorted(os.listdir(SYSFS_INFINIBAND))
+    except OSError:
+        in_sysfs = None
+    if in_sysfs is None or not os.path.isdir("/dev/infiniband"):
+        return ("no RDMA devices: this kernel has no RDMA support loaded (ENOSYS: no "
+                f"{SYSFS_INFINIBAND} or /dev/infiniband; load the driver, e.g. "
+                "`modprobe rdma_rxe` and `rdma link add rxe0 type rxe netdev eth0`)")
+    if in_sysfs:
+        return (f"no RDMA devices usable: the kernel has {', '.join(in_sysfs)} but libibverbs "
+                "has no provider (userspace driver) for them; install ibverbs-providers "
+                "(rdma-core)")
+    return "no RDMA devices: the kernel supports RDMA but no device is present"
+
+
+def _devices() -> List[ib.Device]:
     devices = ib.get_device_list()
     if not devices:
-        raise SystemExit("no RDMA devices found")
+        raise CLIError(_no_device_reason(), EXIT_NO_DEVICE)
+    return devices
+
+
+def _find_device(name: Optional[str]) -> ib.Device:
+    devices = _devices()
     if name is None:
         return devices[0]
     for dev in devices:
         if dev.name == name:
             return dev
-    raise SystemExit(f"no RDMA device named {name!r} (have: {', '.join(d.name for d in devices)})")
+    raise CLIError(f"no RDMA device named {name!r} (have: {', '.join(d.name for d in devices)})",
+                   EXIT_NO_DEVICE)
 
 
 # --- devices -------------------------------------------------------------------
 
 def cmd_devices(args: argparse.Namespace) -> int:
-    devices = ib.get_device_list()
+    devices = _devices()
     if args.json:
-        print(json.dumps([{"name": d.name, "guid": d.guid} for d in devices], indent=2))
+        print(json.dumps([{"name": d.name, "guid": _guid(d.guid),
+                           "node_type": _enum_name("NodeType", d.node_type),
+                           "transport_type": _enum_name("TransportType", d.transport_type)}
+                          for d in devices], indent=2))
         return 0
     print(f"    {'device':<16}\t   node GUID")
     print(f"    {'------':<16}\t----------------")
@@ -83,17 +145,45 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-def _gids(ctx: Any, port: int, gid_tbl_len: int) -> List[Dict[str, Any]]:
-    """The valid GIDs of a port: from ibv_query_gid_table (one call, with
-    types), else ibv_query_gid of each index (zero GIDs left out)."""
+def _enum_name(enum: str, value: int) -> Any:
+    """An enum value by its name (an unknown value stays an int)."""
     try:
-        entries = ctx.query_gid_table()
-    except (AttributeError, RuntimeError, ib.VerbsError):
-        entries = None
+        return getattr(ib, enum)(value).name
+    except ValueError:
+        return int(value)
+
+
+def _flag_names(enum: str, value: int) -> List[str]:
+    """The names of the bits set in a flag word (unknown bits as hex)."""
+    cls = getattr(ib, enum)
+    names, rest = [], int(value)
+    for member in cls:
+        bit = int(member)
+        if bit and bit & (bit - 1) == 0 and rest & bit:
+            names.append(member.name)
+            rest &= ~bit
+    if rest:
+        names.append(_hex(rest, 8))
+    return names
+
+
+def _gids(ctx: Any, port: int, gid_tbl_len: int) -> List[Dict[str, Any]]:
+    """The valid GIDs of a port with their type and network device: from
+    sysfs (like show_gids), else ibv_query_gid_table, else ibv_query_gid
+    of each index (zero GIDs left out, no type)."""
+    from ._gid_table import GID_TYPE_NAMES, sysfs_gid_entries, verbs_gid_entries
+
+    ethernet = int(ctx.query_port(port).link_layer) == 2    # IBV_LINK_LAYER_ETHERNET
+    entries: Optional[List[Any]] = sysfs_gid_entries(ctx.name, port, ethernet)
+    if entries is None:
+        try:
+            entries = verbs_gid_entries(ctx, port)
+        except (AttributeError, RuntimeError, ib.VerbsError):
+            entries = None
     if entries is not None:
-        return [{"index": e.gid_index, "gid": str(ib.Gid(bytes(e.gid))), "type": int(e.gid_type),
-                 "ndev_ifindex": e.ndev_ifindex}
-                for e in entries if e.port_num == port]
+        return [{"index": index, "gid": str(ib.Gid(raw)), "type": GID_TYPE_NAMES.get(kind, kind),
+                 "netdev": netdev, "ipv4": _ipv4(raw)}
+                for index, raw, kind, netdev in entries]
     out = []
     for index in range(gid_tbl_len):
         try:
@@ -101,28 +191,57 @@ def _gids(ctx: Any, port: int, gid_tbl_len: int) -> List[Dict[str, Any]]:
         except ib.VerbsError:
             continue
         if any(bytes(gid)):
-            out.append({"index": index, "gid": str(gid)})
+            out.append({"index": index, "gid": str(gid), "type": None, "netdev": None,
+                        "ipv4": _ipv4(bytes(gid))})
     return out
 
 
-def device_info(dev: ib.Device) -> Dict[str, Any]:
-    """All attributes of a device and its ports, as plain values."""
+def _ipv4(raw: bytes) -> Optional[str]:
+    """The IPv4 address of an IPv4-mapped GID (::ffff:a.b.c.d), else None."""
+    if raw[:12] != bytes(10) + b"\xff\xff":
+        return None
+    return ".".join(str(b) for b in raw[12:])
+
+
+def _json_fields(fields: Dict[str, Any]) -> Dict[str, Any]:
+    """Struct fields for --json: GUIDs as strings, enums and flags as names."""
+    out: Dict[str, Any] = {}
+    for name, value in fields.items():
+        if name.endswith("guid") and isinstance(value, int):
+            out[name] = _guid(value, wire_order=True)
+        elif name in _ENUM_FIELDS and isinstance(value, int):
+            out[name] = _enum_name(_ENUM_FIELDS[name], value)
+        elif name in _FLAG_FIELDS and isinstance(value, int):
+            out[name] = _flag_names(_FLAG_FIELDS[name], value)
+        else:
+            out[name] = _jsonable(value)
+    return out
+
+
+def device_info(dev: ib.Device, as_json: bool = False) -> Dict[str, Any]:
+    """All attributes of a device and its ports: plain values, or with
+    ``as_json`` what --json prints (GUIDs as strings, enums as names)."""
+    fields = _json_fields if as_json else _jsonable
     with dev.open() as ctx:
         attr = ctx.query_device()
         ports = []
         for port in range(1, attr.phys_port_cnt + 1):
             pattr = ctx.query_port(port)
-            ports.append({"port": port, "attr": _jsonable(pattr._asdict()),
+            ports.append({"port": port, "attr": fields(pattr._asdict()),
                           "gids": _gids(ctx, port, pattr.gid_tbl_len)})
+        if as_json:
+            return {"name": dev.name, "guid": _guid(dev.guid),
+                    "node_type": _enum_name("NodeType", dev.node_type),
+                    "transport_type": _enum_name("TransportType", dev.transport_type),
+                    "device": fields(attr._asdict()), "ports": ports}
         return {"name": dev.name, "guid": dev.guid, "node_type": dev.node_type,
                 "transport_type": dev.transport_type,
-                "device": _jsonable(attr._asdict()), "ports": ports}
+                "device": fields(attr._asdict()), "ports": ports}
 
 
 _ENUM_FIELDS = {"state": "PortState", "max_mtu": "MTU", "active_mtu": "MTU",
                 "link_layer": "LinkLayer", "atomic_cap": "AtomicCap"}
 _FLAG_FIELDS = {"device_cap_flags": "DeviceCapFlags", "port_cap_flags": "PortCapFlags"}
-_GID_TYPES = {0: "IB", 1: "RoCE v1", 2: "RoCE v2"}   # enum ibv_gid_type
 
 
 def _show(name: str, value: Any) -> str:
@@ -144,8 +263,8 @@ def _show(name: str, value: Any) -> str:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    devices = [_find_device(args.device)] if args.device else ib.get_device_list()
-    infos = [device_info(d) for d in devices]
+    devices = [_find_device(args.device)] if args.device else _devices()
+    infos = [device_info(d, as_json=args.json) for d in devices]
     if args.json:
         print(json.dumps({"devices": infos}, indent=2))
         return 0
@@ -158,9 +277,34 @@ def cmd_info(args: argparse.Namespace) -> int:
             for key, value in sorted(port["attr"].items()):
                 print(f"\t\t\t{key + ':':<24}{_show(key, value)}")
             for g in port["gids"]:
-                kind = _GID_TYPES.get(g.get("type", -1), "")
+                kind = g.get("type") or ""
                 print(f"\t\t\tGID[{g['index']:>4}]:\t\t{g['gid']}" + (f", {kind}" if kind else ""))
         print()
+    return 0
+
+
+# --- gids ------------------------------------------------------------------------
+
+def cmd_gids(args: argparse.Namespace) -> int:
+    devices = [_find_device(args.device)] if args.device else _devices()
+    rows = []
+    for dev in devices:
+        with dev.open() as ctx:
+            nports = ctx.query_device().phys_port_cnt
+            for port in range(1, nports + 1):
+                if args.ib_port is not None and port != args.ib_port:
+                    continue
+                for g in _gids(ctx, port, ctx.query_port(port).gid_tbl_len):
+                    rows.append({"device": dev.name, "port": port, **g})
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    # the columns of show_gids
+    print(f"{'DEV':<10}{'PORT':<6}{'INDEX':<7}{'GID':<41}{'IPv4':<17}{'VER':<9}DEV")
+    print(f"{'---':<10}{'----':<6}{'-----':<7}{'---':<41}{'----':<17}{'---':<9}---")
+    for r in rows:
+        print(f"{r['device']:<10}{r['port']:<6}{r['index']:<7}{r['gid']:<41}{r['ipv4'] or '':<17}"
+              f"{r['type'] or '':<9}{r['netdev'] or ''}")
     return 0
 
 
@@ -170,14 +314,9 @@ def _pick_gid_index(ctx: Any, port: int) -> int:
     """The RoCE v2 IPv4-mapped GID if there is one (what RoCE peers on an
     IPv4 network route with), else index 0 (InfiniBand, link-local)."""
     try:
-        entries = ctx.query_gid_table()
-    except (AttributeError, RuntimeError, ib.VerbsError):
+        return int(ctx.find_gid(port)[0])
+    except LookupError:
         return 0
-    for e in entries:
-        raw = bytes(e.gid)
-        if e.port_num == port and e.gid_type == ib.GIDType.ROCE_V2 and raw[:12] == bytes(10) + b"\xff\xff":
-            return int(e.gid_index)
-    return 0
 
 
 class _Side:
@@ -267,16 +406,26 @@ class _Side:
                 obj.close()
 
 
-def _stats(rtts_ns: Sequence[int], size: int) -> str:
+def _stats_dict(rtts_ns: Sequence[int], size: int) -> Dict[str, Any]:
     s = sorted(rtts_ns)
     n = len(s)
 
     def pct(p: float) -> float:
         return s[min(n - 1, int(p / 100 * n))] / 1000
 
-    avg = sum(s) / n / 1000
-    return (f"{n} round trips of {size} bytes: min {s[0] / 1000:.1f} us, avg {avg:.1f} us, "
-            f"median {pct(50):.1f} us, p99 {pct(99):.1f} us, max {s[-1] / 1000:.1f} us")
+    return {"round_trips": n, "size": size, "min_us": s[0] / 1000, "avg_us": sum(s) / n / 1000,
+            "median_us": pct(50), "p99_us": pct(99), "max_us": s[-1] / 1000}
+
+
+def _stats(rtts_ns: Sequence[int], size: int) -> str:
+    d = _stats_dict(rtts_ns, size)
+    return (f"{d['round_trips']} round trips of {size} bytes: min {d['min_us']:.1f} us, "
+            f"avg {d['avg_us']:.1f} us, median {d['median_us']:.1f} us, "
+            f"p99 {d['p99_us']:.1f} us, max {d['max_us']:.1f} us")
+
+
+def _print_result(args: argparse.Namespace, text: str, result: Dict[str, Any]) -> None:
+    print(json.dumps(result, indent=2) if args.json else text, flush=True)
 
 
 def _echo(side: _Side, timeout: float) -> None:
@@ -317,7 +466,8 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
 
 def _serve(args: argparse.Namespace, dev: ib.Device) -> int:
     with socket.create_server((args.bind, args.port), reuse_port=False) as srv:
-        print(f"listening on {args.bind or '*'}:{srv.getsockname()[1]} ({dev.name})", flush=True)
+        print(json.dumps({"listening": srv.getsockname()[1], "device": dev.name}) if args.json
+              else f"listening on {args.bind or '*'}:{srv.getsockname()[1]} ({dev.name})", flush=True)
         conn, peer = srv.accept()
     with conn:
         count, size = _PARAMS.unpack(_recv_exact(conn, _PARAMS.size))
@@ -333,7 +483,8 @@ def _serve(args: argparse.Namespace, dev: ib.Device) -> int:
             _recv_exact(conn, 1)                     # the client is done
         finally:
             side.close()
-    print(f"served {count} round trips of {size} bytes to {peer[0]}")
+    _print_result(args, f"served {count} round trips of {size} bytes to {peer[0]}",
+                  {"served": count, "size": size, "peer": peer[0]})
     return 0
 
 
@@ -349,7 +500,8 @@ def _client(args: argparse.Namespace, dev: ib.Device) -> int:
             conn.sendall(b"D")
     finally:
         side.close()
-    print(_stats(rtts, args.size))
+    _print_result(args, _stats(rtts, args.size),
+                  {"device": dev.name, "peer": args.host, **_stats_dict(rtts, args.size)})
     return 0
 
 
@@ -367,13 +519,14 @@ def _local(args: argparse.Namespace, dev: ib.Device) -> int:
             b.close()
     finally:
         a.close()
-    print(f"{dev.name} <-> {peer_dev.name}: " + _stats(rtts, args.size))
+    _print_result(args, f"{dev.name} <-> {peer_dev.name}: " + _stats(rtts, args.size),
+                  {"device": dev.name, "peer_device": peer_dev.name, **_stats_dict(rtts, args.size)})
     return 0
 
 
 def cmd_ping(args: argparse.Namespace) -> int:
     if args.size < 1 or args.count < 1:
-        raise SystemExit("--size and --count must be positive")
+        raise CLIError("--size and --count must be positive", EXIT_USAGE)
     dev = _find_device(args.device)
     if args.listen:
         return _serve(args, dev)
@@ -384,16 +537,30 @@ def cmd_ping(args: argparse.Namespace) -> int:
 
 # --- main ------------------------------------------------------------------------
 
+def _version() -> str:
+    return f"ibverbs {ib.__version__}"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m ibverbs", description="RDMA devices from Python.")
+    epilog = "exit status:\n" + "\n".join(f"  {code}  {what}" for code, what in EXIT_CODES.items())
+    ap = argparse.ArgumentParser(prog="ibverbs", description="RDMA devices from Python "
+                                 "(also: python -m ibverbs).", epilog=epilog,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--version", action="version", version=_version())
     sub = ap.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("devices", help="list the RDMA devices and their node GUIDs")
-    p.add_argument("--json", action="store_true")
+    json_help = "one JSON document (GUIDs as strings, enums as names)"
+    p = sub.add_parser("devices", help="list the RDMA devices and their node GUIDs (like ibv_devices)")
+    p.add_argument("--json", action="store_true", help=json_help)
     p.set_defaults(func=cmd_devices)
     p = sub.add_parser("info", help="device and port attributes and GIDs (like ibv_devinfo -v)")
     p.add_argument("-d", "--device", help="only this device (default: all)")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--json", action="store_true", help=json_help)
     p.set_defaults(func=cmd_info)
+    p = sub.add_parser("gids", help="GID tables: index, GID, IPv4, type, netdev (like show_gids)")
+    p.add_argument("-d", "--device", help="only this device (default: all)")
+    p.add_argument("-i", "--ib-port", type=int, help="only this port (default: all)")
+    p.add_argument("--json", action="store_true", help=json_help)
+    p.set_defaults(func=cmd_gids)
     p = sub.add_parser("ping", help="RC ping-pong latency (in one process, or client/server over TCP)",
                        description="Without HOST or --listen both QPs run in this process, between "
                                    "-d DEV and --peer-device DEV2 (default: the same device).")
@@ -412,14 +579,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-e", "--events", action="store_true",
                    help="sleep on a completion channel instead of busy polling (like ibv_rc_pingpong -e)")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the peer (default 10)")
+    p.add_argument("--json", action="store_true", help=json_help)
     p.set_defaults(func=cmd_ping)
     return ap
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """The ``ibverbs`` console script; returns the exit status."""
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except (ib.VerbsError, TimeoutError, ConnectionError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    except CLIError as exc:
+        print(f"ibverbs: {exc}", file=sys.stderr)
+        return exc.status
+    except (ib.VerbsError, TimeoutError, ConnectionError, OSError, RuntimeError,
+            LookupError) as exc:
+        print(f"ibverbs: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return 130

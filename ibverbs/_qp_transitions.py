@@ -27,7 +27,7 @@ time; the enums and ``AHAttr`` are imported on first use.
 
 from __future__ import annotations
 
-__all__ = ["to_init", "to_rtr", "to_rts"]
+__all__ = ["to_init", "to_rtr", "to_rts", "query"]
 
 
 def _index(what: str, value: object) -> int:
@@ -200,3 +200,9 @@ def to_rts(qp, psn, timeout=14, retry_cnt=7, rnr_retry=7, max_rd_atomic=1):
     ``rnr_retry`` and ``max_rd_atomic`` apply to RC QPs only."""
     mask, fields = _rts_request(_qp_kind(qp, "to_rts"), psn, timeout, retry_cnt, rnr_retry, max_rd_atomic)
     _modify(qp, "RTS", mask, fields)
+
+
+def query(qp, attr_mask=0x1FFFFF):
+    """``QP.query(attr_mask=all) -> (dict, QPCap)`` (ibv_query_qp)."""
+    attr = qp._query(attr_mask)
+    return attr._asdict(), attr.cap

@@ -3,7 +3,7 @@
 Built on the file descriptors libibverbs already gives, with
 ``loop.add_reader``: no busy polling, no thread per CQ.
 
-* ``await cq.wait()`` arms the CQ (``req_notify``), and when nothing is
+* ``await cq.async_wait()`` arms the CQ (``req_notify``), and when nothing is
   there yet, waits for its completion channel to become readable, reads the
   event, acknowledges it and returns the completions (a non-empty list of WC).
 * ``async for wc in cq.completions():`` yields every completion, forever.

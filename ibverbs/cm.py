@@ -1,5 +1,7 @@
 """rdma_cm, the RDMA connection manager (librdmacm), event-driven.
 
+A server, in outline::
+
     import ibverbs as ib
     from ibverbs import cm
 
@@ -70,17 +72,18 @@ class UDParam:
 class CMEvent:
     """One rdma_cm_event, copied (the C event is already acknowledged).
 
-    event        CMEventType
-    status       0, or the event's error (a negative errno for
-                 ADDR_ERROR/ROUTE_ERROR/UNREACHABLE, the CM reject reason
-                 for REJECTED)
-    id           the CMID it concerns; for CONNECT_REQUEST a new CMID to
-                 accept() or reject()
-    listen_id    the listening CMID of a CONNECT_REQUEST, else None
-    private_data the peer's private data (bytes; the transport pads it, so
-                 it can be longer than what was sent), or None
-    param        ConnParam (connection events), UDParam (datagram events)
-                 or None
+    Attributes:
+        event: CMEventType
+        status: 0, or the event's error (a negative errno for
+            ADDR_ERROR/ROUTE_ERROR/UNREACHABLE, the CM reject reason
+            for REJECTED)
+        id: the CMID it concerns; for CONNECT_REQUEST a new CMID to
+            accept() or reject()
+        listen_id: the listening CMID of a CONNECT_REQUEST, else None
+        private_data: the peer's private data (bytes; the transport pads it,
+            so it can be longer than what was sent), or None
+        param: ConnParam (connection events), UDParam (datagram events)
+            or None
     """
     event: Union[CMEventType, int]      # an int: an event newer than CMEventType
     status: int

@@ -289,6 +289,14 @@ class GpuMR:
 
         return SGE(self.addr + offset, length, lkey=lkey)._keepalive(self)
 
+    def remote(self, offset=0, length=None):
+        """What a peer needs to RDMA-read or write ``[offset, offset +
+        length)`` of the tensor (all of it by default): a
+        ``ibverbs.RemoteBuffer`` (addr, rkey, length), like ``MR.remote``."""
+        from .helpers import RemoteBuffer
+
+        return RemoteBuffer(self.addr, self.mr.rkey, self.length).slice(offset, length)
+
     def close(self) -> None:
         self.mr.close()
         self.tensor = None

@@ -1,9 +1,14 @@
 """Connection and registration helpers (pure Python).
 
 ``QPInfo`` / ``local_qp_info`` / ``connect_rc`` exchange and apply what two
-RC (or UC) QPs need to know about each other; ``tensor_addr_len`` /
+RC (or UC) QPs need to know about each other; ``RemoteBuffer`` is the wire
+format of a memory region a peer reads or writes; ``tensor_addr_len`` /
 ``reg_tensor`` register host torch tensors and numpy arrays. Neither numpy
 nor torch is imported: tensors are recognised by duck typing.
+
+``find_gid``, ``cq_wait`` and ``mr_remote`` are the Python side of the
+methods ``Context.find_gid``, ``CQ.wait`` and ``MR.remote`` (spec key
+``python:``); call them as methods.
 """
 
 from __future__ import annotations
@@ -14,9 +19,32 @@ from dataclasses import dataclass
 from ._qp_transitions import (_MTU_MAX, _MTU_MIN, _U8, _U16, _U24, _check_int, _init_request, _qp_kind,
                               _rtr_request, _rts_request)
 
-__all__ = ["QPInfo", "local_qp_info", "connect_rc", "tensor_addr_len", "reg_tensor"]
+__all__ = ["QPInfo", "RemoteBuffer", "local_qp_info", "connect_rc", "tensor_addr_len",
+           "reg_tensor"]
 
 _QPINFO = struct.Struct("!IIH16sBB")  # qp_num, psn, lid, gid, port, mtu: 28 bytes
+_REMOTE = struct.Struct("!QIQ")       # addr, rkey, length: 20 bytes
+_U32 = (1 << 32) - 1
+_U64 = (1 << 64) - 1
+
+
+def _wire_bytes(data: object, what: str) -> bytes:
+    """The bytes of a received message: any bytes-like object (bytes,
+    bytearray, memoryview, numpy array) or a contiguous CPU tensor (a uint8
+    tensor filled by a collective such as all_gather)."""
+    try:
+        return bytes(memoryview(data))  # type: ignore[arg-type]
+    except TypeError:
+        pass
+    if _is_torch_like(data):
+        if _is_cuda(data):
+            raise ValueError(f"{what} reads host memory; move the tensor with .cpu() first")
+        import ctypes
+
+        addr, nbytes = _torch_span(data)
+        return ctypes.string_at(addr, nbytes) if nbytes else b""
+    raise TypeError(f"{what} needs a bytes-like object or a CPU tensor, "
+                    f"not {type(data).__name__}")
 
 
 def _gid_bytes(gid: object) -> bytes:
@@ -70,10 +98,71 @@ class QPInfo:
 
     @classmethod
     def from_bytes(cls, data) -> QPInfo:
-        raw = bytes(memoryview(data))  # TypeError for str and other non-buffers
+        """Parse ``to_bytes()``'s 28 bytes from any bytes-like object
+        (bytes, bytearray, memoryview, numpy array) or a contiguous CPU
+        tensor; ValueError for another size, TypeError for a str."""
+        raw = _wire_bytes(data, "QPInfo.from_bytes")
         if len(raw) != _QPINFO.size:
             raise ValueError(f"QPInfo.from_bytes needs exactly {_QPINFO.size} bytes, got {len(raw)}")
         return cls(*_QPINFO.unpack(raw))
+
+
+_REMOTE_CHECKS = {
+    "addr": lambda v: _check_int("addr", v, 0, _U64),
+    "rkey": lambda v: _check_int("rkey", v, 0, _U32),
+    "length": lambda v: _check_int("length", v, 0, _U64),
+}
+
+
+@dataclass
+class RemoteBuffer:
+    """Where a peer may read or write: the address, remote key and length of
+    a memory region, as the target of RDMA_WRITE / RDMA_READ / atomics.
+
+    ``mr.remote()`` (or ``GpuMR.remote()``) makes one; ``to_bytes()`` is
+    its 20-byte network-order layout ``!QIQ`` (addr, rkey, length) to send
+    over any channel, and ``from_bytes()`` reads it back from bytes, a
+    memoryview or a uint8 tensor. ``addr`` and ``length`` are 64-bit,
+    ``rkey`` 32-bit (ValueError outside, TypeError for a non-int).
+    """
+
+    addr: int
+    rkey: int
+    length: int
+
+    def __setattr__(self, name: str, value: object) -> None:
+        check = _REMOTE_CHECKS.get(name)
+        object.__setattr__(self, name, value if check is None else check(value))
+
+    def to_bytes(self) -> bytes:
+        """The 20-byte wire format (``!QIQ``: addr, rkey, length)."""
+        return _REMOTE.pack(self.addr, self.rkey, self.length)
+
+    @classmethod
+    def from_bytes(cls, data) -> RemoteBuffer:
+        """Parse ``to_bytes()``'s 20 bytes from a bytes-like object or a
+        contiguous CPU tensor; ValueError for another size."""
+        raw = _wire_bytes(data, "RemoteBuffer.from_bytes")
+        if len(raw) != _REMOTE.size:
+            raise ValueError(f"RemoteBuffer.from_bytes needs exactly {_REMOTE.size} bytes, "
+                             f"got {len(raw)}")
+        return cls(*_REMOTE.unpack(raw))
+
+    def slice(self, offset: int, length: int | None = None) -> RemoteBuffer:
+        """The part ``[offset, offset + length)`` (to the end by default);
+        ValueError when it is not inside this buffer."""
+        offset = _check_int("offset", offset, 0, self.length)
+        length = self.length - offset if length is None else _check_int("length", length, 0, _U64)
+        if offset + length > self.length:
+            raise ValueError(f"[{offset}, {offset + length}) exceeds the {self.length}-byte "
+                             "remote buffer")
+        return RemoteBuffer(self.addr + offset, self.rkey, length)
+
+
+def mr_remote(mr, offset: int = 0, length: int | None = None) -> RemoteBuffer:
+    """``MR.remote(offset=0, length=None)``: the RemoteBuffer a peer needs to
+    reach ``[offset, offset + length)`` of the MR (all of it by default)."""
+    return RemoteBuffer(mr.addr, mr.rkey, mr.length).slice(offset, length)
 
 
 def local_qp_info(qp, port_attr, gid, *, port, psn=0) -> QPInfo:
@@ -258,3 +347,115 @@ def reg_tensor(pd, tensor, access):
     if not _is_torch_like(tensor):
         mr._buffer_export = _hold_array(tensor)
     return mr
+
+
+# --- choosing a GID ----------------------------------------------------------
+
+_IPV4_MAPPED = bytes(10) + b"\xff\xff"
+
+
+def _family(family: object) -> int | None:
+    """socket.AF_INET / AF_INET6 (or "ipv4" / "ipv6") as 4 / 6; None: any."""
+    import socket
+
+    if family is None:
+        return None
+    if isinstance(family, str):
+        key = family.lower().replace("_", "").replace("-", "")
+        if key in ("ipv4", "inet", "4"):
+            return 4
+        if key in ("ipv6", "inet6", "6"):
+            return 6
+    elif family == socket.AF_INET:
+        return 4
+    elif family == socket.AF_INET6:
+        return 6
+    raise ValueError(f"family must be socket.AF_INET, socket.AF_INET6, 'ipv4', 'ipv6' "
+                     f"or None, not {family!r}")
+
+
+def _gid_family(raw: bytes) -> int:
+    return 4 if raw[:12] == _IPV4_MAPPED else 6
+
+
+def find_gid(ctx, port: int, *, gid_type=2, family="ipv4", netdev=None):
+    """``Context.find_gid(port, *, gid_type=GIDType.ROCE_V2, family="ipv4",
+    netdev=None) -> (index, Gid)``: the GID table index to connect with
+    (``sgid_index``) and its GID."""
+    from ._gid import Gid
+    from ._gid_table import GID_TYPE_NAMES, sysfs_gid_entries, verbs_gid_entries
+
+    want_family = _family(family)
+    link_layer = ctx.query_port(port).link_layer
+    ethernet = int(link_layer) == 2                 # IBV_LINK_LAYER_ETHERNET
+    entries = sysfs_gid_entries(ctx.name, port, ethernet)
+    if entries is None:
+        entries = verbs_gid_entries(ctx, port)
+    for index, raw, kind, dev in entries:
+        if gid_type is not None and kind != int(gid_type):
+            continue
+        if want_family is not None and _gid_family(raw) != want_family:
+            continue
+        if netdev is not None and dev != netdev:
+            continue
+        return index, Gid(raw)
+    wanted = " ".join(part for part in (
+        GID_TYPE_NAMES.get(int(gid_type), str(gid_type)) if gid_type is not None else "",
+        f"IPv{want_family}" if want_family else "", "GID",
+        f"on {netdev}" if netdev else "") if part)
+    have = "; ".join(f"{index}: {Gid(raw)} {GID_TYPE_NAMES.get(kind, kind)}"
+                     f"{' ' + dev if dev else ''}" for index, raw, kind, dev in entries)
+    raise LookupError(f"{ctx.name} port {port} has no {wanted} "
+                      f"(it has: {have or 'no GIDs'})")
+
+
+# --- waiting for completions ---------------------------------------------------
+
+def cq_wait(cq, n: int = 1, timeout: float | None = None, *, raise_on_error: bool = True,
+            sleep: bool = False):
+    """``CQ.wait(n=1, timeout=None, *, raise_on_error=True, sleep=False)``:
+    the next ``n`` completions of the CQ, as a list of WC."""
+    import time
+
+    n = _check_int("n", n, 1, 1 << 31)
+    if timeout is not None and timeout < 0:
+        raise ValueError(f"timeout must be None or >= 0, got {timeout}")
+    channel = cq.channel if sleep else None
+    if sleep and channel is None:
+        raise ValueError("CQ.wait(sleep=True) needs a CQ created with a completion channel")
+    deadline = None if timeout is None else time.monotonic() + timeout
+    got: list = []
+    armed = False
+    while True:
+        # never more than is still wanted: the rest stays queued for the
+        # caller's next wait or poll (and a huge n allocates nothing huge)
+        for wc in cq.poll(min(n - len(got), 64)):
+            if raise_on_error and wc.status != 0:
+                wc.raise_for_status()
+            got.append(wc)
+        if len(got) >= n:
+            return got
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            err = TimeoutError(f"CQ.wait: {len(got)} of {n} completions arrived within "
+                               f"{timeout} s")
+            err.completions = got        # what did arrive is not lost
+            raise err
+        if channel is None:
+            # a busy poller that never yields starves a peer process on the
+            # same core (Soft-RoCE does its work in the kernel of that core)
+            time.sleep(0)
+            continue
+        if not armed:
+            # arm, then poll once more: a completion between the empty poll
+            # and req_notify raises no event
+            cq.req_notify()
+            armed = True
+            continue
+        import select
+
+        readable, _, _ = select.select([channel.fd], [], [], remaining)
+        if readable:
+            event_cq = channel.get_cq_event()
+            event_cq.ack_events(1)
+            armed = False

@@ -108,6 +108,11 @@ IBV_HIDDEN PyObject *ibv_raise_unavailable(const char *symbol,
 /* ibverbs.CompletionError(wc). */
 IBV_HIDDEN PyObject *ibv_raise_completion(PyObject *wc);
 
+/* pymethods.c: a method written in Python (spec `python:`), imported once
+ * into *cache and called with self first. */
+IBV_HIDDEN PyObject *ibv_call_python(PyObject **cache, const char *module, const char *name,
+                                     PyObject *self, PyObject *args, PyObject *kwargs);
+
 /* Borrowed references to the Python-level classes, looked up at import. */
 extern IBV_HIDDEN PyObject *ibv_VerbsError;
 extern IBV_HIDDEN PyObject *ibv_CompletionError;

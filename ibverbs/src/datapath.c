@@ -743,9 +743,9 @@ static PyGetSetDef SendWR_getset[] = {
     GETSET(SendWR, ah, "UD: address handle (a UD QP requires one, other QPs refuse one)."),
     GETSET(SendWR, remote_qpn, "UD: remote QP number."),
     GETSET(SendWR, remote_qkey, "UD: remote Q_Key."),
-    GETSET(SendWR, invalidate_rkey, "LOCAL_INV, SEND_WITH_INV: the rkey to invalidate."),
-    GETSET(SendWR, mw, "BIND_MW: the (type 2) MW to bind; rkey is its new rkey (ibverbs.inc_rkey(mw.rkey)), which MW.rkey may not show."),
-    GETSET(SendWR, bind_info, "BIND_MW: an MWBindInfo (the MR range and access to bind to)."),
+    GETSET(SendWR, invalidate_rkey, "The rkey to invalidate (opcodes LOCAL_INV and SEND_WITH_INV)."),
+    GETSET(SendWR, mw, "The (type 2) MW to bind (opcode BIND_MW); rkey is its new rkey (ibverbs.inc_rkey(mw.rkey)), which MW.rkey may not show."),
+    GETSET(SendWR, bind_info, "The MWBindInfo of opcode BIND_MW (the MR range and access to bind to)."),
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -933,8 +933,8 @@ static PyGetSetDef CMID_getset[] = {
     {"qp", CMID_get_qp, NULL, "The QP made by create_qp (None when there is none).", NULL},
     {"pd", CMID_get_pd, NULL, "The PD of that QP (None when there is none).", NULL},
     {"context", CMID_get_context, NULL,
-     "The device Context librdmacm uses for this ID (cm_id->verbs), borrowed: closing it "
-     "never closes the device; None before the ID is bound to a device.", NULL},
+     "The device Context librdmacm uses for this ID (cm_id->verbs), borrowed (closing it "
+     "never closes the device); None before the ID is bound to a device.", NULL},
     {"port_num", CMID_get_port_num, NULL, "The device port (0 before binding).", NULL},
     {"ps", CMID_get_ps, NULL, "The port space (PortSpace value).", NULL},
     {"local_addr", CMID_get_local_addr, NULL, "(host, port) of the local end, or None.", NULL},
@@ -1223,7 +1223,7 @@ static PyObject *EventChannel_get_fd(PyObject *op, void *closure)
 static PyGetSetDef EventChannel_getset[] = {
     {"closed", EventChannel_get_closed, NULL, "True once close() has run.", NULL},
     {"fd", EventChannel_get_fd, NULL,
-     "The channel's file descriptor: readable when an event is pending (select, "
+     "The channel's file descriptor, readable when an event is pending (select, "
      "asyncio's add_reader); set it non-blocking for EAGAIN instead of waiting.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };

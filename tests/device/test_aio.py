@@ -57,7 +57,7 @@ def test_wait_returns_a_receive_that_arrives_while_it_awaits(ib, chpair, make_bu
     chpair.qp_b.post_recv(ib.RecvWR(wr_id=77, sg_list=[dst.mr.sge()]))
 
     async def main():
-        waiter = asyncio.ensure_future(chpair.cq_b.wait())
+        waiter = asyncio.ensure_future(chpair.cq_b.async_wait())
         for _ in range(20):                 # give it every chance to finish early
             await asyncio.sleep(0.005)
         assert not waiter.done(), "wait() returned before anything was sent"
@@ -110,7 +110,7 @@ def test_two_cqs_on_one_channel_each_get_their_own_completions(ib, shared_pair, 
     p.qp_b.post_recv(ib.RecvWR(wr_id=2, sg_list=[dst.mr.sge()]))
 
     async def main():
-        both = asyncio.gather(p.cq_a.wait(), p.cq_b.wait())
+        both = asyncio.gather(p.cq_a.async_wait(), p.cq_b.async_wait())
         await asyncio.sleep(0.02)
         send(ib, p.qp_a, src, wr_id=1)
         return await asyncio.wait_for(both, TIMEOUT)
@@ -128,7 +128,7 @@ def test_cancelled_wait_leaves_nothing_unacked(ib, chpair, make_buffer):
 
     async def main():
         # 1. cancelled while nothing arrived: the reader goes away
-        waiter = asyncio.ensure_future(chpair.cq_b.wait())
+        waiter = asyncio.ensure_future(chpair.cq_b.async_wait())
         await asyncio.sleep(0.02)
         assert aio._channels
         waiter.cancel()
@@ -137,7 +137,7 @@ def test_cancelled_wait_leaves_nothing_unacked(ib, chpair, make_buffer):
         assert not aio._channels
         # 2. the event is in the channel, the waiter is cancelled before
         #    the loop reads it
-        waiter = asyncio.ensure_future(chpair.cq_b.wait())
+        waiter = asyncio.ensure_future(chpair.cq_b.async_wait())
         await asyncio.sleep(0.02)
         send(ib, chpair.qp_a, src, wr_id=1)
         fd = chpair.channels[-1].fd
@@ -147,10 +147,10 @@ def test_cancelled_wait_leaves_nothing_unacked(ib, chpair, make_buffer):
             await waiter
         assert not aio._channels
         # 3. the completion is still there for the next wait
-        first = await asyncio.wait_for(chpair.cq_b.wait(), TIMEOUT)
+        first = await asyncio.wait_for(chpair.cq_b.async_wait(), TIMEOUT)
         # 4. the next wait reads (and acks) the stale event, finds nothing,
         #    re-arms and gets the next receive
-        waiter = asyncio.ensure_future(chpair.cq_b.wait())
+        waiter = asyncio.ensure_future(chpair.cq_b.async_wait())
         await asyncio.sleep(0.02)
         assert not waiter.done()
         assert select.select([fd], [], [], 0)[0] == []     # the stale event was consumed
@@ -171,9 +171,9 @@ def test_cancelled_wait_leaves_nothing_unacked(ib, chpair, make_buffer):
 
 def test_wait_needs_a_channel_and_a_positive_count(ib, cq, chpair):
     with pytest.raises(ValueError, match="completion channel"):
-        asyncio.run(cq.wait())
+        asyncio.run(cq.async_wait())
     with pytest.raises(ValueError, match="positive"):
-        asyncio.run(chpair.cq_b.wait(0))
+        asyncio.run(chpair.cq_b.async_wait(0))
 
 
 def test_srq_limit_reached_arrives_through_the_async_api(ib, ctx, pd, port, gid_index, access,
@@ -226,7 +226,7 @@ def test_waiting_does_not_spin(ib, chpair, make_buffer):
     chpair.qp_b.post_recv(ib.RecvWR(wr_id=9, sg_list=[dst.mr.sge()]))
 
     async def main():
-        waiter = asyncio.ensure_future(chpair.cq_b.wait())
+        waiter = asyncio.ensure_future(chpair.cq_b.async_wait())
         await asyncio.sleep(0.05)            # the first poll/arm/add_reader happen here
         cpu0, wall0 = time.process_time(), time.monotonic()
         await asyncio.sleep(1.0)

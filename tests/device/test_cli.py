@@ -1,4 +1,4 @@
-"""python -m ibverbs: devices, info, ping (each run as its own process)."""
+"""python -m ibverbs: devices, info, gids, ping (each run as its own process)."""
 import json
 import os
 import re
@@ -38,7 +38,38 @@ def test_devices_lists_every_device_with_its_guid(ib, device_names):
         assert listed[dev.name] == dev.guid.to_bytes(8, sys.byteorder).hex()
     assert set(device_names) <= set(listed)
     as_json = json.loads(cli("devices", "--json").stdout)
-    assert {d["name"]: d["guid"] for d in as_json} == {d.name: d.guid for d in ib.get_device_list()}
+    # strings (jq reads numbers as doubles: a 64-bit GUID would be rounded)
+    assert {d["name"]: d["guid"] for d in as_json} == \
+        {d.name: guid_text(d.guid) for d in ib.get_device_list()}
+    assert all(d["node_type"] == "CA" and d["transport_type"] == "IB" for d in as_json), as_json
+
+
+def guid_text(value):
+    h = f"{value:016x}"
+    return ":".join(h[i:i + 4] for i in range(0, 16, 4))
+
+
+def wire_guid_text(value):
+    """A __be64 field read as a host integer, as rdma -j writes it."""
+    h = value.to_bytes(8, sys.byteorder).hex()
+    return ":".join(h[i:i + 4] for i in range(0, 16, 4))
+
+
+def expected_json(ib, fields):
+    """What --json makes of struct fields: GUIDs as strings, enums as names."""
+    enums = {"state": ib.PortState, "max_mtu": ib.MTU, "active_mtu": ib.MTU,
+             "link_layer": ib.LinkLayer, "atomic_cap": ib.AtomicCap}
+    out = {}
+    for k, v in fields.items():
+        if k.endswith("guid"):
+            out[k] = wire_guid_text(v)
+        elif k in enums:
+            out[k] = enums[k](v).name
+        elif k in ("device_cap_flags", "port_cap_flags"):
+            continue
+        else:
+            out[k] = v if isinstance(v, str) else int(v)
+    return out
 
 
 def test_info_json_matches_the_verbs(ib, ctx, device_names, port, gid_index):
@@ -46,20 +77,47 @@ def test_info_json_matches_the_verbs(ib, ctx, device_names, port, gid_index):
     (dev,) = info["devices"]
     assert dev["name"] == device_names[0]
     attr = ctx.query_device()._asdict()
-    assert dev["device"] == {k: (v if isinstance(v, str) else int(v)) for k, v in attr.items()}
+    flags = dev["device"].pop("device_cap_flags")
+    assert dev["device"] == expected_json(ib, attr)
+    assert isinstance(dev["device"]["node_guid"], str) and isinstance(dev["guid"], str)
+    assert sum(int(getattr(ib.DeviceCapFlags, f)) for f in flags) == attr["device_cap_flags"]
     assert len(dev["ports"]) == attr["phys_port_cnt"]
     p = dev["ports"][port - 1]
     assert p["port"] == port
     pattr = ctx.query_port(port)._asdict()
     # counters may move between the two reads; the rest must be equal
     volatile = {"bad_pkey_cntr", "qkey_viol_cntr"}
+    port_flags = p["attr"].pop("port_cap_flags")
     assert {k: v for k, v in p["attr"].items() if k not in volatile} == \
-        {k: int(v) for k, v in pattr.items() if k not in volatile}
+        {k: v for k, v in expected_json(ib, pattr).items() if k not in volatile}
+    assert p["attr"]["state"] == "ACTIVE" and p["attr"]["link_layer"] == "ETHERNET"
+    assert sum(int(getattr(ib.PortCapFlags, f)) for f in port_flags) == pattr["port_cap_flags"]
     gids = {g["index"]: g["gid"] for g in p["gids"]}
     assert gids[gid_index] == str(ctx.query_gid(port, gid_index))
     assert gids[0] == str(ctx.query_gid(port, 0))
     types = {g["index"]: g.get("type") for g in p["gids"]}
-    assert types[gid_index] == ib.GIDType.ROCE_V2          # from ibv_query_gid_table
+    assert types[gid_index] == "RoCE v2"                   # from sysfs
+
+
+def test_gids_lists_what_sysfs_shows(ib, ctx, device_names, port, gid_index):
+    rows = json.loads(cli("gids", "--json").stdout)
+    mine = {r["index"]: r for r in rows if r["device"] == device_names[0] and r["port"] == port}
+    index, ipv4 = rxe.roce_v2_ipv4_gid(device_names[0], port)
+    assert mine[index]["gid"] == str(ctx.query_gid(port, index))
+    assert (mine[index]["type"], mine[index]["ipv4"], mine[index]["netdev"]) == \
+        ("RoCE v2", ipv4, rxe.netdev_of(device_names[0], port))
+    assert {r["device"] for r in rows} >= set(device_names)
+    text = cli("gids", "-d", device_names[0]).stdout
+    assert text.splitlines()[0].split() == ["DEV", "PORT", "INDEX", "GID", "IPv4", "VER", "DEV"]
+    assert re.search(rf"^{device_names[0]}\s+{port}\s+{index}\s+\S+\s+{re.escape(ipv4)}\s+RoCE v2\s+"
+                     rf"{rxe.netdev_of(device_names[0], port)}$", text, re.M), text
+
+
+def test_ping_json_parses(ib, device_names):
+    out = json.loads(cli("ping", "-d", device_names[0], "--peer-device", device_names[1],
+                         "-n", "5", "--json").stdout)
+    assert out["round_trips"] == 5 and out["size"] == 64 and out["peer_device"] == device_names[1]
+    assert 0 < out["min_us"] <= out["median_us"] <= out["max_us"]
 
 
 def test_info_text_names_every_device_and_port(ib, device_names):
@@ -71,8 +129,8 @@ def test_info_text_names_every_device_and_port(ib, device_names):
 
 def test_info_of_an_unknown_device_fails_cleanly(ib):
     out = cli("info", "-d", "no_such_device", check=False)
-    assert out.returncode != 0 and "no RDMA device named 'no_such_device'" in out.stderr
-    assert "Traceback" not in out.stderr
+    assert out.returncode == 4 and "no RDMA device named 'no_such_device'" in out.stderr
+    assert "Traceback" not in out.stderr and len(out.stderr.splitlines()) == 1
 
 
 def test_ping_in_one_process_between_two_devices(ib, device_names):
@@ -153,4 +211,4 @@ def test_ping_keeps_a_receive_that_completes_before_the_echo_send(ib, device_nam
 
 def test_ping_without_a_server_fails_cleanly(ib, device_names):
     out = cli("ping", "127.0.0.1", "--port", str(free_port()), "-d", device_names[0], check=False)
-    assert out.returncode == 1 and out.stderr.startswith("error:") and "Traceback" not in out.stderr
+    assert out.returncode == 1 and out.stderr.startswith("ibverbs:") and "Traceback" not in out.stderr

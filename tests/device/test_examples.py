@@ -205,3 +205,23 @@ def test_example_alone_under_torchrun(run_torchrun, name):
     proc = run_torchrun(name + ".py")
     assert proc.returncode == 0, _tail(proc.stdout)
     _check_example(proc.stdout, name)
+
+
+def test_an_example_under_torchrun_standalone(torch_installed, device_names, port):
+    """What the torch docs tell people to type: `torchrun --standalone
+    --nproc-per-node=2 script.py`, no rendezvous address, no gloo interface.
+    It needs the machine's hostname to resolve (tests/vm/init writes it to
+    the guest's /etc/hosts); gloo must then find its interface silently."""
+    env = dict(os.environ)
+    env.pop("GLOO_SOCKET_IFNAME", None)
+    env.update(PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
+               IBVERBS_DEVICE=",".join(device_names), IBVERBS_PORT=str(port),
+               OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    cmd = _torchrun() + ["--standalone", "--nproc-per-node=2", str(EXAMPLES / "rc_bootstrap.py")]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=JOB_TIMEOUT)
+    assert proc.returncode == 0, _tail(proc.stdout)
+    _check_example(proc.stdout, "rc_bootstrap")
+    for warning in ("Unable to resolve hostname", "loopback address as fallback",
+                    "client socket has timed out"):
+        assert warning not in proc.stdout, _tail(proc.stdout)

@@ -691,7 +691,8 @@ def test_reg_tensor_of_a_read_only_array_needs_read_only_access():
 
 
 def test_helpers_all():
-    assert set(helpers.__all__) == {"QPInfo", "local_qp_info", "connect_rc", "tensor_addr_len", "reg_tensor"}
+    assert set(helpers.__all__) == {"QPInfo", "RemoteBuffer", "local_qp_info", "connect_rc",
+                                    "tensor_addr_len", "reg_tensor"}
     assert all(hasattr(helpers, n) for n in helpers.__all__)
 
 
@@ -780,3 +781,67 @@ def test_qpinfo_struct_is_the_seeds():
     assert (QPInfo._STRUCT.format, QPInfo._STRUCT.size) == ("!IIH16sBB", 28)
     info = remote_info()
     assert QPInfo._STRUCT.unpack(info.to_bytes()) == (0xABCDE, 0x42, 0x22, GID, 1, 3)
+
+
+# --- RemoteBuffer, and QPInfo from any received bytes ------------------------------
+
+def test_remote_buffer_wire_format_is_network_order_addr_rkey_length():
+    rb = helpers.RemoteBuffer(0x1122334455667788, 0xAABBCCDD, 4096)
+    raw = rb.to_bytes()
+    assert raw == struct.pack("!QIQ", 0x1122334455667788, 0xAABBCCDD, 4096)
+    assert len(raw) == 20
+    for form in (raw, bytearray(raw), memoryview(raw)):
+        assert helpers.RemoteBuffer.from_bytes(form) == rb
+
+
+@pytest.mark.parametrize("field,value,error", [
+    ("addr", -1, ValueError), ("addr", 1 << 64, ValueError), ("rkey", 1 << 32, ValueError),
+    ("length", -5, ValueError), ("rkey", 1.5, TypeError), ("addr", "0", TypeError)])
+def test_remote_buffer_checks_its_fields(field, value, error):
+    kwargs = {"addr": 0, "rkey": 0, "length": 0}
+    kwargs[field] = value
+    with pytest.raises(error, match=field):
+        helpers.RemoteBuffer(**kwargs)
+
+
+def test_remote_buffer_from_bytes_needs_exactly_20_bytes():
+    with pytest.raises(ValueError, match="exactly 20 bytes"):
+        helpers.RemoteBuffer.from_bytes(bytes(21))
+    with pytest.raises(TypeError, match="bytes-like"):
+        helpers.RemoteBuffer.from_bytes("x" * 20)
+
+
+def test_remote_buffer_slice_stays_inside():
+    rb = helpers.RemoteBuffer(1000, 7, 100)
+    assert rb.slice(10, 20) == helpers.RemoteBuffer(1010, 7, 20)
+    assert rb.slice(40) == helpers.RemoteBuffer(1040, 7, 60)
+    with pytest.raises(ValueError, match="exceeds"):
+        rb.slice(90, 20)
+    with pytest.raises(ValueError, match="offset"):
+        rb.slice(101)
+
+
+class _MR:
+    addr, rkey, length = 0x10000, 0x42, 256
+
+
+def test_mr_remote_is_the_mr_or_a_part_of_it():
+    assert helpers.mr_remote(_MR()) == helpers.RemoteBuffer(0x10000, 0x42, 256)
+    assert helpers.mr_remote(_MR(), 16, 32) == helpers.RemoteBuffer(0x10010, 0x42, 32)
+    with pytest.raises(ValueError):
+        helpers.mr_remote(_MR(), 200, 100)
+
+
+def test_wire_formats_read_a_uint8_tensor_and_a_numpy_array():
+    torch = pytest.importorskip("torch")
+    np = pytest.importorskip("numpy")
+    rb = helpers.RemoteBuffer(0xDEADBEEF000, 0x1234, 1 << 20)
+    t = torch.frombuffer(bytearray(rb.to_bytes()), dtype=torch.uint8)
+    assert helpers.RemoteBuffer.from_bytes(t) == rb
+    assert helpers.RemoteBuffer.from_bytes(np.frombuffer(rb.to_bytes(), dtype=np.uint8)) == rb
+    info = QPInfo(qp_num=5, psn=6, lid=7, gid=bytes(range(16)), port=1, mtu=3)
+    gathered = torch.zeros(2, 28, dtype=torch.uint8)
+    gathered[1] = torch.frombuffer(bytearray(info.to_bytes()), dtype=torch.uint8)
+    assert QPInfo.from_bytes(gathered[1]) == info          # a row of an all_gather result
+    with pytest.raises(ValueError, match="contiguous"):
+        QPInfo.from_bytes(torch.zeros(28, 2, dtype=torch.uint8)[:, 0])

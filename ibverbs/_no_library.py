@@ -1,0 +1,40 @@
+"""The ``ibverbs`` command without a loadable libibverbs: one line, no traceback.
+
+``ibverbs`` (the console script, ``ibverbs._cli:main``) and ``python -m
+ibverbs`` both import this package before any of the CLI's code runs, so the
+extension's ImportError would end in a traceback there.  The package calls
+``exit_if_command`` first; a program that imports ibverbs still gets the
+ImportError.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+EXIT_NO_LIBRARY = 3      # ibverbs._cli.EXIT_NO_LIBRARY (not imported: it needs the extension)
+
+
+def _running_the_command() -> bool:
+    argv0 = sys.argv[0] if sys.argv else ""
+    if os.path.basename(argv0) == "ibverbs":            # the console script
+        return True
+    if argv0 != "-m":           # runpy sets "-m" while it imports the module's package
+        return False
+    orig = getattr(sys, "orig_argv", None)              # 3.10+: which module it is
+    if orig is None:
+        return True
+    for i, arg in enumerate(orig):
+        if arg == "-m":
+            return i + 1 < len(orig) and orig[i + 1] == "ibverbs"
+        if arg.startswith("-m"):
+            return arg[2:] == "ibverbs"
+    return False
+
+
+def exit_if_command(exc: ImportError) -> None:
+    """Exit with EXIT_NO_LIBRARY and the error on one line when the import is
+    the command's own; return (the caller re-raises) otherwise."""
+    if _running_the_command():
+        message = str(exc)
+        print(message if message.startswith("ibverbs ") else f"ibverbs: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_NO_LIBRARY)
