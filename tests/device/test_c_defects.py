@@ -221,9 +221,10 @@ def test_release_gil_post_holds_its_ah_and_mrs(ib, ctx, pd, port, gid_index, mak
                                        send_flags=ib.SendFlags.SIGNALED)
                              for i in range(4)], release_gil=True)
         outcomes = {"busy": 0}
-        stop = threading.Event()
+        stop, started = threading.Event(), threading.Event()
 
         def closer():
+            started.wait()
             while not stop.is_set():
                 for obj in (ah, mr):
                     try:
@@ -239,6 +240,7 @@ def test_release_gil_post_holds_its_ah_and_mrs(ib, ctx, pd, port, gid_index, mak
         posted = 0
         try:
             t.start()
+            started.set()       # the closer gets the GIL when a post gives it up
             while not stop.is_set() and posted < 2000:
                 try:
                     qp.post_send(plist)

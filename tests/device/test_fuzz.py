@@ -613,15 +613,15 @@ class VerbsMachine(RuleBasedStateMachine):
         del pl, action, close
         self.sync_closed(victim)
 
-    @rule(target=st.sampled_from(["poll", "sge_length", "sge_offset", "qp_modify", "srq_modify",
+    @rule(method=st.sampled_from(["poll", "sge_length", "sge_offset", "qp_modify", "srq_modify",
                                   "resize"]),
           value=ints(0, 64), self_victim=st.booleans(), data=st.data())
-    def index_closes_an_object(self, target, value, self_victim, data):
+    def index_closes_an_object(self, method, value, self_victim, data):
         """Arguments whose __index__ closes the very object called (or
         another): refused with EBUSY or EBADF, never a freed object used."""
         ib = self.ib
         cls = {"poll": "CQ", "resize": "CQ", "sge_length": "MR", "sge_offset": "MR",
-               "qp_modify": "QP", "srq_modify": "SRQ"}[target]
+               "qp_modify": "QP", "srq_modify": "SRQ"}[method]
         obj = self.pick(data, cls, "called")
         if obj is None:
             return
@@ -631,7 +631,7 @@ class VerbsMachine(RuleBasedStateMachine):
         call = {"poll": lambda: obj.poll(arg), "resize": lambda: obj.resize(arg),
                 "sge_length": lambda: obj.sge(arg), "sge_offset": lambda: obj.sge(None, arg),
                 "qp_modify": lambda: obj.modify(ib.QPAttrMask.QKEY, qkey=arg),
-                "srq_modify": lambda: obj.modify(srq_limit=arg)}[target]
+                "srq_modify": lambda: obj.modify(srq_limit=arg)}[method]
         expect((ValueError, TypeError, ib.VerbsError), call)
         assert not outcomes, outcomes
         del arg, call
