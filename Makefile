@@ -91,13 +91,31 @@ check-generated: venv-gen
 build: venv
 	IBVERBS_WERROR=1 $(PY) setup.py -q build_ext --inplace
 
+# ARCH=aarch64 cross-compiles the aarch64 wheel on an x86_64 machine with
+# Debian's gcc-aarch64-linux-gnu, against bookworm's arm64 CPython headers
+# (unpacked by tools/debian-root), and audits it the same way.
+ARCH ?= $(shell uname -m)
+HOST_ARCH := $(shell uname -m)
+CROSS_DEBS := gcc-aarch64-linux-gnu libc6-dev-arm64-cross binutils-aarch64-linux-gnu
+arm64_python = $$(IBVERBS_DEBIAN_ARCH=arm64 tools/debian-root bookworm python3.11-dev-arm64 \
+                  libpython3.11-dev python3.11-dev)
+ifeq ($(ARCH),$(HOST_ARCH))
+cross_env :=
+else ifeq ($(ARCH)-$(HOST_ARCH),aarch64-x86_64)
+cross_env = py=$(arm64_python) && export CC=aarch64-linux-gnu-gcc LDSHARED="aarch64-linux-gnu-gcc -shared" \
+            _PYTHON_HOST_PLATFORM=linux-aarch64 CFLAGS="-I$$py/usr/include/python3.11 -I$$py/usr/include"
+else
+$(error ARCH=$(ARCH): this Makefile builds for $(HOST_ARCH), or aarch64 on x86_64)
+endif
+
 wheel: venv
-	@rm -rf dist build/wheel-tmp
+	@rm -rf dist/*_$(ARCH).whl build/wheel-tmp-$(ARCH)
 	@mkdir -p build
-	IBVERBS_WERROR=1 $(PY) -m build --wheel --no-isolation \
-	    --outdir build/wheel-tmp . > build/wheel.log 2>&1 \
-	    || { cat build/wheel.log; exit 1; }
-	@PY=$(PY) tools/audit-wheel build/wheel-tmp dist
+	$(if $(cross_env),@tools/ensure-debs $(CROSS_DEBS))
+	$(if $(cross_env),$(cross_env) &&) IBVERBS_WERROR=1 $(PY) -m build --wheel --no-isolation \
+	    --outdir build/wheel-tmp-$(ARCH) . > build/wheel-$(ARCH).log 2>&1 \
+	    || { cat build/wheel-$(ARCH).log; exit 1; }
+	@ARCH=$(ARCH) PY=$(PY) tools/audit-wheel build/wheel-tmp-$(ARCH) dist
 
 coverage: venv-gen
 	$(PY) -m generator --rdma-core "$(baseline)" coverage
