@@ -227,3 +227,40 @@ clean:
 # (the cache needs the network: tools/rdma-core fetches each release again).
 distclean: clean
 	rm -rf $(VENV) $(RDMA_CACHE)
+
+# `make test-aarch64`: the aarch64 wheel (make wheel ARCH=aarch64), tested on
+# this x86_64 machine in a Debian bookworm arm64 root (tools/aarch64-root,
+# made once, ~/.cache/ibverbs-aarch64): the host tier in it under user-mode
+# emulation (chroot through qemu-user-static's binfmt handler), then the
+# device smoke tier (discovery, RC write/read/send with the data checked,
+# poll, completion events, rdma_cm) on Soft-RoCE in an aarch64 VM
+# (tests/vm/run-in-vm-aarch64: Debian's arm64 kernel, TCG).  Both run in a
+# copy of the tree (build/aarch64/tree) with the wheel unpacked into it.
+# Slow (emulation all the way), so not part of `make test`.
+AARCH64_DIR := build/aarch64
+AARCH64_HOST_TESTS ?= tests/host
+AARCH64_DEVICE_TESTS ?= tests/device/test_discovery.py tests/device/test_rc_ops.py \
+                        tests/device/test_cq.py tests/device/test_events.py tests/device/test_rdmacm.py
+AARCH64_DEBS := qemu-user-static binfmt-support qemu-system-arm mmdebstrap arch-test
+.PHONY: test-aarch64
+test-aarch64:
+	$(MAKE) wheel ARCH=aarch64
+	@tools/ensure-debs $(AARCH64_DEBS)
+	@test -e /proc/sys/fs/binfmt_misc/register || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
+	@test -e /proc/sys/fs/binfmt_misc/qemu-aarch64 || update-binfmts --enable qemu-aarch64
+	rm -rf $(AARCH64_DIR) && mkdir -p $(AARCH64_DIR)/tree
+	git ls-files -z --cached --others --exclude-standard \
+	    | tar --null --ignore-failed-read -T - -cf - 2>/dev/null | tar -xf - -C $(AARCH64_DIR)/tree
+	rm -f $(AARCH64_DIR)/tree/ibverbs/*.so
+	$(PY) -m zipfile -e dist/*_aarch64.whl $(AARCH64_DIR)/tree
+	@root=$$(tools/aarch64-root) && tree=$$(cd $(AARCH64_DIR)/tree && pwd -P) && \
+	echo "test-aarch64: host tier under qemu-user in $$root" && start=$$(date +%s) && \
+	unshare -m sh -ec "mkdir -p $$root$$tree; mount --bind $$tree $$root$$tree; \
+	    mount --rbind /dev $$root/dev; mount -t proc proc $$root/proc; mount -t sysfs sysfs $$root/sys; \
+	    exec chroot $$root /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
+	    sh -c 'cd $$tree && python3 -c \"import platform; print(platform.machine())\" && \
+	           python3 -m pytest -q -p no:cacheprovider $(AARCH64_HOST_TESTS)'" && \
+	echo "test-aarch64: host tier took $$(( $$(date +%s) - start )) s" && start=$$(date +%s) && \
+	IBVERBS_REQUIRE_DEVICE=1 tests/vm/run-in-vm-aarch64 --timeout 1800 $(AARCH64_DIR)/tree \
+	    sh -c 'uname -m && python3 -m pytest -q -p no:cacheprovider $(AARCH64_DEVICE_TESTS)' && \
+	echo "test-aarch64: device smoke tier took $$(( $$(date +%s) - start )) s"

@@ -119,3 +119,44 @@ def test_the_wheel_ships_the_module_without_debug_info(dists, tmp_path):
     sections = _run(["readelf", "-S", "-W", str(tmp_path / so)])
     assert ".debug_info" not in sections and ".symtab" not in sections
     assert (tmp_path / so).stat().st_size < 700_000
+
+
+def test_an_editable_install_builds_in_place_and_mypy_sees_it(tmp_path):
+    """`pip install -e . --config-settings editable_mode=compat` (README,
+    Install): the extension is built in the source tree, and the path entry
+    setuptools writes lets mypy follow the import (its default import hook
+    would hide the package from static tools)."""
+    pytest.importorskip("mypy", reason="mypy is not installed (make venv-test)")
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    files = _run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                 cwd=str(ROOT)).split("\0")
+    for name in filter(None, files):
+        src, dst = ROOT / name, tree / name
+        if not src.exists() and not src.is_symlink():
+            continue
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_symlink():
+            os.symlink(os.readlink(src), dst)
+        else:
+            shutil.copy2(src, dst)
+    assert not list(tree.glob("ibverbs/*.so"))
+    venv = tmp_path / "venv"
+    _run([sys.executable, "-m", "venv", str(venv)])
+    py = venv / "bin" / "python"
+    _run(_hiding_prefix() + [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                             "--no-cache-dir", "-e", str(tree),
+                             "--config-settings", "editable_mode=compat"])
+    assert list(tree.glob("ibverbs/_ibverbs*.so")), "the extension was not built in place"
+    probe = tmp_path / "probe.py"
+    probe.write_text("import ibverbs\n"
+                     "flags: ibverbs.AccessFlags = ibverbs.AccessFlags.FLUSH_GLOBAL\n"
+                     "wrong: int = ibverbs.get_device_list()\n")
+    r = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental",
+                        "--python-executable", str(py), str(probe)],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(tmp_path))
+    # mypy found the package and its stubs: the one error is the deliberate one
+    assert "import-not-found" not in r.stdout, r.stdout
+    assert 'probe.py:3: error: Incompatible types in assignment (expression has type "list[Device]"' \
+        in r.stdout, r.stdout
+    assert "Found 1 error" in r.stdout, r.stdout
