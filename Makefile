@@ -242,6 +242,8 @@ AARCH64_HOST_TESTS ?= tests/host
 AARCH64_DEVICE_TESTS ?= tests/device/test_discovery.py tests/device/test_rc_ops.py \
                         tests/device/test_cq.py tests/device/test_events.py tests/device/test_rdmacm.py
 AARCH64_DEBS := qemu-user-static binfmt-support qemu-system-arm mmdebstrap arch-test
+# e.g. AARCH64_VM_WRAP="flock /tmp/ibverbs-vm.lock" where VMs must take turns
+AARCH64_VM_WRAP ?=
 .PHONY: test-aarch64
 test-aarch64:
 	$(MAKE) wheel ARCH=aarch64
@@ -261,6 +263,6 @@ test-aarch64:
 	    sh -c 'cd $$tree && python3 -c \"import platform; print(platform.machine())\" && \
 	           python3 -m pytest -q -p no:cacheprovider $(AARCH64_HOST_TESTS)'" && \
 	echo "test-aarch64: host tier took $$(( $$(date +%s) - start )) s" && start=$$(date +%s) && \
-	IBVERBS_REQUIRE_DEVICE=1 tests/vm/run-in-vm-aarch64 --timeout 1800 $(AARCH64_DIR)/tree \
+	IBVERBS_REQUIRE_DEVICE=1 $(AARCH64_VM_WRAP) tests/vm/run-in-vm-aarch64 --timeout 1800 $(AARCH64_DIR)/tree \
 	    sh -c 'uname -m && python3 -m pytest -q -p no:cacheprovider $(AARCH64_DEVICE_TESTS)' && \
 	echo "test-aarch64: device smoke tier took $$(( $$(date +%s) - start )) s"
