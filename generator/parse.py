@@ -24,6 +24,11 @@ from .ir import (IR, Enum, EnumMember, Field, Function, Macro, Param, Record,
 
 DEFAULT_HEADER = "infiniband/verbs.h"
 SYSTEM_INCLUDE = "/usr/include"
+#: The rdma-core headers committed with the source: generated/ is made from
+#: them and the extension is compiled against them, whatever the machine has.
+VENDORED_PREFIX = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    "third_party", "rdma-core")
 #: Sub-directories of an include root that belong to rdma-core.  ``rdma/`` is
 #: where rdma-core's kernel ABI headers live; note that Debian ships those in
 #: linux-libc-dev, so with a package root they come from the system.
@@ -58,9 +63,9 @@ def _cindex():
 
 def include_dir(prefix: Optional[str] = None) -> str:
     """The include root for *prefix* (``<prefix>/include`` or
-    ``<prefix>/usr/include``); the system ``/usr/include`` for None."""
+    ``<prefix>/usr/include``); the vendored headers' for None."""
     if prefix is None:
-        return SYSTEM_INCLUDE
+        prefix = VENDORED_PREFIX
     prefix = os.path.abspath(prefix)
     if not os.path.isdir(prefix):
         raise ParseError(f"rdma-core prefix {prefix!r} does not exist")
@@ -119,8 +124,14 @@ def clang_args(prefix: Optional[str] = None) -> List[str]:
 def detect_release(inc: str) -> Optional[str]:
     """rdma-core release ("44.0") for the install whose include root is
     *inc*, from libibverbs.pc (Version 1.<abi>.<release>) or, for Debian
-    package roots, the libibverbs-dev changelog."""
+    package roots, the libibverbs-dev changelog, or for the vendored
+    headers their VERSION file."""
     root = os.path.dirname(inc)  # <prefix> or <prefix>/usr
+    try:
+        with open(os.path.join(root, "VERSION"), encoding="utf-8") as f:
+            return f.readline().split()[0]
+    except (OSError, IndexError):
+        pass
     pcs = sorted(glob.glob(os.path.join(root, "lib*", "pkgconfig",
                                         "libibverbs.pc"))
                  + glob.glob(os.path.join(root, "lib", "*", "pkgconfig",
@@ -574,8 +585,8 @@ class _Parser:
 
 
 def parse(prefix: Optional[str] = None, header: str = DEFAULT_HEADER) -> IR:
-    """Parse *header* of the rdma-core install at *prefix* (None: the system
-    headers) into an :class:`~generator.ir.IR`."""
+    """Parse *header* of the rdma-core install at *prefix* (None: the
+    vendored headers, third_party/rdma-core) into an :class:`~generator.ir.IR`."""
     ci = _cindex()
     inc = include_dir(prefix)
     path = os.path.join(inc, header)

@@ -80,7 +80,7 @@ TOP_KEYS = {"handles", "structs", "enums", "functions", "symbols", "exclusions",
             "methods", "docs"}
 HANDLE_KEYS = {"ctype", "doc", "destroy", "parents", "attributes", "methods",
                "slots", "state", "before_destroy", "registered",
-               "base", "before_dealloc", "release", "hand_attributes"}
+               "base", "before_dealloc", "release", "hand_attributes", "since"}
 STRUCT_KEYS = {"ctype", "doc", "fields", "writable", "since"}
 ENUM_KEYS = {"c", "match", "kind", "prefix", "since", "members"}
 METHOD_KEYS = {"verb", "params", "errors", "returns", "gil", "checks", "doc",

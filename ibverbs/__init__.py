@@ -55,7 +55,7 @@ _ENUMS = ("AccessFlags", "AtomicCap", "DeviceCapFlags", "EventType", "ForkStatus
           "TransportType", "WCFlags", "WCOpcode", "WCStatus", "WROpcode",
           "CreateCQWCFlags", "CreateCQAttrFlags", "CQInitAttrMask",
           "WQType", "WQState", "WQFlags", "FlowAttrType", "FlowSpecType", "FlowFlags",
-          "CounterDescription", "ReadCountersFlags")
+          "CounterDescription", "ReadCountersFlags", "CompCntrType", "QPAttachCompCntrOp")
 _HELPERS = ("QPInfo", "RemoteBuffer", "local_qp_info", "connect_rc", "tensor_addr_len",
             "reg_tensor")
 _FLOW = ("FlowAttr", "FlowSpecEth", "FlowSpecIPv4", "FlowSpecTCPUDP")

@@ -102,7 +102,8 @@ class Pool:
     def of(self, cls):
         return {"Context": self.ctx, "CompChannel": self.ch, "CQ": self.cq, "MR": self.mr,
                 "MW": self.mw, "PD": self.pd, "QP": self.qp, "SRQ": self.srq, "AH": self.ah,
-                "XRCD": self.xrcd, "QPEx": self.qpex}[cls]
+                "XRCD": self.xrcd, "QPEx": self.qpex,
+                "CompCntr": None}[cls]     # rxe has no completion counters
 
     def value(self, p):
         """A value that converts fine for parameter p."""

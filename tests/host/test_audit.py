@@ -64,7 +64,11 @@ def test_44_0_to_65_0_reports_what_is_new_and_what_the_spec_does():
     r = run(ir_of("44.0"), ir_of("65.0"))
     assert item(r, "function", "ibv_query_port_speed").status == "bound"
     assert item(r, "function", "ibv_wr_opcode_str").status == "bound"
-    for name in ("ibv_create_comp_cntr", "ibv_reg_mr_ex", "ibv_alloc_dmah", "ibv_wr_flush"):
+    for name in ("ibv_create_comp_cntr", "ibv_read_comp_cntr", "ibv_qp_attach_comp_cntr",
+                 "ibv_query_comp_cntr_caps"):
+        assert item(r, "function", name).status == "bound", name
+    assert not [i.name for i in r.items if i.status == "decide"]
+    for name in ("ibv_reg_mr_ex", "ibv_alloc_dmah", "ibv_wr_flush"):
         assert item(r, "function", name).status == "excluded", name
     port = item(r, "record", "struct ibv_port_attr")
     assert port.status == "bound" and any("active_speed_ex" in d for d in port.details)

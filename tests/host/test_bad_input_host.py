@@ -176,6 +176,15 @@ def test_module_function_rejects_out_of_range_and_wrong_types(name, params, i):
     fn = getattr(ext, name)
     p = params[i]
     base = {q.name: valid_int(q) for q in params if q.kind == "int" and q is not p}
+    try:
+        fn(**base, **{p.name: valid_int(p) if p.kind == "int" else None})
+    except RuntimeError as exc:
+        # A verb newer than the host's libibverbs refuses every call, before
+        # it looks at its arguments (test_baseline.py checks that refusal).
+        if "is unavailable" in str(exc):
+            pytest.skip(str(exc))
+    except Exception:
+        pass
     if p.kind == "int":
         for bad in out_of_range(p):
             with pytest.raises(ValueError, match=p.name):

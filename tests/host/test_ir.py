@@ -232,7 +232,7 @@ def test_object_macros(ir):
 @pytest.mark.skipif(not Path("/usr/include/infiniband/arch.h").is_file(),
                     reason="system has no infiniband/arch.h")
 def test_deprecated_from_arch_h():
-    arch = parse(header="infiniband/arch.h")
+    arch = parse("/usr", header="infiniband/arch.h")
     assert arch.function("htonll").deprecated
     assert arch.function("htonll").storage == "inline"
 

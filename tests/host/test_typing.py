@@ -1,7 +1,7 @@
 """Typed stubs: ibverbs/_ibverbs.pyi (generated from the spec, see
 generator/stubs.py), the Python layer's annotations and stubs, py.typed.
 
-mypy (pinned in the Makefile's DEV_PKGS) checks the README examples and the
+mypy (pinned in the Makefile's TEST_PKGS) checks the README examples and the
 test helpers with --strict, and its stubtest compares the generated stub
 with the extension as built."""
 from __future__ import annotations
