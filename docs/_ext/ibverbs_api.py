@@ -36,12 +36,12 @@ GROUPS: Dict[str, List[str]] = {
     "workrequests": ["SGE", "SendWR", "RecvWR", "WC", "PostList", "PostListEntry", "WCBuffer"],
     "extended": ["CQEx", "QPEx", "WCTMInfo", "DM", "Flow", "FlowAttr", "FlowSpecEth",
                  "FlowSpecIPv4", "FlowSpecTCPUDP", "Counters", "WQ", "RWQIndTable",
-                 "ImportedPD", "ImportedMR"],
+                 "ImportedPD", "ImportedMR", "CompCntr", "CompCntrCaps"],
     "rdmacm": ["EventChannel", "CMID", "create_event_channel", "cm_event_str"],
     "helpers": ["QPInfo", "RemoteBuffer", "local_qp_info", "connect_rc", "reg_tensor",
                 "tensor_addr_len", "fork_init", "is_fork_initialized", "is_qpt_supported",
                 "inc_rkey", "rate_to_mult", "mult_to_rate", "rate_to_mbps", "mbps_to_rate",
-                "node_type_str", "port_state_str", "event_type_str", "wc_status_str",
+                "node_type_str", "port_state_str", "event_type_str", "wc_status_str", "wr_opcode_str",
                 "flow_label_to_udp_sport"],
     "errors": ["VerbsError", "CompletionError"],
     "enums": ["AccessFlags", "AtomicCap", "CounterDescription", "CQInitAttrMask",
@@ -49,7 +49,7 @@ GROUPS: Dict[str, List[str]] = {
               "FlowAttrType", "FlowFlags", "FlowSpecType", "ForkStatus", "GIDType", "LinkLayer",
               "MigState", "MTU", "MWType", "NodeType", "PortCapFlags", "PortState", "QPAttrMask",
               "QPCreateFlags", "QPCreateSendOps", "QPState", "QPType", "Rate", "ReadCountersFlags",
-              "ReregMRFlags", "SendFlags", "SRQAttrMask", "SRQType", "TransportType", "WCFlags",
+              "ReregMRFlags", "SendFlags", "CompCntrType", "QPAttachCompCntrOp", "SRQAttrMask", "SRQType", "TransportType", "WCFlags",
               "WCOpcode", "WCStatus", "WQFlags", "WQState", "WQType", "WROpcode"],
 }
 # Submodules and what the package imports for itself: not API names.
