@@ -42,6 +42,13 @@ extra_compile_args = ["-std=gnu11", "-fvisibility=hidden", "-Wall", "-Wextra",
 if os.environ.get("IBVERBS_WERROR"):
     extra_compile_args.append("-Werror")
 extra_link_args = []
+# Link-time optimisation inlines the generated method wrappers, the handle
+# checks and the data-path functions into one another across files: under
+# emulation (TCG) every call and return costs, and an empty poll gets 15-20%
+# cheaper (bench/host_micro.py; BENCHMARKS.md).
+if not os.environ.get("IBVERBS_NO_LTO"):
+    extra_compile_args.append("-flto=auto")
+    extra_link_args.append("-flto=auto")
 if os.environ.get("IBVERBS_SANITIZE"):
     extra_compile_args += ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-O1", "-g"]
     extra_link_args += ["-fsanitize=address,undefined"]

@@ -86,6 +86,8 @@ OPS = {
     "entry_set_addr":     (1, "call", "e5.addr = addr"),
     "poll_empty":         (1, "call", "poll0(16)"),
     "poll_16":            (16, "WC", "poll16(16)"),
+    "poll_1":             (1, "WC", "poll16(1)"),
+    "poll_16_iter":       (16, "WC", "for wc in poll16(16): wc.status"),
     "poll_into_empty":    (1, "call", "poll_into0(buf)"),
     "poll_into_16":       (16, "WC", "poll_into16(buf)"),
     "wcbuf_wr_id":        (1, "call", "full.wr_id(3)"),

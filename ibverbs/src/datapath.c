@@ -2002,10 +2002,20 @@ int ibv_wc_to_c(PyObject *obj, struct ibv_wc *out)
  * path; anything else (IntEnum, __index__) the general conversion. */
 static int num_entries_arg(PyObject *arg, int *out)
 {
+    /* A polling loop passes the same int object every time (small ints are
+     * shared): remember the last one converted.  Exact ints only, which
+     * cannot change. */
+    static PyObject *last_arg;
+    static int last_num;
+    if (arg == last_arg) {
+        *out = last_num;
+        return 0;
+    }
     if (PyLong_CheckExact(arg)) {
         long v = PyLong_AsLong(arg);
         if (v > 0 && v <= INT32_MAX) {
-            *out = (int)v;
+            *out = last_num = (int)v;
+            Py_XSETREF(last_arg, Py_NewRef(arg));
             return 0;
         }
         if (v == -1 && PyErr_Occurred())
@@ -2023,31 +2033,72 @@ static int num_entries_arg(PyObject *arg, int *out)
 }
 
 /*
- * Most polls of a busy-polling loop find nothing, and making and freeing an
- * empty list is most of what such a poll costs.  So poll() keeps two empty
- * lists and returns one that nobody else holds (reference count 1, still
- * empty): the caller cannot tell it from a new list, as no one else can
- * see it.  Two, so that `wcs = cq.poll(n)` in a loop (the previous result
- * still held during the next call) finds one free as well.
+ * A busy-polling loop drops each result before the next poll, and making
+ * and freeing the list (and its WC objects) is most of what a poll costs
+ * when the provider is fast.  So poll() keeps the lists it returned, two
+ * per length up to RESULT_CACHE_MAX (empty ones included), and hands one
+ * back when nobody else holds it (reference count 1): the caller cannot
+ * tell it from a new list, as no one else can see it.  Its items are
+ * refilled in place where the list is their only holder and they are
+ * still WCs; a WC the program kept is replaced by a new one.  Two per
+ * length, so that `wcs = cq.poll(n)` in a loop (the previous result still
+ * held during the next call) finds one free as well.
  */
-static PyObject *empty_results[2];
+#define RESULT_CACHE_MAX 16
+static PyObject *result_cache[RESULT_CACHE_MAX + 1][2];
 
-static PyObject *empty_result(void)
+static int list_is_free(PyObject *l, int n)
 {
-    for (int i = 0; i < 2; i++) {
-        PyObject *l = empty_results[i];
-        if (l != NULL && Py_REFCNT(l) == 1 && PyList_Size(l) == 0)
-            return Py_NewRef(l);
+    return l != NULL && Py_REFCNT(l) == 1 && Py_SIZE(l) == n;   /* Py_SIZE: no call */
+}
+
+static int refill_result(PyObject *list, const struct ibv_wc *wcs, int n)
+{
+    for (int i = 0; i < n; i++) {
+        PyObject *item = PyList_GetItem(list, i);     /* borrowed */
+        if (Py_REFCNT(item) == 1 && Py_IS_TYPE(item, WC_Type)) {
+            ((WCObject *)item)->wc = wcs[i];
+            continue;
+        }
+        PyObject *wc = wc_new(&wcs[i]);
+        if (wc == NULL)
+            return -1;
+        PyList_SetItem(list, i, wc);    /* steals wc, drops the old item */
     }
-    PyObject *l = PyList_New(0);
-    if (l == NULL)
+    return 0;
+}
+
+static PyObject *poll_result(const struct ibv_wc *wcs, int n)
+{
+    PyObject **slots = n <= RESULT_CACHE_MAX ? result_cache[n] : NULL;
+    if (slots != NULL) {
+        for (int i = 0; i < 2; i++) {
+            if (list_is_free(slots[i], n)) {
+                if (refill_result(slots[i], wcs, n) < 0)
+                    return NULL;
+                return Py_NewRef(slots[i]);
+            }
+        }
+    }
+    PyObject *list = PyList_New(n);
+    if (list == NULL)
         return NULL;
-    /* Replace a slot that is in use (or was grown): its list lives on with
-     * whoever holds it. */
-    int i = empty_results[0] == NULL || Py_REFCNT(empty_results[0]) > 1 ||
-            PyList_Size(empty_results[0]) != 0 ? 0 : 1;
-    Py_XSETREF(empty_results[i], Py_NewRef(l));
-    return l;
+    for (int i = 0; i < n; i++) {
+        PyObject *wc = wc_new(&wcs[i]);
+        if (wc == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SetItem(list, i, wc);
+    }
+    if (slots != NULL) {
+        /* An empty slot first; else both lists live on with their holders
+         * (or were resized): take turns replacing them. */
+        static int turn;
+        int i = slots[0] == NULL ? 0 : slots[1] == NULL ? 1 : (turn ^= 1);
+        Py_XSETREF(slots[i], Py_NewRef(list));
+    }
+    return list;
 }
 
 /* poll and poll_into keep the GIL: ibv_poll_cq never blocks and costs tens
@@ -2071,21 +2122,7 @@ PyObject *ibv_hand_CQ_poll(PyObject *self, PyObject *arg)
         ibv_raise("ibv_poll_cq", ibv_error_code(n));
         goto done;
     }
-    if (n == 0) {
-        list = empty_result();
-        goto done;
-    }
-    list = PyList_New(n);
-    if (list == NULL)
-        goto done;
-    for (int i = 0; i < n; i++) {
-        PyObject *wc = wc_new(&wcs[i]);
-        if (wc == NULL) {
-            Py_CLEAR(list);
-            goto done;
-        }
-        PyList_SetItem(list, i, wc);
-    }
+    list = poll_result(wcs, n);
 done:
     if (wcs != stack)
         PyMem_Free(wcs);
@@ -2363,6 +2400,14 @@ PyObject *ibv_hand_CQ_poll_into(PyObject *self, PyObject *arg)
     b->count = n;
     if (b->raise_on_error && n > 0 && wcbuf_check(b) < 0)
         return NULL;
+    /* The counts a buffer can return, made once: no call into libpython on
+     * the busy-polling path. */
+    static PyObject *counts[65];
+    if (n < 65) {
+        if (counts[n] == NULL && (counts[n] = PyLong_FromLong(n)) == NULL)
+            return NULL;
+        return Py_NewRef(counts[n]);
+    }
     return PyLong_FromLong(n);
 }
 
