@@ -81,6 +81,10 @@ def test_poll_results_stay_the_programs_own(ib, ctx, pd, port):
             kept = cq.poll(1)[0]                  # the list is dropped, the WC kept
             second = cq.poll(1)[0]
             assert (kept.wr_id, second.wr_id) == (1, 2) and kept is not second
+            # the fields looked up by name identity and by the generic path agree
+            for name in ("status", "opcode", "wr_id", "byte_len", "qp_num"):
+                assert getattr(kept, "".join(name)) == getattr(kept, name)
+            assert kept.qp_num == qp.qp_num and kept.status == ib.WCStatus.WR_FLUSH_ERR
             first_list = cq.poll(1)               # a list the program keeps
             second_list = cq.poll(1)
             assert first_list is not second_list
