@@ -237,6 +237,21 @@ def poll_empty(cq, iters, hot):
     return ((t1 - t0) - (t2 - t1)) / iters * 1e9
 
 
+def call_floor(iters):
+    """Nanoseconds per call of the cheapest builtin taking one argument
+    (abs of a small int), measured like poll_empty: what any one-argument
+    call from a Python loop costs here, before it does anything."""
+    f, r = abs, range(iters)
+    t0 = time.perf_counter()
+    for _ in r:
+        f(16)
+    t1 = time.perf_counter()
+    for _ in r:
+        pass
+    t2 = time.perf_counter()
+    return ((t1 - t0) - (t2 - t1)) / iters * 1e9
+
+
 def pp_end(s, qp, cq, big, size=MSG):
     """(SEND, RECV, qp, cq) of one ping-pong side: 8-byte messages in the
     small buffer, or the sweep's in the big one (receives of BIG bytes)."""
@@ -291,6 +306,8 @@ def main(argv):
             value = pingpong(ea, eb, n)
         elif cmd == "poll_empty":
             value = poll_empty(empty_cq, n, hot)
+        elif cmd == "call_floor":
+            value = call_floor(n)
         elif cmd == "bw":
             wr = write_wrs(s0.big_mr, s0.big_addr + BIG, size, 1, True)[0]
             value = write_windowed(qa, wcq, wr, SWEEP_WINDOW, n) * size / 1e6

@@ -2,7 +2,7 @@
 
     /usr/bin/python3 bench/run_bench.py [--rounds N] [--sweep-rounds M]
 
-Environment: BENCH_ROUNDS (default 7), BENCH_SWEEP_ROUNDS (default 3; 0
+Environment: BENCH_ROUNDS (default 15), BENCH_SWEEP_ROUNDS (default 3; 0
 skips the size sweep), BENCH_GIL=1 (one more column: the hot-loop API with
 PostList(release_gil=True)).
 
@@ -169,7 +169,7 @@ def measure_rounds(servers, items, rounds, t0, what):
 
 
 def main(argv):
-    rounds = int(os.environ.get("BENCH_ROUNDS") or 7)
+    rounds = int(os.environ.get("BENCH_ROUNDS") or 15)
     sweep_rounds = int(os.environ.get("BENCH_SWEEP_ROUNDS") or 3)
     if "--rounds" in argv:
         rounds = int(argv[argv.index("--rounds") + 1])
@@ -193,6 +193,10 @@ def main(argv):
                    for size in SWEEP_SIZES for kind in SWEEP]
     try:
         samples = measure_rounds(servers, items, rounds, t0, "workloads")
+        # What a one-argument builtin call costs in this VM (plain's interpreter):
+        # the floor under any poll from a Python loop.
+        floor = [servers["plain"].measure(f"call_floor {WORKLOADS['poll_empty'][0]}")
+                 for _ in range(rounds)]
         sweep = measure_rounds(servers, sweep_items, sweep_rounds, t0, "sweep")
     finally:
         for srv in servers.values():
@@ -225,6 +229,8 @@ def main(argv):
         if "pyverbs" in impls:
             line += f" {rfmt(paired(samples[w], 'plain', 'pyverbs', hib)):>10}"
         print(line)
+    print(f"{'call_floor':<13} {'ns':<5} {statistics.median(floor):>9.0f}   "
+          f"(abs(16) from a Python loop: the cost of any one-argument call here)")
     print("values: medians; ratios: median of the per-round ratios, higher is better")
     print("(rates ours/theirs, times theirs/ours)")
     for w, (_, _, _, desc) in WORKLOADS.items():
