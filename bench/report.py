@@ -105,7 +105,9 @@ def main(argv):
          os.path.join(PLOTS, "latency.svg"), logy=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                             capture_output=True, text=True).stdout.strip() or "?"
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+    # This file and the plots are the run's own output, not local changes.
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                            ":!BENCHMARKS.md", ":!bench/plots"], cwd=ROOT,
                            capture_output=True, text=True).stdout.strip()
     md = f"""# Benchmarks
 

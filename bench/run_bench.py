@@ -3,7 +3,7 @@
     /usr/bin/python3 bench/run_bench.py [--rounds N] [--sweep-rounds M]
 
 Environment: BENCH_ROUNDS (default 15), BENCH_SWEEP_ROUNDS (default 3; 0
-skips the size sweep), BENCH_GIL=1 (one more column: the hot-loop API with
+skips the size sweep), BENCH_PROCS (default 3), BENCH_GIL=1 (one more column: the hot-loop API with
 PostList(release_gil=True)).
 
 Runs the workloads of bench/c_bench.c through
@@ -11,8 +11,10 @@ Runs the workloads of bench/c_bench.c through
   plain    bench/py_bench.py plain  (SendWR objects, post_send([wr]), cq.poll(n) -> WC)
   hot      bench/py_bench.py hot    (PostList + WCBuffer/poll_into)
   pyverbs  bench/pyverbs_bench.py, with /usr/bin/python3
-each in its own process, set up once (devices, QPs, connections) and then
-told what to measure: round after round, every workload is measured by
+each in BENCH_PROCS processes, set up once (devices, QPs, connections) and
+then told what to measure, round r by process r % BENCH_PROCS (under TCG a
+process's memory layout alone moves its timings by 10-20%, for the whole
+run: several processes spread that luck): round after round, every workload is measured by
 every implementation in turn, the order rotated so that none always goes
 first.  Reported: the median of each value, and for each ratio the median
 of its per-round ratios (the two measured back to back: on a busy host the
@@ -97,10 +99,12 @@ class Server:
         self.name = name
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      text=True, bufsize=1)
+
+    def wait_ready(self):
         line = self.proc.stdout.readline().strip()
         if line != "READY":
             self.proc.kill()
-            raise RuntimeError(f"{name} did not start (said {line!r}; its stderr is above)")
+            raise RuntimeError(f"{self.name} did not start (said {line!r}; its stderr is above)")
 
     def measure(self, command):
         self.proc.stdin.write(command + "\n")
@@ -162,7 +166,8 @@ def measure_rounds(servers, items, rounds, t0, what):
         for k, (key, cmds) in enumerate(items):
             shift = (r + k) % len(impls)
             for impl in impls[shift:] + impls[:shift]:
-                samples[key][impl].append(servers[impl].measure(cmds[impl]))
+                srv = servers[impl][r % len(servers[impl])]
+                samples[key][impl].append(srv.measure(cmds[impl]))
         print(f"bench: {what} round {r + 1}/{rounds} done ({time.monotonic() - t0:.0f} s)",
               file=sys.stderr, flush=True)
     return samples
@@ -183,8 +188,12 @@ def main(argv):
     if not os.path.exists("/usr/lib/python3/dist-packages/pyverbs"):
         print("bench: python3-pyverbs is not installed; pyverbs column skipped", file=sys.stderr)
         del cmds["pyverbs"]
+    procs = int(os.environ.get("BENCH_PROCS") or 3)
     t0 = time.monotonic()
-    servers = {impl: Server(impl, cmd) for impl, cmd in cmds.items()}
+    servers = {impl: [Server(impl, cmd) for _ in range(procs)] for impl, cmd in cmds.items()}
+    for group in servers.values():
+        for srv in group:
+            srv.wait_ready()
     print(f"bench: set up in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
     impls = list(servers)
     items = [(w, {impl: f"{w} {n * (C_POLL_FACTOR if impl == 'C' and w == 'poll_empty' else 1)}"
@@ -195,12 +204,13 @@ def main(argv):
         samples = measure_rounds(servers, items, rounds, t0, "workloads")
         # What a one-argument builtin call costs in this VM (plain's interpreter):
         # the floor under any poll from a Python loop.
-        floor = [servers["plain"].measure(f"call_floor {WORKLOADS['poll_empty'][0]}")
-                 for _ in range(rounds)]
+        floor = [servers["plain"][r % procs].measure(f"call_floor {WORKLOADS['poll_empty'][0]}")
+                 for r in range(rounds)]
         sweep = measure_rounds(servers, sweep_items, sweep_rounds, t0, "sweep")
     finally:
-        for srv in servers.values():
-            srv.close()
+        for group in servers.values():
+            for srv in group:
+                srv.close()
     for w, per_impl in samples.items():
         unit = WORKLOADS[w][1]
         print(f"bench: samples {w}: " + "; ".join(
@@ -212,7 +222,8 @@ def main(argv):
            for w, per in samples.items()}
     print()
     print(f"Soft-RoCE (rxe0/rxe1) in the test VM (QEMU TCG, {os.cpu_count()} vCPUs); "
-          f"{rounds} rounds, each workload measured by each implementation in turn")
+          f"{rounds} rounds, each workload measured by each implementation in turn "
+          f"({procs} processes each, taking turns)")
     for c in impls:
         print(f"  {c:<8} {LABELS[c]}")
     head = f"{'workload':<13} {'unit':<5}" + "".join(f" {c:>9}" for c in impls)
