@@ -151,9 +151,27 @@ rdma-core:
 	@tools/rdma-core $(VERSION)
 
 # `make bench`: the data path against C and pyverbs on Soft-RoCE (one VM
-# boot; table + "ratio ..." lines), see bench/run_bench.py.  BENCH_HOST=1
-# adds the host microbenchmarks (bench/host_micro.py: callgrind counts,
-# import time, regeneration time).
+# boot; table, "ratio ..." lines, message-size sweep), see bench/run_bench.py;
+# then BENCHMARKS.md and bench/plots/*.svg from that run (bench/report.py,
+# matplotlib: bench only, never the wheel or the tests).  BENCH_HOST=1 adds
+# the host microbenchmarks (bench/host_micro.py: callgrind counts, import
+# time, regeneration time).  Boots the VM: run it under the VM lock.
+BENCH_PKGS := matplotlib==3.11.2
+.PHONY: bench
+bench: build venv-test
+	@tools/ensure-debs python3-pyverbs libibverbs-dev $(if $(BENCH_HOST),valgrind)
+	$(PIP) install $(BENCH_PKGS) 2>&1 | grep -v "^WARNING: Location" || true
+	@mkdir -p build/bench
+	gcc -O2 -Wall -Wextra -I$(baseline)/include -o build/bench/c_bench bench/c_bench.c -libverbs
+	uptime > build/bench/load-before.txt
+	set -o pipefail; tests/vm/run-in-vm --timeout 900 /usr/bin/python3 bench/run_bench.py \
+	    | tee build/bench/run.txt
+	uptime > build/bench/load-after.txt
+	@echo "host load before: $$(cat build/bench/load-before.txt)"
+	@echo "host load after:  $$(cat build/bench/load-after.txt)"
+	$(PY) bench/report.py build/bench/run.txt build/bench/load-before.txt build/bench/load-after.txt
+	$(if $(BENCH_HOST),$(PY) bench/host_micro.py)
+
 # `make docs`: the API reference (Sphinx, autodoc of the built extension,
 # the Furo theme, MyST for the README's guides) into docs/_build/html.  Any
 # warning fails it: a broken reference, a public name in no group of
@@ -162,14 +180,6 @@ rdma-core:
 docs: build venv-test
 	$(PY) -m sphinx -W -n --keep-going -q -b html docs docs/_build/html
 	@echo "docs: docs/_build/html/index.html"
-
-.PHONY: bench
-bench: build venv-test
-	@tools/ensure-debs python3-pyverbs libibverbs-dev $(if $(BENCH_HOST),valgrind)
-	@mkdir -p build/bench
-	gcc -O2 -Wall -Wextra -I$(baseline)/include -o build/bench/c_bench bench/c_bench.c -libverbs
-	tests/vm/run-in-vm --timeout 900 /usr/bin/python3 bench/run_bench.py
-	$(if $(BENCH_HOST),$(PY) bench/host_micro.py)
 
 # `make fuzz`: the hypothesis state machine of tests/device/test_fuzz.py on
 # Soft-RoCE, FUZZ_EXAMPLES examples (default 2000; `make test` runs a short

@@ -66,6 +66,7 @@ if has_fast:
     e5 = pl32[5]
     full = ib.WCBuffer(16)
     poll_into16(full)
+wc = cq16.poll(1)[0]
 post_send, post_recv, poll0, poll16 = qp.post_send, qp.post_recv, cq0.poll, cq16.poll
 r = range(int(__import__("sys").argv[2]))
 """
@@ -86,13 +87,17 @@ OPS = {
     "entry_set_addr":     (1, "call", "e5.addr = addr"),
     "poll_empty":         (1, "call", "poll0(16)"),
     "poll_16":            (16, "WC", "poll16(16)"),
+    "poll_1":             (1, "WC", "poll16(1)"),
+    "poll_16_iter":       (16, "WC", "for wc in poll16(16): wc.status"),
+    "wc_status":          (1, "call", "wc.status"),
+    "count_opcode":       (1, "call", "full.count_opcode(128)"),
     "poll_into_empty":    (1, "call", "poll_into0(buf)"),
     "poll_into_16":       (16, "WC", "poll_into16(buf)"),
     "wcbuf_wr_id":        (1, "call", "full.wr_id(3)"),
     "wcbuf_check":        (1, "call", "full.raise_for_status()"),
 }
 FAST_OPS = {"postlist_build_32", "postlist_post_1", "postlist_post_32", "entry_set_wr_id",
-            "entry_set_addr", "poll_into_empty", "poll_into_16", "wcbuf_wr_id", "wcbuf_check"}
+            "entry_set_addr", "poll_into_empty", "poll_into_16", "wcbuf_wr_id", "wcbuf_check", "count_opcode"}
 
 C_REF = r"""
 #include <infiniband/verbs.h>

@@ -3,11 +3,11 @@ Debian's python3-pyverbs, run with /usr/bin/python3 (what it is built for).
 
     /usr/bin/python3 bench/pyverbs_bench.py GID0 GID1   (then commands on stdin)
 
-Speaks c_bench's protocol (READY, then "<workload> N" commands answered
-with "RESULT <workload> <value>").  The loops are bench/py_bench.py's
-plain ones; a batch is a SendWR chain linked with next_wr, built once and
-posted many times (pyverbs' own way of posting a list).  QPs are created
-with sq_sig_all=0 (pyverbs' default is 1), as in C.
+Speaks c_bench's protocol (READY, then commands answered with
+"RESULT <workload> <value>").  The loops are bench/py_bench.py's plain
+ones; a batch is a SendWR chain linked with next_wr, built once and posted
+many times (pyverbs' own way of posting a list).  QPs are created with
+sq_sig_all=0 (pyverbs' default is 1), as in C.
 """
 import sys
 import time
@@ -23,8 +23,11 @@ from pyverbs.wr import SGE, RecvWR, SendWR
 
 PORT = 1
 WINDOW = 128
+SWEEP_WINDOW = 16
 CQ_DEPTH = 256
 MSG = 8
+PP_RECVS = 16
+BIG = 1 << 20
 ACCESS = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
 
 
@@ -32,17 +35,21 @@ class Side:
     def __init__(self, name, gid_index):
         self.ctx = Context(name=name)
         self.pd = PD(self.ctx)
-        self.cq = CQ(self.ctx, CQ_DEPTH, None, None, 0)
         self.mr = MR(self.pd, 4096, ACCESS)
         self.addr = self.mr.buf
+        self.big_mr = MR(self.pd, 2 * BIG, ACCESS)
+        self.big_addr = self.big_mr.buf
         self.gid_index = gid_index
         self.gid = self.ctx.query_gid(PORT, gid_index)
         self.mtu = self.ctx.query_port(PORT).active_mtu
 
-    def qp(self):
+    def cq(self):
+        return CQ(self.ctx, CQ_DEPTH, None, None, 0)
+
+    def qp(self, cq):
         cap = QPCap(max_send_wr=WINDOW, max_recv_wr=64, max_send_sge=1, max_recv_sge=1)
         # sq_sig_all=0: only SIGNALED requests complete (pyverbs defaults to 1)
-        return QP(self.pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq, cap=cap,
+        return QP(self.pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap,
                                       sq_sig_all=0))
 
 
@@ -76,32 +83,40 @@ def connect(qp, local, peer, remote):
               e.IBV_QP_SQ_PSN | e.IBV_QP_MAX_QP_RD_ATOMIC)
 
 
-def write_chain(s, batch):
+def write_chain(addr, length, lkey, remote, rkey, batch, signal_all):
     wrs = []
     for i in range(batch):
         wr = SendWR(wr_id=i, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1,
-                    sg=[SGE(s.addr, MSG, s.mr.lkey)],
-                    send_flags=e.IBV_SEND_SIGNALED if i == batch - 1 else 0)
-        wr.set_wr_rdma(s.mr.rkey, s.addr + 2048)
+                    sg=[SGE(addr, length, lkey)],
+                    send_flags=e.IBV_SEND_SIGNALED if signal_all or i == batch - 1 else 0)
+        wr.set_wr_rdma(rkey, remote)
         wrs.append(wr)
     for a, b in zip(wrs, wrs[1:]):
         a.next_wr = b
     return wrs
 
 
-def write_rate(qp, cq, s, batch, total):
-    wrs = write_chain(s, batch)
-    head = wrs[0]
+def write_strict(qp, cq, s, batch, total):
+    head = write_chain(s.addr, MSG, s.mr.lkey, s.addr + 2048, s.mr.rkey, batch, False)[0]
     post, poll = qp.post_send, cq.poll
-    # C's loop in units of batches: fill the window, then each completion
-    # (one per batch) frees a slot, refilled at once while batches are left.
-    nb = total // batch
-    left = nb - min(WINDOW // batch, nb)
+    t0 = time.perf_counter()
+    for _ in range(total // batch):
+        post(head)
+        while not (got := poll(1))[0]:
+            pass
+        if got[1][0].status:
+            raise RuntimeError(f"completion status {got[1][0].status}")
+    return total / (time.perf_counter() - t0)
+
+
+def write_windowed(qp, cq, wr, window, total):
+    post, poll = qp.post_send, cq.poll
+    left = total - min(window, total)
     done = 0
     t0 = time.perf_counter()
-    for _ in range(nb - left):
-        post(head)
-    while done < nb:
+    for _ in range(total - left):
+        post(wr)
+    while done < total:
         n = 0
         for wc in poll(16)[1]:
             if wc.status:
@@ -114,7 +129,7 @@ def write_rate(qp, cq, s, batch, total):
                     n = left
                 left -= n
                 while n:
-                    post(head)
+                    post(wr)
                     n -= 1
     rate = total / (time.perf_counter() - t0)
     if cq.poll(16)[0]:
@@ -122,46 +137,44 @@ def write_rate(qp, cq, s, batch, total):
     return rate
 
 
-def pp_wrs(s):
-    send = SendWR(wr_id=1, opcode=e.IBV_WR_SEND, num_sge=1, sg=[SGE(s.addr, MSG, s.mr.lkey)],
+def pp_end(s, qp, cq, big, size=MSG):
+    """(SEND, RECV, qp, cq) of one ping-pong side (see bench/py_bench.py)."""
+    mr, addr = (s.big_mr, s.big_addr) if big else (s.mr, s.addr)
+    recv_off, recv_len = (BIG, BIG) if big else (1024, MSG)
+    send = SendWR(wr_id=1, opcode=e.IBV_WR_SEND, num_sge=1, sg=[SGE(addr, size, mr.lkey)],
                   send_flags=e.IBV_SEND_SIGNALED)
-    recv = RecvWR(wr_id=2, num_sge=1, sg=[SGE(s.addr + 1024, MSG, s.mr.lkey)])
-    return send, recv
+    recv = RecvWR(wr_id=2, num_sge=1, sg=[SGE(addr + recv_off, recv_len, mr.lkey)])
+    return send, recv, qp, cq
 
 
-def pingpong(qa, a, qb, b, iters):
-    send_a, recv_a = pp_wrs(a)
-    send_b, recv_b = pp_wrs(b)
-    send_on_a, recv_on_a, poll_a = qa.post_send, qa.post_recv, a.cq.poll
-    send_on_b, recv_on_b, poll_b = qb.post_send, qb.post_recv, b.cq.poll
+def pingpong(a, b, iters):
+    (send_a, recv_a, qa, cqa), (send_b, recv_b, qb, cqb) = a, b
+    send_on_a, recv_on_a, poll_a = qa.post_send, qa.post_recv, cqa.poll
+    send_on_b, recv_on_b, poll_b = qb.post_send, qb.post_recv, cqb.poll
     WC_RECV = e.IBV_WC_RECV
     t0 = time.perf_counter()
     for _ in range(iters):
         send_on_a(send_a)
-        got = False
+        got = 0
         while not got:
             for wc in poll_b(16)[1]:
                 if wc.status:
                     raise RuntimeError(f"completion status {wc.status}")
                 if wc.opcode == WC_RECV:
-                    got = True
-        recv_on_b(recv_b)
+                    got += 1
+        for _ in range(got):
+            recv_on_b(recv_b)
         send_on_b(send_b)
-        got = False
+        got = 0
         while not got:
             for wc in poll_a(16)[1]:
                 if wc.status:
                     raise RuntimeError(f"completion status {wc.status}")
                 if wc.opcode == WC_RECV:
-                    got = True
-        recv_on_a(recv_a)
+                    got += 1
+        for _ in range(got):
+            recv_on_a(recv_a)
     return (time.perf_counter() - t0) / iters * 1e6
-
-
-def drain(cq):
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < 0.2:
-        cq.poll(16)
 
 
 def poll_empty(cq, iters):
@@ -183,34 +196,45 @@ def main(argv):
     gid0, gid1 = int(argv[0]), int(argv[1])
     s0, s1 = Side("rxe0", gid0), Side("rxe1", gid1)
 
-    qa, qb = s0.qp(), s0.qp()
+    wcq, empty_cq = s0.cq(), s0.cq()
+    qa, qb = s0.qp(wcq), s0.qp(wcq)
     connect(qa, s0, qb, s0)
     connect(qb, s0, qa, s0)
-    write_rate(qa, s0.cq, s0, 1, 256)
 
-    pa, pb = s0.qp(), s1.qp()
-    connect(pa, s0, pb, s1)
-    connect(pb, s1, pa, s0)
-    pa.post_recv(pp_wrs(s0)[1])
-    pb.post_recv(pp_wrs(s1)[1])
-    pingpong(pa, s0, pb, s1, 20)
-    drain(s0.cq)
-    drain(s1.cq)
+    pcq0, pcq1 = s0.cq(), s1.cq()
+    pa, pb, sa, sb = s0.qp(pcq0), s1.qp(pcq1), s0.qp(pcq0), s1.qp(pcq1)
+    for x, lx, y, ly in ((pa, s0, pb, s1), (pb, s1, pa, s0), (sa, s0, sb, s1), (sb, s1, sa, s0)):
+        connect(x, lx, y, ly)
+    ea, eb = pp_end(s0, pa, pcq0, False), pp_end(s1, pb, pcq1, False)
+    for end in (ea, eb, pp_end(s0, sa, pcq0, True), pp_end(s1, sb, pcq1, True)):
+        for _ in range(PP_RECVS):
+            end[2].post_recv(end[1])
+    window_wr = write_chain(s0.addr, MSG, s0.mr.lkey, s0.addr + 2048, s0.mr.rkey, 1, True)[0]
+
+    write_strict(qa, wcq, s0, 1, 256)
+    pingpong(ea, eb, 20)
     print("READY", flush=True)
 
     for line in sys.stdin:
-        cmd, n = line.split()
-        n = int(n)
-        if cmd == "write1":
-            value = write_rate(qa, s0.cq, s0, 1, n)
-        elif cmd == "write32":
-            value = write_rate(qa, s0.cq, s0, 32, n)
+        cmd, *args = line.split()
+        n = int(args[-1])
+        size = int(args[0]) if len(args) == 2 else MSG
+        if cmd == "write_b1":
+            value = write_strict(qa, wcq, s0, 1, n)
+        elif cmd == "write_b32":
+            value = write_strict(qa, wcq, s0, 32, n)
+        elif cmd == "write_window":
+            value = write_windowed(qa, wcq, window_wr, WINDOW, n)
         elif cmd == "pingpong":
-            value = pingpong(pa, s0, pb, s1, n)
-            drain(s0.cq)
-            drain(s1.cq)
+            value = pingpong(ea, eb, n)
         elif cmd == "poll_empty":
-            value = poll_empty(s0.cq, n)
+            value = poll_empty(empty_cq, n)
+        elif cmd == "bw":
+            wr = write_chain(s0.big_addr, size, s0.big_mr.lkey, s0.big_addr + BIG,
+                             s0.big_mr.rkey, 1, True)[0]
+            value = write_windowed(qa, wcq, wr, SWEEP_WINDOW, n) * size / 1e6
+        elif cmd == "lat":
+            value = pingpong(pp_end(s0, sa, pcq0, True, size), pp_end(s1, sb, pcq1, True, size), n)
         else:
             raise SystemExit(f"unknown command {cmd}")
         print(f"RESULT {cmd} {value:.3f}", flush=True)

@@ -1,29 +1,32 @@
 """Runner of `make bench`, inside the Soft-RoCE VM (tests/vm/run-in-vm).
 
-    /usr/bin/python3 bench/run_bench.py [--rounds N]
+    /usr/bin/python3 bench/run_bench.py [--rounds N] [--sweep-rounds M]
 
-Environment: BENCH_ROUNDS (default 21), BENCH_WRITE_WRS, BENCH_PP_ITERS,
-BENCH_POLL_ITERS (work per measurement), BENCH_GIL=1 (one more column:
-the hot-loop API with PostList(release_gil=True)).
+Environment: BENCH_ROUNDS (default 15), BENCH_SWEEP_ROUNDS (default 3; 0
+skips the size sweep), BENCH_PROCS (default 3), BENCH_GIL=1 (one more column: the hot-loop API with
+PostList(release_gil=True)).
 
-Runs the same workloads (see bench/c_bench.c) through
+Runs the workloads of bench/c_bench.c through
   C        build/bench/c_bench (libibverbs, linked normally)
-  ibverbs  bench/py_bench.py fast   (PostList + WCBuffer/poll_into)
-  plain    bench/py_bench.py plain  (SendWR objects + cq.poll -> WC objects)
+  plain    bench/py_bench.py plain  (SendWR objects, post_send([wr]), cq.poll(n) -> WC)
+  hot      bench/py_bench.py hot    (PostList + WCBuffer/poll_into)
   pyverbs  bench/pyverbs_bench.py, with /usr/bin/python3
-each in its own process, set up once (devices, QPs, connections) and then
-told what to measure: round after round (N rounds, default 21), every
-workload is measured by every implementation in turn, the order rotated so
-that none always goes first.  Reported: the median of each value, and for
-each ratio the median of its per-round ratios (the two measured back to
-back: on a busy host the load drifts, and this cancels it):
-a table, then one machine-readable line per workload
+each in BENCH_PROCS processes, set up once (devices, QPs, connections) and
+then told what to measure, round r by process r % BENCH_PROCS (under TCG a
+process's memory layout alone moves its timings by 10-20%, for the whole
+run: several processes spread that luck): round after round, every workload is measured by
+every implementation in turn, the order rotated so that none always goes
+first.  Reported: the median of each value, and for each ratio the median
+of its per-round ratios (the two measured back to back: on a busy host the
+load drifts, and this cancels it): a table, then one line per workload
 
-    ratio <workload> ibverbs/c=<x> ibverbs/pyverbs=<y>
+    ratio <workload> plain/c=<x> hot/c=<y> plain/pyverbs=<z>
 
-(rates: ours / theirs; times: theirs / ours, so higher is always better),
-the same for the plain API as "ratio_plain ...", and the goals of issue 7.
-Standard library only.
+(rates: ours / theirs; times: theirs / ours, so higher is always better;
+poll_empty is C's time / ours), the goals of issue 17, and the message-size
+sweep (RDMA_WRITE bandwidth, ping-pong latency) as a table and as
+"sweep <bw|lat> <size> <impl>=<value> ..." lines that bench/report.py turns
+into plots and BENCHMARKS.md.  Standard library only.
 """
 import os
 import select
@@ -37,36 +40,54 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 import rxe  # noqa: E402  (tests/rxe.py)
 
-# Work per measurement (env overrides); each runs well under a second in C.
-COUNTS = {
-    "write1": int(os.environ.get("BENCH_WRITE_WRS", "4000")),
-    "write32": int(os.environ.get("BENCH_WRITE_WRS", "4000")),
-    "pingpong": int(os.environ.get("BENCH_PP_ITERS", "500")),
-    "poll_empty": int(os.environ.get("BENCH_POLL_ITERS", "40000")),
+# workload: (work per measurement, unit, higher is better, description)
+WORKLOADS = {
+    "write_b1": (8000, "WR/s", True,
+                 "8-byte RDMA_WRITE, RC loopback, 1 WR per post, signaled, poll(1) until it "
+                 "completes (1 in flight)"),
+    "write_b32": (9600, "WR/s", True,
+                  "the same WRs in lists of 32 per post_send, the last signaled, wait for it"),
+    "pingpong": (1000, "us", False,
+                 "8-byte SEND/RECV round trip rxe0 <-> rxe1, 16 receives pre-posted per side, "
+                 "poll(16), repost what was consumed"),
+    "poll_empty": (100000, "ns", False, "poll(16) on an empty CQ"),
+    "write_window": (12000, "WR/s", True,
+                     "8-byte RDMA_WRITE, 1 WR per post, every one signaled, 128 in flight, "
+                     "poll(16)"),
 }
 C_POLL_FACTOR = 10      # C polls are cheap: more of them for a readable time
-TIMEOUT = 120
-
-# workload: (unit, higher is better, description)
-WORKLOADS = {
-    "write1": ("WR/s", True, "8-byte RDMA_WRITE, RC loopback, 1 WR per post"),
-    "write32": ("WR/s", True, "8-byte RDMA_WRITE, RC loopback, 32 WRs per post"),
-    "pingpong": ("us", False, "8-byte SEND/RECV round trip, rxe0 <-> rxe1"),
-    "poll_empty": ("ns", False, "empty poll of 16 (ibv_poll_cq / cq.poll(16) / poll_into)"),
+SWEEP_SIZES = [8, 64, 512, 4096, 32768, 262144, 1 << 20]
+# kind: (unit, higher is better, work per measurement for a size)
+SWEEP = {
+    "bw": ("MB/s", True, lambda size: max(32, min(4000, (16 << 20) // size))),
+    "lat": ("us", False, lambda size: max(16, min(600, (4 << 20) // size))),
 }
-# Goals of issue 7, as ibverbs/C ratios (higher is better), and vs pyverbs.
-GOALS_C = {"write1": 0.8, "write32": 0.97, "pingpong": 0.65, "poll_empty": 0.1}
-GOALS_PYVERBS = {"write1": 3.0}
+TIMEOUT = 300
+
+# Goals of issue 17 (higher is better: poll_empty <= 5x C is C/ours >= 0.2).
+GOALS = {
+    "plain": {"write_b1": 0.85, "write_b32": 0.98, "pingpong": 0.75, "poll_empty": 1 / 5},
+    "hot": {"write_b1": 0.95, "pingpong": 0.90, "poll_empty": 1 / 3},
+}
+
+LABELS = {
+    "C": "C (libibverbs)",
+    "plain": "ibverbs, plain API: SendWR/RecvWR objects, post_send([wr]), cq.poll(n) -> WC",
+    "hot": "ibverbs, hot-loop API: PostList posted as is, cq.poll_into(WCBuffer)",
+    "gil": "ibverbs hot-loop API with PostList(release_gil=True)",
+    "pyverbs": "pyverbs (python3-pyverbs 44, /usr/bin/python3)",
+}
 
 
 def commands(gid0, gid1):
     args = [str(gid0), str(gid1)]
     venv_py = os.path.join(ROOT, ".venv", "bin", "python")
+    py_bench = os.path.join(ROOT, "bench", "py_bench.py")
     return {
         "C": [os.path.join(ROOT, "build", "bench", "c_bench"), *args],
-        "ibverbs": [venv_py, os.path.join(ROOT, "bench", "py_bench.py"), "fast", *args],
-        "plain": [venv_py, os.path.join(ROOT, "bench", "py_bench.py"), "plain", *args],
-        "gil": [venv_py, os.path.join(ROOT, "bench", "py_bench.py"), "fast-gil", *args],
+        "plain": [venv_py, py_bench, "plain", *args],
+        "hot": [venv_py, py_bench, "hot", *args],
+        "gil": [venv_py, py_bench, "hot-gil", *args],
         "pyverbs": ["/usr/bin/python3", os.path.join(ROOT, "bench", "pyverbs_bench.py"), *args],
     }
 
@@ -78,21 +99,23 @@ class Server:
         self.name = name
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      text=True, bufsize=1)
+
+    def wait_ready(self):
         line = self.proc.stdout.readline().strip()
         if line != "READY":
             self.proc.kill()
-            raise RuntimeError(f"{name} did not start (said {line!r}; its stderr is above)")
+            raise RuntimeError(f"{self.name} did not start (said {line!r}; its stderr is above)")
 
-    def measure(self, workload, n):
-        self.proc.stdin.write(f"{workload} {n}\n")
+    def measure(self, command):
+        self.proc.stdin.write(command + "\n")
         self.proc.stdin.flush()
         ready, _, _ = select.select([self.proc.stdout], [], [], TIMEOUT)
         if not ready:
             self.proc.kill()
-            raise RuntimeError(f"{self.name}: {workload} {n} gave no result within {TIMEOUT} s")
+            raise RuntimeError(f"{self.name}: {command!r} gave no result within {TIMEOUT} s")
         line = self.proc.stdout.readline().split()
-        if len(line) != 3 or line[:2] != ["RESULT", workload]:
-            raise RuntimeError(f"{self.name}: {workload} failed (said {' '.join(line)!r})")
+        if len(line) != 3 or line[:2] != ["RESULT", command.split()[0]]:
+            raise RuntimeError(f"{self.name}: {command!r} failed (said {' '.join(line)!r})")
         return float(line[2])
 
     def close(self):
@@ -108,8 +131,8 @@ def fmt(value, unit):
         return "n/a"
     if unit == "WR/s":
         return f"{value / 1000:.1f}k"
-    if unit == "us":
-        return f"{value:.1f}"
+    if unit in ("us", "MB/s"):
+        return f"{value:.1f}" if value < 1000 else f"{value:.0f}"
     return f"{value:.0f}"
 
 
@@ -119,14 +142,14 @@ def ratio(ours, theirs, higher_better):
     return ours / theirs if higher_better else theirs / ours
 
 
-def paired(samples, impl, ref, w):
+def paired(series, impl, ref, higher_better):
     """Median over the rounds of the ratio within each round (the two were
     measured back to back, so a change of the machine's load between
     rounds cancels out)."""
-    a, b = samples.get(impl, {}).get(w), samples.get(ref, {}).get(w)
+    a, b = series.get(impl), series.get(ref)
     if not a or not b:
         return None
-    rs = [ratio(x, y, WORKLOADS[w][1]) for x, y in zip(a, b)]
+    rs = [ratio(x, y, higher_better) for x, y in zip(a, b)]
     rs = [r for r in rs if r is not None]
     return statistics.median(rs) if rs else None
 
@@ -135,19 +158,28 @@ def rfmt(r):
     return "n/a" if r is None else f"{r:.2f}"
 
 
-LABELS = {
-    "C": "C (libibverbs)",
-    "ibverbs": "ibverbs, hot-loop API: PostList posted as is, cq.poll_into(WCBuffer)",
-    "plain": "ibverbs, plain API: SendWR/RecvWR objects, cq.poll(16) -> WC objects",
-    "gil": "ibverbs hot-loop API with PostList(release_gil=True)",
-    "pyverbs": "pyverbs (python3-pyverbs 44, /usr/bin/python3)",
-}
+def measure_rounds(servers, items, rounds, t0, what):
+    """items: [(key, {impl: command})]; returns {key: {impl: [values]}}."""
+    impls = list(servers)
+    samples = {key: {impl: [] for impl in impls} for key, _ in items}
+    for r in range(rounds):
+        for k, (key, cmds) in enumerate(items):
+            shift = (r + k) % len(impls)
+            for impl in impls[shift:] + impls[:shift]:
+                srv = servers[impl][r % len(servers[impl])]
+                samples[key][impl].append(srv.measure(cmds[impl]))
+        print(f"bench: {what} round {r + 1}/{rounds} done ({time.monotonic() - t0:.0f} s)",
+              file=sys.stderr, flush=True)
+    return samples
 
 
 def main(argv):
-    rounds = int(os.environ.get("BENCH_ROUNDS") or 21)
+    rounds = int(os.environ.get("BENCH_ROUNDS") or 15)
+    sweep_rounds = int(os.environ.get("BENCH_SWEEP_ROUNDS") or 3)
     if "--rounds" in argv:
         rounds = int(argv[argv.index("--rounds") + 1])
+    if "--sweep-rounds" in argv:
+        sweep_rounds = int(argv[argv.index("--sweep-rounds") + 1])
     gid0 = rxe.roce_v2_ipv4_gid_index("rxe0")
     gid1 = rxe.roce_v2_ipv4_gid_index("rxe1")
     cmds = commands(gid0, gid1)
@@ -156,80 +188,100 @@ def main(argv):
     if not os.path.exists("/usr/lib/python3/dist-packages/pyverbs"):
         print("bench: python3-pyverbs is not installed; pyverbs column skipped", file=sys.stderr)
         del cmds["pyverbs"]
+    procs = int(os.environ.get("BENCH_PROCS") or 3)
     t0 = time.monotonic()
-    servers = {impl: Server(impl, cmd) for impl, cmd in cmds.items()}
+    servers = {impl: [Server(impl, cmd) for _ in range(procs)] for impl, cmd in cmds.items()}
+    for group in servers.values():
+        for srv in group:
+            srv.wait_ready()
     print(f"bench: set up in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
     impls = list(servers)
-    samples = {impl: {w: [] for w in WORKLOADS} for impl in impls}
+    items = [(w, {impl: f"{w} {n * (C_POLL_FACTOR if impl == 'C' and w == 'poll_empty' else 1)}"
+                  for impl in impls}) for w, (n, *_) in WORKLOADS.items()]
+    sweep_items = [((kind, size), {impl: f"{kind} {size} {SWEEP[kind][2](size)}" for impl in impls})
+                   for size in SWEEP_SIZES for kind in SWEEP]
     try:
-        for r in range(rounds):
-            for k, w in enumerate(WORKLOADS):
-                shift = (r + k) % len(impls)
-                for impl in impls[shift:] + impls[:shift]:
-                    n = COUNTS[w] * (C_POLL_FACTOR if impl == "C" and w == "poll_empty" else 1)
-                    samples[impl][w].append(servers[impl].measure(w, n))
-            print(f"bench: round {r + 1}/{rounds} done ({time.monotonic() - t0:.0f} s)",
-                  file=sys.stderr, flush=True)
+        samples = measure_rounds(servers, items, rounds, t0, "workloads")
+        # What a one-argument builtin call costs in this VM (plain's interpreter):
+        # the floor under any poll from a Python loop.
+        floor = [servers["plain"][r % procs].measure(f"call_floor {WORKLOADS['poll_empty'][0]}")
+                 for r in range(rounds)]
+        sweep = measure_rounds(servers, sweep_items, sweep_rounds, t0, "sweep")
     finally:
-        for srv in servers.values():
-            srv.close()
-    for impl in impls:
-        print(f"bench: samples {impl}: " + "; ".join(
-            f"{w} " + " ".join(fmt(v, WORKLOADS[w][0]) for v in vs)
-            for w, vs in samples[impl].items()), file=sys.stderr)
+        for group in servers.values():
+            for srv in group:
+                srv.close()
+    for w, per_impl in samples.items():
+        unit = WORKLOADS[w][1]
+        print(f"bench: samples {w}: " + "; ".join(
+            f"{impl} " + " ".join(fmt(v, unit) for v in vs) for impl, vs in per_impl.items()),
+            file=sys.stderr)
 
-    med = {impl: {w: (statistics.median(v) if v else None) for w, v in ws.items()}
-           for impl, ws in samples.items()}
-    ours = [c for c in ("ibverbs", "plain", "gil") if c in med]
+    ours = [c for c in ("plain", "hot", "gil") if c in impls]
+    med = {w: {impl: statistics.median(v) for impl, v in per.items() if v}
+           for w, per in samples.items()}
     print()
     print(f"Soft-RoCE (rxe0/rxe1) in the test VM (QEMU TCG, {os.cpu_count()} vCPUs); "
-          f"{rounds} rounds, each workload measured by each implementation in turn")
+          f"{rounds} rounds, each workload measured by each implementation in turn "
+          f"({procs} processes each, taking turns)")
     for c in impls:
         print(f"  {c:<8} {LABELS[c]}")
-    head = f"{'workload':<11} {'unit':<5}" + "".join(f" {c:>9}" for c in impls)
+    head = f"{'workload':<13} {'unit':<5}" + "".join(f" {c:>9}" for c in impls)
     for c in ours:
-        head += f" {c + '/C':>11}" + (f" {c + '/pyv':>11}" if "pyverbs" in med else "")
+        head += f" {c + '/C':>9}"
+    if "pyverbs" in impls:
+        head += f" {'plain/pyv':>10}"
     print(head)
     print("-" * len(head))
-    for w, (unit, hib, _) in WORKLOADS.items():
-        line = f"{w:<11} {unit:<5}" + "".join(f" {fmt(med[c][w], unit):>9}" for c in impls)
+    for w, (_, unit, hib, _) in WORKLOADS.items():
+        line = f"{w:<13} {unit:<5}" + "".join(f" {fmt(med[w].get(c), unit):>9}" for c in impls)
         for c in ours:
-            line += f" {rfmt(paired(samples, c, 'C', w)):>11}"
-            if "pyverbs" in med:
-                line += f" {rfmt(paired(samples, c, 'pyverbs', w)):>11}"
+            line += f" {rfmt(paired(samples[w], c, 'C', hib)):>9}"
+        if "pyverbs" in impls:
+            line += f" {rfmt(paired(samples[w], 'plain', 'pyverbs', hib)):>10}"
         print(line)
+    print(f"{'call_floor':<13} {'ns':<5} {statistics.median(floor):>9.0f}   "
+          f"(abs(16) from a Python loop: the cost of any one-argument call here)")
     print("values: medians; ratios: median of the per-round ratios, higher is better")
     print("(rates ours/theirs, times theirs/ours)")
-    for w, (_, _, desc) in WORKLOADS.items():
+    for w, (_, _, _, desc) in WORKLOADS.items():
         print(f"  {w}: {desc}")
     print()
-    for prefix, impl in (("ratio", "ibverbs"), ("ratio_plain", "plain")):
-        for w in WORKLOADS:
-            print(f"{prefix} {w} ibverbs/c={rfmt(paired(samples, impl, 'C', w))} "
-                  f"ibverbs/pyverbs={rfmt(paired(samples, impl, 'pyverbs', w))}")
+    for w, (_, _, hib, _) in WORKLOADS.items():
+        print(f"ratio {w} plain/c={rfmt(paired(samples[w], 'plain', 'C', hib))} "
+              f"hot/c={rfmt(paired(samples[w], 'hot', 'C', hib))} "
+              f"plain/pyverbs={rfmt(paired(samples[w], 'plain', 'pyverbs', hib))}")
     print()
-    for w, goal in GOALS_C.items():
-        if w == "poll_empty":
-            # The goal names cq.poll(16) itself: the plain API's poll.
-            r = paired(samples, "plain", "C", w)
-            what = "C/ibverbs for cq.poll(16) (an empty poll costs <= 10 x C)"
-            rf = paired(samples, "ibverbs", "C", w)
-            what2 = f" (poll_into: {rfmt(rf)})"
-        else:
-            r = paired(samples, "ibverbs", "C", w)
-            what, what2 = "ibverbs/C", ""
-        print(f"goal {w} {what} >= {goal}: {rfmt(r)} "
-              f"{'met' if r is not None and r >= goal else 'NOT met'}{what2}")
-    for w, goal in GOALS_PYVERBS.items():
-        r = paired(samples, "ibverbs", "pyverbs", w)
-        print(f"goal {w} ibverbs/pyverbs >= {goal}: {rfmt(r)} "
-              f"{'met' if r is not None and r >= goal else 'NOT met'}")
+    for impl, goals in GOALS.items():
+        for w, goal in goals.items():
+            r = paired(samples[w], impl, "C", WORKLOADS[w][2])
+            if w == "poll_empty":
+                shown = "n/a" if not r else f"{1 / r:.1f}x"
+                text = f"{impl} poll_empty time <= {1 / goal:.0f}x C: {shown}"
+            else:
+                text = f"{impl} {w} {impl}/C >= {goal}: {rfmt(r)}"
+            print(f"goal {text} {'met' if r is not None and r >= goal else 'NOT met'}")
+
+    if sweep_rounds:
+        print()
+        print(f"message-size sweep: {sweep_rounds} rounds, medians; "
+              f"bw: RDMA_WRITE loopback on rxe0, 16 in flight (MB/s); "
+              f"lat: SEND/RECV ping-pong rxe0 <-> rxe1 (us per round trip)")
+        head = f"{'kind':<4} {'size':>8}" + "".join(f" {c:>9}" for c in impls)
+        print(head)
+        print("-" * len(head))
+        for (kind, size), per in sweep.items():
+            unit = SWEEP[kind][0]
+            print(f"{kind:<4} {size:>8}" + "".join(
+                f" {fmt(statistics.median(per[c]), unit):>9}" for c in impls))
+        for (kind, size), per in sweep.items():
+            print(f"sweep {kind} {size} " + " ".join(
+                f"{c}={statistics.median(per[c]):.3f}" for c in impls))
     try:
         load = " ".join(open("/proc/loadavg").read().split()[:3])
     except OSError:
         load = "?"
-    print(f"bench: {rounds} rounds in {time.monotonic() - t0:.0f} s (guest load {load})",
-          file=sys.stderr)
+    print(f"bench: done in {time.monotonic() - t0:.0f} s (guest load {load})", file=sys.stderr)
     return 0
 
 

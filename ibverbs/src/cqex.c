@@ -22,6 +22,9 @@ IBV_HIDDEN int ibv_handle_foreign(PyObject *obj);
 
 int ibv_cq_check_not_polling(PyObject *cq)
 {
+    /* Plain CQs first: the subtype check walks the MRO on every poll. */
+    if (Py_IS_TYPE(cq, CQ_Type))
+        return 0;
     if (CQEx_Type != NULL && PyObject_TypeCheck(cq, CQEx_Type) &&
         ((struct CQExObject *)cq)->polling) {
         PyErr_SetString(PyExc_RuntimeError,

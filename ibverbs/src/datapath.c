@@ -2066,12 +2066,25 @@ static void WC_dealloc(PyObject *op)
     Py_DECREF(type);
 }
 
+/* Small ints (counts, statuses, opcodes), made once: no call into
+ * libpython on the busy-polling path. */
+static PyObject *count_result(long n)
+{
+    static PyObject *counts[256];
+    if (n < 0 || n >= 256)
+        return PyLong_FromLong(n);
+    if (counts[n] == NULL && (counts[n] = PyLong_FromLong(n)) == NULL)
+        return NULL;
+    return Py_NewRef(counts[n]);
+}
+
 #define WC_INT(field, expr)                                                      \
     static PyObject *WC_get_##field(PyObject *op, void *c)                       \
     {                                                                            \
         const struct ibv_wc *wc = &((WCObject *)op)->wc;                         \
         (void)c;                                                                 \
-        return PyLong_FromUnsignedLongLong((unsigned long long)(expr));          \
+        unsigned long long v = (unsigned long long)(expr);                       \
+        return v < 256 ? count_result((long)v) : PyLong_FromUnsignedLongLong(v); \
     }
 
 WC_INT(wr_id, wc->wr_id)
@@ -2088,6 +2101,24 @@ WC_INT(pkey_index, wc->pkey_index)
 WC_INT(slid, wc->slid)
 WC_INT(sl, wc->sl)
 WC_INT(dlid_path_bits, wc->dlid_path_bits)
+
+/* The fields a completion loop reads, found by the identity of the
+ * (interned) attribute name before the generic lookup: under emulation the
+ * type's MRO lookup and descriptor call cost more than the field. */
+static PyObject *wc_hot_names[4];
+
+static PyObject *WC_getattro(PyObject *op, PyObject *name)
+{
+    if (name == wc_hot_names[0])
+        return WC_get_status(op, NULL);
+    if (name == wc_hot_names[1])
+        return WC_get_opcode(op, NULL);
+    if (name == wc_hot_names[2])
+        return WC_get_wr_id(op, NULL);
+    if (name == wc_hot_names[3])
+        return WC_get_byte_len(op, NULL);
+    return PyObject_GenericGetAttr(op, name);
+}
 
 static PyObject *WC_get_is_success(PyObject *op, void *c)
 {
@@ -2151,6 +2182,7 @@ static PyType_Slot WC_slots[] = {
     {Py_tp_doc, (void *)"A work completion (struct ibv_wc), from CQ.poll()."},
     {Py_tp_dealloc, (void *)WC_dealloc},
     {Py_tp_repr, (void *)WC_repr},
+    {Py_tp_getattro, (void *)WC_getattro},
     {Py_tp_getset, WC_getset},
     {Py_tp_methods, WC_methods},
     {0, NULL},
@@ -2176,10 +2208,20 @@ int ibv_wc_to_c(PyObject *obj, struct ibv_wc *out)
  * path; anything else (IntEnum, __index__) the general conversion. */
 static int num_entries_arg(PyObject *arg, int *out)
 {
+    /* A polling loop passes the same int object every time (small ints are
+     * shared): remember the last one converted.  Exact ints only, which
+     * cannot change. */
+    static PyObject *last_arg;
+    static int last_num;
+    if (arg == last_arg) {
+        *out = last_num;
+        return 0;
+    }
     if (PyLong_CheckExact(arg)) {
         long v = PyLong_AsLong(arg);
         if (v > 0 && v <= INT32_MAX) {
-            *out = (int)v;
+            *out = last_num = (int)v;
+            Py_XSETREF(last_arg, Py_NewRef(arg));
             return 0;
         }
         if (v == -1 && PyErr_Occurred())
@@ -2197,32 +2239,72 @@ static int num_entries_arg(PyObject *arg, int *out)
 }
 
 /*
- * Most polls of a busy-polling loop find nothing, and making and freeing an
- * empty list is most of what such a poll costs.  So poll() keeps two empty
- * lists and returns one that nobody else holds (reference count 1, still
- * empty): the caller cannot tell it from a new list, as no one else can
- * see it.  Two, so that `wcs = cq.poll(n)` in a loop (the previous result
- * still held during the next call) finds one free as well.
+ * A busy-polling loop drops each result before the next poll, and making
+ * and freeing the list (and its WC objects) is most of what a poll costs
+ * when the provider is fast.  So poll() keeps the lists it returned, two
+ * per length up to RESULT_CACHE_MAX (empty ones included), and hands one
+ * back when nobody else holds it (reference count 1): the caller cannot
+ * tell it from a new list, as no one else can see it.  Its items are
+ * refilled in place where the list is their only holder and they are
+ * still WCs; a WC the program kept is replaced by a new one.  Two per
+ * length, so that `wcs = cq.poll(n)` in a loop (the previous result still
+ * held during the next call) finds one free as well.
  */
-static PyObject *empty_results[2];
+#define RESULT_CACHE_MAX 16
+static PyObject *result_cache[RESULT_CACHE_MAX + 1][2];
 
-static PyObject *empty_result(void)
+static int list_is_free(PyObject *l, int n)
 {
-    for (int i = 0; i < 2; i++) {
-        PyObject *l = empty_results[i];
-        if (l != NULL && Py_REFCNT(l) == 1 && PyList_Size(l) == 0)
-            return Py_NewRef(l);
+    return l != NULL && Py_REFCNT(l) == 1 && Py_SIZE(l) == n;   /* Py_SIZE: no call */
+}
+
+static int refill_result(PyObject *list, const struct ibv_wc *wcs, int n)
+{
+    for (int i = 0; i < n; i++) {
+        PyObject *item = PyList_GetItem(list, i);     /* borrowed */
+        if (Py_REFCNT(item) == 1 && Py_IS_TYPE(item, WC_Type)) {
+            ((WCObject *)item)->wc = wcs[i];
+            continue;
+        }
+        PyObject *wc = wc_new(&wcs[i]);
+        if (wc == NULL)
+            return -1;
+        PyList_SetItem(list, i, wc);    /* steals wc, drops the old item */
     }
-    PyObject *l = PyList_New(0);
-    if (l == NULL)
+    return 0;
+}
+
+static PyObject *poll_result(const struct ibv_wc *wcs, int n)
+{
+    PyObject **slots = n <= RESULT_CACHE_MAX ? result_cache[n] : NULL;
+    if (slots != NULL) {
+        for (int i = 0; i < 2; i++) {
+            if (list_is_free(slots[i], n)) {
+                if (refill_result(slots[i], wcs, n) < 0)
+                    return NULL;
+                return Py_NewRef(slots[i]);
+            }
+        }
+    }
+    PyObject *list = PyList_New(n);
+    if (list == NULL)
         return NULL;
-    /* No slot is free: fill an empty one, else replace the older one (its
-     * list lives on with whoever holds it). */
-    static int older;
-    int i = empty_results[0] == NULL ? 0 : empty_results[1] == NULL ? 1 : older;
-    older = !i;
-    Py_XSETREF(empty_results[i], Py_NewRef(l));
-    return l;
+    for (int i = 0; i < n; i++) {
+        PyObject *wc = wc_new(&wcs[i]);
+        if (wc == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SetItem(list, i, wc);
+    }
+    if (slots != NULL) {
+        /* An empty slot first; else both lists live on with their holders
+         * (or were resized): take turns replacing them. */
+        static int turn;
+        int i = slots[0] == NULL ? 0 : slots[1] == NULL ? 1 : (turn ^= 1);
+        Py_XSETREF(slots[i], Py_NewRef(list));
+    }
+    return list;
 }
 
 /* poll and poll_into keep the GIL: ibv_poll_cq never blocks and costs tens
@@ -2254,21 +2336,7 @@ PyObject *ibv_hand_CQ_poll(PyObject *self, PyObject *const *args, Py_ssize_t nar
         ibv_raise("ibv_poll_cq", ibv_error_code(n));
         goto done;
     }
-    if (n == 0) {
-        list = empty_result();
-        goto done;
-    }
-    list = PyList_New(n);
-    if (list == NULL)
-        goto done;
-    for (int i = 0; i < n; i++) {
-        PyObject *wc = wc_new(&wcs[i]);
-        if (wc == NULL) {
-            Py_CLEAR(list);
-            goto done;
-        }
-        PyList_SetItem(list, i, wc);
-    }
+    list = poll_result(wcs, n);
 done:
     if (wcs != stack)
         PyMem_Free(wcs);
@@ -2345,7 +2413,8 @@ static const struct ibv_wc *wcbuf_at(PyObject *op, PyObject *arg)
         const struct ibv_wc *wc = wcbuf_at(op, arg);                             \
         if (wc == NULL)                                                          \
             return NULL;                                                         \
-        return PyLong_FromUnsignedLongLong((unsigned long long)(expr));          \
+        unsigned long long v = (unsigned long long)(expr);                       \
+        return v < 256 ? count_result((long)v) : PyLong_FromUnsignedLongLong(v); \
     }
 
 WCBUF_FIELD(wr_id, wc->wr_id)
@@ -2384,13 +2453,26 @@ static PyObject *WCBuffer_raise_for_status(PyObject *op, PyObject *unused)
 static PyObject *WCBuffer_count_opcode(PyObject *op, PyObject *arg)
 {
     WCBufferObject *b = (WCBufferObject *)op;
+    /* A polling loop passes the same opcode object every time: remember
+     * the last one converted (an int, whose value cannot change; the
+     * reference held keeps its address from being reused). */
+    static PyObject *last_arg;
+    static uint64_t last_opcode;
     uint64_t opcode;
-    if (ibv_conv_unsigned(arg, "opcode", UINT32_MAX, &opcode) < 0)
-        return NULL;
+    if (arg == last_arg) {
+        opcode = last_opcode;
+    } else {
+        if (ibv_conv_unsigned(arg, "opcode", UINT32_MAX, &opcode) < 0)
+            return NULL;
+        if (PyLong_Check(arg)) {
+            Py_XSETREF(last_arg, Py_NewRef(arg));
+            last_opcode = opcode;
+        }
+    }
     long k = 0;
     for (int i = 0; i < b->count; i++)
         k += b->wc[i].opcode == opcode;
-    return PyLong_FromLong(k);
+    return count_result(k);
 }
 
 static PyObject *WCBuffer_wr_ids(PyObject *op, PyObject *unused)
@@ -2546,7 +2628,7 @@ PyObject *ibv_hand_CQ_poll_into(PyObject *self, PyObject *arg)
     b->count = n;
     if (b->raise_on_error && n > 0 && wcbuf_check(b) < 0)
         return NULL;
-    return PyLong_FromLong(n);
+    return count_result(n);
 }
 
 PyObject *ibv_hand_CQ_req_notify(PyObject *self, PyObject *args, PyObject *kwargs)
@@ -2810,6 +2892,10 @@ PyObject *ibv_hand_Context_ack_async_event(PyObject *self, PyObject *const *args
 
 int ibv_datapath_init(PyObject *module)
 {
+    static const char *const hot[4] = {"status", "opcode", "wr_id", "byte_len"};
+    for (int i = 0; i < 4; i++)
+        if ((wc_hot_names[i] = PyUnicode_InternFromString(hot[i])) == NULL)
+            return -1;
     if (argspec_init(&SGE_args) < 0 || argspec_init(&SendWR_args) < 0 ||
         argspec_init(&RecvWR_args) < 0 || argspec_init(&MR_sge_args) < 0)
         return -1;

@@ -1,0 +1,174 @@
+"""BENCHMARKS.md and the two sweep plots from the output of one `make bench`.
+
+    .venv/bin/python bench/report.py RUN_OUTPUT LOAD_BEFORE LOAD_AFTER
+
+RUN_OUTPUT is what bench/run_bench.py printed (its stdout); LOAD_BEFORE /
+LOAD_AFTER the host's `uptime` around the VM run.  Writes
+bench/plots/bandwidth.svg, bench/plots/latency.svg and BENCHMARKS.md.
+Needs matplotlib (installed by `make bench` only: the wheel and the tests
+do not use it).
+"""
+import os
+import platform
+import subprocess
+import sys
+
+import matplotlib
+
+matplotlib.use("svg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PLOTS = os.path.join(ROOT, "bench", "plots")
+IMPLS = {   # column name in the run output: (legend, style)
+    "C": ("C (libibverbs)", dict(color="black", marker="o")),
+    "plain": ("ibverbs, plain API", dict(color="tab:blue", marker="s")),
+    "hot": ("ibverbs, hot-loop API", dict(color="tab:green", marker="^")),
+    "pyverbs": ("pyverbs", dict(color="tab:red", marker="x", linestyle="--")),
+}
+
+
+def parse(text):
+    """(the main table's lines, the sweep table's lines, {kind: {size: {impl: value}}})."""
+    lines = text.splitlines()
+    sweep = {}
+    for line in lines:
+        if line.startswith("sweep "):
+            _, kind, size, *pairs = line.split()
+            sweep.setdefault(kind, {})[int(size)] = {
+                k: float(v) for k, v in (p.split("=") for p in pairs)}
+    start = next(i for i, line in enumerate(lines) if line.startswith("Soft-RoCE"))
+    end = next((i for i, line in enumerate(lines) if line.startswith("message-size sweep")),
+               len(lines))
+    main = [line for line in lines[start:end] if line.strip()]
+    sweep_table = [line for line in lines[end:] if line.strip() and not line.startswith("sweep ")]
+    return main, sweep_table, sweep
+
+
+def size_label(size):
+    if size >= 1 << 20:
+        return f"{size >> 20} MiB"
+    if size >= 1 << 10:
+        return f"{size >> 10} KiB"
+    return f"{size} B"
+
+
+def plot(series, ylabel, title, path, logy):
+    plt.rcParams["svg.hashsalt"] = "ibverbs-bench"     # stable ids: diffs show data changes
+    plt.rcParams["svg.fonttype"] = "none"              # text stays text: small, greppable
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    sizes = sorted(series)
+    for impl, (label, style) in IMPLS.items():
+        ys = [series[s].get(impl) for s in sizes]
+        if any(y is not None for y in ys):
+            ax.plot(sizes, ys, label=label, **style)
+    ax.set_xscale("log", base=2)
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xticks(sizes)
+    ax.set_xticklabels([size_label(s) for s in sizes])
+    ax.set_xlabel("message size")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, format="svg", metadata={"Date": None})
+    plt.close(fig)
+
+
+def host_cpu():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def main(argv):
+    run_output, load_before, load_after = argv
+    with open(run_output) as f:
+        main_table, sweep_table, sweep = parse(f.read())
+    loads = []
+    for path in (load_before, load_after):
+        with open(path) as f:
+            loads.append(f.read().strip())
+    os.makedirs(PLOTS, exist_ok=True)
+    plot(sweep["bw"], "MB/s (higher is better)",
+         "RDMA_WRITE bandwidth, 16 in flight (Soft-RoCE loopback)",
+         os.path.join(PLOTS, "bandwidth.svg"), logy=True)
+    plot(sweep["lat"], "us per round trip (lower is better)",
+         "SEND/RECV ping-pong latency, rxe0 <-> rxe1",
+         os.path.join(PLOTS, "latency.svg"), logy=True)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                            capture_output=True, text=True).stdout.strip() or "?"
+    # This file and the plots are the run's own output, not local changes.
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                            ":!BENCHMARKS.md", ":!bench/plots"], cwd=ROOT,
+                           capture_output=True, text=True).stdout.strip()
+    md = f"""# Benchmarks
+
+Made by `make bench` (commit {commit}{' plus local changes' if dirty else ''}); every
+figure below comes from one run of it, in one boot of the test VM. The
+command rewrites this file and the two plots.
+
+Machine: {host_cpu()}, {os.cpu_count()} cores, shared with other work;
+Soft-RoCE (`rdma_rxe`, rxe0 and rxe1) inside the QEMU VM of `tests/vm/`
+(TCG, no KVM, 2 vCPUs). Host load before and after the run:
+
+    {loads[0]}
+    {loads[1]}
+
+Under TCG everything runs 10-20 times slower than on the host, the kernel's
+rxe included, so only the ratios mean something: each implementation is a
+separate process set up once, every workload is measured by each in turn
+(the order rotated round by round), and a ratio is the median of the
+per-round ratios of two measurements taken back to back.
+
+Implementations:
+
+- **C**: `bench/c_bench.c`, libibverbs linked normally.
+- **plain**: the seed's API as users write it: `SendWR`/`RecvWR`/`SGE`
+  objects built once, `qp.post_send(wr)` or a list of them,
+  `cq.poll(n)` returning `WC` objects (`bench/py_bench.py plain`).
+- **hot**: the hot-loop API: a `PostList` built once and posted as is,
+  `cq.poll_into(WCBuffer)` (`bench/py_bench.py hot`).
+- **pyverbs**: Debian's python3-pyverbs 44 (`bench/pyverbs_bench.py`).
+
+## Message rate, latency, empty poll
+
+```
+{chr(10).join(main_table)}
+```
+
+## Message-size sweep
+
+![RDMA_WRITE bandwidth by message size](bench/plots/bandwidth.svg)
+
+![ping-pong latency by message size](bench/plots/latency.svg)
+
+```
+{chr(10).join(sweep_table)}
+```
+
+Above a few KiB the provider's copy and the emulated CPU set the pace and
+all four meet; the binding's own cost shows at small sizes.
+
+## Host-side numbers
+
+`make bench BENCH_HOST=1` adds `bench/host_micro.py`: instructions per
+operation counted with callgrind through a null provider
+(`bench/nullverbs.c`), `import ibverbs` against `python -c pass`, and the
+time to regenerate `generated/`.
+"""
+    with open(os.path.join(ROOT, "BENCHMARKS.md"), "w") as f:
+        f.write(md)
+    print("bench: wrote BENCHMARKS.md, bench/plots/bandwidth.svg, bench/plots/latency.svg")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
