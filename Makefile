@@ -125,7 +125,7 @@ coverage: venv-gen
 	$(PY) -m generator --rdma-core "$(baseline)" coverage --rdmacm
 
 test-host: build venv-test
-	$(PY) -m pytest -q tests/host
+	$(PY) -m pytest -q tests/host tests/gpu
 
 test-device: build venv-test
 	IBVERBS_REQUIRE_DEVICE=1 tests/vm/run-in-vm --timeout 1200 \
