@@ -15,7 +15,7 @@ from ._gid import Gid
 # hence no fixed list here.
 from ._ibverbs import *  # noqa: F401,F403
 from ._ibverbs import CQ, PD, QP, Context
-from ._qp_transitions import to_init as _to_init, to_rtr as _to_rtr, to_rts as _to_rts
+from ._qp_transitions import reset as _reset, to_init as _to_init, to_rtr as _to_rtr, to_rts as _to_rts
 from .errors import CompletionError, VerbsError
 
 
@@ -89,6 +89,7 @@ Context.async_events = _ctx_async_events
 QP.to_init = _to_init
 QP.to_rtr = _to_rtr
 QP.to_rts = _to_rts
+QP.reset = _reset
 QP.query = _qp_query
 PD.reg_mr = _pd_reg_mr
 
