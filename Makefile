@@ -17,6 +17,8 @@
 #   make rdma-core VERSION=56.1   print the prefix of a release (fetched once)
 #   make fuzz           the hypothesis state machine on Soft-RoCE, 2,000 examples
 #   make test-asan      the whole suite in the VM, extension under ASan + UBSan
+#   make soak [MINUTES=10]  faults injected into random connect/transfer/close
+#                       cycles of several processes on Soft-RoCE; fails on growth
 #
 # Everything it needs is installed on first use: Debian packages with
 # apt-get (as root; otherwise the exact command is printed), Python
@@ -174,6 +176,19 @@ test-asan: venv
 	    for f in $(ASAN_LOGS)/*; do echo "== $$f"; head -n 40 "$$f"; done; exit 1; \
 	fi; \
 	echo "test-asan: 0 sanitizer reports (ASan+UBSan; pytest exit status $$status)"; exit $$status
+
+# `make soak [MINUTES=10] [SOAK_WORKERS=3]`: tests/soak.py in the VM: worker
+# processes loop over random connect/transfer/close cycles with faults
+# injected (bad rkey + recovery in place, RNR, CQ overrun, a SIGKILLed peer
+# process, link flaps of veth1), checking every byte and every completion;
+# once a minute it prints RSS, fds and verbs resources, and fails on growth.
+# SOAK_SEED=<n> replays a run.
+MINUTES ?= 10
+SOAK_WORKERS ?= 3
+.PHONY: soak
+soak: build
+	tests/vm/run-in-vm --timeout $$(( $(MINUTES) * 60 + 600 )) \
+	    $(PY) tests/soak.py --minutes $(MINUTES) --workers $(SOAK_WORKERS)
 
 clean:
 	rm -rf build dist *.egg-info ibverbs/*.so
