@@ -30,6 +30,7 @@ SOAK_SEED=<n> replays a run; the seed is printed at the start.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib.util
 import json
 import multiprocessing as mp
@@ -278,12 +279,11 @@ class Worker:
         self.drain_async_events()
 
     def stats(self):
+        gc.collect()
         with open("/proc/self/status") as f:
             rss = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
-        from importlib import import_module
         handles = {name: getattr(self.ib, name)._open_count()
                    for name in ("Context", "PD", "CQ", "QP", "MR", "AH", "MW", "SRQ", "CompChannel")}
-        import_module("gc").collect()
         return {"wid": self.wid, "rss": rss, "fds": len(os.listdir("/proc/self/fd")),
                 "handles": handles, "cycles": dict(self.counts), "disturbed": self.disturbed}
 

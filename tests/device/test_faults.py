@@ -14,7 +14,6 @@ are printed (`pytest -s`) and quoted in the README.
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import select
 import signal
@@ -31,10 +30,14 @@ TESTS = pathlib.Path(__file__).resolve().parents[1]
 SIZE = 4096
 
 
-def hw_counter(dev: str, name: str, port: int = 1) -> int:
-    """An rxe port counter (sysfs hw_counters), e.g. rcvd_rnr_err."""
-    return int(pathlib.Path(f"/sys/class/infiniband/{dev}/ports/{port}/hw_counters/{name}")
-               .read_text())
+def hw_counter(dev: str, name: str, port: int = 1):
+    """An rxe port counter (sysfs hw_counters), e.g. rcvd_rnr_err; None where
+    the provider has no such counter (other NICs name theirs differently)."""
+    try:
+        return int(pathlib.Path(f"/sys/class/infiniband/{dev}/ports/{port}/hw_counters/{name}")
+                   .read_text())
+    except FileNotFoundError:
+        return None
 
 
 def qp_state(qp):
@@ -143,8 +146,7 @@ def test_peer_killed_with_writes_in_flight_completes_every_request(
     try:
         hello = json.loads(peer.stdout.readline())
         me = endpoints(size=chunk, fill=5)
-        gid_remote = hello["info"]
-        ib.connect_rc(me.qp, ib.QPInfo.from_bytes(bytes.fromhex(gid_remote)), port=port,
+        ib.connect_rc(me.qp, ib.QPInfo.from_bytes(bytes.fromhex(hello["info"])), port=port,
                       sgid_index=gid_index, access=access, local_psn=0x100,
                       timeout=10, retry_cnt=1)
         peer.stdin.write(json.dumps({"info": me.info(port, gid_index, 0x100).to_bytes().hex()})
@@ -292,7 +294,8 @@ def test_rnr_retry_0_fails_at_the_first_rnr_nak(ib, ctx, endpoints, device_names
     took = time.monotonic() - t0
     assert (wc.wr_id, wc.status) == (1, ib.WCStatus.RNR_RETRY_EXC_ERR)
     assert wc.status_str == "RNR retry counter exceeded"
-    assert hw_counter(dev, "rcvd_rnr_err") == naks + 1
+    if naks is not None:
+        assert hw_counter(dev, "rcvd_rnr_err") == naks + 1
     assert qp_state(a.qp) == ib.QPState.ERR
     assert (b.buf.array == 0).all()
     print(f"\nrnr_retry=0: RNR_RETRY_EXC_ERR after {took * 1e3:.1f} ms")
@@ -309,15 +312,17 @@ def test_rnr_retry_7_retries_until_the_receive_is_posted(ib, ctx, endpoints, dev
     _send(ib, a, 1)
     time.sleep(0.5)
     assert a.cq.poll(1) == []
-    retried = hw_counter(dev, "rcvd_rnr_err") - naks
-    assert retried >= 2, retried
+    if naks is not None:
+        retried = hw_counter(dev, "rcvd_rnr_err") - naks
+        assert retried >= 2, retried
     _recv(ib, b, 7)
     (wc,) = drain(a.cq, 1)
     assert (wc.wr_id, wc.status) == (1, ib.WCStatus.SUCCESS)
     (rwc,) = drain(b.cq, 1)
     assert (rwc.wr_id, rwc.status, rwc.byte_len) == (7, ib.WCStatus.SUCCESS, 64)
     assert (b.buf.array[:64] == 9).all() and (b.buf.array[64:] == 0).all()
-    print(f"\nrnr_retry=7, min_rnr_timer=1: {retried} RNR NAKs in 0.5 s, then delivered")
+    if naks is not None:
+        print(f"\nrnr_retry=7, min_rnr_timer=1: {retried} RNR NAKs in 0.5 s, then delivered")
 
 
 # --- CQ overrun ----------------------------------------------------------------------------
