@@ -56,7 +56,10 @@ help:
 	@echo 'make rdma-core VERSION=56.1  print the prefix of a release (fetched once)'
 	@echo 'make fuzz             the hypothesis state machine on Soft-RoCE, 2,000 examples'
 	@echo 'make test-asan        the whole suite in the VM, extension under ASan + UBSan'
-	@echo 'make bench            the data path against C and pyverbs on Soft-RoCE'
+	@echo 'make bench            the data path against C and pyverbs on Soft-RoCE (BENCHMARKS.md)'
+	@echo 'make docs             the API reference (Sphinx) into docs/_build/html'
+	@echo 'make soak [MINUTES=10]  faults injected into random cycles of several processes on'
+	@echo '                      Soft-RoCE; RSS, verbs resources and fds per minute; fails on growth'
 	@echo 'make clean            remove build outputs; keeps .venv, the rdma-core release cache'
 	@echo '                      ($(RDMA_CACHE)) and the VM image cache'
 	@echo 'make distclean        clean, and remove .venv and the rdma-core release cache too'
@@ -239,6 +242,19 @@ test-asan: venv-test
 	    for f in $(ASAN_LOGS)/*; do echo "== $$f"; head -n 40 "$$f"; done; exit 1; \
 	fi; \
 	echo "test-asan: 0 sanitizer reports (ASan+UBSan; pytest exit status $$status)"; exit $$status
+
+# `make soak [MINUTES=10] [SOAK_WORKERS=3]`: tests/soak.py in the VM: worker
+# processes loop over random connect/transfer/close cycles with faults
+# injected (bad rkey + recovery in place, RNR, CQ overrun, a SIGKILLed peer
+# process, link flaps of veth1), checking every byte and every completion;
+# once a minute it prints RSS, fds and verbs resources, and fails on growth.
+# SOAK_SEED=<n> replays a run.
+MINUTES ?= 10
+SOAK_WORKERS ?= 3
+.PHONY: soak
+soak: build venv-test
+	tests/vm/run-in-vm --timeout $$(( $(MINUTES) * 60 + 600 )) \
+	    $(PY) tests/soak.py --minutes $(MINUTES) --workers $(SOAK_WORKERS)
 
 clean:
 	rm -rf build dist *.egg-info ibverbs/*.so

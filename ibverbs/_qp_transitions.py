@@ -1,4 +1,5 @@
-"""QP state transitions: ``QP.to_init``, ``QP.to_rtr``, ``QP.to_rts``.
+"""QP state transitions: ``QP.to_init``, ``QP.to_rtr``, ``QP.to_rts``, and
+``QP.reset`` (any state -> RESET, where recovering a QP starts).
 
 Plain functions taking the QP first; the package attaches them as methods.
 The attribute masks follow the QP type (the verbs man page of
@@ -27,7 +28,7 @@ time; the enums and ``AHAttr`` are imported on first use.
 
 from __future__ import annotations
 
-__all__ = ["to_init", "to_rtr", "to_rts", "query"]
+__all__ = ["to_init", "to_rtr", "to_rts", "query", "reset"]
 
 
 def _index(what: str, value: object) -> int:
@@ -206,3 +207,23 @@ def query(qp, attr_mask=0x1FFFFF):
     """``QP.query(attr_mask=all) -> (dict, QPCap)`` (ibv_query_qp)."""
     attr = qp._query(attr_mask)
     return attr._asdict(), attr.cap
+
+
+def reset(qp):
+    """Any state -> RESET: the first step of recovering a QP in place.
+
+    A QP that met a fatal error (a dead peer, a retry or RNR limit, a remote
+    access error) sits in ERR and stays there; from RESET, ``to_init``,
+    ``to_rtr`` and ``to_rts`` (or ``connect_rc``) bring it back with a fresh
+    PSN, towards the same peer or a new one. The peer's QP must be
+    reconnected too: an RC connection resynchronises both ends.
+
+    RESET discards the work requests still queued, without completions, and
+    may drop the completions still in the CQ for this QP. To account for
+    every request, wait for the ERR state's flush completions
+    (``WCStatus.WR_FLUSH_ERR``: one per outstanding request) and poll them
+    before calling this.
+    """
+    from .enums import QPAttrMask, QPState
+
+    qp.modify(QPAttrMask.STATE, qp_state=QPState.RESET)

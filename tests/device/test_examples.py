@@ -10,9 +10,9 @@ For the same reason every example runs in ONE torchrun job
 workers): a torchrun job starts torch three times (the agent and two
 workers), about 170 s in the VM, and four jobs would take over ten minutes.
 The same job then runs a copy of example 2 whose receiver expects other
-data, which must fail (exit status 1) and fail the job. Each script under
-its own torchrun (exactly what the README tells people to type) runs outside
-the VM, or in it with IBVERBS_EXAMPLES_EACH=1.
+data, which must fail (exit status 1) and fail the job. run_all runs each
+script as __main__ in the torchrun workers, exactly as `torchrun script.py`
+would, so no test starts a job per script.
 """
 import importlib.util
 import os
@@ -24,8 +24,6 @@ import sys
 import time
 
 import pytest
-
-import rxe
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -194,17 +192,6 @@ def test_each_rank_used_its_own_device(run_all, device_names):
         for name in EXPECTED:
             assert re.search(rf"^\[rank {rank}\] {name}: {re.escape(dev)} port \d+ GID\[\d+\] ",
                              run_all[2][name], re.M), _tail(run_all[1])
-
-
-@pytest.mark.parametrize("name", list(EXPECTED))
-def test_example_alone_under_torchrun(run_torchrun, name):
-    if rxe.in_vm() and os.environ.get("IBVERBS_EXAMPLES_EACH") != "1":
-        pytest.skip("one torchrun job per example costs ~3 min in the emulated VM (torch starts "
-                    "in ~55 s per process); run_all runs every script there; "
-                    "IBVERBS_EXAMPLES_EACH=1 runs each alone")
-    proc = run_torchrun(name + ".py")
-    assert proc.returncode == 0, _tail(proc.stdout)
-    _check_example(proc.stdout, name)
 
 
 def test_an_example_under_torchrun_standalone(torch_installed, device_names, port):
