@@ -345,14 +345,14 @@ static void cm_qps_release(PyObject *held)
 static int CMID_destroy(struct CMIDObject *self)
 {
     struct rdma_cm_id *id = CMID_PTR(self);
+    if (self->qp != NULL)
+        cm_qps_find(self->qp, 1);   /* on every path: the map must not outlive this CMID */
     if (ibv_handle_foreign((PyObject *)self))
         goto forget;    /* the parent process's (fork): forget it */
     cmid_sync_qp(self);
     /* Only dealloc gets here with the QP open (close() refuses): the QP
      * outlives the ID as a plain QP, which its own object destroys. */
     id->qp = NULL;
-    if (self->qp != NULL)
-        cm_qps_find(self->qp, 1);
     errno = 0;
     int rc = rdma_destroy_id(id);
     if (rc != 0)
