@@ -55,7 +55,7 @@ help:
 	@echo 'make test-asan        the whole suite in the VM, extension under ASan + UBSan'
 	@echo 'make bench            the data path against C and pyverbs on Soft-RoCE'
 	@echo 'make clean            remove build outputs; keeps .venv, the rdma-core release cache'
-	@echo '                      ($(RDMA_CACHE)) and the VM image cache'
+	@echo '                      ($(RDMA_CACHE)) and the VM caches (kernel images, the arm64 root)'
 	@echo 'make distclean        clean, and remove .venv and the rdma-core release cache too'
 
 deps:
@@ -221,7 +221,7 @@ test-asan: venv-test
 clean:
 	rm -rf build dist *.egg-info ibverbs/*.so
 	@echo "clean: kept $(VENV) (make distclean removes it), the rdma-core release cache"
-	@echo "       $(RDMA_CACHE) and the VM image cache ~/.cache/ibverbs-vm"
+	@echo "       $(RDMA_CACHE) and the VM caches ~/.cache/ibverbs-vm, ~/.cache/ibverbs-aarch64"
 
 # The venv and the rdma-core release cache are rebuilt on the next make
 # (the cache needs the network: tools/rdma-core fetches each release again).
