@@ -61,7 +61,7 @@ help:
 	@echo 'make soak [MINUTES=10]  faults injected into random cycles of several processes on'
 	@echo '                      Soft-RoCE; RSS, verbs resources and fds per minute; fails on growth'
 	@echo 'make clean            remove build outputs; keeps .venv, the rdma-core release cache'
-	@echo '                      ($(RDMA_CACHE)) and the VM image cache'
+	@echo '                      ($(RDMA_CACHE)) and the VM caches (kernel images, the arm64 root)'
 	@echo 'make distclean        clean, and remove .venv and the rdma-core release cache too'
 
 deps:
@@ -259,7 +259,7 @@ soak: build venv-test
 clean:
 	rm -rf build dist *.egg-info ibverbs/*.so
 	@echo "clean: kept $(VENV) (make distclean removes it), the rdma-core release cache"
-	@echo "       $(RDMA_CACHE) and the VM image cache ~/.cache/ibverbs-vm"
+	@echo "       $(RDMA_CACHE) and the VM caches ~/.cache/ibverbs-vm, ~/.cache/ibverbs-aarch64"
 
 # The venv and the rdma-core release cache are rebuilt on the next make
 # (the cache needs the network: tools/rdma-core fetches each release again).
