@@ -3183,19 +3183,9 @@ QPInitAttr_from_c(const struct ibv_qp_init_attr *c)
 int
 QPInitAttr_prepare(struct QPInitAttrObject *self)
 {
-    /* required by the constructor, but QPInitAttr.__new__ skips it */
-    if (self->ref_send_cq == NULL) {
-        PyErr_SetString(PyExc_ValueError, "QPInitAttr.send_cq is not set");
-        return -1;
-    }
     if (self->ref_send_cq != NULL && ibv_check_open(self->ref_send_cq) < 0)
         return -1;
     self->c.send_cq = self->ref_send_cq ? IBV_HANDLE(self->ref_send_cq)->ptr : NULL;
-    /* required by the constructor, but QPInitAttr.__new__ skips it */
-    if (self->ref_recv_cq == NULL) {
-        PyErr_SetString(PyExc_ValueError, "QPInitAttr.recv_cq is not set");
-        return -1;
-    }
     if (self->ref_recv_cq != NULL && ibv_check_open(self->ref_recv_cq) < 0)
         return -1;
     self->c.recv_cq = self->ref_recv_cq ? IBV_HANDLE(self->ref_recv_cq)->ptr : NULL;

@@ -39,6 +39,10 @@ class StructField:
     default: Optional[str] = None    # Python repr of the default (init)
     handle: Optional[str] = None     # class of a handle-valued field
     struct_class: Optional[str] = None
+    # A required handle field that may hold None until the struct is used
+    # (the seed's QPInitAttr(None, None)): the verb that takes the struct
+    # says what is missing, not a generic "is not set".
+    none_ok: bool = False
 
 
 @dataclass
@@ -456,7 +460,7 @@ class Builder:
                           f"Py_XSETREF(self->ref_{pyname}, obj);"]
             return StructField(pyname, path, getter, setter,
                                _py_repr_default(default) if has_default else None,
-                               handle=handle)
+                               handle=handle, none_ok=bool(fspec and fspec.get("none_ok")))
         if convert == "bool" and _is_int(t):
             getter = [f"result = PyBool_FromLong({member} != 0);"]
             if writable:
