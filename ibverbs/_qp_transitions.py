@@ -30,6 +30,8 @@ from __future__ import annotations
 
 __all__ = ["to_init", "to_rtr", "to_rts", "query", "reset"]
 
+_PORT_MASK = 1 << 5   # IBV_QP_PORT: to_rtr reads back only the port to_init set
+
 
 def _index(what: str, value: object) -> int:
     """``value`` as an int (anything with ``__index__``, e.g. numpy ints),
@@ -186,7 +188,7 @@ def to_rtr(qp, remote, sgid_index, mtu=None, hop_limit=1, min_rnr_timer=12,
     port = None
     if kind in ("RC", "UC"):
         # the port to_init set, as the QP holds it
-        port = qp.query()[0]["port_num"]
+        port = qp._query(_PORT_MASK).port_num
         if not port:
             raise ValueError("to_rtr needs the QP's port; move the QP to INIT with to_init first")
     mask, fields = _rtr_request(
