@@ -20,8 +20,8 @@
 
 #include "objects.h"
 
-#define STACK_WRS 16
-#define STACK_SGES 32
+#define STACK_WRS 32
+#define STACK_SGES 64
 
 static PyTypeObject *SGE_Type;
 static PyTypeObject *SendWR_Type;
@@ -437,7 +437,24 @@ typedef struct {
     uint32_t invalidate_rkey;   /* LOCAL_INV, SEND_WITH_INV */
     PyObject *mw;          /* BIND_MW: the MW, or NULL */
     PyObject *bind_info;   /* BIND_MW: an MWBindInfo, or NULL */
+    /* The request as posted, less its SGEs, its AH pointer and next: built
+     * at the first post after a change (every setter clears `ready`) and
+     * copied as is by the posts after it, instead of zeroing 128 bytes and
+     * storing each field again.  Only fields the setters have range-checked
+     * go in; what can change without a setter (the SGE list and its items,
+     * whether the AH, MW or MRs are still open, inline memory) is checked
+     * at every post as before. */
+    int ready;
+    struct ibv_send_wr prepared;
 } SendWRObject;
+
+static inline void SendWR_changed(SendWRObject *w)
+{
+    w->ready = 0;
+}
+
+/* A RecvWR is its wr_id and SGEs, nothing to prepare. */
+#define RecvWR_changed(w) ((void)(w))
 
 typedef struct {
     PyObject_HEAD
@@ -481,7 +498,7 @@ static int set_sg_list(PyObject **slot, PyObject *value, int copy)
     return 0;
 }
 
-#define U64_FIELD(Type, field, max)                                              \
+#define U64_FIELD_CHANGED(Type, field, max, changed)                                            \
     static PyObject *Type##_get_##field(PyObject *op, void *c)                   \
     {                                                                            \
         (void)c;                                                                 \
@@ -494,10 +511,13 @@ static int set_sg_list(PyObject **slot, PyObject *value, int copy)
         if (conv_u64(v, #field, max, &x) < 0)                                    \
             return -1;                                                           \
         ((Type##Object *)op)->field = x;                                         \
+        changed((Type##Object *)op);                                             \
         return 0;                                                                \
     }
 
-U64_FIELD(SendWR, wr_id, UINT64_MAX)
+#define U64_FIELD(Type, field, max) U64_FIELD_CHANGED(Type, field, max, Type##_changed)
+/* wr_id is stored at each post, not prepared: setting it per post is common */
+U64_FIELD_CHANGED(SendWR, wr_id, UINT64_MAX, (void))
 
 /*
  * Only opcodes of enum ibv_wr_opcode: providers index tables with it (rxe
@@ -527,6 +547,7 @@ static int SendWR_set_opcode(PyObject *op, PyObject *v, void *c)
         return -1;
     }
     ((SendWRObject *)op)->opcode = (uint32_t)x;
+    SendWR_changed((SendWRObject *)op);
     return 0;
 }
 U64_FIELD(SendWR, send_flags, UINT32_MAX)
@@ -589,6 +610,7 @@ static PyObject *SendWR_get_ah(PyObject *op, void *c)
 static int SendWR_set_ah(PyObject *op, PyObject *v, void *c)
 {
     (void)c;
+    SendWR_changed((SendWRObject *)op);
     if (v == NULL || v == Py_None) {
         Py_CLEAR(((SendWRObject *)op)->ah);
         return 0;
@@ -629,6 +651,7 @@ static PyObject *SendWR_get_mw(PyObject *op, void *c)
 static int SendWR_set_mw(PyObject *op, PyObject *v, void *c)
 {
     (void)c;
+    SendWR_changed((SendWRObject *)op);
     return set_typed(&((SendWRObject *)op)->mw, v, MW_Type, "mw");
 }
 
@@ -642,6 +665,7 @@ static PyObject *SendWR_get_bind_info(PyObject *op, void *c)
 static int SendWR_set_bind_info(PyObject *op, PyObject *v, void *c)
 {
     (void)c;
+    SendWR_changed((SendWRObject *)op);
     return set_typed(&((SendWRObject *)op)->bind_info, v, MWBindInfo_Type, "bind_info");
 }
 
@@ -695,6 +719,7 @@ static int SendWR_traverse(PyObject *op, visitproc visit, void *arg)
 
 static int SendWR_clear(PyObject *op)
 {
+    SendWR_changed((SendWRObject *)op);
     Py_CLEAR(((SendWRObject *)op)->sg_list);
     Py_CLEAR(((SendWRObject *)op)->ah);
     Py_CLEAR(((SendWRObject *)op)->mw);
@@ -807,6 +832,12 @@ static PyType_Spec RecvWR_spec = {"ibverbs.RecvWR", sizeof(RecvWRObject), 0,
 
 /* ---- building C chains -------------------------------------------------- */
 
+/* SGEs in an sg_list slot (NULL or a list). */
+static inline Py_ssize_t sg_count(PyObject *list)
+{
+    return list != NULL ? PyList_Size(list) : 0;
+}
+
 /* Storage for one post: on the stack when small, else on the heap. */
 struct chain {
     void *wrs;
@@ -833,7 +864,14 @@ struct wr_seq {
     PyObject *owned;    /* a tuple copy to release, or NULL */
     int is_list;
     Py_ssize_t n;
+    Py_ssize_t nsge;    /* SGEs of all the requests */
 };
+
+/* Both kinds of request keep their SGE list at the same place, so that
+ * one pass over a sequence can count the SGEs of either. */
+_Static_assert(offsetof(SendWRObject, sg_list) == offsetof(RecvWRObject, sg_list),
+               "sg_list at one offset");
+#define WR_SG_LIST(obj) (((RecvWRObject *)(obj))->sg_list)
 
 static inline PyObject *wr_seq_item(const struct wr_seq *s, Py_ssize_t i)
 {
@@ -851,9 +889,11 @@ static int wr_seq_init(struct wr_seq *s, PyObject *arg, PyTypeObject *type, cons
 {
     s->one = s->seq = s->owned = NULL;
     s->is_list = 0;
+    s->nsge = 0;
     if (PyObject_TypeCheck(arg, type)) {
         s->one = arg;
         s->n = 1;
+        s->nsge = sg_count(WR_SG_LIST(arg));
         return 0;
     }
     if (PyList_CheckExact(arg)) {
@@ -882,6 +922,7 @@ static int wr_seq_init(struct wr_seq *s, PyObject *arg, PyTypeObject *type, cons
             wr_seq_done(s);
             return -1;
         }
+        s->nsge += sg_count(WR_SG_LIST(item));
     }
     return 0;
 }
@@ -902,12 +943,6 @@ static int chain_alloc(struct chain *c, Py_ssize_t nwr, size_t wr_size, Py_ssize
     c->wrs = c->heap;
     c->sges = (struct ibv_sge *)((char *)c->heap + nwr * wr_size);
     return 0;
-}
-
-/* SGEs in an sg_list slot (NULL or a list). */
-static inline Py_ssize_t sg_count(PyObject *list)
-{
-    return list != NULL ? PyList_Size(list) : 0;
 }
 
 static int fill_sges(PyObject *list, struct ibv_sge *out, int *num)
@@ -963,28 +998,61 @@ static inline int is_atomic(uint32_t opcode)
     return opcode == IBV_WR_ATOMIC_CMP_AND_SWP || opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
 }
 
-/* One SendWR into *wr, its SGEs from sg_list (w's, or a reference to it
- * the caller holds); wr->sg_list must point at room for them.  The caller
- * sets next afterwards.  Allocates nothing (so runs no Python code). */
-static int send_wr_fill(const SendWRObject *w, PyObject *sg_list, struct ibv_send_wr *wr)
+/* The fields of w that its setters checked, into *wr (w->prepared): the
+ * SGEs, the AH pointer, wr_id and next are the post's to fill. */
+static void send_wr_prepare(const SendWRObject *w, struct ibv_send_wr *wr)
 {
-    struct ibv_sge *sg = wr->sg_list;
     memset(wr, 0, sizeof(*wr));
-    wr->wr_id = w->wr_id;
-    wr->sg_list = sg;
-    if (fill_sges(sg_list, sg, &wr->num_sge) < 0)
-        return -1;
     wr->opcode = (enum ibv_wr_opcode)w->opcode;
     wr->send_flags = w->send_flags;
-    if (check_inline_sges(wr) < 0)
-        return -1;
     if (w->opcode == IBV_WR_LOCAL_INV || w->opcode == IBV_WR_SEND_WITH_INV)
         wr->invalidate_rkey = w->invalidate_rkey;   /* shares imm_data's place */
     else
         wr->imm_data = htonl(w->imm_data);
+    /* wr.rdma, wr.atomic and wr.ud share memory (and rkey sits at a
+     * different offset in each): fill the one the request uses. */
+    if (w->ah != NULL) {
+        wr->wr.ud.remote_qpn = w->remote_qpn;
+        wr->wr.ud.remote_qkey = w->remote_qkey;
+    } else if (is_atomic(w->opcode)) {
+        wr->wr.atomic.remote_addr = w->remote_addr;
+        wr->wr.atomic.compare_add = w->compare_add;
+        wr->wr.atomic.swap = w->swap;
+        wr->wr.atomic.rkey = w->rkey;
+    } else {
+        wr->wr.rdma.remote_addr = w->remote_addr;
+        wr->wr.rdma.rkey = w->rkey;
+    }
+}
+
+/* One SendWR into *wr, its SGEs from sg_list (w's, or a reference to it
+ * the caller holds); wr->sg_list must point at room for them.  The caller
+ * sets next afterwards.  Allocates nothing (so runs no Python code). */
+static int send_wr_fill(SendWRObject *w, PyObject *sg_list, struct ibv_send_wr *wr)
+{
+    struct ibv_sge *sg = wr->sg_list;
     if (w->opcode == IBV_WR_BIND_MW) {
         /* bind_mw has a union of its own (with tso): the MW and MR are
-         * read at post time, and the SendWR holds both while it runs. */
+         * read at post time, and the SendWR holds both while it runs.
+         * Never prepared: it carries pointers of objects that can close. */
+        memset(wr, 0, sizeof(*wr));
+        wr->opcode = IBV_WR_BIND_MW;
+        wr->send_flags = w->send_flags;
+        wr->imm_data = htonl(w->imm_data);
+    } else {
+        if (!w->ready) {
+            send_wr_prepare(w, &w->prepared);
+            w->ready = 1;
+        }
+        *wr = w->prepared;
+    }
+    wr->wr_id = w->wr_id;
+    wr->sg_list = sg;
+    if (fill_sges(sg_list, sg, &wr->num_sge) < 0)
+        return -1;
+    if ((wr->send_flags & IBV_SEND_INLINE) && check_inline_sges(wr) < 0)
+        return -1;
+    if (w->opcode == IBV_WR_BIND_MW) {
         if (w->mw == NULL || w->bind_info == NULL) {
             PyErr_SetString(PyExc_ValueError, "a BIND_MW request needs mw and bind_info");
             return -1;
@@ -997,22 +1065,11 @@ static int send_wr_fill(const SendWRObject *w, PyObject *sg_list, struct ibv_sen
         wr->bind_mw.bind_info = info->c;
         return 0;
     }
-    /* wr.rdma, wr.atomic and wr.ud share memory (and rkey sits at a
-     * different offset in each): fill the one the request uses. */
+    /* whether the AH is still open is the post's to check, every time */
     if (w->ah != NULL) {
         if (ibv_check_open(w->ah) < 0)
             return -1;
         wr->wr.ud.ah = AH_PTR(w->ah);
-        wr->wr.ud.remote_qpn = w->remote_qpn;
-        wr->wr.ud.remote_qkey = w->remote_qkey;
-    } else if (is_atomic(w->opcode)) {
-        wr->wr.atomic.remote_addr = w->remote_addr;
-        wr->wr.atomic.compare_add = w->compare_add;
-        wr->wr.atomic.swap = w->swap;
-        wr->wr.atomic.rkey = w->rkey;
-    } else {
-        wr->wr.rdma.remote_addr = w->remote_addr;
-        wr->wr.rdma.rkey = w->rkey;
     }
     return 0;
 }
@@ -1085,6 +1142,53 @@ static inline PyObject *one_arg(const char *fname, const char *name, PyObject *c
     return NULL;
 }
 
+/*
+ * The one request of post_send(wr) or post_send([wr]) (the plain API's
+ * common case), or NULL: it takes the short way below, with the same
+ * checks and none of a chain's bookkeeping.  An exact list is read in
+ * place as wr_seq_init reads it (no Python code runs until the post).
+ */
+static inline PyObject *single_wr(PyObject *arg, PyTypeObject *type)
+{
+    if (PyList_CheckExact(arg)) {
+        if (PyList_Size(arg) != 1)
+            return NULL;
+        arg = PyList_GetItem(arg, 0);
+    }
+    return PyObject_TypeCheck(arg, type) ? arg : NULL;
+}
+
+static PyObject *post_send_one(PyObject *self, SendWRObject *w)
+{
+    struct ibv_send_wr wr, *bad = NULL;
+    struct ibv_sge sges[STACK_SGES];
+    wr.sg_list = sges;
+    if (check_ah_fits_qp(self, w->ah != NULL, 0) < 0 || send_wr_fill(w, w->sg_list, &wr) < 0 ||
+        check_inline_mrs(w->sg_list, &wr) < 0)
+        return NULL;
+    wr.next = NULL;
+    int rc = ibv_post_send(QP_PTR(self), &wr, &bad);
+    if (rc != 0)
+        return post_failed("ibv_post_send", rc, 0, bad ? bad->wr_id : 0);
+    Py_RETURN_NONE;
+}
+
+static PyObject *post_recv_one(PyObject *self, RecvWRObject *w, int srq)
+{
+    struct ibv_recv_wr wr, *bad = NULL;
+    struct ibv_sge sges[STACK_SGES];
+    wr.sg_list = sges;
+    if (recv_wr_fill(w, w->sg_list, &wr) < 0)
+        return NULL;
+    int rc = srq == 2 ? ibv_post_wq_recv(WQ_PTR(self), &wr, &bad)
+           : srq ? ibv_post_srq_recv(SRQ_PTR(self), &wr, &bad)
+                 : ibv_post_recv(QP_PTR(self), &wr, &bad);
+    if (rc != 0)
+        return post_failed(srq == 2 ? "ibv_post_wq_recv" : srq ? "ibv_post_srq_recv"
+                           : "ibv_post_recv", rc, 0, bad ? bad->wr_id : 0);
+    Py_RETURN_NONE;
+}
+
 PyObject *ibv_hand_QP_post_send(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                                 PyObject *kwnames)
 {
@@ -1097,6 +1201,9 @@ PyObject *ibv_hand_QP_post_send(PyObject *self, PyObject *const *args, Py_ssize_
         return NULL;
     if (Py_IS_TYPE(arg, PostList_Type))
         return postlist_post(self, arg, POST_SEND);
+    PyObject *one = single_wr(arg, SendWR_Type);
+    if (one != NULL && sg_count(((SendWRObject *)one)->sg_list) <= STACK_SGES)
+        return post_send_one(self, (SendWRObject *)one);
     if (wr_seq_init(&s, arg, SendWR_Type, "SendWR") < 0)
         return NULL;
     if (s.n == 0) {
@@ -1104,10 +1211,7 @@ PyObject *ibv_hand_QP_post_send(PyObject *self, PyObject *const *args, Py_ssize_
         Py_RETURN_NONE;
     }
     PyObject *result = NULL;
-    Py_ssize_t nsge = 0;
-    for (Py_ssize_t i = 0; i < s.n; i++)
-        nsge += sg_count(((SendWRObject *)wr_seq_item(&s, i))->sg_list);
-    if (chain_alloc(&c, s.n, sizeof(struct ibv_send_wr), nsge) < 0)
+    if (chain_alloc(&c, s.n, sizeof(struct ibv_send_wr), s.nsge) < 0)
         goto done;
     struct ibv_send_wr *wrs = c.wrs;
     struct ibv_sge *sge = c.sges;
@@ -1130,7 +1234,8 @@ PyObject *ibv_hand_QP_post_send(PyObject *self, PyObject *const *args, Py_ssize_
     }
     result = Py_NewRef(Py_None);
 done:
-    PyMem_Free(c.heap);
+    if (c.heap != NULL)
+        PyMem_Free(c.heap);
     wr_seq_done(&s);
     return result;
 }
@@ -1148,6 +1253,9 @@ static PyObject *post_recv(PyObject *self, PyObject *arg, int srq)
     }
     if (Py_IS_TYPE(arg, PostList_Type))
         return postlist_post(self, arg, srq ? POST_SRQ_RECV : POST_RECV);
+    PyObject *one = single_wr(arg, RecvWR_Type);
+    if (one != NULL && sg_count(((RecvWRObject *)one)->sg_list) <= STACK_SGES)
+        return post_recv_one(self, (RecvWRObject *)one, srq);
     if (wr_seq_init(&s, arg, RecvWR_Type, "RecvWR") < 0)
         return NULL;
     if (s.n == 0) {
@@ -1155,10 +1263,7 @@ static PyObject *post_recv(PyObject *self, PyObject *arg, int srq)
         Py_RETURN_NONE;
     }
     PyObject *result = NULL;
-    Py_ssize_t nsge = 0;
-    for (Py_ssize_t i = 0; i < s.n; i++)
-        nsge += sg_count(((RecvWRObject *)wr_seq_item(&s, i))->sg_list);
-    if (chain_alloc(&c, s.n, sizeof(struct ibv_recv_wr), nsge) < 0)
+    if (chain_alloc(&c, s.n, sizeof(struct ibv_recv_wr), s.nsge) < 0)
         goto done;
     struct ibv_recv_wr *wrs = c.wrs;
     struct ibv_sge *sge = c.sges;
@@ -1183,7 +1288,8 @@ static PyObject *post_recv(PyObject *self, PyObject *arg, int srq)
     }
     result = Py_NewRef(Py_None);
 done:
-    PyMem_Free(c.heap);
+    if (c.heap != NULL)
+        PyMem_Free(c.heap);
     wr_seq_done(&s);
     return result;
 }

@@ -395,3 +395,72 @@ def test_empty_polls_give_independent_lists(ib, cq):
         assert wcs == [] and wcs is not previous
         wcs.extend([1, 2])                       # the caller owns what it got
         assert cq.poll(4) == []
+
+
+def test_a_sendwr_changed_between_posts_posts_its_new_fields(ib, ctx, pd, port, gid_index,
+                                                             access, rc_pair, make_buffer):
+    """post_send keeps each SendWR's converted request between posts; every
+    change made through an attribute must reach the next post."""
+    src = make_buffer(64)
+    src.array[:] = list(range(64))
+    dst, other = make_buffer(4096), make_buffer(4096)
+    recv_buf = make_buffer(64)
+    wr = ib.SendWR(wr_id=1, sg_list=[src.mr.sge(8)], opcode=ib.WROpcode.RDMA_WRITE,
+                   send_flags=ib.SendFlags.SIGNALED, remote_addr=dst.addr, rkey=dst.mr.rkey)
+
+    def post(wrs):
+        rc_pair.qp_a.post_send(wrs)
+        (wc,) = poll_until(rc_pair.cq_a, 1)
+        return wc
+
+    assert post(wr).is_success and bytes(dst.array[:8]) == bytes(range(8))
+    wr.remote_addr = dst.addr + 512                       # new address, same MR
+    wr.wr_id = 2
+    wc = post([wr])
+    assert wc.is_success and wc.wr_id == 2
+    assert bytes(dst.array[512:520]) == bytes(range(8))
+    wr.remote_addr, wr.rkey = other.addr + 8, other.mr.rkey     # another MR
+    assert post(wr).is_success and bytes(other.array[8:16]) == bytes(range(8))
+    wr.sg_list[0] = src.mr.sge(4, 32)                     # the list's items, read at each post
+    assert post(wr).is_success and bytes(other.array[8:16]) == bytes(range(32, 36)) + bytes(range(4, 8))
+    wr.sg_list.append(src.mr.sge(4, 60))
+    assert post(wr).is_success and bytes(other.array[8:16]) == bytes(range(32, 36)) + bytes(range(60, 64))
+
+    # the opcode and immediate data: a write with immediate consumes a receive
+    rc_pair.qp_b.post_recv([ib.RecvWR(wr_id=7, sg_list=[recv_buf.mr.sge()])])
+    wr.opcode, wr.imm_data = ib.WROpcode.RDMA_WRITE_WITH_IMM, 0x12345678
+    assert post(wr).is_success
+    (rwc,) = poll_until(rc_pair.cq_b, 1)
+    assert rwc.wr_id == 7 and rwc.opcode == ib.WCOpcode.RECV_RDMA_WITH_IMM
+    assert rwc.imm_data == 0x12345678
+    wr.opcode = ib.WROpcode.RDMA_WRITE
+
+    # send_flags: unsignaled gives no completion, signaled again does
+    wr.send_flags = 0
+    rc_pair.qp_a.post_send(wr)
+    wr.send_flags, wr.wr_id = ib.SendFlags.SIGNALED, 3
+    wc = post(wr)
+    assert wc.wr_id == 3 and wc.is_success and rc_pair.cq_a.poll(4) == []
+
+    # a wrong rkey set after good posts fails on the wire (it was not kept)
+    wr.rkey = other.mr.rkey ^ 0x5a5a00
+    wc = post(wr)
+    assert wc.status == ib.WCStatus.REM_ACCESS_ERR
+
+    # an AH added afterwards is refused on RC as it would be at first, and
+    # taking it away again makes the request an RDMA write once more
+    with pd.create_ah(ib.AHAttr(dgid=ctx.query_gid(port, gid_index), sgid_index=gid_index,
+                                port_num=port, is_global=1, hop_limit=64)) as ah:
+        wr.ah = ah
+        with pytest.raises(ValueError, match="only a UD QP takes one"):
+            rc_pair.qp_a.post_send(wr)
+        wr.ah = None
+    pair = RCPair(ib, pd, pd, port, gid_index, gid_index, access)   # rc_pair's QP failed
+    try:
+        other.array[:16] = 0
+        wr.rkey = other.mr.rkey
+        pair.qp_a.post_send(wr)
+        (wc,) = poll_until(pair.cq_a, 1)
+        assert wc.is_success and bytes(other.array[8:16]) == bytes(range(32, 36)) + bytes(range(60, 64))
+    finally:
+        pair.close()
