@@ -188,7 +188,11 @@ def to_rtr(qp, remote, sgid_index, mtu=None, hop_limit=1, min_rnr_timer=12,
     port = None
     if kind in ("RC", "UC"):
         # the port to_init set, as the QP holds it
-        port = qp._query(_PORT_MASK).port_num
+        read_port = getattr(qp, "_query", None)
+        if read_port is not None:           # a QP: read back only IBV_QP_PORT
+            port = read_port(_PORT_MASK).port_num
+        else:                               # a wrapper offering the seed's query()
+            port = qp.query()[0]["port_num"]
         if not port:
             raise ValueError("to_rtr needs the QP's port; move the QP to INIT with to_init first")
     mask, fields = _rtr_request(
