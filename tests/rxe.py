@@ -161,3 +161,13 @@ def main() -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def own_stderr(text: str) -> str:
+    """A child process's stderr without libibverbs' own provider warnings
+    ("libibverbs: Warning: couldn't load driver ..."), which come from how the
+    machine's rdma-core is installed (e.g. tools/with-rdma-core's newer
+    provider list seen by a child running the VM's older libibverbs), not
+    from ibverbs."""
+    return "".join(line for line in text.splitlines(keepends=True)
+                   if not line.startswith("libibverbs: Warning:"))
