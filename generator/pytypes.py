@@ -93,24 +93,13 @@ def _convert_type(pspec: dict, handles: Set[str]) -> str:
 def _arg_types(node, handles: Set[str]) -> Dict[str, str]:
     """Python argument name -> type, for a spec method node."""
     out: Dict[str, str] = {}
-
-    def visit(pspec) -> None:
-        if isinstance(pspec, str):
-            if pspec not in ("self", "out", "scratch", "mask"):
-                out[pspec] = "int"
-            return
-        if not hasattr(pspec, "get"):
-            return
-        if "struct" in pspec:
-            for sub in (pspec["struct"] or {}).values():
-                visit(sub)
-        elif "kwargs" in pspec:
-            out["**"] = "Any"
-        elif "arg" in pspec:
-            out[pspec["arg"]] = _convert_type(pspec, handles)
-
-    for pspec in (node.get("params") or {}).values():
-        visit(pspec)
+    for name, pspec in arg_specs(node).items():
+        if name == "**":
+            out[name] = "Any"
+        elif isinstance(pspec, str):
+            out[name] = "int"
+        else:
+            out[name] = _convert_type(pspec, handles)
     return out
 
 
