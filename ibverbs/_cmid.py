@@ -31,7 +31,7 @@ from .errors import VerbsError
 # typing costs milliseconds to import: for the type checker only
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Iterable, Optional
+    from typing import Any, Callable, Iterable, Optional
 
     from .cm import CMEvent
 
@@ -110,11 +110,22 @@ class CMID(_ibverbs.CMID):
     # --- making blocking CMIDs ---------------------------------------------------
 
     @classmethod
-    def _blocking(cls, channel: "_ibverbs.EventChannel", timeout: float) -> "CMID":
-        cm_id = channel.create_id()
-        assert isinstance(cm_id, CMID)      # every CMID is (_set_cmid_class below)
-        cm_id._channel = channel
-        cm_id._timeout = timeout
+    def _blocking(cls, timeout: float, setup: "Callable[[CMID], None]") -> "CMID":
+        """A CMID on a private channel, made ready by ``setup(cm_id)``; if
+        that fails, the CMID and its channel are closed before re-raising."""
+        channel = _ibverbs.create_event_channel()
+        cm_id = None
+        try:
+            cm_id = channel.create_id()
+            assert isinstance(cm_id, CMID)      # every CMID is (_set_cmid_class below)
+            cm_id._channel = channel
+            cm_id._timeout = timeout
+            setup(cm_id)
+        except BaseException:
+            if cm_id is not None:
+                _ibverbs.CMID.close(cm_id)
+            channel.close()
+            raise
         return cm_id
 
     @classmethod
@@ -130,21 +141,15 @@ class CMID(_ibverbs.CMID):
         host_text = _text("host", host)
         source = _text("source", source, allow_none=True)
         port = _port(port)
-        channel = _ibverbs.create_event_channel()
-        cm_id = None
-        try:
-            cm_id = cls._blocking(channel, timeout)
+
+        def setup(cm_id: "CMID") -> None:
             cm_id.host, cm_id.port, cm_id.source = host_text, port, source
             cm_id.resolve_addr((str(host_text), port), src=source, timeout_ms=int(timeout * 1000))
-            _wait(channel, (E.ADDR_RESOLVED,), "rdma_resolve_addr", timeout)
+            _wait(cm_id._require_blocking("resolve"), (E.ADDR_RESOLVED,), "rdma_resolve_addr", timeout)
             cm_id.resolve_route(timeout_ms=int(timeout * 1000))
-            _wait(channel, (E.ROUTE_RESOLVED,), "rdma_resolve_route", timeout)
-        except BaseException:
-            if cm_id is not None:
-                _ibverbs.CMID.close(cm_id)
-            channel.close()
-            raise
-        return cm_id
+            _wait(cm_id._require_blocking("resolve"), (E.ROUTE_RESOLVED,), "rdma_resolve_route", timeout)
+
+        return cls._blocking(timeout, setup)
 
     @classmethod
     def listen_on(cls, host: str, port: int = 4420, *, backlog: int = 16,
@@ -153,19 +158,13 @@ class CMID(_ibverbs.CMID):
         ``get_request()`` waits for the next connection."""
         host_text = _text("host", host)
         port = _port(port)
-        channel = _ibverbs.create_event_channel()
-        cm_id = None
-        try:
-            cm_id = cls._blocking(channel, timeout)
+
+        def setup(cm_id: "CMID") -> None:
             cm_id.host, cm_id.port = host_text, port
             cm_id.bind_addr((str(host_text), port))
             cm_id.listen(backlog)
-        except BaseException:
-            if cm_id is not None:
-                _ibverbs.CMID.close(cm_id)
-            channel.close()
-            raise
-        return cm_id
+
+        return cls._blocking(timeout, setup)
 
     def get_request(self, timeout: "float | None" = None) -> "CMID":
         """Wait for the next connection request on a listening CMID and
