@@ -185,6 +185,8 @@ IBV_HIDDEN int ibv_registry_add(void *ptr, PyObject *obj);
 IBV_HIDDEN void ibv_registry_remove(void *ptr);
 /* New reference, or NULL (no exception) when not registered. */
 IBV_HIDDEN PyObject *ibv_registry_get(void *ptr);
+/* Adds the test hooks (_registry_alias) when IBVERBS_TEST_HOOKS=1. */
+IBV_HIDDEN int ibv_test_hooks_init(PyObject *module);
 
 /* repr() and _asdict() of struct classes, from their field names. */
 IBV_HIDDEN PyObject *ibv_repr_fields(PyObject *obj, const char *const *names);

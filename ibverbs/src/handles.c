@@ -10,6 +10,7 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -374,4 +375,44 @@ PyObject *ibv_registry_get(void *ptr)
     PyObject *obj = (PyObject *)PyLong_AsVoidPtr(value);
     Py_INCREF(obj);
     return obj;
+}
+
+/* ---- fault injection for the tests ------------------------------------------ */
+
+/* _registry_alias(obj, other): events naming obj's verbs object are mapped
+ * to other from now on, as if obj's memory had been freed and reused by
+ * other's provider (an address the registry maps to an object of another
+ * type).  Only tests/device/test_c_defects.py calls it, and it is only
+ * there with IBVERBS_TEST_HOOKS=1 in the environment at import: a program
+ * that calls it can make the registry lie. */
+static PyObject *registry_alias(PyObject *module, PyObject *args)
+{
+    (void)module;
+    PyObject *obj, *other;
+    if (!PyArg_ParseTuple(args, "OO:_registry_alias", &obj, &other))
+        return NULL;
+    if (!is_handle_type(Py_TYPE(obj)) || !is_handle_type(Py_TYPE(other))) {
+        PyErr_SetString(PyExc_TypeError, "_registry_alias takes two verbs objects");
+        return NULL;
+    }
+    if (ibv_check_open(obj) < 0 || ibv_check_open(other) < 0)
+        return NULL;
+    if (ibv_registry_add(IBV_HANDLE(obj)->ptr, other) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef test_hook_functions[] = {
+    {"_registry_alias", registry_alias, METH_VARARGS,
+     "_registry_alias($module, obj, other, /)\n--\n\n"
+     "Test hook: map events naming obj to other (IBVERBS_TEST_HOOKS=1 only)."},
+    {NULL, NULL, 0, NULL},
+};
+
+int ibv_test_hooks_init(PyObject *module)
+{
+    const char *on = getenv("IBVERBS_TEST_HOOKS");
+    if (on == NULL || strcmp(on, "1") != 0)
+        return 0;
+    return PyModule_AddFunctions(module, test_hook_functions);
 }

@@ -274,6 +274,7 @@ PyMODINIT_FUNC PyInit__ibverbs(void)
         ibv_register_generated_types(module) < 0 ||
         ibv_datapath_init(module) < 0 ||
         ibv_rdmacm_init(module) < 0 ||
+        ibv_test_hooks_init(module) < 0 ||
         add_ref(module, "VerbsError", ibv_VerbsError) < 0 ||
         add_ref(module, "CompletionError", ibv_CompletionError) < 0 ||
         add_ref(module, "Gid", ibv_GidClass) < 0 ||

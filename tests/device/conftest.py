@@ -32,6 +32,10 @@ import pytest
 
 import rxe
 
+# The fault-injection hooks of the extension (_ibverbs._registry_alias), for
+# tests/device/test_c_defects.py; read when ibverbs is first imported.
+os.environ.setdefault("IBVERBS_TEST_HOOKS", "1")
+
 
 def _tests_conftest():
     """tests/conftest.py as a module of its own.  Both conftest files are

@@ -3,6 +3,7 @@ use-after-free, races).  Each test drives the call sequence that crashed
 or corrupted memory before its fix and checks what moved (or that nothing
 did) on Soft-RoCE; the memory ones are meant for `make test-asan` too."""
 import gc
+import sys
 import threading
 import time
 
@@ -264,3 +265,141 @@ def test_release_gil_post_holds_its_ah_and_mrs(ib, ctx, pd, port, gid_index, mak
                 obj.close()
         # the closer takes the GIL when a post gives it up: it meets posts in flight
         assert posted > 0 and outcomes["busy"] > 0
+
+
+# ---- 8: get_cq_event returns CQs only -------------------------------------------------
+
+def flush_one_receive(ib, qp, port, buf):
+    """A flushed receive: one completion on qp's receive CQ without a peer."""
+    qp.to_init(port, ib.AccessFlags.LOCAL_WRITE)
+    qp.post_recv(ib.RecvWR(wr_id=7, sg_list=[buf.mr.sge(16)]))
+    qp.modify(ib.QPAttrMask.STATE, qp_state=ib.QPState.ERR)
+
+
+def test_get_cq_event_skips_a_cq_address_mapped_to_another_type(ib, ctx, pd, port, make_buffer):
+    # The registry maps the verbs pointers of CQs, QPs, SRQs and CM IDs back to
+    # their objects.  A freed CQ's address reused by a QP would make an event of
+    # that address find the QP: the hook makes that mapping on purpose, and the
+    # event must be skipped, not counted into the QP's memory as a CQ's.
+    from ibverbs import _ibverbs
+    with ctx.create_comp_channel() as ch:
+        cq_aliased = ctx.create_cq(4, channel=ch)
+        cq_real = ctx.create_cq(4, channel=ch)
+        qp_a = pd.create_qp(ib.QPInitAttr(cq_aliased, cq_aliased))
+        qp_b = pd.create_qp(ib.QPInitAttr(cq_real, cq_real))
+        buf = make_buffer(16)
+        try:
+            _ibverbs._registry_alias(cq_aliased, qp_b)
+            cq_aliased.req_notify()
+            cq_real.req_notify()
+            flush_one_receive(ib, qp_a, port, buf)
+            poll_until(cq_aliased, 1)
+            flush_one_receive(ib, qp_b, port, buf)
+            got = ch.get_cq_event()
+            assert got is cq_real
+            cq_real.ack_events(1)
+            assert poll_until(cq_real, 1)[0].wr_id == 7
+        finally:
+            _ibverbs._registry_alias(cq_aliased, cq_aliased)
+            for obj in (qp_a, qp_b, cq_aliased, cq_real):
+                obj.close()
+
+
+# ---- 9: a PostList updated while a release_gil post of it runs -------------------------
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="CPython 3.12+ runs the GC at "
+                    "eval-breaker points, never inside the update's allocations")
+def test_postlist_update_refused_when_its_allocation_lets_a_post_start(ib, pd, rc_pair,
+                                                                      make_buffer):
+    # The update converts its SendWR (allocating, so the GC may run, and with it
+    # other threads) before it writes the entry: the frozen check must come after.
+    # A GC callback waits, inside that allocation, until the posting thread is in
+    # ibv_post_send with the GIL released; it then holds the GIL until the update
+    # returns, so the post cannot finish meanwhile: the update must be refused.
+    src, dst = make_buffer(64, fill=3), make_buffer(64)
+
+    def write(wr_id):
+        # 21 SGEs with an owner each: the update's tuple of owners is then too
+        # big for CPython's tuple free list, a GC allocation that collects.
+        # (More SGEs than the QP takes: the posts fail, but run all the same.)
+        return ib.SendWR(wr_id=wr_id, opcode=ib.WROpcode.RDMA_WRITE,
+                         sg_list=[src.mr.sge(2, 2 * i) for i in range(21)],
+                         remote_addr=dst.addr, rkey=dst.mr.rkey)
+
+    plist = ib.PostList([write(i) for i in range(2)], release_gil=True)
+    replacement = write(99)
+    stop, go = threading.Event(), threading.Event()
+    state = {"armed": False, "seen_posting": False, "posts": 0}
+
+    def poster():
+        go.wait()                       # idle until the update is inside its allocation
+        while not stop.is_set():
+            try:
+                rc_pair.qp_a.post_send(plist)
+                state["posts"] += 1
+            except ib.VerbsError as e:
+                assert e.errno in (12, 22)  # a full send queue; too many SGEs for the QP
+                time.sleep(0.001)
+
+    def wait_for_the_post(phase, info):
+        if phase != "start" or not state["armed"] or threading.get_ident() != updater:
+            return
+        state["armed"] = False
+        go.set()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                plist[1].wr_id = 5      # raises while the list is being posted
+            except RuntimeError:
+                state["seen_posting"] = True
+                return                  # keep the GIL: the post stays in flight
+            time.sleep(0.0002)          # let the poster reach ibv_post_send
+
+    updater = threading.get_ident()
+    thread = threading.Thread(target=poster)
+    old_threshold = gc.get_threshold()
+    thread.start()
+    refused = pytest.raises(RuntimeError, match="being posted")
+    try:
+        gc.callbacks.append(wait_for_the_post)
+        with refused:
+            spare = [None]              # the young generation's count is >= 1 now
+            gc.set_threshold(gc.get_count()[0])   # its next GC allocation collects:
+            state["armed"] = True       # (this allocates nothing)
+            plist[0] = replacement      # the update's tuple of owners
+        del spare
+    finally:
+        gc.set_threshold(*old_threshold)
+        gc.callbacks.remove(wait_for_the_post)
+        stop.set()
+        go.set()
+        thread.join()
+    assert state["seen_posting"]
+    assert plist[0].wr_id == 0          # the refused update wrote nothing
+
+
+# ---- 12's QPEx: a later argument's __index__ closing the AH ----------------------------
+
+def test_qpex_wr_set_ud_addr_holds_its_ah_while_converting(ib, ctx, pd, cq, port, gid_index):
+    skip_if_unsupported(ib, "extended QP post API", lambda: pd.create_qp_ex(
+        cq, cq, send_ops_flags=ib.QPCreateSendOps.SEND))
+    qp = ud_qp(ib, pd, cq, port, create=lambda: pd.create_qp_ex(
+        cq, cq, qp_type=ib.QPType.UD, send_ops_flags=ib.QPCreateSendOps.SEND))
+    ah = make_ah(ib, ctx, pd, port, gid_index)
+
+    class ClosesTheAH:
+        def __index__(self):
+            ah.close()
+            return qp.qp_num
+
+    try:
+        qp.wr_start()
+        qp.wr_send()
+        with pytest.raises(ib.VerbsError) as e:
+            qp.wr_set_ud_addr(ah, ClosesTheAH(), QKEY)
+        assert e.value.errno == 16          # EBUSY: the AH stays open under the call
+        assert ah.closed is False
+        qp.wr_abort()
+    finally:
+        qp.close()
+        ah.close()
