@@ -637,11 +637,8 @@ enum ibv_rate (mult_to_ibv_rate)(int mult)
 return slot_mult_to_ibv_rate(mult);
 }
 
-static const struct ibv_symbol {
-    const char *name;
-    void **slot;
-    const char *since;   /* NULL: required */
-} ibv_symbols[] = {
+/* For ibv_load_symbols (ibverbs/src/loader.c). */
+static const struct ibv_symbol verbs_symbols[] = {
     {"_ibv_query_comp_cntr_caps", (void **)&slot__ibv_query_comp_cntr_caps, "65 (IBVERBS_1.18)"},
     {"_ibv_query_gid_ex", (void **)&slot__ibv_query_gid_ex, NULL},
     {"_ibv_query_gid_table", (void **)&slot__ibv_query_gid_table, NULL},

@@ -354,8 +354,4 @@ IBV_HIDDEN int ibv_hand_QPEx_set_wr_flags(PyObject *self, PyObject *value, void 
 IBV_HIDDEN PyObject *ibv_hand_module__device_list(PyObject *module, PyObject *unused);
 IBV_HIDDEN PyObject *ibv_hand_module__open_device(PyObject *module, PyObject *arg);
 
-/* ---- hand-written data path (ibverbs/src: datapath.c, wc.c) ---- */
-IBV_HIDDEN int ibv_wc_to_c(PyObject *obj, struct ibv_wc *out);
-IBV_HIDDEN int ibv_datapath_init(PyObject *module);
-
 #endif

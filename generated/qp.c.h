@@ -11,18 +11,6 @@
 
 PyTypeObject *QP_Type;
 
-#ifndef IBVERBS_CALL_GUARD_DECLARED
-#define IBVERBS_CALL_GUARD_DECLARED
-/* ibverbs/src/handles.c: fork() ownership and calls in flight (see there). */
-IBV_HIDDEN int ibv_handle_foreign(PyObject *obj);
-IBV_HIDDEN void ibv_handle_closed(PyObject *obj);
-IBV_HIDDEN int ibv_call_enter(PyObject *self);
-IBV_HIDDEN void ibv_call_leave(PyObject *self);
-IBV_HIDDEN int ibv_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
-                                   PyObject **held, int max);
-IBV_HIDDEN void ibv_call_leave_args(PyObject **held, int n);
-#endif
-
 /* Open QP objects of this process (for leak accounting). */
 static Py_ssize_t QP_open_count;
 

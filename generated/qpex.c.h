@@ -12,16 +12,6 @@
 
 PyTypeObject *QPEx_Type;
 
-#ifndef IBVERBS_CALL_GUARD_DECLARED
-#define IBVERBS_CALL_GUARD_DECLARED
-/* ibverbs/src/handles.c: fork() ownership and calls in flight (see there). */
-IBV_HIDDEN int ibv_call_enter(PyObject *self);
-IBV_HIDDEN void ibv_call_leave(PyObject *self);
-IBV_HIDDEN int ibv_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
-                                   PyObject **held, int max);
-IBV_HIDDEN void ibv_call_leave_args(PyObject **held, int n);
-#endif
-
 PyObject *
 QPEx_wrap(struct ibv_qp *ptr, PyObject *pd, PyObject *send_cq, PyObject *recv_cq, PyObject *srq)
 {

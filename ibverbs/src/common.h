@@ -107,6 +107,8 @@ IBV_HIDDEN PyObject *ibv_raise_unavailable(const char *symbol,
                                            const char *since);
 /* ibverbs.CompletionError(wc). */
 IBV_HIDDEN PyObject *ibv_raise_completion(PyObject *wc);
+/* The type name for messages (valid until the next call; GIL held). */
+IBV_HIDDEN const char *ibv_type_name(PyObject *obj);
 
 /* pymethods.c: a method written in Python (spec `python:`), imported once
  * into *cache and called with self first. */
@@ -175,8 +177,6 @@ IBV_HIDDEN void ibv_handle_release_parents(PyObject *const *parents,
                                            int nparents);
 /* Report a failure that cannot be raised (dealloc). */
 IBV_HIDDEN void ibv_report_unraisable(PyObject *obj, const char *verb, int err);
-/* The type name for messages. */
-IBV_HIDDEN const char *ibv_type_name(PyObject *obj);
 
 /* Verbs objects that events name (CQ, QP, SRQ) -> their Python objects.
  * Only touched with the GIL held; an object leaves it when destroyed, so a
@@ -197,11 +197,27 @@ static inline void ibv_busy_leave(PyObject *obj) { IBV_HANDLE(obj)->busy--; }
 /* Mark a just-wrapped handle as borrowed: its verbs object belongs to
  * another library (librdmacm), so close() and GC never destroy it. */
 IBV_HIDDEN int ibv_handle_borrow(PyObject *obj);
+/* 1 when obj's verbs object is not this process's (made before fork(), or
+ * borrowed): close() and GC forget it without destroying it. */
+IBV_HIDDEN int ibv_handle_foreign(PyObject *obj);
+/* obj was closed: forget where it was made. */
+IBV_HIDDEN void ibv_handle_closed(PyObject *obj);
+/* Calls in flight (see handles.c): a method call holds its object busy from
+ * entry to return; -1 with VerbsError EBADF for a parent's object after fork(). */
+IBV_HIDDEN int ibv_call_enter(PyObject *self);
+IBV_HIDDEN void ibv_call_leave(PyObject *self);
+/* The same for self and the handles among args/kwargs: returns how many
+ * were held into held[max] (to pass to ibv_call_leave_args), or -1. */
+IBV_HIDDEN int ibv_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
+                                   PyObject **held, int max);
+IBV_HIDDEN void ibv_call_leave_args(PyObject **held, int n);
 
 /* ---- rdma_cm (rdmacm.c; librdmacm is dlopen'ed on first use) ------------ */
 
 /* Add EventChannel, CMID and the rdma_cm functions to the module. */
 IBV_HIDDEN int ibv_rdmacm_init(PyObject *module);
+/* _has_rdmacm(): whether librdmacm.so.1 can be loaded. */
+IBV_HIDDEN PyObject *ibv_hand_module__rdmacm_available(PyObject *module, PyObject *unused);
 /* qp is about to be destroyed: if a CMID made it, clear that rdma_cm_id's
  * qp (librdmacm modifies id->qp on connection events). */
 IBV_HIDDEN void ibv_rdmacm_qp_destroying(PyObject *qp);
@@ -396,6 +412,7 @@ static inline PyObject *ibp_one_arg(const char *fname, const char *name, PyObjec
 }
 
 /* The data-path types, made at import by ibv_datapath_init (datapath.c). */
+IBV_HIDDEN int ibv_datapath_init(PyObject *module);
 extern IBV_HIDDEN PyTypeObject *SGE_Type;            /* sge.c */
 extern IBV_HIDDEN PyTypeObject *SendWR_Type;         /* wr.c */
 extern IBV_HIDDEN PyTypeObject *RecvWR_Type;         /* wr.c */
@@ -435,13 +452,38 @@ IBV_HIDDEN int ibp_check_ah_fits_qp(PyObject *qp, int has_ah, Py_ssize_t index);
 IBV_HIDDEN PyObject *ibp_postlist_post(PyObject *self, PyObject *list, enum post_target target);
 
 /* wc.c */
+/* A WC's struct ibv_wc; -1 with TypeError if obj is not a WC. */
+IBV_HIDDEN int ibv_wc_to_c(PyObject *obj, struct ibv_wc *out);
 /* A WC object holding a copy of *wc (from the free list when it can). */
 IBV_HIDDEN PyObject *ibp_wc_new(const struct ibv_wc *wc);
 /* A small int from a cache made once (counts, statuses, opcodes). */
 IBV_HIDDEN PyObject *ibp_count_result(long n);
 
-/* ---- the loaded library (generated/loader.c.h, module.c) ---------------- */
+/* ---- the dlopen'ed libraries (loader.c, module.c, rdmacm.c) ------------- */
 
+/* One entry of a generated symbol table (generated/loader.c.h,
+ * generated/rdmacm_loader.c.h): the slot its trampoline calls through. */
+struct ibv_symbol {
+    const char *name;
+    void **slot;
+    const char *since;   /* NULL: required */
+};
+
+/* A library to load: where, how, and the words of its two failures, each
+ * a printf format taking the path, then dlerror()'s text or the name of
+ * the required symbol it lacks. */
+struct ibv_library {
+    const char *env;          /* environment variable naming another path */
+    const char *soname;       /* the default */
+    int global;               /* RTLD_GLOBAL, else RTLD_LOCAL */
+    const struct ibv_symbol *symbols;
+    const char *cannot_load;
+    const char *lacks;
+};
+
+/* dlopen lib and fill its slots: the handle, or NULL with `error` raised
+ * and every slot empty. */
+IBV_HIDDEN void *ibv_load_symbols(const struct ibv_library *lib, PyObject *error);
 /* dlopen libibverbs.so.1 and fill the slots; ImportError on failure. */
 IBV_HIDDEN int ibv_load_library(void);
 

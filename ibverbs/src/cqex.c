@@ -17,9 +17,6 @@
 #include "common.h"
 #include "objects.h"
 
-/* handles.c: a handle inherited across fork() (the parent's verbs object) */
-IBV_HIDDEN int ibv_handle_foreign(PyObject *obj);
-
 int ibv_cq_check_not_polling(PyObject *cq)
 {
     /* Plain CQs first: the subtype check walks the MRO on every poll. */

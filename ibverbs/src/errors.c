@@ -13,6 +13,24 @@ PyObject *ibv_VerbsError;
 PyObject *ibv_CompletionError;
 PyObject *ibv_GidClass;
 
+const char *ibv_type_name(PyObject *obj)
+{
+    /* The Limited API hides tp_name; read __name__ into a buffer.  Callers
+     * hold the GIL and format the message at once, so one buffer is enough. */
+    static char buffer[128];
+    PyObject *name = PyObject_GetAttrString((PyObject *)Py_TYPE(obj), "__name__");
+    PyObject *bytes = name ? PyUnicode_AsUTF8String(name) : NULL;
+    const char *utf8 = bytes ? PyBytes_AsString(bytes) : NULL;
+    if (utf8 == NULL) {
+        PyErr_Clear();
+        utf8 = "object";
+    }
+    snprintf(buffer, sizeof(buffer), "%s", utf8);
+    Py_XDECREF(bytes);
+    Py_XDECREF(name);
+    return buffer;
+}
+
 static PyObject *fetch(const char *module, const char *name)
 {
     PyObject *mod = PyImport_ImportModule(module);

@@ -14,34 +14,6 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-/* Declared for the generated code in templates/handle.c.h.j2 (the same
- * prototypes; common.h is the place for them once its owner agrees). */
-IBV_HIDDEN int ibv_handle_foreign(PyObject *obj);
-IBV_HIDDEN void ibv_handle_closed(PyObject *obj);
-IBV_HIDDEN int ibv_call_enter(PyObject *self);
-IBV_HIDDEN void ibv_call_leave(PyObject *self);
-IBV_HIDDEN int ibv_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
-                                   PyObject **held, int max);
-IBV_HIDDEN void ibv_call_leave_args(PyObject **held, int n);
-
-const char *ibv_type_name(PyObject *obj)
-{
-    /* The Limited API hides tp_name; read __name__ into a buffer.  Callers
-     * hold the GIL and format the message at once, so one buffer is enough. */
-    static char buffer[128];
-    PyObject *name = PyObject_GetAttrString((PyObject *)Py_TYPE(obj), "__name__");
-    PyObject *bytes = name ? PyUnicode_AsUTF8String(name) : NULL;
-    const char *utf8 = bytes ? PyBytes_AsString(bytes) : NULL;
-    if (utf8 == NULL) {
-        PyErr_Clear();
-        utf8 = "object";
-    }
-    snprintf(buffer, sizeof(buffer), "%s", utf8);
-    Py_XDECREF(bytes);
-    Py_XDECREF(name);
-    return buffer;
-}
-
 int ibv_check_closable(PyObject *obj, const char *verb)
 {
     IbvHandle *h = IBV_HANDLE(obj);

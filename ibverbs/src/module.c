@@ -7,22 +7,7 @@
  */
 #include "common.h"
 
-#include <dlfcn.h>
-#include <stdlib.h>
 #include <string.h>
-
-/* Bind dlopen/dlsym/dlerror to their oldest versions (in libdl before
- * glibc 2.34, in libc since): the wheel then loads on any glibc from 2.17,
- * not only on 2.34 and newer.  See README, "manylinux floor". */
-#if defined(__x86_64__) && defined(__GLIBC__)
-__asm__(".symver dlopen,dlopen@GLIBC_2.2.5");
-__asm__(".symver dlsym,dlsym@GLIBC_2.2.5");
-__asm__(".symver dlerror,dlerror@GLIBC_2.2.5");
-#elif defined(__aarch64__) && defined(__GLIBC__)   /* aarch64 glibc starts at 2.17 */
-__asm__(".symver dlopen,dlopen@GLIBC_2.17");
-__asm__(".symver dlsym,dlsym@GLIBC_2.17");
-__asm__(".symver dlerror,dlerror@GLIBC_2.17");
-#endif
 
 #include "objects.h"
 #include "loader.c.h"
@@ -36,7 +21,7 @@ static int dmabuf_available;
 /* By name: a symbol the headers lacked has no slot (older rdma-core). */
 static int ibv_symbol_loaded(const char *name)
 {
-    for (const struct ibv_symbol *s = ibv_symbols; s->name; s++)
+    for (const struct ibv_symbol *s = verbs_symbols; s->name; s++)
         if (strcmp(s->name, name) == 0)
             return *s->slot != NULL;
     return 0;
@@ -44,28 +29,16 @@ static int ibv_symbol_loaded(const char *name)
 
 int ibv_load_library(void)
 {
-    const char *path = getenv("IBVERBS_LIBRARY");
-    if (path == NULL || *path == '\0')
-        path = "libibverbs.so.1";
-    libibverbs = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
-    if (libibverbs == NULL) {
-        const char *why = dlerror();
-        PyErr_Format(PyExc_ImportError,
-                     "ibverbs needs %s, which could not be loaded (%s). Install "
-                     "rdma-core's verbs library: libibverbs1 on Debian/Ubuntu, "
-                     "libibverbs (rdma-core) on RHEL/Fedora/SUSE.",
-                     path, why ? why : "unknown error");
+    static const struct ibv_library verbs = {
+        "IBVERBS_LIBRARY", "libibverbs.so.1", 1, verbs_symbols,
+        "ibverbs needs %s, which could not be loaded (%s). Install "
+        "rdma-core's verbs library: libibverbs1 on Debian/Ubuntu, "
+        "libibverbs (rdma-core) on RHEL/Fedora/SUSE.",
+        "%s lacks %s, which ibverbs requires (rdma-core is too old)",
+    };
+    libibverbs = ibv_load_symbols(&verbs, PyExc_ImportError);
+    if (libibverbs == NULL)
         return -1;
-    }
-    for (const struct ibv_symbol *s = ibv_symbols; s->name; s++) {
-        *s->slot = dlsym(libibverbs, s->name);
-        if (*s->slot == NULL && s->since == NULL) {
-            PyErr_Format(PyExc_ImportError,
-                         "%s lacks %s, which ibverbs requires (rdma-core is too old)",
-                         path, s->name);
-            return -1;
-        }
-    }
     dmabuf_available = ibv_symbol_loaded("ibv_reg_dmabuf_mr");
     return 0;
 }
@@ -156,7 +129,7 @@ static PyObject *module_missing_symbols(PyObject *module, PyObject *unused)
     (void)module;
     (void)unused;
     PyObject *list = PyList_New(0);
-    for (const struct ibv_symbol *s = ibv_symbols; list && s->name; s++) {
+    for (const struct ibv_symbol *s = verbs_symbols; list && s->name; s++) {
         if (*s->slot != NULL)
             continue;
         PyObject *name = PyUnicode_FromString(s->name);
@@ -166,8 +139,6 @@ static PyObject *module_missing_symbols(PyObject *module, PyObject *unused)
     }
     return list;
 }
-
-PyObject *ibv_hand_module__rdmacm_available(PyObject *module, PyObject *unused);
 
 static PyObject *module_has_rdmacm(PyObject *module, PyObject *unused)
 {

@@ -4,7 +4,7 @@
  * librdmacm.so.1 is dlopen'ed on first use (create_event_channel), never at
  * import and never linked: without it `import ibverbs` works and only the
  * rdma_cm API raises RuntimeError.  The trampolines and the dlsym table are
- * generated (generated/rdmacm_loader.c.h), and so are the docstrings and
+ * generated (generated/rdmacm_loader.c.h; the loop is loader.c's), and so are the docstrings and
  * method tables (generated/rdmacm_methods.c.h, from spec/rdmacm/cm.yaml).
  *
  * Lifetimes, the same rules as the verbs classes (handles.c):
@@ -22,23 +22,8 @@
 #include "common.h"
 
 #include <arpa/inet.h>
-#include <dlfcn.h>
 #include <netinet/in.h>
-#include <stdlib.h>
 #include <sys/socket.h>
-
-/* As in module.c: the oldest dlopen/dlsym/dlerror (see README, "manylinux floor"). */
-#if defined(__x86_64__) && defined(__GLIBC__)
-__asm__(".symver dlopen,dlopen@GLIBC_2.2.5");
-__asm__(".symver dlsym,dlsym@GLIBC_2.2.5");
-__asm__(".symver dlerror,dlerror@GLIBC_2.2.5");
-__asm__(".symver dlclose,dlclose@GLIBC_2.2.5");
-#elif defined(__aarch64__) && defined(__GLIBC__)   /* aarch64 glibc starts at 2.17 */
-__asm__(".symver dlopen,dlopen@GLIBC_2.17");
-__asm__(".symver dlsym,dlsym@GLIBC_2.17");
-__asm__(".symver dlerror,dlerror@GLIBC_2.17");
-__asm__(".symver dlclose,dlclose@GLIBC_2.17");
-#endif
 
 #pragma GCC visibility push(hidden)
 #include <rdma/rdma_cma.h>
@@ -47,12 +32,6 @@ __asm__(".symver dlclose,dlclose@GLIBC_2.17");
 #include "objects.h"
 #include "rdmacm_loader.c.h"
 #include "rdmacm_methods.c.h"
-
-/* handles.c (declared there for the generated code). */
-IBV_HIDDEN int ibv_handle_foreign(PyObject *obj);
-IBV_HIDDEN void ibv_handle_closed(PyObject *obj);
-IBV_HIDDEN int ibv_call_enter(PyObject *self);
-IBV_HIDDEN void ibv_call_leave(PyObject *self);
 
 static PyTypeObject *EventChannel_Type;
 static PyTypeObject *CMID_Type;
@@ -79,38 +58,20 @@ static void *librdmacm;
 
 static int rdmacm_load(void)
 {
+    /* Not RTLD_GLOBAL: nothing resolves against it but us.  It links
+     * libibverbs.so.1, already loaded (module.c), so both share one
+     * libibverbs and its contexts are ours to use. */
+    static const struct ibv_library cm = {
+        "IBVERBS_RDMACM_LIBRARY", "librdmacm.so.1", 0, rdmacm_symbols,
+        "rdma_cm is unavailable: %s could not be loaded (%s). Install "
+        "rdma-core's connection manager library: librdmacm1 on "
+        "Debian/Ubuntu, librdmacm (rdma-core) on RHEL/Fedora/SUSE.",
+        "rdma_cm is unavailable: %s lacks %s (rdma-core is too old)",
+    };
     if (librdmacm != NULL)
         return 0;
-    const char *path = getenv("IBVERBS_RDMACM_LIBRARY");
-    if (path == NULL || *path == '\0')
-        path = "librdmacm.so.1";
-    /* RTLD_GLOBAL is not needed: nothing resolves against it but us.  It
-     * links libibverbs.so.1, already loaded (module.c), so both share one
-     * libibverbs and its contexts are ours to use. */
-    void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (handle == NULL) {
-        const char *why = dlerror();
-        PyErr_Format(PyExc_RuntimeError,
-                     "rdma_cm is unavailable: %s could not be loaded (%s). Install "
-                     "rdma-core's connection manager library: librdmacm1 on "
-                     "Debian/Ubuntu, librdmacm (rdma-core) on RHEL/Fedora/SUSE.",
-                     path, why ? why : "unknown error");
-        return -1;
-    }
-    for (const struct rdmacm_symbol *s = rdmacm_symbols; s->name; s++) {
-        *s->slot = dlsym(handle, s->name);
-        if (*s->slot == NULL && s->since == NULL) {
-            PyErr_Format(PyExc_RuntimeError,
-                         "rdma_cm is unavailable: %s lacks %s (rdma-core is too old)",
-                         path, s->name);
-            for (const struct rdmacm_symbol *t = rdmacm_symbols; t->name; t++)
-                *t->slot = NULL;
-            dlclose(handle);
-            return -1;
-        }
-    }
-    librdmacm = handle;
-    return 0;
+    librdmacm = ibv_load_symbols(&cm, PyExc_RuntimeError);
+    return librdmacm != NULL ? 0 : -1;
 }
 
 /* ---- addresses ---------------------------------------------------------------- */
