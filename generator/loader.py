@@ -2,7 +2,7 @@
 emit one library's slots, trampolines and symbol table.
 
 Both libraries go through the same template and the same hand-written
-loop (ibv_load_symbols in ibverbs/src/loader.c); what differs is said here:
+loop (ibp_load_symbols in ibverbs/src/loader.c); what differs is said here:
 libibverbs is loaded at import, so only a symbol newer than the oldest
 supported rdma-core can have an empty slot; librdmacm is loaded on first
 use, so every slot can be empty until then.
@@ -17,7 +17,7 @@ from typing import Tuple
 class Library:
     #: Prefix of each function-pointer slot (slot_ibv_post_send).
     slot_prefix: str
-    #: Name of the generated table of struct ibv_symbol.
+    #: Name of the generated table of struct ibp_symbol.
     table: str
     #: Whether every trampoline checks its slot, or only those of newer symbols.
     check_every_slot: bool
@@ -38,7 +38,7 @@ VERBS = Library(
     missing_errno="EOPNOTSUPP",
     missing_why="",
     since_joiner="",
-    availability_macro="IBV_SYMBOL_AVAILABLE",
+    availability_macro="IBP_SYMBOL_AVAILABLE",
     intro=(
         "libibverbs is dlopen'ed, never linked.  Each exported verb gets a slot,",
         "filled by dlsym at import, and a hidden trampoline that carries the",

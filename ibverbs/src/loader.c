@@ -27,7 +27,7 @@ __asm__(".symver dlerror,dlerror@GLIBC_2.17");
 __asm__(".symver dlclose,dlclose@GLIBC_2.17");
 #endif
 
-void *ibv_load_symbols(const struct ibv_library *lib, PyObject *error)
+void *ibp_load_symbols(const struct ibp_library *lib, PyObject *error)
 {
     const char *path = getenv(lib->env);
     if (path == NULL || *path == '\0')
@@ -38,12 +38,12 @@ void *ibv_load_symbols(const struct ibv_library *lib, PyObject *error)
         PyErr_Format(error, lib->cannot_load, path, why ? why : "unknown error");
         return NULL;
     }
-    for (const struct ibv_symbol *s = lib->symbols; s->name; s++) {
+    for (const struct ibp_symbol *s = lib->symbols; s->name; s++) {
         *s->slot = dlsym(handle, s->name);
         if (*s->slot == NULL && s->since == NULL) {
             PyErr_Format(error, lib->lacks, path, s->name);
             /* No trampoline may call into the library about to go. */
-            for (const struct ibv_symbol *t = lib->symbols; t->name; t++)
+            for (const struct ibp_symbol *t = lib->symbols; t->name; t++)
                 *t->slot = NULL;
             dlclose(handle);
             return NULL;
