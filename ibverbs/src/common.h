@@ -388,8 +388,9 @@ static inline int ibp_is_atomic(uint32_t opcode)
 
 /* The one argument of a METH_FASTCALL | METH_KEYWORDS method (common.h),
  * by position or by its keyword `name` (the seed's names). */
-static inline PyObject *ibp_one_arg(const char *fname, const char *name, PyObject *const *args,
-                                Py_ssize_t nargs, PyObject *kwnames)
+static inline PyObject *ibp_one_arg(const char *fname, const char *name,
+                                    PyObject *const *args, Py_ssize_t nargs,
+                                    PyObject *kwnames)
 {
     Py_ssize_t nkw = kwnames != NULL ? PyTuple_Size(kwnames) : 0;
     if (nargs == 1 && nkw == 0)

@@ -79,8 +79,8 @@ static PyObject *post_send_one(PyObject *self, SendWRObject *w)
     struct ibv_send_wr wr, *bad = NULL;
     struct ibv_sge sges[STACK_SGES];
     wr.sg_list = sges;
-    if (ibp_check_ah_fits_qp(self, w->ah != NULL, 0) < 0 || ibp_send_wr_fill(w, w->sg_list, &wr) < 0 ||
-        check_inline_mrs(w->sg_list, &wr) < 0)
+    if (ibp_check_ah_fits_qp(self, w->ah != NULL, 0) < 0 ||
+        ibp_send_wr_fill(w, w->sg_list, &wr) < 0 || check_inline_mrs(w->sg_list, &wr) < 0)
         return NULL;
     wr.next = NULL;
     int rc = ibv_post_send(QP_PTR(self), &wr, &bad);
@@ -135,8 +135,8 @@ PyObject *ibp_hand_QP_post_send(PyObject *self, PyObject *const *args, Py_ssize_
         struct ibv_send_wr *wr = &wrs[i];
         SendWRObject *w = (SendWRObject *)ibp_wr_seq_item(&s, i);
         wr->sg_list = sge;
-        if (ibp_check_ah_fits_qp(self, w->ah != NULL, i) < 0 || ibp_send_wr_fill(w, w->sg_list, wr) < 0 ||
-            check_inline_mrs(w->sg_list, wr) < 0)
+        if (ibp_check_ah_fits_qp(self, w->ah != NULL, i) < 0 ||
+            ibp_send_wr_fill(w, w->sg_list, wr) < 0 || check_inline_mrs(w->sg_list, wr) < 0)
             goto done;
         wr->next = i + 1 < s.n ? &wrs[i + 1] : NULL;
         sge += wr->num_sge;

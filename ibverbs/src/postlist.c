@@ -147,7 +147,7 @@ static PyObject *PostList_new(PyTypeObject *type, PyObject *args, PyObject *kwar
         }
     }
     if (ibp_wr_seq_init(&s, arg, kind == PL_SEND ? SendWR_Type : RecvWR_Type,
-                    kind == PL_SEND ? "SendWR" : "RecvWR") < 0)
+                        kind == PL_SEND ? "SendWR" : "RecvWR") < 0)
         return NULL;
     if (s.seq != NULL && s.owned == NULL) {
         /* Building allocates (and may so run finalizers): read a snapshot. */
@@ -340,11 +340,11 @@ PyObject *ibp_postlist_post(PyObject *self, PyObject *list, enum post_target tar
     if (rc != 0) {
         if (target == POST_SEND)
             return ibp_post_failed("ibv_post_send", rc,
-                               bad_send ? bad_send - PL_SEND_WR(pl, 0) : 0,
-                               bad_send ? bad_send->wr_id : 0);
+                                   bad_send ? bad_send - PL_SEND_WR(pl, 0) : 0,
+                                   bad_send ? bad_send->wr_id : 0);
         return ibp_post_failed(target == POST_RECV ? "ibv_post_recv" : "ibv_post_srq_recv", rc,
-                           bad_recv ? bad_recv - PL_RECV_WR(pl, 0) : 0,
-                           bad_recv ? bad_recv->wr_id : 0);
+                               bad_recv ? bad_recv - PL_RECV_WR(pl, 0) : 0,
+                               bad_recv ? bad_recv->wr_id : 0);
     }
     Py_RETURN_NONE;
 }
