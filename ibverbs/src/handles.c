@@ -381,7 +381,7 @@ static PyMethodDef test_hook_functions[] = {
     {NULL, NULL, 0, NULL},
 };
 
-int ibv_test_hooks_init(PyObject *module)
+int ibp_test_hooks_init(PyObject *module)
 {
     const char *on = getenv("IBVERBS_TEST_HOOKS");
     if (on == NULL || strcmp(on, "1") != 0)
