@@ -793,7 +793,7 @@ def render_text(report: Report, verbose: bool = False) -> str:
 
 def cmd_audit(args) -> int:
     from . import spec as spec_mod
-    from .cli import SPEC_DIR
+    from .paths import SPEC_DIR
     try:
         old = load_source(args.old)
         new = load_source(args.new)

@@ -12,10 +12,7 @@ import os
 import sys
 from typing import List, Optional
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SPEC_DIR = os.path.join(ROOT, "spec")
-TEMPLATE_DIR = os.path.join(ROOT, "templates")
-GENERATED_DIR = os.path.join(ROOT, "generated")
+from .paths import GENERATED_DIR, ROOT, SPEC_DIR, TEMPLATE_DIR  # noqa: F401 (tests import them here)
 
 
 def _prefix(args) -> Optional[str]:
