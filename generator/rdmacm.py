@@ -114,7 +114,7 @@ def render(m: CMModel, template_dir: str) -> Dict[str, str]:
         f"{PREFIX}methods.c.h": env.get_template("rdmacm_methods.c.h.j2").render(**common, **c_comment),
         f"{PREFIX}enums.py": env.get_template("enums.py.j2").render(**common, **py_comment),
     }
-    return {name: vrender._tidy(text) for name, text in files.items()}
+    return {name: vrender.finish(text) for name, text in files.items()}
 
 
 def load(prefix: Optional[str], spec_root: str):
