@@ -2,8 +2,8 @@
 # (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
 # and the spec/ YAML files (sha256 f62edd4a02c9370b5faeb2a7042cd432f1c263b90ec082624efde4cdaf37fda1).
 # Do not edit: change the spec or templates/ and run `make generate`.
-# Made by templates/ and generator/ (sha256 0f13baf0fc54022490c32f590b67c7ca1c8b0400719eec1ba51c64aef48581bd);
-# this file's own sha256, this number read as zeros: eeaf1e54ebd228b59c1ce475e965a488587585fac98b4b67dae04ad39086406e
+# Made by templates/ and generator/ (sha256 ff0dd610109fd3142b7b1715f871208cf1bb1905d5d53a4d59c0f214f60276c8);
+# this file's own sha256, this number read as zeros: e14c9af7fbdf3dacd2bdfb06b2380069a39c2671ffcd8063b16829af72a96827
 
 """Type stubs of the extension ibverbs._ibverbs (generator/stubs.py)."""
 

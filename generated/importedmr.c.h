@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 f62edd4a02c9370b5faeb2a7042cd432f1c263b90ec082624efde4cdaf37fda1).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 0f13baf0fc54022490c32f590b67c7ca1c8b0400719eec1ba51c64aef48581bd);
- * this file's own sha256, this number read as zeros: 10ae5e6cfaf9a91f1142fe4da2d7e49f745b1799b193d71f7e7270ffeb6ea377 */
+ * Made by templates/ and generator/ (sha256 ff0dd610109fd3142b7b1715f871208cf1bb1905d5d53a4d59c0f214f60276c8);
+ * this file's own sha256, this number read as zeros: 7c77cf804d7639df3e0861f3a60991c4220ff7956f9b3c708e1c933c63094304 */
 
 /*
  * ImportedMR: An MR imported from another context on the same command FD (PD.import_mr); an MR, but close() unimports it (ibv_unimport_mr) instead of deregistering it.

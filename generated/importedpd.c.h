@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 f62edd4a02c9370b5faeb2a7042cd432f1c263b90ec082624efde4cdaf37fda1).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 0f13baf0fc54022490c32f590b67c7ca1c8b0400719eec1ba51c64aef48581bd);
- * this file's own sha256, this number read as zeros: 78144b26d3ebd9c67d8c8aee3fa8d8e8cfd4d51a96259bb36c1b4719d974a604 */
+ * Made by templates/ and generator/ (sha256 ff0dd610109fd3142b7b1715f871208cf1bb1905d5d53a4d59c0f214f60276c8);
+ * this file's own sha256, this number read as zeros: 09a04d5ccca3d7c033de85f64e820d2123b016756ddc8d166c2a480f2f40ab79 */
 
 /*
  * ImportedPD: A PD imported from another context on the same command FD (Context.import_pd); a PD, but close() unimports it (ibv_unimport_pd) instead of deallocating it: its owner still holds it.

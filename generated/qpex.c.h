@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 f62edd4a02c9370b5faeb2a7042cd432f1c263b90ec082624efde4cdaf37fda1).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 0f13baf0fc54022490c32f590b67c7ca1c8b0400719eec1ba51c64aef48581bd);
- * this file's own sha256, this number read as zeros: 2301b6f6bb28e06299a10332ab801dbdf004f0525de41048e0d7fb2b2ea3b034 */
+ * Made by templates/ and generator/ (sha256 ff0dd610109fd3142b7b1715f871208cf1bb1905d5d53a4d59c0f214f60276c8);
+ * this file's own sha256, this number read as zeros: e627918bafb0b33d1ebe9675c455215cc897ecf551582df682ec29320e4ccf4b */
 
 /*
  * QPEx: A queue pair with the extended post API (ibv_create_qp_ex, ibv_qp_ex): a QP (modify, query, to_init/to_rtr/to_rts, post_recv, post_send work on it) plus wr_start/wr_* /wr_complete.

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 f62edd4a02c9370b5faeb2a7042cd432f1c263b90ec082624efde4cdaf37fda1).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 0f13baf0fc54022490c32f590b67c7ca1c8b0400719eec1ba51c64aef48581bd);
- * this file's own sha256, this number read as zeros: 057e496fa781f8b52bf5e0ca27383c5cbe651b1c822c9120dafb19c95b677dec */
+ * Made by templates/ and generator/ (sha256 ff0dd610109fd3142b7b1715f871208cf1bb1905d5d53a4d59c0f214f60276c8);
+ * this file's own sha256, this number read as zeros: 35e2f5b20ebafb89edc4c1eb4cf9626e464ea5bfd32b8312ab0c3d6b2d13acf1 */
 
 /*
  * WQ: A receive work queue (ibv_create_wq), for RSS with raw packet QPs.

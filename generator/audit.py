@@ -367,16 +367,16 @@ class Auditor:
 
     # -- does the spec still build? --
     def check_spec_builds(self) -> None:
-        from . import model
+        from . import builder
         from .spec import SpecError
         try:
-            model.build(self.new, self.spec)
+            builder.build(self.new, self.spec)
         except SpecError as exc:
             self.spec_error = str(exc)
             self.items.append(Item("spec", "spec/*.yaml", "fails",
                                    [str(exc)], ERROR,
                                    "the spec does not build against NEW; fix the spec"))
-        b = model.Builder(self.new, self.spec)
+        b = builder.Builder(self.new, self.spec)
         try:
             b.structs()
         except SpecError:

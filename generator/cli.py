@@ -20,9 +20,9 @@ def _prefix(args) -> Optional[str]:
 
 
 def _model(args):
-    from . import model, parse, spec
+    from . import builder, parse, spec
     ir = parse.parse(_prefix(args))
-    return model.build(ir, spec.load(SPEC_DIR))
+    return builder.build(ir, spec.load(SPEC_DIR))
 
 
 def _render_all(args):

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Set
 
-from .pytypes import _return_type, arg_specs
+from .pytypes import arg_specs
 
 OLDEST_RELEASE = "33.2"     # the oldest rdma-core the package is tested against
 
@@ -88,7 +88,7 @@ def _args_section(mm: Any, node: Any, own: Dict[str, str], glossary: Dict[str, s
 
 
 def _returns_section(mm: Any, handles: Set[str]) -> List[str]:
-    t = _return_type(mm, handles)
+    t = mm.result_pytype
     if t == "None":
         return []
     if t in handles:

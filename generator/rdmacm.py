@@ -2,8 +2,8 @@
 manager), with its own spec set in spec/rdmacm/.
 
 The verbs pipeline is reused as is (parse.parse with another header, the
-spec loader on another directory, model.Builder for enums and hand-written
-method docstrings, model.coverage); what differs is what gets emitted:
+spec loader on another directory, builder.Builder for enums and hand-written
+method docstrings, builder.coverage); what differs is what gets emitted:
 
   generated/rdmacm_loader.c.h   slots + trampolines + dlsym table for the
                                 librdmacm functions the spec binds (the
@@ -22,6 +22,7 @@ import os
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
+from . import builder as vbuilder
 from . import model as vmodel
 from .ir import IR
 from .spec import Spec, SpecError
@@ -63,7 +64,7 @@ def bound_names(spec: Spec, methods: List[vmodel.MethodModel]) -> List[str]:
 
 
 def build(ir: IR, spec: Spec) -> CMModel:
-    b = vmodel.Builder(ir, spec)
+    b = vbuilder.Builder(ir, spec)
     enums = b.enums()
     handles = []
     for h in spec.handles:
@@ -91,14 +92,14 @@ def build(ir: IR, spec: Spec) -> CMModel:
             functions.append(b.method(m))
     all_methods = [m for h in handles for m in h.methods] + functions
     wanted = set(bound_names(spec, all_methods))
-    symbols = [s for s in vmodel.symbols(ir, spec) if s.name in wanted]
+    symbols = [s for s in vbuilder.symbols(ir, spec) if s.name in wanted]
     missing = wanted - {s.name for s in symbols}
     inline = {f.name for f in ir.functions if f.storage != "exported"}
     if missing - inline:
         raise SpecError(f"spec/{SPEC_SUBDIR}: binds {', '.join(sorted(missing - inline))}, "
                         f"which {ir.source} does not export")
     return CMModel(ir, spec, enums, handles, functions, symbols,
-                   vmodel.coverage(ir, spec, all_methods))
+                   vbuilder.coverage(ir, spec, all_methods))
 
 
 def render(m: CMModel, template_dir: str) -> Dict[str, str]:

@@ -9,7 +9,7 @@ from typing import Dict
 
 import jinja2
 
-from . import checksum
+from . import checksum, emit
 from .model import Model
 
 COMMAND = "python -m generator generate"
@@ -38,6 +38,10 @@ def environment(template_dir: str) -> jinja2.Environment:
         undefined=jinja2.StrictUndefined, autoescape=False)
     env.filters["cstring"] = _cstring
     env.globals["init_format"] = _init_format
+    # the C of the model's converters and wrappers (generator/emit.py)
+    env.filters["c_body"] = emit.method_body
+    env.filters["c_getter"] = emit.getter_lines
+    env.filters["c_setter"] = emit.setter_lines
     # the header's checksums (generator/checksum.py)
     env.globals["generator_sha256"] = checksum.generator_digest()
     env.globals["output_sha256_zeros"] = checksum.ZEROS

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Set
 
 from .model import HandleModel, MethodModel, Model, StructModel
-from .pytypes import GID_LIKE, _arg_types, _return_type, _type_of_getter
+from .pytypes import GID_LIKE
 
 TEMPLATE = "stubs.pyi.j2"
 OUTPUT = "_ibverbs.pyi"
@@ -80,13 +80,13 @@ def _split_params(text: str) -> List[str]:
     return parts
 
 
-def _signature_params(doc: str) -> Optional[List[str]]:
-    """The parameters of a docstring's text signature, `$self` as `self`."""
-    head = doc.split("\n--\n\n", 1)[0]
-    m = re.match(r"\w+\((.*)\)$", head.strip(), re.S)
-    if not m:
+def _signature_params(m: MethodModel) -> Optional[List[str]]:
+    """The parameters of a method's text signature, `$self` as `self`."""
+    sig = m.signature.strip()
+    if not (sig.startswith(f"{m.name}(") and sig.endswith(")")):
         return None
-    return ["self" if p == "$self" else p for p in _split_params(m.group(1))]
+    inner = sig[len(m.name) + 1:-1]
+    return ["self" if p == "$self" else p for p in _split_params(inner)]
 
 
 def _typed_params(params: List[str], types: Dict[str, str]) -> str:
@@ -143,15 +143,16 @@ def _method_def(m: MethodModel, node, handles: Set[str], is_method: bool) -> str
         return "\n".join(_with_doc(f"@overload\ndef {m.name}{form}:", m.doc) for form in stub)
     if m.hand and stub:
         return _with_doc(f"def {m.name}{stub}:", m.doc)
-    params = _signature_params(m.doc)
+    params = _signature_params(m)
     if params is None:
         params = ["self", "*args", "**kwargs"] if is_method else ["*args", "**kwargs"]
     if m.hand:
         types: Dict[str, str] = {}
         result = "Any"
     else:
-        types = _arg_types(node, handles) if node is not None else {}
-        result = _return_type(m, handles)
+        # each converter's Python type (generator/converters/)
+        types = {a.name: a.pytype for a in m.args} if node is not None else {}
+        result = m.result_pytype
     return _with_doc(f"def {m.name}({_typed_params(params, types)}) -> {result}:", m.doc)
 
 
@@ -161,13 +162,8 @@ def _struct_class(s: StructModel, handles: Set[str]) -> StubClass:
     c = StubClass(s.name, s.doc)
     init = []
     for f in s.fields:
-        if f.handle:
-            t = f"{f.handle} | None"
-        elif f.struct_class:
-            t = f.struct_class
-        else:
-            t = _type_of_getter(f.getter, handles)
-        if f.setter:
+        t = f.pytype
+        if f.settable:
             accepts = GID_LIKE if t == "Gid" else t
             if accepts != t:
                 c.lines += ["@property", f"def {f.name}(self) -> {t}: ...",
@@ -191,8 +187,8 @@ def _handle_class(h: HandleModel, spec, handles: Set[str],
     c.lines += ["@property", "def closed(self) -> bool: ..."]
     for pname, pcls, optional in h.parents:
         c.lines += ["@property", f"def {pname}(self) -> {pcls}{' | None' if optional else ''}: ..."]
-    for aname, stmts in h.attributes:
-        c.lines += ["@property", f"def {aname}(self) -> {_type_of_getter(stmts, handles)}: ..."]
+    for aname, getter in h.attributes:
+        c.lines += ["@property", f"def {aname}(self) -> {getter.pytype}: ..."]
     for sname, writable, _doc in h.slots:
         c.lines.append(f"{sname}: Any" if writable else f"@property\ndef {sname}(self) -> Any: ...")
     c.lines += _hand_attribute_lines(h, spec)
