@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 f62edd4a02c9370b5faeb2a7042cd432f1c263b90ec082624efde4cdaf37fda1).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 ff0dd610109fd3142b7b1715f871208cf1bb1905d5d53a4d59c0f214f60276c8);
- * this file's own sha256, this number read as zeros: d4e81ed06d54998dbd796e6bb80430792028d9bd33baf37f75ffc9a7e5444882 */
+ * Made by templates/ and generator/ (sha256 3124d5f951de471a42ec3800d4e0bd176b25cc010bc598a29c86dc2145a3df6f);
+ * this file's own sha256, this number read as zeros: cf4afd6000362e985e30460b9ef2a1c931f06be7762c93e661925dd356e79dce */
 
 #ifndef IBVERBS_GENERATED_OBJECTS_H
 #define IBVERBS_GENERATED_OBJECTS_H

@@ -2,8 +2,8 @@
  * (sha256 20a4c73c476a689f172b05ec1def2bc9a14a8fa61b91043e691a57b06d920789, rdma-core 65.0)
  * and the spec/ YAML files (sha256 7a0fcdb9cc8c259b966bbd772c691a9e80a03f1017261023bdd39bdaf51a3d02).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 ff0dd610109fd3142b7b1715f871208cf1bb1905d5d53a4d59c0f214f60276c8);
- * this file's own sha256, this number read as zeros: df5b86d1a838a8e27100db4a1986372c44f1ee8444d45ea2c485a2310e0d1671 */
+ * Made by templates/ and generator/ (sha256 3124d5f951de471a42ec3800d4e0bd176b25cc010bc598a29c86dc2145a3df6f);
+ * this file's own sha256, this number read as zeros: d7c2364d7dea1f3a2b2f8d4418293a185610ad587e9227de33579858a9721fd1 */
 
 /*
  * librdmacm is dlopen'ed on first use (ibverbs/src/rdmacm.c), never linked

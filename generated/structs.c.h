@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 f62edd4a02c9370b5faeb2a7042cd432f1c263b90ec082624efde4cdaf37fda1).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 ff0dd610109fd3142b7b1715f871208cf1bb1905d5d53a4d59c0f214f60276c8);
- * this file's own sha256, this number read as zeros: 37b352d146fb6b804fcedce8474f862215569900c132512e43fb47153047613b */
+ * Made by templates/ and generator/ (sha256 3124d5f951de471a42ec3800d4e0bd176b25cc010bc598a29c86dc2145a3df6f);
+ * this file's own sha256, this number read as zeros: 71dc2ae1781b70f99d9315d4bd082c221a2ace3c710d895e9391ef014fd58b5f */
 
 /*
  * Struct classes: each object holds a copy of one C struct.  Getters
