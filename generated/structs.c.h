@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 f62edd4a02c9370b5faeb2a7042cd432f1c263b90ec082624efde4cdaf37fda1).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 3124d5f951de471a42ec3800d4e0bd176b25cc010bc598a29c86dc2145a3df6f);
- * this file's own sha256, this number read as zeros: 71dc2ae1781b70f99d9315d4bd082c221a2ace3c710d895e9391ef014fd58b5f */
+ * Made by templates/ and generator/ (sha256 7c94ddb81e71d30cf67d878009a6aca56e3ce4980b73be1c58ff3cb6c7f8a147);
+ * this file's own sha256, this number read as zeros: 092b2105bbd983758fe29f86859f756832b22da303cf2b0a6979d00b5268dabc */
 
 /*
  * Struct classes: each object holds a copy of one C struct.  Getters

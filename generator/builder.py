@@ -138,7 +138,7 @@ class Builder:
             none_ok = has_default or bool(fspec.get("none_ok"))
             converter = FIELDS.get(kind)(pyname, member, writable, handle, none_ok)
             return StructField(pyname, path, converter,
-                               py_repr_default(default if has_default else None) if has_default else None,
+                               py_repr_default(default) if has_default else None,
                                handle=handle, none_ok=bool(fspec and fspec.get("none_ok")))
         if kind == "int":
             converter = FIELDS.get(kind)(pyname, member, writable, t)
