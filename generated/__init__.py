@@ -2,6 +2,6 @@
 # (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
 # and the spec/ YAML files (sha256 f62edd4a02c9370b5faeb2a7042cd432f1c263b90ec082624efde4cdaf37fda1).
 # Do not edit: change the spec or templates/ and run `make generate`.
-# Made by templates/ and generator/ (sha256 7c94ddb81e71d30cf67d878009a6aca56e3ce4980b73be1c58ff3cb6c7f8a147);
-# this file's own sha256, this number read as zeros: ac6996dcf6f561a7edce4862d3de8fcbe0d34799579e3c757eecd930eeb63ad5
+# Made by templates/ and generator/ (sha256 8109c322ee2130bb894cb084c884995ddcb558448a21883b59c2dc6012889d81);
+# this file's own sha256, this number read as zeros: d4514f35e6bbcfdaaa595cb8e44698686824f41ec94b216d10b663a309e20d21
 """Generator output that ships inside the package as ibverbs._generated."""

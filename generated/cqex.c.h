@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 f62edd4a02c9370b5faeb2a7042cd432f1c263b90ec082624efde4cdaf37fda1).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 7c94ddb81e71d30cf67d878009a6aca56e3ce4980b73be1c58ff3cb6c7f8a147);
- * this file's own sha256, this number read as zeros: 3df3de0ef6aaa80f5432d0b1790933829e05161562d78e1285b65c8d460bb648 */
+ * Made by templates/ and generator/ (sha256 8109c322ee2130bb894cb084c884995ddcb558448a21883b59c2dc6012889d81);
+ * this file's own sha256, this number read as zeros: 39af019a9d3cb8ea7241b0afbd15a8bc6dd588c2dd65c4b8c4d4043935e33a2c */
 
 /*
  * CQEx: An extended completion queue (ibv_create_cq_ex), polled one completion at a time with start_poll()/next_poll()/end_poll() and the read_* readers; a CQ everywhere else.

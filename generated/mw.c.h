@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 f62edd4a02c9370b5faeb2a7042cd432f1c263b90ec082624efde4cdaf37fda1).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 7c94ddb81e71d30cf67d878009a6aca56e3ce4980b73be1c58ff3cb6c7f8a147);
- * this file's own sha256, this number read as zeros: ff64f5bc2852a1c14e0270fd191f418118a05d71e1c5ad342a73bff65beac759 */
+ * Made by templates/ and generator/ (sha256 8109c322ee2130bb894cb084c884995ddcb558448a21883b59c2dc6012889d81);
+ * this file's own sha256, this number read as zeros: e956d8eb47938e78f599d934a6cf25d4f8fb3b1127eadf52ea84b8af2e2dff45 */
 
 /*
  * MW: A memory window (ibv_alloc_mw).

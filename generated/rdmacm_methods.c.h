@@ -2,8 +2,8 @@
  * (sha256 20a4c73c476a689f172b05ec1def2bc9a14a8fa61b91043e691a57b06d920789, rdma-core 65.0)
  * and the spec/ YAML files (sha256 7a0fcdb9cc8c259b966bbd772c691a9e80a03f1017261023bdd39bdaf51a3d02).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 7c94ddb81e71d30cf67d878009a6aca56e3ce4980b73be1c58ff3cb6c7f8a147);
- * this file's own sha256, this number read as zeros: 3e3e5d0d28aa9a687a466bd677fbb32fa13316141c1a0bc2e7da8a574ca51626 */
+ * Made by templates/ and generator/ (sha256 8109c322ee2130bb894cb084c884995ddcb558448a21883b59c2dc6012889d81);
+ * this file's own sha256, this number read as zeros: 0ceb95194f3c3b4301be3710df96fee29db27f645bd60371a373ecff35068f46 */
 
 /*
  * The rdma_cm classes are hand-written (ibverbs/src/rdmacm.c: their

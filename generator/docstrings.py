@@ -42,21 +42,6 @@ def _sentence(text: str) -> str:
     return text if text.endswith((".", "!", "?")) else text + "."
 
 
-def _convert_meaning(pspec: Any) -> Optional[str]:
-    convert = pspec.get("convert") if hasattr(pspec, "get") else None
-    if not convert:
-        return None
-    if convert.startswith("handle:"):
-        return f"a {convert.split(':', 1)[1]}"
-    if convert.startswith("struct:"):
-        return f"a {convert.split(':', 1)[1]}"
-    if convert.startswith("buffer:"):
-        return f"{convert.split(':', 1)[1]} bytes (bytes-like)"
-    return {"address": "an address (int)", "gid": "a 16-byte GID (Gid or bytes)",
-            "wc": "a WC (work completion)", "be32": "a 32-bit int, in host order",
-            "bytes": "bytes-like data", "str": "a str"}.get(convert)
-
-
 def _range(pspec: Any) -> str:
     if not hasattr(pspec, "get"):
         return ""
@@ -76,7 +61,7 @@ def _args_section(mm: Any, node: Any, own: Dict[str, str], glossary: Dict[str, s
     lines: List[str] = []
     for a in mm.args:
         pspec = specs.get(a.name, a.name)
-        meaning = own.get(a.name) or glossary.get(a.name) or _convert_meaning(pspec) or "an int"
+        meaning = own.get(a.name) or glossary.get(a.name) or a.meaning or "an int"
         text = _sentence(meaning.rstrip(".") + _range(pspec))
         if not a.required:
             text += f" Default: {a.default_doc}."

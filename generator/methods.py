@@ -44,12 +44,12 @@ class MethodBuilder:
         raise SpecError(f"{self.where(key)}: {self.label}: {msg}")
 
     # -- what converters ask for (ctx) --
-    def add_arg(self, name: str, default, pytype: str) -> Arg:
+    def add_arg(self, name: str, default, pytype: str, meaning: Optional[str] = None) -> Arg:
         required = default == REQUIRED
         if required and any(not a.required for a in self.args):
             self.fail(f"required argument {name!r} follows an argument with a default "
                       "(reorder the spec)")
-        arg = Arg(name, required, None if required else py_repr_default(default), pytype)
+        arg = Arg(name, required, None if required else py_repr_default(default), pytype, meaning)
         self.args.append(arg)
         return arg
 

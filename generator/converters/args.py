@@ -6,7 +6,7 @@ from typing import List, Optional
 
 from ..ctext import UINT32, UINT64, c_default, if_given, int_convert
 from ..ir import Type
-from .registry import GID_LIKE, PARAMS, REQUIRED, ParamConverter, optional_type
+from .registry import GID_LIKE, PARAMS, REQUIRED, ParamConverter, describe, optional_type
 
 
 def spec_default(node, key: str = "default"):
@@ -28,7 +28,8 @@ class ArgParam(ParamConverter):
         self.default = spec_default(pspec)
         self.var = f"{self.name}_obj"
         self.local = f"{cname}_c"
-        self.arg = ctx.add_arg(self.name, self.default, optional_type(self.pytype_of(pspec), pspec))
+        self.arg = ctx.add_arg(self.name, self.default, optional_type(self.pytype_of(pspec), pspec),
+                               describe(pspec.get("convert")))
 
     @classmethod
     def from_spec(cls, ctx, cname: str, t: Type, pspec) -> "ArgParam":
@@ -78,6 +79,10 @@ class IntParam(ArgParam):
 class AddressParam(ArgParam):
     """A `void *` from an int (an address in this process)."""
 
+    @classmethod
+    def describe(cls, convert: str) -> str:
+        return "an address (int)"
+
     def own_declarations(self) -> List[str]:
         return [f"uint64_t {self.local} = 0;"]
 
@@ -91,6 +96,10 @@ class AddressParam(ArgParam):
 @PARAMS.register("be32")
 class Be32Param(ArgParam):
     """Host order in Python, network order in C (imm_data)."""
+
+    @classmethod
+    def describe(cls, convert: str) -> str:
+        return "a 32-bit int, in host order"
 
     def own_declarations(self) -> List[str]:
         return [f"uint32_t {self.local} = 0;"]
@@ -116,6 +125,10 @@ class HandleParam(ArgParam):
 
     def pytype_of(self, pspec) -> str:
         return self.cls
+
+    @classmethod
+    def describe(cls, convert: str) -> str:
+        return f"a {convert.split(':', 1)[1]}"
 
     def own_declarations(self) -> List[str]:
         return [f"PyObject *{self.name} = NULL;", f"{self.hctype} *{self.local} = NULL;"]
@@ -159,6 +172,10 @@ class StructObjectParam(ArgParam):
     def pytype_of(self, pspec) -> str:
         return self.cls
 
+    @classmethod
+    def describe(cls, convert: str) -> str:
+        return f"a {convert.split(':', 1)[1]}"
+
     def own_declarations(self) -> List[str]:
         return [f"struct {self.cls}Object *{self.name} = NULL;"]
 
@@ -181,6 +198,10 @@ class GidParam(ArgParam):
     """A 16-byte GID (a Gid or bytes)."""
     base_pytype = GID_LIKE
 
+    @classmethod
+    def describe(cls, convert: str) -> str:
+        return "a 16-byte GID (Gid or bytes)"
+
     def own_declarations(self) -> List[str]:
         return [f"union ibv_gid {self.local};"]
 
@@ -195,6 +216,10 @@ class GidParam(ArgParam):
 class WcParam(ArgParam):
     """A work completion (WC) copied into a struct ibv_wc."""
     base_pytype = "WC"
+
+    @classmethod
+    def describe(cls, convert: str) -> str:
+        return "a WC (work completion)"
 
     def own_declarations(self) -> List[str]:
         return [f"struct ibv_wc {self.local};"]

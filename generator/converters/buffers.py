@@ -16,6 +16,10 @@ class BytesParam(ArgParam):
     struct ibv_flow_attr and its specs)."""
     base_pytype = BUFFER_LIKE
 
+    @classmethod
+    def describe(cls, convert: str) -> str:
+        return "bytes-like data"
+
     def __init__(self, ctx, cname: str, t: Type, pspec):
         super().__init__(ctx, cname, t, pspec)
         self.max = pspec.get("max")
@@ -49,6 +53,10 @@ class BytesParam(ArgParam):
 class BufferParam(ArgParam):
     """Exactly N bytes of a bytes-like object (`buffer:16`), copied."""
     base_pytype = BUFFER_LIKE
+
+    @classmethod
+    def describe(cls, convert: str) -> str:
+        return f"{convert.split(':', 1)[1]} bytes (bytes-like)"
 
     def __init__(self, ctx, cname: str, t: Type, pspec):
         super().__init__(ctx, cname, t, pspec)

@@ -8,7 +8,7 @@ from typing import List
 from ..ctext import c_default, if_given, indented, int_convert
 from ..ir import Type
 from .args import context_check, spec_default
-from .registry import PARAMS, REQUIRED, ParamConverter, optional_type
+from .registry import PARAMS, REQUIRED, ParamConverter, describe, optional_type
 
 
 class _Member:
@@ -36,7 +36,8 @@ class _ArgMember(_Member):
         self.name = fspec["arg"]
         self.default = spec_default(fspec)
         self.var = f"{self.name}_obj"
-        self.arg = ctx.add_arg(self.name, self.default, optional_type(pytype, fspec))
+        self.arg = ctx.add_arg(self.name, self.default, optional_type(pytype, fspec),
+                               describe(fspec.get("convert")))
         self.mask = fspec.get("mask")
         # the first member with a mask declares the mask (spec `mask` param)
         self.declares_mask = self.mask is not None and ctx.claim_mask()

@@ -63,11 +63,17 @@ class Arg:
     required: bool
     default_doc: Optional[str]     # the default as Python shows it
     pytype: str = "Any"            # its type in the stubs
+    meaning: Optional[str] = None  # what it takes, for the docstring ("an address (int)")
 
 
 class ParamConverter:
     """One C parameter of a verb: the base says "nothing to do"."""
     kind = ""
+
+    @classmethod
+    def describe(cls, convert: str) -> Optional[str]:
+        """What an argument with this `convert:` takes, for its docstring."""
+        return None
 
     def declarations(self) -> List[str]:
         return []
@@ -138,6 +144,12 @@ class ReturnConverter:
 
     def pytype(self, output_types: List[str]) -> str:
         raise NotImplementedError
+
+
+def describe(convert: Optional[str]) -> Optional[str]:
+    """What an argument with this spec `convert:` takes (None: say nothing)."""
+    cls = PARAMS.get(convert.split(":", 1)[0]) if convert else None
+    return cls.describe(convert) if cls is not None else None
 
 
 def optional_type(t: str, pspec: Any) -> str:
