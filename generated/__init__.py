@@ -2,6 +2,6 @@
 # (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
 # and the spec/ YAML files (sha256 f62edd4a02c9370b5faeb2a7042cd432f1c263b90ec082624efde4cdaf37fda1).
 # Do not edit: change the spec or templates/ and run `make generate`.
-# Made by templates/ and generator/ (sha256 8109c322ee2130bb894cb084c884995ddcb558448a21883b59c2dc6012889d81);
-# this file's own sha256, this number read as zeros: d4514f35e6bbcfdaaa595cb8e44698686824f41ec94b216d10b663a309e20d21
+# Made by templates/ and generator/ (sha256 eaf85ddd25710962cff0c9e2f181d164212548b61bd5d8b677424fc206c1c834);
+# this file's own sha256, this number read as zeros: 47d766b9f6c64a9cc3f31a0f905d9f3cd17950afdd03a111789550fc735787c9
 """Generator output that ships inside the package as ibverbs._generated."""

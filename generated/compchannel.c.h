@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 f62edd4a02c9370b5faeb2a7042cd432f1c263b90ec082624efde4cdaf37fda1).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 8109c322ee2130bb894cb084c884995ddcb558448a21883b59c2dc6012889d81);
- * this file's own sha256, this number read as zeros: ae556353f298506e62708c4964060ac36234502b7d739850274354e7896cbfe9 */
+ * Made by templates/ and generator/ (sha256 eaf85ddd25710962cff0c9e2f181d164212548b61bd5d8b677424fc206c1c834);
+ * this file's own sha256, this number read as zeros: 1f8ff1d3bedc8bc733d117082be670946ff36b7a30b519cda34d59577c36a165 */
 
 /*
  * CompChannel: A completion event channel (ibv_create_comp_channel).

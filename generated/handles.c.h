@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 f62edd4a02c9370b5faeb2a7042cd432f1c263b90ec082624efde4cdaf37fda1).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 8109c322ee2130bb894cb084c884995ddcb558448a21883b59c2dc6012889d81);
- * this file's own sha256, this number read as zeros: 8be99575247a0a375959cb119f7ee57b2f2a7d97d476c60ab9999e6a04792cfe */
+ * Made by templates/ and generator/ (sha256 eaf85ddd25710962cff0c9e2f181d164212548b61bd5d8b677424fc206c1c834);
+ * this file's own sha256, this number read as zeros: 7f2f159dd88651958c9a72f08d91c60182ec9d91219b693ebd8f492550b15a47 */
 
 /* One file per handle class. */
 #include "compcntr.c.h"

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 f62edd4a02c9370b5faeb2a7042cd432f1c263b90ec082624efde4cdaf37fda1).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 8109c322ee2130bb894cb084c884995ddcb558448a21883b59c2dc6012889d81);
- * this file's own sha256, this number read as zeros: 775bffaeea3dcb6635121ae1fce4ed962e07bf1a374b669a96eb8ea09570c48d */
+ * Made by templates/ and generator/ (sha256 eaf85ddd25710962cff0c9e2f181d164212548b61bd5d8b677424fc206c1c834);
+ * this file's own sha256, this number read as zeros: a4af7bd63cba73d639947d9ed9d15a1f19a977206b5f6fdb0dccaecff5ffc76e */
 
 /* Module-level functions and the registration of every generated class. */
 

@@ -2,8 +2,8 @@
  * (sha256 20a4c73c476a689f172b05ec1def2bc9a14a8fa61b91043e691a57b06d920789, rdma-core 65.0)
  * and the spec/ YAML files (sha256 7a0fcdb9cc8c259b966bbd772c691a9e80a03f1017261023bdd39bdaf51a3d02).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 8109c322ee2130bb894cb084c884995ddcb558448a21883b59c2dc6012889d81);
- * this file's own sha256, this number read as zeros: d02c61d911c6ae540be338e305cf1651e99ea1a50cb06ccda0a8540918ae61b9 */
+ * Made by templates/ and generator/ (sha256 eaf85ddd25710962cff0c9e2f181d164212548b61bd5d8b677424fc206c1c834);
+ * this file's own sha256, this number read as zeros: c787332ed04716974af54540593bd89f184d42dba4a8e189debfe451e2556325 */
 
 /*
  * librdmacm is dlopen'ed on first use (ibverbs/src/rdmacm.c), never linked

@@ -136,16 +136,16 @@ class Builder:
             if handle not in self.handle_names:
                 raise SpecError(f"{where}: {cls}.{pyname}: unknown handle class {handle}")
             none_ok = has_default or bool(fspec.get("none_ok"))
-            converter = FIELDS.get(kind)(pyname, member, writable, handle, none_ok)
+            converter = FIELDS[kind](pyname, member, writable, handle, none_ok)
             return StructField(pyname, path, converter,
                                py_repr_default(default) if has_default else None,
                                handle=handle, none_ok=bool(fspec and fspec.get("none_ok")))
         if kind == "int":
-            converter = FIELDS.get(kind)(pyname, member, writable, t)
+            converter = FIELDS[kind](pyname, member, writable, t)
         elif kind == "struct":
-            converter = FIELDS.get(kind)(pyname, member, writable, struct_class)
+            converter = FIELDS[kind](pyname, member, writable, struct_class)
         else:
-            converter = FIELDS.get(kind)(pyname, member, writable)
+            converter = FIELDS[kind](pyname, member, writable)
         default_doc = py_repr_default(default) if (writable and has_default) else None
         return StructField(pyname, path, converter, default_doc,
                            struct_class=struct_class if kind == "struct" else None)
@@ -250,7 +250,7 @@ class Builder:
             if isinstance(aspec, Node) and "checks" in aspec:
                 checks = [(chk["expr"], chk.get("error", "ValueError"), chk["message"])
                           for chk in aspec["checks"]]
-                attributes.append((aname, ATTRIBUTES.get("int")(aspec["expr"], f"{h.name}.{aname}",
+                attributes.append((aname, ATTRIBUTES["int"](aspec["expr"], f"{h.name}.{aname}",
                                                                 checks)))
                 continue
             if isinstance(aspec, Node) and "path" in aspec:
@@ -262,11 +262,11 @@ class Builder:
                 t = member_type(self.ir, record, aspec, where)
                 if not is_int(t):
                     raise SpecError(f"{where}: {h.name}.{aname}: {aspec} is not an integer")
-                attributes.append((aname, ATTRIBUTES.get("member")(aspec, t)))
+                attributes.append((aname, ATTRIBUTES["member"](aspec, t)))
             elif aspec.get("convert", "int") == "str":
-                attributes.append((aname, ATTRIBUTES.get("str")(aspec["expr"])))
+                attributes.append((aname, ATTRIBUTES["str"](aspec["expr"])))
             else:
-                attributes.append((aname, ATTRIBUTES.get("int")(aspec["expr"])))
+                attributes.append((aname, ATTRIBUTES["int"](aspec["expr"])))
         return attributes
 
     def release(self, h) -> Optional[Tuple[str, str]]:

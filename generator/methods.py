@@ -8,7 +8,7 @@ as data; generator/emit.py writes the C.
 """
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import List, NoReturn, Optional, Tuple
 
 from . import docstrings
 from .converters import PARAMS, REQUIRED, RETURNS, Arg, ParamConverter, ReturnConverter
@@ -40,7 +40,7 @@ class MethodBuilder:
     def where(self, key=None):
         return self.m.where(key)
 
-    def fail(self, msg: str, key=None):
+    def fail(self, msg: str, key=None) -> NoReturn:
         raise SpecError(f"{self.where(key)}: {self.label}: {msg}")
 
     # -- what converters ask for (ctx) --
@@ -135,7 +135,7 @@ class MethodBuilder:
             guard=m.node.get("guard"), prologue=m.node.get("prologue"),
             epilogue=m.node.get("epilogue"), errors=m.node["errors"],
             release_gil=m.node.get("gil", "hold") == "release", returns=returns)
-        mm.result_pytype = returns.pytype([p.output_pytype for p in mm.outputs])
+        mm.result_pytype = returns.pytype([p.output_pytype or "Any" for p in mm.outputs])
         mm.signature = m.node.get("signature") or self.signature()
         try:
             text = docstrings.compose(mm, self.label, m.node, f.name, f.storage, self.b.spec,
@@ -191,7 +191,7 @@ class MethodBuilder:
         if isinstance(pspec, str) and pspec not in WORD_KINDS:
             pspec = {"arg": pspec}
         kind = self.param_kind(cname, t, pspec)
-        return PARAMS.get(kind).from_spec(self, cname, t, pspec)
+        return PARAMS[kind].from_spec(self, cname, t, pspec)
 
     # -- the result --
     def returns(self, result_t: Type) -> ReturnConverter:
@@ -199,12 +199,12 @@ class MethodBuilder:
         if isinstance(ret, Node) and "new" in ret:
             return self.new_handle(ret)
         if ret == "result":
-            return RETURNS.get("result")(result_t)
+            return RETURNS["result"](result_t)
         if ret in ("bool", "be32", "str"):
-            return RETURNS.get(ret)()
+            return RETURNS[ret]()
         if ret not in (None, "out", "none"):
             self.fail(f"unknown returns {ret!r}", "returns")
-        return RETURNS.get("out")(none=ret == "none")
+        return RETURNS["out"](none=ret == "none")
 
     def new_handle(self, ret) -> ReturnConverter:
         """`returns: {new: Class, parents: {...}}`: the parents as C, in the
@@ -234,4 +234,4 @@ class MethodBuilder:
         for pname in given:
             if pname not in declared:
                 self.fail(f"{cls} has no parent {pname!r}", "returns")
-        return RETURNS.get("new")(cls, parents)
+        return RETURNS["new"](cls, parents)

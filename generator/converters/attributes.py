@@ -2,7 +2,7 @@
 the verbs object, or an expression over `self_ptr`."""
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import List, Sequence, Tuple
 
 from ..ctext import int_getter
 from ..ir import Type
@@ -27,7 +27,7 @@ class IntExprAttribute(AttributeConverter):
     condition, the exception and message when it does not hold)."""
     pytype = "int"
 
-    def __init__(self, expr: str, label: str = "", checks: List[Tuple[str, str, str]] = ()):
+    def __init__(self, expr: str, label: str = "", checks: Sequence[Tuple[str, str, str]] = ()):
         self.expr, self.label, self.checks = expr, label, list(checks)
 
     def getter(self) -> List[str]:

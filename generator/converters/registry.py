@@ -46,6 +46,9 @@ class Registry:
     def get(self, kind: str) -> Optional[Any]:
         return self.by_kind.get(kind)
 
+    def __getitem__(self, kind: str) -> Any:
+        return self.by_kind[kind]
+
     def __contains__(self, kind: str) -> bool:
         return kind in self.by_kind
 
