@@ -2,6 +2,6 @@
 # (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
 # and the spec/ YAML files (sha256 f62edd4a02c9370b5faeb2a7042cd432f1c263b90ec082624efde4cdaf37fda1).
 # Do not edit: change the spec or templates/ and run `make generate`.
-# Made by templates/ and generator/ (sha256 eaf85ddd25710962cff0c9e2f181d164212548b61bd5d8b677424fc206c1c834);
-# this file's own sha256, this number read as zeros: 47d766b9f6c64a9cc3f31a0f905d9f3cd17950afdd03a111789550fc735787c9
+# Made by templates/ and generator/ (sha256 24b2f6208dfd9563362c9a22f719bac635085a82c6db1010702f1035e19d654f);
+# this file's own sha256, this number read as zeros: 2683d91440c2bb1d67a59cd34e8155013bdfe31941a48cf51d9c395f427eda73
 """Generator output that ships inside the package as ibverbs._generated."""

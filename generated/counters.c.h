@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 f62edd4a02c9370b5faeb2a7042cd432f1c263b90ec082624efde4cdaf37fda1).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 eaf85ddd25710962cff0c9e2f181d164212548b61bd5d8b677424fc206c1c834);
- * this file's own sha256, this number read as zeros: fd224f7fda34d4384a0f36a5ff5c694c866237d0f258dfd3e770920bca9b6564 */
+ * Made by templates/ and generator/ (sha256 24b2f6208dfd9563362c9a22f719bac635085a82c6db1010702f1035e19d654f);
+ * this file's own sha256, this number read as zeros: dd5ebc9c7d5801912ee6faea6573ebffa6094ce0a799537bc2c7146ec329ec84 */
 
 /*
  * Counters: Flow counters (ibv_create_counters), attached to flows.

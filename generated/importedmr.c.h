@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 f62edd4a02c9370b5faeb2a7042cd432f1c263b90ec082624efde4cdaf37fda1).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 eaf85ddd25710962cff0c9e2f181d164212548b61bd5d8b677424fc206c1c834);
- * this file's own sha256, this number read as zeros: 1d36fad3ae553894647bc1b090b2dbb94d426d90a29e700e1c7cddd38dbfa8bd */
+ * Made by templates/ and generator/ (sha256 24b2f6208dfd9563362c9a22f719bac635085a82c6db1010702f1035e19d654f);
+ * this file's own sha256, this number read as zeros: afe15f8eaf037776d5b302b73fb09dc3597ee138e5ef89c962df72c336318ac9 */
 
 /*
  * ImportedMR: An MR imported from another context on the same command FD (PD.import_mr); an MR, but close() unimports it (ibv_unimport_mr) instead of deregistering it.

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 f62edd4a02c9370b5faeb2a7042cd432f1c263b90ec082624efde4cdaf37fda1).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 eaf85ddd25710962cff0c9e2f181d164212548b61bd5d8b677424fc206c1c834);
- * this file's own sha256, this number read as zeros: b704f49952cd95f188681b430b93b77d7c5777f9c6b6078e7f2dd7ae8fb23a20 */
+ * Made by templates/ and generator/ (sha256 24b2f6208dfd9563362c9a22f719bac635085a82c6db1010702f1035e19d654f);
+ * this file's own sha256, this number read as zeros: e0d91d8fade6ab4b3e86b310d4d8c37608a19f1998128ea5f10cdf18bfef72b7 */
 
 /*
  * PD: Protection domain (ibv_alloc_pd).

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 f62edd4a02c9370b5faeb2a7042cd432f1c263b90ec082624efde4cdaf37fda1).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 eaf85ddd25710962cff0c9e2f181d164212548b61bd5d8b677424fc206c1c834);
- * this file's own sha256, this number read as zeros: 1cd7381bdb97739f535310f54446f8ee512c0a46286ea621c747d4ad436ac224 */
+ * Made by templates/ and generator/ (sha256 24b2f6208dfd9563362c9a22f719bac635085a82c6db1010702f1035e19d654f);
+ * this file's own sha256, this number read as zeros: 12c39bcebbcc4817872427150fa8999d1fa6b98c4b447268bd61bf0691e94a41 */
 
 /*
  * QPEx: A queue pair with the extended post API (ibv_create_qp_ex, ibv_qp_ex): a QP (modify, query, to_init/to_rtr/to_rts, post_recv, post_send work on it) plus wr_start/wr_* /wr_complete.

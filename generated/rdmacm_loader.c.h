@@ -2,8 +2,8 @@
  * (sha256 20a4c73c476a689f172b05ec1def2bc9a14a8fa61b91043e691a57b06d920789, rdma-core 65.0)
  * and the spec/ YAML files (sha256 7a0fcdb9cc8c259b966bbd772c691a9e80a03f1017261023bdd39bdaf51a3d02).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 eaf85ddd25710962cff0c9e2f181d164212548b61bd5d8b677424fc206c1c834);
- * this file's own sha256, this number read as zeros: c787332ed04716974af54540593bd89f184d42dba4a8e189debfe451e2556325 */
+ * Made by templates/ and generator/ (sha256 24b2f6208dfd9563362c9a22f719bac635085a82c6db1010702f1035e19d654f);
+ * this file's own sha256, this number read as zeros: 755425dfd4ab5cf05ec0e57462998fdead08eef917c2f6db4cb58be85bcaed4e */
 
 /*
  * librdmacm is dlopen'ed on first use (ibverbs/src/rdmacm.c), never linked

@@ -12,15 +12,16 @@ from typing import List, NoReturn, Optional, Tuple
 
 from . import docstrings
 from .converters import PARAMS, REQUIRED, RETURNS, Arg, ParamConverter, ReturnConverter
+from .converters.args import ArgParam
 from .ctext import is_int, py_repr_default
 from .ir import Function, Record, Type
 from .members import find_field, member_type
 from .model import Check, MethodModel, StructModel
 from .spec import Method, Node, SpecError
 
-#: `convert:` kinds with a converter of their own; any other argument is an
-#: int, or an address for a `void *` (convert: address).
-CONVERT_KINDS = ("handle", "struct", "gid", "be32", "bytes", "wc", "buffer")
+#: `convert:` kinds the parameter's C type decides (an int, or an address
+#: for a `void *`) rather than the kind's own converter
+BY_TYPE = ("int", "address")
 #: parameters written as a plain word in the spec
 WORD_KINDS = ("self", "out", "scratch", "mask")
 
@@ -178,8 +179,9 @@ class MethodBuilder:
         if pspec.get("arg") is None:
             self.fail(f"parameter {cname}: needs arg, value, struct, out, self or scratch")
         convert = pspec.get("convert") or ""
-        if convert.split(":", 1)[0] in CONVERT_KINDS:
-            return convert.split(":", 1)[0]
+        kind = convert.split(":", 1)[0]
+        if kind in PARAMS and kind not in BY_TYPE and issubclass(PARAMS[kind], ArgParam):
+            return kind
         if convert == "address" or (t.kind == "pointer" and t.pointee is not None
                                     and t.pointee.kind == "void"):
             return "address"

@@ -10,9 +10,11 @@ Four registries, each keyed by the spec's kind:
 * ATTRIBUTES: a read-only attribute of a handle class;
 * RETURNS: what a wrapper returns (spec ``returns:``).
 
-Converters are built by the model builder (generator/builder.py,
-generator/methods.py) through ``from_spec`` and held by the model;
-generator/emit.py asks them for their C.
+The model builder (generator/builder.py, generator/methods.py) makes them
+(parameter converters through ``from_spec``) and the model holds them;
+generator/emit.py asks them for their C.  A new ``convert:`` kind is one
+ArgParam subclass registered with ``@PARAMS.register("kind")`` in a module
+that converters/__init__.py imports: nothing else dispatches on kinds.
 """
 from __future__ import annotations
 
