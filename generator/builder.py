@@ -328,7 +328,7 @@ class Builder:
                 raise SpecError(f"{m.where('signature')}: {label}: the signature must "
                                 f"start with {m.name}(")
             doc = f"{sig}\n--\n\n{str(m.node['doc']).strip()}"
-            return MethodModel(m.name, m.owner, f"ibv_py_{cname}", "METH_VARARGS | METH_KEYWORDS",
+            return MethodModel(m.name, m.owner, f"ibp_py_{cname}", "METH_VARARGS | METH_KEYWORDS",
                                doc, hand=True, python=(module, func), signature=sig)
         if m.hand is not None:
             sig = m.hand
@@ -353,7 +353,7 @@ class Builder:
             for v in verbs:
                 if self.ir.function(v) is None:
                     raise SpecError(f"{m.where('verbs')}: {label}: no function {v}")
-            return MethodModel(m.name, m.owner, f"ibv_hand_{cname}", flags, doc, hand=True,
+            return MethodModel(m.name, m.owner, f"ibp_hand_{cname}", flags, doc, hand=True,
                                verbs=verbs, signature=sig)
         return MethodBuilder(self, m, label, cname).build()
 

@@ -56,12 +56,12 @@ def int_convert(obj: str, target: str, t: Type, name: str,
         low = lo if lo is not None else tmin
         hi_c = "INT64_MAX" if tmax == "UINT64_MAX" else tmax
         lines = ["{", "    int64_t v;",
-                 f'    if (ibv_conv_signed({obj}, "{name}", {low}, {hi_c}, &v) < 0)',
+                 f'    if (ibp_conv_signed({obj}, "{name}", {low}, {hi_c}, &v) < 0)',
                  f"        {fail}"]
         var = "v"
     else:
         lines = ["{", "    uint64_t v;",
-                 f'    if (ibv_conv_unsigned({obj}, "{name}", {tmax}, &v) < 0)',
+                 f'    if (ibp_conv_unsigned({obj}, "{name}", {tmax}, &v) < 0)',
                  f"        {fail}"]
         var = "(int64_t)v"
     if hi is not None:

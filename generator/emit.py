@@ -89,15 +89,15 @@ def _open_check(m: MethodModel) -> List[str]:
         return []
     # a subclass stores its base's pointer; its own is kept beside it
     ptr = f"{m.owner}_PTR(self)" if m.owner_is_subclass else \
-        f"({m.owner_ctype} *)IBV_HANDLE(self)->ptr"
-    return ["if (ibv_check_open(self) < 0)", "    goto exit;", f"self_ptr = {ptr};"]
+        f"({m.owner_ctype} *)IBP_HANDLE(self)->ptr"
+    return ["if (ibp_check_open(self) < 0)", "    goto exit;", f"self_ptr = {ptr};"]
 
 
 def _symbol_checks(m: MethodModel) -> List[str]:
     lines: List[str] = []
     for sym, since in m.symbols:
-        lines += [f"if (!IBV_SYMBOL_AVAILABLE({sym})) {{",
-                  f'    ibv_raise_unavailable("{sym}", "{since}");',
+        lines += [f"if (!IBP_SYMBOL_AVAILABLE({sym})) {{",
+                  f'    ibp_raise_unavailable("{sym}", "{since}");',
                   "    goto exit;", "}"]
     return lines
 
@@ -119,9 +119,9 @@ def _call(m: MethodModel) -> List[str]:
     if not m.release_gil:
         return lines + [stmt]
     busy = bool(m.owner)
-    return (lines + (["ibv_busy_enter(self);"] if busy else [])
+    return (lines + (["ibp_busy_enter(self);"] if busy else [])
             + ["Py_BEGIN_ALLOW_THREADS", stmt, "Py_END_ALLOW_THREADS"]
-            + (["ibv_busy_leave(self);"] if busy else []))
+            + (["ibp_busy_leave(self);"] if busy else []))
 
 
 _FAILED = {"null": "rc == NULL", "errno": "rc != 0", "negative": "rc < 0"}
@@ -132,7 +132,7 @@ def _error_check(m: MethodModel) -> List[str]:
     if m.errors not in _FAILED:
         return []
     return [f"if ({_FAILED[m.errors]}) {{",
-            f'    ibv_raise("{m.verb}", ibv_error_code({_CODE[m.errors]}));',
+            f'    ibp_raise("{m.verb}", ibp_error_code({_CODE[m.errors]}));',
             "    goto exit;", "}"]
 
 

@@ -136,11 +136,11 @@ class HandleParam(ArgParam):
     def parse(self) -> List[str]:
         none_ok = 1 if self.default is None else 0
         return [f"if ({self.var} != NULL) {{",
-                f'    if (ibv_conv_handle({self.var}, "{self.name}", {self.cls}_Type, {none_ok}, '
+                f'    if (ibp_conv_handle({self.var}, "{self.name}", {self.cls}_Type, {none_ok}, '
                 f'&{self.name}) < 0)',
                 "        goto exit;",
                 f"    if ({self.name} != NULL)",
-                f"        {self.local} = ({self.hctype} *)IBV_HANDLE({self.name})->ptr;",
+                f"        {self.local} = ({self.hctype} *)IBP_HANDLE({self.name})->ptr;",
                 "}"] + context_check(self.context_owner, self.label, self.name, self.local)
 
     def call_arg(self) -> str:
@@ -183,7 +183,7 @@ class StructObjectParam(ArgParam):
         cls, name, var = self.cls, self.name, self.var
         lines = [f"if (!PyObject_TypeCheck({var}, {cls}_Type)) {{",
                  f'    PyErr_Format(PyExc_TypeError, "{name} must be a {cls}, not %s", '
-                 f'ibv_type_name({var}));',
+                 f'ibp_type_name({var}));',
                  "    goto exit;", "}", f"{name} = (struct {cls}Object *){var};"]
         if self.has_handles:
             lines += [f"if ({cls}_prepare({name}) < 0)", "    goto exit;"]
@@ -206,7 +206,7 @@ class GidParam(ArgParam):
         return [f"union ibv_gid {self.local};"]
 
     def parse(self) -> List[str]:
-        return [f'if (ibv_conv_gid({self.var}, "{self.name}", &{self.local}) < 0)', "    goto exit;"]
+        return [f'if (ibp_conv_gid({self.var}, "{self.name}", &{self.local}) < 0)', "    goto exit;"]
 
     def call_arg(self) -> str:
         return f"&{self.local}" if self.t.kind == "pointer" else self.local
@@ -225,7 +225,7 @@ class WcParam(ArgParam):
         return [f"struct ibv_wc {self.local};"]
 
     def parse(self) -> List[str]:
-        return [f"if (ibv_wc_to_c({self.var}, &{self.local}) < 0)", "    goto exit;"]
+        return [f"if (ibp_wc_to_c({self.var}, &{self.local}) < 0)", "    goto exit;"]
 
     def call_arg(self) -> str:
         return f"&{self.local}"

@@ -84,10 +84,10 @@ class _HandleMember(_ArgMember):
         none_ok = 1 if self.default is None else 0
         name = self.name
         lines = [f"if ({self.var} != NULL) {{",
-                 f'    if (ibv_conv_handle({self.var}, "{name}", {self.cls}_Type, {none_ok}, '
+                 f'    if (ibp_conv_handle({self.var}, "{name}", {self.cls}_Type, {none_ok}, '
                  f'&{name}) < 0)',
                  "        goto exit;", "}", f"if ({name} != NULL) {{",
-                 f"    {self.target} = ({self.hctype} *)IBV_HANDLE({name})->ptr;"]
+                 f"    {self.target} = ({self.hctype} *)IBP_HANDLE({name})->ptr;"]
         if self.mask is not None:
             lines.append(f"    mask_bits |= {self.mask};")
         lines.append("}")

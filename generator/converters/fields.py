@@ -32,7 +32,7 @@ class HandleField(FieldConverter):
     def setter(self) -> List[str]:
         if not self.writable:
             return []
-        return [f'if (ibv_conv_handle(value, "{self.pyname}", {self.cls}_Type, '
+        return [f'if (ibp_conv_handle(value, "{self.pyname}", {self.cls}_Type, '
                 f'{1 if self.none_ok else 0}, &obj) < 0)',
                 "    return -1;",
                 "Py_XINCREF(obj);",
@@ -57,14 +57,14 @@ class GidField(FieldConverter):
     pytype = "Gid"
 
     def getter(self) -> List[str]:
-        return [f"result = ibv_gid_to_py(&{self.member});"]
+        return [f"result = ibp_gid_to_py(&{self.member});"]
 
     def setter(self) -> List[str]:
         if not self.writable:
             return []
         member = self.member
         return [f"if (value == Py_None) {{ memset(&{member}, 0, sizeof({member})); return 0; }}",
-                f'if (ibv_conv_gid(value, "{self.pyname}", &{member}) < 0)',
+                f'if (ibp_conv_gid(value, "{self.pyname}", &{member}) < 0)',
                 "    return -1;"]
 
 
@@ -84,7 +84,7 @@ class StrField(FieldConverter):
     has_setter = False
 
     def getter(self) -> List[str]:
-        return [f"result = ibv_chars_to_py({self.member}, sizeof({self.member}));"]
+        return [f"result = ibp_chars_to_py({self.member}, sizeof({self.member}));"]
 
 
 @FIELDS.register("bytes")
@@ -94,7 +94,7 @@ class ByteArrayField(FieldConverter):
     has_setter = False
 
     def getter(self) -> List[str]:
-        return [f"result = ibv_array_to_py({self.member}, sizeof({self.member}));"]
+        return [f"result = ibp_array_to_py({self.member}, sizeof({self.member}));"]
 
 
 @FIELDS.register("int")

@@ -107,7 +107,7 @@ class OutParam(_Local):
         if self.reader == "struct":
             return [f"item = {self.struct_class}_from_c(&{self.local});"]
         if self.reader == "gid":
-            return [f"item = ibv_gid_to_py(&{self.local});"]
+            return [f"item = ibp_gid_to_py(&{self.local});"]
         return [int_getter(self.local, self.pointee, "item")]
 
     @property
