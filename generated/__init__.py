@@ -2,4 +2,6 @@
 # (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
 # and the spec/ YAML files (sha256 cd21d7f1c4796398d3e0d41484e21be5d8c550297eb0361c45631026051deb97).
 # Do not edit: change the spec or templates/ and run `make generate`.
+# Made by templates/ and generator/ (sha256 a1bb40d3983876f0fc417b24e86665a40f992612276c132a65b6caf4ccfa40e0);
+# this file's own sha256, this number read as zeros: 3add8f079351c85b0ebf1094cac500b3a45ac1942033a5098a9b47c4b6f1790b
 """Generator output that ships inside the package as ibverbs._generated."""

@@ -2,6 +2,8 @@
 # (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
 # and the spec/ YAML files (sha256 cd21d7f1c4796398d3e0d41484e21be5d8c550297eb0361c45631026051deb97).
 # Do not edit: change the spec or templates/ and run `make generate`.
+# Made by templates/ and generator/ (sha256 a1bb40d3983876f0fc417b24e86665a40f992612276c132a65b6caf4ccfa40e0);
+# this file's own sha256, this number read as zeros: 89429aa9fb2689c4dd127a97d28ef291f10a26ebbc370d34a030cc7761a79dc6
 
 """Type stubs of the extension ibverbs._ibverbs (generator/stubs.py)."""
 

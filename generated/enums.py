@@ -2,6 +2,8 @@
 # (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
 # and the spec/ YAML files (sha256 cd21d7f1c4796398d3e0d41484e21be5d8c550297eb0361c45631026051deb97).
 # Do not edit: change the spec or templates/ and run `make generate`.
+# Made by templates/ and generator/ (sha256 a1bb40d3983876f0fc417b24e86665a40f992612276c132a65b6caf4ccfa40e0);
+# this file's own sha256, this number read as zeros: 5db7f0a7bf6d7066eb5be53435e8fa85d7d8f78b3d52e0de6444d77b6b8ed0fb
 """The rdma-core enums as Python IntEnum / IntFlag classes (all values of
 each C enum; see spec/enums.yaml for which enums and their prefixes)."""
 from enum import IntEnum, IntFlag

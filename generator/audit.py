@@ -248,14 +248,39 @@ def spec_refs(spec, ir_new: IR, ir_old: IR) -> SpecRefs:
                         how = f"{label} (via {path})"
                         if how not in refs.records.setdefault(cur.name, []):
                             refs.records[cur.name].append(how)
-    # records the hand-written C names
+    _hand_c_records(refs)
+    return refs
+
+
+def _hand_c_records(refs: SpecRefs) -> None:
+    """The records the hand-written C names (`struct ibv_wc`, ...)."""
     for path in sorted(glob.glob(os.path.join(ROOT, "ibverbs", "src", "*.[ch]"))):
         with open(path, encoding="utf-8", errors="replace") as f:
             text = f.read()
-        for kw, name in set(re.findall(r"\b(struct|union)\s+(ibv_\w+)", text)):
-            refs.hand_c.setdefault(f"{kw} {name}", []).append(
-                os.path.relpath(path, ROOT))
-    return refs
+        for record in sorted(_records_named(text)):
+            refs.hand_c.setdefault(record, []).append(os.path.relpath(path, ROOT))
+
+
+def _ident_chars(c: str) -> bool:
+    return c.isalnum() or c == "_"
+
+
+def _records_named(text: str) -> Set[str]:
+    """Every `struct ibv_x` / `union ibv_x` in C text: a keyword ending one
+    word and a name starting the next (words split at white space)."""
+    found = set()
+    words = text.split()
+    for before, word in zip(words, words[1:]):
+        at = len(before)
+        while at > 0 and _ident_chars(before[at - 1]):
+            at -= 1
+        end = 0
+        while end < len(word) and _ident_chars(word[end]):
+            end += 1
+        kw, name = before[at:], word[:end]
+        if kw in ("struct", "union") and name.startswith("ibv_") and len(name) > 4:
+            found.add(f"{kw} {name}")
+    return found
 
 
 def _field_type(ir: IR, record: Record, name: str) -> Optional[Type]:
@@ -367,16 +392,16 @@ class Auditor:
 
     # -- does the spec still build? --
     def check_spec_builds(self) -> None:
-        from . import model
+        from . import builder
         from .spec import SpecError
         try:
-            model.build(self.new, self.spec)
+            builder.build(self.new, self.spec)
         except SpecError as exc:
             self.spec_error = str(exc)
             self.items.append(Item("spec", "spec/*.yaml", "fails",
                                    [str(exc)], ERROR,
                                    "the spec does not build against NEW; fix the spec"))
-        b = model.Builder(self.new, self.spec)
+        b = builder.Builder(self.new, self.spec)
         try:
             b.structs()
         except SpecError:
@@ -793,7 +818,7 @@ def render_text(report: Report, verbose: bool = False) -> str:
 
 def cmd_audit(args) -> int:
     from . import spec as spec_mod
-    from .cli import SPEC_DIR
+    from .paths import SPEC_DIR
     try:
         old = load_source(args.old)
         new = load_source(args.new)

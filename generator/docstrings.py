@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Set
 
-from .pytypes import _return_type, arg_specs
+from .pytypes import arg_specs
 
 OLDEST_RELEASE = "33.2"     # the oldest rdma-core the package is tested against
 
@@ -40,21 +40,6 @@ class DocError(Exception):
 def _sentence(text: str) -> str:
     text = " ".join(text.split())
     return text if text.endswith((".", "!", "?")) else text + "."
-
-
-def _convert_meaning(pspec: Any) -> Optional[str]:
-    convert = pspec.get("convert") if hasattr(pspec, "get") else None
-    if not convert:
-        return None
-    if convert.startswith("handle:"):
-        return f"a {convert.split(':', 1)[1]}"
-    if convert.startswith("struct:"):
-        return f"a {convert.split(':', 1)[1]}"
-    if convert.startswith("buffer:"):
-        return f"{convert.split(':', 1)[1]} bytes (bytes-like)"
-    return {"address": "an address (int)", "gid": "a 16-byte GID (Gid or bytes)",
-            "wc": "a WC (work completion)", "be32": "a 32-bit int, in host order",
-            "bytes": "bytes-like data", "str": "a str"}.get(convert)
 
 
 def _range(pspec: Any) -> str:
@@ -76,7 +61,7 @@ def _args_section(mm: Any, node: Any, own: Dict[str, str], glossary: Dict[str, s
     lines: List[str] = []
     for a in mm.args:
         pspec = specs.get(a.name, a.name)
-        meaning = own.get(a.name) or glossary.get(a.name) or _convert_meaning(pspec) or "an int"
+        meaning = own.get(a.name) or glossary.get(a.name) or a.meaning or "an int"
         text = _sentence(meaning.rstrip(".") + _range(pspec))
         if not a.required:
             text += f" Default: {a.default_doc}."
@@ -88,7 +73,7 @@ def _args_section(mm: Any, node: Any, own: Dict[str, str], glossary: Dict[str, s
 
 
 def _returns_section(mm: Any, handles: Set[str]) -> List[str]:
-    t = _return_type(mm, handles)
+    t = mm.result_pytype
     if t == "None":
         return []
     if t in handles:

@@ -538,7 +538,24 @@ class _Parser:
                 macros[c.spelling] = self.macro(c)  # last definition wins
         functions = {n: self.function(c) for n, c in funcs.items()}
 
-        # function-like ibv_* macros whose expansion starts with a call
+        self._macro_functions(functions, macros)
+
+        for name, hdr in self.referenced.items():
+            if name not in records and hdr is not None:
+                records[name] = Record(
+                    name=name, kind="union" if name.startswith("union ")
+                    else "struct", size=None, align=None, fields=[],
+                    header=hdr, complete=False)
+
+        def srt(d):
+            return [d[k] for k in sorted(d)]
+        return (srt(functions), srt(records), srt(enums), srt(typedefs),
+                srt(macros))
+
+    def _macro_functions(self, functions: Dict[str, Function],
+                         macros: Dict[str, Macro]) -> None:
+        """Function-like ibv_* macros whose expansion starts with a call
+        become functions (storage "macro"), typed through their targets."""
         for m in list(macros.values()):
             if m.params is None or not m.name.startswith("ibv_"):
                 continue
@@ -570,18 +587,6 @@ class _Parser:
                               else UNKNOWN) for i, n in enumerate(names)]
             if tgt is not None and tgt.storage != "macro":
                 f.result = tgt.result
-
-        for name, hdr in self.referenced.items():
-            if name not in records and hdr is not None:
-                records[name] = Record(
-                    name=name, kind="union" if name.startswith("union ")
-                    else "struct", size=None, align=None, fields=[],
-                    header=hdr, complete=False)
-
-        def srt(d):
-            return [d[k] for k in sorted(d)]
-        return (srt(functions), srt(records), srt(enums), srt(typedefs),
-                srt(macros))
 
 
 def parse(prefix: Optional[str] = None, header: str = DEFAULT_HEADER) -> IR:

@@ -2,8 +2,8 @@
 manager), with its own spec set in spec/rdmacm/.
 
 The verbs pipeline is reused as is (parse.parse with another header, the
-spec loader on another directory, model.Builder for enums and hand-written
-method docstrings, model.coverage); what differs is what gets emitted:
+spec loader on another directory, builder.Builder for enums and hand-written
+method docstrings, builder.coverage); what differs is what gets emitted:
 
   generated/rdmacm_loader.c.h   slots + trampolines + dlsym table for the
                                 librdmacm functions the spec binds (the
@@ -22,6 +22,7 @@ import os
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
+from . import builder as vbuilder
 from . import model as vmodel
 from .loader import RDMACM
 from .ir import IR
@@ -64,7 +65,7 @@ def bound_names(spec: Spec, methods: List[vmodel.MethodModel]) -> List[str]:
 
 
 def build(ir: IR, spec: Spec) -> CMModel:
-    b = vmodel.Builder(ir, spec)
+    b = vbuilder.Builder(ir, spec)
     enums = b.enums()
     handles = []
     for h in spec.handles:
@@ -92,14 +93,14 @@ def build(ir: IR, spec: Spec) -> CMModel:
             functions.append(b.method(m))
     all_methods = [m for h in handles for m in h.methods] + functions
     wanted = set(bound_names(spec, all_methods))
-    symbols = [s for s in vmodel.symbols(ir, spec) if s.name in wanted]
+    symbols = [s for s in vbuilder.symbols(ir, spec) if s.name in wanted]
     missing = wanted - {s.name for s in symbols}
     inline = {f.name for f in ir.functions if f.storage != "exported"}
     if missing - inline:
         raise SpecError(f"spec/{SPEC_SUBDIR}: binds {', '.join(sorted(missing - inline))}, "
                         f"which {ir.source} does not export")
     return CMModel(ir, spec, enums, handles, functions, symbols,
-                   vmodel.coverage(ir, spec, all_methods))
+                   vbuilder.coverage(ir, spec, all_methods))
 
 
 def render(m: CMModel, template_dir: str) -> Dict[str, str]:
@@ -116,7 +117,7 @@ def render(m: CMModel, template_dir: str) -> Dict[str, str]:
         f"{PREFIX}methods.c.h": env.get_template("rdmacm_methods.c.h.j2").render(**common, **c_comment),
         f"{PREFIX}enums.py": env.get_template("enums.py.j2").render(**common, **py_comment),
     }
-    return {name: vrender._tidy(text) for name, text in files.items()}
+    return {name: vrender.finish(text) for name, text in files.items()}
 
 
 def load(prefix: Optional[str], spec_root: str):

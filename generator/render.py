@@ -9,6 +9,7 @@ from typing import Dict
 
 import jinja2
 
+from . import checksum, emit
 from .model import Model
 
 COMMAND = "python -m generator generate"
@@ -37,6 +38,13 @@ def environment(template_dir: str) -> jinja2.Environment:
         undefined=jinja2.StrictUndefined, autoescape=False)
     env.filters["cstring"] = _cstring
     env.globals["init_format"] = _init_format
+    # the C of the model's converters and wrappers (generator/emit.py)
+    env.filters["c_body"] = emit.method_body
+    env.filters["c_getter"] = emit.getter_lines
+    env.filters["c_setter"] = emit.setter_lines
+    # the header's checksums (generator/checksum.py)
+    env.globals["generator_sha256"] = checksum.generator_digest()
+    env.globals["output_sha256_zeros"] = checksum.ZEROS
     return env
 
 
@@ -78,7 +86,12 @@ def render(model: Model, template_dir: str) -> Dict[str, str]:
     emit("__init__.py", "package.py.j2", comment=py_comment)
     from . import stubs  # typed stubs of the extension (_ibverbs.pyi)
     files.update(stubs.render(model, env, common))
-    return {name: _tidy(text) for name, text in files.items()}
+    return {name: finish(text) for name, text in files.items()}
+
+
+def finish(text: str) -> str:
+    """A rendered file as written: tidied, then its own checksum filled in."""
+    return checksum.stamp(_tidy(text))
 
 
 def _tidy(text: str) -> str:

@@ -247,17 +247,7 @@ def load(spec_dir: str) -> Spec:
         for sym, release in (symbols.get("optional") or {}).items():
             spec.optional[sym] = str(release)
             spec.optional_where[sym] = symbols["optional"].where(sym)
-        docs = data.get("docs") or Node()
-        _check_keys(docs, {"arguments", "methods"}, f"{display}: docs")
-        for arg, text in (docs.get("arguments") or {}).items():
-            spec.doc_arguments[str(arg)] = str(text).strip()
-        for label, entry in (docs.get("methods") or {}).items():
-            if isinstance(entry, Node):
-                _check_keys(entry, {"summary", "args"}, f"docs of {label}")
-            elif not isinstance(entry, str):
-                raise SpecError(f"{docs['methods'].where(label)}: docs of {label}: "
-                                "a summary or {summary:, args:}")
-            spec.doc_methods[str(label)] = entry
+        _load_docs(spec, data.get("docs") or Node(), display)
         exclusions = data.get("exclusions") or {}
         for fname, reason in exclusions.items():
             if not isinstance(reason, str) or len(reason.strip()) < 8:
@@ -275,6 +265,20 @@ def load(spec_dir: str) -> Spec:
     _check_unique(spec)
     spec.sha256 = digest.hexdigest()
     return spec
+
+
+def _load_docs(spec: Spec, docs: Node, display: str) -> None:
+    """A file's `docs:` (spec/docs.yaml): argument glossary, method texts."""
+    _check_keys(docs, {"arguments", "methods"}, f"{display}: docs")
+    for arg, text in (docs.get("arguments") or {}).items():
+        spec.doc_arguments[str(arg)] = str(text).strip()
+    for label, entry in (docs.get("methods") or {}).items():
+        if isinstance(entry, Node):
+            _check_keys(entry, {"summary", "args"}, f"docs of {label}")
+        elif not isinstance(entry, str):
+            raise SpecError(f"{docs['methods'].where(label)}: docs of {label}: "
+                            "a summary or {summary:, args:}")
+        spec.doc_methods[str(label)] = entry
 
 
 def _check_unique(spec: Spec) -> None:

@@ -4,15 +4,16 @@ Everything comes from the model (IR + spec), so a class or verb added to
 the spec gets its stub on the next `make generate`, and `check` fails when
 the committed stub is stale:
 
-* struct classes: one attribute per field, typed from how the field is read
-  (an int, str, Gid, handle or struct class); writable structs get an
-  ``__init__`` with their keyword defaults;
+* struct classes: one attribute per field, typed by the field's converter
+  (generator/converters/fields.py: an int, str, Gid, handle or struct
+  class); writable structs get an ``__init__`` with their keyword defaults;
 * handle classes: ``closed``, the parents, attributes and slots, ``close``
   and the context manager methods, and every method.  Generated methods
-  take the signature of their docstring; argument types follow the spec
+  take their text signature; each argument is typed by its converter
   (``convert: handle:X`` is X, ``struct:X`` is X, ``address`` and plain
-  integers are int, ...) and the return type follows what the generated C
-  builds (``X_wrap`` is X, ``X_from_c`` is X, a tuple of outs is a tuple);
+  integers are int, ...), and the result by the method's return converter
+  (a new handle is its class, an out struct its class, a tuple of outs a
+  tuple): the model's types, never the C read back;
 * hand-written methods (``hand:`` in the spec) take the spec's ``stub:``
   key when it is there (``"(self, num_entries: int) -> list[WC]"``), else
   ``Any`` arguments from the hand signature and an ``Any`` result.
@@ -30,12 +31,12 @@ method defined there replaces the generated one of the same name.
 """
 from __future__ import annotations
 
-import re
+import ast
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Set
 
 from .model import HandleModel, MethodModel, Model, StructModel
-from .pytypes import GID_LIKE, _arg_types, _return_type, _type_of_getter
+from .pytypes import GID_LIKE
 
 TEMPLATE = "stubs.pyi.j2"
 OUTPUT = "_ibverbs.pyi"
@@ -80,13 +81,13 @@ def _split_params(text: str) -> List[str]:
     return parts
 
 
-def _signature_params(doc: str) -> Optional[List[str]]:
-    """The parameters of a docstring's text signature, `$self` as `self`."""
-    head = doc.split("\n--\n\n", 1)[0]
-    m = re.match(r"\w+\((.*)\)$", head.strip(), re.S)
-    if not m:
+def _signature_params(m: MethodModel) -> Optional[List[str]]:
+    """The parameters of a method's text signature, `$self` as `self`."""
+    sig = m.signature.strip()
+    if not (sig.startswith(f"{m.name}(") and sig.endswith(")")):
         return None
-    return ["self" if p == "$self" else p for p in _split_params(m.group(1))]
+    inner = sig[len(m.name) + 1:-1]
+    return ["self" if p == "$self" else p for p in _split_params(inner)]
 
 
 def _typed_params(params: List[str], types: Dict[str, str]) -> str:
@@ -143,15 +144,16 @@ def _method_def(m: MethodModel, node, handles: Set[str], is_method: bool) -> str
         return "\n".join(_with_doc(f"@overload\ndef {m.name}{form}:", m.doc) for form in stub)
     if m.hand and stub:
         return _with_doc(f"def {m.name}{stub}:", m.doc)
-    params = _signature_params(m.doc)
+    params = _signature_params(m)
     if params is None:
         params = ["self", "*args", "**kwargs"] if is_method else ["*args", "**kwargs"]
     if m.hand:
         types: Dict[str, str] = {}
         result = "Any"
     else:
-        types = _arg_types(node, handles) if node is not None else {}
-        result = _return_type(m, handles)
+        # each converter's Python type (generator/converters/)
+        types = {a.name: a.pytype for a in m.args} if node is not None else {}
+        result = m.result_pytype
     return _with_doc(f"def {m.name}({_typed_params(params, types)}) -> {result}:", m.doc)
 
 
@@ -161,13 +163,8 @@ def _struct_class(s: StructModel, handles: Set[str]) -> StubClass:
     c = StubClass(s.name, s.doc)
     init = []
     for f in s.fields:
-        if f.handle:
-            t = f"{f.handle} | None"
-        elif f.struct_class:
-            t = f.struct_class
-        else:
-            t = _type_of_getter(f.getter, handles)
-        if f.setter:
+        t = f.pytype
+        if f.settable:
             accepts = GID_LIKE if t == "Gid" else t
             if accepts != t:
                 c.lines += ["@property", f"def {f.name}(self) -> {t}: ...",
@@ -191,8 +188,8 @@ def _handle_class(h: HandleModel, spec, handles: Set[str],
     c.lines += ["@property", "def closed(self) -> bool: ..."]
     for pname, pcls, optional in h.parents:
         c.lines += ["@property", f"def {pname}(self) -> {pcls}{' | None' if optional else ''}: ..."]
-    for aname, stmts in h.attributes:
-        c.lines += ["@property", f"def {aname}(self) -> {_type_of_getter(stmts, handles)}: ..."]
+    for aname, getter in h.attributes:
+        c.lines += ["@property", f"def {aname}(self) -> {getter.pytype}: ..."]
     for sname, writable, _doc in h.slots:
         c.lines.append(f"{sname}: Any" if writable else f"@property\ndef {sname}(self) -> Any: ...")
     c.lines += _hand_attribute_lines(h, spec)
@@ -268,7 +265,30 @@ def build(model: Model, replaced: Callable[[str], Set[str]]) -> Stubs:
     return Stubs(classes, functions)
 
 
-_DEF = re.compile(r"^\s*def (\w+)\(", re.M)
+def _defined_names(source: str) -> Set[str]:
+    """The names of the `def`s in a stub template (Jinja2 source, so read
+    line by line rather than parsed)."""
+    names = set()
+    for line in source.splitlines():
+        line = line.strip()
+        if line.startswith("def ") and "(" in line:
+            name = line[4:line.index("(")].strip()
+            if name.isidentifier():
+                names.add(name)
+    return names
+
+
+def _public_names(text: str) -> List[str]:
+    """The extension's __all__ (module.c): the stub's public top-level
+    classes and functions, and the names it re-exports from Python modules
+    (`from m import X as X`)."""
+    public = set()
+    for node in ast.parse(text).body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name[:1].isalpha():
+            public.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            public |= {a.name for a in node.names if a.asname == a.name}
+    return sorted(public)
 
 
 def render(model: Model, env, common: dict) -> Dict[str, str]:
@@ -278,15 +298,11 @@ def render(model: Model, env, common: dict) -> Dict[str, str]:
             source, _, _ = env.loader.get_source(env, f"stubs/{cls}.pyi.j2")
         except Exception:  # jinja2.TemplateNotFound: nothing replaced
             return set()
-        return set(_DEF.findall(source))
+        return _defined_names(source)
 
     stubs = build(model, replaced)
     text = env.get_template(TEMPLATE).render(
         **common, comment_open="#", comment_mid="#", comment_close="",
         classes=stubs.classes, stub_functions=stubs.functions)
-    # The extension's __all__ (module.c): its public classes and functions,
-    # and the names it re-exports from Python modules (`X as X` imports).
-    public = set(re.findall(r"^(?:class|def) ([A-Za-z]\w*)", text, re.M))
-    public |= set(re.findall(r"\b(\w+) as \1\b", text))
-    text += "\n__all__ = [\n" + "".join(f"    {n!r},\n" for n in sorted(public)) + "]\n"
+    text += "\n__all__ = [\n" + "".join(f"    {n!r},\n" for n in _public_names(text)) + "]\n"
     return {OUTPUT: text}

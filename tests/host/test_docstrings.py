@@ -49,10 +49,10 @@ def test_no_docstring_is_only_calls_ibv_xxx(label, member):
 
 
 def _generated():
-    from generator import model, parse, spec
+    from generator import builder, parse, spec
     from generator.cli import SPEC_DIR
 
-    built = model.build(parse.parse(None), spec.load(SPEC_DIR))
+    built = builder.build(parse.parse(None), spec.load(SPEC_DIR))
     methods = [m for h in built.handles for m in h.methods] + built.functions
     return [m for m in methods if not m.hand]
 

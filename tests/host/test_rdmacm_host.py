@@ -39,9 +39,9 @@ def prefix(release: str) -> str:
 @pytest.fixture(scope="module")
 def generator():
     pytest.importorskip("clang.cindex", reason="libclang is not installed")
-    from generator import model, parse, rdmacm, render, spec
+    from generator import builder, parse, rdmacm, render, spec
     from generator.cli import SPEC_DIR, TEMPLATE_DIR
-    return dict(model=model, parse=parse, rdmacm=rdmacm, render=render, spec=spec,
+    return dict(builder=builder, parse=parse, rdmacm=rdmacm, render=render, spec=spec,
                 SPEC_DIR=SPEC_DIR, TEMPLATE_DIR=TEMPLATE_DIR)
 
 
@@ -106,7 +106,7 @@ def test_the_verbs_output_does_not_change(generator):
     g = generator
     vspec = g["spec"].load(g["SPEC_DIR"])
     assert not any("rdmacm" in f for f in vspec.files)
-    built = g["model"].build(g["parse"].parse(prefix(BASELINE)), vspec)
+    built = g["builder"].build(g["parse"].parse(prefix(BASELINE)), vspec)
     files = g["render"].render(built, g["TEMPLATE_DIR"])
     assert not any(name.startswith("rdmacm_") for name in files)
     for name, text in files.items():

@@ -21,7 +21,7 @@ import pytest
 
 pytest.importorskip("clang.cindex", reason="libclang is not installed (pip install libclang==18.1.1)")
 
-from generator import model, parse, spec  # noqa: E402
+from generator import builder, model, parse, spec  # noqa: E402
 from generator.cli import SPEC_DIR  # noqa: E402
 from generator.spec import SpecError  # noqa: E402
 
@@ -62,15 +62,15 @@ def labels(m: model.Model):
 
 @pytest.mark.parametrize("release", RELEASES)
 def test_each_release_generates_and_the_spec_decides_every_public_function(release, the_spec):
-    built = model.build(ir_of(release), the_spec)
+    built = builder.build(ir_of(release), the_spec)
     unhandled = [name for name, status, _ in built.coverage if status == "unhandled"]
     assert unhandled == [], f"rdma-core {release}: bind or exclude {unhandled}"
     assert built.ir.rdma_core == release
 
 
 def test_33_2_skips_exactly_what_its_headers_lack(the_spec):
-    old = model.build(ir_of("33.2"), the_spec)
-    new = model.build(ir_of("44.0"), the_spec)
+    old = builder.build(ir_of("33.2"), the_spec)
+    new = builder.build(ir_of("44.0"), the_spec)
     missing = labels(new) - labels(old)
     assert missing == {"PD.reg_dmabuf_mr", "QP.query_data_in_order", "is_fork_initialized",
                        "Context.import_dm", "QPEx.wr_atomic_write"}
@@ -82,8 +82,8 @@ def test_33_2_skips_exactly_what_its_headers_lack(the_spec):
 
 
 def test_65_0_gains_the_new_classic_verbs_and_44_0_does_not(the_spec):
-    new = model.build(ir_of("65.0"), the_spec)
-    base = model.build(ir_of("44.0"), the_spec)
+    new = builder.build(ir_of("65.0"), the_spec)
+    base = builder.build(ir_of("44.0"), the_spec)
     assert {"Context.query_port_speed", "wr_opcode_str"} <= labels(new)
     assert not {"Context.query_port_speed", "wr_opcode_str"} & labels(base)
     fields = {f.name for s in new.structs if s.name == "PortAttr" for f in s.fields}
@@ -103,7 +103,7 @@ def test_every_exported_symbol_newer_than_33_2_is_optional(the_spec):
 def test_every_exclusion_names_a_public_function_of_some_release(the_spec):
     public = set()
     for release in RELEASES:
-        public |= {f.name for f in model.public_functions(ir_of(release))}
+        public |= {f.name for f in builder.public_functions(ir_of(release))}
     stale = sorted(set(the_spec.exclusions) - public)
     assert stale == [], [the_spec.exclusion_where[n] for n in stale]
 
@@ -144,7 +144,7 @@ def spec_with(tmp_path, text: str) -> spec.Spec:
     """,
 ])
 def test_what_is_marked_newer_is_skipped(tmp_path, text):
-    built = model.build(ir_of("33.2"), spec_with(tmp_path, text))
+    built = builder.build(ir_of("33.2"), spec_with(tmp_path, text))
     assert "newer" not in {f.name for f in built.functions}
     assert "Newer" not in {e.name for e in built.enums}
     assert [f.name for s in built.structs if s.name == "Newer" for f in s.fields] in ([], ["max_send_wr"])
@@ -169,7 +169,7 @@ def test_what_is_marked_newer_is_skipped(tmp_path, text):
 ])
 def test_anything_else_missing_still_raises(tmp_path, text, message):
     with pytest.raises(SpecError) as exc:
-        model.build(ir_of("33.2"), spec_with(tmp_path, text))
+        builder.build(ir_of("33.2"), spec_with(tmp_path, text))
     assert message in str(exc.value)
 
 

@@ -136,9 +136,9 @@ def generator_ir():
 
 
 def stub_of(ir, spec_dir) -> str:
-    from generator import model, render, spec
+    from generator import builder, render, spec
     from generator.cli import TEMPLATE_DIR
-    return render.render(model.build(ir, spec.load(str(spec_dir))), TEMPLATE_DIR)["_ibverbs.pyi"]
+    return render.render(builder.build(ir, spec.load(str(spec_dir))), TEMPLATE_DIR)["_ibverbs.pyi"]
 
 
 def class_body(stub: str, cls: str) -> str:
@@ -178,9 +178,9 @@ def test_a_verb_added_to_the_spec_gets_a_typed_stub(tmp_path, generator_ir):
 
 
 def test_every_bound_method_has_a_stub(generator_ir):
-    from generator import model, spec
+    from generator import builder, spec
     from generator.cli import SPEC_DIR
-    built = model.build(generator_ir, spec.load(SPEC_DIR))
+    built = builder.build(generator_ir, spec.load(SPEC_DIR))
     stub = stub_of(generator_ir, SPEC_DIR)
     for h in built.handles:
         body = class_body(stub, h.name)

@@ -1,0 +1,417 @@
+"""IR + spec -> the model (generator/model.py): every decision is taken
+here, in one pass per kind of spec entry (enums, struct classes, handle
+classes; methods in generator/methods.py).  Errors name the spec file and
+line.  Nothing here writes C: values crossing the Python/C boundary become
+converters (generator/converters/), which generator/emit.py asks for their C.
+"""
+from __future__ import annotations
+
+import fnmatch
+import keyword
+from typing import Dict, List, Optional, Tuple
+
+from .converters import ATTRIBUTES, FIELDS, REQUIRED, AttributeConverter
+from .converters.args import spec_default
+from .converters.fields import field_kind
+from .ctext import FASTCALL_KEYWORDS, is_int, py_repr_default
+from .ir import IR, Function, Type
+from .members import flat_fields, has_member, member_type
+from .methods import MethodBuilder
+from .model import (EnumModel, HandleModel, MethodModel, Model, StructField, StructModel,
+                    SymbolModel)
+from .spec import Method, Node, Spec, SpecError
+
+
+class Builder:
+    def __init__(self, ir: IR, spec: Spec):
+        self.ir = ir
+        self.spec = spec
+        self.struct_by_ctype: Dict[str, str] = {}
+        for s in spec.structs:
+            self.struct_by_ctype[s.node["ctype"]] = s.name
+        self.handle_by_ctype: Dict[str, str] = {
+            h.node["ctype"]: h.name for h in spec.handles}
+        self.handle_names = {h.name for h in spec.handles}
+        self.struct_models: Dict[str, StructModel] = {}
+
+    def enums(self) -> List[EnumModel]:
+        out = []
+        for e in self.spec.enums:
+            node = e.node
+            prefix = node["prefix"]
+            if "c" in node:
+                ce = self.ir.enum(node["c"])
+                if ce is None and "since" in node:
+                    continue    # newer than these headers
+                if ce is None:
+                    raise SpecError(f"{node.where('c')}: {e.name}: no {node['c']} in "
+                                    f"{self.ir.source}")
+                members = [(m.name, m.value) for m in ce.members]
+                cname = ce.name
+            else:
+                pattern = node["match"]
+                members = [(m.name, m.value) for ce in self.ir.enums
+                           for m in ce.members if fnmatch.fnmatchcase(m.name, pattern)]
+                if not members:
+                    raise SpecError(f"{node.where('match')}: {e.name}: no enum member "
+                                    f"matches {pattern!r}")
+                cname = pattern
+            declared = dict(members)
+            for cname_m, value in (node.get("members") or {}).items():
+                if cname_m not in declared:
+                    members.append((cname_m, int(value)))
+                elif declared[cname_m] != int(value):
+                    raise SpecError(f"{node.where('members')}: {e.name}: {cname_m} is "
+                                    f"{declared[cname_m]} in {self.ir.source}, not {value}")
+            result = []
+            last_part = prefix.rstrip("_").split("_")[-1] + "_"
+            for cname_m, value in members:
+                if not cname_m.startswith(prefix):
+                    raise SpecError(f"{node.where('prefix')}: {e.name}: member {cname_m} "
+                                    f"does not start with {prefix}")
+                py = cname_m[len(prefix):]
+                if not py.isidentifier() or keyword.iskeyword(py):
+                    py = last_part + py
+                result.append((py, value, cname_m))
+            out.append(EnumModel(e.name, node["kind"], cname, result))
+        return out
+
+    # -- structs --
+    def structs(self) -> List[StructModel]:
+        out = []
+        for s in self.spec.structs:
+            node = s.node
+            record = self.ir.record(node["ctype"])
+            if record is None and "since" in node:
+                continue        # newer than these headers
+            if record is None or not record.complete:
+                raise SpecError(f"{node.where('ctype')}: {s.name}: no complete "
+                                f"{node['ctype']} in {self.ir.source}")
+            writable = bool(node.get("writable", False))
+            fields: List[StructField] = []
+            spec_fields = node["fields"]
+            if spec_fields == "all":
+                for name, t in flat_fields(self.ir, record):
+                    f = self._struct_field(s.name, name, name, t, {}, writable,
+                                           node.where("fields"), strict=False)
+                    if f is not None:
+                        fields.append(f)
+            elif isinstance(spec_fields, Node):
+                for pyname, fspec in spec_fields.items():
+                    where = spec_fields.where(pyname)
+                    if isinstance(fspec, str):
+                        fspec = {"path": fspec}
+                    path = fspec.get("path", pyname)
+                    if "since" in fspec and not has_member(self.ir, record, path):
+                        continue    # a field newer than these headers
+                    t = member_type(self.ir, record, path, where)
+                    f = self._struct_field(s.name, pyname, path, t, fspec, writable,
+                                           where, strict=True)
+                    fields.append(f)
+            else:
+                raise SpecError(f"{node.where('fields')}: {s.name}: fields must be "
+                                f"'all' or a mapping")
+            model = StructModel(s.name, node["ctype"], node.get("doc", ""), writable,
+                                fields, any(f.handle for f in fields))
+            self.struct_models[s.name] = model
+            out.append(model)
+        return out
+
+    def _struct_field(self, cls: str, pyname: str, path: str, t: Type, fspec,
+                      writable: bool, where: str, strict: bool) -> Optional[StructField]:
+        convert = fspec.get("convert") if fspec else None
+        default = spec_default(fspec) if fspec else REQUIRED
+        if default == REQUIRED and not strict:
+            default = None
+        has_default = default != REQUIRED
+        struct_class = self.struct_by_ctype.get(t.decl or t.spelling) if t.kind == "struct" else None
+        kind = field_kind(convert, t, struct_class)
+        if kind is None:
+            if strict:
+                raise SpecError(f"{where}: {cls}.{pyname}: cannot convert {t.spelling}")
+            return None
+        member = f"c->{path}"
+        if kind == "handle":
+            handle = convert.split(":", 1)[1]
+            if handle not in self.handle_names:
+                raise SpecError(f"{where}: {cls}.{pyname}: unknown handle class {handle}")
+            none_ok = has_default or bool(fspec.get("none_ok"))
+            converter = FIELDS[kind](pyname, member, writable, handle, none_ok)
+            return StructField(pyname, path, converter,
+                               py_repr_default(default) if has_default else None,
+                               handle=handle, none_ok=bool(fspec and fspec.get("none_ok")))
+        if kind == "int":
+            converter = FIELDS[kind](pyname, member, writable, t)
+        elif kind == "struct":
+            converter = FIELDS[kind](pyname, member, writable, struct_class)
+        else:
+            converter = FIELDS[kind](pyname, member, writable)
+        default_doc = py_repr_default(default) if (writable and has_default) else None
+        return StructField(pyname, path, converter, default_doc,
+                           struct_class=struct_class if kind == "struct" else None)
+
+    # -- handles --
+    def handles(self) -> List[HandleModel]:
+        out: List[HandleModel] = []
+        bases = {(b["class"] if isinstance(b, Node) else b) for b in
+                 (h.node.get("base") for h in self.spec.handles) if b is not None}
+        for h in self.spec.handles:
+            model = self._handle(h, out, bases)
+            if model is not None:
+                out.append(model)
+        return out
+
+    def _handle(self, h, out: List[HandleModel], bases) -> Optional[HandleModel]:
+        node = h.node
+        record = self.ir.record(node["ctype"])
+        if record is None and "since" in node:
+            return None         # newer than these headers
+        if record is None:
+            raise SpecError(f"{node.where('ctype')}: {h.name}: no {node['ctype']}")
+        destroy = node.get("destroy")
+        if destroy and self.ir.function(destroy) is None:
+            raise SpecError(f"{node.where('destroy')}: {h.name}: no function {destroy}")
+        parents = self._parents(h)
+        base = upcast = None
+        if isinstance(node.get("base"), Node):
+            base, upcast = self._upcast_base(h, out, bool(parents or destroy))
+            parents = list(base.parents)
+            destroy = base.destroy
+        attributes = self._attributes(h, record)
+        slots = [(sname, bool(sspec.get("writable", False)), sspec.get("doc", ""))
+                 for sname, sspec in (node.get("slots") or {}).items()]
+        state = list((node.get("state") or {}).items())
+        methods = [self.method(m) for m in h.methods if not self.absent(m)]
+        registered = bool(node.get("registered", False)) or bool(base and base.registered)
+        hand_attributes = [(aname, bool(aspec.get("writable", False)), aspec.get("doc", ""))
+                           for aname, aspec in (node.get("hand_attributes") or {}).items()]
+        same_object = isinstance(node.get("base"), str)
+        if same_object:
+            base, parents, destroy, registered, slots = self.base_of(h.name, node, out)
+        dfunc = self.ir.function(destroy) if destroy else None
+        model = HandleModel(h.name, node["ctype"], node.get("doc", ""), destroy,
+                            parents, attributes, slots, state,
+                            node.get("before_destroy"), registered,
+                            methods, base=base, upcast=upcast,
+                            before_dealloc=node.get("before_dealloc"),
+                            subclassed=h.name in bases,
+                            release=self.release(h),
+                            hand_attributes=hand_attributes,
+                            own_destroy=same_object and "destroy" in node,
+                            destroy_void=dfunc is not None and dfunc.result.kind == "void")
+        slot_specs = (node.get("slots") or {}).items()
+        model.clear_on_close = (list(base.clear_on_close) if same_object
+                                else [sname for sname, sspec in slot_specs
+                                      if sspec.get("clear_on_close")])
+        model.keepalive = ([] if same_object
+                           else [(str(sspec["keepalive"]), sname) for sname, sspec in slot_specs
+                                 if sspec.get("keepalive")])
+        return model
+
+    def _parents(self, h) -> List[Tuple[str, str, bool]]:
+        node = h.node
+        parents = []
+        for pname, pcls in (node.get("parents") or {}).items():
+            optional = pcls.endswith("?")
+            pcls = pcls.rstrip("?")
+            if pcls not in self.handle_names:
+                raise SpecError(f"{node['parents'].where(pname)}: {h.name}: unknown "
+                                f"parent class {pcls}")
+            parents.append((pname, pcls, optional))
+        return parents
+
+    def _upcast_base(self, h, out: List[HandleModel], own_parents_or_destroy: bool):
+        """`base: {class, upcast}`: the base class (defined before) and the
+        function converting this class's C type to the base's."""
+        node = h.node
+        bspec = node["base"]
+        if not isinstance(bspec, Node) or set(bspec) != {"class", "upcast"}:
+            raise SpecError(f"{node.where('base')}: {h.name}: base needs exactly "
+                            f"'class' and 'upcast'")
+        base = next((b for b in out if b.name == bspec["class"]), None)
+        if base is None:
+            raise SpecError(f"{bspec.where('class')}: {h.name}: base {bspec['class']} "
+                            f"must be a handle class defined before it")
+        if base.has_gc or base.base is not None:
+            raise SpecError(f"{bspec.where('class')}: {h.name}: subhandle.c.h.j2 supports "
+                            f"bases without slots that are no subclass themselves")
+        upcast = bspec["upcast"]
+        if self.ir.function(upcast) is None:
+            raise SpecError(f"{bspec.where('upcast')}: {h.name}: no function {upcast}")
+        if own_parents_or_destroy:
+            raise SpecError(f"{node.where()}: {h.name}: a subclass takes its parents "
+                            f"and destroy verb from its base {base.name}")
+        return base, upcast
+
+    def _attributes(self, h, record) -> List[Tuple[str, AttributeConverter]]:
+        attributes = []
+        for aname, aspec in (h.node.get("attributes") or {}).items():
+            where = h.node["attributes"].where(aname)
+            if isinstance(aspec, Node) and "checks" in aspec:
+                checks = [(chk["expr"], chk.get("error", "ValueError"), chk["message"])
+                          for chk in aspec["checks"]]
+                attributes.append((aname, ATTRIBUTES["int"](aspec["expr"], f"{h.name}.{aname}",
+                                                                checks)))
+                continue
+            if isinstance(aspec, Node) and "path" in aspec:
+                # {path, since}: a member newer than some headers
+                if "since" in aspec and not has_member(self.ir, record, aspec["path"]):
+                    continue
+                aspec = aspec["path"]
+            if isinstance(aspec, str):
+                t = member_type(self.ir, record, aspec, where)
+                if not is_int(t):
+                    raise SpecError(f"{where}: {h.name}.{aname}: {aspec} is not an integer")
+                attributes.append((aname, ATTRIBUTES["member"](aspec, t)))
+            elif aspec.get("convert", "int") == "str":
+                attributes.append((aname, ATTRIBUTES["str"](aspec["expr"])))
+            else:
+                attributes.append((aname, ATTRIBUTES["int"](aspec["expr"])))
+        return attributes
+
+    def release(self, h) -> Optional[Tuple[str, str]]:
+        rel = h.node.get("release")
+        if rel is None:
+            return None
+        if not isinstance(rel, Node) or set(rel) != {"when", "verb"}:
+            raise SpecError(f"{h.node.where('release')}: {h.name}: release needs 'when' "
+                            f"(a state flag) and 'verb'")
+        if rel["when"] not in (h.node.get("state") or {}):
+            raise SpecError(f"{rel.where('when')}: {h.name}: no state {rel['when']!r}")
+        if self.ir.function(rel["verb"]) is None and rel["verb"] in self.spec.optional:
+            return None     # older headers: nothing can be imported either
+        if self.ir.function(rel["verb"]) is None:
+            raise SpecError(f"{rel.where('verb')}: {h.name}: no function {rel['verb']}")
+        return (rel["when"], rel["verb"])
+
+    def base_of(self, name: str, node, done: List[HandleModel]):
+        """A same-object subclass (`base: QP`) takes its base's parents,
+        destroy and registration; the base must come first in the spec and
+        own the same C type (its methods run on the subclass's objects
+        unchanged)."""
+        base = next((m for m in done if m.name == node["base"]), None)
+        if base is None:
+            raise SpecError(f"{node.where('base')}: {name}: base {node['base']} must be a "
+                            "handle class declared before it")
+        if base.ctype != node["ctype"]:
+            raise SpecError(f"{node.where('ctype')}: {name}: a subclass owns the same C "
+                            f"type as its base ({base.ctype}); another type needs "
+                            "base: {class, upcast}")
+        for key in ("parents", "slots", "before_destroy", "registered"):
+            if key in node:
+                raise SpecError(f"{node.where(key)}: {name}: {key} comes from the base "
+                                f"{base.name}")
+        if "destroy" in node and ("state" in node or "hand_attributes" in node):
+            raise SpecError(f"{node.where('destroy')}: {name}: a subclass with its own "
+                            "destroy keeps the base's layout (no state)")
+        return base, base.parents, node.get("destroy", base.destroy), base.registered, base.slots
+
+    # -- methods --
+    def absent(self, m: Method) -> bool:
+        """A method whose verb these (older) headers do not declare, and
+        that the spec marks as newer (its verb under symbols.optional, or a
+        `since:` key): skipped, so that old releases still generate.  Any
+        other missing verb is left to method(), which raises SpecError."""
+        verbs = [m.verb] if m.hand is None else list(m.node.get("verbs", []) or [])
+        missing = [v for v in verbs if v and self.ir.function(v) is None]
+        return bool(missing) and ("since" in m.node or
+                                  all(v in self.spec.optional for v in missing))
+
+    def method(self, m: Method) -> MethodModel:
+        label = f"{m.owner}.{m.name}" if m.owner else m.name
+        prefix = f"{m.owner}_" if m.owner else "module_"
+        cname = f"{prefix}{m.name.lstrip('_')}" if not m.name.startswith("_") else f"{prefix}_{m.name.lstrip('_')}"
+        if m.python is not None:
+            module, func = m.python.split(":")
+            sig = str(m.node["signature"])
+            if not sig.startswith(f"{m.name}("):
+                raise SpecError(f"{m.where('signature')}: {label}: the signature must "
+                                f"start with {m.name}(")
+            doc = f"{sig}\n--\n\n{str(m.node['doc']).strip()}"
+            return MethodModel(m.name, m.owner, f"ibp_py_{cname}", "METH_VARARGS | METH_KEYWORDS",
+                               doc, hand=True, python=(module, func), signature=sig)
+        if m.hand is not None:
+            sig = m.hand
+            inner = sig[sig.index("(") + 1:sig.rindex(")")].strip()
+            params = [p.strip() for p in inner.split(",") if p.strip()]
+            if not params:
+                flags = "METH_NOARGS"
+            elif len(params) == 1 and "=" not in params[0]:
+                # keywords: true keeps the name usable as a keyword (the
+                # seed's cq.poll(num_entries=16)) at METH_O's speed.
+                flags = FASTCALL_KEYWORDS if m.node.get("keywords") else "METH_O"
+            else:
+                flags = "METH_VARARGS | METH_KEYWORDS"
+            selfpart = "$self, /" if m.owner else ""
+            shown = ", ".join(([selfpart] if selfpart else []) + params)
+            verbs = list(m.node.get("verbs", []))
+            text = m.node.get("doc") or (f"Calls {', '.join(verbs)}." if verbs else "")
+            if not text:
+                raise SpecError(f"{m.where()}: {label}: a hand-written method needs 'doc' or 'verbs'")
+            sig = f"{m.name}({shown})"
+            doc = f"{sig}\n--\n\n{text}"
+            for v in verbs:
+                if self.ir.function(v) is None:
+                    raise SpecError(f"{m.where('verbs')}: {label}: no function {v}")
+            return MethodModel(m.name, m.owner, f"ibp_hand_{cname}", flags, doc, hand=True,
+                               verbs=verbs, signature=sig)
+        return MethodBuilder(self, m, label, cname).build()
+
+
+
+# --- symbols and coverage ----------------------------------------------------
+
+
+def public_functions(ir: IR) -> List[Function]:
+    """The functions a user of verbs.h can call: declared in verbs.h itself,
+    not rdma-core internals (leading underscore)."""
+    return [f for f in ir.functions
+            if f.header == ir.source and not f.name.startswith("_")]
+
+
+def symbols(ir: IR, spec: Spec) -> List[SymbolModel]:
+    out = []
+    for f in ir.functions:
+        if f.storage != "exported" or f.variadic:
+            continue
+        params = [(p.type.spelling, p.name or f"arg{i}") for i, p in enumerate(f.params)]
+        out.append(SymbolModel(f.name, f.result.spelling, params, spec.optional.get(f.name)))
+    return out
+
+
+def coverage(ir: IR, spec: Spec, methods: List[MethodModel]) -> List[Tuple[str, str, str]]:
+    bound: Dict[str, List[str]] = {}
+    for m in methods:
+        label = f"{m.owner}.{m.name}" if m.owner else m.name
+        for v in m.verbs:
+            bound.setdefault(v, []).append(label)
+    for h in spec.handles:
+        destroy = h.node.get("destroy")
+        if destroy:
+            bound.setdefault(destroy, []).append(f"{h.name}.close")
+        rel = h.node.get("release")
+        if isinstance(rel, Node) and rel.get("verb"):
+            bound.setdefault(rel["verb"], []).append(f"{h.name}.close (when {rel.get('when')})")
+        base = h.node.get("base")
+        if isinstance(base, Node) and base.get("upcast"):
+            bound.setdefault(base["upcast"], []).append(f"{h.name} (is a {base.get('class')})")
+    rows = []
+    for f in public_functions(ir):
+        if f.name in bound:
+            rows.append((f.name, "bound", ", ".join(sorted(set(bound[f.name])))))
+        elif f.name in spec.exclusions:
+            rows.append((f.name, "excluded", spec.exclusions[f.name]))
+        else:
+            rows.append((f.name, "unhandled", ""))
+    return sorted(rows)
+
+
+def build(ir: IR, spec: Spec) -> Model:
+    b = Builder(ir, spec)
+    enums = b.enums()
+    structs = b.structs()
+    handles = b.handles()
+    functions = [b.method(m) for m in spec.functions if not b.absent(m)]
+    all_methods = [m for h in handles for m in h.methods] + functions
+    return Model(ir, spec, enums, structs, handles, functions, symbols(ir, spec),
+                 coverage(ir, spec, all_methods))

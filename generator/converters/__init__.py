@@ -1,0 +1,7 @@
+"""Converters, one class per kind of spec value, in registries keyed by
+kind (see registry.py).  Importing the package registers them all."""
+from __future__ import annotations
+
+from . import args, attributes, buffers, composite, fields, returns, shapes  # noqa: F401 (registers)
+from .registry import (ATTRIBUTES, BUFFER_LIKE, FIELDS, GID_LIKE, PARAMS, REQUIRED, RETURNS,  # noqa: F401
+                       Arg, AttributeConverter, FieldConverter, ParamConverter, ReturnConverter)

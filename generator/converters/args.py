@@ -1,0 +1,231 @@
+"""Parameters converted from one Python argument, by the spec's `convert:`
+kind (none: an int, or an address for a `void *`)."""
+from __future__ import annotations
+
+from typing import List, Optional
+
+from ..ctext import UINT32, UINT64, c_default, if_given, int_convert
+from ..ir import Type
+from .registry import GID_LIKE, PARAMS, REQUIRED, ParamConverter, describe, optional_type
+
+
+def spec_default(node, key: str = "default"):
+    """A spec default: absent -> REQUIRED; "None" (YAML has no None) -> None."""
+    if node is None or key not in node:
+        return REQUIRED
+    value = node[key]
+    return None if value in ("None", "null") else value
+
+
+class ArgParam(ParamConverter):
+    """A parameter taken from the Python argument `name` (PyObject *name_obj)."""
+    base_pytype = "int"
+
+    def __init__(self, ctx, cname: str, t: Type, pspec):
+        self.cname = cname
+        self.t = t
+        self.name = pspec["arg"]
+        self.default = spec_default(pspec)
+        self.var = f"{self.name}_obj"
+        self.local = f"{cname}_c"
+        self.arg = ctx.add_arg(self.name, self.default, optional_type(self.pytype_of(pspec), pspec),
+                               describe(pspec.get("convert")))
+
+    @classmethod
+    def from_spec(cls, ctx, cname: str, t: Type, pspec) -> "ArgParam":
+        return cls(ctx, cname, t, pspec)
+
+    def pytype_of(self, pspec) -> str:
+        return self.base_pytype
+
+    @property
+    def optional(self) -> bool:
+        return self.default != REQUIRED
+
+    def declarations(self) -> List[str]:
+        return [f"PyObject *{self.var} = NULL;"] + self.own_declarations()
+
+    def own_declarations(self) -> List[str]:
+        return []
+
+    def when_given(self, lines: List[str]) -> List[str]:
+        return if_given(self.var, lines) if self.optional else lines
+
+
+@PARAMS.register("int")
+class IntParam(ArgParam):
+    """An integer of the parameter's C type, range-checked (spec `min`/`max`
+    may be C expressions)."""
+
+    def __init__(self, ctx, cname: str, t: Type, pspec):
+        super().__init__(ctx, cname, t, pspec)
+        lo, hi = pspec.get("min"), pspec.get("max")
+        self.lo: Optional[str] = None if lo is None else str(lo)
+        self.hi: Optional[str] = None if hi is None else str(hi)
+
+    def own_declarations(self) -> List[str]:
+        init = c_default(self.default) if self.optional else "0"
+        return [f"{self.t.spelling} {self.local} = {init};"]
+
+    def parse(self) -> List[str]:
+        return self.when_given(int_convert(self.var, self.local, self.t, self.name,
+                                           self.lo, self.hi))
+
+    def call_arg(self) -> str:
+        return self.local
+
+
+@PARAMS.register("address")
+class AddressParam(ArgParam):
+    """A `void *` from an int (an address in this process)."""
+
+    @classmethod
+    def describe(cls, convert: str) -> str:
+        return "an address (int)"
+
+    def own_declarations(self) -> List[str]:
+        return [f"uint64_t {self.local} = 0;"]
+
+    def parse(self) -> List[str]:
+        return self.when_given(int_convert(self.var, self.local, UINT64, self.name))
+
+    def call_arg(self) -> str:
+        return f"(void *)(uintptr_t){self.local}"
+
+
+@PARAMS.register("be32")
+class Be32Param(ArgParam):
+    """Host order in Python, network order in C (imm_data)."""
+
+    @classmethod
+    def describe(cls, convert: str) -> str:
+        return "a 32-bit int, in host order"
+
+    def own_declarations(self) -> List[str]:
+        return [f"uint32_t {self.local} = 0;"]
+
+    def parse(self) -> List[str]:
+        return self.when_given(int_convert(self.var, self.local, UINT32, self.name))
+
+    def call_arg(self) -> str:
+        return f"htobe32({self.local})"
+
+
+@PARAMS.register("handle")
+class HandleParam(ArgParam):
+    """A verbs object from its handle class (`handle:PD`), None allowed when
+    the default is None; it must belong to the owner's device context."""
+
+    def __init__(self, ctx, cname: str, t: Type, pspec):
+        self.cls = pspec["convert"].split(":", 1)[1]
+        super().__init__(ctx, cname, t, pspec)
+        self.hctype = ctx.handle_ctype(self.cls)
+        self.context_owner = ctx.context_owner(self.hctype)
+        self.label = ctx.label
+
+    def pytype_of(self, pspec) -> str:
+        return self.cls
+
+    @classmethod
+    def describe(cls, convert: str) -> str:
+        return f"a {convert.split(':', 1)[1]}"
+
+    def own_declarations(self) -> List[str]:
+        return [f"PyObject *{self.name} = NULL;", f"{self.hctype} *{self.local} = NULL;"]
+
+    def parse(self) -> List[str]:
+        none_ok = 1 if self.default is None else 0
+        return [f"if ({self.var} != NULL) {{",
+                f'    if (ibp_conv_handle({self.var}, "{self.name}", {self.cls}_Type, {none_ok}, '
+                f'&{self.name}) < 0)',
+                "        goto exit;",
+                f"    if ({self.name} != NULL)",
+                f"        {self.local} = ({self.hctype} *)IBP_HANDLE({self.name})->ptr;",
+                "}"] + context_check(self.context_owner, self.label, self.name, self.local)
+
+    def call_arg(self) -> str:
+        return self.local
+
+
+def context_check(owner_ctx: Optional[str], label: str, name: str, local: str) -> List[str]:
+    """Handles passed to a verb must belong to the same device context."""
+    if owner_ctx is None:
+        return []
+    return [f"if ({local} != NULL && {local}->context != {owner_ctx}) {{",
+            f'    PyErr_SetString(PyExc_ValueError, "{label}: {name} belongs to another context");',
+            "    goto exit;", "}"]
+
+
+@PARAMS.register("struct")
+class StructObjectParam(ArgParam):
+    """A struct class object (`struct:QPAttr`), passed as a pointer to its C
+    struct; its handle members are written in just before the call."""
+
+    def __init__(self, ctx, cname: str, t: Type, pspec):
+        self.cls = pspec["convert"].split(":", 1)[1]
+        super().__init__(ctx, cname, t, pspec)
+        model = ctx.struct_model(self.cls)
+        if model is None:
+            ctx.fail(f"unknown struct class {self.cls}")
+        self.has_handles = model.has_handles
+
+    def pytype_of(self, pspec) -> str:
+        return self.cls
+
+    @classmethod
+    def describe(cls, convert: str) -> str:
+        return f"a {convert.split(':', 1)[1]}"
+
+    def own_declarations(self) -> List[str]:
+        return [f"struct {self.cls}Object *{self.name} = NULL;"]
+
+    def parse(self) -> List[str]:
+        cls, name, var = self.cls, self.name, self.var
+        lines = [f"if (!PyObject_TypeCheck({var}, {cls}_Type)) {{",
+                 f'    PyErr_Format(PyExc_TypeError, "{name} must be a {cls}, not %s", '
+                 f'ibp_type_name({var}));',
+                 "    goto exit;", "}", f"{name} = (struct {cls}Object *){var};"]
+        if self.has_handles:
+            lines += [f"if ({cls}_prepare({name}) < 0)", "    goto exit;"]
+        return lines
+
+    def call_arg(self) -> str:
+        return f"&{self.name}->c"
+
+
+@PARAMS.register("gid")
+class GidParam(ArgParam):
+    """A 16-byte GID (a Gid or bytes)."""
+    base_pytype = GID_LIKE
+
+    @classmethod
+    def describe(cls, convert: str) -> str:
+        return "a 16-byte GID (Gid or bytes)"
+
+    def own_declarations(self) -> List[str]:
+        return [f"union ibv_gid {self.local};"]
+
+    def parse(self) -> List[str]:
+        return [f'if (ibp_conv_gid({self.var}, "{self.name}", &{self.local}) < 0)', "    goto exit;"]
+
+    def call_arg(self) -> str:
+        return f"&{self.local}" if self.t.kind == "pointer" else self.local
+
+
+@PARAMS.register("wc")
+class WcParam(ArgParam):
+    """A work completion (WC) copied into a struct ibv_wc."""
+    base_pytype = "WC"
+
+    @classmethod
+    def describe(cls, convert: str) -> str:
+        return "a WC (work completion)"
+
+    def own_declarations(self) -> List[str]:
+        return [f"struct ibv_wc {self.local};"]
+
+    def parse(self) -> List[str]:
+        return [f"if (ibp_wc_to_c({self.var}, &{self.local}) < 0)", "    goto exit;"]
+
+    def call_arg(self) -> str:
+        return f"&{self.local}"

@@ -1,0 +1,52 @@
+"""Read-only attributes of a handle class (spec `attributes:`): a member of
+the verbs object, or an expression over `self_ptr`."""
+from __future__ import annotations
+
+from typing import List, Sequence, Tuple
+
+from ..ctext import int_getter
+from ..ir import Type
+from .registry import ATTRIBUTES, AttributeConverter
+
+
+@ATTRIBUTES.register("member")
+class MemberAttribute(AttributeConverter):
+    """An integer member of the verbs object ("cap.max_send_wr")."""
+    pytype = "int"
+
+    def __init__(self, path: str, t: Type):
+        self.path, self.t = path, t
+
+    def getter(self) -> List[str]:
+        return [int_getter(f"self_ptr->{self.path}", self.t)]
+
+
+@ATTRIBUTES.register("int")
+class IntExprAttribute(AttributeConverter):
+    """An unsigned integer expression, after optional checks (each: a C
+    condition, the exception and message when it does not hold)."""
+    pytype = "int"
+
+    def __init__(self, expr: str, label: str = "", checks: Sequence[Tuple[str, str, str]] = ()):
+        self.expr, self.label, self.checks = expr, label, list(checks)
+
+    def getter(self) -> List[str]:
+        guard: List[str] = []
+        for cond, exc, message in self.checks:
+            guard += [f"if (!({cond})) {{",
+                      f'    PyErr_SetString(PyExc_{exc}, "{self.label}: {message}");',
+                      "    return NULL;", "}"]
+        return guard + [f"result = PyLong_FromUnsignedLongLong((unsigned long long)({self.expr}));"]
+
+
+@ATTRIBUTES.register("str")
+class StrExprAttribute(AttributeConverter):
+    """A `const char *` expression; NULL is None."""
+    pytype = "str | None"
+
+    def __init__(self, expr: str):
+        self.expr = expr
+
+    def getter(self) -> List[str]:
+        return [f"const char *s = {self.expr};",
+                "result = s ? PyUnicode_FromString(s) : Py_NewRef(Py_None);"]

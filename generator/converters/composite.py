@@ -1,0 +1,167 @@
+"""Parameters built from several Python arguments: a C struct filled member
+by member (spec `struct: {member: arg}`), and a struct class's fields by
+keyword (spec `kwargs: Class`)."""
+from __future__ import annotations
+
+from typing import List
+
+from ..ctext import c_default, if_given, indented, int_convert
+from ..ir import Type
+from .args import context_check, spec_default
+from .registry import PARAMS, REQUIRED, ParamConverter, describe, optional_type
+
+
+class _Member:
+    """One member of the struct: a constant, or a Python argument."""
+    arg = None
+
+    def declarations(self) -> List[str]:
+        return []
+
+    def parse(self) -> List[str]:
+        raise NotImplementedError
+
+
+class _ConstantMember(_Member):
+    def __init__(self, target: str, value):
+        self.target, self.value = target, value
+
+    def parse(self) -> List[str]:
+        return [f"{self.target} = {self.value};"]
+
+
+class _ArgMember(_Member):
+    def __init__(self, ctx, target: str, fspec, pytype: str):
+        self.target = target
+        self.name = fspec["arg"]
+        self.default = spec_default(fspec)
+        self.var = f"{self.name}_obj"
+        self.arg = ctx.add_arg(self.name, self.default, optional_type(pytype, fspec),
+                               describe(fspec.get("convert")))
+        self.mask = fspec.get("mask")
+        # the first member with a mask declares the mask (spec `mask` param)
+        self.declares_mask = self.mask is not None and ctx.claim_mask()
+
+    def declarations(self) -> List[str]:
+        return [f"PyObject *{self.var} = NULL;"] + self.own_declarations() + (
+            ["int mask_bits = 0;"] if self.declares_mask else [])
+
+    def own_declarations(self) -> List[str]:
+        return []
+
+
+class _IntMember(_ArgMember):
+    def __init__(self, ctx, target: str, t: Type, fspec):
+        super().__init__(ctx, target, fspec, "int")
+        lo, hi = fspec.get("min"), fspec.get("max")
+        self.conv = int_convert(self.var, target, t, self.name,
+                                None if lo is None else str(lo), None if hi is None else str(hi))
+
+    def parse(self) -> List[str]:
+        if self.mask is not None:
+            return ([f"if ({self.var} != NULL && {self.var} != Py_None) {{"]
+                    + indented(self.conv + [f"mask_bits |= {self.mask};"]) + ["}"])
+        if self.default != REQUIRED:
+            return [f"{self.target} = {c_default(self.default)};"] + if_given(self.var, self.conv)
+        return self.conv
+
+
+class _HandleMember(_ArgMember):
+    """A member pointing to a verbs object, from a handle argument (its
+    Python object is `name`, usable as a parent in `returns`)."""
+
+    def __init__(self, ctx, target: str, fspec, where: str):
+        self.cls = fspec["convert"].split(":", 1)[1]
+        super().__init__(ctx, target, fspec, self.cls)
+        self.hctype = ctx.handle_ctype(self.cls, where)
+        self.context_owner = ctx.context_owner(self.hctype)
+        self.label = ctx.label
+
+    def own_declarations(self) -> List[str]:
+        return [f"PyObject *{self.name} = NULL;"]
+
+    def parse(self) -> List[str]:
+        none_ok = 1 if self.default is None else 0
+        name = self.name
+        lines = [f"if ({self.var} != NULL) {{",
+                 f'    if (ibp_conv_handle({self.var}, "{name}", {self.cls}_Type, {none_ok}, '
+                 f'&{name}) < 0)',
+                 "        goto exit;", "}", f"if ({name} != NULL) {{",
+                 f"    {self.target} = ({self.hctype} *)IBP_HANDLE({name})->ptr;"]
+        if self.mask is not None:
+            lines.append(f"    mask_bits |= {self.mask};")
+        lines.append("}")
+        return lines + context_check(self.context_owner, self.label, name, self.target)
+
+
+@PARAMS.register("fields")
+class StructFieldsParam(ParamConverter):
+    """A C struct on the stack, zeroed, its members from constants (`value:`)
+    and Python arguments; passed by address."""
+
+    def __init__(self, local: str, ctype: str, members: List[_Member]):
+        self.local, self.ctype, self.members = local, ctype, members
+
+    @classmethod
+    def from_spec(cls, ctx, cname: str, t: Type, pspec) -> "StructFieldsParam":
+        fields = pspec["struct"]
+        pointee = t.pointee
+        if pointee is None:
+            ctx.fail(f"parameter {cname}: struct needs a pointer parameter")
+        record = ctx.ir.record(pointee.decl or pointee.spelling)
+        if record is None:
+            ctx.fail(f"parameter {cname}: {pointee.spelling} is not a known struct")
+        local = f"{cname}_c"
+        members: List[_Member] = []
+        for path, fspec in fields.items():
+            where = fields.where(path)
+            ft = ctx.member_type(record, path, where)
+            target = f"{local}.{path}"
+            if isinstance(fspec, str):
+                fspec = {"arg": fspec}
+            convert = fspec.get("convert") or ""
+            if "value" in fspec:
+                members.append(_ConstantMember(target, fspec["value"]))
+            elif convert.startswith("handle:"):
+                members.append(_HandleMember(ctx, target, fspec, where))
+            else:
+                members.append(_IntMember(ctx, target, ft, fspec))
+        return cls(local, record.name, members)
+
+    def declarations(self) -> List[str]:
+        return [f"{self.ctype} {self.local};"] + [d for m in self.members for d in m.declarations()]
+
+    def parse(self) -> List[str]:
+        return ([f"memset(&{self.local}, 0, sizeof({self.local}));"]
+                + [line for m in self.members for line in m.parse()])
+
+    def call_arg(self) -> str:
+        return f"&{self.local}"
+
+
+@PARAMS.register("kwargs")
+class KwargsParam(ParamConverter):
+    """A writable struct class's fields by keyword (`**fields`); generator/
+    emit.py parses them together with the method's other arguments.
+    `positional`: fields also taken by position after the arguments, where
+    None means not given (the seed's modify(mask, ah_attr=None))."""
+
+    def __init__(self, local: str, ctype: str, cls: str, unknown: str, positional: List[str]):
+        self.local, self.ctype, self.cls = local, ctype, cls
+        self.unknown, self.positional = unknown, positional
+
+    @classmethod
+    def from_spec(cls, ctx, cname: str, t: Type, pspec) -> "KwargsParam":
+        struct_class = pspec["kwargs"]
+        model = ctx.struct_model(struct_class)
+        if model is None or not model.writable:
+            ctx.fail(f"kwargs needs a writable struct class, got {struct_class}")
+        return cls(f"{cname}_c", model.ctype, struct_class,
+                   pspec.get("unknown", "unknown attribute"), list(pspec.get("positional") or []))
+
+    def declarations(self) -> List[str]:
+        return [f"{self.ctype} {self.local};"]
+
+    def call_arg(self) -> str:
+        return f"&{self.local}"
+

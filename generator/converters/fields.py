@@ -1,0 +1,162 @@
+"""Members of a struct class (spec/structs.yaml): how each kind of member is
+read into Python and, in a writable class, written back."""
+from __future__ import annotations
+
+from typing import List, Optional
+
+from ..ctext import INT_LIMITS, int_convert, int_getter, is_int
+from ..ir import Type
+from .registry import FIELDS, FieldConverter
+
+
+@FIELDS.register("handle")
+class HandleField(FieldConverter):
+    """A member pointing to a verbs object, kept as a Python reference
+    (self->ref_<name>) and written into the struct by X_prepare()."""
+
+    def __init__(self, pyname: str, member: str, writable: bool, cls: str, none_ok: bool):
+        super().__init__(pyname, member, writable)
+        self.cls = cls
+        # a required field that may hold None until the struct is used (the
+        # seed's QPInitAttr(None, None) filled later)
+        self.none_ok = none_ok
+
+    @property
+    def pytype(self) -> str:
+        return f"{self.cls} | None"
+
+    def getter(self) -> List[str]:
+        return [f"result = self->ref_{self.pyname} ? self->ref_{self.pyname} : Py_None;",
+                "Py_INCREF(result);"]
+
+    def setter(self) -> List[str]:
+        if not self.writable:
+            return []
+        return [f'if (ibp_conv_handle(value, "{self.pyname}", {self.cls}_Type, '
+                f'{1 if self.none_ok else 0}, &obj) < 0)',
+                "    return -1;",
+                "Py_XINCREF(obj);",
+                f"Py_XSETREF(self->ref_{self.pyname}, obj);"]
+
+
+@FIELDS.register("bool")
+class BoolField(FieldConverter):
+    pytype = "bool"
+
+    def getter(self) -> List[str]:
+        return [f"result = PyBool_FromLong({self.member} != 0);"]
+
+    def setter(self) -> List[str]:
+        return ["int truth = PyObject_IsTrue(value);", "if (truth < 0)", "    return -1;",
+                f"{self.member} = truth;"] if self.writable else []
+
+
+@FIELDS.register("gid")
+class GidField(FieldConverter):
+    """A union ibv_gid, read as a Gid."""
+    pytype = "Gid"
+
+    def getter(self) -> List[str]:
+        return [f"result = ibp_gid_to_py(&{self.member});"]
+
+    def setter(self) -> List[str]:
+        if not self.writable:
+            return []
+        member = self.member
+        return [f"if (value == Py_None) {{ memset(&{member}, 0, sizeof({member})); return 0; }}",
+                f'if (ibp_conv_gid(value, "{self.pyname}", &{member}) < 0)',
+                "    return -1;"]
+
+
+@FIELDS.register("gid_bytes")
+class GidBytesField(GidField):
+    """A GID read back as 16 bytes (the seed's AHAttr.dgid), not a Gid."""
+    pytype = "bytes"
+
+    def getter(self) -> List[str]:
+        return [f"result = PyBytes_FromStringAndSize((const char *){self.member}.raw, 16);"]
+
+
+@FIELDS.register("str")
+class StrField(FieldConverter):
+    """A char array, read-only."""
+    pytype = "str"
+    has_setter = False
+
+    def getter(self) -> List[str]:
+        return [f"result = ibp_chars_to_py({self.member}, sizeof({self.member}));"]
+
+
+@FIELDS.register("bytes")
+class ByteArrayField(FieldConverter):
+    """Any other array of 1-byte elements, read-only as bytes."""
+    pytype = "Any"
+    has_setter = False
+
+    def getter(self) -> List[str]:
+        return [f"result = ibp_array_to_py({self.member}, sizeof({self.member}));"]
+
+
+@FIELDS.register("int")
+class IntField(FieldConverter):
+    pytype = "int"
+
+    def __init__(self, pyname: str, member: str, writable: bool, t: Type):
+        super().__init__(pyname, member, writable)
+        self.t = t
+
+    def getter(self) -> List[str]:
+        return [int_getter(self.member, self.t)]
+
+    def setter(self) -> List[str]:
+        if not self.writable:
+            return []
+        return int_convert("value", self.member, self.t, self.pyname, fail="return -1;")
+
+
+@FIELDS.register("struct")
+class NestedStructField(FieldConverter):
+    """A nested struct of another struct class, copied in and out."""
+
+    def __init__(self, pyname: str, member: str, writable: bool, cls: str):
+        super().__init__(pyname, member, writable)
+        self.cls = cls
+
+    @property
+    def pytype(self) -> str:
+        return self.cls
+
+    def getter(self) -> List[str]:
+        return [f"result = {self.cls}_from_c(&{self.member});"]
+
+    def setter(self) -> List[str]:
+        if not self.writable:
+            return []
+        cls = self.cls
+        return [f"if (!PyObject_TypeCheck(value, {cls}_Type)) {{",
+                f'    PyErr_SetString(PyExc_TypeError, "{self.pyname} must be a {cls}");',
+                "    return -1;", "}",
+                f"{self.member} = ((struct {cls}Object *)value)->c;"]
+
+
+def field_kind(convert: Optional[str], t: Type, struct_class: Optional[str]) -> Optional[str]:
+    """The FIELDS kind of a member of type *t* (spec `convert:` first), or
+    None when no converter reads it."""
+    if convert and convert.startswith("handle:"):
+        return "handle"
+    if convert == "bool" and is_int(t):
+        return "bool"
+    if convert in ("gid", "gid_bytes"):
+        return convert
+    if t.kind == "union" and (t.decl or t.spelling) == "union ibv_gid":
+        return "gid"
+    if convert == "str" or (t.kind == "array" and t.element is not None
+                            and t.element.spelling in ("char", "const char")):
+        return "str"
+    if t.kind == "array" and t.element is not None and t.element.size == 1:
+        return "bytes"
+    if is_int(t):
+        return "int" if t.size is not None and (t.size, bool(t.signed)) in INT_LIMITS else None
+    if t.kind == "struct" and struct_class is not None:
+        return "struct"
+    return None

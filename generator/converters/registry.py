@@ -1,0 +1,163 @@
+"""The converter registries and the base classes of the converters, after
+CPython's Argument Clinic: one class per kind of spec value, each knowing its
+C declarations, its parse code, what it hands the verb, its cleanup and its
+Python type (for the stubs and docstrings).
+
+Four registries, each keyed by the spec's kind:
+
+* PARAMS: a verb parameter (``convert: be32``, ``handle:PD``, ``out``, ...);
+* FIELDS: a member of a struct class (getter and setter);
+* ATTRIBUTES: a read-only attribute of a handle class;
+* RETURNS: what a wrapper returns (spec ``returns:``).
+
+The model builder (generator/builder.py, generator/methods.py) makes them
+(parameter converters through ``from_spec``) and the model holds them;
+generator/emit.py asks them for their C.  A new ``convert:`` kind is one
+ArgParam subclass registered with ``@PARAMS.register("kind")`` in a module
+that converters/__init__.py imports: nothing else dispatches on kinds.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, TypeVar
+
+GID_LIKE = "_GidLike"
+BUFFER_LIKE = "_BufferLike"
+
+#: A spec argument without `default:` (required).
+REQUIRED = "__required__"
+
+T = TypeVar("T")
+
+
+class Registry:
+    """Converter classes by kind."""
+
+    def __init__(self, what: str):
+        self.what = what
+        self.by_kind: Dict[str, Any] = {}
+
+    def register(self, kind: str) -> Callable[[T], T]:
+        def add(cls: T) -> T:
+            assert kind not in self.by_kind, f"two {self.what} converters for {kind!r}"
+            self.by_kind[kind] = cls
+            cls.kind = kind      # type: ignore[attr-defined]
+            return cls
+        return add
+
+    def get(self, kind: str) -> Optional[Any]:
+        return self.by_kind.get(kind)
+
+    def __getitem__(self, kind: str) -> Any:
+        return self.by_kind[kind]
+
+    def __contains__(self, kind: str) -> bool:
+        return kind in self.by_kind
+
+
+PARAMS = Registry("parameter")
+FIELDS = Registry("struct field")
+ATTRIBUTES = Registry("handle attribute")
+RETURNS = Registry("return")
+
+
+@dataclass
+class Arg:
+    """A Python argument of a generated wrapper."""
+    name: str
+    required: bool
+    default_doc: Optional[str]     # the default as Python shows it
+    pytype: str = "Any"            # its type in the stubs
+    meaning: Optional[str] = None  # what it takes, for the docstring ("an address (int)")
+
+
+class ParamConverter:
+    """One C parameter of a verb: the base says "nothing to do"."""
+    kind = ""
+
+    @classmethod
+    def describe(cls, convert: str) -> Optional[str]:
+        """What an argument with this `convert:` takes, for its docstring."""
+        return None
+
+    def declarations(self) -> List[str]:
+        return []
+
+    def parse(self) -> List[str]:
+        """Statements converting the Python argument(s), in parameter order."""
+        return []
+
+    def post_parse(self) -> List[str]:
+        """Statements that need every argument converted (allocations sized
+        by another argument)."""
+        return []
+
+    def call_arg(self) -> str:
+        raise NotImplementedError
+
+    def cleanup(self) -> List[str]:
+        return []
+
+    def output(self) -> Optional[List[str]]:
+        """Statements setting `item` to what the verb wrote (out parameters)."""
+        return None
+
+    #: the Python type of output(), for the stubs
+    output_pytype: Optional[str] = None
+
+
+class FieldConverter:
+    """A member of a struct class: its getter (sets `result` from `c`) and,
+    when writable, its setter (consumes `value`)."""
+    kind = ""
+    pytype = "Any"
+    has_setter = True
+
+    def __init__(self, pyname: str, member: str, writable: bool):
+        self.pyname = pyname
+        self.member = member            # the C lvalue, "c->grh.dgid"
+        self.writable = writable
+
+    @property
+    def settable(self) -> bool:
+        return self.writable and self.has_setter
+
+    def getter(self) -> List[str]:
+        raise NotImplementedError
+
+    def setter(self) -> List[str]:
+        return []
+
+
+class AttributeConverter:
+    """A read-only attribute of a handle class: statements setting `result`
+    from `self_ptr`."""
+    kind = ""
+    pytype = "Any"
+
+    def getter(self) -> List[str]:
+        raise NotImplementedError
+
+
+class ReturnConverter:
+    """What a wrapper returns: statements setting `return_value` from `rc`
+    and the out parameters' items."""
+    kind = ""
+
+    def lines(self, outputs: List[List[str]]) -> List[str]:
+        raise NotImplementedError
+
+    def pytype(self, output_types: List[str]) -> str:
+        raise NotImplementedError
+
+
+def describe(convert: Optional[str]) -> Optional[str]:
+    """What an argument with this spec `convert:` takes (None: say nothing)."""
+    cls = PARAMS.get(convert.split(":", 1)[0]) if convert else None
+    return cls.describe(convert) if cls is not None else None
+
+
+def optional_type(t: str, pspec: Any) -> str:
+    """*t*, or None too for a spec argument whose default is YAML null."""
+    optional = hasattr(pspec, "get") and "default" in pspec and pspec.get("default") is None
+    return f"{t} | None" if optional and t != "Any" else t

@@ -1,0 +1,113 @@
+"""Small pieces of C text shared by the converters and the emitter:
+declarations from a type spelling, range-checked integer conversion, the
+getter of an integer.  No knowledge of the spec or of the model here.
+"""
+from __future__ import annotations
+
+from typing import List, Optional
+
+from .ir import Type
+
+INT_LIMITS = {  # (size, signed) -> (min, max) as C expressions
+    (1, False): ("0", "UINT8_MAX"), (2, False): ("0", "UINT16_MAX"),
+    (4, False): ("0", "UINT32_MAX"), (8, False): ("0", "UINT64_MAX"),
+    (1, True): ("INT8_MIN", "INT8_MAX"), (2, True): ("INT16_MIN", "INT16_MAX"),
+    (4, True): ("INT32_MIN", "INT32_MAX"), (8, True): ("INT64_MIN", "INT64_MAX"),
+}
+
+UINT32 = Type("uint32_t", "int", 4, False)
+UINT64 = Type("uint64_t", "int", 8, False)
+
+
+def declare(spelling: str, name: str) -> str:
+    """`name` declared with the C type *spelling* ("uint8_t [16]" puts the
+    array bound after the name; a pointer needs no space)."""
+    spelling = spelling.strip()
+    if spelling.endswith("]") and "[" in spelling:
+        at = spelling.rindex("[")
+        bound = spelling[at + 1:-1]
+        if bound == "" or bound.isdigit():
+            return f"{spelling[:at].rstrip()} {name}{spelling[at:]}"
+    if spelling.endswith("*"):
+        return f"{spelling}{name}"
+    return f"{spelling} {name}"
+
+
+def is_int(t: Type) -> bool:
+    return t.kind in ("int", "enum", "bool")
+
+
+def int_getter(expr: str, t: Type, target: str = "result") -> str:
+    """`target = <Python int of expr>;`"""
+    if t.signed:
+        return f"{target} = PyLong_FromLongLong((long long)({expr}));"
+    return f"{target} = PyLong_FromUnsignedLongLong((unsigned long long)({expr}));"
+
+
+def int_convert(obj: str, target: str, t: Type, name: str,
+                lo: Optional[str] = None, hi: Optional[str] = None,
+                fail: str = "goto exit;") -> List[str]:
+    """Range-checked conversion of PyObject *obj into the C lvalue target;
+    *fail* leaves on error."""
+    size = t.size or 4
+    signed = bool(t.signed)
+    tmin, tmax = INT_LIMITS[(size, signed)]
+    if signed or (lo not in (None, "0")):
+        low = lo if lo is not None else tmin
+        hi_c = "INT64_MAX" if tmax == "UINT64_MAX" else tmax
+        lines = ["{", "    int64_t v;",
+                 f'    if (ibp_conv_signed({obj}, "{name}", {low}, {hi_c}, &v) < 0)',
+                 f"        {fail}"]
+        var = "v"
+    else:
+        lines = ["{", "    uint64_t v;",
+                 f'    if (ibp_conv_unsigned({obj}, "{name}", {tmax}, &v) < 0)',
+                 f"        {fail}"]
+        var = "(int64_t)v"
+    if hi is not None:
+        lines += runtime_max(var, hi, name, obj, "    ", fail)
+    return lines + [f"    {target} = v;", "}"]
+
+
+def runtime_max(var: str, hi: str, name: str, obj: str, indent: str,
+                fail: str = "goto exit;") -> List[str]:
+    return [f"{indent}if ({var} > (int64_t)({hi})) {{",
+            f'{indent}    PyErr_Format(PyExc_ValueError, "{name} must be at most %lld, got %S",',
+            f"{indent}                 (long long)({hi}), {obj});",
+            f"{indent}    {fail}",
+            f"{indent}}}"]
+
+
+def indented(lines: List[str], by: str = "    ") -> List[str]:
+    return [by + line for line in lines]
+
+
+def if_given(var: str, lines: List[str]) -> List[str]:
+    """*lines* run only when the optional argument *var* was passed."""
+    return [f"if ({var} != NULL) {{"] + indented(lines) + ["}"]
+
+
+def c_default(value) -> str:
+    """A spec default as a C initializer."""
+    if value is None:
+        return "0"
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+def py_repr_default(value) -> str:
+    """A spec default as Python shows it (signatures, stubs)."""
+    if value is None:
+        return "None"
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    return repr(value)
+
+
+# The C parameters of a method function and the names passing them on, by
+# calling convention (METH_* flags).
+FASTCALL_KEYWORDS = "METH_FASTCALL | METH_KEYWORDS"
+C_PARAMS = {"METH_NOARGS": "PyObject *unused", "METH_O": "PyObject *arg",
+            FASTCALL_KEYWORDS: "PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames"}
+C_ARGS = {"METH_NOARGS": "unused", "METH_O": "arg", FASTCALL_KEYWORDS: "args, nargs, kwnames"}

@@ -1,0 +1,189 @@
+"""The model -> the C the templates print (Jinja2 filters, see render.py).
+
+A generated verb wrapper runs, in this order (Argument Clinic style):
+declarations, argument parsing, the closed-object check, optional-symbol
+checks, conversion with range checks (each converter's parse code), the
+spec's checks, guard and prologue, the call, error handling, building the
+result, the epilogue, and the cleanup every path goes through (`exit:`).
+"""
+from __future__ import annotations
+
+from typing import List
+
+from .converters.composite import KwargsParam
+from .ctext import declare, indented
+from .model import MethodModel
+
+
+def getter_lines(item) -> List[str]:
+    """A struct field's or a handle attribute's getter statements."""
+    return getattr(item, "converter", item).getter()
+
+
+def setter_lines(item) -> List[str]:
+    """A struct field's setter statements."""
+    return item.converter.setter()
+
+
+def method_body(m: MethodModel) -> List[str]:
+    """The statements of a generated wrapper's C function."""
+    body = _declarations(m) + [""]
+    body += _argument_parsing(m) + _open_check(m) + _symbol_checks(m)
+    body += [line for p in m.params for line in p.parse()]
+    body += [line for p in m.params for line in p.post_parse()]
+    body += _checks(m)
+    if m.guard:
+        # hand-written precondition: < 0 with an exception set
+        body += [f"if (({m.guard}) < 0)", "    goto exit;"]
+    if m.prologue:
+        body.append(m.prologue)
+    body += _call(m) + _error_check(m)
+    body += m.returns.lines([p.output() for p in m.outputs])
+    if m.epilogue:
+        # runs once the result exists (e.g. records how a new object was made)
+        body += ["if (return_value != NULL) {", "    " + m.epilogue, "}"]
+    if m.owner and sum("self_ptr" in line for line in body) == 2:
+        # only declared and set: the verb takes something else of self
+        # (a QPEx's struct ibv_qp_ex)
+        at = next(i for i, line in enumerate(body) if line.startswith("self_ptr = "))
+        body.insert(at + 1, "(void)self_ptr;")
+    body += ["", "exit:"] + [line for p in m.params for line in p.cleanup()]
+    return body + ["return return_value;"]
+
+
+def _label(m: MethodModel) -> str:
+    return f"{m.owner}.{m.name}" if m.owner else m.name
+
+
+def _declarations(m: MethodModel) -> List[str]:
+    lines = [f"{m.owner_ctype} *self_ptr;"] if m.owner else []
+    lines += [line for p in m.params for line in p.declarations()]
+    lines.append("PyObject *return_value = NULL;")
+    if m.result_spelling is not None:
+        lines.append(declare(m.result_spelling, "rc") + ";")
+    return lines
+
+
+def _argument_parsing(m: MethodModel) -> List[str]:
+    kwargs = next((p for p in m.params if isinstance(p, KwargsParam)), None)
+    if kwargs is not None:
+        return kwargs_parse(m, kwargs)
+    if not m.args:
+        return []
+    kw = ", ".join(f'"{a.name}"' for a in m.args)
+    fmt = ""
+    seen_optional = False
+    for a in m.args:
+        if not a.required and not seen_optional:
+            fmt += "|"
+            seen_optional = True
+        fmt += "O"
+    return [f"static char *kwlist[] = {{{kw}, NULL}};",
+            f'if (!PyArg_ParseTupleAndKeywords(args, kwargs, "{fmt}:{m.name}", kwlist,',
+            "        " + ", ".join(f"&{a.name}_obj" for a in m.args) + "))",
+            "    goto exit;"]
+
+
+def _open_check(m: MethodModel) -> List[str]:
+    if not m.owner:
+        return []
+    # a subclass stores its base's pointer; its own is kept beside it
+    ptr = f"{m.owner}_PTR(self)" if m.owner_is_subclass else \
+        f"({m.owner_ctype} *)IBP_HANDLE(self)->ptr"
+    return ["if (ibp_check_open(self) < 0)", "    goto exit;", f"self_ptr = {ptr};"]
+
+
+def _symbol_checks(m: MethodModel) -> List[str]:
+    lines: List[str] = []
+    for sym, since in m.symbols:
+        lines += [f"if (!IBP_SYMBOL_AVAILABLE({sym})) {{",
+                  f'    ibp_raise_unavailable("{sym}", "{since}");',
+                  "    goto exit;", "}"]
+    return lines
+
+
+def _checks(m: MethodModel) -> List[str]:
+    lines: List[str] = []
+    for chk in m.checks:
+        lines += [f"if (!({chk.expr})) {{",
+                  f'    PyErr_SetString(PyExc_{chk.error}, "{_label(m)}: {chk.message}");',
+                  "    goto exit;", "}"]
+    return lines
+
+
+def _call(m: MethodModel) -> List[str]:
+    call = f"{m.verb}({', '.join(p.call_arg() for p in m.params)})"
+    has_result = m.result_spelling is not None
+    stmt = f"rc = {call};" if has_result else f"{call};"
+    lines = ["errno = 0;"] if m.errors != "none" and has_result else []
+    if not m.release_gil:
+        return lines + [stmt]
+    busy = bool(m.owner)
+    return (lines + (["ibp_busy_enter(self);"] if busy else [])
+            + ["Py_BEGIN_ALLOW_THREADS", stmt, "Py_END_ALLOW_THREADS"]
+            + (["ibp_busy_leave(self);"] if busy else []))
+
+
+_FAILED = {"null": "rc == NULL", "errno": "rc != 0", "negative": "rc < 0"}
+_CODE = {"null": "0", "errno": "rc", "negative": "rc"}
+
+
+def _error_check(m: MethodModel) -> List[str]:
+    if m.errors not in _FAILED:
+        return []
+    return [f"if ({_FAILED[m.errors]}) {{",
+            f'    ibp_raise("{m.verb}", ibp_error_code({_CODE[m.errors]}));',
+            "    goto exit;", "}"]
+
+
+def kwargs_parse(m: MethodModel, kw: KwargsParam) -> List[str]:
+    """Arguments, then a struct class's fields by keyword (and the
+    `positional` ones by position too, None meaning not given)."""
+    most = len(m.args) + len(kw.positional)
+    lines = [f"memset(&{kw.local}, 0, sizeof({kw.local}));", "{",
+             "    Py_ssize_t nargs = PyTuple_Size(args);",
+             f"    if (nargs > {most}) {{",
+             f'        PyErr_Format(PyExc_TypeError, "{m.name}() takes at most {most} '
+             f'positional argument(s) (%zd given)", nargs);',
+             "        goto exit;", "    }"]
+    lines += indented(_positional_fields(m, kw))
+    for i, a in enumerate(m.args):
+        lines.append(f"    if (nargs > {i}) {a.name}_obj = PyTuple_GetItem(args, {i});")
+        lines.append(f'    else if (kwargs) {a.name}_obj = PyDict_GetItemString(kwargs, "{a.name}");')
+        if a.required:
+            lines += [f"    if ({a.name}_obj == NULL) {{",
+                      f'        PyErr_SetString(PyExc_TypeError, "{m.name}() missing required '
+                      f'argument \'{a.name}\'");',
+                      "        goto exit;", "    }"]
+    return lines + indented(_keyword_fields(m, kw)) + ["}"]
+
+
+def _positional_fields(m: MethodModel, kw: KwargsParam) -> List[str]:
+    lines: List[str] = []
+    for j, name in enumerate(kw.positional):
+        i = len(m.args) + j
+        lines += [f"if (nargs > {i} && PyTuple_GetItem(args, {i}) != Py_None) {{",
+                  f'    if (kwargs && PyDict_GetItemString(kwargs, "{name}") != NULL) {{',
+                  f'        PyErr_SetString(PyExc_TypeError, "{m.name}() got {name} by position '
+                  f'and by keyword");',
+                  "        goto exit;", "    }",
+                  f'    PyObject *key = PyUnicode_FromString("{name}");',
+                  f"    int rc_set = key ? {kw.cls}_set_field(&{kw.local}, key, "
+                  f"PyTuple_GetItem(args, {i})) : -1;",
+                  "    Py_XDECREF(key);", "    if (rc_set < 0)", "        goto exit;", "}"]
+    return lines
+
+
+def _keyword_fields(m: MethodModel, kw: KwargsParam) -> List[str]:
+    conds = " || ".join(
+        [f'PyUnicode_CompareWithASCIIString(key, "{a.name}") == 0' for a in m.args]
+        + [f'(value == Py_None && PyUnicode_CompareWithASCIIString(key, "{f}") == 0)'
+           for f in kw.positional])
+    lines = ["if (kwargs) {", "    PyObject *key, *value;", "    Py_ssize_t pos = 0;",
+             "    while (PyDict_Next(kwargs, &pos, &key, &value)) {"]
+    if conds:
+        lines += [f"        if ({conds})", "            continue;"]
+    return lines + [f"        int rc_set = {kw.cls}_set_field(&{kw.local}, key, value);",
+                    "        if (rc_set == -2)",
+                    f'            PyErr_Format(PyExc_TypeError, "{kw.unknown}: %R", key);',
+                    "        if (rc_set < 0)", "            goto exit;", "    }", "}"]

@@ -1,0 +1,239 @@
+"""One generated verb wrapper: spec method + IR function -> MethodModel.
+
+Each C parameter of the verb gets a converter (generator/converters/) by
+the kind its spec entry names; the builder is also the context converters
+are made in (`ctx`: add_arg, handle_ctype, ...).  What surrounds the call
+(symbol checks, `checks`, the error convention, what it returns) is kept
+as data; generator/emit.py writes the C.
+"""
+from __future__ import annotations
+
+from typing import List, NoReturn, Optional, Tuple
+
+from . import docstrings
+from .converters import PARAMS, REQUIRED, RETURNS, Arg, ParamConverter, ReturnConverter
+from .converters.args import ArgParam
+from .ctext import is_int, py_repr_default
+from .ir import Function, Record, Type
+from .members import find_field, member_type
+from .model import Check, MethodModel, StructModel
+from .spec import Method, Node, SpecError
+
+#: `convert:` kinds the parameter's C type decides (an int, or an address
+#: for a `void *`) rather than the kind's own converter
+BY_TYPE = ("int", "address")
+#: parameters written as a plain word in the spec
+WORD_KINDS = ("self", "out", "scratch", "mask")
+
+
+class MethodBuilder:
+    """The model of one generated verb wrapper."""
+
+    def __init__(self, b, m: Method, label: str, cname: str):
+        self.b = b              # the generator.builder.Builder
+        self.ir = b.ir
+        self.m = m
+        self.label = label
+        self.cname = cname
+        self.args: List[Arg] = []
+        self.mask_claimed = False
+
+    def where(self, key=None):
+        return self.m.where(key)
+
+    def fail(self, msg: str, key=None) -> NoReturn:
+        raise SpecError(f"{self.where(key)}: {self.label}: {msg}")
+
+    # -- what converters ask for (ctx) --
+    def add_arg(self, name: str, default, pytype: str, meaning: Optional[str] = None) -> Arg:
+        required = default == REQUIRED
+        if required and any(not a.required for a in self.args):
+            self.fail(f"required argument {name!r} follows an argument with a default "
+                      "(reorder the spec)")
+        arg = Arg(name, required, None if required else py_repr_default(default), pytype, meaning)
+        self.args.append(arg)
+        return arg
+
+    def claim_mask(self) -> bool:
+        """True for the first member that adds to the mask (it declares it)."""
+        first = not self.mask_claimed
+        self.mask_claimed = True
+        return first
+
+    def handle_ctype(self, cls: str, where: Optional[str] = None) -> str:
+        if cls not in self.b.handle_names:
+            if where is not None:
+                raise SpecError(f"{where}: {self.label}: unknown handle class {cls}")
+            self.fail(f"unknown handle class {cls}")
+        return self.b.spec.handle(cls).node["ctype"]
+
+    def struct_model(self, cls: str) -> Optional[StructModel]:
+        return self.b.struct_models.get(cls)
+
+    def struct_class_of(self, ctype: str) -> Optional[str]:
+        return self.b.struct_by_ctype.get(ctype)
+
+    def member_type(self, record: Record, path: str, where: str) -> Type:
+        return member_type(self.ir, record, path, where)
+
+    def context_owner(self, hctype: str) -> Optional[str]:
+        """The owner's device context as C, when a handle of C type *hctype*
+        passed to the verb must belong to it (None: nothing to check)."""
+        if not self.m.owner:
+            return None
+        record = self.ir.record(hctype)
+        if record is None or find_field(self.ir, record, "context") is None:
+            return None
+        owner_ctype = self.b.spec.handle(self.m.owner).node["ctype"]
+        return "self_ptr" if owner_ctype == "struct ibv_context" else "self_ptr->context"
+
+    # -- the model --
+    def verb_function(self) -> Tuple[Function, List]:
+        verb = self.m.verb
+        f = self.ir.function(verb)
+        if f is None:
+            self.fail(f"no function {verb} in {self.ir.source}", "verb")
+        params = f.params
+        if f.macro_target:
+            target = self.ir.function(f.macro_target)
+            if target is not None and len(target.params) == len(f.params):
+                params = target.params
+        return f, params
+
+    def converters(self, f: Function, params) -> List[ParamConverter]:
+        spec_params = self.m.node["params"] or Node()
+        names = [p.name for p in params]
+        for key in spec_params:
+            if key not in names:
+                self.fail(f"{f.name} has no parameter {key!r} (it has: {', '.join(names)})",
+                          "params")
+        out = []
+        for p in params:
+            if p.name not in spec_params:
+                self.fail(f"parameter {p.name!r} of {f.name} is not mapped", "params")
+            out.append(self.param(p.name, p.type, spec_params[p.name]))
+        return out
+
+    def build(self) -> MethodModel:
+        m = self.m
+        f, params = self.verb_function()
+        converters = self.converters(f, params)
+        owner_node = self.b.spec.handle(m.owner).node if m.owner else None
+        symbols = [(sym, self.b.spec.optional[sym]) for sym in self.required_symbols(f)]
+        returns = self.returns(f.result)
+        has_kwargs = any(p.kind == "kwargs" for p in converters)
+        mm = MethodModel(
+            m.name, m.owner, self.cname,
+            "METH_VARARGS | METH_KEYWORDS" if (self.args or has_kwargs) else "METH_NOARGS",
+            "", args=self.args, verbs=[f.name] + list(m.node.get("verbs", []) or []),
+            verb=f.name, params=converters,
+            result_spelling=None if f.result.kind == "void" else f.result.spelling,
+            owner_ctype=owner_node["ctype"] if owner_node else None,
+            owner_is_subclass=bool(owner_node and "base" in owner_node),
+            symbols=symbols,
+            checks=[Check(chk["expr"], chk.get("error", "ValueError"), chk["message"])
+                    for chk in m.node.get("checks", []) or []],
+            guard=m.node.get("guard"), prologue=m.node.get("prologue"),
+            epilogue=m.node.get("epilogue"), errors=m.node["errors"],
+            release_gil=m.node.get("gil", "hold") == "release", returns=returns)
+        mm.result_pytype = returns.pytype([p.output_pytype or "Any" for p in mm.outputs])
+        mm.signature = m.node.get("signature") or self.signature()
+        try:
+            text = docstrings.compose(mm, self.label, m.node, f.name, f.storage, self.b.spec,
+                                      self.b.handle_names)
+        except docstrings.DocError as exc:
+            self.fail(str(exc).split(": ", 1)[1], "doc")
+        mm.doc = f"{mm.signature}\n--\n\n{text}"
+        return mm
+
+    def signature(self) -> str:
+        parts = ["$self", "/"] if self.m.owner else []
+        parts += [a.name if a.required else f"{a.name}={a.default_doc}" for a in self.args]
+        return f"{self.m.name}({', '.join(parts)})"
+
+    def required_symbols(self, f: Function) -> List[str]:
+        syms = []
+        if f.storage == "exported" and f.name in self.b.spec.optional:
+            syms.append(f.name)
+        if f.macro_target and f.macro_target in self.b.spec.optional:
+            syms.append(f.macro_target)
+        for sym in self.m.node.get("requires", []) or []:
+            if sym not in self.b.spec.optional:
+                self.fail(f"requires {sym}, which is not listed under symbols.optional",
+                          "requires")
+            syms.append(sym)
+        return syms
+
+    # -- parameters --
+    def param_kind(self, cname: str, t: Type, pspec) -> str:
+        """The PARAMS kind of a spec parameter entry (a word or a mapping)."""
+        if isinstance(pspec, str):
+            return pspec
+        for key, kind in (("value", "value"), ("struct", "fields"), ("kwargs", "kwargs")):
+            if key in pspec:
+                return kind
+        if "out" in pspec:
+            if f"out:{pspec['out']}" not in PARAMS:
+                self.fail(f"unknown out kind {pspec['out']!r}")
+            return f"out:{pspec['out']}"
+        if pspec.get("arg") is None:
+            self.fail(f"parameter {cname}: needs arg, value, struct, out, self or scratch")
+        convert = pspec.get("convert") or ""
+        kind = convert.split(":", 1)[0]
+        if kind in PARAMS and kind not in BY_TYPE and issubclass(PARAMS[kind], ArgParam):
+            return kind
+        if convert == "address" or (t.kind == "pointer" and t.pointee is not None
+                                    and t.pointee.kind == "void"):
+            return "address"
+        if is_int(t):
+            return "int"
+        self.fail(f"parameter {cname}: cannot convert {t.spelling}")
+
+    def param(self, cname: str, t: Type, pspec) -> ParamConverter:
+        if isinstance(pspec, str) and pspec not in WORD_KINDS:
+            pspec = {"arg": pspec}
+        kind = self.param_kind(cname, t, pspec)
+        return PARAMS[kind].from_spec(self, cname, t, pspec)
+
+    # -- the result --
+    def returns(self, result_t: Type) -> ReturnConverter:
+        ret = self.m.node.get("returns")
+        if isinstance(ret, Node) and "new" in ret:
+            return self.new_handle(ret)
+        if ret == "result":
+            return RETURNS["result"](result_t)
+        if ret in ("bool", "be32", "str"):
+            return RETURNS[ret]()
+        if ret not in (None, "out", "none"):
+            self.fail(f"unknown returns {ret!r}", "returns")
+        return RETURNS["out"](none=ret == "none")
+
+    def new_handle(self, ret) -> ReturnConverter:
+        """`returns: {new: Class, parents: {...}}`: the parents as C, in the
+        order the class (or its base) declares them."""
+        cls = ret["new"]
+        hspec = self.b.spec.handle(cls)
+        if hspec is None:
+            self.fail(f"returns a new {cls}, which is not a handle class", "returns")
+        pnode = hspec.node
+        while "base" in pnode:          # a subclass has its base's parents
+            b = pnode["base"]
+            pnode = self.b.spec.handle(b["class"] if isinstance(b, Node) else b).node
+        declared = list((pnode.get("parents") or {}).keys())
+        given = ret.get("parents") or {}
+        parents = []
+        for pname in declared:
+            src = given.get(pname)
+            if src is None:
+                parents.append("NULL")
+            elif src == "self":
+                parents.append("self")
+            elif "." in src:
+                obj, fld = src.split(".", 1)
+                parents.append(f"{obj}->ref_{fld}")
+            else:
+                parents.append(src)
+        for pname in given:
+            if pname not in declared:
+                self.fail(f"{cls} has no parent {pname!r}", "returns")
+        return RETURNS["new"](cls, parents)
