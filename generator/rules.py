@@ -349,7 +349,7 @@ def expand_checks(scope: Scope, checks: Any, where: str) -> List[Any]:
             out.append(entry)
             continue
         here = _where(entry)
-        kinds = [k for k in entry if k in CHECKS]
+        kinds = ["wc_flag"] if "wc_flag" in entry else [k for k in entry if k in CHECKS]
         if len(kinds) != 1:
             scope.fail(here, f"a check needs exactly one of expr, {', '.join(CHECKS)}")
         rule = CHECKS[kinds[0]]
