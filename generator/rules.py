@@ -64,7 +64,7 @@ with a `# raw C: <why>` comment).
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, NoReturn, Optional, Tuple
 
 # method-level keys of this module (spec.METHOD_KEYS accepts them)
 METHOD_KEYS = {"qpex", "posts_send", "not_polling"}
@@ -124,7 +124,7 @@ class Scope:
         self.prologue: List[str] = []
         self.epilogue: List[str] = []
 
-    def fail(self, where: str, message: str) -> None:
+    def fail(self, where: str, message: str) -> NoReturn:
         raise RuleError(f"{where}: {self.label}: {message}")
 
     # -- classes
@@ -134,7 +134,7 @@ class Scope:
 
     def chain(self, cls: str) -> List[Any]:
         """The handle node of cls and of its bases."""
-        out = []
+        out: List[Any] = []
         while cls and self.handle_node(cls) is not None and len(out) < 8:
             node = self.handle_node(cls)
             out.append(node)
@@ -193,9 +193,9 @@ class Scope:
             if not convert.startswith("struct:"):
                 self.fail(where, f"{arg} is no struct argument (convert: struct:...)")
             sname = convert.split(":", 1)[1]
-            snode = self.spec.struct(sname).node if self.spec.struct(sname) else None
-            fields = snode.get("fields") if snode is not None else None
-            fspec = fields.get(field) if hasattr(fields, "get") else None
+            struct = self.spec.struct(sname)
+            fields: Any = struct.node.get("fields") if struct is not None else None
+            fspec: Any = fields.get(field) if hasattr(fields, "get") else None
             fconv = str(fspec.get("convert", "")) if hasattr(fspec, "get") else ""
             if not fconv.startswith("handle:"):
                 self.fail(where, f"{sname} has no handle field {field!r}")
@@ -313,7 +313,7 @@ class WCFlag(CheckRule):
     enum = "CreateCQWCFlags"
 
     def prefix(self, scope, where) -> str:
-        e = next((e for e in scope.spec.enums if e.name == self.enum), None)
+        e: Any = next((e for e in scope.spec.enums if e.name == self.enum), None)
         if e is None:
             scope.fail(where, f"wc_flag needs the enum {self.enum}")
         return str(e.node["prefix"])
@@ -332,7 +332,7 @@ class WCFlag(CheckRule):
                 f"including {self.enum}.{entry[self.key]}")
 
 
-CHECKS = {r.key: r for r in (SameContext(), SamePD(), NotNone(), IsNone(), State(),
+CHECKS: Dict[str, CheckRule] = {r.key: r for r in (SameContext(), SamePD(), NotNone(), IsNone(), State(),
                              ProviderOp(), WCFlag())}
 CHECK_EXTRA = {"error", "message"}
 
@@ -367,7 +367,16 @@ def expand_checks(scope: Scope, checks: Any, where: str) -> List[Any]:
 
 # --- method keys --------------------------------------------------------------------
 
-class QPExStep:
+class MethodRule:
+    """A method-level key: it sets the method's guard, params or prologue."""
+
+    key = ""
+
+    def apply(self, scope: Scope, node: Any) -> None:
+        raise NotImplementedError
+
+
+class QPExStep(MethodRule):
     """`qpex:` a wr_* method of the QPEx batch API (ibverbs/src/qpex.c)."""
 
     key = "qpex"
@@ -393,7 +402,7 @@ class QPExStep:
                                     if hasattr(params, "key_lines") else {})
 
 
-class PostsSend:
+class PostsSend(MethodRule):
     """`posts_send: true` the verb posts on the send queue: not inside a QPEx batch."""
 
     key = "posts_send"
@@ -407,7 +416,7 @@ class PostsSend:
         node["guard"] = f'ibv_qp_send_idle(self, "{scope.name}")'
 
 
-class NotPolling:
+class NotPolling(MethodRule):
     """`not_polling: true` refused while a CQEx is mid-poll."""
 
     key = "not_polling"
@@ -422,7 +431,7 @@ class NotPolling:
                               "  /* CQEx mid-poll: the provider holds the CQ lock */")
 
 
-METHOD_RULES = [QPExStep(), PostsSend(), NotPolling()]
+METHOD_RULES: List[MethodRule] = [QPExStep(), PostsSend(), NotPolling()]
 assert {r.key for r in METHOD_RULES} == METHOD_KEYS
 
 
