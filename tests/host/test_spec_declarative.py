@@ -160,6 +160,15 @@ def write_spec(tmp_path, text):
      "               channel: {value: \"NULL\"}, comp_vector: {arg: v, below: num_comp_vectors}}\n"
      "      errors: \"null\"\n",
      "spec/zz.yaml:6: Context.f: below: self.FIELD"),
+    ("methods:\n  CQ:\n    f:\n      verb: ibv_wc_read_opcode\n      params: {cq: self}\n"
+     "      errors: none\n      checks:\n        - {wc_flag: WITH_IMM}\n",
+     "spec/zz.yaml:8: CQ.f: wc_flag: CQ has no state 'wc_flags'"),
+    ("methods:\n  QPEx:\n    f:\n      verb: ibv_wr_set_inline_data\n      qpex: setter\n"
+     "      params: {addr: {arg: data, convert: address}, length: {size_of: data}}\n      errors: none\n",
+     "spec/zz.yaml:6: QPEx.f: size_of: data is no `convert: bytes` argument"),
+    ("methods:\n  PD:\n    f:\n      verb: ibv_alloc_null_mr\n      params: {pd: self}\n"
+     "      errors: \"null\"\n      returns: {new: MR, set: {owner: 1}}\n",
+     "spec/zz.yaml:7: PD.f: set: slot owner takes `self`"),
 ])
 def test_rule_errors_name_the_file_and_line(tmp_path, text, message):
     d = write_spec(tmp_path, text)
