@@ -17,12 +17,12 @@ them in use):
 
   method keys
     qpex: start|end|operation|setter   a QPEx batch step: the guard that
-        keeps the batch order (ibv_qpex_guard) and the verb's `qp`
+        keeps the batch order (ibp_qpex_guard) and the verb's `qp`
         parameter, the QPEx's struct ibv_qp_ex
     posts_send: true      the verb posts on the QP's send queue: refused
-        while a QPEx batch is open (ibv_qp_send_idle)
+        while a QPEx batch is open (ibp_qp_send_idle)
     not_polling: true     refused while a CQEx is mid-poll (the provider
-        holds the CQ lock; ibv_cq_check_not_polling)
+        holds the CQ lock; ibp_cq_check_not_polling)
   `checks:` entries (of methods and of attributes), each with an optional
   `error:` (exception class) and `message:` (a default is given where one
   can be derived)
@@ -245,7 +245,7 @@ class SameContext(CheckRule):
     def expr(self, scope, entry, where):
         obj, ctype, _ = scope.handle_ref(entry[self.key], where)
         own = "self_ptr" if scope.owner_ctype(where) == "struct ibv_context" else "self_ptr->context"
-        return f"{obj} == NULL || (({ctype} *)IBV_HANDLE({obj})->ptr)->context == {own}"
+        return f"{obj} == NULL || (({ctype} *)IBP_HANDLE({obj})->ptr)->context == {own}"
 
     def message(self, scope, entry, where):
         return f"{scope.handle_ref(entry[self.key], where)[2]} belongs to another context"
@@ -257,7 +257,7 @@ class SamePD(CheckRule):
     def expr(self, scope, entry, where):
         obj, ctype, _ = scope.handle_ref(entry[self.key], where)
         own = "self_ptr" if scope.owner_ctype(where) == "struct ibv_pd" else "self_ptr->pd"
-        return f"{obj} == NULL || (({ctype} *)IBV_HANDLE({obj})->ptr)->pd == {own}"
+        return f"{obj} == NULL || (({ctype} *)IBP_HANDLE({obj})->ptr)->pd == {own}"
 
     def message(self, scope, entry, where):
         return f"{scope.handle_ref(entry[self.key], where)[2]} belongs to another PD"
@@ -380,8 +380,8 @@ class QPExStep(MethodRule):
     """`qpex:` a wr_* method of the QPEx batch API (ibverbs/src/qpex.c)."""
 
     key = "qpex"
-    phases = {"start": "IBV_QPEX_START", "end": "IBV_QPEX_END",
-              "operation": "IBV_QPEX_OP_NEW", "setter": "IBV_QPEX_SETTER"}
+    phases = {"start": "IBP_QPEX_START", "end": "IBP_QPEX_END",
+              "operation": "IBP_QPEX_OP_NEW", "setter": "IBP_QPEX_SETTER"}
 
     def apply(self, scope: Scope, node: Any) -> None:
         where = node.where(self.key)
@@ -395,9 +395,9 @@ class QPExStep(MethodRule):
         params = node.get("params")
         if params is None or "qp" in params:
             scope.fail(where, "qpex: the QPEx passes `qp` itself; leave it out of params")
-        node["guard"] = (f'ibv_qpex_guard(self, IBV_QPEX_OP({scope.name}), "{scope.name}", '
+        node["guard"] = (f'ibp_qpex_guard(self, IBP_QPEX_OP({scope.name}), "{scope.name}", '
                          f"{self.phases[phase]})")
-        node["params"] = _copy_node(params, [("qp", {"value": "IBV_QPEX(self)"})] + list(params.items()),
+        node["params"] = _copy_node(params, [("qp", {"value": "IBP_QPEX(self)"})] + list(params.items()),
                                     dict(params.key_lines, qp=node.key_lines[self.key])
                                     if hasattr(params, "key_lines") else {})
 
@@ -413,7 +413,7 @@ class PostsSend(MethodRule):
             scope.fail(where, "posts_send: true or absent")
         if not scope.owner or not scope.is_a(scope.owner, "QP") or "guard" in node:
             scope.fail(where, "posts_send: for QP methods without a `guard:`")
-        node["guard"] = f'ibv_qp_send_idle(self, "{scope.name}")'
+        node["guard"] = f'ibp_qp_send_idle(self, "{scope.name}")'
 
 
 class NotPolling(MethodRule):
@@ -427,7 +427,7 @@ class NotPolling(MethodRule):
             scope.fail(where, "not_polling: true or absent")
         if not scope.owner or not scope.is_a(scope.owner, "CQ"):
             scope.fail(where, "not_polling: for CQ methods")
-        scope.prologue.append("if (ibv_cq_check_not_polling(self) < 0) goto exit;"
+        scope.prologue.append("if (ibp_cq_check_not_polling(self) < 0) goto exit;"
                               "  /* CQEx mid-poll: the provider holds the CQ lock */")
 
 
