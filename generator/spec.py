@@ -15,6 +15,8 @@ from typing import Any, Dict, List, Optional
 
 import yaml
 
+from . import rules
+
 
 class SpecError(Exception):
     """A mistake in the spec, with its location."""
@@ -88,6 +90,7 @@ METHOD_KEYS = {"verb", "params", "errors", "returns", "gil", "checks", "doc",
                "epilogue", "guard",
                "stub",    # stub: the typed signature of a hand method (generator/stubs.py)
                "python"}  # python: "module:function" of a Python-layer method
+METHOD_KEYS |= rules.METHOD_KEYS   # declarative rules (qpex, ...), expanded by generator/rules.py
 ERROR_CONVENTIONS = {"null", "errno", "negative", "none"}
 ENUM_KINDS = {"IntEnum", "IntFlag"}
 
@@ -263,6 +266,10 @@ def load(spec_dir: str) -> Spec:
             raise SpecError(f"{method.where()}: {cls}.{method.name} is already defined")
         handle.methods.append(method)
     _check_unique(spec)
+    try:
+        rules.expand(spec)   # rule keys -> the checks/values/guards the model reads
+    except rules.RuleError as exc:
+        raise SpecError(str(exc)) from None
     spec.sha256 = digest.hexdigest()
     return spec
 

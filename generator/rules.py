@@ -1,0 +1,614 @@
+"""Spec rules said by name, expanded into the forms the model stage reads.
+
+The spec says what a rule means ("send_cq must be of this PD's context",
+"a QPEx batch operation", "the new CQEx remembers its wc_flags"); this stage
+turns each such key into the C the model stage emits: a check expression, a
+guard, a fixed parameter value, a statement before the call (prologue) or
+after it (epilogue).  It runs inside ``spec.load`` once the whole spec is
+read, rewrites the loaded nodes in place and leaves no rule key behind, so
+generator/model.py (and every other reader of the spec) sees only the forms
+it always knew.  One class per rule kind: it validates its YAML (a
+``RuleError`` naming file and line; ``spec.load`` raises it as SpecError)
+and knows what C it becomes.  This module imports nothing of the generator
+(``spec`` imports it), so there is no import circle.
+
+The keys (the reference; CONTRIBUTING.md "How to bind a new verb" shows
+them in use):
+
+  method keys
+    qpex: start|end|operation|setter   a QPEx batch step: the guard that
+        keeps the batch order (ibp_qpex_guard) and the verb's `qp`
+        parameter, the QPEx's struct ibv_qp_ex
+    posts_send: true      the verb posts on the QP's send queue: refused
+        while a QPEx batch is open (ibp_qp_send_idle)
+    not_polling: true     refused while a CQEx is mid-poll (the provider
+        holds the CQ lock; ibp_cq_check_not_polling)
+  `checks:` entries (of methods and of attributes), each with an optional
+  `error:` (exception class) and `message:` (a default is given where one
+  can be derived)
+    same_context: ARG     the handle ARG (an argument, or ARG.FIELD of a
+        struct argument) is None or of self's device context (ValueError)
+    same_pd: ARG          ... is None or of self's PD (ValueError)
+    not_none: [ARG, ...]  every one of them is given, not None (TypeError)
+    is_none: ARG          ARG is not given / None (ValueError)
+    state: FIELD          the object's `state:` flag FIELD is set (RuntimeError)
+    provider_op: OP       the provider has the function pointer OP
+        (RuntimeError "the provider does not offer OP")
+    wc_flag: FLAG         the CQEx was created with CreateCQWCFlags.FLAG in
+        wc_flags and the provider has the reader (`provider_op:`, by default
+        the method's name) (RuntimeError "... was not requested ...")
+  parameter and `struct:` field values
+    self.FIELD            a member of self's verbs struct (self_ptr->FIELD)
+    self                  (a struct field) self's verbs pointer
+    {flags: [NAME, ...]}  the OR of C constants; `mask` is the mask bits of
+        the optional fields given (their `mask:`)
+    {size_of: ARG}        the size in bytes of the bytes-like argument ARG
+    {sge_of: self}        one struct ibv_sge covering the whole MR (self)
+    below: self.FIELD     (an argument) at most self_ptr->FIELD - 1
+    comp_mask_bit: BIT    (a struct field) when nonzero, BIT is set in the
+        struct's comp_mask (the provider reads the field only with it)
+  returns
+    set: {FIELD: VALUE}   store on the new object: FIELD of its `state:`
+        (VALUE an integer, an argument's converted value, or {given: ARG}:
+        whether the optional ARG was given) or of its `slots:` (VALUE `self`,
+        a new reference)
+  attributes
+    {path: FIELD, convert: address}   a pointer member as an integer
+    {path: FIELD, checks: [...]}      an integer member, after the checks
+    {verb: FUNC, of: FIELD, convert: str}   FUNC(self_ptr->FIELD) as a str
+
+A raw C `expr:` in a check stays possible for the odd one-off rule; the
+host test tests/host/test_spec_declarative.py counts them (at most 5, each
+with a `# raw C: <why>` comment).
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Dict, List, NoReturn, Optional, Tuple
+
+# method-level keys of this module (spec.METHOD_KEYS accepts them)
+METHOD_KEYS = {"qpex", "posts_send", "not_polling"}
+
+_IDENT = re.compile(r"[A-Za-z_]\w*")
+
+
+class RuleError(Exception):
+    """A mistake in a rule, with its location (spec.load re-raises it as SpecError)."""
+
+
+def _where(node: Any, key: Optional[str] = None) -> str:
+    if hasattr(node, "where"):
+        return node.where(key)
+    return "spec"
+
+
+def _copy_node(like: Any, items: List[Tuple[str, Any]], line_of: Dict[str, int]) -> Any:
+    """A mapping of the loader's class (file, line, key lines kept)."""
+    out = type(like)()
+    if hasattr(like, "key_lines"):
+        out.file, out.line, out.key_lines = like.file, like.line, {}
+        for key, value in items:
+            out[key] = value
+            out.key_lines[key] = line_of.get(key, like.line)
+    else:
+        out.update(items)
+    return out
+
+
+def _mapping(like: Any, values: Dict[str, Any]) -> Any:
+    """values as a mapping of the loader's class, placed where `like` is."""
+    return _copy_node(like, list(values.items()), dict(getattr(like, "key_lines", {})))
+
+
+def _ident(value: Any, where: str, what: str) -> str:
+    if not isinstance(value, str) or not _IDENT.fullmatch(value):
+        raise RuleError(f"{where}: {what} must be a name, got {value!r}")
+    return value
+
+
+def _self_field(value: Any, where: str, what: str) -> Optional[str]:
+    """FIELD of a "self.FIELD" string, else None."""
+    if isinstance(value, str) and value.startswith("self."):
+        return _ident(value[5:], where, what)
+    return None
+
+
+# --- the scope a rule is expanded in -------------------------------------------
+
+class Scope:
+    """A method (or attribute) of a class: what rules may refer to."""
+
+    def __init__(self, spec: Any, owner: str, name: str, node: Any):
+        self.spec, self.owner, self.name, self.node = spec, owner, name, node
+        self.label = f"{owner}.{name}" if owner else name
+        self.prologue: List[str] = []
+        self.epilogue: List[str] = []
+
+    def fail(self, where: str, message: str) -> NoReturn:
+        raise RuleError(f"{where}: {self.label}: {message}")
+
+    # -- classes
+    def handle_node(self, cls: str) -> Any:
+        h = self.spec.handle(cls)
+        return h.node if h is not None else None
+
+    def chain(self, cls: str) -> List[Any]:
+        """The handle node of cls and of its bases."""
+        out: List[Any] = []
+        while cls and self.handle_node(cls) is not None and len(out) < 8:
+            node = self.handle_node(cls)
+            out.append(node)
+            base = node.get("base")
+            cls = base.get("class") if hasattr(base, "get") else base
+        return out
+
+    def is_a(self, cls: str, wanted: str) -> bool:
+        return any(n is self.handle_node(wanted) for n in self.chain(cls))
+
+    def owner_ctype(self, where: str) -> str:
+        if not self.owner:
+            self.fail(where, "this rule needs a method of a class")
+        return str(self.handle_node(self.owner)["ctype"])
+
+    def has_state(self, cls: str, field: str) -> bool:
+        return any(field in (n.get("state") or {}) for n in self.chain(cls))
+
+    def has_slot(self, cls: str, field: str) -> bool:
+        return any(field in (n.get("slots") or {}) for n in self.chain(cls))
+
+    # -- arguments
+    def args(self) -> Dict[str, Tuple[str, Optional[str], Any]]:
+        """Python argument -> (C parameter, struct field path or None, its spec)."""
+        out: Dict[str, Tuple[str, Optional[str], Any]] = {}
+        for cname, pspec in (self.node.get("params") or {}).items():
+            if isinstance(pspec, str):
+                if _IDENT.fullmatch(pspec) and pspec not in ("self", "out", "scratch", "mask"):
+                    out[pspec] = (cname, None, {"arg": pspec})
+            elif hasattr(pspec, "get") and "struct" in pspec:
+                for path, fspec in (pspec["struct"] or {}).items():
+                    if isinstance(fspec, str) and _IDENT.fullmatch(fspec) and fspec != "self":
+                        out[fspec] = (cname, path, {"arg": fspec})
+                    elif hasattr(fspec, "get") and "arg" in fspec:
+                        out[fspec["arg"]] = (cname, path, fspec)
+            elif hasattr(pspec, "get") and "arg" in pspec:
+                out[pspec["arg"]] = (cname, None, pspec)
+        return out
+
+    def arg(self, name: Any, where: str) -> Tuple[str, Optional[str], Any]:
+        name = _ident(name, where, "an argument")
+        found = self.args().get(name)
+        if found is None:
+            self.fail(where, f"no argument {name!r} (it has: {', '.join(self.args()) or 'none'})")
+        return found
+
+    def handle_ref(self, ref: Any, where: str) -> Tuple[str, str, str]:
+        """(the C PyObject * of a handle argument or ARG.FIELD of a struct
+        argument, the handle's C type, the last name) for a check."""
+        if not isinstance(ref, str):
+            self.fail(where, f"expected an argument name, got {ref!r}")
+        arg, _, field = ref.partition(".")
+        _, _, pspec = self.arg(arg, where)
+        convert = str(pspec.get("convert", ""))
+        if field:
+            if not convert.startswith("struct:"):
+                self.fail(where, f"{arg} is no struct argument (convert: struct:...)")
+            sname = convert.split(":", 1)[1]
+            struct = self.spec.struct(sname)
+            fields: Any = struct.node.get("fields") if struct is not None else None
+            fspec: Any = fields.get(field) if hasattr(fields, "get") else None
+            fconv = str(fspec.get("convert", "")) if hasattr(fspec, "get") else ""
+            if not fconv.startswith("handle:"):
+                self.fail(where, f"{sname} has no handle field {field!r}")
+            return f"{arg}->ref_{field}", self.handle_ctype(fconv, where), field
+        if not convert.startswith("handle:"):
+            self.fail(where, f"{arg} is no handle argument (convert: handle:...)")
+        return arg, self.handle_ctype(convert, where), arg
+
+    def handle_ctype(self, convert: str, where: str) -> str:
+        node = self.handle_node(convert.split(":", 1)[1])
+        if node is None:
+            self.fail(where, f"unknown handle class in {convert!r}")
+        return str(node["ctype"])
+
+    def mask_of(self, name: Any, where: str) -> str:
+        _, path, pspec = self.arg(name, where)
+        if path is None or "mask" not in pspec:
+            self.fail(where, f"{name} is no optional struct field with a `mask:`")
+        return str(pspec["mask"])
+
+    def location(self, name: Any, where: str) -> str:
+        """The C lvalue holding an integer argument once converted."""
+        cname, path, pspec = self.arg(name, where)
+        if pspec.get("convert") not in (None, "int"):
+            self.fail(where, f"{name} is not an integer argument")
+        return f"{cname}_c.{path}" if path else f"{cname}_c"
+
+
+# --- checks ------------------------------------------------------------------------
+
+class CheckRule:
+    """One kind of `checks:` entry: its key, default exception and message."""
+
+    key = ""
+    error = "ValueError"
+
+    def expr(self, scope: Scope, entry: Any, where: str) -> str:
+        raise NotImplementedError
+
+    def message(self, scope: Scope, entry: Any, where: str) -> Optional[str]:
+        return None
+
+
+class SameContext(CheckRule):
+    key = "same_context"
+
+    def expr(self, scope, entry, where):
+        obj, ctype, _ = scope.handle_ref(entry[self.key], where)
+        own = "self_ptr" if scope.owner_ctype(where) == "struct ibv_context" else "self_ptr->context"
+        return f"{obj} == NULL || (({ctype} *)IBP_HANDLE({obj})->ptr)->context == {own}"
+
+    def message(self, scope, entry, where):
+        return f"{scope.handle_ref(entry[self.key], where)[2]} belongs to another context"
+
+
+class SamePD(CheckRule):
+    key = "same_pd"
+
+    def expr(self, scope, entry, where):
+        obj, ctype, _ = scope.handle_ref(entry[self.key], where)
+        own = "self_ptr" if scope.owner_ctype(where) == "struct ibv_pd" else "self_ptr->pd"
+        return f"{obj} == NULL || (({ctype} *)IBP_HANDLE({obj})->ptr)->pd == {own}"
+
+    def message(self, scope, entry, where):
+        return f"{scope.handle_ref(entry[self.key], where)[2]} belongs to another PD"
+
+
+class NotNone(CheckRule):
+    key = "not_none"
+    error = "TypeError"
+
+    def expr(self, scope, entry, where):
+        refs = entry[self.key]
+        if not isinstance(refs, list) or not refs:
+            scope.fail(where, "not_none: a list of arguments")
+        return " && ".join(f"{scope.handle_ref(r, where)[0]} != NULL" for r in refs)
+
+
+class IsNone(CheckRule):
+    key = "is_none"
+
+    def expr(self, scope, entry, where):
+        return f"{scope.handle_ref(entry[self.key], where)[0]} == NULL"
+
+
+class State(CheckRule):
+    key = "state"
+    error = "RuntimeError"
+
+    def expr(self, scope, entry, where):
+        field = _ident(entry[self.key], where, "state")
+        if not scope.has_state(scope.owner, field):
+            scope.fail(where, f"{scope.owner} has no state {field!r}")
+        return f"((struct {scope.owner}Object *)self)->{field}"
+
+
+class ProviderOp(CheckRule):
+    key = "provider_op"
+    error = "RuntimeError"
+
+    def expr(self, scope, entry, where):
+        op = _ident(entry[self.key], where, "provider_op")
+        scope.owner_ctype(where)
+        return f"self_ptr->{op} != NULL"
+
+    def message(self, scope, entry, where):
+        return f"the provider does not offer {entry[self.key]}"
+
+
+class WCFlag(CheckRule):
+    """A CQEx reader: its field requested at creation, its reader present."""
+
+    key = "wc_flag"
+    error = "RuntimeError"
+    enum = "CreateCQWCFlags"
+
+    def prefix(self, scope, where) -> str:
+        e: Any = next((e for e in scope.spec.enums if e.name == self.enum), None)
+        if e is None:
+            scope.fail(where, f"wc_flag needs the enum {self.enum}")
+        return str(e.node["prefix"])
+
+    def expr(self, scope, entry, where):
+        flag = _ident(entry[self.key], where, "wc_flag")
+        if not scope.has_state(scope.owner, "wc_flags"):
+            scope.fail(where, f"wc_flag: {scope.owner} has no state 'wc_flags'")
+        op = _ident(entry.get("provider_op", scope.name), where, "provider_op")
+        return (f"(((struct {scope.owner}Object *)self)->wc_flags & {self.prefix(scope, where)}{flag})"
+                f" && self_ptr->{op} != NULL")
+
+    def message(self, scope, entry, where):
+        field = scope.name[len("read_"):] if scope.name.startswith("read_") else scope.name
+        return (f"{field} was not requested: create the {scope.owner} with wc_flags "
+                f"including {self.enum}.{entry[self.key]}")
+
+
+CHECKS: Dict[str, CheckRule] = {r.key: r for r in (SameContext(), SamePD(), NotNone(), IsNone(), State(),
+                             ProviderOp(), WCFlag())}
+CHECK_EXTRA = {"error", "message"}
+
+
+def expand_checks(scope: Scope, checks: Any, where: str) -> List[Any]:
+    """`checks:` with every rule entry turned into {expr, error, message}."""
+    if not isinstance(checks, list):
+        scope.fail(where, "checks: a list")
+    out = []
+    for entry in checks:
+        if not hasattr(entry, "get"):
+            scope.fail(where, f"a check is a mapping, got {entry!r}")
+        if "expr" in entry:
+            out.append(entry)
+            continue
+        here = _where(entry)
+        kinds = ["wc_flag"] if "wc_flag" in entry else [k for k in entry if k in CHECKS]
+        if len(kinds) != 1:
+            scope.fail(here, f"a check needs exactly one of expr, {', '.join(CHECKS)}")
+        rule = CHECKS[kinds[0]]
+        allowed = {rule.key} | CHECK_EXTRA | ({"provider_op"} if rule is CHECKS["wc_flag"] else set())
+        unknown = [k for k in entry if k not in allowed]
+        if unknown:
+            scope.fail(here, f"{rule.key}: unknown key {unknown[0]!r}")
+        message = entry.get("message") or rule.message(scope, entry, here)
+        if not message:
+            scope.fail(here, f"{rule.key}: needs a `message:`")
+        out.append({"expr": rule.expr(scope, entry, here),
+                    "error": entry.get("error", rule.error), "message": message})
+    return out
+
+
+# --- method keys --------------------------------------------------------------------
+
+class MethodRule:
+    """A method-level key: it sets the method's guard, params or prologue."""
+
+    key = ""
+
+    def apply(self, scope: Scope, node: Any) -> None:
+        raise NotImplementedError
+
+
+class QPExStep(MethodRule):
+    """`qpex:` a wr_* method of the QPEx batch API (ibverbs/src/qpex.c)."""
+
+    key = "qpex"
+    phases = {"start": "IBP_QPEX_START", "end": "IBP_QPEX_END",
+              "operation": "IBP_QPEX_OP_NEW", "setter": "IBP_QPEX_SETTER"}
+
+    def apply(self, scope: Scope, node: Any) -> None:
+        where = node.where(self.key)
+        phase = node[self.key]
+        if phase not in self.phases:
+            scope.fail(where, f"qpex: one of {', '.join(self.phases)}, got {phase!r}")
+        if not scope.owner or not scope.is_a(scope.owner, "QPEx"):
+            scope.fail(where, "qpex: only for methods of QPEx")
+        if "guard" in node:
+            scope.fail(where, "qpex: the step is the guard; drop `guard:`")
+        params = node.get("params")
+        if params is None or "qp" in params:
+            scope.fail(where, "qpex: the QPEx passes `qp` itself; leave it out of params")
+        node["guard"] = (f'ibp_qpex_guard(self, IBP_QPEX_OP({scope.name}), "{scope.name}", '
+                         f"{self.phases[phase]})")
+        node["params"] = _copy_node(params, [("qp", {"value": "IBP_QPEX(self)"})] + list(params.items()),
+                                    dict(params.key_lines, qp=node.key_lines[self.key])
+                                    if hasattr(params, "key_lines") else {})
+
+
+class PostsSend(MethodRule):
+    """`posts_send: true` the verb posts on the send queue: not inside a QPEx batch."""
+
+    key = "posts_send"
+
+    def apply(self, scope: Scope, node: Any) -> None:
+        where = node.where(self.key)
+        if node[self.key] is not True:
+            scope.fail(where, "posts_send: true or absent")
+        if not scope.owner or not scope.is_a(scope.owner, "QP") or "guard" in node:
+            scope.fail(where, "posts_send: for QP methods without a `guard:`")
+        node["guard"] = f'ibp_qp_send_idle(self, "{scope.name}")'
+
+
+class NotPolling(MethodRule):
+    """`not_polling: true` refused while a CQEx is mid-poll."""
+
+    key = "not_polling"
+
+    def apply(self, scope: Scope, node: Any) -> None:
+        where = node.where(self.key)
+        if node[self.key] is not True:
+            scope.fail(where, "not_polling: true or absent")
+        if not scope.owner or not scope.is_a(scope.owner, "CQ"):
+            scope.fail(where, "not_polling: for CQ methods")
+        scope.prologue.append("if (ibp_cq_check_not_polling(self) < 0) goto exit;"
+                              "  /* CQEx mid-poll: the provider holds the CQ lock */")
+
+
+METHOD_RULES: List[MethodRule] = [QPExStep(), PostsSend(), NotPolling()]
+assert {r.key for r in METHOD_RULES} == METHOD_KEYS
+
+
+# --- parameter and struct field values -----------------------------------------------
+
+class Values:
+    """Parameter and `struct:` field specs: self.FIELD, self, flags, size_of,
+    sge_of, below, comp_mask_bit."""
+
+    def param(self, scope: Scope, cname: str, pspec: Any, where: str, in_struct: str = "") -> Any:
+        field = _self_field(pspec, where, "self.FIELD")
+        if field is not None:
+            return {"value": f"self_ptr->{field}"}
+        if in_struct and pspec == "self":
+            return {"value": "self_ptr"}
+        if not hasattr(pspec, "get"):
+            return pspec
+        if "flags" in pspec:
+            return {"value": self.flags(scope, pspec, where)}
+        if "size_of" in pspec:
+            ccname, path, arg = scope.arg(pspec["size_of"], where)
+            if arg.get("convert") != "bytes" or path is not None:
+                scope.fail(where, f"size_of: {pspec['size_of']} is no `convert: bytes` argument")
+            return {"value": f"{ccname}_c_size"}
+        if "sge_of" in pspec:
+            if pspec["sge_of"] != "self" or not scope.is_a(scope.owner, "MR"):
+                scope.fail(where, "sge_of: self, in a method of MR")
+            scope.prologue.append("struct ibv_sge sge = {.addr = (uintptr_t)self_ptr->addr, "
+                                  ".length = (uint32_t)self_ptr->length, .lkey = self_ptr->lkey};")
+            return {"value": "&sge"}
+        if "below" in pspec or "comp_mask_bit" in pspec:
+            pspec = _mapping(pspec, dict(pspec))
+        if "below" in pspec:
+            if "max" in pspec:
+                scope.fail(where, "below: and max: together")
+            below = _self_field(pspec.pop("below"), where, "below: self.FIELD")
+            if below is None:
+                scope.fail(where, "below: self.FIELD")
+            pspec["max"] = f"self_ptr->{below} - 1"
+        if "comp_mask_bit" in pspec:
+            if not in_struct:
+                scope.fail(where, "comp_mask_bit: only for struct fields")
+            bit = _ident(pspec.pop("comp_mask_bit"), where, "comp_mask_bit")
+            target = f"{in_struct}_c"
+            scope.prologue.append(f"if ({target}.{cname} != 0) {target}.comp_mask |= {bit};"
+                                  "  /* flags need their mask bit */")
+        return pspec
+
+    def flags(self, scope: Scope, pspec: Any, where: str) -> str:
+        names = pspec["flags"]
+        if set(pspec) != {"flags"} or not isinstance(names, list) or not names:
+            scope.fail(where, "flags: a list of C constants (and `mask`)")
+        out = []
+        for name in names:
+            name = _ident(name, where, "a flag")
+            if name == "mask":
+                masked = [a for a, (_, path, s) in scope.args().items() if path and "mask" in s]
+                if not masked:
+                    scope.fail(where, "flags: mask, but no struct field has a `mask:`")
+                name = "mask_bits"
+            out.append(name)
+        return " | ".join(out)
+
+    def apply(self, scope: Scope, node: Any) -> None:
+        params = node.get("params")
+        if not hasattr(params, "items"):
+            return
+        for cname, pspec in list(params.items()):
+            where = params.where(cname) if hasattr(params, "where") else _where(node)
+            if hasattr(pspec, "get") and "struct" in pspec and hasattr(pspec["struct"], "items"):
+                fields = pspec["struct"]
+                for path, fspec in list(fields.items()):
+                    fields[path] = self.param(scope, path, fspec, fields.where(path), in_struct=cname)
+            else:
+                params[cname] = self.param(scope, cname, pspec, where)
+
+
+# --- returns: set ----------------------------------------------------------------------
+
+class SetOnResult:
+    """`returns: {new: Class, ..., set: {FIELD: VALUE}}`: stored on the new object."""
+
+    def apply(self, scope: Scope, node: Any) -> None:
+        ret = node.get("returns")
+        if not hasattr(ret, "get") or "set" not in ret:
+            return
+        where = ret.where("set")
+        cls = ret.get("new")
+        sets = ret["set"]
+        if cls is None or not hasattr(sets, "items") or not sets:
+            scope.fail(where, "set: a mapping, for `returns: {new: Class}`")
+        for field, value in sets.items():
+            field = _ident(field, where, "set: a field")
+            if scope.has_slot(cls, field):
+                if value != "self":
+                    scope.fail(where, f"set: slot {field} takes `self`")
+                c_value = "Py_NewRef(self)"
+            elif scope.has_state(cls, field):
+                c_value = self.state_value(scope, value, where)
+            else:
+                scope.fail(where, f"set: {cls} has no state or slot {field!r}")
+            scope.epilogue.append(f"((struct {cls}Object *)return_value)->{field} = {c_value};")
+        del ret["set"]
+
+    def state_value(self, scope: Scope, value: Any, where: str) -> str:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)
+        if hasattr(value, "get") and set(value) == {"given"}:
+            return f"(mask_bits & {scope.mask_of(value['given'], where)}) != 0"
+        return scope.location(value, where)
+
+
+# --- attributes ---------------------------------------------------------------------------
+
+class Attribute:
+    """Handle attributes: pointer members, checked members, a function of a member."""
+
+    def apply(self, spec: Any, cls: str, name: str, aspec: Any) -> Any:
+        if not hasattr(aspec, "get"):
+            return aspec
+        scope = Scope(spec, cls, name, {})
+        where = _where(aspec)
+        if "verb" in aspec:
+            if set(aspec) - {"verb", "of", "convert"} or "of" not in aspec:
+                scope.fail(where, "an attribute from a function: {verb, of, convert}")
+            func = _ident(aspec["verb"], where, "verb")
+            member = _ident(aspec["of"], where, "of")
+            return _mapping(aspec, {"expr": f"{func}(self_ptr->{member})",
+                                    "convert": aspec.get("convert", "int")})
+        if "path" in aspec and aspec.get("convert") == "address":
+            if set(aspec) != {"path", "convert"}:
+                scope.fail(where, "a pointer attribute: {path, convert: address}")
+            return _mapping(aspec, {"expr": f"(uintptr_t)self_ptr->{_ident(aspec['path'], where, 'path')}",
+                                    "convert": "int"})
+        if "checks" in aspec:
+            out = dict(aspec)
+            if "path" in out:
+                out["expr"] = f"self_ptr->{_ident(out.pop('path'), where, 'path')}"
+            out["checks"] = expand_checks(scope, aspec["checks"], aspec.where("checks"))
+            return _mapping(aspec, out)
+        return aspec
+
+
+# --- the stage ------------------------------------------------------------------------------
+
+def _expand_method(spec: Any, method: Any) -> None:
+    node = method.node
+    if method.hand or method.python:
+        for key in METHOD_KEYS | {"checks"}:
+            if key in node:
+                raise RuleError(f"{node.where(key)}: {method.owner}.{method.name}: "
+                                f"{key} is for generated verbs")
+        return
+    scope = Scope(spec, method.owner, method.name, node)
+    for rule in METHOD_RULES:
+        if rule.key in node:
+            rule.apply(scope, node)
+            del node[rule.key]
+    Values().apply(scope, node)
+    SetOnResult().apply(scope, node)
+    if "checks" in node:
+        node["checks"] = expand_checks(scope, node["checks"], node.where("checks"))
+    for key, lines in (("prologue", scope.prologue), ("epilogue", scope.epilogue)):
+        if lines and key in node:
+            scope.fail(node.where(key), f"{key}: and a rule that makes one")
+        if len(lines) > 1:
+            scope.fail(node.where(), f"two rules make a {key}; one method takes one")
+        if lines:
+            node[key] = lines[0]
+
+
+def expand(spec: Any) -> None:
+    """Turn every rule key of a loaded spec into the model's forms, in place."""
+    for h in spec.handles:
+        attrs = h.node.get("attributes")
+        if hasattr(attrs, "items"):
+            for name, aspec in list(attrs.items()):
+                attrs[name] = Attribute().apply(spec, h.name, name, aspec)
+    for method in spec.all_methods():
+        _expand_method(spec, method)
