@@ -2,6 +2,6 @@
 # (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
 # and the spec/ YAML files (sha256 fcca5f923fbb05e80754bced515e5da8ced1ea6703a08e376ebfa2a7e1e8abe5).
 # Do not edit: change the spec or templates/ and run `make generate`.
-# Made by templates/ and generator/ (sha256 ef20ceef81430ca502b117b31b531e39bfe5ee460745388dc8abcd508d2d4523);
-# this file's own sha256, this number read as zeros: 704754e3364f661123947da1e0c510fa7544abf4b5decd5f13cf9761944d2c9b
+# Made by templates/ and generator/ (sha256 f888e01d5243ba80cca9b58a246bc19e299f5fe7a173d65e5e0649aa5c19dd0b);
+# this file's own sha256, this number read as zeros: 0bb7b9216912ea38961669497319a2aa340afdd20362c31e55eaec7529d874df
 """Generator output that ships inside the package as ibverbs._generated."""

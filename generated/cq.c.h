@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 fcca5f923fbb05e80754bced515e5da8ced1ea6703a08e376ebfa2a7e1e8abe5).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 ef20ceef81430ca502b117b31b531e39bfe5ee460745388dc8abcd508d2d4523);
- * this file's own sha256, this number read as zeros: 089a76ed73f17878a0a6e20668936fcb9d73c1bd38d2bcc535e4634d986db337 */
+ * Made by templates/ and generator/ (sha256 f888e01d5243ba80cca9b58a246bc19e299f5fe7a173d65e5e0649aa5c19dd0b);
+ * this file's own sha256, this number read as zeros: 7f6987efcda98bce0fe041e9722be4ff3f5cf1495892e17546b8e10e76044b98 */
 
 /*
  * CQ: A completion queue (ibv_create_cq).

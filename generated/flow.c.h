@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 fcca5f923fbb05e80754bced515e5da8ced1ea6703a08e376ebfa2a7e1e8abe5).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 ef20ceef81430ca502b117b31b531e39bfe5ee460745388dc8abcd508d2d4523);
- * this file's own sha256, this number read as zeros: 3040b3104943457f03f928d3716992cdb2d550c5badb36fa467d9cf158c2df13 */
+ * Made by templates/ and generator/ (sha256 f888e01d5243ba80cca9b58a246bc19e299f5fe7a173d65e5e0649aa5c19dd0b);
+ * this file's own sha256, this number read as zeros: 3a7c1a64a2c97fc68d25b262dff8bbab766fbdf3c43b811abdc5a2675a0b280f */
 
 /*
  * Flow: A flow steering rule attached to a QP (QP.create_flow).

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 fcca5f923fbb05e80754bced515e5da8ced1ea6703a08e376ebfa2a7e1e8abe5).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 ef20ceef81430ca502b117b31b531e39bfe5ee460745388dc8abcd508d2d4523);
- * this file's own sha256, this number read as zeros: 225bea41fd7847c36490aea2041f3ef4cf8eda7d368699b2a7e1c15e311d05db */
+ * Made by templates/ and generator/ (sha256 f888e01d5243ba80cca9b58a246bc19e299f5fe7a173d65e5e0649aa5c19dd0b);
+ * this file's own sha256, this number read as zeros: 72ca177ea04937af6006f8e9e41078727c077c21a8cd0a3da182dd90aa9518af */
 
 /* One file per handle class. */
 #include "compcntr.c.h"

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 fcca5f923fbb05e80754bced515e5da8ced1ea6703a08e376ebfa2a7e1e8abe5).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 ef20ceef81430ca502b117b31b531e39bfe5ee460745388dc8abcd508d2d4523);
- * this file's own sha256, this number read as zeros: afb11d79f3efaf2234879c30692bc5c41d07a7c811efd96d32edad5d6ba74f9e */
+ * Made by templates/ and generator/ (sha256 f888e01d5243ba80cca9b58a246bc19e299f5fe7a173d65e5e0649aa5c19dd0b);
+ * this file's own sha256, this number read as zeros: 212286f6a234f19db2d7b286a15b0ea5d5feca398aa3c7c51d2bfdc5944819ca */
 
 /*
  * ImportedMR: An MR imported from another context on the same command FD (PD.import_mr); an MR, but close() unimports it (ibv_unimport_mr) instead of deregistering it.

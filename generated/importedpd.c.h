@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 fcca5f923fbb05e80754bced515e5da8ced1ea6703a08e376ebfa2a7e1e8abe5).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 ef20ceef81430ca502b117b31b531e39bfe5ee460745388dc8abcd508d2d4523);
- * this file's own sha256, this number read as zeros: e7ff1ee08365bdc2c65bef9f85ba0ff4a9f959460d2ad177217841a1f8a5351c */
+ * Made by templates/ and generator/ (sha256 f888e01d5243ba80cca9b58a246bc19e299f5fe7a173d65e5e0649aa5c19dd0b);
+ * this file's own sha256, this number read as zeros: 0c4c418a9ca01f31fe71ebb536a312e16b2b9a9b1ee8ee4e592a78f3f29270fc */
 
 /*
  * ImportedPD: A PD imported from another context on the same command FD (Context.import_pd); a PD, but close() unimports it (ibv_unimport_pd) instead of deallocating it: its owner still holds it.

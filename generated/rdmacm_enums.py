@@ -2,8 +2,8 @@
 # (sha256 20a4c73c476a689f172b05ec1def2bc9a14a8fa61b91043e691a57b06d920789, rdma-core 65.0)
 # and the spec/ YAML files (sha256 7a0fcdb9cc8c259b966bbd772c691a9e80a03f1017261023bdd39bdaf51a3d02).
 # Do not edit: change the spec or templates/ and run `make generate`.
-# Made by templates/ and generator/ (sha256 ef20ceef81430ca502b117b31b531e39bfe5ee460745388dc8abcd508d2d4523);
-# this file's own sha256, this number read as zeros: 0fa0c37364092bb6f17b07dac8633aef6fd2fc0690b4b26e77869fe59048ebc8
+# Made by templates/ and generator/ (sha256 f888e01d5243ba80cca9b58a246bc19e299f5fe7a173d65e5e0649aa5c19dd0b);
+# this file's own sha256, this number read as zeros: 8eadf278dded6a55887c25cf007d4db6cc16a03739c1531728fd1a7d5c4031d5
 """The rdma-core enums as Python IntEnum / IntFlag classes (all values of
 each C enum; see spec/enums.yaml for which enums and their prefixes)."""
 from enum import IntEnum, IntFlag

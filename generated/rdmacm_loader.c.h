@@ -2,8 +2,8 @@
  * (sha256 20a4c73c476a689f172b05ec1def2bc9a14a8fa61b91043e691a57b06d920789, rdma-core 65.0)
  * and the spec/ YAML files (sha256 7a0fcdb9cc8c259b966bbd772c691a9e80a03f1017261023bdd39bdaf51a3d02).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 ef20ceef81430ca502b117b31b531e39bfe5ee460745388dc8abcd508d2d4523);
- * this file's own sha256, this number read as zeros: 4385c3460519dae6a74d88e6c999b14641341a1c7cd46489009162475acb06a7 */
+ * Made by templates/ and generator/ (sha256 f888e01d5243ba80cca9b58a246bc19e299f5fe7a173d65e5e0649aa5c19dd0b);
+ * this file's own sha256, this number read as zeros: 27a457d28f22c52eff8580982f405816d07bffac64cc54f73c8c6659870cd4a4 */
 
 /*
  * librdmacm is dlopen'ed on first use (ibverbs/src/rdmacm.c), never linked

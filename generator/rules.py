@@ -63,18 +63,21 @@ with a `# raw C: <why>` comment).
 """
 from __future__ import annotations
 
-import re
 from typing import Any, Dict, List, NoReturn, Optional, Tuple
 
 # method-level keys of this module (spec.METHOD_KEYS accepts them)
 METHOD_KEYS = {"qpex", "posts_send", "not_polling"}
 
-_IDENT = re.compile(r"[A-Za-z_]\w*")
 
 
 class RuleError(Exception):
     """A mistake in a rule, with its location (spec.load re-raises it as SpecError)."""
 
+
+
+def _is_name(text: str) -> bool:
+    """A C/YAML name: ASCII letters, digits and _, not starting with a digit."""
+    return text.isascii() and text.isidentifier()
 
 def _where(node: Any, key: Optional[str] = None) -> str:
     if hasattr(node, "where"):
@@ -101,7 +104,7 @@ def _mapping(like: Any, values: Dict[str, Any]) -> Any:
 
 
 def _ident(value: Any, where: str, what: str) -> str:
-    if not isinstance(value, str) or not _IDENT.fullmatch(value):
+    if not isinstance(value, str) or not _is_name(value):
         raise RuleError(f"{where}: {what} must be a name, got {value!r}")
     return value
 
@@ -162,11 +165,11 @@ class Scope:
         out: Dict[str, Tuple[str, Optional[str], Any]] = {}
         for cname, pspec in (self.node.get("params") or {}).items():
             if isinstance(pspec, str):
-                if _IDENT.fullmatch(pspec) and pspec not in ("self", "out", "scratch", "mask"):
+                if _is_name(pspec) and pspec not in ("self", "out", "scratch", "mask"):
                     out[pspec] = (cname, None, {"arg": pspec})
             elif hasattr(pspec, "get") and "struct" in pspec:
                 for path, fspec in (pspec["struct"] or {}).items():
-                    if isinstance(fspec, str) and _IDENT.fullmatch(fspec) and fspec != "self":
+                    if isinstance(fspec, str) and _is_name(fspec) and fspec != "self":
                         out[fspec] = (cname, path, {"arg": fspec})
                     elif hasattr(fspec, "get") and "arg" in fspec:
                         out[fspec["arg"]] = (cname, path, fspec)
