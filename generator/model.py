@@ -138,10 +138,27 @@ class HandleModel:
     # (method, slot): a method setting the slot and returning the object
     # (spec: `keepalive: _keepalive`, the seed's MR._keepalive(owner) -> self)
     keepalive: List[Tuple[str, str]] = field(default_factory=list)
+    # -- the rdma_cm classes' lifetime rules (spec/rdmacm/cm.yaml; set by
+    # generator/rdmacm.py, read by templates/handle.c.h.j2) --
+    # hand-written, runs first whenever the object lets go of its verbs
+    # object (destroyed, or forgotten after fork)
+    detach: Optional[str] = None
+    # hand-written, may refuse close() (-1 with an exception set)
+    before_close: Optional[str] = None
+    close_doc: Optional[str] = None     # close()'s docstring, instead of the default
+    no_new: Optional[str] = None        # calling the class raises TypeError(no_new)
+    repr: Optional[str] = None          # a hand-written tp_repr
+    docs: Dict[str, str] = field(default_factory=dict)   # getter name -> docstring
 
     @property
     def has_gc(self) -> bool:
         return bool(self.slots)
+
+    @property
+    def hand_attribute_names(self) -> List[str]:
+        """A slot shadowed by a hand-written attribute of the same name gets
+        no generated getter (the hand one reads it)."""
+        return [a[0] for a in self.hand_attributes]
 
 
 @dataclass
@@ -212,6 +229,24 @@ def _int_getter(expr: str, t: Type) -> str:
     if t.signed:
         return f"result = PyLong_FromLongLong((long long)({expr}));"
     return f"result = PyLong_FromUnsignedLongLong((unsigned long long)({expr}));"
+
+
+#: Members read through a hand-written C converter (spec `attributes:
+#: {name: {path: ..., convert: kind}}`): kind -> (the member's C type, the
+#: function taking a pointer to it and returning a new reference).
+MEMBER_CONVERTERS = {"sockaddr": ("struct sockaddr", "ibv_sockaddr_to_py")}
+
+
+def _member_getter(ir: IR, record: Record, label: str, aspec: Node, where: str) -> List[str]:
+    kind = aspec["convert"]
+    if kind not in MEMBER_CONVERTERS:
+        raise SpecError(f"{where}: {label}: unknown member converter {kind!r} "
+                        f"(one of {', '.join(sorted(MEMBER_CONVERTERS))})")
+    ctype, func = MEMBER_CONVERTERS[kind]
+    t = _member_type(ir, record, aspec["path"], where)
+    if t.spelling != ctype:
+        raise SpecError(f"{where}: {label}: {aspec['path']} is a {t.spelling}, not a {ctype}")
+    return [f"result = {func}(&self_ptr->{aspec['path']});"]
 
 
 def _int_convert(obj: str, target: str, t: Type, name: str,
@@ -563,6 +598,10 @@ class Builder:
                                   "    return NULL;", "}"]
                     attributes.append((aname, guard + [
                         f"result = PyLong_FromUnsignedLongLong((unsigned long long)({aspec['expr']}));"]))
+                    continue
+                if isinstance(aspec, Node) and "path" in aspec and "convert" in aspec:
+                    attributes.append((aname, _member_getter(self.ir, record, f"{h.name}.{aname}",
+                                                             aspec, where)))
                     continue
                 if isinstance(aspec, Node) and "path" in aspec:
                     # {path, since}: a member newer than some headers

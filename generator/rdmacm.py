@@ -2,19 +2,25 @@
 manager), with its own spec set in spec/rdmacm/.
 
 The verbs pipeline is reused as is (parse.parse with another header, the
-spec loader on another directory, model.Builder for enums and hand-written
-method docstrings, model.coverage); what differs is what gets emitted:
+spec loader on another directory, model.Builder for enums, handle classes
+and hand-written method docstrings, model.coverage); what differs is what
+gets emitted:
 
   generated/rdmacm_loader.c.h   slots + trampolines + dlsym table for the
                                 librdmacm functions the spec binds (the
                                 library is dlopen'ed on first use, so a
                                 missing librdmacm never breaks import)
-  generated/rdmacm_methods.c.h  docstrings, prototypes and method tables of
-                                the hand-written EventChannel/CMID classes
+  generated/rdmacm_methods.c.h  the EventChannel and CMID classes, through
+                                templates/handle.c.h.j2 like every verbs
+                                handle (object layout, wrap, close, dealloc,
+                                GC, getters from struct rdma_cm_id's fields,
+                                method tables), with their librdmacm rules
+                                as spec keys (see apply_cm_rules); every
+                                method is hand-written (ibverbs/src/cm*.c)
   generated/rdmacm_enums.py     the CM enums (event types, port spaces)
 
 Nothing here changes the verbs output: the verbs model, spec and templates
-are untouched, and the rdmacm files are added next to them.
+render what they did, and the rdmacm files are added next to them.
 """
 from __future__ import annotations
 
@@ -33,19 +39,11 @@ PREFIX = "rdmacm_"
 
 
 @dataclass
-class CMHandleModel:
-    name: str
-    ctype: str
-    destroy: str
-    methods: List[vmodel.MethodModel]
-
-
-@dataclass
 class CMModel:
     ir: IR
     spec: Spec
     enums: List[vmodel.EnumModel]
-    handles: List[CMHandleModel]
+    handles: List[vmodel.HandleModel]
     functions: List[vmodel.MethodModel]
     symbols: List[vmodel.SymbolModel]
     coverage: List[Tuple[str, str, str]]
@@ -62,26 +60,41 @@ def bound_names(spec: Spec, methods: List[vmodel.MethodModel]) -> List[str]:
     return sorted(names)
 
 
+#: Spec keys of the rdma_cm classes -> HandleModel fields: librdmacm's
+#: lifetime rules, which templates/handle.c.h.j2 applies.
+CM_RULES = ("detach", "before_close", "close_doc", "no_new", "repr")
+
+
+def apply_cm_rules(h: vmodel.HandleModel, node) -> None:
+    """What librdmacm needs beyond a verbs handle: hooks for the QP a CMID
+    owns (detach, before_close), a class that cannot be called (no_new), a
+    Python subclass made by the C code (subclassed: ibverbs.CMID), close()'s
+    own docstring, getter docstrings (docs:)."""
+    for key in CM_RULES:
+        if key in node:
+            setattr(h, key, str(node[key]))
+    if node.get("subclassed"):
+        h.subclassed = True
+    getters = {p[0] for p in h.parents} | {a[0] for a in h.attributes}
+    for name, text in (node.get("docs") or {}).items():
+        if name not in getters:
+            raise SpecError(f"{node['docs'].where(name)}: {h.name}: docs for {name}, which "
+                            "is neither a parent nor an attribute")
+        h.docs[name] = str(text)
+
+
 def build(ir: IR, spec: Spec) -> CMModel:
     b = vmodel.Builder(ir, spec)
     enums = b.enums()
-    handles = []
     for h in spec.handles:
-        node = h.node
-        if ir.record(node["ctype"]) is None:
-            raise SpecError(f"{node.where('ctype')}: {h.name}: no {node['ctype']} in {ir.source}")
-        destroy = node.get("destroy")
-        if destroy and ir.function(destroy) is None:
-            raise SpecError(f"{node.where('destroy')}: {h.name}: no function {destroy}")
-        methods = []
         for m in h.methods:
             if m.hand is None:
-                raise SpecError(f"{m.where()}: {h.name}.{m.name}: the rdma_cm classes are "
-                                "hand-written (ibverbs/src/rdmacm.c): use 'hand' + 'verbs'")
-            if b.absent(m):
-                continue
-            methods.append(b.method(m))
-        handles.append(CMHandleModel(h.name, node["ctype"], destroy or "", methods))
+                raise SpecError(f"{m.where()}: {h.name}.{m.name}: the rdma_cm methods are "
+                                "hand-written (ibverbs/src/cm*.c): use 'hand' + 'verbs'")
+    handles = b.handles()
+    nodes = {h.name: h.node for h in spec.handles}
+    for h in handles:
+        apply_cm_rules(h, nodes[h.name])
     functions = []
     for m in spec.functions:
         if m.hand is None:

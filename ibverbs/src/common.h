@@ -198,13 +198,29 @@ static inline void ibv_busy_leave(PyObject *obj) { IBV_HANDLE(obj)->busy--; }
  * another library (librdmacm), so close() and GC never destroy it. */
 IBV_HIDDEN int ibv_handle_borrow(PyObject *obj);
 
-/* ---- rdma_cm (rdmacm.c; librdmacm is dlopen'ed on first use) ------------ */
+/* ---- rdma_cm (cm.c, cm_id.c; librdmacm is dlopen'ed on first use) ------- */
 
+struct rdma_cm_id;
+struct sockaddr;
+struct sockaddr_storage;
 /* Add EventChannel, CMID and the rdma_cm functions to the module. */
 IBV_HIDDEN int ibv_rdmacm_init(PyObject *module);
 /* qp is about to be destroyed: if a CMID made it, clear that rdma_cm_id's
  * qp (librdmacm modifies id->qp on connection events). */
 IBV_HIDDEN void ibv_rdmacm_qp_destroying(PyObject *qp);
+/* A new CMID object for id on channel, of the registered Python class
+ * (ibverbs.CMID) once there is one; destroys id on failure. */
+IBV_HIDDEN PyObject *ibv_cmid_new(struct rdma_cm_id *id, PyObject *channel);
+/* The open QPs of the CMIDs on channel, held busy while librdmacm may
+ * modify them (a new list), and their release. */
+IBV_HIDDEN PyObject *ibv_cm_qps_hold(PyObject *channel);
+IBV_HIDDEN void ibv_cm_qps_release(PyObject *held);
+/* (host, port) or host -> *out; None gives an unset address (*set = 0)
+ * when none_ok.  0, or -1 with an exception. */
+IBV_HIDDEN int ibv_cm_conv_addr(PyObject *obj, const char *name, struct sockaddr_storage *out,
+                                int none_ok, int *set);
+/* (host, port), or None for an unset address (the CMID address getters). */
+IBV_HIDDEN PyObject *ibv_sockaddr_to_py(const struct sockaddr *sa);
 
 /* ---- the extended QP post API (qpex.c) ---------------------------------- */
 
