@@ -244,7 +244,7 @@ class EventChannel:
     def __exit__(self, *exc: object) -> None: ...
     @classmethod
     def _open_count(cls) -> int:
-        """How many EventChannel objects of this process are open."""
+        """How many EventChannel objects of this process are open (leak checks)."""
     def create_id(self, ps: int = ...) -> CMID:
         """A new CMID reporting its events on this channel (rdma_create_id); ps is a PortSpace (TCP: reliable connections, UDP: datagrams)."""
     def get_cm_event(self) -> CMEvent:

@@ -4,7 +4,7 @@
  * Do not edit: change the spec or templates/ and run `make generate`. */
 
 /*
- * librdmacm is dlopen'ed on first use (ibverbs/src/rdmacm.c), never linked
+ * librdmacm is dlopen'ed on first use (ibverbs/src/cm.c), never linked
  * and never loaded at import: without it, only the rdma_cm classes fail.
  * Each function the spec binds gets a slot, filled by dlsym, and a hidden
  * trampoline carrying the exported name (as for libibverbs, see
