@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from . import docstrings
+from . import docstrings, handle_rules
 
 from .ir import IR, Function, Record, Type
 from .spec import Method, Node, Spec, SpecError
@@ -138,8 +138,8 @@ class HandleModel:
     # (method, slot): a method setting the slot and returning the object
     # (spec: `keepalive: _keepalive`, the seed's MR._keepalive(owner) -> self)
     keepalive: List[Tuple[str, str]] = field(default_factory=list)
-    # -- the rdma_cm classes' lifetime rules (spec/rdmacm/cm.yaml; set by
-    # generator/rdmacm.py, read by templates/handle.c.h.j2) --
+    # -- lifetime rules beyond the template's (generator/handle_rules.py;
+    # the rdma_cm classes use them) --
     # hand-written, runs first whenever the object lets go of its verbs
     # object (destroyed, or forgotten after fork)
     detach: Optional[str] = None
@@ -650,6 +650,7 @@ class Builder:
                                  else [(str(sspec["keepalive"]), sname)
                                        for sname, sspec in (node.get("slots") or {}).items()
                                        if sspec.get("keepalive")])
+            handle_rules.apply(out[-1], node)
         return out
 
     def release(self, h) -> Optional[Tuple[str, str]]:

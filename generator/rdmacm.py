@@ -15,7 +15,7 @@ gets emitted:
                                 handle (object layout, wrap, close, dealloc,
                                 GC, getters from struct rdma_cm_id's fields,
                                 method tables), with their librdmacm rules
-                                as spec keys (see apply_cm_rules); every
+                                as spec keys (generator/handle_rules.py); every
                                 method is hand-written (ibverbs/src/cm*.c)
   generated/rdmacm_enums.py     the CM enums (event types, port spaces)
 
@@ -60,29 +60,6 @@ def bound_names(spec: Spec, methods: List[vmodel.MethodModel]) -> List[str]:
     return sorted(names)
 
 
-#: Spec keys of the rdma_cm classes -> HandleModel fields: librdmacm's
-#: lifetime rules, which templates/handle.c.h.j2 applies.
-CM_RULES = ("detach", "before_close", "close_doc", "no_new", "repr")
-
-
-def apply_cm_rules(h: vmodel.HandleModel, node) -> None:
-    """What librdmacm needs beyond a verbs handle: hooks for the QP a CMID
-    owns (detach, before_close), a class that cannot be called (no_new), a
-    Python subclass made by the C code (subclassed: ibverbs.CMID), close()'s
-    own docstring, getter docstrings (docs:)."""
-    for key in CM_RULES:
-        if key in node:
-            setattr(h, key, str(node[key]))
-    if node.get("subclassed"):
-        h.subclassed = True
-    getters = {p[0] for p in h.parents} | {a[0] for a in h.attributes}
-    for name, text in (node.get("docs") or {}).items():
-        if name not in getters:
-            raise SpecError(f"{node['docs'].where(name)}: {h.name}: docs for {name}, which "
-                            "is neither a parent nor an attribute")
-        h.docs[name] = str(text)
-
-
 def build(ir: IR, spec: Spec) -> CMModel:
     b = vmodel.Builder(ir, spec)
     enums = b.enums()
@@ -92,9 +69,6 @@ def build(ir: IR, spec: Spec) -> CMModel:
                 raise SpecError(f"{m.where()}: {h.name}.{m.name}: the rdma_cm methods are "
                                 "hand-written (ibverbs/src/cm*.c): use 'hand' + 'verbs'")
     handles = b.handles()
-    nodes = {h.name: h.node for h in spec.handles}
-    for h in handles:
-        apply_cm_rules(h, nodes[h.name])
     functions = []
     for m in spec.functions:
         if m.hand is None:

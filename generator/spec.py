@@ -81,7 +81,7 @@ TOP_KEYS = {"handles", "structs", "enums", "functions", "symbols", "exclusions",
 HANDLE_KEYS = {"ctype", "doc", "destroy", "parents", "attributes", "methods",
                "slots", "state", "before_destroy", "registered",
                "base", "before_dealloc", "release", "hand_attributes", "since",
-               # rdma_cm's classes (generator/rdmacm.py)
+               # generator/handle_rules.py
                "detach", "before_close", "close_doc", "no_new", "repr", "docs",
                "subclassed"}
 STRUCT_KEYS = {"ctype", "doc", "fields", "writable", "since"}
