@@ -15,8 +15,8 @@
  *   (spec: detach, before_destroy, before_close) keep that;
  * - cm_id.context is a *borrowed* Context: the ibv_context is librdmacm's,
  *   so closing or collecting that object never closes the device.
- * Every method runs inside its generated wrapper, which holds the object in
- * flight (busy: close() raises EBUSY) until it returns.
+ * The methods run inside their generated wrappers (calls in flight: see
+ * cm.c).
  */
 #include "common.h"
 
@@ -25,11 +25,12 @@
 #include <stdio.h>
 #include <sys/socket.h>
 
+#include "objects.h"
+
 #pragma GCC visibility push(hidden)
 #include <rdma/rdma_cma.h>
 #pragma GCC visibility pop
 
-#include "objects.h"
 #define IBVERBS_RDMACM_DEFINE_CLASSES
 #include "rdmacm_methods.c.h"
 
@@ -203,26 +204,30 @@ int ibv_cmid_before_close(struct CMIDObject *self)
 
 /* ---- attributes ------------------------------------------------------------------ */
 
-PyObject *ibv_hand_CMID_get_qp(PyObject *op, void *closure)
+/* The CMID's QP, or None (borrowed); NULL with EBADF when closed. */
+static PyObject *cmid_current_qp(PyObject *op)
 {
     struct CMIDObject *self = (struct CMIDObject *)op;
-    (void)closure;
     if (ibv_check_open(op) < 0)
         return NULL;
     cmid_sync_qp(self);
-    return Py_NewRef(self->qp ? self->qp : Py_None);
+    return self->qp ? self->qp : Py_None;
+}
+
+PyObject *ibv_hand_CMID_get_qp(PyObject *op, void *closure)
+{
+    (void)closure;
+    PyObject *qp = cmid_current_qp(op);
+    return qp ? Py_NewRef(qp) : NULL;
 }
 
 PyObject *ibv_hand_CMID_get_pd(PyObject *op, void *closure)
 {
-    struct CMIDObject *self = (struct CMIDObject *)op;
     (void)closure;
-    if (ibv_check_open(op) < 0)
-        return NULL;
-    cmid_sync_qp(self);
-    if (self->qp == NULL)
-        Py_RETURN_NONE;
-    return PyObject_GetAttrString(self->qp, "pd");
+    PyObject *qp = cmid_current_qp(op);
+    if (qp == NULL || qp == Py_None)
+        return qp ? Py_NewRef(Py_None) : NULL;
+    return PyObject_GetAttrString(qp, "pd");
 }
 
 PyObject *ibv_hand_CMID_get_context(PyObject *op, void *closure)
