@@ -14,13 +14,13 @@ PyTypeObject *CompChannel_Type;
 #ifndef IBVERBS_CALL_GUARD_DECLARED
 #define IBVERBS_CALL_GUARD_DECLARED
 /* ibverbs/src/handles.c: fork() ownership and calls in flight (see there). */
-IBV_HIDDEN int ibv_handle_foreign(PyObject *obj);
-IBV_HIDDEN void ibv_handle_closed(PyObject *obj);
-IBV_HIDDEN int ibv_call_enter(PyObject *self);
-IBV_HIDDEN void ibv_call_leave(PyObject *self);
-IBV_HIDDEN int ibv_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
+IBP_HIDDEN int ibp_handle_foreign(PyObject *obj);
+IBP_HIDDEN void ibp_handle_closed(PyObject *obj);
+IBP_HIDDEN int ibp_call_enter(PyObject *self);
+IBP_HIDDEN void ibp_call_leave(PyObject *self);
+IBP_HIDDEN int ibp_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
                                    PyObject **held, int max);
-IBV_HIDDEN void ibv_call_leave_args(PyObject **held, int n);
+IBP_HIDDEN void ibp_call_leave_args(PyObject **held, int n);
 #endif
 
 /* Open CompChannel objects of this process (for leak accounting). */
@@ -31,7 +31,7 @@ CompChannel_wrap(struct ibv_comp_channel *ptr, PyObject *context)
 {
     PyObject *parents[] = { context, };
     PyObject *slots[1];
-    PyObject *op = ibv_handle_new(CompChannel_Type, ptr, slots, parents, 1);
+    PyObject *op = ibp_handle_new(CompChannel_Type, ptr, slots, parents, 1);
     if (op == NULL) {
         /* Not wrapped, so not leaked either: give it back now. */
         ibv_destroy_comp_channel(ptr);
@@ -49,7 +49,7 @@ static int
 CompChannel_destroy(struct CompChannelObject *self)
 {
     int rc;
-    if (ibv_handle_foreign((PyObject *)self)) {
+    if (ibp_handle_foreign((PyObject *)self)) {
         /* Inherited across fork(): the verbs object is the parent's, which
          * may still use it.  Forget it without destroying it. */
         goto forget;
@@ -57,13 +57,13 @@ CompChannel_destroy(struct CompChannelObject *self)
     errno = 0;
     rc = ibv_destroy_comp_channel((struct ibv_comp_channel *)self->head.ptr);
     if (rc != 0)
-        return ibv_error_code(rc);
+        return ibp_error_code(rc);
 forget:
     self->head.ptr = NULL;
     CompChannel_open_count--;
-    ibv_handle_closed((PyObject *)self);
+    ibp_handle_closed((PyObject *)self);
     PyObject *parents[] = { self->context, };
-    ibv_handle_release_parents(parents, 1);
+    ibp_handle_release_parents(parents, 1);
     return 0;
 }
 
@@ -71,13 +71,13 @@ static PyObject *
 CompChannel_close(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    if (IBV_HANDLE(op)->ptr == NULL)
+    if (IBP_HANDLE(op)->ptr == NULL)
         Py_RETURN_NONE;
-    if (ibv_check_closable(op, "ibv_destroy_comp_channel") < 0)
+    if (ibp_check_closable(op, "ibv_destroy_comp_channel") < 0)
         return NULL;
     int err = CompChannel_destroy((struct CompChannelObject *)op);
     if (err != 0)
-        return ibv_raise("ibv_destroy_comp_channel", err);
+        return ibp_raise("ibv_destroy_comp_channel", err);
     Py_RETURN_NONE;
 }
 
@@ -94,8 +94,8 @@ CompChannel_dealloc(PyObject *op)
             /* Leaked (the parents stay counted, so they cannot be closed
              * under it); the Python object goes away regardless, so no
              * event may find it any more. */
-            ibv_handle_closed(op);
-            ibv_report_unraisable(op, "ibv_destroy_comp_channel", err);
+            ibp_handle_closed(op);
+            ibp_report_unraisable(op, "ibv_destroy_comp_channel", err);
         }
     }
     Py_CLEAR(self->context);
@@ -108,7 +108,7 @@ static PyObject *
 CompChannel_get_closed(PyObject *op, void *closure)
 {
     (void)closure;
-    return PyBool_FromLong(IBV_HANDLE(op)->ptr == NULL);
+    return PyBool_FromLong(IBP_HANDLE(op)->ptr == NULL);
 }
 
 static PyObject *
@@ -124,7 +124,7 @@ CompChannel_get_fd(PyObject *op, void *closure)
 {
     PyObject *result;
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     struct ibv_comp_channel *self_ptr = CompChannel_PTR(op);
     result = PyLong_FromLongLong((long long)(self_ptr->fd));
@@ -138,8 +138,8 @@ static PyGetSetDef CompChannel_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-/* Hand-written: ibv_hand_CompChannel_get_cq_event in ibverbs/src/. */
-PyDoc_STRVAR(ibv_hand_CompChannel_get_cq_event__doc__,
+/* Hand-written: ibp_hand_CompChannel_get_cq_event in ibverbs/src/. */
+PyDoc_STRVAR(ibp_hand_CompChannel_get_cq_event__doc__,
 "get_cq_event($self, /)\n"
 "--\n"
 "\n"
@@ -147,12 +147,12 @@ PyDoc_STRVAR(ibv_hand_CompChannel_get_cq_event__doc__,
 
 /* get_cq_event(): in flight on its object until it returns. */
 static PyObject *
-ibv_hand_CompChannel_get_cq_event__call(PyObject *self, PyObject *unused)
+ibp_hand_CompChannel_get_cq_event__call(PyObject *self, PyObject *unused)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
-    PyObject *result = ibv_hand_CompChannel_get_cq_event(self, unused);
-    ibv_call_leave(self);
+    PyObject *result = ibp_hand_CompChannel_get_cq_event(self, unused);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -168,7 +168,7 @@ static PyObject *
 CompChannel_enter(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     return Py_NewRef(op);
 }
@@ -187,7 +187,7 @@ static PyMethodDef CompChannel_methods[] = {
     {"__exit__", CompChannel_exit, METH_VARARGS, NULL},
     {"_open_count", CompChannel_open_count_get, METH_NOARGS | METH_CLASS,
      "_open_count($cls, /)\n--\n\nHow many CompChannel objects of this process are open (leak checks)."},
-    {"get_cq_event", (PyCFunction)(void (*)(void))ibv_hand_CompChannel_get_cq_event__call, METH_NOARGS, ibv_hand_CompChannel_get_cq_event__doc__},
+    {"get_cq_event", (PyCFunction)(void (*)(void))ibp_hand_CompChannel_get_cq_event__call, METH_NOARGS, ibp_hand_CompChannel_get_cq_event__doc__},
     {NULL, NULL, 0, NULL},
 };
 
@@ -203,15 +203,15 @@ CompChannel_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
                         "ibverbs.CompChannel() takes no arguments (an open one comes from a verb)");
         return NULL;
     }
-    return ibv_handle_new(type, NULL, NULL, NULL, 0);
+    return ibp_handle_new(type, NULL, NULL, NULL, 0);
 }
 
 static PyObject *
 CompChannel_repr(PyObject *op)
 {
-    if (IBV_HANDLE(op)->ptr == NULL)
+    if (IBP_HANDLE(op)->ptr == NULL)
         return PyUnicode_FromString("<ibverbs.CompChannel closed>");
-    return PyUnicode_FromFormat("<ibverbs.CompChannel at %p>", IBV_HANDLE(op)->ptr);
+    return PyUnicode_FromFormat("<ibverbs.CompChannel at %p>", IBP_HANDLE(op)->ptr);
 }
 
 static PyType_Slot CompChannel_slots[] = {

@@ -14,13 +14,13 @@ PyTypeObject *CompCntr_Type;
 #ifndef IBVERBS_CALL_GUARD_DECLARED
 #define IBVERBS_CALL_GUARD_DECLARED
 /* ibverbs/src/handles.c: fork() ownership and calls in flight (see there). */
-IBV_HIDDEN int ibv_handle_foreign(PyObject *obj);
-IBV_HIDDEN void ibv_handle_closed(PyObject *obj);
-IBV_HIDDEN int ibv_call_enter(PyObject *self);
-IBV_HIDDEN void ibv_call_leave(PyObject *self);
-IBV_HIDDEN int ibv_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
+IBP_HIDDEN int ibp_handle_foreign(PyObject *obj);
+IBP_HIDDEN void ibp_handle_closed(PyObject *obj);
+IBP_HIDDEN int ibp_call_enter(PyObject *self);
+IBP_HIDDEN void ibp_call_leave(PyObject *self);
+IBP_HIDDEN int ibp_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
                                    PyObject **held, int max);
-IBV_HIDDEN void ibv_call_leave_args(PyObject **held, int n);
+IBP_HIDDEN void ibp_call_leave_args(PyObject **held, int n);
 #endif
 
 /* Open CompCntr objects of this process (for leak accounting). */
@@ -31,7 +31,7 @@ CompCntr_wrap(struct ibv_comp_cntr *ptr, PyObject *context)
 {
     PyObject *parents[] = { context, };
     PyObject *slots[1];
-    PyObject *op = ibv_handle_new(CompCntr_Type, ptr, slots, parents, 1);
+    PyObject *op = ibp_handle_new(CompCntr_Type, ptr, slots, parents, 1);
     if (op == NULL) {
         /* Not wrapped, so not leaked either: give it back now. */
         ibv_destroy_comp_cntr(ptr);
@@ -49,7 +49,7 @@ static int
 CompCntr_destroy(struct CompCntrObject *self)
 {
     int rc;
-    if (ibv_handle_foreign((PyObject *)self)) {
+    if (ibp_handle_foreign((PyObject *)self)) {
         /* Inherited across fork(): the verbs object is the parent's, which
          * may still use it.  Forget it without destroying it. */
         goto forget;
@@ -57,13 +57,13 @@ CompCntr_destroy(struct CompCntrObject *self)
     errno = 0;
     rc = ibv_destroy_comp_cntr((struct ibv_comp_cntr *)self->head.ptr);
     if (rc != 0)
-        return ibv_error_code(rc);
+        return ibp_error_code(rc);
 forget:
     self->head.ptr = NULL;
     CompCntr_open_count--;
-    ibv_handle_closed((PyObject *)self);
+    ibp_handle_closed((PyObject *)self);
     PyObject *parents[] = { self->context, };
-    ibv_handle_release_parents(parents, 1);
+    ibp_handle_release_parents(parents, 1);
     return 0;
 }
 
@@ -71,13 +71,13 @@ static PyObject *
 CompCntr_close(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    if (IBV_HANDLE(op)->ptr == NULL)
+    if (IBP_HANDLE(op)->ptr == NULL)
         Py_RETURN_NONE;
-    if (ibv_check_closable(op, "ibv_destroy_comp_cntr") < 0)
+    if (ibp_check_closable(op, "ibv_destroy_comp_cntr") < 0)
         return NULL;
     int err = CompCntr_destroy((struct CompCntrObject *)op);
     if (err != 0)
-        return ibv_raise("ibv_destroy_comp_cntr", err);
+        return ibp_raise("ibv_destroy_comp_cntr", err);
     Py_RETURN_NONE;
 }
 
@@ -94,8 +94,8 @@ CompCntr_dealloc(PyObject *op)
             /* Leaked (the parents stay counted, so they cannot be closed
              * under it); the Python object goes away regardless, so no
              * event may find it any more. */
-            ibv_handle_closed(op);
-            ibv_report_unraisable(op, "ibv_destroy_comp_cntr", err);
+            ibp_handle_closed(op);
+            ibp_report_unraisable(op, "ibv_destroy_comp_cntr", err);
         }
     }
     Py_CLEAR(self->context);
@@ -108,7 +108,7 @@ static PyObject *
 CompCntr_get_closed(PyObject *op, void *closure)
 {
     (void)closure;
-    return PyBool_FromLong(IBV_HANDLE(op)->ptr == NULL);
+    return PyBool_FromLong(IBP_HANDLE(op)->ptr == NULL);
 }
 
 static PyObject *
@@ -124,7 +124,7 @@ CompCntr_get_handle(PyObject *op, void *closure)
 {
     PyObject *result;
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     struct ibv_comp_cntr *self_ptr = CompCntr_PTR(op);
     result = PyLong_FromUnsignedLongLong((unsigned long long)(self_ptr->handle));
@@ -162,18 +162,18 @@ CompCntr_read(PyObject *self, PyObject *unused)
     PyObject *return_value = NULL;
     int rc;
 
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_comp_cntr *)IBV_HANDLE(self)->ptr;
-    if (!IBV_SYMBOL_AVAILABLE(ibv_read_comp_cntr)) {
-        ibv_raise_unavailable("ibv_read_comp_cntr", "65 (IBVERBS_1.18)");
+    self_ptr = (struct ibv_comp_cntr *)IBP_HANDLE(self)->ptr;
+    if (!IBP_SYMBOL_AVAILABLE(ibv_read_comp_cntr)) {
+        ibp_raise_unavailable("ibv_read_comp_cntr", "65 (IBVERBS_1.18)");
         goto exit;
     }
     memset(&value_out, 0, sizeof(value_out));
     errno = 0;
     rc = ibv_read_comp_cntr(self_ptr, &value_out);
     if (rc != 0) {
-        ibv_raise("ibv_read_comp_cntr", ibv_error_code(rc));
+        ibp_raise("ibv_read_comp_cntr", ibp_error_code(rc));
         goto exit;
     }
     {
@@ -210,18 +210,18 @@ CompCntr_read_err(PyObject *self, PyObject *unused)
     PyObject *return_value = NULL;
     int rc;
 
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_comp_cntr *)IBV_HANDLE(self)->ptr;
-    if (!IBV_SYMBOL_AVAILABLE(ibv_read_err_comp_cntr)) {
-        ibv_raise_unavailable("ibv_read_err_comp_cntr", "65 (IBVERBS_1.18)");
+    self_ptr = (struct ibv_comp_cntr *)IBP_HANDLE(self)->ptr;
+    if (!IBP_SYMBOL_AVAILABLE(ibv_read_err_comp_cntr)) {
+        ibp_raise_unavailable("ibv_read_err_comp_cntr", "65 (IBVERBS_1.18)");
         goto exit;
     }
     memset(&value_out, 0, sizeof(value_out));
     errno = 0;
     rc = ibv_read_err_comp_cntr(self_ptr, &value_out);
     if (rc != 0) {
-        ibv_raise("ibv_read_err_comp_cntr", ibv_error_code(rc));
+        ibp_raise("ibv_read_err_comp_cntr", ibp_error_code(rc));
         goto exit;
     }
     {
@@ -263,23 +263,23 @@ CompCntr_set(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:set", kwlist,
             &value_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_comp_cntr *)IBV_HANDLE(self)->ptr;
-    if (!IBV_SYMBOL_AVAILABLE(ibv_set_comp_cntr)) {
-        ibv_raise_unavailable("ibv_set_comp_cntr", "65 (IBVERBS_1.18)");
+    self_ptr = (struct ibv_comp_cntr *)IBP_HANDLE(self)->ptr;
+    if (!IBP_SYMBOL_AVAILABLE(ibv_set_comp_cntr)) {
+        ibp_raise_unavailable("ibv_set_comp_cntr", "65 (IBVERBS_1.18)");
         goto exit;
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value_obj, "value", UINT64_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value_obj, "value", UINT64_MAX, &v) < 0)
             goto exit;
         value_c = v;
     }
     errno = 0;
     rc = ibv_set_comp_cntr(self_ptr, value_c);
     if (rc != 0) {
-        ibv_raise("ibv_set_comp_cntr", ibv_error_code(rc));
+        ibp_raise("ibv_set_comp_cntr", ibp_error_code(rc));
         goto exit;
     }
     return_value = Py_NewRef(Py_None);
@@ -317,23 +317,23 @@ CompCntr_set_err(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:set_err", kwlist,
             &value_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_comp_cntr *)IBV_HANDLE(self)->ptr;
-    if (!IBV_SYMBOL_AVAILABLE(ibv_set_err_comp_cntr)) {
-        ibv_raise_unavailable("ibv_set_err_comp_cntr", "65 (IBVERBS_1.18)");
+    self_ptr = (struct ibv_comp_cntr *)IBP_HANDLE(self)->ptr;
+    if (!IBP_SYMBOL_AVAILABLE(ibv_set_err_comp_cntr)) {
+        ibp_raise_unavailable("ibv_set_err_comp_cntr", "65 (IBVERBS_1.18)");
         goto exit;
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value_obj, "value", UINT64_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value_obj, "value", UINT64_MAX, &v) < 0)
             goto exit;
         value_c = v;
     }
     errno = 0;
     rc = ibv_set_err_comp_cntr(self_ptr, value_c);
     if (rc != 0) {
-        ibv_raise("ibv_set_err_comp_cntr", ibv_error_code(rc));
+        ibp_raise("ibv_set_err_comp_cntr", ibp_error_code(rc));
         goto exit;
     }
     return_value = Py_NewRef(Py_None);
@@ -371,17 +371,17 @@ CompCntr_inc(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O:inc", kwlist,
             &amount_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_comp_cntr *)IBV_HANDLE(self)->ptr;
-    if (!IBV_SYMBOL_AVAILABLE(ibv_inc_comp_cntr)) {
-        ibv_raise_unavailable("ibv_inc_comp_cntr", "65 (IBVERBS_1.18)");
+    self_ptr = (struct ibv_comp_cntr *)IBP_HANDLE(self)->ptr;
+    if (!IBP_SYMBOL_AVAILABLE(ibv_inc_comp_cntr)) {
+        ibp_raise_unavailable("ibv_inc_comp_cntr", "65 (IBVERBS_1.18)");
         goto exit;
     }
     if (amount_obj != NULL) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(amount_obj, "amount", UINT64_MAX, &v) < 0)
+            if (ibp_conv_unsigned(amount_obj, "amount", UINT64_MAX, &v) < 0)
                 goto exit;
             amount_c = v;
         }
@@ -389,7 +389,7 @@ CompCntr_inc(PyObject *self, PyObject *args, PyObject *kwargs)
     errno = 0;
     rc = ibv_inc_comp_cntr(self_ptr, amount_c);
     if (rc != 0) {
-        ibv_raise("ibv_inc_comp_cntr", ibv_error_code(rc));
+        ibp_raise("ibv_inc_comp_cntr", ibp_error_code(rc));
         goto exit;
     }
     return_value = Py_NewRef(Py_None);
@@ -427,17 +427,17 @@ CompCntr_inc_err(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O:inc_err", kwlist,
             &amount_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_comp_cntr *)IBV_HANDLE(self)->ptr;
-    if (!IBV_SYMBOL_AVAILABLE(ibv_inc_err_comp_cntr)) {
-        ibv_raise_unavailable("ibv_inc_err_comp_cntr", "65 (IBVERBS_1.18)");
+    self_ptr = (struct ibv_comp_cntr *)IBP_HANDLE(self)->ptr;
+    if (!IBP_SYMBOL_AVAILABLE(ibv_inc_err_comp_cntr)) {
+        ibp_raise_unavailable("ibv_inc_err_comp_cntr", "65 (IBVERBS_1.18)");
         goto exit;
     }
     if (amount_obj != NULL) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(amount_obj, "amount", UINT64_MAX, &v) < 0)
+            if (ibp_conv_unsigned(amount_obj, "amount", UINT64_MAX, &v) < 0)
                 goto exit;
             amount_c = v;
         }
@@ -445,7 +445,7 @@ CompCntr_inc_err(PyObject *self, PyObject *args, PyObject *kwargs)
     errno = 0;
     rc = ibv_inc_err_comp_cntr(self_ptr, amount_c);
     if (rc != 0) {
-        ibv_raise("ibv_inc_err_comp_cntr", ibv_error_code(rc));
+        ibp_raise("ibv_inc_err_comp_cntr", ibp_error_code(rc));
         goto exit;
     }
     return_value = Py_NewRef(Py_None);
@@ -458,10 +458,10 @@ exit:
 static PyObject *
 CompCntr_read__call(PyObject *self, PyObject *unused)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
     PyObject *result = CompCntr_read(self, unused);
-    ibv_call_leave(self);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -469,10 +469,10 @@ CompCntr_read__call(PyObject *self, PyObject *unused)
 static PyObject *
 CompCntr_read_err__call(PyObject *self, PyObject *unused)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
     PyObject *result = CompCntr_read_err(self, unused);
-    ibv_call_leave(self);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -481,11 +481,11 @@ static PyObject *
 CompCntr_set__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = CompCntr_set(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -494,11 +494,11 @@ static PyObject *
 CompCntr_set_err__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = CompCntr_set_err(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -507,11 +507,11 @@ static PyObject *
 CompCntr_inc__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = CompCntr_inc(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -520,11 +520,11 @@ static PyObject *
 CompCntr_inc_err__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = CompCntr_inc_err(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -540,7 +540,7 @@ static PyObject *
 CompCntr_enter(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     return Py_NewRef(op);
 }
@@ -580,15 +580,15 @@ CompCntr_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
                         "ibverbs.CompCntr() takes no arguments (an open one comes from a verb)");
         return NULL;
     }
-    return ibv_handle_new(type, NULL, NULL, NULL, 0);
+    return ibp_handle_new(type, NULL, NULL, NULL, 0);
 }
 
 static PyObject *
 CompCntr_repr(PyObject *op)
 {
-    if (IBV_HANDLE(op)->ptr == NULL)
+    if (IBP_HANDLE(op)->ptr == NULL)
         return PyUnicode_FromString("<ibverbs.CompCntr closed>");
-    return PyUnicode_FromFormat("<ibverbs.CompCntr at %p>", IBV_HANDLE(op)->ptr);
+    return PyUnicode_FromFormat("<ibverbs.CompCntr at %p>", IBP_HANDLE(op)->ptr);
 }
 
 static PyType_Slot CompCntr_slots[] = {

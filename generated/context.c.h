@@ -14,13 +14,13 @@ PyTypeObject *Context_Type;
 #ifndef IBVERBS_CALL_GUARD_DECLARED
 #define IBVERBS_CALL_GUARD_DECLARED
 /* ibverbs/src/handles.c: fork() ownership and calls in flight (see there). */
-IBV_HIDDEN int ibv_handle_foreign(PyObject *obj);
-IBV_HIDDEN void ibv_handle_closed(PyObject *obj);
-IBV_HIDDEN int ibv_call_enter(PyObject *self);
-IBV_HIDDEN void ibv_call_leave(PyObject *self);
-IBV_HIDDEN int ibv_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
+IBP_HIDDEN int ibp_handle_foreign(PyObject *obj);
+IBP_HIDDEN void ibp_handle_closed(PyObject *obj);
+IBP_HIDDEN int ibp_call_enter(PyObject *self);
+IBP_HIDDEN void ibp_call_leave(PyObject *self);
+IBP_HIDDEN int ibp_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
                                    PyObject **held, int max);
-IBV_HIDDEN void ibv_call_leave_args(PyObject **held, int n);
+IBP_HIDDEN void ibp_call_leave_args(PyObject **held, int n);
 #endif
 
 /* Open Context objects of this process (for leak accounting). */
@@ -30,7 +30,7 @@ PyObject *
 Context_wrap(struct ibv_context *ptr)
 {
     PyObject **parents = NULL, **slots = NULL;
-    PyObject *op = ibv_handle_new(Context_Type, ptr, slots, parents, 0);
+    PyObject *op = ibp_handle_new(Context_Type, ptr, slots, parents, 0);
     if (op == NULL) {
         /* Not wrapped, so not leaked either: give it back now. */
         ibv_close_device(ptr);
@@ -47,7 +47,7 @@ static int
 Context_destroy(struct ContextObject *self)
 {
     int rc;
-    if (ibv_handle_foreign((PyObject *)self)) {
+    if (ibp_handle_foreign((PyObject *)self)) {
         /* Inherited across fork(): the verbs object is the parent's, which
          * may still use it.  Forget it without destroying it. */
         goto forget;
@@ -55,11 +55,11 @@ Context_destroy(struct ContextObject *self)
     errno = 0;
     rc = ibv_close_device((struct ibv_context *)self->head.ptr);
     if (rc != 0)
-        return ibv_error_code(rc);
+        return ibp_error_code(rc);
 forget:
     self->head.ptr = NULL;
     Context_open_count--;
-    ibv_handle_closed((PyObject *)self);
+    ibp_handle_closed((PyObject *)self);
     return 0;
 }
 
@@ -67,13 +67,13 @@ static PyObject *
 Context_close(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    if (IBV_HANDLE(op)->ptr == NULL)
+    if (IBP_HANDLE(op)->ptr == NULL)
         Py_RETURN_NONE;
-    if (ibv_check_closable(op, "ibv_close_device") < 0)
+    if (ibp_check_closable(op, "ibv_close_device") < 0)
         return NULL;
     int err = Context_destroy((struct ContextObject *)op);
     if (err != 0)
-        return ibv_raise("ibv_close_device", err);
+        return ibp_raise("ibv_close_device", err);
     Py_RETURN_NONE;
 }
 
@@ -90,8 +90,8 @@ Context_dealloc(PyObject *op)
             /* Leaked (the parents stay counted, so they cannot be closed
              * under it); the Python object goes away regardless, so no
              * event may find it any more. */
-            ibv_handle_closed(op);
-            ibv_report_unraisable(op, "ibv_close_device", err);
+            ibp_handle_closed(op);
+            ibp_report_unraisable(op, "ibv_close_device", err);
         }
     }
     freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
@@ -103,7 +103,7 @@ static PyObject *
 Context_get_closed(PyObject *op, void *closure)
 {
     (void)closure;
-    return PyBool_FromLong(IBV_HANDLE(op)->ptr == NULL);
+    return PyBool_FromLong(IBP_HANDLE(op)->ptr == NULL);
 }
 
 static PyObject *
@@ -111,7 +111,7 @@ Context_get_num_comp_vectors(PyObject *op, void *closure)
 {
     PyObject *result;
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     struct ibv_context *self_ptr = Context_PTR(op);
     result = PyLong_FromLongLong((long long)(self_ptr->num_comp_vectors));
@@ -123,7 +123,7 @@ Context_get_async_fd(PyObject *op, void *closure)
 {
     PyObject *result;
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     struct ibv_context *self_ptr = Context_PTR(op);
     result = PyLong_FromLongLong((long long)(self_ptr->async_fd));
@@ -135,7 +135,7 @@ Context_get_cmd_fd(PyObject *op, void *closure)
 {
     PyObject *result;
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     struct ibv_context *self_ptr = Context_PTR(op);
     result = PyLong_FromLongLong((long long)(self_ptr->cmd_fd));
@@ -147,7 +147,7 @@ Context_get_name(PyObject *op, void *closure)
 {
     PyObject *result;
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     struct ibv_context *self_ptr = Context_PTR(op);
     const char *s = ibv_get_device_name(self_ptr->device);
@@ -165,7 +165,7 @@ static PyGetSetDef Context_getset[] = {
 };
 
 /* Written in Python: ibverbs.helpers.find_gid(self, ...). */
-PyDoc_STRVAR(ibv_py_Context_find_gid__doc__,
+PyDoc_STRVAR(ibp_py_Context_find_gid__doc__,
 "find_gid($self, /, port, *, gid_type=2, family='ipv4', netdev=None)\n"
 "--\n"
 "\n"
@@ -183,14 +183,14 @@ PyDoc_STRVAR(ibv_py_Context_find_gid__doc__,
 "lowest matching index wins. Raises LookupError naming what the\n"
 "port has when no GID fits, VerbsError for a bad port.");
 static PyObject *
-ibv_py_Context_find_gid(PyObject *self, PyObject *args, PyObject *kwargs)
+ibp_py_Context_find_gid(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static PyObject *function;   /* imported on the first call, then kept */
-    return ibv_call_python(&function, "ibverbs.helpers", "find_gid", self, args, kwargs);
+    return ibp_call_python(&function, "ibverbs.helpers", "find_gid", self, args, kwargs);
 }
 
 /* Written in Python: ibverbs.aio.async_event(self, ...). */
-PyDoc_STRVAR(ibv_py_Context_async_event__doc__,
+PyDoc_STRVAR(ibp_py_Context_async_event__doc__,
 "async_event($self, /)\n"
 "--\n"
 "\n"
@@ -198,14 +198,14 @@ PyDoc_STRVAR(ibv_py_Context_async_event__doc__,
 "(port state changes, QP errors), already acknowledged; see\n"
 "ibverbs.aio.async_event. Do not mix with get_async_event().");
 static PyObject *
-ibv_py_Context_async_event(PyObject *self, PyObject *args, PyObject *kwargs)
+ibp_py_Context_async_event(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static PyObject *function;   /* imported on the first call, then kept */
-    return ibv_call_python(&function, "ibverbs.aio", "async_event", self, args, kwargs);
+    return ibp_call_python(&function, "ibverbs.aio", "async_event", self, args, kwargs);
 }
 
 /* Written in Python: ibverbs.aio.async_events(self, ...). */
-PyDoc_STRVAR(ibv_py_Context_async_events__doc__,
+PyDoc_STRVAR(ibp_py_Context_async_events__doc__,
 "async_events($self, /)\n"
 "--\n"
 "\n"
@@ -213,10 +213,10 @@ PyDoc_STRVAR(ibv_py_Context_async_events__doc__,
 "(``async for ev in ctx.async_events()``); see\n"
 "ibverbs.aio.async_events.");
 static PyObject *
-ibv_py_Context_async_events(PyObject *self, PyObject *args, PyObject *kwargs)
+ibp_py_Context_async_events(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static PyObject *function;   /* imported on the first call, then kept */
-    return ibv_call_python(&function, "ibverbs.aio", "async_events", self, args, kwargs);
+    return ibp_call_python(&function, "ibverbs.aio", "async_events", self, args, kwargs);
 }
 
 PyDoc_STRVAR(Context_query_device__doc__,
@@ -242,14 +242,14 @@ Context_query_device(PyObject *self, PyObject *unused)
     PyObject *return_value = NULL;
     int rc;
 
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_context *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_context *)IBP_HANDLE(self)->ptr;
     memset(&device_attr_out, 0, sizeof(device_attr_out));
     errno = 0;
     rc = ibv_query_device(self_ptr, &device_attr_out);
     if (rc != 0) {
-        ibv_raise("ibv_query_device", ibv_error_code(rc));
+        ibp_raise("ibv_query_device", ibp_error_code(rc));
         goto exit;
     }
     {
@@ -285,14 +285,14 @@ Context_query_device_ex(PyObject *self, PyObject *unused)
     PyObject *return_value = NULL;
     int rc;
 
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_context *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_context *)IBP_HANDLE(self)->ptr;
     memset(&attr_out, 0, sizeof(attr_out));
     errno = 0;
     rc = ibv_query_device_ex(self_ptr, NULL, &attr_out);
     if (rc != 0) {
-        ibv_raise("ibv_query_device_ex", ibv_error_code(rc));
+        ibp_raise("ibv_query_device_ex", ibp_error_code(rc));
         goto exit;
     }
     {
@@ -337,12 +337,12 @@ Context_query_port(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:query_port", kwlist,
             &port_num_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_context *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_context *)IBP_HANDLE(self)->ptr;
     {
         uint64_t v;
-        if (ibv_conv_unsigned(port_num_obj, "port_num", UINT8_MAX, &v) < 0)
+        if (ibp_conv_unsigned(port_num_obj, "port_num", UINT8_MAX, &v) < 0)
             goto exit;
         port_num_c = v;
     }
@@ -350,7 +350,7 @@ Context_query_port(PyObject *self, PyObject *args, PyObject *kwargs)
     errno = 0;
     rc = ibv_query_port(self_ptr, port_num_c, &port_attr_out);
     if (rc != 0) {
-        ibv_raise("ibv_query_port", ibv_error_code(rc));
+        ibp_raise("ibv_query_port", ibp_error_code(rc));
         goto exit;
     }
     {
@@ -396,16 +396,16 @@ Context_query_port_speed(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:query_port_speed", kwlist,
             &port_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_context *)IBV_HANDLE(self)->ptr;
-    if (!IBV_SYMBOL_AVAILABLE(ibv_query_port_speed)) {
-        ibv_raise_unavailable("ibv_query_port_speed", "59 (IBVERBS_1.16)");
+    self_ptr = (struct ibv_context *)IBP_HANDLE(self)->ptr;
+    if (!IBP_SYMBOL_AVAILABLE(ibv_query_port_speed)) {
+        ibp_raise_unavailable("ibv_query_port_speed", "59 (IBVERBS_1.16)");
         goto exit;
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(port_obj, "port", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(port_obj, "port", UINT32_MAX, &v) < 0)
             goto exit;
         port_num_c = v;
     }
@@ -413,7 +413,7 @@ Context_query_port_speed(PyObject *self, PyObject *args, PyObject *kwargs)
     errno = 0;
     rc = ibv_query_port_speed(self_ptr, port_num_c, &port_speed_out);
     if (rc != 0) {
-        ibv_raise("ibv_query_port_speed", ibv_error_code(rc));
+        ibp_raise("ibv_query_port_speed", ibp_error_code(rc));
         goto exit;
     }
     {
@@ -461,18 +461,18 @@ Context_query_gid(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO:query_gid", kwlist,
             &port_num_obj, &index_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_context *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_context *)IBP_HANDLE(self)->ptr;
     {
         uint64_t v;
-        if (ibv_conv_unsigned(port_num_obj, "port_num", UINT8_MAX, &v) < 0)
+        if (ibp_conv_unsigned(port_num_obj, "port_num", UINT8_MAX, &v) < 0)
             goto exit;
         port_num_c = v;
     }
     {
         int64_t v;
-        if (ibv_conv_signed(index_obj, "index", 0, INT32_MAX, &v) < 0)
+        if (ibp_conv_signed(index_obj, "index", 0, INT32_MAX, &v) < 0)
             goto exit;
         index_c = v;
     }
@@ -480,12 +480,12 @@ Context_query_gid(PyObject *self, PyObject *args, PyObject *kwargs)
     errno = 0;
     rc = ibv_query_gid(self_ptr, port_num_c, index_c, &gid_out);
     if (rc != 0) {
-        ibv_raise("ibv_query_gid", ibv_error_code(rc));
+        ibp_raise("ibv_query_gid", ibp_error_code(rc));
         goto exit;
     }
     {
         PyObject *item;
-        item = ibv_gid_to_py(&gid_out);
+        item = ibp_gid_to_py(&gid_out);
         return_value = item;
     }
 
@@ -528,18 +528,18 @@ Context_query_gid_ex(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO:query_gid_ex", kwlist,
             &port_obj, &index_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_context *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_context *)IBP_HANDLE(self)->ptr;
     {
         uint64_t v;
-        if (ibv_conv_unsigned(port_obj, "port", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(port_obj, "port", UINT32_MAX, &v) < 0)
             goto exit;
         port_num_c = v;
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(index_obj, "index", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(index_obj, "index", UINT32_MAX, &v) < 0)
             goto exit;
         gid_index_c = v;
     }
@@ -547,7 +547,7 @@ Context_query_gid_ex(PyObject *self, PyObject *args, PyObject *kwargs)
     errno = 0;
     rc = ibv_query_gid_ex(self_ptr, port_num_c, gid_index_c, &entry_out, 0);
     if (rc != 0) {
-        ibv_raise("ibv_query_gid_ex", ibv_error_code(rc));
+        ibp_raise("ibv_query_gid_ex", ibp_error_code(rc));
         goto exit;
     }
     {
@@ -592,13 +592,13 @@ Context_query_gid_table(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O:query_gid_table", kwlist,
             &max_entries_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_context *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_context *)IBP_HANDLE(self)->ptr;
     if (max_entries_obj != NULL) {
         {
             int64_t v;
-            if (ibv_conv_signed(max_entries_obj, "max_entries", 1, INT64_MAX, &v) < 0)
+            if (ibp_conv_signed(max_entries_obj, "max_entries", 1, INT64_MAX, &v) < 0)
                 goto exit;
             if (v > (int64_t)(65536)) {
                 PyErr_Format(PyExc_ValueError, "max_entries must be at most %lld, got %S",
@@ -616,7 +616,7 @@ Context_query_gid_table(PyObject *self, PyObject *args, PyObject *kwargs)
     errno = 0;
     rc = ibv_query_gid_table(self_ptr, entries_list, max_entries_c, 0);
     if (rc < 0) {
-        ibv_raise("ibv_query_gid_table", ibv_error_code(rc));
+        ibp_raise("ibv_query_gid_table", ibp_error_code(rc));
         goto exit;
     }
     {
@@ -674,16 +674,16 @@ Context_init_ah_from_wc(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO:init_ah_from_wc", kwlist,
             &port_obj, &wc_obj, &grh_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_context *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_context *)IBP_HANDLE(self)->ptr;
     {
         uint64_t v;
-        if (ibv_conv_unsigned(port_obj, "port", UINT8_MAX, &v) < 0)
+        if (ibp_conv_unsigned(port_obj, "port", UINT8_MAX, &v) < 0)
             goto exit;
         port_num_c = v;
     }
-    if (ibv_wc_to_c(wc_obj, &wc_c) < 0)
+    if (ibp_wc_to_c(wc_obj, &wc_c) < 0)
         goto exit;
     grh_c_bytes = PyBytes_FromObject(grh_obj);
     if (grh_c_bytes == NULL)
@@ -696,7 +696,7 @@ Context_init_ah_from_wc(PyObject *self, PyObject *args, PyObject *kwargs)
     errno = 0;
     rc = ibv_init_ah_from_wc(self_ptr, port_num_c, &wc_c, (struct ibv_grh *)(void *)PyBytes_AsString(grh_c_bytes), &ah_attr_out);
     if (rc != 0) {
-        ibv_raise("ibv_init_ah_from_wc", ibv_error_code(rc));
+        ibp_raise("ibv_init_ah_from_wc", ibp_error_code(rc));
         goto exit;
     }
     {
@@ -745,18 +745,18 @@ Context_query_pkey(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO:query_pkey", kwlist,
             &port_obj, &index_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_context *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_context *)IBP_HANDLE(self)->ptr;
     {
         uint64_t v;
-        if (ibv_conv_unsigned(port_obj, "port", UINT8_MAX, &v) < 0)
+        if (ibp_conv_unsigned(port_obj, "port", UINT8_MAX, &v) < 0)
             goto exit;
         port_num_c = v;
     }
     {
         int64_t v;
-        if (ibv_conv_signed(index_obj, "index", 0, INT32_MAX, &v) < 0)
+        if (ibp_conv_signed(index_obj, "index", 0, INT32_MAX, &v) < 0)
             goto exit;
         index_c = v;
     }
@@ -764,7 +764,7 @@ Context_query_pkey(PyObject *self, PyObject *args, PyObject *kwargs)
     errno = 0;
     rc = ibv_query_pkey(self_ptr, port_num_c, index_c, &pkey_out);
     if (rc != 0) {
-        ibv_raise("ibv_query_pkey", ibv_error_code(rc));
+        ibp_raise("ibv_query_pkey", ibp_error_code(rc));
         goto exit;
     }
     {
@@ -811,25 +811,25 @@ Context_get_pkey_index(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO:get_pkey_index", kwlist,
             &port_obj, &pkey_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_context *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_context *)IBP_HANDLE(self)->ptr;
     {
         uint64_t v;
-        if (ibv_conv_unsigned(port_obj, "port", UINT8_MAX, &v) < 0)
+        if (ibp_conv_unsigned(port_obj, "port", UINT8_MAX, &v) < 0)
             goto exit;
         port_num_c = v;
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(pkey_obj, "pkey", UINT16_MAX, &v) < 0)
+        if (ibp_conv_unsigned(pkey_obj, "pkey", UINT16_MAX, &v) < 0)
             goto exit;
         pkey_c = v;
     }
     errno = 0;
     rc = ibv_get_pkey_index(self_ptr, port_num_c, pkey_c);
     if (rc < 0) {
-        ibv_raise("ibv_get_pkey_index", ibv_error_code(rc));
+        ibp_raise("ibv_get_pkey_index", ibp_error_code(rc));
         goto exit;
     }
     return_value = PyLong_FromLongLong((long long)(rc));
@@ -860,13 +860,13 @@ Context_alloc_pd(PyObject *self, PyObject *unused)
     PyObject *return_value = NULL;
     struct ibv_pd *rc;
 
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_context *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_context *)IBP_HANDLE(self)->ptr;
     errno = 0;
     rc = ibv_alloc_pd(self_ptr);
     if (rc == NULL) {
-        ibv_raise("ibv_alloc_pd", ibv_error_code(0));
+        ibp_raise("ibv_alloc_pd", ibp_error_code(0));
         goto exit;
     }
     return_value = PD_wrap(rc, self);
@@ -897,13 +897,13 @@ Context_create_comp_channel(PyObject *self, PyObject *unused)
     PyObject *return_value = NULL;
     struct ibv_comp_channel *rc;
 
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_context *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_context *)IBP_HANDLE(self)->ptr;
     errno = 0;
     rc = ibv_create_comp_channel(self_ptr);
     if (rc == NULL) {
-        ibv_raise("ibv_create_comp_channel", ibv_error_code(0));
+        ibp_raise("ibv_create_comp_channel", ibp_error_code(0));
         goto exit;
     }
     return_value = CompChannel_wrap(rc, self);
@@ -950,20 +950,20 @@ Context_create_cq(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|OO:create_cq", kwlist,
             &cqe_obj, &channel_obj, &comp_vector_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_context *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_context *)IBP_HANDLE(self)->ptr;
     {
         int64_t v;
-        if (ibv_conv_signed(cqe_obj, "cqe", 1, INT32_MAX, &v) < 0)
+        if (ibp_conv_signed(cqe_obj, "cqe", 1, INT32_MAX, &v) < 0)
             goto exit;
         cqe_c = v;
     }
     if (channel_obj != NULL) {
-        if (ibv_conv_handle(channel_obj, "channel", CompChannel_Type, 1, &channel) < 0)
+        if (ibp_conv_handle(channel_obj, "channel", CompChannel_Type, 1, &channel) < 0)
             goto exit;
         if (channel != NULL)
-            channel_c = (struct ibv_comp_channel *)IBV_HANDLE(channel)->ptr;
+            channel_c = (struct ibv_comp_channel *)IBP_HANDLE(channel)->ptr;
     }
     if (channel_c != NULL && channel_c->context != self_ptr) {
         PyErr_SetString(PyExc_ValueError, "Context.create_cq: channel belongs to another context");
@@ -972,7 +972,7 @@ Context_create_cq(PyObject *self, PyObject *args, PyObject *kwargs)
     if (comp_vector_obj != NULL) {
         {
             int64_t v;
-            if (ibv_conv_signed(comp_vector_obj, "comp_vector", 0, INT32_MAX, &v) < 0)
+            if (ibp_conv_signed(comp_vector_obj, "comp_vector", 0, INT32_MAX, &v) < 0)
                 goto exit;
             if (v > (int64_t)(self_ptr->num_comp_vectors - 1)) {
                 PyErr_Format(PyExc_ValueError, "comp_vector must be at most %lld, got %S",
@@ -985,7 +985,7 @@ Context_create_cq(PyObject *self, PyObject *args, PyObject *kwargs)
     errno = 0;
     rc = ibv_create_cq(self_ptr, cqe_c, NULL, channel_c, comp_vector_c);
     if (rc == NULL) {
-        ibv_raise("ibv_create_cq", ibv_error_code(0));
+        ibp_raise("ibv_create_cq", ibp_error_code(0));
         goto exit;
     }
     return_value = CQ_wrap(rc, self, channel);
@@ -1027,16 +1027,16 @@ Context_open_xrcd(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OO:open_xrcd", kwlist,
             &fd_obj, &oflags_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_context *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_context *)IBP_HANDLE(self)->ptr;
     memset(&xrcd_init_attr_c, 0, sizeof(xrcd_init_attr_c));
     xrcd_init_attr_c.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
     xrcd_init_attr_c.fd = -1;
     if (fd_obj != NULL) {
         {
             int64_t v;
-            if (ibv_conv_signed(fd_obj, "fd", INT32_MIN, INT32_MAX, &v) < 0)
+            if (ibp_conv_signed(fd_obj, "fd", INT32_MIN, INT32_MAX, &v) < 0)
                 goto exit;
             xrcd_init_attr_c.fd = v;
         }
@@ -1045,7 +1045,7 @@ Context_open_xrcd(PyObject *self, PyObject *args, PyObject *kwargs)
     if (oflags_obj != NULL) {
         {
             int64_t v;
-            if (ibv_conv_signed(oflags_obj, "oflags", INT32_MIN, INT32_MAX, &v) < 0)
+            if (ibp_conv_signed(oflags_obj, "oflags", INT32_MIN, INT32_MAX, &v) < 0)
                 goto exit;
             xrcd_init_attr_c.oflags = v;
         }
@@ -1053,7 +1053,7 @@ Context_open_xrcd(PyObject *self, PyObject *args, PyObject *kwargs)
     errno = 0;
     rc = ibv_open_xrcd(self_ptr, &xrcd_init_attr_c);
     if (rc == NULL) {
-        ibv_raise("ibv_open_xrcd", ibv_error_code(0));
+        ibp_raise("ibv_open_xrcd", ibp_error_code(0));
         goto exit;
     }
     return_value = XRCD_wrap(rc, self);
@@ -1095,11 +1095,11 @@ Context_resolve_eth_l2_from_gid(PyObject *self, PyObject *args, PyObject *kwargs
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:resolve_eth_l2_from_gid", kwlist,
             &ah_attr_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_context *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_context *)IBP_HANDLE(self)->ptr;
     if (!PyObject_TypeCheck(ah_attr_obj, AHAttr_Type)) {
-        PyErr_Format(PyExc_TypeError, "ah_attr must be a AHAttr, not %s", ibv_type_name(ah_attr_obj));
+        PyErr_Format(PyExc_TypeError, "ah_attr must be a AHAttr, not %s", ibp_type_name(ah_attr_obj));
         goto exit;
     }
     ah_attr = (struct AHAttrObject *)ah_attr_obj;
@@ -1108,7 +1108,7 @@ Context_resolve_eth_l2_from_gid(PyObject *self, PyObject *args, PyObject *kwargs
     errno = 0;
     rc = ibv_resolve_eth_l2_from_gid(self_ptr, &ah_attr->c, eth_mac_buf, &vid_out);
     if (rc != 0) {
-        ibv_raise("ibv_resolve_eth_l2_from_gid", ibv_error_code(rc));
+        ibp_raise("ibv_resolve_eth_l2_from_gid", ibp_error_code(rc));
         goto exit;
     }
     return_value = PyTuple_New(2);
@@ -1160,15 +1160,15 @@ Context_alloc_td(PyObject *self, PyObject *unused)
     PyObject *return_value = NULL;
     struct ibv_td *rc;
 
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_context *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_context *)IBP_HANDLE(self)->ptr;
     memset(&init_attr_c, 0, sizeof(init_attr_c));
     init_attr_c.comp_mask = 0;
     errno = 0;
     rc = ibv_alloc_td(self_ptr, &init_attr_c);
     if (rc == NULL) {
-        ibv_raise("ibv_alloc_td", ibv_error_code(0));
+        ibp_raise("ibv_alloc_td", ibp_error_code(0));
         goto exit;
     }
     return_value = TD_wrap(rc, self);
@@ -1208,19 +1208,19 @@ Context_import_pd(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:import_pd", kwlist,
             &handle_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_context *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_context *)IBP_HANDLE(self)->ptr;
     {
         uint64_t v;
-        if (ibv_conv_unsigned(handle_obj, "handle", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(handle_obj, "handle", UINT32_MAX, &v) < 0)
             goto exit;
         pd_handle_c = v;
     }
     errno = 0;
     rc = ibv_import_pd(self_ptr, pd_handle_c);
     if (rc == NULL) {
-        ibv_raise("ibv_import_pd", ibv_error_code(0));
+        ibp_raise("ibv_import_pd", ibp_error_code(0));
         goto exit;
     }
     return_value = ImportedPD_wrap(rc, self);
@@ -1229,15 +1229,15 @@ exit:
     return return_value;
 }
 
-/* Hand-written: ibv_hand_Context_get_async_event in ibverbs/src/. */
-PyDoc_STRVAR(ibv_hand_Context_get_async_event__doc__,
+/* Hand-written: ibp_hand_Context_get_async_event in ibverbs/src/. */
+PyDoc_STRVAR(ibp_hand_Context_get_async_event__doc__,
 "get_async_event($self, /)\n"
 "--\n"
 "\n"
 "Wait for the next asynchronous event (GIL released) -> AsyncEvent. With async_fd set non-blocking and nothing pending: VerbsError EAGAIN. The event is acknowledged to libibverbs at once; the AsyncEvent keeps the QP/CQ/SRQ it names alive instead.");
 
-/* Hand-written: ibv_hand_Context_ack_async_event in ibverbs/src/. */
-PyDoc_STRVAR(ibv_hand_Context_ack_async_event__doc__,
+/* Hand-written: ibp_hand_Context_ack_async_event in ibverbs/src/. */
+PyDoc_STRVAR(ibp_hand_Context_ack_async_event__doc__,
 "ack_async_event($self, /, ev)\n"
 "--\n"
 "\n"
@@ -1267,18 +1267,18 @@ Context_query_comp_cntr_caps(PyObject *self, PyObject *unused)
     PyObject *return_value = NULL;
     int rc;
 
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_context *)IBV_HANDLE(self)->ptr;
-    if (!IBV_SYMBOL_AVAILABLE(_ibv_query_comp_cntr_caps)) {
-        ibv_raise_unavailable("_ibv_query_comp_cntr_caps", "65 (IBVERBS_1.18)");
+    self_ptr = (struct ibv_context *)IBP_HANDLE(self)->ptr;
+    if (!IBP_SYMBOL_AVAILABLE(_ibv_query_comp_cntr_caps)) {
+        ibp_raise_unavailable("_ibv_query_comp_cntr_caps", "65 (IBVERBS_1.18)");
         goto exit;
     }
     memset(&caps_out, 0, sizeof(caps_out));
     errno = 0;
     rc = ibv_query_comp_cntr_caps(self_ptr, &caps_out);
     if (rc != 0) {
-        ibv_raise("ibv_query_comp_cntr_caps", ibv_error_code(rc));
+        ibp_raise("ibv_query_comp_cntr_caps", ibp_error_code(rc));
         goto exit;
     }
     {
@@ -1327,11 +1327,11 @@ Context_create_comp_cntr(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OOO:create_comp_cntr", kwlist,
             &comp_mask_obj, &type_obj, &flags_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_context *)IBV_HANDLE(self)->ptr;
-    if (!IBV_SYMBOL_AVAILABLE(ibv_create_comp_cntr)) {
-        ibv_raise_unavailable("ibv_create_comp_cntr", "65 (IBVERBS_1.18)");
+    self_ptr = (struct ibv_context *)IBP_HANDLE(self)->ptr;
+    if (!IBP_SYMBOL_AVAILABLE(ibv_create_comp_cntr)) {
+        ibp_raise_unavailable("ibv_create_comp_cntr", "65 (IBVERBS_1.18)");
         goto exit;
     }
     memset(&cc_attr_c, 0, sizeof(cc_attr_c));
@@ -1339,7 +1339,7 @@ Context_create_comp_cntr(PyObject *self, PyObject *args, PyObject *kwargs)
     if (comp_mask_obj != NULL) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(comp_mask_obj, "comp_mask", UINT32_MAX, &v) < 0)
+            if (ibp_conv_unsigned(comp_mask_obj, "comp_mask", UINT32_MAX, &v) < 0)
                 goto exit;
             cc_attr_c.comp_mask = v;
         }
@@ -1348,7 +1348,7 @@ Context_create_comp_cntr(PyObject *self, PyObject *args, PyObject *kwargs)
     if (type_obj != NULL) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(type_obj, "type", UINT32_MAX, &v) < 0)
+            if (ibp_conv_unsigned(type_obj, "type", UINT32_MAX, &v) < 0)
                 goto exit;
             cc_attr_c.type = v;
         }
@@ -1357,7 +1357,7 @@ Context_create_comp_cntr(PyObject *self, PyObject *args, PyObject *kwargs)
     if (flags_obj != NULL) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(flags_obj, "flags", UINT32_MAX, &v) < 0)
+            if (ibp_conv_unsigned(flags_obj, "flags", UINT32_MAX, &v) < 0)
                 goto exit;
             cc_attr_c.flags = v;
         }
@@ -1365,7 +1365,7 @@ Context_create_comp_cntr(PyObject *self, PyObject *args, PyObject *kwargs)
     errno = 0;
     rc = ibv_create_comp_cntr(self_ptr, &cc_attr_c);
     if (rc == NULL) {
-        ibv_raise("ibv_create_comp_cntr", ibv_error_code(0));
+        ibp_raise("ibv_create_comp_cntr", ibp_error_code(0));
         goto exit;
     }
     return_value = CompCntr_wrap(rc, self);
@@ -1416,22 +1416,22 @@ Context_create_cq_ex(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|OOOOO:create_cq_ex", kwlist,
             &cqe_obj, &channel_obj, &comp_vector_obj, &wc_flags_obj, &comp_mask_obj, &flags_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_context *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_context *)IBP_HANDLE(self)->ptr;
     memset(&cq_attr_c, 0, sizeof(cq_attr_c));
     {
         int64_t v;
-        if (ibv_conv_signed(cqe_obj, "cqe", 1, UINT32_MAX, &v) < 0)
+        if (ibp_conv_signed(cqe_obj, "cqe", 1, UINT32_MAX, &v) < 0)
             goto exit;
         cq_attr_c.cqe = v;
     }
     if (channel_obj != NULL) {
-        if (ibv_conv_handle(channel_obj, "channel", CompChannel_Type, 1, &channel) < 0)
+        if (ibp_conv_handle(channel_obj, "channel", CompChannel_Type, 1, &channel) < 0)
             goto exit;
     }
     if (channel != NULL) {
-        cq_attr_c.channel = (struct ibv_comp_channel *)IBV_HANDLE(channel)->ptr;
+        cq_attr_c.channel = (struct ibv_comp_channel *)IBP_HANDLE(channel)->ptr;
     }
     if (cq_attr_c.channel != NULL && cq_attr_c.channel->context != self_ptr) {
         PyErr_SetString(PyExc_ValueError, "Context.create_cq_ex: channel belongs to another context");
@@ -1441,7 +1441,7 @@ Context_create_cq_ex(PyObject *self, PyObject *args, PyObject *kwargs)
     if (comp_vector_obj != NULL) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(comp_vector_obj, "comp_vector", UINT32_MAX, &v) < 0)
+            if (ibp_conv_unsigned(comp_vector_obj, "comp_vector", UINT32_MAX, &v) < 0)
                 goto exit;
             if ((int64_t)v > (int64_t)(self_ptr->num_comp_vectors - 1)) {
                 PyErr_Format(PyExc_ValueError, "comp_vector must be at most %lld, got %S",
@@ -1455,7 +1455,7 @@ Context_create_cq_ex(PyObject *self, PyObject *args, PyObject *kwargs)
     if (wc_flags_obj != NULL) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(wc_flags_obj, "wc_flags", UINT64_MAX, &v) < 0)
+            if (ibp_conv_unsigned(wc_flags_obj, "wc_flags", UINT64_MAX, &v) < 0)
                 goto exit;
             cq_attr_c.wc_flags = v;
         }
@@ -1464,7 +1464,7 @@ Context_create_cq_ex(PyObject *self, PyObject *args, PyObject *kwargs)
     if (comp_mask_obj != NULL) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(comp_mask_obj, "comp_mask", UINT32_MAX, &v) < 0)
+            if (ibp_conv_unsigned(comp_mask_obj, "comp_mask", UINT32_MAX, &v) < 0)
                 goto exit;
             cq_attr_c.comp_mask = v;
         }
@@ -1473,7 +1473,7 @@ Context_create_cq_ex(PyObject *self, PyObject *args, PyObject *kwargs)
     if (flags_obj != NULL) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(flags_obj, "flags", UINT32_MAX, &v) < 0)
+            if (ibp_conv_unsigned(flags_obj, "flags", UINT32_MAX, &v) < 0)
                 goto exit;
             cq_attr_c.flags = v;
         }
@@ -1482,7 +1482,7 @@ Context_create_cq_ex(PyObject *self, PyObject *args, PyObject *kwargs)
     errno = 0;
     rc = ibv_create_cq_ex(self_ptr, &cq_attr_c);
     if (rc == NULL) {
-        ibv_raise("ibv_create_cq_ex", ibv_error_code(0));
+        ibp_raise("ibv_create_cq_ex", ibp_error_code(0));
         goto exit;
     }
     return_value = CQEx_wrap(rc, self, channel);
@@ -1494,8 +1494,8 @@ exit:
     return return_value;
 }
 
-/* Hand-written: ibv_hand_Context_query_rt_values_ex in ibverbs/src/. */
-PyDoc_STRVAR(ibv_hand_Context_query_rt_values_ex__doc__,
+/* Hand-written: ibp_hand_Context_query_rt_values_ex in ibverbs/src/. */
+PyDoc_STRVAR(ibp_hand_Context_query_rt_values_ex__doc__,
 "query_rt_values_ex($self, /)\n"
 "--\n"
 "\n"
@@ -1536,13 +1536,13 @@ Context_alloc_dm(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|OO:alloc_dm", kwlist,
             &length_obj, &log_align_req_obj, &comp_mask_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_context *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_context *)IBP_HANDLE(self)->ptr;
     memset(&attr_c, 0, sizeof(attr_c));
     {
         int64_t v;
-        if (ibv_conv_signed(length_obj, "length", 1, INT64_MAX, &v) < 0)
+        if (ibp_conv_signed(length_obj, "length", 1, INT64_MAX, &v) < 0)
             goto exit;
         attr_c.length = v;
     }
@@ -1550,7 +1550,7 @@ Context_alloc_dm(PyObject *self, PyObject *args, PyObject *kwargs)
     if (log_align_req_obj != NULL) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(log_align_req_obj, "log_align_req", UINT32_MAX, &v) < 0)
+            if (ibp_conv_unsigned(log_align_req_obj, "log_align_req", UINT32_MAX, &v) < 0)
                 goto exit;
             attr_c.log_align_req = v;
         }
@@ -1559,7 +1559,7 @@ Context_alloc_dm(PyObject *self, PyObject *args, PyObject *kwargs)
     if (comp_mask_obj != NULL) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(comp_mask_obj, "comp_mask", UINT32_MAX, &v) < 0)
+            if (ibp_conv_unsigned(comp_mask_obj, "comp_mask", UINT32_MAX, &v) < 0)
                 goto exit;
             attr_c.comp_mask = v;
         }
@@ -1567,7 +1567,7 @@ Context_alloc_dm(PyObject *self, PyObject *args, PyObject *kwargs)
     errno = 0;
     rc = ibv_alloc_dm(self_ptr, &attr_c);
     if (rc == NULL) {
-        ibv_raise("ibv_alloc_dm", ibv_error_code(0));
+        ibp_raise("ibv_alloc_dm", ibp_error_code(0));
         goto exit;
     }
     return_value = DM_wrap(rc, self);
@@ -1608,23 +1608,23 @@ Context_import_dm(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:import_dm", kwlist,
             &dm_handle_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_context *)IBV_HANDLE(self)->ptr;
-    if (!IBV_SYMBOL_AVAILABLE(ibv_import_dm)) {
-        ibv_raise_unavailable("ibv_import_dm", "35 (IBVERBS_1.13)");
+    self_ptr = (struct ibv_context *)IBP_HANDLE(self)->ptr;
+    if (!IBP_SYMBOL_AVAILABLE(ibv_import_dm)) {
+        ibp_raise_unavailable("ibv_import_dm", "35 (IBVERBS_1.13)");
         goto exit;
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(dm_handle_obj, "dm_handle", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(dm_handle_obj, "dm_handle", UINT32_MAX, &v) < 0)
             goto exit;
         dm_handle_c = v;
     }
     errno = 0;
     rc = ibv_import_dm(self_ptr, dm_handle_c);
     if (rc == NULL) {
-        ibv_raise("ibv_import_dm", ibv_error_code(0));
+        ibp_raise("ibv_import_dm", ibp_error_code(0));
         goto exit;
     }
     return_value = DM_wrap(rc, self);
@@ -1667,15 +1667,15 @@ Context_create_counters(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O:create_counters", kwlist,
             &comp_mask_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_context *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_context *)IBP_HANDLE(self)->ptr;
     memset(&init_attr_c, 0, sizeof(init_attr_c));
     init_attr_c.comp_mask = 0;
     if (comp_mask_obj != NULL) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(comp_mask_obj, "comp_mask", UINT32_MAX, &v) < 0)
+            if (ibp_conv_unsigned(comp_mask_obj, "comp_mask", UINT32_MAX, &v) < 0)
                 goto exit;
             init_attr_c.comp_mask = v;
         }
@@ -1683,7 +1683,7 @@ Context_create_counters(PyObject *self, PyObject *args, PyObject *kwargs)
     errno = 0;
     rc = ibv_create_counters(self_ptr, &init_attr_c);
     if (rc == NULL) {
-        ibv_raise("ibv_create_counters", ibv_error_code(0));
+        ibp_raise("ibv_create_counters", ibp_error_code(0));
         goto exit;
     }
     return_value = Counters_wrap(rc, self);
@@ -1692,8 +1692,8 @@ exit:
     return return_value;
 }
 
-/* Hand-written: ibv_hand_Context_create_rwq_ind_table in ibverbs/src/. */
-PyDoc_STRVAR(ibv_hand_Context_create_rwq_ind_table__doc__,
+/* Hand-written: ibp_hand_Context_create_rwq_ind_table in ibverbs/src/. */
+PyDoc_STRVAR(ibp_hand_Context_create_rwq_ind_table__doc__,
 "create_rwq_ind_table($self, /, wqs)\n"
 "--\n"
 "\n"
@@ -1703,10 +1703,10 @@ PyDoc_STRVAR(ibv_hand_Context_create_rwq_ind_table__doc__,
 static PyObject *
 Context_query_device__call(PyObject *self, PyObject *unused)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
     PyObject *result = Context_query_device(self, unused);
-    ibv_call_leave(self);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -1714,10 +1714,10 @@ Context_query_device__call(PyObject *self, PyObject *unused)
 static PyObject *
 Context_query_device_ex__call(PyObject *self, PyObject *unused)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
     PyObject *result = Context_query_device_ex(self, unused);
-    ibv_call_leave(self);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -1726,11 +1726,11 @@ static PyObject *
 Context_query_port__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = Context_query_port(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1739,11 +1739,11 @@ static PyObject *
 Context_query_port_speed__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = Context_query_port_speed(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1752,11 +1752,11 @@ static PyObject *
 Context_query_gid__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = Context_query_gid(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1765,11 +1765,11 @@ static PyObject *
 Context_query_gid_ex__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = Context_query_gid_ex(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1778,11 +1778,11 @@ static PyObject *
 Context_query_gid_table__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = Context_query_gid_table(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1791,11 +1791,11 @@ static PyObject *
 Context_init_ah_from_wc__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = Context_init_ah_from_wc(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1804,11 +1804,11 @@ static PyObject *
 Context_query_pkey__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = Context_query_pkey(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1817,11 +1817,11 @@ static PyObject *
 Context_get_pkey_index__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = Context_get_pkey_index(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1829,10 +1829,10 @@ Context_get_pkey_index__call(PyObject *self, PyObject *args, PyObject *kwargs)
 static PyObject *
 Context_alloc_pd__call(PyObject *self, PyObject *unused)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
     PyObject *result = Context_alloc_pd(self, unused);
-    ibv_call_leave(self);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -1840,10 +1840,10 @@ Context_alloc_pd__call(PyObject *self, PyObject *unused)
 static PyObject *
 Context_create_comp_channel__call(PyObject *self, PyObject *unused)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
     PyObject *result = Context_create_comp_channel(self, unused);
-    ibv_call_leave(self);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -1852,11 +1852,11 @@ static PyObject *
 Context_create_cq__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = Context_create_cq(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1865,11 +1865,11 @@ static PyObject *
 Context_open_xrcd__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = Context_open_xrcd(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1878,11 +1878,11 @@ static PyObject *
 Context_resolve_eth_l2_from_gid__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = Context_resolve_eth_l2_from_gid(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1890,10 +1890,10 @@ Context_resolve_eth_l2_from_gid__call(PyObject *self, PyObject *args, PyObject *
 static PyObject *
 Context_alloc_td__call(PyObject *self, PyObject *unused)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
     PyObject *result = Context_alloc_td(self, unused);
-    ibv_call_leave(self);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -1902,33 +1902,33 @@ static PyObject *
 Context_import_pd__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = Context_import_pd(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
 /* get_async_event(): in flight on its object until it returns. */
 static PyObject *
-ibv_hand_Context_get_async_event__call(PyObject *self, PyObject *unused)
+ibp_hand_Context_get_async_event__call(PyObject *self, PyObject *unused)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
-    PyObject *result = ibv_hand_Context_get_async_event(self, unused);
-    ibv_call_leave(self);
+    PyObject *result = ibp_hand_Context_get_async_event(self, unused);
+    ibp_call_leave(self);
     return result;
 }
 
 /* ack_async_event(): in flight on its object until it returns. */
 static PyObject *
-ibv_hand_Context_ack_async_event__call(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+ibp_hand_Context_ack_async_event__call(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
-    PyObject *result = ibv_hand_Context_ack_async_event(self, args, nargs, kwnames);
-    ibv_call_leave(self);
+    PyObject *result = ibp_hand_Context_ack_async_event(self, args, nargs, kwnames);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -1936,10 +1936,10 @@ ibv_hand_Context_ack_async_event__call(PyObject *self, PyObject *const *args, Py
 static PyObject *
 Context_query_comp_cntr_caps__call(PyObject *self, PyObject *unused)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
     PyObject *result = Context_query_comp_cntr_caps(self, unused);
-    ibv_call_leave(self);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -1948,11 +1948,11 @@ static PyObject *
 Context_create_comp_cntr__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = Context_create_comp_cntr(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1961,22 +1961,22 @@ static PyObject *
 Context_create_cq_ex__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = Context_create_cq_ex(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
 /* query_rt_values_ex(): in flight on its object until it returns. */
 static PyObject *
-ibv_hand_Context_query_rt_values_ex__call(PyObject *self, PyObject *unused)
+ibp_hand_Context_query_rt_values_ex__call(PyObject *self, PyObject *unused)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
-    PyObject *result = ibv_hand_Context_query_rt_values_ex(self, unused);
-    ibv_call_leave(self);
+    PyObject *result = ibp_hand_Context_query_rt_values_ex(self, unused);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -1985,11 +1985,11 @@ static PyObject *
 Context_alloc_dm__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = Context_alloc_dm(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1998,11 +1998,11 @@ static PyObject *
 Context_import_dm__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = Context_import_dm(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -2011,22 +2011,22 @@ static PyObject *
 Context_create_counters__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = Context_create_counters(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
 /* create_rwq_ind_table(): in flight on its object until it returns. */
 static PyObject *
-ibv_hand_Context_create_rwq_ind_table__call(PyObject *self, PyObject *arg)
+ibp_hand_Context_create_rwq_ind_table__call(PyObject *self, PyObject *arg)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
-    PyObject *result = ibv_hand_Context_create_rwq_ind_table(self, arg);
-    ibv_call_leave(self);
+    PyObject *result = ibp_hand_Context_create_rwq_ind_table(self, arg);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -2042,7 +2042,7 @@ static PyObject *
 Context_enter(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     return Py_NewRef(op);
 }
@@ -2061,9 +2061,9 @@ static PyMethodDef Context_methods[] = {
     {"__exit__", Context_exit, METH_VARARGS, NULL},
     {"_open_count", Context_open_count_get, METH_NOARGS | METH_CLASS,
      "_open_count($cls, /)\n--\n\nHow many Context objects of this process are open (leak checks)."},
-    {"find_gid", (PyCFunction)(void (*)(void))ibv_py_Context_find_gid, METH_VARARGS | METH_KEYWORDS, ibv_py_Context_find_gid__doc__},
-    {"async_event", (PyCFunction)(void (*)(void))ibv_py_Context_async_event, METH_VARARGS | METH_KEYWORDS, ibv_py_Context_async_event__doc__},
-    {"async_events", (PyCFunction)(void (*)(void))ibv_py_Context_async_events, METH_VARARGS | METH_KEYWORDS, ibv_py_Context_async_events__doc__},
+    {"find_gid", (PyCFunction)(void (*)(void))ibp_py_Context_find_gid, METH_VARARGS | METH_KEYWORDS, ibp_py_Context_find_gid__doc__},
+    {"async_event", (PyCFunction)(void (*)(void))ibp_py_Context_async_event, METH_VARARGS | METH_KEYWORDS, ibp_py_Context_async_event__doc__},
+    {"async_events", (PyCFunction)(void (*)(void))ibp_py_Context_async_events, METH_VARARGS | METH_KEYWORDS, ibp_py_Context_async_events__doc__},
     {"query_device", (PyCFunction)(void (*)(void))Context_query_device__call, METH_NOARGS, Context_query_device__doc__},
     {"query_device_ex", (PyCFunction)(void (*)(void))Context_query_device_ex__call, METH_NOARGS, Context_query_device_ex__doc__},
     {"query_port", (PyCFunction)(void (*)(void))Context_query_port__call, METH_VARARGS | METH_KEYWORDS, Context_query_port__doc__},
@@ -2081,16 +2081,16 @@ static PyMethodDef Context_methods[] = {
     {"resolve_eth_l2_from_gid", (PyCFunction)(void (*)(void))Context_resolve_eth_l2_from_gid__call, METH_VARARGS | METH_KEYWORDS, Context_resolve_eth_l2_from_gid__doc__},
     {"alloc_td", (PyCFunction)(void (*)(void))Context_alloc_td__call, METH_NOARGS, Context_alloc_td__doc__},
     {"import_pd", (PyCFunction)(void (*)(void))Context_import_pd__call, METH_VARARGS | METH_KEYWORDS, Context_import_pd__doc__},
-    {"get_async_event", (PyCFunction)(void (*)(void))ibv_hand_Context_get_async_event__call, METH_NOARGS, ibv_hand_Context_get_async_event__doc__},
-    {"ack_async_event", (PyCFunction)(void (*)(void))ibv_hand_Context_ack_async_event__call, METH_FASTCALL | METH_KEYWORDS, ibv_hand_Context_ack_async_event__doc__},
+    {"get_async_event", (PyCFunction)(void (*)(void))ibp_hand_Context_get_async_event__call, METH_NOARGS, ibp_hand_Context_get_async_event__doc__},
+    {"ack_async_event", (PyCFunction)(void (*)(void))ibp_hand_Context_ack_async_event__call, METH_FASTCALL | METH_KEYWORDS, ibp_hand_Context_ack_async_event__doc__},
     {"query_comp_cntr_caps", (PyCFunction)(void (*)(void))Context_query_comp_cntr_caps__call, METH_NOARGS, Context_query_comp_cntr_caps__doc__},
     {"create_comp_cntr", (PyCFunction)(void (*)(void))Context_create_comp_cntr__call, METH_VARARGS | METH_KEYWORDS, Context_create_comp_cntr__doc__},
     {"create_cq_ex", (PyCFunction)(void (*)(void))Context_create_cq_ex__call, METH_VARARGS | METH_KEYWORDS, Context_create_cq_ex__doc__},
-    {"query_rt_values_ex", (PyCFunction)(void (*)(void))ibv_hand_Context_query_rt_values_ex__call, METH_NOARGS, ibv_hand_Context_query_rt_values_ex__doc__},
+    {"query_rt_values_ex", (PyCFunction)(void (*)(void))ibp_hand_Context_query_rt_values_ex__call, METH_NOARGS, ibp_hand_Context_query_rt_values_ex__doc__},
     {"alloc_dm", (PyCFunction)(void (*)(void))Context_alloc_dm__call, METH_VARARGS | METH_KEYWORDS, Context_alloc_dm__doc__},
     {"import_dm", (PyCFunction)(void (*)(void))Context_import_dm__call, METH_VARARGS | METH_KEYWORDS, Context_import_dm__doc__},
     {"create_counters", (PyCFunction)(void (*)(void))Context_create_counters__call, METH_VARARGS | METH_KEYWORDS, Context_create_counters__doc__},
-    {"create_rwq_ind_table", (PyCFunction)(void (*)(void))ibv_hand_Context_create_rwq_ind_table__call, METH_O, ibv_hand_Context_create_rwq_ind_table__doc__},
+    {"create_rwq_ind_table", (PyCFunction)(void (*)(void))ibp_hand_Context_create_rwq_ind_table__call, METH_O, ibp_hand_Context_create_rwq_ind_table__doc__},
     {NULL, NULL, 0, NULL},
 };
 
@@ -2106,15 +2106,15 @@ Context_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
                         "ibverbs.Context() takes no arguments (an open one comes from a verb)");
         return NULL;
     }
-    return ibv_handle_new(type, NULL, NULL, NULL, 0);
+    return ibp_handle_new(type, NULL, NULL, NULL, 0);
 }
 
 static PyObject *
 Context_repr(PyObject *op)
 {
-    if (IBV_HANDLE(op)->ptr == NULL)
+    if (IBP_HANDLE(op)->ptr == NULL)
         return PyUnicode_FromString("<ibverbs.Context closed>");
-    return PyUnicode_FromFormat("<ibverbs.Context at %p>", IBV_HANDLE(op)->ptr);
+    return PyUnicode_FromFormat("<ibverbs.Context at %p>", IBP_HANDLE(op)->ptr);
 }
 
 static PyType_Slot Context_slots[] = {

@@ -14,13 +14,13 @@ PyTypeObject *Counters_Type;
 #ifndef IBVERBS_CALL_GUARD_DECLARED
 #define IBVERBS_CALL_GUARD_DECLARED
 /* ibverbs/src/handles.c: fork() ownership and calls in flight (see there). */
-IBV_HIDDEN int ibv_handle_foreign(PyObject *obj);
-IBV_HIDDEN void ibv_handle_closed(PyObject *obj);
-IBV_HIDDEN int ibv_call_enter(PyObject *self);
-IBV_HIDDEN void ibv_call_leave(PyObject *self);
-IBV_HIDDEN int ibv_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
+IBP_HIDDEN int ibp_handle_foreign(PyObject *obj);
+IBP_HIDDEN void ibp_handle_closed(PyObject *obj);
+IBP_HIDDEN int ibp_call_enter(PyObject *self);
+IBP_HIDDEN void ibp_call_leave(PyObject *self);
+IBP_HIDDEN int ibp_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
                                    PyObject **held, int max);
-IBV_HIDDEN void ibv_call_leave_args(PyObject **held, int n);
+IBP_HIDDEN void ibp_call_leave_args(PyObject **held, int n);
 #endif
 
 /* Open Counters objects of this process (for leak accounting). */
@@ -31,7 +31,7 @@ Counters_wrap(struct ibv_counters *ptr, PyObject *context)
 {
     PyObject *parents[] = { context, };
     PyObject *slots[1];
-    PyObject *op = ibv_handle_new(Counters_Type, ptr, slots, parents, 1);
+    PyObject *op = ibp_handle_new(Counters_Type, ptr, slots, parents, 1);
     if (op == NULL) {
         /* Not wrapped, so not leaked either: give it back now. */
         ibv_destroy_counters(ptr);
@@ -49,7 +49,7 @@ static int
 Counters_destroy(struct CountersObject *self)
 {
     int rc;
-    if (ibv_handle_foreign((PyObject *)self)) {
+    if (ibp_handle_foreign((PyObject *)self)) {
         /* Inherited across fork(): the verbs object is the parent's, which
          * may still use it.  Forget it without destroying it. */
         goto forget;
@@ -57,13 +57,13 @@ Counters_destroy(struct CountersObject *self)
     errno = 0;
     rc = ibv_destroy_counters((struct ibv_counters *)self->head.ptr);
     if (rc != 0)
-        return ibv_error_code(rc);
+        return ibp_error_code(rc);
 forget:
     self->head.ptr = NULL;
     Counters_open_count--;
-    ibv_handle_closed((PyObject *)self);
+    ibp_handle_closed((PyObject *)self);
     PyObject *parents[] = { self->context, };
-    ibv_handle_release_parents(parents, 1);
+    ibp_handle_release_parents(parents, 1);
     return 0;
 }
 
@@ -71,13 +71,13 @@ static PyObject *
 Counters_close(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    if (IBV_HANDLE(op)->ptr == NULL)
+    if (IBP_HANDLE(op)->ptr == NULL)
         Py_RETURN_NONE;
-    if (ibv_check_closable(op, "ibv_destroy_counters") < 0)
+    if (ibp_check_closable(op, "ibv_destroy_counters") < 0)
         return NULL;
     int err = Counters_destroy((struct CountersObject *)op);
     if (err != 0)
-        return ibv_raise("ibv_destroy_counters", err);
+        return ibp_raise("ibv_destroy_counters", err);
     Py_RETURN_NONE;
 }
 
@@ -94,8 +94,8 @@ Counters_dealloc(PyObject *op)
             /* Leaked (the parents stay counted, so they cannot be closed
              * under it); the Python object goes away regardless, so no
              * event may find it any more. */
-            ibv_handle_closed(op);
-            ibv_report_unraisable(op, "ibv_destroy_counters", err);
+            ibp_handle_closed(op);
+            ibp_report_unraisable(op, "ibv_destroy_counters", err);
         }
     }
     Py_CLEAR(self->context);
@@ -108,7 +108,7 @@ static PyObject *
 Counters_get_closed(PyObject *op, void *closure)
 {
     (void)closure;
-    return PyBool_FromLong(IBV_HANDLE(op)->ptr == NULL);
+    return PyBool_FromLong(IBP_HANDLE(op)->ptr == NULL);
 }
 
 static PyObject *
@@ -159,27 +159,27 @@ Counters_attach_point_flow(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO:attach_point_flow", kwlist,
             &counter_desc_obj, &index_obj, &flow_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_counters *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_counters *)IBP_HANDLE(self)->ptr;
     memset(&attr_c, 0, sizeof(attr_c));
     {
         uint64_t v;
-        if (ibv_conv_unsigned(counter_desc_obj, "counter_desc", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(counter_desc_obj, "counter_desc", UINT32_MAX, &v) < 0)
             goto exit;
         attr_c.counter_desc = v;
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(index_obj, "index", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(index_obj, "index", UINT32_MAX, &v) < 0)
             goto exit;
         attr_c.index = v;
     }
     if (flow_obj != NULL) {
-        if (ibv_conv_handle(flow_obj, "flow", Flow_Type, 0, &flow) < 0)
+        if (ibp_conv_handle(flow_obj, "flow", Flow_Type, 0, &flow) < 0)
             goto exit;
         if (flow != NULL)
-            flow_c = (struct ibv_flow *)IBV_HANDLE(flow)->ptr;
+            flow_c = (struct ibv_flow *)IBP_HANDLE(flow)->ptr;
     }
     if (flow_c != NULL && flow_c->context != self_ptr->context) {
         PyErr_SetString(PyExc_ValueError, "Counters.attach_point_flow: flow belongs to another context");
@@ -188,7 +188,7 @@ Counters_attach_point_flow(PyObject *self, PyObject *args, PyObject *kwargs)
     errno = 0;
     rc = ibv_attach_counters_point_flow(self_ptr, &attr_c, flow_c);
     if (rc != 0) {
-        ibv_raise("ibv_attach_counters_point_flow", ibv_error_code(rc));
+        ibp_raise("ibv_attach_counters_point_flow", ibp_error_code(rc));
         goto exit;
     }
     return_value = Py_NewRef(Py_None);
@@ -232,12 +232,12 @@ Counters_read(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:read", kwlist,
             &ncounters_obj, &flags_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_counters *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_counters *)IBP_HANDLE(self)->ptr;
     {
         int64_t v;
-        if (ibv_conv_signed(ncounters_obj, "ncounters", 1, UINT32_MAX, &v) < 0)
+        if (ibp_conv_signed(ncounters_obj, "ncounters", 1, UINT32_MAX, &v) < 0)
             goto exit;
         if (v > (int64_t)(4096)) {
             PyErr_Format(PyExc_ValueError, "ncounters must be at most %lld, got %S",
@@ -249,7 +249,7 @@ Counters_read(PyObject *self, PyObject *args, PyObject *kwargs)
     if (flags_obj != NULL) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(flags_obj, "flags", UINT32_MAX, &v) < 0)
+            if (ibp_conv_unsigned(flags_obj, "flags", UINT32_MAX, &v) < 0)
                 goto exit;
             flags_c = v;
         }
@@ -262,7 +262,7 @@ Counters_read(PyObject *self, PyObject *args, PyObject *kwargs)
     errno = 0;
     rc = ibv_read_counters(self_ptr, counters_value_list, ncounters_c, flags_c);
     if (rc != 0) {
-        ibv_raise("ibv_read_counters", ibv_error_code(rc));
+        ibp_raise("ibv_read_counters", ibp_error_code(rc));
         goto exit;
     }
     {
@@ -287,11 +287,11 @@ static PyObject *
 Counters_attach_point_flow__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = Counters_attach_point_flow(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -300,11 +300,11 @@ static PyObject *
 Counters_read__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = Counters_read(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -320,7 +320,7 @@ static PyObject *
 Counters_enter(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     return Py_NewRef(op);
 }
@@ -356,15 +356,15 @@ Counters_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
                         "ibverbs.Counters() takes no arguments (an open one comes from a verb)");
         return NULL;
     }
-    return ibv_handle_new(type, NULL, NULL, NULL, 0);
+    return ibp_handle_new(type, NULL, NULL, NULL, 0);
 }
 
 static PyObject *
 Counters_repr(PyObject *op)
 {
-    if (IBV_HANDLE(op)->ptr == NULL)
+    if (IBP_HANDLE(op)->ptr == NULL)
         return PyUnicode_FromString("<ibverbs.Counters closed>");
-    return PyUnicode_FromFormat("<ibverbs.Counters at %p>", IBV_HANDLE(op)->ptr);
+    return PyUnicode_FromFormat("<ibverbs.Counters at %p>", IBP_HANDLE(op)->ptr);
 }
 
 static PyType_Slot Counters_slots[] = {

@@ -14,13 +14,13 @@ PyTypeObject *CQ_Type;
 #ifndef IBVERBS_CALL_GUARD_DECLARED
 #define IBVERBS_CALL_GUARD_DECLARED
 /* ibverbs/src/handles.c: fork() ownership and calls in flight (see there). */
-IBV_HIDDEN int ibv_handle_foreign(PyObject *obj);
-IBV_HIDDEN void ibv_handle_closed(PyObject *obj);
-IBV_HIDDEN int ibv_call_enter(PyObject *self);
-IBV_HIDDEN void ibv_call_leave(PyObject *self);
-IBV_HIDDEN int ibv_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
+IBP_HIDDEN int ibp_handle_foreign(PyObject *obj);
+IBP_HIDDEN void ibp_handle_closed(PyObject *obj);
+IBP_HIDDEN int ibp_call_enter(PyObject *self);
+IBP_HIDDEN void ibp_call_leave(PyObject *self);
+IBP_HIDDEN int ibp_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
                                    PyObject **held, int max);
-IBV_HIDDEN void ibv_call_leave_args(PyObject **held, int n);
+IBP_HIDDEN void ibp_call_leave_args(PyObject **held, int n);
 #endif
 
 /* Open CQ objects of this process (for leak accounting). */
@@ -31,7 +31,7 @@ CQ_wrap_type(PyTypeObject *type, struct ibv_cq *ptr, PyObject *context, PyObject
 {
     PyObject *parents[] = { context, channel, };
     PyObject *slots[2];
-    PyObject *op = ibv_handle_new(type, ptr, slots, parents, 2);
+    PyObject *op = ibp_handle_new(type, ptr, slots, parents, 2);
     if (op == NULL) {
         /* Not wrapped, so not leaked either: give it back now. */
         ibv_destroy_cq(ptr);
@@ -44,7 +44,7 @@ CQ_wrap_type(PyTypeObject *type, struct ibv_cq *ptr, PyObject *context, PyObject
     self->channel = slots[1];
     self->events_received = 0;
     /* Events name the verbs object; they are mapped back to this one. */
-    if (ibv_registry_add(ptr, op) < 0) {
+    if (ibp_registry_add(ptr, op) < 0) {
         Py_DECREF(op);
         return NULL;
     }
@@ -62,7 +62,7 @@ static int
 CQ_destroy(struct CQObject *self)
 {
     int rc;
-    if (ibv_handle_foreign((PyObject *)self)) {
+    if (ibp_handle_foreign((PyObject *)self)) {
         /* Inherited across fork(): the verbs object is the parent's, which
          * may still use it.  Forget it without destroying it. */
         goto forget;
@@ -70,14 +70,14 @@ CQ_destroy(struct CQObject *self)
     errno = 0;
     rc = ibv_destroy_cq((struct ibv_cq *)self->head.ptr);
     if (rc != 0)
-        return ibv_error_code(rc);
+        return ibp_error_code(rc);
 forget:
-    ibv_registry_remove(self->head.ptr);
+    ibp_registry_remove(self->head.ptr);
     self->head.ptr = NULL;
     CQ_open_count--;
-    ibv_handle_closed((PyObject *)self);
+    ibp_handle_closed((PyObject *)self);
     PyObject *parents[] = { self->context, self->channel, };
-    ibv_handle_release_parents(parents, 2);
+    ibp_handle_release_parents(parents, 2);
     return 0;
 }
 
@@ -85,13 +85,13 @@ static PyObject *
 CQ_close(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    if (IBV_HANDLE(op)->ptr == NULL)
+    if (IBP_HANDLE(op)->ptr == NULL)
         Py_RETURN_NONE;
-    if (ibv_check_closable(op, "ibv_destroy_cq") < 0)
+    if (ibp_check_closable(op, "ibv_destroy_cq") < 0)
         return NULL;
     int err = CQ_destroy((struct CQObject *)op);
     if (err != 0)
-        return ibv_raise("ibv_destroy_cq", err);
+        return ibp_raise("ibv_destroy_cq", err);
     Py_RETURN_NONE;
 }
 
@@ -108,9 +108,9 @@ CQ_dealloc(PyObject *op)
             /* Leaked (the parents stay counted, so they cannot be closed
              * under it); the Python object goes away regardless, so no
              * event may find it any more. */
-            ibv_registry_remove(self->head.ptr);   /* before any Python code runs */
-            ibv_handle_closed(op);
-            ibv_report_unraisable(op, "ibv_destroy_cq", err);
+            ibp_registry_remove(self->head.ptr);   /* before any Python code runs */
+            ibp_handle_closed(op);
+            ibp_report_unraisable(op, "ibv_destroy_cq", err);
         }
     }
     Py_CLEAR(self->context);
@@ -124,7 +124,7 @@ static PyObject *
 CQ_get_closed(PyObject *op, void *closure)
 {
     (void)closure;
-    return PyBool_FromLong(IBV_HANDLE(op)->ptr == NULL);
+    return PyBool_FromLong(IBP_HANDLE(op)->ptr == NULL);
 }
 
 static PyObject *
@@ -148,7 +148,7 @@ CQ_get_cqe(PyObject *op, void *closure)
 {
     PyObject *result;
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     struct ibv_cq *self_ptr = CQ_PTR(op);
     result = PyLong_FromLongLong((long long)(self_ptr->cqe));
@@ -160,7 +160,7 @@ CQ_get_handle(PyObject *op, void *closure)
 {
     PyObject *result;
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     struct ibv_cq *self_ptr = CQ_PTR(op);
     result = PyLong_FromUnsignedLongLong((unsigned long long)(self_ptr->handle));
@@ -177,7 +177,7 @@ static PyGetSetDef CQ_getset[] = {
 };
 
 /* Written in Python: ibverbs.helpers.cq_wait(self, ...). */
-PyDoc_STRVAR(ibv_py_CQ_wait__doc__,
+PyDoc_STRVAR(ibp_py_CQ_wait__doc__,
 "wait($self, /, n=1, timeout=None, *, raise_on_error=True, sleep=False)\n"
 "--\n"
 "\n"
@@ -196,14 +196,14 @@ PyDoc_STRVAR(ibv_py_CQ_wait__doc__,
 "polled before it are dropped); False returns failed completions\n"
 "like the others.");
 static PyObject *
-ibv_py_CQ_wait(PyObject *self, PyObject *args, PyObject *kwargs)
+ibp_py_CQ_wait(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static PyObject *function;   /* imported on the first call, then kept */
-    return ibv_call_python(&function, "ibverbs.helpers", "cq_wait", self, args, kwargs);
+    return ibp_call_python(&function, "ibverbs.helpers", "cq_wait", self, args, kwargs);
 }
 
 /* Written in Python: ibverbs.aio.wait(self, ...). */
-PyDoc_STRVAR(ibv_py_CQ_async_wait__doc__,
+PyDoc_STRVAR(ibp_py_CQ_async_wait__doc__,
 "async_wait($self, /, max_entries=16, *, solicited_only=False)\n"
 "--\n"
 "\n"
@@ -212,14 +212,14 @@ PyDoc_STRVAR(ibv_py_CQ_async_wait__doc__,
 "(req_notify, event, ack, poll; see ibverbs.aio.wait). The CQ needs\n"
 "a completion channel. Cancelling it leaves no event unacknowledged.");
 static PyObject *
-ibv_py_CQ_async_wait(PyObject *self, PyObject *args, PyObject *kwargs)
+ibp_py_CQ_async_wait(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static PyObject *function;   /* imported on the first call, then kept */
-    return ibv_call_python(&function, "ibverbs.aio", "wait", self, args, kwargs);
+    return ibp_call_python(&function, "ibverbs.aio", "wait", self, args, kwargs);
 }
 
 /* Written in Python: ibverbs.aio.completions(self, ...). */
-PyDoc_STRVAR(ibv_py_CQ_completions__doc__,
+PyDoc_STRVAR(ibp_py_CQ_completions__doc__,
 "completions($self, /, max_entries=16, *, solicited_only=False)\n"
 "--\n"
 "\n"
@@ -228,10 +228,10 @@ PyDoc_STRVAR(ibv_py_CQ_completions__doc__,
 "a time; see ibverbs.aio.completions. The CQ needs a completion\n"
 "channel.");
 static PyObject *
-ibv_py_CQ_completions(PyObject *self, PyObject *args, PyObject *kwargs)
+ibp_py_CQ_completions(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static PyObject *function;   /* imported on the first call, then kept */
-    return ibv_call_python(&function, "ibverbs.aio", "completions", self, args, kwargs);
+    return ibp_call_python(&function, "ibverbs.aio", "completions", self, args, kwargs);
 }
 
 PyDoc_STRVAR(CQ_resize__doc__,
@@ -262,20 +262,20 @@ CQ_resize(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:resize", kwlist,
             &cqe_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_cq *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_cq *)IBP_HANDLE(self)->ptr;
     {
         int64_t v;
-        if (ibv_conv_signed(cqe_obj, "cqe", 1, INT32_MAX, &v) < 0)
+        if (ibp_conv_signed(cqe_obj, "cqe", 1, INT32_MAX, &v) < 0)
             goto exit;
         cqe_c = v;
     }
-    if (ibv_cq_check_not_polling(self) < 0) goto exit;  /* CQEx mid-poll: the provider holds the CQ lock */
+    if (ibp_cq_check_not_polling(self) < 0) goto exit;  /* CQEx mid-poll: the provider holds the CQ lock */
     errno = 0;
     rc = ibv_resize_cq(self_ptr, cqe_c);
     if (rc != 0) {
-        ibv_raise("ibv_resize_cq", ibv_error_code(rc));
+        ibp_raise("ibv_resize_cq", ibp_error_code(rc));
         goto exit;
     }
     return_value = Py_NewRef(Py_None);
@@ -314,28 +314,28 @@ CQ_modify(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO:modify", kwlist,
             &cq_count_obj, &cq_period_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_cq *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_cq *)IBP_HANDLE(self)->ptr;
     memset(&attr_c, 0, sizeof(attr_c));
     attr_c.attr_mask = IBV_CQ_ATTR_MODERATE;
     {
         uint64_t v;
-        if (ibv_conv_unsigned(cq_count_obj, "cq_count", UINT16_MAX, &v) < 0)
+        if (ibp_conv_unsigned(cq_count_obj, "cq_count", UINT16_MAX, &v) < 0)
             goto exit;
         attr_c.moderate.cq_count = v;
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(cq_period_obj, "cq_period", UINT16_MAX, &v) < 0)
+        if (ibp_conv_unsigned(cq_period_obj, "cq_period", UINT16_MAX, &v) < 0)
             goto exit;
         attr_c.moderate.cq_period = v;
     }
-    if (ibv_cq_check_not_polling(self) < 0) goto exit;  /* CQEx mid-poll: the provider holds the CQ lock */
+    if (ibp_cq_check_not_polling(self) < 0) goto exit;  /* CQEx mid-poll: the provider holds the CQ lock */
     errno = 0;
     rc = ibv_modify_cq(self_ptr, &attr_c);
     if (rc != 0) {
-        ibv_raise("ibv_modify_cq", ibv_error_code(rc));
+        ibp_raise("ibv_modify_cq", ibp_error_code(rc));
         goto exit;
     }
     return_value = Py_NewRef(Py_None);
@@ -344,29 +344,29 @@ exit:
     return return_value;
 }
 
-/* Hand-written: ibv_hand_CQ_poll in ibverbs/src/. */
-PyDoc_STRVAR(ibv_hand_CQ_poll__doc__,
+/* Hand-written: ibp_hand_CQ_poll in ibverbs/src/. */
+PyDoc_STRVAR(ibp_hand_CQ_poll__doc__,
 "poll($self, /, num_entries)\n"
 "--\n"
 "\n"
 "Up to num_entries completions as a list of WC (empty when none).");
 
-/* Hand-written: ibv_hand_CQ_poll_into in ibverbs/src/. */
-PyDoc_STRVAR(ibv_hand_CQ_poll_into__doc__,
+/* Hand-written: ibp_hand_CQ_poll_into in ibverbs/src/. */
+PyDoc_STRVAR(ibp_hand_CQ_poll_into__doc__,
 "poll_into($self, /, buffer)\n"
 "--\n"
 "\n"
 "Poll up to buffer.capacity completions into a WCBuffer (no object per completion) and return how many (0 when none); len(buffer) says the same.");
 
-/* Hand-written: ibv_hand_CQ_req_notify in ibverbs/src/. */
-PyDoc_STRVAR(ibv_hand_CQ_req_notify__doc__,
+/* Hand-written: ibp_hand_CQ_req_notify in ibverbs/src/. */
+PyDoc_STRVAR(ibp_hand_CQ_req_notify__doc__,
 "req_notify($self, /, solicited_only=False)\n"
 "--\n"
 "\n"
 "Ask for a completion event on the CQ's channel for the next (solicited) completion.");
 
-/* Hand-written: ibv_hand_CQ_ack_events in ibverbs/src/. */
-PyDoc_STRVAR(ibv_hand_CQ_ack_events__doc__,
+/* Hand-written: ibp_hand_CQ_ack_events in ibverbs/src/. */
+PyDoc_STRVAR(ibp_hand_CQ_ack_events__doc__,
 "ack_events($self, /, nevents=1)\n"
 "--\n"
 "\n"
@@ -377,11 +377,11 @@ static PyObject *
 CQ_resize__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = CQ_resize(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -390,55 +390,55 @@ static PyObject *
 CQ_modify__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = CQ_modify(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
 /* poll(): in flight on its object until it returns. */
 static PyObject *
-ibv_hand_CQ_poll__call(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+ibp_hand_CQ_poll__call(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
-    PyObject *result = ibv_hand_CQ_poll(self, args, nargs, kwnames);
-    ibv_call_leave(self);
+    PyObject *result = ibp_hand_CQ_poll(self, args, nargs, kwnames);
+    ibp_call_leave(self);
     return result;
 }
 
 /* poll_into(): in flight on its object until it returns. */
 static PyObject *
-ibv_hand_CQ_poll_into__call(PyObject *self, PyObject *arg)
+ibp_hand_CQ_poll_into__call(PyObject *self, PyObject *arg)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
-    PyObject *result = ibv_hand_CQ_poll_into(self, arg);
-    ibv_call_leave(self);
+    PyObject *result = ibp_hand_CQ_poll_into(self, arg);
+    ibp_call_leave(self);
     return result;
 }
 
 /* req_notify(): in flight on its object until it returns. */
 static PyObject *
-ibv_hand_CQ_req_notify__call(PyObject *self, PyObject *args, PyObject *kwargs)
+ibp_hand_CQ_req_notify__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
-    PyObject *result = ibv_hand_CQ_req_notify(self, args, kwargs);
-    ibv_call_leave(self);
+    PyObject *result = ibp_hand_CQ_req_notify(self, args, kwargs);
+    ibp_call_leave(self);
     return result;
 }
 
 /* ack_events(): in flight on its object until it returns. */
 static PyObject *
-ibv_hand_CQ_ack_events__call(PyObject *self, PyObject *args, PyObject *kwargs)
+ibp_hand_CQ_ack_events__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
-    PyObject *result = ibv_hand_CQ_ack_events(self, args, kwargs);
-    ibv_call_leave(self);
+    PyObject *result = ibp_hand_CQ_ack_events(self, args, kwargs);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -454,7 +454,7 @@ static PyObject *
 CQ_enter(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     return Py_NewRef(op);
 }
@@ -473,15 +473,15 @@ static PyMethodDef CQ_methods[] = {
     {"__exit__", CQ_exit, METH_VARARGS, NULL},
     {"_open_count", CQ_open_count_get, METH_NOARGS | METH_CLASS,
      "_open_count($cls, /)\n--\n\nHow many CQ objects of this process are open (leak checks)."},
-    {"wait", (PyCFunction)(void (*)(void))ibv_py_CQ_wait, METH_VARARGS | METH_KEYWORDS, ibv_py_CQ_wait__doc__},
-    {"async_wait", (PyCFunction)(void (*)(void))ibv_py_CQ_async_wait, METH_VARARGS | METH_KEYWORDS, ibv_py_CQ_async_wait__doc__},
-    {"completions", (PyCFunction)(void (*)(void))ibv_py_CQ_completions, METH_VARARGS | METH_KEYWORDS, ibv_py_CQ_completions__doc__},
+    {"wait", (PyCFunction)(void (*)(void))ibp_py_CQ_wait, METH_VARARGS | METH_KEYWORDS, ibp_py_CQ_wait__doc__},
+    {"async_wait", (PyCFunction)(void (*)(void))ibp_py_CQ_async_wait, METH_VARARGS | METH_KEYWORDS, ibp_py_CQ_async_wait__doc__},
+    {"completions", (PyCFunction)(void (*)(void))ibp_py_CQ_completions, METH_VARARGS | METH_KEYWORDS, ibp_py_CQ_completions__doc__},
     {"resize", (PyCFunction)(void (*)(void))CQ_resize__call, METH_VARARGS | METH_KEYWORDS, CQ_resize__doc__},
     {"modify", (PyCFunction)(void (*)(void))CQ_modify__call, METH_VARARGS | METH_KEYWORDS, CQ_modify__doc__},
-    {"poll", (PyCFunction)(void (*)(void))ibv_hand_CQ_poll__call, METH_FASTCALL | METH_KEYWORDS, ibv_hand_CQ_poll__doc__},
-    {"poll_into", (PyCFunction)(void (*)(void))ibv_hand_CQ_poll_into__call, METH_O, ibv_hand_CQ_poll_into__doc__},
-    {"req_notify", (PyCFunction)(void (*)(void))ibv_hand_CQ_req_notify__call, METH_VARARGS | METH_KEYWORDS, ibv_hand_CQ_req_notify__doc__},
-    {"ack_events", (PyCFunction)(void (*)(void))ibv_hand_CQ_ack_events__call, METH_VARARGS | METH_KEYWORDS, ibv_hand_CQ_ack_events__doc__},
+    {"poll", (PyCFunction)(void (*)(void))ibp_hand_CQ_poll__call, METH_FASTCALL | METH_KEYWORDS, ibp_hand_CQ_poll__doc__},
+    {"poll_into", (PyCFunction)(void (*)(void))ibp_hand_CQ_poll_into__call, METH_O, ibp_hand_CQ_poll_into__doc__},
+    {"req_notify", (PyCFunction)(void (*)(void))ibp_hand_CQ_req_notify__call, METH_VARARGS | METH_KEYWORDS, ibp_hand_CQ_req_notify__doc__},
+    {"ack_events", (PyCFunction)(void (*)(void))ibp_hand_CQ_ack_events__call, METH_VARARGS | METH_KEYWORDS, ibp_hand_CQ_ack_events__doc__},
     {NULL, NULL, 0, NULL},
 };
 
@@ -497,15 +497,15 @@ CQ_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
                         "ibverbs.CQ() takes no arguments (an open one comes from a verb)");
         return NULL;
     }
-    return ibv_handle_new(type, NULL, NULL, NULL, 0);
+    return ibp_handle_new(type, NULL, NULL, NULL, 0);
 }
 
 static PyObject *
 CQ_repr(PyObject *op)
 {
-    if (IBV_HANDLE(op)->ptr == NULL)
+    if (IBP_HANDLE(op)->ptr == NULL)
         return PyUnicode_FromString("<ibverbs.CQ closed>");
-    return PyUnicode_FromFormat("<ibverbs.CQ at %p>", IBV_HANDLE(op)->ptr);
+    return PyUnicode_FromFormat("<ibverbs.CQ at %p>", IBP_HANDLE(op)->ptr);
 }
 
 static PyType_Slot CQ_slots[] = {

@@ -18,7 +18,7 @@ CQEx_wrap(struct ibv_cq_ex *ptr, PyObject *context, PyObject *channel)
 {
     PyObject *parents[] = { context, channel, };
     PyObject *slots[2];
-    PyObject *op = ibv_handle_new(CQEx_Type, ibv_cq_ex_to_cq(ptr), slots, parents, 2);
+    PyObject *op = ibp_handle_new(CQEx_Type, ibv_cq_ex_to_cq(ptr), slots, parents, 2);
     if (op == NULL) {
         /* Not wrapped, so not leaked either: give it back now. */
         ibv_destroy_cq(ibv_cq_ex_to_cq(ptr));
@@ -35,7 +35,7 @@ CQEx_wrap(struct ibv_cq_ex *ptr, PyObject *context, PyObject *channel)
     self->current = 0;
     self->wc_flags = 0;
     /* Events name the struct ibv_cq; they are mapped back to this object. */
-    if (ibv_registry_add(IBV_HANDLE(op)->ptr, op) < 0) {
+    if (ibp_registry_add(IBP_HANDLE(op)->ptr, op) < 0) {
         Py_DECREF(op);
         return NULL;
     }
@@ -45,8 +45,8 @@ CQEx_wrap(struct ibv_cq_ex *ptr, PyObject *context, PyObject *channel)
 static void
 CQEx_dealloc(PyObject *op)
 {
-    if (IBV_HANDLE(op)->ptr != NULL)
-        ibv_cqex_before_dealloc((struct CQExObject *)op);
+    if (IBP_HANDLE(op)->ptr != NULL)
+        ibp_cqex_before_dealloc((struct CQExObject *)op);
     CQ_dealloc(op);
 }
 
@@ -55,7 +55,7 @@ CQEx_get_wr_id(PyObject *op, void *closure)
 {
     PyObject *result;
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     struct ibv_cq_ex *self_ptr = CQEx_PTR(op);
     struct CQExObject *self = (struct CQExObject *)op;
@@ -73,7 +73,7 @@ CQEx_get_status(PyObject *op, void *closure)
 {
     PyObject *result;
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     struct ibv_cq_ex *self_ptr = CQEx_PTR(op);
     struct CQExObject *self = (struct CQExObject *)op;
@@ -92,22 +92,22 @@ static PyGetSetDef CQEx_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-/* Hand-written: ibv_hand_CQEx_start_poll in ibverbs/src/. */
-PyDoc_STRVAR(ibv_hand_CQEx_start_poll__doc__,
+/* Hand-written: ibp_hand_CQEx_start_poll in ibverbs/src/. */
+PyDoc_STRVAR(ibp_hand_CQEx_start_poll__doc__,
 "start_poll($self, /)\n"
 "--\n"
 "\n"
 "Lock the CQ and make its first completion current -> True; False when the CQ is empty (nothing to end).  After True, read the completion (wr_id, status, read_*()), move on with next_poll() and always finish with end_poll(); until then the CQ cannot be polled otherwise, resized or closed (RuntimeError / EBUSY).");
 
-/* Hand-written: ibv_hand_CQEx_next_poll in ibverbs/src/. */
-PyDoc_STRVAR(ibv_hand_CQEx_next_poll__doc__,
+/* Hand-written: ibp_hand_CQEx_next_poll in ibverbs/src/. */
+PyDoc_STRVAR(ibp_hand_CQEx_next_poll__doc__,
 "next_poll($self, /)\n"
 "--\n"
 "\n"
 "Make the next completion current -> True; False when there is no more (end_poll() is still required).");
 
-/* Hand-written: ibv_hand_CQEx_end_poll in ibverbs/src/. */
-PyDoc_STRVAR(ibv_hand_CQEx_end_poll__doc__,
+/* Hand-written: ibp_hand_CQEx_end_poll in ibverbs/src/. */
+PyDoc_STRVAR(ibp_hand_CQEx_end_poll__doc__,
 "end_poll($self, /)\n"
 "--\n"
 "\n"
@@ -134,7 +134,7 @@ CQEx_read_opcode(PyObject *self, PyObject *unused)
     PyObject *return_value = NULL;
     enum ibv_wc_opcode rc;
 
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
     self_ptr = CQEx_PTR(self);
     if (!(((struct CQExObject *)self)->current)) {
@@ -173,7 +173,7 @@ CQEx_read_vendor_err(PyObject *self, PyObject *unused)
     PyObject *return_value = NULL;
     uint32_t rc;
 
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
     self_ptr = CQEx_PTR(self);
     if (!(((struct CQExObject *)self)->current)) {
@@ -212,7 +212,7 @@ CQEx_read_wc_flags(PyObject *self, PyObject *unused)
     PyObject *return_value = NULL;
     unsigned int rc;
 
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
     self_ptr = CQEx_PTR(self);
     if (!(((struct CQExObject *)self)->current)) {
@@ -251,7 +251,7 @@ CQEx_read_byte_len(PyObject *self, PyObject *unused)
     PyObject *return_value = NULL;
     uint32_t rc;
 
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
     self_ptr = CQEx_PTR(self);
     if (!(((struct CQExObject *)self)->current)) {
@@ -290,7 +290,7 @@ CQEx_read_imm_data(PyObject *self, PyObject *unused)
     PyObject *return_value = NULL;
     __be32 rc;
 
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
     self_ptr = CQEx_PTR(self);
     if (!(((struct CQExObject *)self)->current)) {
@@ -329,7 +329,7 @@ CQEx_read_invalidated_rkey(PyObject *self, PyObject *unused)
     PyObject *return_value = NULL;
     uint32_t rc;
 
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
     self_ptr = CQEx_PTR(self);
     if (!(((struct CQExObject *)self)->current)) {
@@ -368,7 +368,7 @@ CQEx_read_qp_num(PyObject *self, PyObject *unused)
     PyObject *return_value = NULL;
     uint32_t rc;
 
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
     self_ptr = CQEx_PTR(self);
     if (!(((struct CQExObject *)self)->current)) {
@@ -407,7 +407,7 @@ CQEx_read_src_qp(PyObject *self, PyObject *unused)
     PyObject *return_value = NULL;
     uint32_t rc;
 
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
     self_ptr = CQEx_PTR(self);
     if (!(((struct CQExObject *)self)->current)) {
@@ -446,7 +446,7 @@ CQEx_read_slid(PyObject *self, PyObject *unused)
     PyObject *return_value = NULL;
     uint32_t rc;
 
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
     self_ptr = CQEx_PTR(self);
     if (!(((struct CQExObject *)self)->current)) {
@@ -485,7 +485,7 @@ CQEx_read_sl(PyObject *self, PyObject *unused)
     PyObject *return_value = NULL;
     uint8_t rc;
 
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
     self_ptr = CQEx_PTR(self);
     if (!(((struct CQExObject *)self)->current)) {
@@ -524,7 +524,7 @@ CQEx_read_dlid_path_bits(PyObject *self, PyObject *unused)
     PyObject *return_value = NULL;
     uint8_t rc;
 
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
     self_ptr = CQEx_PTR(self);
     if (!(((struct CQExObject *)self)->current)) {
@@ -563,7 +563,7 @@ CQEx_read_completion_ts(PyObject *self, PyObject *unused)
     PyObject *return_value = NULL;
     uint64_t rc;
 
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
     self_ptr = CQEx_PTR(self);
     if (!(((struct CQExObject *)self)->current)) {
@@ -602,7 +602,7 @@ CQEx_read_completion_wallclock_ns(PyObject *self, PyObject *unused)
     PyObject *return_value = NULL;
     uint64_t rc;
 
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
     self_ptr = CQEx_PTR(self);
     if (!(((struct CQExObject *)self)->current)) {
@@ -641,7 +641,7 @@ CQEx_read_cvlan(PyObject *self, PyObject *unused)
     PyObject *return_value = NULL;
     uint16_t rc;
 
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
     self_ptr = CQEx_PTR(self);
     if (!(((struct CQExObject *)self)->current)) {
@@ -680,7 +680,7 @@ CQEx_read_flow_tag(PyObject *self, PyObject *unused)
     PyObject *return_value = NULL;
     uint32_t rc;
 
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
     self_ptr = CQEx_PTR(self);
     if (!(((struct CQExObject *)self)->current)) {
@@ -719,7 +719,7 @@ CQEx_read_tm_info(PyObject *self, PyObject *unused)
     struct ibv_wc_tm_info tm_info_out;
     PyObject *return_value = NULL;
 
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
     self_ptr = CQEx_PTR(self);
     memset(&tm_info_out, 0, sizeof(tm_info_out));
@@ -744,34 +744,34 @@ exit:
 
 /* start_poll(): in flight on its object until it returns. */
 static PyObject *
-ibv_hand_CQEx_start_poll__call(PyObject *self, PyObject *unused)
+ibp_hand_CQEx_start_poll__call(PyObject *self, PyObject *unused)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
-    PyObject *result = ibv_hand_CQEx_start_poll(self, unused);
-    ibv_call_leave(self);
+    PyObject *result = ibp_hand_CQEx_start_poll(self, unused);
+    ibp_call_leave(self);
     return result;
 }
 
 /* next_poll(): in flight on its object until it returns. */
 static PyObject *
-ibv_hand_CQEx_next_poll__call(PyObject *self, PyObject *unused)
+ibp_hand_CQEx_next_poll__call(PyObject *self, PyObject *unused)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
-    PyObject *result = ibv_hand_CQEx_next_poll(self, unused);
-    ibv_call_leave(self);
+    PyObject *result = ibp_hand_CQEx_next_poll(self, unused);
+    ibp_call_leave(self);
     return result;
 }
 
 /* end_poll(): in flight on its object until it returns. */
 static PyObject *
-ibv_hand_CQEx_end_poll__call(PyObject *self, PyObject *unused)
+ibp_hand_CQEx_end_poll__call(PyObject *self, PyObject *unused)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
-    PyObject *result = ibv_hand_CQEx_end_poll(self, unused);
-    ibv_call_leave(self);
+    PyObject *result = ibp_hand_CQEx_end_poll(self, unused);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -779,10 +779,10 @@ ibv_hand_CQEx_end_poll__call(PyObject *self, PyObject *unused)
 static PyObject *
 CQEx_read_opcode__call(PyObject *self, PyObject *unused)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
     PyObject *result = CQEx_read_opcode(self, unused);
-    ibv_call_leave(self);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -790,10 +790,10 @@ CQEx_read_opcode__call(PyObject *self, PyObject *unused)
 static PyObject *
 CQEx_read_vendor_err__call(PyObject *self, PyObject *unused)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
     PyObject *result = CQEx_read_vendor_err(self, unused);
-    ibv_call_leave(self);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -801,10 +801,10 @@ CQEx_read_vendor_err__call(PyObject *self, PyObject *unused)
 static PyObject *
 CQEx_read_wc_flags__call(PyObject *self, PyObject *unused)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
     PyObject *result = CQEx_read_wc_flags(self, unused);
-    ibv_call_leave(self);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -812,10 +812,10 @@ CQEx_read_wc_flags__call(PyObject *self, PyObject *unused)
 static PyObject *
 CQEx_read_byte_len__call(PyObject *self, PyObject *unused)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
     PyObject *result = CQEx_read_byte_len(self, unused);
-    ibv_call_leave(self);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -823,10 +823,10 @@ CQEx_read_byte_len__call(PyObject *self, PyObject *unused)
 static PyObject *
 CQEx_read_imm_data__call(PyObject *self, PyObject *unused)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
     PyObject *result = CQEx_read_imm_data(self, unused);
-    ibv_call_leave(self);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -834,10 +834,10 @@ CQEx_read_imm_data__call(PyObject *self, PyObject *unused)
 static PyObject *
 CQEx_read_invalidated_rkey__call(PyObject *self, PyObject *unused)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
     PyObject *result = CQEx_read_invalidated_rkey(self, unused);
-    ibv_call_leave(self);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -845,10 +845,10 @@ CQEx_read_invalidated_rkey__call(PyObject *self, PyObject *unused)
 static PyObject *
 CQEx_read_qp_num__call(PyObject *self, PyObject *unused)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
     PyObject *result = CQEx_read_qp_num(self, unused);
-    ibv_call_leave(self);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -856,10 +856,10 @@ CQEx_read_qp_num__call(PyObject *self, PyObject *unused)
 static PyObject *
 CQEx_read_src_qp__call(PyObject *self, PyObject *unused)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
     PyObject *result = CQEx_read_src_qp(self, unused);
-    ibv_call_leave(self);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -867,10 +867,10 @@ CQEx_read_src_qp__call(PyObject *self, PyObject *unused)
 static PyObject *
 CQEx_read_slid__call(PyObject *self, PyObject *unused)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
     PyObject *result = CQEx_read_slid(self, unused);
-    ibv_call_leave(self);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -878,10 +878,10 @@ CQEx_read_slid__call(PyObject *self, PyObject *unused)
 static PyObject *
 CQEx_read_sl__call(PyObject *self, PyObject *unused)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
     PyObject *result = CQEx_read_sl(self, unused);
-    ibv_call_leave(self);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -889,10 +889,10 @@ CQEx_read_sl__call(PyObject *self, PyObject *unused)
 static PyObject *
 CQEx_read_dlid_path_bits__call(PyObject *self, PyObject *unused)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
     PyObject *result = CQEx_read_dlid_path_bits(self, unused);
-    ibv_call_leave(self);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -900,10 +900,10 @@ CQEx_read_dlid_path_bits__call(PyObject *self, PyObject *unused)
 static PyObject *
 CQEx_read_completion_ts__call(PyObject *self, PyObject *unused)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
     PyObject *result = CQEx_read_completion_ts(self, unused);
-    ibv_call_leave(self);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -911,10 +911,10 @@ CQEx_read_completion_ts__call(PyObject *self, PyObject *unused)
 static PyObject *
 CQEx_read_completion_wallclock_ns__call(PyObject *self, PyObject *unused)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
     PyObject *result = CQEx_read_completion_wallclock_ns(self, unused);
-    ibv_call_leave(self);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -922,10 +922,10 @@ CQEx_read_completion_wallclock_ns__call(PyObject *self, PyObject *unused)
 static PyObject *
 CQEx_read_cvlan__call(PyObject *self, PyObject *unused)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
     PyObject *result = CQEx_read_cvlan(self, unused);
-    ibv_call_leave(self);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -933,10 +933,10 @@ CQEx_read_cvlan__call(PyObject *self, PyObject *unused)
 static PyObject *
 CQEx_read_flow_tag__call(PyObject *self, PyObject *unused)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
     PyObject *result = CQEx_read_flow_tag(self, unused);
-    ibv_call_leave(self);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -944,17 +944,17 @@ CQEx_read_flow_tag__call(PyObject *self, PyObject *unused)
 static PyObject *
 CQEx_read_tm_info__call(PyObject *self, PyObject *unused)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
     PyObject *result = CQEx_read_tm_info(self, unused);
-    ibv_call_leave(self);
+    ibp_call_leave(self);
     return result;
 }
 
 static PyMethodDef CQEx_methods[] = {
-    {"start_poll", (PyCFunction)(void (*)(void))ibv_hand_CQEx_start_poll__call, METH_NOARGS, ibv_hand_CQEx_start_poll__doc__},
-    {"next_poll", (PyCFunction)(void (*)(void))ibv_hand_CQEx_next_poll__call, METH_NOARGS, ibv_hand_CQEx_next_poll__doc__},
-    {"end_poll", (PyCFunction)(void (*)(void))ibv_hand_CQEx_end_poll__call, METH_NOARGS, ibv_hand_CQEx_end_poll__doc__},
+    {"start_poll", (PyCFunction)(void (*)(void))ibp_hand_CQEx_start_poll__call, METH_NOARGS, ibp_hand_CQEx_start_poll__doc__},
+    {"next_poll", (PyCFunction)(void (*)(void))ibp_hand_CQEx_next_poll__call, METH_NOARGS, ibp_hand_CQEx_next_poll__doc__},
+    {"end_poll", (PyCFunction)(void (*)(void))ibp_hand_CQEx_end_poll__call, METH_NOARGS, ibp_hand_CQEx_end_poll__doc__},
     {"read_opcode", (PyCFunction)(void (*)(void))CQEx_read_opcode__call, METH_NOARGS, CQEx_read_opcode__doc__},
     {"read_vendor_err", (PyCFunction)(void (*)(void))CQEx_read_vendor_err__call, METH_NOARGS, CQEx_read_vendor_err__doc__},
     {"read_wc_flags", (PyCFunction)(void (*)(void))CQEx_read_wc_flags__call, METH_NOARGS, CQEx_read_wc_flags__doc__},
@@ -988,9 +988,9 @@ CQEx_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 static PyObject *
 CQEx_repr(PyObject *op)
 {
-    if (IBV_HANDLE(op)->ptr == NULL)
+    if (IBP_HANDLE(op)->ptr == NULL)
         return PyUnicode_FromString("<ibverbs.CQEx closed>");
-    return PyUnicode_FromFormat("<ibverbs.CQEx at %p>", IBV_HANDLE(op)->ptr);
+    return PyUnicode_FromFormat("<ibverbs.CQEx at %p>", IBP_HANDLE(op)->ptr);
 }
 
 static PyType_Slot CQEx_slots[] = {

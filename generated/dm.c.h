@@ -14,13 +14,13 @@ PyTypeObject *DM_Type;
 #ifndef IBVERBS_CALL_GUARD_DECLARED
 #define IBVERBS_CALL_GUARD_DECLARED
 /* ibverbs/src/handles.c: fork() ownership and calls in flight (see there). */
-IBV_HIDDEN int ibv_handle_foreign(PyObject *obj);
-IBV_HIDDEN void ibv_handle_closed(PyObject *obj);
-IBV_HIDDEN int ibv_call_enter(PyObject *self);
-IBV_HIDDEN void ibv_call_leave(PyObject *self);
-IBV_HIDDEN int ibv_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
+IBP_HIDDEN int ibp_handle_foreign(PyObject *obj);
+IBP_HIDDEN void ibp_handle_closed(PyObject *obj);
+IBP_HIDDEN int ibp_call_enter(PyObject *self);
+IBP_HIDDEN void ibp_call_leave(PyObject *self);
+IBP_HIDDEN int ibp_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
                                    PyObject **held, int max);
-IBV_HIDDEN void ibv_call_leave_args(PyObject **held, int n);
+IBP_HIDDEN void ibp_call_leave_args(PyObject **held, int n);
 #endif
 
 /* Open DM objects of this process (for leak accounting). */
@@ -31,7 +31,7 @@ DM_wrap(struct ibv_dm *ptr, PyObject *context)
 {
     PyObject *parents[] = { context, };
     PyObject *slots[1];
-    PyObject *op = ibv_handle_new(DM_Type, ptr, slots, parents, 1);
+    PyObject *op = ibp_handle_new(DM_Type, ptr, slots, parents, 1);
     if (op == NULL) {
         /* Not wrapped, so not leaked either: give it back now. */
         ibv_free_dm(ptr);
@@ -50,7 +50,7 @@ static int
 DM_destroy(struct DMObject *self)
 {
     int rc;
-    if (ibv_handle_foreign((PyObject *)self)) {
+    if (ibp_handle_foreign((PyObject *)self)) {
         /* Inherited across fork(): the verbs object is the parent's, which
          * may still use it.  Forget it without destroying it. */
         goto forget;
@@ -63,13 +63,13 @@ DM_destroy(struct DMObject *self)
     errno = 0;
     rc = ibv_free_dm((struct ibv_dm *)self->head.ptr);
     if (rc != 0)
-        return ibv_error_code(rc);
+        return ibp_error_code(rc);
 forget:
     self->head.ptr = NULL;
     DM_open_count--;
-    ibv_handle_closed((PyObject *)self);
+    ibp_handle_closed((PyObject *)self);
     PyObject *parents[] = { self->context, };
-    ibv_handle_release_parents(parents, 1);
+    ibp_handle_release_parents(parents, 1);
     return 0;
 }
 
@@ -77,13 +77,13 @@ static PyObject *
 DM_close(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    if (IBV_HANDLE(op)->ptr == NULL)
+    if (IBP_HANDLE(op)->ptr == NULL)
         Py_RETURN_NONE;
-    if (ibv_check_closable(op, "ibv_free_dm") < 0)
+    if (ibp_check_closable(op, "ibv_free_dm") < 0)
         return NULL;
     int err = DM_destroy((struct DMObject *)op);
     if (err != 0)
-        return ibv_raise("ibv_free_dm", err);
+        return ibp_raise("ibv_free_dm", err);
     Py_RETURN_NONE;
 }
 
@@ -100,8 +100,8 @@ DM_dealloc(PyObject *op)
             /* Leaked (the parents stay counted, so they cannot be closed
              * under it); the Python object goes away regardless, so no
              * event may find it any more. */
-            ibv_handle_closed(op);
-            ibv_report_unraisable(op, "ibv_free_dm", err);
+            ibp_handle_closed(op);
+            ibp_report_unraisable(op, "ibv_free_dm", err);
         }
     }
     Py_CLEAR(self->context);
@@ -114,7 +114,7 @@ static PyObject *
 DM_get_closed(PyObject *op, void *closure)
 {
     (void)closure;
-    return PyBool_FromLong(IBV_HANDLE(op)->ptr == NULL);
+    return PyBool_FromLong(IBP_HANDLE(op)->ptr == NULL);
 }
 
 static PyObject *
@@ -130,7 +130,7 @@ DM_get_handle(PyObject *op, void *closure)
 {
     PyObject *result;
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     struct ibv_dm *self_ptr = DM_PTR(op);
     result = PyLong_FromUnsignedLongLong((unsigned long long)(self_ptr->handle));
@@ -142,7 +142,7 @@ DM_get_comp_mask(PyObject *op, void *closure)
 {
     PyObject *result;
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     struct ibv_dm *self_ptr = DM_PTR(op);
     result = PyLong_FromUnsignedLongLong((unsigned long long)(self_ptr->comp_mask));
@@ -191,31 +191,31 @@ DM_memcpy_to_dm(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO:memcpy_to_dm", kwlist,
             &dm_offset_obj, &host_addr_obj, &length_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_dm *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_dm *)IBP_HANDLE(self)->ptr;
     {
         uint64_t v;
-        if (ibv_conv_unsigned(dm_offset_obj, "dm_offset", UINT64_MAX, &v) < 0)
+        if (ibp_conv_unsigned(dm_offset_obj, "dm_offset", UINT64_MAX, &v) < 0)
             goto exit;
         dm_offset_c = v;
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(host_addr_obj, "host_addr", UINT64_MAX, &v) < 0)
+        if (ibp_conv_unsigned(host_addr_obj, "host_addr", UINT64_MAX, &v) < 0)
             goto exit;
         host_addr_c = v;
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(length_obj, "length", UINT64_MAX, &v) < 0)
+        if (ibp_conv_unsigned(length_obj, "length", UINT64_MAX, &v) < 0)
             goto exit;
         length_c = v;
     }
     errno = 0;
     rc = ibv_memcpy_to_dm(self_ptr, dm_offset_c, (void *)(uintptr_t)host_addr_c, length_c);
     if (rc != 0) {
-        ibv_raise("ibv_memcpy_to_dm", ibv_error_code(rc));
+        ibp_raise("ibv_memcpy_to_dm", ibp_error_code(rc));
         goto exit;
     }
     return_value = Py_NewRef(Py_None);
@@ -258,31 +258,31 @@ DM_memcpy_from_dm(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO:memcpy_from_dm", kwlist,
             &host_addr_obj, &dm_offset_obj, &length_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_dm *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_dm *)IBP_HANDLE(self)->ptr;
     {
         uint64_t v;
-        if (ibv_conv_unsigned(host_addr_obj, "host_addr", UINT64_MAX, &v) < 0)
+        if (ibp_conv_unsigned(host_addr_obj, "host_addr", UINT64_MAX, &v) < 0)
             goto exit;
         host_addr_c = v;
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(dm_offset_obj, "dm_offset", UINT64_MAX, &v) < 0)
+        if (ibp_conv_unsigned(dm_offset_obj, "dm_offset", UINT64_MAX, &v) < 0)
             goto exit;
         dm_offset_c = v;
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(length_obj, "length", UINT64_MAX, &v) < 0)
+        if (ibp_conv_unsigned(length_obj, "length", UINT64_MAX, &v) < 0)
             goto exit;
         length_c = v;
     }
     errno = 0;
     rc = ibv_memcpy_from_dm((void *)(uintptr_t)host_addr_c, self_ptr, dm_offset_c, length_c);
     if (rc != 0) {
-        ibv_raise("ibv_memcpy_from_dm", ibv_error_code(rc));
+        ibp_raise("ibv_memcpy_from_dm", ibp_error_code(rc));
         goto exit;
     }
     return_value = Py_NewRef(Py_None);
@@ -332,14 +332,14 @@ DM_reg_mr(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOO:reg_mr", kwlist,
             &pd_obj, &dm_offset_obj, &length_obj, &access_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_dm *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_dm *)IBP_HANDLE(self)->ptr;
     if (pd_obj != NULL) {
-        if (ibv_conv_handle(pd_obj, "pd", PD_Type, 0, &pd) < 0)
+        if (ibp_conv_handle(pd_obj, "pd", PD_Type, 0, &pd) < 0)
             goto exit;
         if (pd != NULL)
-            pd_c = (struct ibv_pd *)IBV_HANDLE(pd)->ptr;
+            pd_c = (struct ibv_pd *)IBP_HANDLE(pd)->ptr;
     }
     if (pd_c != NULL && pd_c->context != self_ptr->context) {
         PyErr_SetString(PyExc_ValueError, "DM.reg_mr: pd belongs to another context");
@@ -347,26 +347,26 @@ DM_reg_mr(PyObject *self, PyObject *args, PyObject *kwargs)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(dm_offset_obj, "dm_offset", UINT64_MAX, &v) < 0)
+        if (ibp_conv_unsigned(dm_offset_obj, "dm_offset", UINT64_MAX, &v) < 0)
             goto exit;
         dm_offset_c = v;
     }
     {
         int64_t v;
-        if (ibv_conv_signed(length_obj, "length", 1, INT64_MAX, &v) < 0)
+        if (ibp_conv_signed(length_obj, "length", 1, INT64_MAX, &v) < 0)
             goto exit;
         length_c = v;
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(access_obj, "access", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(access_obj, "access", UINT32_MAX, &v) < 0)
             goto exit;
         access_c = v;
     }
     errno = 0;
     rc = ibv_reg_dm_mr(pd_c, self_ptr, dm_offset_c, length_c, access_c);
     if (rc == NULL) {
-        ibv_raise("ibv_reg_dm_mr", ibv_error_code(0));
+        ibp_raise("ibv_reg_dm_mr", ibp_error_code(0));
         goto exit;
     }
     return_value = MR_wrap(rc, pd);
@@ -383,11 +383,11 @@ static PyObject *
 DM_memcpy_to_dm__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = DM_memcpy_to_dm(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -396,11 +396,11 @@ static PyObject *
 DM_memcpy_from_dm__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = DM_memcpy_from_dm(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -409,11 +409,11 @@ static PyObject *
 DM_reg_mr__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = DM_reg_mr(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -429,7 +429,7 @@ static PyObject *
 DM_enter(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     return Py_NewRef(op);
 }
@@ -466,15 +466,15 @@ DM_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
                         "ibverbs.DM() takes no arguments (an open one comes from a verb)");
         return NULL;
     }
-    return ibv_handle_new(type, NULL, NULL, NULL, 0);
+    return ibp_handle_new(type, NULL, NULL, NULL, 0);
 }
 
 static PyObject *
 DM_repr(PyObject *op)
 {
-    if (IBV_HANDLE(op)->ptr == NULL)
+    if (IBP_HANDLE(op)->ptr == NULL)
         return PyUnicode_FromString("<ibverbs.DM closed>");
-    return PyUnicode_FromFormat("<ibverbs.DM at %p>", IBV_HANDLE(op)->ptr);
+    return PyUnicode_FromFormat("<ibverbs.DM at %p>", IBP_HANDLE(op)->ptr);
 }
 
 static PyType_Slot DM_slots[] = {

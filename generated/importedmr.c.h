@@ -14,13 +14,13 @@ PyTypeObject *ImportedMR_Type;
 #ifndef IBVERBS_CALL_GUARD_DECLARED
 #define IBVERBS_CALL_GUARD_DECLARED
 /* ibverbs/src/handles.c: fork() ownership and calls in flight (see there). */
-IBV_HIDDEN int ibv_handle_foreign(PyObject *obj);
-IBV_HIDDEN void ibv_handle_closed(PyObject *obj);
-IBV_HIDDEN int ibv_call_enter(PyObject *self);
-IBV_HIDDEN void ibv_call_leave(PyObject *self);
-IBV_HIDDEN int ibv_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
+IBP_HIDDEN int ibp_handle_foreign(PyObject *obj);
+IBP_HIDDEN void ibp_handle_closed(PyObject *obj);
+IBP_HIDDEN int ibp_call_enter(PyObject *self);
+IBP_HIDDEN void ibp_call_leave(PyObject *self);
+IBP_HIDDEN int ibp_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
                                    PyObject **held, int max);
-IBV_HIDDEN void ibv_call_leave_args(PyObject **held, int n);
+IBP_HIDDEN void ibp_call_leave_args(PyObject **held, int n);
 #endif
 
 /* Open ImportedMR objects of this process (for leak accounting). */
@@ -31,7 +31,7 @@ ImportedMR_wrap(struct ibv_mr *ptr, PyObject *pd)
 {
     PyObject *parents[] = { pd, };
     PyObject *slots[1];
-    PyObject *op = ibv_handle_new(ImportedMR_Type, ptr, slots, parents, 1);
+    PyObject *op = ibp_handle_new(ImportedMR_Type, ptr, slots, parents, 1);
     if (op == NULL) {
         /* Not wrapped, so not leaked either: give it back now. */
         ibv_unimport_mr(ptr);
@@ -51,7 +51,7 @@ static int
 ImportedMR_destroy(struct ImportedMRObject *self)
 {
     int rc;
-    if (ibv_handle_foreign((PyObject *)self)) {
+    if (ibp_handle_foreign((PyObject *)self)) {
         /* Inherited across fork(): the verbs object is the parent's, which
          * may still use it.  Forget it without destroying it. */
         goto forget;
@@ -61,13 +61,13 @@ ImportedMR_destroy(struct ImportedMRObject *self)
 forget:
     self->head.ptr = NULL;
     ImportedMR_open_count--;
-    ibv_handle_closed((PyObject *)self);
+    ibp_handle_closed((PyObject *)self);
     /* Needed only while the verbs object lives (clear_on_close). */
     Py_CLEAR(self->owner);
     /* Needed only while the verbs object lives (clear_on_close). */
     Py_CLEAR(self->_buffer_export);
     PyObject *parents[] = { self->pd, };
-    ibv_handle_release_parents(parents, 1);
+    ibp_handle_release_parents(parents, 1);
     return 0;
 }
 
@@ -75,13 +75,13 @@ static PyObject *
 ImportedMR_close(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    if (IBV_HANDLE(op)->ptr == NULL)
+    if (IBP_HANDLE(op)->ptr == NULL)
         Py_RETURN_NONE;
-    if (ibv_check_closable(op, "ibv_unimport_mr") < 0)
+    if (ibp_check_closable(op, "ibv_unimport_mr") < 0)
         return NULL;
     int err = ImportedMR_destroy((struct ImportedMRObject *)op);
     if (err != 0)
-        return ibv_raise("ibv_unimport_mr", err);
+        return ibp_raise("ibv_unimport_mr", err);
     Py_RETURN_NONE;
 }
 
@@ -99,8 +99,8 @@ ImportedMR_dealloc(PyObject *op)
             /* Leaked (the parents stay counted, so they cannot be closed
              * under it); the Python object goes away regardless, so no
              * event may find it any more. */
-            ibv_handle_closed(op);
-            ibv_report_unraisable(op, "ibv_unimport_mr", err);
+            ibp_handle_closed(op);
+            ibp_report_unraisable(op, "ibv_unimport_mr", err);
             self->owner = NULL;   /* leaked with it: it may still cover it */
             self->_buffer_export = NULL;   /* leaked with it: it may still cover it */
         }
@@ -136,7 +136,7 @@ ImportedMR_clear(PyObject *op)
         int err = self->head.live_children > 0 || self->head.busy > 0
                   ? EBUSY : ImportedMR_destroy(self);
         if (err != 0) {
-            ibv_report_unraisable(op, "ibv_unimport_mr", err);
+            ibp_report_unraisable(op, "ibv_unimport_mr", err);
             return 0;
         }
     }
@@ -149,7 +149,7 @@ static PyObject *
 ImportedMR_get_closed(PyObject *op, void *closure)
 {
     (void)closure;
-    return PyBool_FromLong(IBV_HANDLE(op)->ptr == NULL);
+    return PyBool_FromLong(IBP_HANDLE(op)->ptr == NULL);
 }
 
 static PyObject *
@@ -175,7 +175,7 @@ ImportedMR_set_owner(PyObject *op, PyObject *value, void *closure)
     (void)closure;
     if (value == Py_None)
         value = NULL;
-    if (IBV_HANDLE(op)->ptr != NULL && current != NULL && value != current) {
+    if (IBP_HANDLE(op)->ptr != NULL && current != NULL && value != current) {
         /* What it keeps alive must stay alive as long as the verbs object. */
         PyErr_SetString(PyExc_ValueError,
                         "ImportedMR.owner cannot be replaced or cleared while the "
@@ -202,7 +202,7 @@ ImportedMR_set__buffer_export(PyObject *op, PyObject *value, void *closure)
     (void)closure;
     if (value == Py_None)
         value = NULL;
-    if (IBV_HANDLE(op)->ptr != NULL && current != NULL && value != current) {
+    if (IBP_HANDLE(op)->ptr != NULL && current != NULL && value != current) {
         /* What it keeps alive must stay alive as long as the verbs object. */
         PyErr_SetString(PyExc_ValueError,
                         "ImportedMR._buffer_export cannot be replaced or cleared while the "
@@ -234,7 +234,7 @@ static PyObject *
 ImportedMR_enter(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     return Py_NewRef(op);
 }
@@ -268,15 +268,15 @@ ImportedMR_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
                         "ibverbs.ImportedMR() takes no arguments (an open one comes from a verb)");
         return NULL;
     }
-    return ibv_handle_new(type, NULL, NULL, NULL, 0);
+    return ibp_handle_new(type, NULL, NULL, NULL, 0);
 }
 
 static PyObject *
 ImportedMR_repr(PyObject *op)
 {
-    if (IBV_HANDLE(op)->ptr == NULL)
+    if (IBP_HANDLE(op)->ptr == NULL)
         return PyUnicode_FromString("<ibverbs.ImportedMR closed>");
-    return PyUnicode_FromFormat("<ibverbs.ImportedMR at %p>", IBV_HANDLE(op)->ptr);
+    return PyUnicode_FromFormat("<ibverbs.ImportedMR at %p>", IBP_HANDLE(op)->ptr);
 }
 
 static PyType_Slot ImportedMR_slots[] = {

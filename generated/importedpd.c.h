@@ -14,13 +14,13 @@ PyTypeObject *ImportedPD_Type;
 #ifndef IBVERBS_CALL_GUARD_DECLARED
 #define IBVERBS_CALL_GUARD_DECLARED
 /* ibverbs/src/handles.c: fork() ownership and calls in flight (see there). */
-IBV_HIDDEN int ibv_handle_foreign(PyObject *obj);
-IBV_HIDDEN void ibv_handle_closed(PyObject *obj);
-IBV_HIDDEN int ibv_call_enter(PyObject *self);
-IBV_HIDDEN void ibv_call_leave(PyObject *self);
-IBV_HIDDEN int ibv_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
+IBP_HIDDEN int ibp_handle_foreign(PyObject *obj);
+IBP_HIDDEN void ibp_handle_closed(PyObject *obj);
+IBP_HIDDEN int ibp_call_enter(PyObject *self);
+IBP_HIDDEN void ibp_call_leave(PyObject *self);
+IBP_HIDDEN int ibp_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
                                    PyObject **held, int max);
-IBV_HIDDEN void ibv_call_leave_args(PyObject **held, int n);
+IBP_HIDDEN void ibp_call_leave_args(PyObject **held, int n);
 #endif
 
 /* Open ImportedPD objects of this process (for leak accounting). */
@@ -31,7 +31,7 @@ ImportedPD_wrap(struct ibv_pd *ptr, PyObject *context)
 {
     PyObject *parents[] = { context, };
     PyObject *slots[1];
-    PyObject *op = ibv_handle_new(ImportedPD_Type, ptr, slots, parents, 1);
+    PyObject *op = ibp_handle_new(ImportedPD_Type, ptr, slots, parents, 1);
     if (op == NULL) {
         /* Not wrapped, so not leaked either: give it back now. */
         ibv_unimport_pd(ptr);
@@ -49,7 +49,7 @@ static int
 ImportedPD_destroy(struct ImportedPDObject *self)
 {
     int rc;
-    if (ibv_handle_foreign((PyObject *)self)) {
+    if (ibp_handle_foreign((PyObject *)self)) {
         /* Inherited across fork(): the verbs object is the parent's, which
          * may still use it.  Forget it without destroying it. */
         goto forget;
@@ -59,9 +59,9 @@ ImportedPD_destroy(struct ImportedPDObject *self)
 forget:
     self->head.ptr = NULL;
     ImportedPD_open_count--;
-    ibv_handle_closed((PyObject *)self);
+    ibp_handle_closed((PyObject *)self);
     PyObject *parents[] = { self->context, };
-    ibv_handle_release_parents(parents, 1);
+    ibp_handle_release_parents(parents, 1);
     return 0;
 }
 
@@ -69,13 +69,13 @@ static PyObject *
 ImportedPD_close(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    if (IBV_HANDLE(op)->ptr == NULL)
+    if (IBP_HANDLE(op)->ptr == NULL)
         Py_RETURN_NONE;
-    if (ibv_check_closable(op, "ibv_unimport_pd") < 0)
+    if (ibp_check_closable(op, "ibv_unimport_pd") < 0)
         return NULL;
     int err = ImportedPD_destroy((struct ImportedPDObject *)op);
     if (err != 0)
-        return ibv_raise("ibv_unimport_pd", err);
+        return ibp_raise("ibv_unimport_pd", err);
     Py_RETURN_NONE;
 }
 
@@ -92,8 +92,8 @@ ImportedPD_dealloc(PyObject *op)
             /* Leaked (the parents stay counted, so they cannot be closed
              * under it); the Python object goes away regardless, so no
              * event may find it any more. */
-            ibv_handle_closed(op);
-            ibv_report_unraisable(op, "ibv_unimport_pd", err);
+            ibp_handle_closed(op);
+            ibp_report_unraisable(op, "ibv_unimport_pd", err);
         }
     }
     Py_CLEAR(self->context);
@@ -106,7 +106,7 @@ static PyObject *
 ImportedPD_get_closed(PyObject *op, void *closure)
 {
     (void)closure;
-    return PyBool_FromLong(IBV_HANDLE(op)->ptr == NULL);
+    return PyBool_FromLong(IBP_HANDLE(op)->ptr == NULL);
 }
 
 static PyObject *
@@ -135,7 +135,7 @@ static PyObject *
 ImportedPD_enter(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     return Py_NewRef(op);
 }
@@ -169,15 +169,15 @@ ImportedPD_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
                         "ibverbs.ImportedPD() takes no arguments (an open one comes from a verb)");
         return NULL;
     }
-    return ibv_handle_new(type, NULL, NULL, NULL, 0);
+    return ibp_handle_new(type, NULL, NULL, NULL, 0);
 }
 
 static PyObject *
 ImportedPD_repr(PyObject *op)
 {
-    if (IBV_HANDLE(op)->ptr == NULL)
+    if (IBP_HANDLE(op)->ptr == NULL)
         return PyUnicode_FromString("<ibverbs.ImportedPD closed>");
-    return PyUnicode_FromFormat("<ibverbs.ImportedPD at %p>", IBV_HANDLE(op)->ptr);
+    return PyUnicode_FromFormat("<ibverbs.ImportedPD at %p>", IBP_HANDLE(op)->ptr);
 }
 
 static PyType_Slot ImportedPD_slots[] = {

@@ -100,7 +100,7 @@ static const char * (*slot_ibv_wr_opcode_str)(enum ibv_wr_opcode opcode);
 static enum ibv_rate (*slot_mbps_to_ibv_rate)(int mbps);
 static enum ibv_rate (*slot_mult_to_ibv_rate)(int mult);
 
-#define IBV_SYMBOL_AVAILABLE(name) (slot_##name != NULL)
+#define IBP_SYMBOL_AVAILABLE(name) (slot_##name != NULL)
 
 int (_ibv_query_comp_cntr_caps)(struct ibv_context *context, struct ibv_comp_cntr_caps *caps, size_t caps_size)
 {
@@ -637,7 +637,7 @@ enum ibv_rate (mult_to_ibv_rate)(int mult)
 return slot_mult_to_ibv_rate(mult);
 }
 
-static const struct ibv_symbol {
+static const struct ibp_symbol {
     const char *name;
     void **slot;
     const char *since;   /* NULL: required */

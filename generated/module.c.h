@@ -5,15 +5,15 @@
 
 /* Module-level functions and the registration of every generated class. */
 
-/* Hand-written: ibv_hand_module__device_list in ibverbs/src/. */
-PyDoc_STRVAR(ibv_hand_module__device_list__doc__,
+/* Hand-written: ibp_hand_module__device_list in ibverbs/src/. */
+PyDoc_STRVAR(ibp_hand_module__device_list__doc__,
 "_device_list()\n"
 "--\n"
 "\n"
 "(name, guid, index, node_type, transport_type) of each device; ibverbs.get_device_list() wraps them.");
 
-/* Hand-written: ibv_hand_module__open_device in ibverbs/src/. */
-PyDoc_STRVAR(ibv_hand_module__open_device__doc__,
+/* Hand-written: ibp_hand_module__open_device in ibverbs/src/. */
+PyDoc_STRVAR(ibp_hand_module__open_device__doc__,
 "_open_device(name)\n"
 "--\n"
 "\n"
@@ -51,14 +51,14 @@ module_import_device(PyObject *self, PyObject *args, PyObject *kwargs)
         goto exit;
     {
         int64_t v;
-        if (ibv_conv_signed(cmd_fd_obj, "cmd_fd", 0, INT32_MAX, &v) < 0)
+        if (ibp_conv_signed(cmd_fd_obj, "cmd_fd", 0, INT32_MAX, &v) < 0)
             goto exit;
         cmd_fd_c = v;
     }
     errno = 0;
     rc = ibv_import_device(cmd_fd_c);
     if (rc == NULL) {
-        ibv_raise("ibv_import_device", ibv_error_code(0));
+        ibp_raise("ibv_import_device", ibp_error_code(0));
         goto exit;
     }
     return_value = Context_wrap(rc);
@@ -88,7 +88,7 @@ module_fork_init(PyObject *self, PyObject *unused)
     errno = 0;
     rc = ibv_fork_init();
     if (rc != 0) {
-        ibv_raise("ibv_fork_init", ibv_error_code(rc));
+        ibp_raise("ibv_fork_init", ibp_error_code(rc));
         goto exit;
     }
     return_value = Py_NewRef(Py_None);
@@ -118,8 +118,8 @@ module_is_fork_initialized(PyObject *self, PyObject *unused)
     PyObject *return_value = NULL;
     enum ibv_fork_status rc;
 
-    if (!IBV_SYMBOL_AVAILABLE(ibv_is_fork_initialized)) {
-        ibv_raise_unavailable("ibv_is_fork_initialized", "35 (IBVERBS_1.13)");
+    if (!IBP_SYMBOL_AVAILABLE(ibv_is_fork_initialized)) {
+        ibp_raise_unavailable("ibv_is_fork_initialized", "35 (IBVERBS_1.13)");
         goto exit;
     }
     rc = ibv_is_fork_initialized();
@@ -163,13 +163,13 @@ module_is_qpt_supported(PyObject *self, PyObject *args, PyObject *kwargs)
         goto exit;
     {
         uint64_t v;
-        if (ibv_conv_unsigned(caps_obj, "caps", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(caps_obj, "caps", UINT32_MAX, &v) < 0)
             goto exit;
         caps_c = v;
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(qpt_obj, "qpt", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(qpt_obj, "qpt", UINT32_MAX, &v) < 0)
             goto exit;
         qpt_c = v;
     }
@@ -211,7 +211,7 @@ module_inc_rkey(PyObject *self, PyObject *args, PyObject *kwargs)
         goto exit;
     {
         uint64_t v;
-        if (ibv_conv_unsigned(rkey_obj, "rkey", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(rkey_obj, "rkey", UINT32_MAX, &v) < 0)
             goto exit;
         rkey_c = v;
     }
@@ -253,7 +253,7 @@ module_rate_to_mult(PyObject *self, PyObject *args, PyObject *kwargs)
         goto exit;
     {
         uint64_t v;
-        if (ibv_conv_unsigned(rate_obj, "rate", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(rate_obj, "rate", UINT32_MAX, &v) < 0)
             goto exit;
         rate_c = v;
     }
@@ -295,7 +295,7 @@ module_mult_to_rate(PyObject *self, PyObject *args, PyObject *kwargs)
         goto exit;
     {
         int64_t v;
-        if (ibv_conv_signed(mult_obj, "mult", INT32_MIN, INT32_MAX, &v) < 0)
+        if (ibp_conv_signed(mult_obj, "mult", INT32_MIN, INT32_MAX, &v) < 0)
             goto exit;
         mult_c = v;
     }
@@ -337,7 +337,7 @@ module_rate_to_mbps(PyObject *self, PyObject *args, PyObject *kwargs)
         goto exit;
     {
         uint64_t v;
-        if (ibv_conv_unsigned(rate_obj, "rate", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(rate_obj, "rate", UINT32_MAX, &v) < 0)
             goto exit;
         rate_c = v;
     }
@@ -379,7 +379,7 @@ module_mbps_to_rate(PyObject *self, PyObject *args, PyObject *kwargs)
         goto exit;
     {
         int64_t v;
-        if (ibv_conv_signed(mbps_obj, "mbps", INT32_MIN, INT32_MAX, &v) < 0)
+        if (ibp_conv_signed(mbps_obj, "mbps", INT32_MIN, INT32_MAX, &v) < 0)
             goto exit;
         mbps_c = v;
     }
@@ -421,7 +421,7 @@ module_node_type_str(PyObject *self, PyObject *args, PyObject *kwargs)
         goto exit;
     {
         int64_t v;
-        if (ibv_conv_signed(node_type_obj, "node_type", INT32_MIN, INT32_MAX, &v) < 0)
+        if (ibp_conv_signed(node_type_obj, "node_type", INT32_MIN, INT32_MAX, &v) < 0)
             goto exit;
         node_type_c = v;
     }
@@ -463,7 +463,7 @@ module_port_state_str(PyObject *self, PyObject *args, PyObject *kwargs)
         goto exit;
     {
         uint64_t v;
-        if (ibv_conv_unsigned(port_state_obj, "port_state", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(port_state_obj, "port_state", UINT32_MAX, &v) < 0)
             goto exit;
         port_state_c = v;
     }
@@ -505,7 +505,7 @@ module_event_type_str(PyObject *self, PyObject *args, PyObject *kwargs)
         goto exit;
     {
         uint64_t v;
-        if (ibv_conv_unsigned(event_obj, "event", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(event_obj, "event", UINT32_MAX, &v) < 0)
             goto exit;
         event_c = v;
     }
@@ -547,7 +547,7 @@ module_wc_status_str(PyObject *self, PyObject *args, PyObject *kwargs)
         goto exit;
     {
         uint64_t v;
-        if (ibv_conv_unsigned(status_obj, "status", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(status_obj, "status", UINT32_MAX, &v) < 0)
             goto exit;
         status_c = v;
     }
@@ -588,13 +588,13 @@ module_wr_opcode_str(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:wr_opcode_str", kwlist,
             &opcode_obj))
         goto exit;
-    if (!IBV_SYMBOL_AVAILABLE(ibv_wr_opcode_str)) {
-        ibv_raise_unavailable("ibv_wr_opcode_str", "56 (IBVERBS_PRIVATE)");
+    if (!IBP_SYMBOL_AVAILABLE(ibv_wr_opcode_str)) {
+        ibp_raise_unavailable("ibv_wr_opcode_str", "56 (IBVERBS_PRIVATE)");
         goto exit;
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(opcode_obj, "opcode", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(opcode_obj, "opcode", UINT32_MAX, &v) < 0)
             goto exit;
         opcode_c = v;
     }
@@ -636,7 +636,7 @@ module_flow_label_to_udp_sport(PyObject *self, PyObject *args, PyObject *kwargs)
         goto exit;
     {
         uint64_t v;
-        if (ibv_conv_unsigned(flow_label_obj, "flow_label", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(flow_label_obj, "flow_label", UINT32_MAX, &v) < 0)
             goto exit;
         fl_c = v;
     }
@@ -647,9 +647,9 @@ exit:
     return return_value;
 }
 
-static PyMethodDef ibv_generated_functions[] = {
-    {"_device_list", (PyCFunction)(void (*)(void))ibv_hand_module__device_list, METH_NOARGS, ibv_hand_module__device_list__doc__},
-    {"_open_device", (PyCFunction)(void (*)(void))ibv_hand_module__open_device, METH_O, ibv_hand_module__open_device__doc__},
+static PyMethodDef ibp_generated_functions[] = {
+    {"_device_list", (PyCFunction)(void (*)(void))ibp_hand_module__device_list, METH_NOARGS, ibp_hand_module__device_list__doc__},
+    {"_open_device", (PyCFunction)(void (*)(void))ibp_hand_module__open_device, METH_O, ibp_hand_module__open_device__doc__},
     {"import_device", (PyCFunction)(void (*)(void))module_import_device, METH_VARARGS | METH_KEYWORDS, module_import_device__doc__},
     {"fork_init", (PyCFunction)(void (*)(void))module_fork_init, METH_NOARGS, module_fork_init__doc__},
     {"is_fork_initialized", (PyCFunction)(void (*)(void))module_is_fork_initialized, METH_NOARGS, module_is_fork_initialized__doc__},
@@ -670,7 +670,7 @@ static PyMethodDef ibv_generated_functions[] = {
 
 /* Create the classes and add them to the module. */
 static int
-ibv_register_generated_types(PyObject *module)
+ibp_register_generated_types(PyObject *module)
 {
     /* base: the class a subclass handle (QPEx of QP) derives from, made
      * earlier in this table. */

@@ -14,13 +14,13 @@ PyTypeObject *MR_Type;
 #ifndef IBVERBS_CALL_GUARD_DECLARED
 #define IBVERBS_CALL_GUARD_DECLARED
 /* ibverbs/src/handles.c: fork() ownership and calls in flight (see there). */
-IBV_HIDDEN int ibv_handle_foreign(PyObject *obj);
-IBV_HIDDEN void ibv_handle_closed(PyObject *obj);
-IBV_HIDDEN int ibv_call_enter(PyObject *self);
-IBV_HIDDEN void ibv_call_leave(PyObject *self);
-IBV_HIDDEN int ibv_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
+IBP_HIDDEN int ibp_handle_foreign(PyObject *obj);
+IBP_HIDDEN void ibp_handle_closed(PyObject *obj);
+IBP_HIDDEN int ibp_call_enter(PyObject *self);
+IBP_HIDDEN void ibp_call_leave(PyObject *self);
+IBP_HIDDEN int ibp_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
                                    PyObject **held, int max);
-IBV_HIDDEN void ibv_call_leave_args(PyObject **held, int n);
+IBP_HIDDEN void ibp_call_leave_args(PyObject **held, int n);
 #endif
 
 /* Open MR objects of this process (for leak accounting). */
@@ -31,7 +31,7 @@ MR_wrap_type(PyTypeObject *type, struct ibv_mr *ptr, PyObject *pd)
 {
     PyObject *parents[] = { pd, };
     PyObject *slots[1];
-    PyObject *op = ibv_handle_new(type, ptr, slots, parents, 1);
+    PyObject *op = ibp_handle_new(type, ptr, slots, parents, 1);
     if (op == NULL) {
         /* Not wrapped, so not leaked either: give it back now. */
         ibv_dereg_mr(ptr);
@@ -57,7 +57,7 @@ static int
 MR_destroy(struct MRObject *self)
 {
     int rc;
-    if (ibv_handle_foreign((PyObject *)self)) {
+    if (ibp_handle_foreign((PyObject *)self)) {
         /* Inherited across fork(): the verbs object is the parent's, which
          * may still use it.  Forget it without destroying it. */
         goto forget;
@@ -65,17 +65,17 @@ MR_destroy(struct MRObject *self)
     errno = 0;
     rc = ibv_dereg_mr((struct ibv_mr *)self->head.ptr);
     if (rc != 0)
-        return ibv_error_code(rc);
+        return ibp_error_code(rc);
 forget:
     self->head.ptr = NULL;
     MR_open_count--;
-    ibv_handle_closed((PyObject *)self);
+    ibp_handle_closed((PyObject *)self);
     /* Needed only while the verbs object lives (clear_on_close). */
     Py_CLEAR(self->owner);
     /* Needed only while the verbs object lives (clear_on_close). */
     Py_CLEAR(self->_buffer_export);
     PyObject *parents[] = { self->pd, };
-    ibv_handle_release_parents(parents, 1);
+    ibp_handle_release_parents(parents, 1);
     return 0;
 }
 
@@ -83,13 +83,13 @@ static PyObject *
 MR_close(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    if (IBV_HANDLE(op)->ptr == NULL)
+    if (IBP_HANDLE(op)->ptr == NULL)
         Py_RETURN_NONE;
-    if (ibv_check_closable(op, "ibv_dereg_mr") < 0)
+    if (ibp_check_closable(op, "ibv_dereg_mr") < 0)
         return NULL;
     int err = MR_destroy((struct MRObject *)op);
     if (err != 0)
-        return ibv_raise("ibv_dereg_mr", err);
+        return ibp_raise("ibv_dereg_mr", err);
     Py_RETURN_NONE;
 }
 
@@ -107,8 +107,8 @@ MR_dealloc(PyObject *op)
             /* Leaked (the parents stay counted, so they cannot be closed
              * under it); the Python object goes away regardless, so no
              * event may find it any more. */
-            ibv_handle_closed(op);
-            ibv_report_unraisable(op, "ibv_dereg_mr", err);
+            ibp_handle_closed(op);
+            ibp_report_unraisable(op, "ibv_dereg_mr", err);
             self->owner = NULL;   /* leaked with it: it may still cover it */
             self->_buffer_export = NULL;   /* leaked with it: it may still cover it */
         }
@@ -144,7 +144,7 @@ MR_clear(PyObject *op)
         int err = self->head.live_children > 0 || self->head.busy > 0
                   ? EBUSY : MR_destroy(self);
         if (err != 0) {
-            ibv_report_unraisable(op, "ibv_dereg_mr", err);
+            ibp_report_unraisable(op, "ibv_dereg_mr", err);
             return 0;
         }
     }
@@ -157,7 +157,7 @@ static PyObject *
 MR_get_closed(PyObject *op, void *closure)
 {
     (void)closure;
-    return PyBool_FromLong(IBV_HANDLE(op)->ptr == NULL);
+    return PyBool_FromLong(IBP_HANDLE(op)->ptr == NULL);
 }
 
 static PyObject *
@@ -173,7 +173,7 @@ MR_get_addr(PyObject *op, void *closure)
 {
     PyObject *result;
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     struct ibv_mr *self_ptr = MR_PTR(op);
     result = PyLong_FromUnsignedLongLong((unsigned long long)((uintptr_t)self_ptr->addr));
@@ -185,7 +185,7 @@ MR_get_length(PyObject *op, void *closure)
 {
     PyObject *result;
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     struct ibv_mr *self_ptr = MR_PTR(op);
     result = PyLong_FromUnsignedLongLong((unsigned long long)(self_ptr->length));
@@ -197,7 +197,7 @@ MR_get_lkey(PyObject *op, void *closure)
 {
     PyObject *result;
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     struct ibv_mr *self_ptr = MR_PTR(op);
     result = PyLong_FromUnsignedLongLong((unsigned long long)(self_ptr->lkey));
@@ -209,7 +209,7 @@ MR_get_rkey(PyObject *op, void *closure)
 {
     PyObject *result;
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     struct ibv_mr *self_ptr = MR_PTR(op);
     result = PyLong_FromUnsignedLongLong((unsigned long long)(self_ptr->rkey));
@@ -221,7 +221,7 @@ MR_get_handle(PyObject *op, void *closure)
 {
     PyObject *result;
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     struct ibv_mr *self_ptr = MR_PTR(op);
     result = PyLong_FromUnsignedLongLong((unsigned long long)(self_ptr->handle));
@@ -243,7 +243,7 @@ MR_set_owner(PyObject *op, PyObject *value, void *closure)
     (void)closure;
     if (value == Py_None)
         value = NULL;
-    if (IBV_HANDLE(op)->ptr != NULL && current != NULL && value != current) {
+    if (IBP_HANDLE(op)->ptr != NULL && current != NULL && value != current) {
         /* What it keeps alive must stay alive as long as the verbs object. */
         PyErr_SetString(PyExc_ValueError,
                         "MR.owner cannot be replaced or cleared while the "
@@ -270,7 +270,7 @@ MR_set__buffer_export(PyObject *op, PyObject *value, void *closure)
     (void)closure;
     if (value == Py_None)
         value = NULL;
-    if (IBV_HANDLE(op)->ptr != NULL && current != NULL && value != current) {
+    if (IBP_HANDLE(op)->ptr != NULL && current != NULL && value != current) {
         /* What it keeps alive must stay alive as long as the verbs object. */
         PyErr_SetString(PyExc_ValueError,
                         "MR._buffer_export cannot be replaced or cleared while the "
@@ -304,7 +304,7 @@ static PyGetSetDef MR_getset[] = {
 };
 
 /* Written in Python: ibverbs.helpers.mr_remote(self, ...). */
-PyDoc_STRVAR(ibv_py_MR_remote__doc__,
+PyDoc_STRVAR(ibp_py_MR_remote__doc__,
 "remote($self, /, offset=0, length=None)\n"
 "--\n"
 "\n"
@@ -314,10 +314,10 @@ PyDoc_STRVAR(ibv_py_MR_remote__doc__,
 "ValueError when the range is not inside the MR. The MR needs\n"
 "REMOTE_READ / REMOTE_WRITE access for the peer's operations.");
 static PyObject *
-ibv_py_MR_remote(PyObject *self, PyObject *args, PyObject *kwargs)
+ibp_py_MR_remote(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static PyObject *function;   /* imported on the first call, then kept */
-    return ibv_call_python(&function, "ibverbs.helpers", "mr_remote", self, args, kwargs);
+    return ibp_call_python(&function, "ibverbs.helpers", "mr_remote", self, args, kwargs);
 }
 
 PyDoc_STRVAR(MR_rereg_mr__doc__,
@@ -361,20 +361,20 @@ MR_rereg_mr(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|OOOO:rereg_mr", kwlist,
             &flags_obj, &pd_obj, &addr_obj, &length_obj, &access_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_mr *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_mr *)IBP_HANDLE(self)->ptr;
     {
         int64_t v;
-        if (ibv_conv_signed(flags_obj, "flags", INT32_MIN, INT32_MAX, &v) < 0)
+        if (ibp_conv_signed(flags_obj, "flags", INT32_MIN, INT32_MAX, &v) < 0)
             goto exit;
         flags_c = v;
     }
     if (pd_obj != NULL) {
-        if (ibv_conv_handle(pd_obj, "pd", PD_Type, 1, &pd) < 0)
+        if (ibp_conv_handle(pd_obj, "pd", PD_Type, 1, &pd) < 0)
             goto exit;
         if (pd != NULL)
-            pd_c = (struct ibv_pd *)IBV_HANDLE(pd)->ptr;
+            pd_c = (struct ibv_pd *)IBP_HANDLE(pd)->ptr;
     }
     if (pd_c != NULL && pd_c->context != self_ptr->context) {
         PyErr_SetString(PyExc_ValueError, "MR.rereg_mr: pd belongs to another context");
@@ -383,7 +383,7 @@ MR_rereg_mr(PyObject *self, PyObject *args, PyObject *kwargs)
     if (addr_obj != NULL) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(addr_obj, "addr", UINT64_MAX, &v) < 0)
+            if (ibp_conv_unsigned(addr_obj, "addr", UINT64_MAX, &v) < 0)
                 goto exit;
             addr_c = v;
         }
@@ -391,7 +391,7 @@ MR_rereg_mr(PyObject *self, PyObject *args, PyObject *kwargs)
     if (length_obj != NULL) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(length_obj, "length", UINT64_MAX, &v) < 0)
+            if (ibp_conv_unsigned(length_obj, "length", UINT64_MAX, &v) < 0)
                 goto exit;
             length_c = v;
         }
@@ -399,7 +399,7 @@ MR_rereg_mr(PyObject *self, PyObject *args, PyObject *kwargs)
     if (access_obj != NULL) {
         {
             int64_t v;
-            if (ibv_conv_signed(access_obj, "access", INT32_MIN, INT32_MAX, &v) < 0)
+            if (ibp_conv_signed(access_obj, "access", INT32_MIN, INT32_MAX, &v) < 0)
                 goto exit;
             access_c = v;
         }
@@ -411,7 +411,7 @@ MR_rereg_mr(PyObject *self, PyObject *args, PyObject *kwargs)
     errno = 0;
     rc = ibv_rereg_mr(self_ptr, flags_c, pd_c, (void *)(uintptr_t)addr_c, length_c, access_c);
     if (rc != 0) {
-        ibv_raise("ibv_rereg_mr", ibv_error_code(rc));
+        ibp_raise("ibv_rereg_mr", ibp_error_code(rc));
         goto exit;
     }
     return_value = Py_NewRef(Py_None);
@@ -420,8 +420,8 @@ exit:
     return return_value;
 }
 
-/* Hand-written: ibv_hand_MR_sge in ibverbs/src/. */
-PyDoc_STRVAR(ibv_hand_MR_sge__doc__,
+/* Hand-written: ibp_hand_MR_sge in ibverbs/src/. */
+PyDoc_STRVAR(ibp_hand_MR_sge__doc__,
 "sge($self, /, length=None, offset=0)\n"
 "--\n"
 "\n"
@@ -458,19 +458,19 @@ MR_advise_mr(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:advise_mr", kwlist,
             &advice_obj, &flags_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_mr *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_mr *)IBP_HANDLE(self)->ptr;
     {
         uint64_t v;
-        if (ibv_conv_unsigned(advice_obj, "advice", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(advice_obj, "advice", UINT32_MAX, &v) < 0)
             goto exit;
         advice_c = v;
     }
     if (flags_obj != NULL) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(flags_obj, "flags", UINT32_MAX, &v) < 0)
+            if (ibp_conv_unsigned(flags_obj, "flags", UINT32_MAX, &v) < 0)
                 goto exit;
             flags_c = v;
         }
@@ -479,7 +479,7 @@ MR_advise_mr(PyObject *self, PyObject *args, PyObject *kwargs)
     errno = 0;
     rc = ibv_advise_mr(self_ptr->pd, advice_c, flags_c, &sge, 1);
     if (rc != 0) {
-        ibv_raise("ibv_advise_mr", ibv_error_code(rc));
+        ibp_raise("ibv_advise_mr", ibp_error_code(rc));
         goto exit;
     }
     return_value = Py_NewRef(Py_None);
@@ -493,22 +493,22 @@ static PyObject *
 MR_rereg_mr__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = MR_rereg_mr(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
 /* sge(): in flight on its object until it returns. */
 static PyObject *
-ibv_hand_MR_sge__call(PyObject *self, PyObject *args, PyObject *kwargs)
+ibp_hand_MR_sge__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
-    PyObject *result = ibv_hand_MR_sge(self, args, kwargs);
-    ibv_call_leave(self);
+    PyObject *result = ibp_hand_MR_sge(self, args, kwargs);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -517,11 +517,11 @@ static PyObject *
 MR_advise_mr__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = MR_advise_mr(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -537,7 +537,7 @@ static PyObject *
 MR_enter(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     return Py_NewRef(op);
 }
@@ -558,9 +558,9 @@ static PyMethodDef MR_methods[] = {
      "_open_count($cls, /)\n--\n\nHow many MR objects of this process are open (leak checks)."},
     {"_keepalive", MR_keepalive_owner, METH_O,
      "_keepalive($self, owner, /)\n--\n\nSet owner (kept alive with this MR) and return self."},
-    {"remote", (PyCFunction)(void (*)(void))ibv_py_MR_remote, METH_VARARGS | METH_KEYWORDS, ibv_py_MR_remote__doc__},
+    {"remote", (PyCFunction)(void (*)(void))ibp_py_MR_remote, METH_VARARGS | METH_KEYWORDS, ibp_py_MR_remote__doc__},
     {"rereg_mr", (PyCFunction)(void (*)(void))MR_rereg_mr__call, METH_VARARGS | METH_KEYWORDS, MR_rereg_mr__doc__},
-    {"sge", (PyCFunction)(void (*)(void))ibv_hand_MR_sge__call, METH_VARARGS | METH_KEYWORDS, ibv_hand_MR_sge__doc__},
+    {"sge", (PyCFunction)(void (*)(void))ibp_hand_MR_sge__call, METH_VARARGS | METH_KEYWORDS, ibp_hand_MR_sge__doc__},
     {"advise_mr", (PyCFunction)(void (*)(void))MR_advise_mr__call, METH_VARARGS | METH_KEYWORDS, MR_advise_mr__doc__},
     {NULL, NULL, 0, NULL},
 };
@@ -577,15 +577,15 @@ MR_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
                         "ibverbs.MR() takes no arguments (an open one comes from a verb)");
         return NULL;
     }
-    return ibv_handle_new(type, NULL, NULL, NULL, 0);
+    return ibp_handle_new(type, NULL, NULL, NULL, 0);
 }
 
 static PyObject *
 MR_repr(PyObject *op)
 {
-    if (IBV_HANDLE(op)->ptr == NULL)
+    if (IBP_HANDLE(op)->ptr == NULL)
         return PyUnicode_FromString("<ibverbs.MR closed>");
-    return PyUnicode_FromFormat("<ibverbs.MR at %p>", IBV_HANDLE(op)->ptr);
+    return PyUnicode_FromFormat("<ibverbs.MR at %p>", IBP_HANDLE(op)->ptr);
 }
 
 static PyType_Slot MR_slots[] = {

@@ -14,13 +14,13 @@ PyTypeObject *MW_Type;
 #ifndef IBVERBS_CALL_GUARD_DECLARED
 #define IBVERBS_CALL_GUARD_DECLARED
 /* ibverbs/src/handles.c: fork() ownership and calls in flight (see there). */
-IBV_HIDDEN int ibv_handle_foreign(PyObject *obj);
-IBV_HIDDEN void ibv_handle_closed(PyObject *obj);
-IBV_HIDDEN int ibv_call_enter(PyObject *self);
-IBV_HIDDEN void ibv_call_leave(PyObject *self);
-IBV_HIDDEN int ibv_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
+IBP_HIDDEN int ibp_handle_foreign(PyObject *obj);
+IBP_HIDDEN void ibp_handle_closed(PyObject *obj);
+IBP_HIDDEN int ibp_call_enter(PyObject *self);
+IBP_HIDDEN void ibp_call_leave(PyObject *self);
+IBP_HIDDEN int ibp_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
                                    PyObject **held, int max);
-IBV_HIDDEN void ibv_call_leave_args(PyObject **held, int n);
+IBP_HIDDEN void ibp_call_leave_args(PyObject **held, int n);
 #endif
 
 /* Open MW objects of this process (for leak accounting). */
@@ -31,7 +31,7 @@ MW_wrap(struct ibv_mw *ptr, PyObject *pd)
 {
     PyObject *parents[] = { pd, };
     PyObject *slots[1];
-    PyObject *op = ibv_handle_new(MW_Type, ptr, slots, parents, 1);
+    PyObject *op = ibp_handle_new(MW_Type, ptr, slots, parents, 1);
     if (op == NULL) {
         /* Not wrapped, so not leaked either: give it back now. */
         ibv_dealloc_mw(ptr);
@@ -49,7 +49,7 @@ static int
 MW_destroy(struct MWObject *self)
 {
     int rc;
-    if (ibv_handle_foreign((PyObject *)self)) {
+    if (ibp_handle_foreign((PyObject *)self)) {
         /* Inherited across fork(): the verbs object is the parent's, which
          * may still use it.  Forget it without destroying it. */
         goto forget;
@@ -57,13 +57,13 @@ MW_destroy(struct MWObject *self)
     errno = 0;
     rc = ibv_dealloc_mw((struct ibv_mw *)self->head.ptr);
     if (rc != 0)
-        return ibv_error_code(rc);
+        return ibp_error_code(rc);
 forget:
     self->head.ptr = NULL;
     MW_open_count--;
-    ibv_handle_closed((PyObject *)self);
+    ibp_handle_closed((PyObject *)self);
     PyObject *parents[] = { self->pd, };
-    ibv_handle_release_parents(parents, 1);
+    ibp_handle_release_parents(parents, 1);
     return 0;
 }
 
@@ -71,13 +71,13 @@ static PyObject *
 MW_close(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    if (IBV_HANDLE(op)->ptr == NULL)
+    if (IBP_HANDLE(op)->ptr == NULL)
         Py_RETURN_NONE;
-    if (ibv_check_closable(op, "ibv_dealloc_mw") < 0)
+    if (ibp_check_closable(op, "ibv_dealloc_mw") < 0)
         return NULL;
     int err = MW_destroy((struct MWObject *)op);
     if (err != 0)
-        return ibv_raise("ibv_dealloc_mw", err);
+        return ibp_raise("ibv_dealloc_mw", err);
     Py_RETURN_NONE;
 }
 
@@ -94,8 +94,8 @@ MW_dealloc(PyObject *op)
             /* Leaked (the parents stay counted, so they cannot be closed
              * under it); the Python object goes away regardless, so no
              * event may find it any more. */
-            ibv_handle_closed(op);
-            ibv_report_unraisable(op, "ibv_dealloc_mw", err);
+            ibp_handle_closed(op);
+            ibp_report_unraisable(op, "ibv_dealloc_mw", err);
         }
     }
     Py_CLEAR(self->pd);
@@ -108,7 +108,7 @@ static PyObject *
 MW_get_closed(PyObject *op, void *closure)
 {
     (void)closure;
-    return PyBool_FromLong(IBV_HANDLE(op)->ptr == NULL);
+    return PyBool_FromLong(IBP_HANDLE(op)->ptr == NULL);
 }
 
 static PyObject *
@@ -124,7 +124,7 @@ MW_get_rkey(PyObject *op, void *closure)
 {
     PyObject *result;
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     struct ibv_mw *self_ptr = MW_PTR(op);
     result = PyLong_FromUnsignedLongLong((unsigned long long)(self_ptr->rkey));
@@ -136,7 +136,7 @@ MW_get_handle(PyObject *op, void *closure)
 {
     PyObject *result;
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     struct ibv_mw *self_ptr = MW_PTR(op);
     result = PyLong_FromUnsignedLongLong((unsigned long long)(self_ptr->handle));
@@ -148,7 +148,7 @@ MW_get_type(PyObject *op, void *closure)
 {
     PyObject *result;
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     struct ibv_mw *self_ptr = MW_PTR(op);
     result = PyLong_FromUnsignedLongLong((unsigned long long)(self_ptr->type));
@@ -176,7 +176,7 @@ static PyObject *
 MW_enter(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     return Py_NewRef(op);
 }
@@ -210,15 +210,15 @@ MW_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
                         "ibverbs.MW() takes no arguments (an open one comes from a verb)");
         return NULL;
     }
-    return ibv_handle_new(type, NULL, NULL, NULL, 0);
+    return ibp_handle_new(type, NULL, NULL, NULL, 0);
 }
 
 static PyObject *
 MW_repr(PyObject *op)
 {
-    if (IBV_HANDLE(op)->ptr == NULL)
+    if (IBP_HANDLE(op)->ptr == NULL)
         return PyUnicode_FromString("<ibverbs.MW closed>");
-    return PyUnicode_FromFormat("<ibverbs.MW at %p>", IBV_HANDLE(op)->ptr);
+    return PyUnicode_FromFormat("<ibverbs.MW at %p>", IBP_HANDLE(op)->ptr);
 }
 
 static PyType_Slot MW_slots[] = {

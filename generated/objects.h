@@ -14,75 +14,75 @@ struct CompCntrCapsObject {
     PyObject_HEAD
     struct ibv_comp_cntr_caps c;
 };
-extern IBV_HIDDEN PyTypeObject *CompCntrCaps_Type;
-IBV_HIDDEN PyObject *CompCntrCaps_from_c(const struct ibv_comp_cntr_caps *c);
+extern IBP_HIDDEN PyTypeObject *CompCntrCaps_Type;
+IBP_HIDDEN PyObject *CompCntrCaps_from_c(const struct ibv_comp_cntr_caps *c);
 
 struct WCTMInfoObject {
     PyObject_HEAD
     struct ibv_wc_tm_info c;
 };
-extern IBV_HIDDEN PyTypeObject *WCTMInfo_Type;
-IBV_HIDDEN PyObject *WCTMInfo_from_c(const struct ibv_wc_tm_info *c);
+extern IBP_HIDDEN PyTypeObject *WCTMInfo_Type;
+IBP_HIDDEN PyObject *WCTMInfo_from_c(const struct ibv_wc_tm_info *c);
 
 struct MWBindInfoObject {
     PyObject_HEAD
     struct ibv_mw_bind_info c;
     PyObject *ref_mr;   /* MR or NULL */
 };
-extern IBV_HIDDEN PyTypeObject *MWBindInfo_Type;
-IBV_HIDDEN PyObject *MWBindInfo_from_c(const struct ibv_mw_bind_info *c);
-IBV_HIDDEN int MWBindInfo_prepare(struct MWBindInfoObject *self);
-IBV_HIDDEN int MWBindInfo_set_field(struct ibv_mw_bind_info *c, PyObject *name, PyObject *value);
+extern IBP_HIDDEN PyTypeObject *MWBindInfo_Type;
+IBP_HIDDEN PyObject *MWBindInfo_from_c(const struct ibv_mw_bind_info *c);
+IBP_HIDDEN int MWBindInfo_prepare(struct MWBindInfoObject *self);
+IBP_HIDDEN int MWBindInfo_set_field(struct ibv_mw_bind_info *c, PyObject *name, PyObject *value);
 
 struct DeviceAttrObject {
     PyObject_HEAD
     struct ibv_device_attr c;
 };
-extern IBV_HIDDEN PyTypeObject *DeviceAttr_Type;
-IBV_HIDDEN PyObject *DeviceAttr_from_c(const struct ibv_device_attr *c);
+extern IBP_HIDDEN PyTypeObject *DeviceAttr_Type;
+IBP_HIDDEN PyObject *DeviceAttr_from_c(const struct ibv_device_attr *c);
 
 struct DeviceAttrExObject {
     PyObject_HEAD
     struct ibv_device_attr_ex c;
 };
-extern IBV_HIDDEN PyTypeObject *DeviceAttrEx_Type;
-IBV_HIDDEN PyObject *DeviceAttrEx_from_c(const struct ibv_device_attr_ex *c);
+extern IBP_HIDDEN PyTypeObject *DeviceAttrEx_Type;
+IBP_HIDDEN PyObject *DeviceAttrEx_from_c(const struct ibv_device_attr_ex *c);
 
 struct PortAttrObject {
     PyObject_HEAD
     struct ibv_port_attr c;
 };
-extern IBV_HIDDEN PyTypeObject *PortAttr_Type;
-IBV_HIDDEN PyObject *PortAttr_from_c(const struct ibv_port_attr *c);
+extern IBP_HIDDEN PyTypeObject *PortAttr_Type;
+IBP_HIDDEN PyObject *PortAttr_from_c(const struct ibv_port_attr *c);
 
 struct GidEntryObject {
     PyObject_HEAD
     struct ibv_gid_entry c;
 };
-extern IBV_HIDDEN PyTypeObject *GidEntry_Type;
-IBV_HIDDEN PyObject *GidEntry_from_c(const struct ibv_gid_entry *c);
+extern IBP_HIDDEN PyTypeObject *GidEntry_Type;
+IBP_HIDDEN PyObject *GidEntry_from_c(const struct ibv_gid_entry *c);
 
 struct QPCapObject {
     PyObject_HEAD
     struct ibv_qp_cap c;
 };
-extern IBV_HIDDEN PyTypeObject *QPCap_Type;
-IBV_HIDDEN PyObject *QPCap_from_c(const struct ibv_qp_cap *c);
+extern IBP_HIDDEN PyTypeObject *QPCap_Type;
+IBP_HIDDEN PyObject *QPCap_from_c(const struct ibv_qp_cap *c);
 
 struct SRQAttrObject {
     PyObject_HEAD
     struct ibv_srq_attr c;
 };
-extern IBV_HIDDEN PyTypeObject *SRQAttr_Type;
-IBV_HIDDEN PyObject *SRQAttr_from_c(const struct ibv_srq_attr *c);
+extern IBP_HIDDEN PyTypeObject *SRQAttr_Type;
+IBP_HIDDEN PyObject *SRQAttr_from_c(const struct ibv_srq_attr *c);
 
 struct AHAttrObject {
     PyObject_HEAD
     struct ibv_ah_attr c;
 };
-extern IBV_HIDDEN PyTypeObject *AHAttr_Type;
-IBV_HIDDEN PyObject *AHAttr_from_c(const struct ibv_ah_attr *c);
-IBV_HIDDEN int AHAttr_set_field(struct ibv_ah_attr *c, PyObject *name, PyObject *value);
+extern IBP_HIDDEN PyTypeObject *AHAttr_Type;
+IBP_HIDDEN PyObject *AHAttr_from_c(const struct ibv_ah_attr *c);
+IBP_HIDDEN int AHAttr_set_field(struct ibv_ah_attr *c, PyObject *name, PyObject *value);
 
 struct QPInitAttrObject {
     PyObject_HEAD
@@ -91,36 +91,36 @@ struct QPInitAttrObject {
     PyObject *ref_recv_cq;   /* CQ or NULL */
     PyObject *ref_srq;   /* SRQ or NULL */
 };
-extern IBV_HIDDEN PyTypeObject *QPInitAttr_Type;
-IBV_HIDDEN PyObject *QPInitAttr_from_c(const struct ibv_qp_init_attr *c);
-IBV_HIDDEN int QPInitAttr_prepare(struct QPInitAttrObject *self);
-IBV_HIDDEN int QPInitAttr_set_field(struct ibv_qp_init_attr *c, PyObject *name, PyObject *value);
+extern IBP_HIDDEN PyTypeObject *QPInitAttr_Type;
+IBP_HIDDEN PyObject *QPInitAttr_from_c(const struct ibv_qp_init_attr *c);
+IBP_HIDDEN int QPInitAttr_prepare(struct QPInitAttrObject *self);
+IBP_HIDDEN int QPInitAttr_set_field(struct ibv_qp_init_attr *c, PyObject *name, PyObject *value);
 
 struct QPAttrObject {
     PyObject_HEAD
     struct ibv_qp_attr c;
 };
-extern IBV_HIDDEN PyTypeObject *QPAttr_Type;
-IBV_HIDDEN PyObject *QPAttr_from_c(const struct ibv_qp_attr *c);
-IBV_HIDDEN int QPAttr_set_field(struct ibv_qp_attr *c, PyObject *name, PyObject *value);
+extern IBP_HIDDEN PyTypeObject *QPAttr_Type;
+IBP_HIDDEN PyObject *QPAttr_from_c(const struct ibv_qp_attr *c);
+IBP_HIDDEN int QPAttr_set_field(struct ibv_qp_attr *c, PyObject *name, PyObject *value);
 
 struct MWBindObject {
     PyObject_HEAD
     struct ibv_mw_bind c;
     PyObject *ref_mr;   /* MR or NULL */
 };
-extern IBV_HIDDEN PyTypeObject *MWBind_Type;
-IBV_HIDDEN PyObject *MWBind_from_c(const struct ibv_mw_bind *c);
-IBV_HIDDEN int MWBind_prepare(struct MWBindObject *self);
-IBV_HIDDEN int MWBind_set_field(struct ibv_mw_bind *c, PyObject *name, PyObject *value);
+extern IBP_HIDDEN PyTypeObject *MWBind_Type;
+IBP_HIDDEN PyObject *MWBind_from_c(const struct ibv_mw_bind *c);
+IBP_HIDDEN int MWBind_prepare(struct MWBindObject *self);
+IBP_HIDDEN int MWBind_set_field(struct ibv_mw_bind *c, PyObject *name, PyObject *value);
 
 struct ECEObject {
     PyObject_HEAD
     struct ibv_ece c;
 };
-extern IBV_HIDDEN PyTypeObject *ECE_Type;
-IBV_HIDDEN PyObject *ECE_from_c(const struct ibv_ece *c);
-IBV_HIDDEN int ECE_set_field(struct ibv_ece *c, PyObject *name, PyObject *value);
+extern IBP_HIDDEN PyTypeObject *ECE_Type;
+IBP_HIDDEN PyObject *ECE_from_c(const struct ibv_ece *c);
+IBP_HIDDEN int ECE_set_field(struct ibv_ece *c, PyObject *name, PyObject *value);
 
 /* ---- handle classes: own one verbs object ---- */
 
@@ -128,37 +128,37 @@ struct CompCntrObject {
     IbvHandle head;          /* head.ptr is the struct ibv_comp_cntr * */
     PyObject *context;   /* parent Context */
 };
-#define CompCntr_PTR(o) ((struct ibv_comp_cntr *)IBV_HANDLE(o)->ptr)
-extern IBV_HIDDEN PyTypeObject *CompCntr_Type;
-IBV_HIDDEN PyObject *CompCntr_wrap(struct ibv_comp_cntr *ptr, PyObject *context);
+#define CompCntr_PTR(o) ((struct ibv_comp_cntr *)IBP_HANDLE(o)->ptr)
+extern IBP_HIDDEN PyTypeObject *CompCntr_Type;
+IBP_HIDDEN PyObject *CompCntr_wrap(struct ibv_comp_cntr *ptr, PyObject *context);
 
 struct ContextObject {
     IbvHandle head;          /* head.ptr is the struct ibv_context * */
 };
-#define Context_PTR(o) ((struct ibv_context *)IBV_HANDLE(o)->ptr)
-extern IBV_HIDDEN PyTypeObject *Context_Type;
-IBV_HIDDEN PyObject *Context_wrap(struct ibv_context *ptr);
-IBV_HIDDEN PyObject *ibv_hand_Context_get_async_event(PyObject *self, PyObject *unused);
-IBV_HIDDEN PyObject *ibv_hand_Context_ack_async_event(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
-IBV_HIDDEN PyObject *ibv_hand_Context_query_rt_values_ex(PyObject *self, PyObject *unused);
-IBV_HIDDEN PyObject *ibv_hand_Context_create_rwq_ind_table(PyObject *self, PyObject *arg);
+#define Context_PTR(o) ((struct ibv_context *)IBP_HANDLE(o)->ptr)
+extern IBP_HIDDEN PyTypeObject *Context_Type;
+IBP_HIDDEN PyObject *Context_wrap(struct ibv_context *ptr);
+IBP_HIDDEN PyObject *ibp_hand_Context_get_async_event(PyObject *self, PyObject *unused);
+IBP_HIDDEN PyObject *ibp_hand_Context_ack_async_event(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+IBP_HIDDEN PyObject *ibp_hand_Context_query_rt_values_ex(PyObject *self, PyObject *unused);
+IBP_HIDDEN PyObject *ibp_hand_Context_create_rwq_ind_table(PyObject *self, PyObject *arg);
 
 struct TDObject {
     IbvHandle head;          /* head.ptr is the struct ibv_td * */
     PyObject *context;   /* parent Context */
 };
-#define TD_PTR(o) ((struct ibv_td *)IBV_HANDLE(o)->ptr)
-extern IBV_HIDDEN PyTypeObject *TD_Type;
-IBV_HIDDEN PyObject *TD_wrap(struct ibv_td *ptr, PyObject *context);
+#define TD_PTR(o) ((struct ibv_td *)IBP_HANDLE(o)->ptr)
+extern IBP_HIDDEN PyTypeObject *TD_Type;
+IBP_HIDDEN PyObject *TD_wrap(struct ibv_td *ptr, PyObject *context);
 
 struct CompChannelObject {
     IbvHandle head;          /* head.ptr is the struct ibv_comp_channel * */
     PyObject *context;   /* parent Context */
 };
-#define CompChannel_PTR(o) ((struct ibv_comp_channel *)IBV_HANDLE(o)->ptr)
-extern IBV_HIDDEN PyTypeObject *CompChannel_Type;
-IBV_HIDDEN PyObject *CompChannel_wrap(struct ibv_comp_channel *ptr, PyObject *context);
-IBV_HIDDEN PyObject *ibv_hand_CompChannel_get_cq_event(PyObject *self, PyObject *unused);
+#define CompChannel_PTR(o) ((struct ibv_comp_channel *)IBP_HANDLE(o)->ptr)
+extern IBP_HIDDEN PyTypeObject *CompChannel_Type;
+IBP_HIDDEN PyObject *CompChannel_wrap(struct ibv_comp_channel *ptr, PyObject *context);
+IBP_HIDDEN PyObject *ibp_hand_CompChannel_get_cq_event(PyObject *self, PyObject *unused);
 
 struct CQObject {
     IbvHandle head;          /* head.ptr is the struct ibv_cq * */
@@ -166,15 +166,15 @@ struct CQObject {
     PyObject *channel;   /* parent CompChannel or NULL */
     unsigned int events_received;
 };
-#define CQ_PTR(o) ((struct ibv_cq *)IBV_HANDLE(o)->ptr)
-extern IBV_HIDDEN PyTypeObject *CQ_Type;
-IBV_HIDDEN PyObject *CQ_wrap(struct ibv_cq *ptr, PyObject *context, PyObject *channel);
+#define CQ_PTR(o) ((struct ibv_cq *)IBP_HANDLE(o)->ptr)
+extern IBP_HIDDEN PyTypeObject *CQ_Type;
+IBP_HIDDEN PyObject *CQ_wrap(struct ibv_cq *ptr, PyObject *context, PyObject *channel);
 /* The same for an object of a subclass (type). */
-IBV_HIDDEN PyObject *CQ_wrap_type(PyTypeObject *type, struct ibv_cq *ptr, PyObject *context, PyObject *channel);
-IBV_HIDDEN PyObject *ibv_hand_CQ_poll(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
-IBV_HIDDEN PyObject *ibv_hand_CQ_poll_into(PyObject *self, PyObject *arg);
-IBV_HIDDEN PyObject *ibv_hand_CQ_req_notify(PyObject *self, PyObject *args, PyObject *kwargs);
-IBV_HIDDEN PyObject *ibv_hand_CQ_ack_events(PyObject *self, PyObject *args, PyObject *kwargs);
+IBP_HIDDEN PyObject *CQ_wrap_type(PyTypeObject *type, struct ibv_cq *ptr, PyObject *context, PyObject *channel);
+IBP_HIDDEN PyObject *ibp_hand_CQ_poll(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+IBP_HIDDEN PyObject *ibp_hand_CQ_poll_into(PyObject *self, PyObject *arg);
+IBP_HIDDEN PyObject *ibp_hand_CQ_req_notify(PyObject *self, PyObject *args, PyObject *kwargs);
+IBP_HIDDEN PyObject *ibp_hand_CQ_ack_events(PyObject *self, PyObject *args, PyObject *kwargs);
 
 /* A CQ (a subclass): base.head.ptr is the struct ibv_cq * that
  * ibv_cq_ex_to_cq() returns; ex_ptr is the struct ibv_cq_ex * itself. */
@@ -186,57 +186,57 @@ struct CQExObject {
     uint64_t wc_flags;
 };
 #define CQEx_PTR(o) (((struct CQExObject *)(o))->ex_ptr)
-extern IBV_HIDDEN PyTypeObject *CQEx_Type;
-IBV_HIDDEN PyObject *CQEx_wrap(struct ibv_cq_ex *ptr, PyObject *context, PyObject *channel);
+extern IBP_HIDDEN PyTypeObject *CQEx_Type;
+IBP_HIDDEN PyObject *CQEx_wrap(struct ibv_cq_ex *ptr, PyObject *context, PyObject *channel);
 /* hand-written: runs before a CQEx is deallocated */
-IBV_HIDDEN void ibv_cqex_before_dealloc(struct CQExObject *self);
-IBV_HIDDEN PyObject *ibv_hand_CQEx_start_poll(PyObject *self, PyObject *unused);
-IBV_HIDDEN PyObject *ibv_hand_CQEx_next_poll(PyObject *self, PyObject *unused);
-IBV_HIDDEN PyObject *ibv_hand_CQEx_end_poll(PyObject *self, PyObject *unused);
+IBP_HIDDEN void ibp_cqex_before_dealloc(struct CQExObject *self);
+IBP_HIDDEN PyObject *ibp_hand_CQEx_start_poll(PyObject *self, PyObject *unused);
+IBP_HIDDEN PyObject *ibp_hand_CQEx_next_poll(PyObject *self, PyObject *unused);
+IBP_HIDDEN PyObject *ibp_hand_CQEx_end_poll(PyObject *self, PyObject *unused);
 
 struct DMObject {
     IbvHandle head;          /* head.ptr is the struct ibv_dm * */
     PyObject *context;   /* parent Context */
     int imported;
 };
-#define DM_PTR(o) ((struct ibv_dm *)IBV_HANDLE(o)->ptr)
-extern IBV_HIDDEN PyTypeObject *DM_Type;
-IBV_HIDDEN PyObject *DM_wrap(struct ibv_dm *ptr, PyObject *context);
+#define DM_PTR(o) ((struct ibv_dm *)IBP_HANDLE(o)->ptr)
+extern IBP_HIDDEN PyTypeObject *DM_Type;
+IBP_HIDDEN PyObject *DM_wrap(struct ibv_dm *ptr, PyObject *context);
 
 struct FlowObject {
     IbvHandle head;          /* head.ptr is the struct ibv_flow * */
     PyObject *qp;   /* parent QP */
 };
-#define Flow_PTR(o) ((struct ibv_flow *)IBV_HANDLE(o)->ptr)
-extern IBV_HIDDEN PyTypeObject *Flow_Type;
-IBV_HIDDEN PyObject *Flow_wrap(struct ibv_flow *ptr, PyObject *qp);
+#define Flow_PTR(o) ((struct ibv_flow *)IBP_HANDLE(o)->ptr)
+extern IBP_HIDDEN PyTypeObject *Flow_Type;
+IBP_HIDDEN PyObject *Flow_wrap(struct ibv_flow *ptr, PyObject *qp);
 
 struct CountersObject {
     IbvHandle head;          /* head.ptr is the struct ibv_counters * */
     PyObject *context;   /* parent Context */
 };
-#define Counters_PTR(o) ((struct ibv_counters *)IBV_HANDLE(o)->ptr)
-extern IBV_HIDDEN PyTypeObject *Counters_Type;
-IBV_HIDDEN PyObject *Counters_wrap(struct ibv_counters *ptr, PyObject *context);
+#define Counters_PTR(o) ((struct ibv_counters *)IBP_HANDLE(o)->ptr)
+extern IBP_HIDDEN PyTypeObject *Counters_Type;
+IBP_HIDDEN PyObject *Counters_wrap(struct ibv_counters *ptr, PyObject *context);
 
 struct WQObject {
     IbvHandle head;          /* head.ptr is the struct ibv_wq * */
     PyObject *pd;   /* parent PD */
     PyObject *cq;   /* parent CQ */
 };
-#define WQ_PTR(o) ((struct ibv_wq *)IBV_HANDLE(o)->ptr)
-extern IBV_HIDDEN PyTypeObject *WQ_Type;
-IBV_HIDDEN PyObject *WQ_wrap(struct ibv_wq *ptr, PyObject *pd, PyObject *cq);
-IBV_HIDDEN PyObject *ibv_hand_WQ_post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+#define WQ_PTR(o) ((struct ibv_wq *)IBP_HANDLE(o)->ptr)
+extern IBP_HIDDEN PyTypeObject *WQ_Type;
+IBP_HIDDEN PyObject *WQ_wrap(struct ibv_wq *ptr, PyObject *pd, PyObject *cq);
+IBP_HIDDEN PyObject *ibp_hand_WQ_post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 
 struct RWQIndTableObject {
     IbvHandle head;          /* head.ptr is the struct ibv_rwq_ind_table * */
     PyObject *context;   /* parent Context */
     PyObject *wqs;
 };
-#define RWQIndTable_PTR(o) ((struct ibv_rwq_ind_table *)IBV_HANDLE(o)->ptr)
-extern IBV_HIDDEN PyTypeObject *RWQIndTable_Type;
-IBV_HIDDEN PyObject *RWQIndTable_wrap(struct ibv_rwq_ind_table *ptr, PyObject *context);
+#define RWQIndTable_PTR(o) ((struct ibv_rwq_ind_table *)IBP_HANDLE(o)->ptr)
+extern IBP_HIDDEN PyTypeObject *RWQIndTable_Type;
+IBP_HIDDEN PyObject *RWQIndTable_wrap(struct ibv_rwq_ind_table *ptr, PyObject *context);
 
 struct MRObject {
     IbvHandle head;          /* head.ptr is the struct ibv_mr * */
@@ -244,38 +244,38 @@ struct MRObject {
     PyObject *owner;
     PyObject *_buffer_export;
 };
-#define MR_PTR(o) ((struct ibv_mr *)IBV_HANDLE(o)->ptr)
-extern IBV_HIDDEN PyTypeObject *MR_Type;
-IBV_HIDDEN PyObject *MR_wrap(struct ibv_mr *ptr, PyObject *pd);
+#define MR_PTR(o) ((struct ibv_mr *)IBP_HANDLE(o)->ptr)
+extern IBP_HIDDEN PyTypeObject *MR_Type;
+IBP_HIDDEN PyObject *MR_wrap(struct ibv_mr *ptr, PyObject *pd);
 /* The same for an object of a subclass (type). */
-IBV_HIDDEN PyObject *MR_wrap_type(PyTypeObject *type, struct ibv_mr *ptr, PyObject *pd);
-IBV_HIDDEN PyObject *ibv_hand_MR_sge(PyObject *self, PyObject *args, PyObject *kwargs);
+IBP_HIDDEN PyObject *MR_wrap_type(PyTypeObject *type, struct ibv_mr *ptr, PyObject *pd);
+IBP_HIDDEN PyObject *ibp_hand_MR_sge(PyObject *self, PyObject *args, PyObject *kwargs);
 
 struct MWObject {
     IbvHandle head;          /* head.ptr is the struct ibv_mw * */
     PyObject *pd;   /* parent PD */
 };
-#define MW_PTR(o) ((struct ibv_mw *)IBV_HANDLE(o)->ptr)
-extern IBV_HIDDEN PyTypeObject *MW_Type;
-IBV_HIDDEN PyObject *MW_wrap(struct ibv_mw *ptr, PyObject *pd);
+#define MW_PTR(o) ((struct ibv_mw *)IBP_HANDLE(o)->ptr)
+extern IBP_HIDDEN PyTypeObject *MW_Type;
+IBP_HIDDEN PyObject *MW_wrap(struct ibv_mw *ptr, PyObject *pd);
 
 struct PDObject {
     IbvHandle head;          /* head.ptr is the struct ibv_pd * */
     PyObject *context;   /* parent Context */
 };
-#define PD_PTR(o) ((struct ibv_pd *)IBV_HANDLE(o)->ptr)
-extern IBV_HIDDEN PyTypeObject *PD_Type;
-IBV_HIDDEN PyObject *PD_wrap(struct ibv_pd *ptr, PyObject *context);
+#define PD_PTR(o) ((struct ibv_pd *)IBP_HANDLE(o)->ptr)
+extern IBP_HIDDEN PyTypeObject *PD_Type;
+IBP_HIDDEN PyObject *PD_wrap(struct ibv_pd *ptr, PyObject *context);
 /* The same for an object of a subclass (type). */
-IBV_HIDDEN PyObject *PD_wrap_type(PyTypeObject *type, struct ibv_pd *ptr, PyObject *context);
+IBP_HIDDEN PyObject *PD_wrap_type(PyTypeObject *type, struct ibv_pd *ptr, PyObject *context);
 
 struct ImportedPDObject {
     IbvHandle head;          /* head.ptr is the struct ibv_pd * */
     PyObject *context;   /* parent Context */
 };
-#define ImportedPD_PTR(o) ((struct ibv_pd *)IBV_HANDLE(o)->ptr)
-extern IBV_HIDDEN PyTypeObject *ImportedPD_Type;
-IBV_HIDDEN PyObject *ImportedPD_wrap(struct ibv_pd *ptr, PyObject *context);
+#define ImportedPD_PTR(o) ((struct ibv_pd *)IBP_HANDLE(o)->ptr)
+extern IBP_HIDDEN PyTypeObject *ImportedPD_Type;
+IBP_HIDDEN PyObject *ImportedPD_wrap(struct ibv_pd *ptr, PyObject *context);
 
 struct ImportedMRObject {
     IbvHandle head;          /* head.ptr is the struct ibv_mr * */
@@ -283,9 +283,9 @@ struct ImportedMRObject {
     PyObject *owner;
     PyObject *_buffer_export;
 };
-#define ImportedMR_PTR(o) ((struct ibv_mr *)IBV_HANDLE(o)->ptr)
-extern IBV_HIDDEN PyTypeObject *ImportedMR_Type;
-IBV_HIDDEN PyObject *ImportedMR_wrap(struct ibv_mr *ptr, PyObject *pd);
+#define ImportedMR_PTR(o) ((struct ibv_mr *)IBP_HANDLE(o)->ptr)
+extern IBP_HIDDEN PyTypeObject *ImportedMR_Type;
+IBP_HIDDEN PyObject *ImportedMR_wrap(struct ibv_mr *ptr, PyObject *pd);
 
 struct QPObject {
     IbvHandle head;          /* head.ptr is the struct ibv_qp * */
@@ -294,15 +294,15 @@ struct QPObject {
     PyObject *recv_cq;   /* parent CQ */
     PyObject *srq;   /* parent SRQ or NULL */
 };
-#define QP_PTR(o) ((struct ibv_qp *)IBV_HANDLE(o)->ptr)
-extern IBV_HIDDEN PyTypeObject *QP_Type;
-IBV_HIDDEN PyObject *QP_wrap(struct ibv_qp *ptr, PyObject *pd, PyObject *send_cq, PyObject *recv_cq, PyObject *srq);
+#define QP_PTR(o) ((struct ibv_qp *)IBP_HANDLE(o)->ptr)
+extern IBP_HIDDEN PyTypeObject *QP_Type;
+IBP_HIDDEN PyObject *QP_wrap(struct ibv_qp *ptr, PyObject *pd, PyObject *send_cq, PyObject *recv_cq, PyObject *srq);
 /* hand-written: runs before ibv_destroy_qp */
-IBV_HIDDEN int ibv_qp_before_destroy(struct QPObject *self);
+IBP_HIDDEN int ibp_qp_before_destroy(struct QPObject *self);
 /* The same for an object of a subclass (type). */
-IBV_HIDDEN PyObject *QP_wrap_type(PyTypeObject *type, struct ibv_qp *ptr, PyObject *pd, PyObject *send_cq, PyObject *recv_cq, PyObject *srq);
-IBV_HIDDEN PyObject *ibv_hand_QP_post_send(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
-IBV_HIDDEN PyObject *ibv_hand_QP_post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+IBP_HIDDEN PyObject *QP_wrap_type(PyTypeObject *type, struct ibv_qp *ptr, PyObject *pd, PyObject *send_cq, PyObject *recv_cq, PyObject *srq);
+IBP_HIDDEN PyObject *ibp_hand_QP_post_send(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+IBP_HIDDEN PyObject *ibp_hand_QP_post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 
 struct SRQObject {
     IbvHandle head;          /* head.ptr is the struct ibv_srq * */
@@ -310,26 +310,26 @@ struct SRQObject {
     PyObject *xrcd;   /* parent XRCD or NULL */
     PyObject *cq;   /* parent CQ or NULL */
 };
-#define SRQ_PTR(o) ((struct ibv_srq *)IBV_HANDLE(o)->ptr)
-extern IBV_HIDDEN PyTypeObject *SRQ_Type;
-IBV_HIDDEN PyObject *SRQ_wrap(struct ibv_srq *ptr, PyObject *pd, PyObject *xrcd, PyObject *cq);
-IBV_HIDDEN PyObject *ibv_hand_SRQ_post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+#define SRQ_PTR(o) ((struct ibv_srq *)IBP_HANDLE(o)->ptr)
+extern IBP_HIDDEN PyTypeObject *SRQ_Type;
+IBP_HIDDEN PyObject *SRQ_wrap(struct ibv_srq *ptr, PyObject *pd, PyObject *xrcd, PyObject *cq);
+IBP_HIDDEN PyObject *ibp_hand_SRQ_post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 
 struct AHObject {
     IbvHandle head;          /* head.ptr is the struct ibv_ah * */
     PyObject *pd;   /* parent PD */
 };
-#define AH_PTR(o) ((struct ibv_ah *)IBV_HANDLE(o)->ptr)
-extern IBV_HIDDEN PyTypeObject *AH_Type;
-IBV_HIDDEN PyObject *AH_wrap(struct ibv_ah *ptr, PyObject *pd);
+#define AH_PTR(o) ((struct ibv_ah *)IBP_HANDLE(o)->ptr)
+extern IBP_HIDDEN PyTypeObject *AH_Type;
+IBP_HIDDEN PyObject *AH_wrap(struct ibv_ah *ptr, PyObject *pd);
 
 struct XRCDObject {
     IbvHandle head;          /* head.ptr is the struct ibv_xrcd * */
     PyObject *context;   /* parent Context */
 };
-#define XRCD_PTR(o) ((struct ibv_xrcd *)IBV_HANDLE(o)->ptr)
-extern IBV_HIDDEN PyTypeObject *XRCD_Type;
-IBV_HIDDEN PyObject *XRCD_wrap(struct ibv_xrcd *ptr, PyObject *context);
+#define XRCD_PTR(o) ((struct ibv_xrcd *)IBP_HANDLE(o)->ptr)
+extern IBP_HIDDEN PyTypeObject *XRCD_Type;
+IBP_HIDDEN PyObject *XRCD_wrap(struct ibv_xrcd *ptr, PyObject *context);
 
 /* QPEx is a subclass of QP: the same object layout first. */
 struct QPExObject {
@@ -340,22 +340,22 @@ struct QPExObject {
     int ud_addr_due;
     int has_send_ops;
 };
-#define QPEx_PTR(o) ((struct ibv_qp *)IBV_HANDLE(o)->ptr)
-extern IBV_HIDDEN PyTypeObject *QPEx_Type;
-IBV_HIDDEN PyObject *QPEx_wrap(struct ibv_qp *ptr, PyObject *pd, PyObject *send_cq, PyObject *recv_cq, PyObject *srq);
-IBV_HIDDEN PyObject *ibv_hand_QPEx_wr_set_sge_list(PyObject *self, PyObject *arg);
-IBV_HIDDEN PyObject *ibv_hand_QPEx_wr_set_inline_data_list(PyObject *self, PyObject *arg);
-IBV_HIDDEN PyObject *ibv_hand_QPEx_get_wr_id(PyObject *self, void *closure);
-IBV_HIDDEN int ibv_hand_QPEx_set_wr_id(PyObject *self, PyObject *value, void *closure);
-IBV_HIDDEN PyObject *ibv_hand_QPEx_get_wr_flags(PyObject *self, void *closure);
-IBV_HIDDEN int ibv_hand_QPEx_set_wr_flags(PyObject *self, PyObject *value, void *closure);
+#define QPEx_PTR(o) ((struct ibv_qp *)IBP_HANDLE(o)->ptr)
+extern IBP_HIDDEN PyTypeObject *QPEx_Type;
+IBP_HIDDEN PyObject *QPEx_wrap(struct ibv_qp *ptr, PyObject *pd, PyObject *send_cq, PyObject *recv_cq, PyObject *srq);
+IBP_HIDDEN PyObject *ibp_hand_QPEx_wr_set_sge_list(PyObject *self, PyObject *arg);
+IBP_HIDDEN PyObject *ibp_hand_QPEx_wr_set_inline_data_list(PyObject *self, PyObject *arg);
+IBP_HIDDEN PyObject *ibp_hand_QPEx_get_wr_id(PyObject *self, void *closure);
+IBP_HIDDEN int ibp_hand_QPEx_set_wr_id(PyObject *self, PyObject *value, void *closure);
+IBP_HIDDEN PyObject *ibp_hand_QPEx_get_wr_flags(PyObject *self, void *closure);
+IBP_HIDDEN int ibp_hand_QPEx_set_wr_flags(PyObject *self, PyObject *value, void *closure);
 
 /* ---- hand-written module functions ---- */
-IBV_HIDDEN PyObject *ibv_hand_module__device_list(PyObject *module, PyObject *unused);
-IBV_HIDDEN PyObject *ibv_hand_module__open_device(PyObject *module, PyObject *arg);
+IBP_HIDDEN PyObject *ibp_hand_module__device_list(PyObject *module, PyObject *unused);
+IBP_HIDDEN PyObject *ibp_hand_module__open_device(PyObject *module, PyObject *arg);
 
 /* ---- hand-written data path (datapath.c) ---- */
-IBV_HIDDEN int ibv_wc_to_c(PyObject *obj, struct ibv_wc *out);
-IBV_HIDDEN int ibv_datapath_init(PyObject *module);
+IBP_HIDDEN int ibp_wc_to_c(PyObject *obj, struct ibv_wc *out);
+IBP_HIDDEN int ibp_datapath_init(PyObject *module);
 
 #endif

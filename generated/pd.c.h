@@ -14,13 +14,13 @@ PyTypeObject *PD_Type;
 #ifndef IBVERBS_CALL_GUARD_DECLARED
 #define IBVERBS_CALL_GUARD_DECLARED
 /* ibverbs/src/handles.c: fork() ownership and calls in flight (see there). */
-IBV_HIDDEN int ibv_handle_foreign(PyObject *obj);
-IBV_HIDDEN void ibv_handle_closed(PyObject *obj);
-IBV_HIDDEN int ibv_call_enter(PyObject *self);
-IBV_HIDDEN void ibv_call_leave(PyObject *self);
-IBV_HIDDEN int ibv_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
+IBP_HIDDEN int ibp_handle_foreign(PyObject *obj);
+IBP_HIDDEN void ibp_handle_closed(PyObject *obj);
+IBP_HIDDEN int ibp_call_enter(PyObject *self);
+IBP_HIDDEN void ibp_call_leave(PyObject *self);
+IBP_HIDDEN int ibp_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
                                    PyObject **held, int max);
-IBV_HIDDEN void ibv_call_leave_args(PyObject **held, int n);
+IBP_HIDDEN void ibp_call_leave_args(PyObject **held, int n);
 #endif
 
 /* Open PD objects of this process (for leak accounting). */
@@ -31,7 +31,7 @@ PD_wrap_type(PyTypeObject *type, struct ibv_pd *ptr, PyObject *context)
 {
     PyObject *parents[] = { context, };
     PyObject *slots[1];
-    PyObject *op = ibv_handle_new(type, ptr, slots, parents, 1);
+    PyObject *op = ibp_handle_new(type, ptr, slots, parents, 1);
     if (op == NULL) {
         /* Not wrapped, so not leaked either: give it back now. */
         ibv_dealloc_pd(ptr);
@@ -55,7 +55,7 @@ static int
 PD_destroy(struct PDObject *self)
 {
     int rc;
-    if (ibv_handle_foreign((PyObject *)self)) {
+    if (ibp_handle_foreign((PyObject *)self)) {
         /* Inherited across fork(): the verbs object is the parent's, which
          * may still use it.  Forget it without destroying it. */
         goto forget;
@@ -63,13 +63,13 @@ PD_destroy(struct PDObject *self)
     errno = 0;
     rc = ibv_dealloc_pd((struct ibv_pd *)self->head.ptr);
     if (rc != 0)
-        return ibv_error_code(rc);
+        return ibp_error_code(rc);
 forget:
     self->head.ptr = NULL;
     PD_open_count--;
-    ibv_handle_closed((PyObject *)self);
+    ibp_handle_closed((PyObject *)self);
     PyObject *parents[] = { self->context, };
-    ibv_handle_release_parents(parents, 1);
+    ibp_handle_release_parents(parents, 1);
     return 0;
 }
 
@@ -77,13 +77,13 @@ static PyObject *
 PD_close(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    if (IBV_HANDLE(op)->ptr == NULL)
+    if (IBP_HANDLE(op)->ptr == NULL)
         Py_RETURN_NONE;
-    if (ibv_check_closable(op, "ibv_dealloc_pd") < 0)
+    if (ibp_check_closable(op, "ibv_dealloc_pd") < 0)
         return NULL;
     int err = PD_destroy((struct PDObject *)op);
     if (err != 0)
-        return ibv_raise("ibv_dealloc_pd", err);
+        return ibp_raise("ibv_dealloc_pd", err);
     Py_RETURN_NONE;
 }
 
@@ -100,8 +100,8 @@ PD_dealloc(PyObject *op)
             /* Leaked (the parents stay counted, so they cannot be closed
              * under it); the Python object goes away regardless, so no
              * event may find it any more. */
-            ibv_handle_closed(op);
-            ibv_report_unraisable(op, "ibv_dealloc_pd", err);
+            ibp_handle_closed(op);
+            ibp_report_unraisable(op, "ibv_dealloc_pd", err);
         }
     }
     Py_CLEAR(self->context);
@@ -114,7 +114,7 @@ static PyObject *
 PD_get_closed(PyObject *op, void *closure)
 {
     (void)closure;
-    return PyBool_FromLong(IBV_HANDLE(op)->ptr == NULL);
+    return PyBool_FromLong(IBP_HANDLE(op)->ptr == NULL);
 }
 
 static PyObject *
@@ -130,7 +130,7 @@ PD_get_handle(PyObject *op, void *closure)
 {
     PyObject *result;
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     struct ibv_pd *self_ptr = PD_PTR(op);
     result = PyLong_FromUnsignedLongLong((unsigned long long)(self_ptr->handle));
@@ -145,7 +145,7 @@ static PyGetSetDef PD_getset[] = {
 };
 
 /* Written in Python: ibverbs._buffers.reg_mr_any(self, ...). */
-PyDoc_STRVAR(ibv_py_PD_reg_mr__doc__,
+PyDoc_STRVAR(ibp_py_PD_reg_mr__doc__,
 "reg_mr($self, /, *args, **kwargs)\n"
 "--\n"
 "\n"
@@ -169,10 +169,10 @@ PyDoc_STRVAR(ibv_py_PD_reg_mr__doc__,
 "read-only buffer, ValueError for an empty one or a range outside\n"
 "64 bits.");
 static PyObject *
-ibv_py_PD_reg_mr(PyObject *self, PyObject *args, PyObject *kwargs)
+ibp_py_PD_reg_mr(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static PyObject *function;   /* imported on the first call, then kept */
-    return ibv_call_python(&function, "ibverbs._buffers", "reg_mr_any", self, args, kwargs);
+    return ibp_call_python(&function, "ibverbs._buffers", "reg_mr_any", self, args, kwargs);
 }
 
 PyDoc_STRVAR(PD__reg_mr__doc__,
@@ -212,31 +212,31 @@ PD__reg_mr(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO:_reg_mr", kwlist,
             &addr_obj, &length_obj, &access_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_pd *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_pd *)IBP_HANDLE(self)->ptr;
     {
         uint64_t v;
-        if (ibv_conv_unsigned(addr_obj, "addr", UINT64_MAX, &v) < 0)
+        if (ibp_conv_unsigned(addr_obj, "addr", UINT64_MAX, &v) < 0)
             goto exit;
         addr_c = v;
     }
     {
         int64_t v;
-        if (ibv_conv_signed(length_obj, "length", 1, INT64_MAX, &v) < 0)
+        if (ibp_conv_signed(length_obj, "length", 1, INT64_MAX, &v) < 0)
             goto exit;
         length_c = v;
     }
     {
         int64_t v;
-        if (ibv_conv_signed(access_obj, "access", INT32_MIN, INT32_MAX, &v) < 0)
+        if (ibp_conv_signed(access_obj, "access", INT32_MIN, INT32_MAX, &v) < 0)
             goto exit;
         access_c = v;
     }
     errno = 0;
     rc = ibv_reg_mr(self_ptr, (void *)(uintptr_t)addr_c, length_c, access_c);
     if (rc == NULL) {
-        ibv_raise("ibv_reg_mr", ibv_error_code(0));
+        ibp_raise("ibv_reg_mr", ibp_error_code(0));
         goto exit;
     }
     return_value = MR_wrap(rc, self);
@@ -285,37 +285,37 @@ PD_reg_mr_iova(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOO:reg_mr_iova", kwlist,
             &addr_obj, &length_obj, &iova_obj, &access_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_pd *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_pd *)IBP_HANDLE(self)->ptr;
     {
         uint64_t v;
-        if (ibv_conv_unsigned(addr_obj, "addr", UINT64_MAX, &v) < 0)
+        if (ibp_conv_unsigned(addr_obj, "addr", UINT64_MAX, &v) < 0)
             goto exit;
         addr_c = v;
     }
     {
         int64_t v;
-        if (ibv_conv_signed(length_obj, "length", 1, INT64_MAX, &v) < 0)
+        if (ibp_conv_signed(length_obj, "length", 1, INT64_MAX, &v) < 0)
             goto exit;
         length_c = v;
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(iova_obj, "iova", UINT64_MAX, &v) < 0)
+        if (ibp_conv_unsigned(iova_obj, "iova", UINT64_MAX, &v) < 0)
             goto exit;
         iova_c = v;
     }
     {
         int64_t v;
-        if (ibv_conv_signed(access_obj, "access", INT32_MIN, INT32_MAX, &v) < 0)
+        if (ibp_conv_signed(access_obj, "access", INT32_MIN, INT32_MAX, &v) < 0)
             goto exit;
         access_c = v;
     }
     errno = 0;
     rc = ibv_reg_mr_iova(self_ptr, (void *)(uintptr_t)addr_c, length_c, iova_c, access_c);
     if (rc == NULL) {
-        ibv_raise("ibv_reg_mr_iova", ibv_error_code(0));
+        ibp_raise("ibv_reg_mr_iova", ibp_error_code(0));
         goto exit;
     }
     return_value = MR_wrap(rc, self);
@@ -364,37 +364,37 @@ PD_reg_mr_iova2(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOO:reg_mr_iova2", kwlist,
             &addr_obj, &length_obj, &iova_obj, &access_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_pd *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_pd *)IBP_HANDLE(self)->ptr;
     {
         uint64_t v;
-        if (ibv_conv_unsigned(addr_obj, "addr", UINT64_MAX, &v) < 0)
+        if (ibp_conv_unsigned(addr_obj, "addr", UINT64_MAX, &v) < 0)
             goto exit;
         addr_c = v;
     }
     {
         int64_t v;
-        if (ibv_conv_signed(length_obj, "length", 1, INT64_MAX, &v) < 0)
+        if (ibp_conv_signed(length_obj, "length", 1, INT64_MAX, &v) < 0)
             goto exit;
         length_c = v;
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(iova_obj, "iova", UINT64_MAX, &v) < 0)
+        if (ibp_conv_unsigned(iova_obj, "iova", UINT64_MAX, &v) < 0)
             goto exit;
         iova_c = v;
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(access_obj, "access", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(access_obj, "access", UINT32_MAX, &v) < 0)
             goto exit;
         access_c = v;
     }
     errno = 0;
     rc = ibv_reg_mr_iova2(self_ptr, (void *)(uintptr_t)addr_c, length_c, iova_c, access_c);
     if (rc == NULL) {
-        ibv_raise("ibv_reg_mr_iova2", ibv_error_code(0));
+        ibp_raise("ibv_reg_mr_iova2", ibp_error_code(0));
         goto exit;
     }
     return_value = MR_wrap(rc, self);
@@ -447,47 +447,47 @@ PD_reg_dmabuf_mr(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOO:reg_dmabuf_mr", kwlist,
             &offset_obj, &length_obj, &iova_obj, &fd_obj, &access_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_pd *)IBV_HANDLE(self)->ptr;
-    if (!IBV_SYMBOL_AVAILABLE(ibv_reg_dmabuf_mr)) {
-        ibv_raise_unavailable("ibv_reg_dmabuf_mr", "34 (IBVERBS_1.12)");
+    self_ptr = (struct ibv_pd *)IBP_HANDLE(self)->ptr;
+    if (!IBP_SYMBOL_AVAILABLE(ibv_reg_dmabuf_mr)) {
+        ibp_raise_unavailable("ibv_reg_dmabuf_mr", "34 (IBVERBS_1.12)");
         goto exit;
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(offset_obj, "offset", UINT64_MAX, &v) < 0)
+        if (ibp_conv_unsigned(offset_obj, "offset", UINT64_MAX, &v) < 0)
             goto exit;
         offset_c = v;
     }
     {
         int64_t v;
-        if (ibv_conv_signed(length_obj, "length", 1, INT64_MAX, &v) < 0)
+        if (ibp_conv_signed(length_obj, "length", 1, INT64_MAX, &v) < 0)
             goto exit;
         length_c = v;
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(iova_obj, "iova", UINT64_MAX, &v) < 0)
+        if (ibp_conv_unsigned(iova_obj, "iova", UINT64_MAX, &v) < 0)
             goto exit;
         iova_c = v;
     }
     {
         int64_t v;
-        if (ibv_conv_signed(fd_obj, "fd", INT32_MIN, INT32_MAX, &v) < 0)
+        if (ibp_conv_signed(fd_obj, "fd", INT32_MIN, INT32_MAX, &v) < 0)
             goto exit;
         fd_c = v;
     }
     {
         int64_t v;
-        if (ibv_conv_signed(access_obj, "access", INT32_MIN, INT32_MAX, &v) < 0)
+        if (ibp_conv_signed(access_obj, "access", INT32_MIN, INT32_MAX, &v) < 0)
             goto exit;
         access_c = v;
     }
     errno = 0;
     rc = ibv_reg_dmabuf_mr(self_ptr, offset_c, length_c, iova_c, fd_c, access_c);
     if (rc == NULL) {
-        ibv_raise("ibv_reg_dmabuf_mr", ibv_error_code(0));
+        ibp_raise("ibv_reg_dmabuf_mr", ibp_error_code(0));
         goto exit;
     }
     return_value = MR_wrap(rc, self);
@@ -518,13 +518,13 @@ PD_alloc_null_mr(PyObject *self, PyObject *unused)
     PyObject *return_value = NULL;
     struct ibv_mr *rc;
 
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_pd *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_pd *)IBP_HANDLE(self)->ptr;
     errno = 0;
     rc = ibv_alloc_null_mr(self_ptr);
     if (rc == NULL) {
-        ibv_raise("ibv_alloc_null_mr", ibv_error_code(0));
+        ibp_raise("ibv_alloc_null_mr", ibp_error_code(0));
         goto exit;
     }
     return_value = MR_wrap(rc, self);
@@ -564,13 +564,13 @@ PD_alloc_mw(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O:alloc_mw", kwlist,
             &type_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_pd *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_pd *)IBP_HANDLE(self)->ptr;
     if (type_obj != NULL) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(type_obj, "type", UINT32_MAX, &v) < 0)
+            if (ibp_conv_unsigned(type_obj, "type", UINT32_MAX, &v) < 0)
                 goto exit;
             type_c = v;
         }
@@ -578,7 +578,7 @@ PD_alloc_mw(PyObject *self, PyObject *args, PyObject *kwargs)
     errno = 0;
     rc = ibv_alloc_mw(self_ptr, type_c);
     if (rc == NULL) {
-        ibv_raise("ibv_alloc_mw", ibv_error_code(0));
+        ibp_raise("ibv_alloc_mw", ibp_error_code(0));
         goto exit;
     }
     return_value = MW_wrap(rc, self);
@@ -618,18 +618,18 @@ PD_create_ah(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:create_ah", kwlist,
             &attr_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_pd *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_pd *)IBP_HANDLE(self)->ptr;
     if (!PyObject_TypeCheck(attr_obj, AHAttr_Type)) {
-        PyErr_Format(PyExc_TypeError, "attr must be a AHAttr, not %s", ibv_type_name(attr_obj));
+        PyErr_Format(PyExc_TypeError, "attr must be a AHAttr, not %s", ibp_type_name(attr_obj));
         goto exit;
     }
     attr = (struct AHAttrObject *)attr_obj;
     errno = 0;
     rc = ibv_create_ah(self_ptr, &attr->c);
     if (rc == NULL) {
-        ibv_raise("ibv_create_ah", ibv_error_code(0));
+        ibp_raise("ibv_create_ah", ibp_error_code(0));
         goto exit;
     }
     return_value = AH_wrap(rc, self);
@@ -675,10 +675,10 @@ PD_create_ah_from_wc(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO:create_ah_from_wc", kwlist,
             &wc_obj, &grh_obj, &port_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_pd *)IBV_HANDLE(self)->ptr;
-    if (ibv_wc_to_c(wc_obj, &wc_c) < 0)
+    self_ptr = (struct ibv_pd *)IBP_HANDLE(self)->ptr;
+    if (ibp_wc_to_c(wc_obj, &wc_c) < 0)
         goto exit;
     grh_c_bytes = PyBytes_FromObject(grh_obj);
     if (grh_c_bytes == NULL)
@@ -689,14 +689,14 @@ PD_create_ah_from_wc(PyObject *self, PyObject *args, PyObject *kwargs)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(port_obj, "port", UINT8_MAX, &v) < 0)
+        if (ibp_conv_unsigned(port_obj, "port", UINT8_MAX, &v) < 0)
             goto exit;
         port_num_c = v;
     }
     errno = 0;
     rc = ibv_create_ah_from_wc(self_ptr, &wc_c, (struct ibv_grh *)(void *)PyBytes_AsString(grh_c_bytes), port_num_c);
     if (rc == NULL) {
-        ibv_raise("ibv_create_ah_from_wc", ibv_error_code(0));
+        ibp_raise("ibv_create_ah_from_wc", ibp_error_code(0));
         goto exit;
     }
     return_value = AH_wrap(rc, self);
@@ -737,11 +737,11 @@ PD_create_qp(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:create_qp", kwlist,
             &init_attr_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_pd *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_pd *)IBP_HANDLE(self)->ptr;
     if (!PyObject_TypeCheck(init_attr_obj, QPInitAttr_Type)) {
-        PyErr_Format(PyExc_TypeError, "init_attr must be a QPInitAttr, not %s", ibv_type_name(init_attr_obj));
+        PyErr_Format(PyExc_TypeError, "init_attr must be a QPInitAttr, not %s", ibp_type_name(init_attr_obj));
         goto exit;
     }
     init_attr = (struct QPInitAttrObject *)init_attr_obj;
@@ -751,22 +751,22 @@ PD_create_qp(PyObject *self, PyObject *args, PyObject *kwargs)
         PyErr_SetString(PyExc_TypeError, "PD.create_qp: init_attr.send_cq and recv_cq must be CQs, not None");
         goto exit;
     }
-    if (!(init_attr->ref_send_cq == NULL || ((struct ibv_cq *)IBV_HANDLE(init_attr->ref_send_cq)->ptr)->context == self_ptr->context)) {
+    if (!(init_attr->ref_send_cq == NULL || ((struct ibv_cq *)IBP_HANDLE(init_attr->ref_send_cq)->ptr)->context == self_ptr->context)) {
         PyErr_SetString(PyExc_ValueError, "PD.create_qp: send_cq belongs to another context");
         goto exit;
     }
-    if (!(init_attr->ref_recv_cq == NULL || ((struct ibv_cq *)IBV_HANDLE(init_attr->ref_recv_cq)->ptr)->context == self_ptr->context)) {
+    if (!(init_attr->ref_recv_cq == NULL || ((struct ibv_cq *)IBP_HANDLE(init_attr->ref_recv_cq)->ptr)->context == self_ptr->context)) {
         PyErr_SetString(PyExc_ValueError, "PD.create_qp: recv_cq belongs to another context");
         goto exit;
     }
-    if (!(init_attr->ref_srq == NULL || ((struct ibv_srq *)IBV_HANDLE(init_attr->ref_srq)->ptr)->pd == self_ptr)) {
+    if (!(init_attr->ref_srq == NULL || ((struct ibv_srq *)IBP_HANDLE(init_attr->ref_srq)->ptr)->pd == self_ptr)) {
         PyErr_SetString(PyExc_ValueError, "PD.create_qp: srq belongs to another PD");
         goto exit;
     }
     errno = 0;
     rc = ibv_create_qp(self_ptr, &init_attr->c);
     if (rc == NULL) {
-        ibv_raise("ibv_create_qp", ibv_error_code(0));
+        ibp_raise("ibv_create_qp", ibp_error_code(0));
         goto exit;
     }
     return_value = QP_wrap(rc, self, init_attr->ref_send_cq, init_attr->ref_recv_cq, init_attr->ref_srq);
@@ -810,15 +810,15 @@ PD_create_srq(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OOO:create_srq", kwlist,
             &max_wr_obj, &max_sge_obj, &srq_limit_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_pd *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_pd *)IBP_HANDLE(self)->ptr;
     memset(&srq_init_attr_c, 0, sizeof(srq_init_attr_c));
     srq_init_attr_c.attr.max_wr = 128;
     if (max_wr_obj != NULL) {
         {
             int64_t v;
-            if (ibv_conv_signed(max_wr_obj, "max_wr", 1, UINT32_MAX, &v) < 0)
+            if (ibp_conv_signed(max_wr_obj, "max_wr", 1, UINT32_MAX, &v) < 0)
                 goto exit;
             srq_init_attr_c.attr.max_wr = v;
         }
@@ -827,7 +827,7 @@ PD_create_srq(PyObject *self, PyObject *args, PyObject *kwargs)
     if (max_sge_obj != NULL) {
         {
             int64_t v;
-            if (ibv_conv_signed(max_sge_obj, "max_sge", 1, UINT32_MAX, &v) < 0)
+            if (ibp_conv_signed(max_sge_obj, "max_sge", 1, UINT32_MAX, &v) < 0)
                 goto exit;
             srq_init_attr_c.attr.max_sge = v;
         }
@@ -836,7 +836,7 @@ PD_create_srq(PyObject *self, PyObject *args, PyObject *kwargs)
     if (srq_limit_obj != NULL) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(srq_limit_obj, "srq_limit", UINT32_MAX, &v) < 0)
+            if (ibp_conv_unsigned(srq_limit_obj, "srq_limit", UINT32_MAX, &v) < 0)
                 goto exit;
             srq_init_attr_c.attr.srq_limit = v;
         }
@@ -844,7 +844,7 @@ PD_create_srq(PyObject *self, PyObject *args, PyObject *kwargs)
     errno = 0;
     rc = ibv_create_srq(self_ptr, &srq_init_attr_c);
     if (rc == NULL) {
-        ibv_raise("ibv_create_srq", ibv_error_code(0));
+        ibp_raise("ibv_create_srq", ibp_error_code(0));
         goto exit;
     }
     return_value = SRQ_wrap(rc, self, NULL, NULL);
@@ -914,27 +914,27 @@ PD_create_qp_ex(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|OOOOOOOOOOOO:create_qp_ex", kwlist,
             &send_cq_obj, &recv_cq_obj, &qp_type_obj, &max_send_wr_obj, &max_recv_wr_obj, &max_send_sge_obj, &max_recv_sge_obj, &max_inline_data_obj, &srq_obj, &sq_sig_all_obj, &send_ops_flags_obj, &create_flags_obj, &max_tso_header_obj, &source_qpn_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_pd *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_pd *)IBP_HANDLE(self)->ptr;
     memset(&qp_init_attr_ex_c, 0, sizeof(qp_init_attr_ex_c));
     if (send_cq_obj != NULL) {
-        if (ibv_conv_handle(send_cq_obj, "send_cq", CQ_Type, 0, &send_cq) < 0)
+        if (ibp_conv_handle(send_cq_obj, "send_cq", CQ_Type, 0, &send_cq) < 0)
             goto exit;
     }
     if (send_cq != NULL) {
-        qp_init_attr_ex_c.send_cq = (struct ibv_cq *)IBV_HANDLE(send_cq)->ptr;
+        qp_init_attr_ex_c.send_cq = (struct ibv_cq *)IBP_HANDLE(send_cq)->ptr;
     }
     if (qp_init_attr_ex_c.send_cq != NULL && qp_init_attr_ex_c.send_cq->context != self_ptr->context) {
         PyErr_SetString(PyExc_ValueError, "PD.create_qp_ex: send_cq belongs to another context");
         goto exit;
     }
     if (recv_cq_obj != NULL) {
-        if (ibv_conv_handle(recv_cq_obj, "recv_cq", CQ_Type, 0, &recv_cq) < 0)
+        if (ibp_conv_handle(recv_cq_obj, "recv_cq", CQ_Type, 0, &recv_cq) < 0)
             goto exit;
     }
     if (recv_cq != NULL) {
-        qp_init_attr_ex_c.recv_cq = (struct ibv_cq *)IBV_HANDLE(recv_cq)->ptr;
+        qp_init_attr_ex_c.recv_cq = (struct ibv_cq *)IBP_HANDLE(recv_cq)->ptr;
     }
     if (qp_init_attr_ex_c.recv_cq != NULL && qp_init_attr_ex_c.recv_cq->context != self_ptr->context) {
         PyErr_SetString(PyExc_ValueError, "PD.create_qp_ex: recv_cq belongs to another context");
@@ -944,7 +944,7 @@ PD_create_qp_ex(PyObject *self, PyObject *args, PyObject *kwargs)
     if (qp_type_obj != NULL) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(qp_type_obj, "qp_type", UINT32_MAX, &v) < 0)
+            if (ibp_conv_unsigned(qp_type_obj, "qp_type", UINT32_MAX, &v) < 0)
                 goto exit;
             qp_init_attr_ex_c.qp_type = v;
         }
@@ -953,7 +953,7 @@ PD_create_qp_ex(PyObject *self, PyObject *args, PyObject *kwargs)
     if (max_send_wr_obj != NULL) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(max_send_wr_obj, "max_send_wr", UINT32_MAX, &v) < 0)
+            if (ibp_conv_unsigned(max_send_wr_obj, "max_send_wr", UINT32_MAX, &v) < 0)
                 goto exit;
             qp_init_attr_ex_c.cap.max_send_wr = v;
         }
@@ -962,7 +962,7 @@ PD_create_qp_ex(PyObject *self, PyObject *args, PyObject *kwargs)
     if (max_recv_wr_obj != NULL) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(max_recv_wr_obj, "max_recv_wr", UINT32_MAX, &v) < 0)
+            if (ibp_conv_unsigned(max_recv_wr_obj, "max_recv_wr", UINT32_MAX, &v) < 0)
                 goto exit;
             qp_init_attr_ex_c.cap.max_recv_wr = v;
         }
@@ -971,7 +971,7 @@ PD_create_qp_ex(PyObject *self, PyObject *args, PyObject *kwargs)
     if (max_send_sge_obj != NULL) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(max_send_sge_obj, "max_send_sge", UINT32_MAX, &v) < 0)
+            if (ibp_conv_unsigned(max_send_sge_obj, "max_send_sge", UINT32_MAX, &v) < 0)
                 goto exit;
             qp_init_attr_ex_c.cap.max_send_sge = v;
         }
@@ -980,7 +980,7 @@ PD_create_qp_ex(PyObject *self, PyObject *args, PyObject *kwargs)
     if (max_recv_sge_obj != NULL) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(max_recv_sge_obj, "max_recv_sge", UINT32_MAX, &v) < 0)
+            if (ibp_conv_unsigned(max_recv_sge_obj, "max_recv_sge", UINT32_MAX, &v) < 0)
                 goto exit;
             qp_init_attr_ex_c.cap.max_recv_sge = v;
         }
@@ -989,17 +989,17 @@ PD_create_qp_ex(PyObject *self, PyObject *args, PyObject *kwargs)
     if (max_inline_data_obj != NULL) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(max_inline_data_obj, "max_inline_data", UINT32_MAX, &v) < 0)
+            if (ibp_conv_unsigned(max_inline_data_obj, "max_inline_data", UINT32_MAX, &v) < 0)
                 goto exit;
             qp_init_attr_ex_c.cap.max_inline_data = v;
         }
     }
     if (srq_obj != NULL) {
-        if (ibv_conv_handle(srq_obj, "srq", SRQ_Type, 1, &srq) < 0)
+        if (ibp_conv_handle(srq_obj, "srq", SRQ_Type, 1, &srq) < 0)
             goto exit;
     }
     if (srq != NULL) {
-        qp_init_attr_ex_c.srq = (struct ibv_srq *)IBV_HANDLE(srq)->ptr;
+        qp_init_attr_ex_c.srq = (struct ibv_srq *)IBP_HANDLE(srq)->ptr;
     }
     if (qp_init_attr_ex_c.srq != NULL && qp_init_attr_ex_c.srq->context != self_ptr->context) {
         PyErr_SetString(PyExc_ValueError, "PD.create_qp_ex: srq belongs to another context");
@@ -1009,7 +1009,7 @@ PD_create_qp_ex(PyObject *self, PyObject *args, PyObject *kwargs)
     if (sq_sig_all_obj != NULL) {
         {
             int64_t v;
-            if (ibv_conv_signed(sq_sig_all_obj, "sq_sig_all", INT32_MIN, INT32_MAX, &v) < 0)
+            if (ibp_conv_signed(sq_sig_all_obj, "sq_sig_all", INT32_MIN, INT32_MAX, &v) < 0)
                 goto exit;
             qp_init_attr_ex_c.sq_sig_all = v;
         }
@@ -1017,7 +1017,7 @@ PD_create_qp_ex(PyObject *self, PyObject *args, PyObject *kwargs)
     if (send_ops_flags_obj != NULL && send_ops_flags_obj != Py_None) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(send_ops_flags_obj, "send_ops_flags", UINT64_MAX, &v) < 0)
+            if (ibp_conv_unsigned(send_ops_flags_obj, "send_ops_flags", UINT64_MAX, &v) < 0)
                 goto exit;
             qp_init_attr_ex_c.send_ops_flags = v;
         }
@@ -1026,7 +1026,7 @@ PD_create_qp_ex(PyObject *self, PyObject *args, PyObject *kwargs)
     if (create_flags_obj != NULL && create_flags_obj != Py_None) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(create_flags_obj, "create_flags", UINT32_MAX, &v) < 0)
+            if (ibp_conv_unsigned(create_flags_obj, "create_flags", UINT32_MAX, &v) < 0)
                 goto exit;
             qp_init_attr_ex_c.create_flags = v;
         }
@@ -1035,7 +1035,7 @@ PD_create_qp_ex(PyObject *self, PyObject *args, PyObject *kwargs)
     if (max_tso_header_obj != NULL && max_tso_header_obj != Py_None) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(max_tso_header_obj, "max_tso_header", UINT16_MAX, &v) < 0)
+            if (ibp_conv_unsigned(max_tso_header_obj, "max_tso_header", UINT16_MAX, &v) < 0)
                 goto exit;
             qp_init_attr_ex_c.max_tso_header = v;
         }
@@ -1045,21 +1045,21 @@ PD_create_qp_ex(PyObject *self, PyObject *args, PyObject *kwargs)
     if (source_qpn_obj != NULL) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(source_qpn_obj, "source_qpn", UINT32_MAX, &v) < 0)
+            if (ibp_conv_unsigned(source_qpn_obj, "source_qpn", UINT32_MAX, &v) < 0)
                 goto exit;
             qp_init_attr_ex_c.source_qpn = v;
         }
     }
     qp_init_attr_ex_c.pd = self_ptr;
     qp_init_attr_ex_c.comp_mask = IBV_QP_INIT_ATTR_PD | mask_bits;
-    if (!(srq == NULL || ((struct ibv_srq *)IBV_HANDLE(srq)->ptr)->pd == self_ptr)) {
+    if (!(srq == NULL || ((struct ibv_srq *)IBP_HANDLE(srq)->ptr)->pd == self_ptr)) {
         PyErr_SetString(PyExc_ValueError, "PD.create_qp_ex: srq belongs to another PD");
         goto exit;
     }
     errno = 0;
     rc = ibv_create_qp_ex(self_ptr->context, &qp_init_attr_ex_c);
     if (rc == NULL) {
-        ibv_raise("ibv_create_qp_ex", ibv_error_code(0));
+        ibp_raise("ibv_create_qp_ex", ibp_error_code(0));
         goto exit;
     }
     return_value = QPEx_wrap(rc, self, send_cq, recv_cq, srq);
@@ -1119,15 +1119,15 @@ PD_create_srq_ex(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OOOOOOOO:create_srq_ex", kwlist,
             &max_wr_obj, &max_sge_obj, &srq_limit_obj, &srq_type_obj, &xrcd_obj, &cq_obj, &max_num_tags_obj, &max_ops_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_pd *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_pd *)IBP_HANDLE(self)->ptr;
     memset(&srq_init_attr_ex_c, 0, sizeof(srq_init_attr_ex_c));
     srq_init_attr_ex_c.attr.max_wr = 128;
     if (max_wr_obj != NULL) {
         {
             int64_t v;
-            if (ibv_conv_signed(max_wr_obj, "max_wr", 1, UINT32_MAX, &v) < 0)
+            if (ibp_conv_signed(max_wr_obj, "max_wr", 1, UINT32_MAX, &v) < 0)
                 goto exit;
             srq_init_attr_ex_c.attr.max_wr = v;
         }
@@ -1136,7 +1136,7 @@ PD_create_srq_ex(PyObject *self, PyObject *args, PyObject *kwargs)
     if (max_sge_obj != NULL) {
         {
             int64_t v;
-            if (ibv_conv_signed(max_sge_obj, "max_sge", 1, UINT32_MAX, &v) < 0)
+            if (ibp_conv_signed(max_sge_obj, "max_sge", 1, UINT32_MAX, &v) < 0)
                 goto exit;
             srq_init_attr_ex_c.attr.max_sge = v;
         }
@@ -1145,7 +1145,7 @@ PD_create_srq_ex(PyObject *self, PyObject *args, PyObject *kwargs)
     if (srq_limit_obj != NULL) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(srq_limit_obj, "srq_limit", UINT32_MAX, &v) < 0)
+            if (ibp_conv_unsigned(srq_limit_obj, "srq_limit", UINT32_MAX, &v) < 0)
                 goto exit;
             srq_init_attr_ex_c.attr.srq_limit = v;
         }
@@ -1153,18 +1153,18 @@ PD_create_srq_ex(PyObject *self, PyObject *args, PyObject *kwargs)
     if (srq_type_obj != NULL && srq_type_obj != Py_None) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(srq_type_obj, "srq_type", UINT32_MAX, &v) < 0)
+            if (ibp_conv_unsigned(srq_type_obj, "srq_type", UINT32_MAX, &v) < 0)
                 goto exit;
             srq_init_attr_ex_c.srq_type = v;
         }
         mask_bits |= IBV_SRQ_INIT_ATTR_TYPE;
     }
     if (xrcd_obj != NULL) {
-        if (ibv_conv_handle(xrcd_obj, "xrcd", XRCD_Type, 1, &xrcd) < 0)
+        if (ibp_conv_handle(xrcd_obj, "xrcd", XRCD_Type, 1, &xrcd) < 0)
             goto exit;
     }
     if (xrcd != NULL) {
-        srq_init_attr_ex_c.xrcd = (struct ibv_xrcd *)IBV_HANDLE(xrcd)->ptr;
+        srq_init_attr_ex_c.xrcd = (struct ibv_xrcd *)IBP_HANDLE(xrcd)->ptr;
         mask_bits |= IBV_SRQ_INIT_ATTR_XRCD;
     }
     if (srq_init_attr_ex_c.xrcd != NULL && srq_init_attr_ex_c.xrcd->context != self_ptr->context) {
@@ -1172,11 +1172,11 @@ PD_create_srq_ex(PyObject *self, PyObject *args, PyObject *kwargs)
         goto exit;
     }
     if (cq_obj != NULL) {
-        if (ibv_conv_handle(cq_obj, "cq", CQ_Type, 1, &cq) < 0)
+        if (ibp_conv_handle(cq_obj, "cq", CQ_Type, 1, &cq) < 0)
             goto exit;
     }
     if (cq != NULL) {
-        srq_init_attr_ex_c.cq = (struct ibv_cq *)IBV_HANDLE(cq)->ptr;
+        srq_init_attr_ex_c.cq = (struct ibv_cq *)IBP_HANDLE(cq)->ptr;
         mask_bits |= IBV_SRQ_INIT_ATTR_CQ;
     }
     if (srq_init_attr_ex_c.cq != NULL && srq_init_attr_ex_c.cq->context != self_ptr->context) {
@@ -1186,7 +1186,7 @@ PD_create_srq_ex(PyObject *self, PyObject *args, PyObject *kwargs)
     if (max_num_tags_obj != NULL && max_num_tags_obj != Py_None) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(max_num_tags_obj, "max_num_tags", UINT32_MAX, &v) < 0)
+            if (ibp_conv_unsigned(max_num_tags_obj, "max_num_tags", UINT32_MAX, &v) < 0)
                 goto exit;
             srq_init_attr_ex_c.tm_cap.max_num_tags = v;
         }
@@ -1195,7 +1195,7 @@ PD_create_srq_ex(PyObject *self, PyObject *args, PyObject *kwargs)
     if (max_ops_obj != NULL && max_ops_obj != Py_None) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(max_ops_obj, "max_ops", UINT32_MAX, &v) < 0)
+            if (ibp_conv_unsigned(max_ops_obj, "max_ops", UINT32_MAX, &v) < 0)
                 goto exit;
             srq_init_attr_ex_c.tm_cap.max_ops = v;
         }
@@ -1206,7 +1206,7 @@ PD_create_srq_ex(PyObject *self, PyObject *args, PyObject *kwargs)
     errno = 0;
     rc = ibv_create_srq_ex(self_ptr->context, &srq_init_attr_ex_c);
     if (rc == NULL) {
-        ibv_raise("ibv_create_srq_ex", ibv_error_code(0));
+        ibp_raise("ibv_create_srq_ex", ibp_error_code(0));
         goto exit;
     }
     return_value = SRQ_wrap(rc, self, xrcd, cq);
@@ -1246,19 +1246,19 @@ PD_import_mr(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:import_mr", kwlist,
             &handle_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_pd *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_pd *)IBP_HANDLE(self)->ptr;
     {
         uint64_t v;
-        if (ibv_conv_unsigned(handle_obj, "handle", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(handle_obj, "handle", UINT32_MAX, &v) < 0)
             goto exit;
         mr_handle_c = v;
     }
     errno = 0;
     rc = ibv_import_mr(self_ptr, mr_handle_c);
     if (rc == NULL) {
-        ibv_raise("ibv_import_mr", ibv_error_code(0));
+        ibp_raise("ibv_import_mr", ibp_error_code(0));
         goto exit;
     }
     return_value = ImportedMR_wrap(rc, self);
@@ -1307,16 +1307,16 @@ PD_create_wq(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|OOOO:create_wq", kwlist,
             &cq_obj, &wq_type_obj, &max_wr_obj, &max_sge_obj, &create_flags_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_pd *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_pd *)IBP_HANDLE(self)->ptr;
     memset(&wq_init_attr_c, 0, sizeof(wq_init_attr_c));
     if (cq_obj != NULL) {
-        if (ibv_conv_handle(cq_obj, "cq", CQ_Type, 0, &cq) < 0)
+        if (ibp_conv_handle(cq_obj, "cq", CQ_Type, 0, &cq) < 0)
             goto exit;
     }
     if (cq != NULL) {
-        wq_init_attr_c.cq = (struct ibv_cq *)IBV_HANDLE(cq)->ptr;
+        wq_init_attr_c.cq = (struct ibv_cq *)IBP_HANDLE(cq)->ptr;
     }
     if (wq_init_attr_c.cq != NULL && wq_init_attr_c.cq->context != self_ptr->context) {
         PyErr_SetString(PyExc_ValueError, "PD.create_wq: cq belongs to another context");
@@ -1326,7 +1326,7 @@ PD_create_wq(PyObject *self, PyObject *args, PyObject *kwargs)
     if (wq_type_obj != NULL) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(wq_type_obj, "wq_type", UINT32_MAX, &v) < 0)
+            if (ibp_conv_unsigned(wq_type_obj, "wq_type", UINT32_MAX, &v) < 0)
                 goto exit;
             wq_init_attr_c.wq_type = v;
         }
@@ -1335,7 +1335,7 @@ PD_create_wq(PyObject *self, PyObject *args, PyObject *kwargs)
     if (max_wr_obj != NULL) {
         {
             int64_t v;
-            if (ibv_conv_signed(max_wr_obj, "max_wr", 1, UINT32_MAX, &v) < 0)
+            if (ibp_conv_signed(max_wr_obj, "max_wr", 1, UINT32_MAX, &v) < 0)
                 goto exit;
             wq_init_attr_c.max_wr = v;
         }
@@ -1344,7 +1344,7 @@ PD_create_wq(PyObject *self, PyObject *args, PyObject *kwargs)
     if (max_sge_obj != NULL) {
         {
             int64_t v;
-            if (ibv_conv_signed(max_sge_obj, "max_sge", 1, UINT32_MAX, &v) < 0)
+            if (ibp_conv_signed(max_sge_obj, "max_sge", 1, UINT32_MAX, &v) < 0)
                 goto exit;
             wq_init_attr_c.max_sge = v;
         }
@@ -1353,7 +1353,7 @@ PD_create_wq(PyObject *self, PyObject *args, PyObject *kwargs)
     if (create_flags_obj != NULL) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(create_flags_obj, "create_flags", UINT32_MAX, &v) < 0)
+            if (ibp_conv_unsigned(create_flags_obj, "create_flags", UINT32_MAX, &v) < 0)
                 goto exit;
             wq_init_attr_c.create_flags = v;
         }
@@ -1363,7 +1363,7 @@ PD_create_wq(PyObject *self, PyObject *args, PyObject *kwargs)
     errno = 0;
     rc = ibv_create_wq(self_ptr->context, &wq_init_attr_c);
     if (rc == NULL) {
-        ibv_raise("ibv_create_wq", ibv_error_code(0));
+        ibp_raise("ibv_create_wq", ibp_error_code(0));
         goto exit;
     }
     return_value = WQ_wrap(rc, self, cq);
@@ -1377,11 +1377,11 @@ static PyObject *
 PD__reg_mr__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = PD__reg_mr(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1390,11 +1390,11 @@ static PyObject *
 PD_reg_mr_iova__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = PD_reg_mr_iova(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1403,11 +1403,11 @@ static PyObject *
 PD_reg_mr_iova2__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = PD_reg_mr_iova2(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1416,11 +1416,11 @@ static PyObject *
 PD_reg_dmabuf_mr__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = PD_reg_dmabuf_mr(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1428,10 +1428,10 @@ PD_reg_dmabuf_mr__call(PyObject *self, PyObject *args, PyObject *kwargs)
 static PyObject *
 PD_alloc_null_mr__call(PyObject *self, PyObject *unused)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
     PyObject *result = PD_alloc_null_mr(self, unused);
-    ibv_call_leave(self);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -1440,11 +1440,11 @@ static PyObject *
 PD_alloc_mw__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = PD_alloc_mw(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1453,11 +1453,11 @@ static PyObject *
 PD_create_ah__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = PD_create_ah(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1466,11 +1466,11 @@ static PyObject *
 PD_create_ah_from_wc__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = PD_create_ah_from_wc(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1479,11 +1479,11 @@ static PyObject *
 PD_create_qp__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = PD_create_qp(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1492,11 +1492,11 @@ static PyObject *
 PD_create_srq__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = PD_create_srq(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1505,11 +1505,11 @@ static PyObject *
 PD_create_qp_ex__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = PD_create_qp_ex(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1518,11 +1518,11 @@ static PyObject *
 PD_create_srq_ex__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = PD_create_srq_ex(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1531,11 +1531,11 @@ static PyObject *
 PD_import_mr__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = PD_import_mr(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1544,11 +1544,11 @@ static PyObject *
 PD_create_wq__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = PD_create_wq(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1564,7 +1564,7 @@ static PyObject *
 PD_enter(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     return Py_NewRef(op);
 }
@@ -1583,7 +1583,7 @@ static PyMethodDef PD_methods[] = {
     {"__exit__", PD_exit, METH_VARARGS, NULL},
     {"_open_count", PD_open_count_get, METH_NOARGS | METH_CLASS,
      "_open_count($cls, /)\n--\n\nHow many PD objects of this process are open (leak checks)."},
-    {"reg_mr", (PyCFunction)(void (*)(void))ibv_py_PD_reg_mr, METH_VARARGS | METH_KEYWORDS, ibv_py_PD_reg_mr__doc__},
+    {"reg_mr", (PyCFunction)(void (*)(void))ibp_py_PD_reg_mr, METH_VARARGS | METH_KEYWORDS, ibp_py_PD_reg_mr__doc__},
     {"_reg_mr", (PyCFunction)(void (*)(void))PD__reg_mr__call, METH_VARARGS | METH_KEYWORDS, PD__reg_mr__doc__},
     {"reg_mr_iova", (PyCFunction)(void (*)(void))PD_reg_mr_iova__call, METH_VARARGS | METH_KEYWORDS, PD_reg_mr_iova__doc__},
     {"reg_mr_iova2", (PyCFunction)(void (*)(void))PD_reg_mr_iova2__call, METH_VARARGS | METH_KEYWORDS, PD_reg_mr_iova2__doc__},
@@ -1613,15 +1613,15 @@ PD_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
                         "ibverbs.PD() takes no arguments (an open one comes from a verb)");
         return NULL;
     }
-    return ibv_handle_new(type, NULL, NULL, NULL, 0);
+    return ibp_handle_new(type, NULL, NULL, NULL, 0);
 }
 
 static PyObject *
 PD_repr(PyObject *op)
 {
-    if (IBV_HANDLE(op)->ptr == NULL)
+    if (IBP_HANDLE(op)->ptr == NULL)
         return PyUnicode_FromString("<ibverbs.PD closed>");
-    return PyUnicode_FromFormat("<ibverbs.PD at %p>", IBV_HANDLE(op)->ptr);
+    return PyUnicode_FromFormat("<ibverbs.PD at %p>", IBP_HANDLE(op)->ptr);
 }
 
 static PyType_Slot PD_slots[] = {

@@ -14,13 +14,13 @@ PyTypeObject *QP_Type;
 #ifndef IBVERBS_CALL_GUARD_DECLARED
 #define IBVERBS_CALL_GUARD_DECLARED
 /* ibverbs/src/handles.c: fork() ownership and calls in flight (see there). */
-IBV_HIDDEN int ibv_handle_foreign(PyObject *obj);
-IBV_HIDDEN void ibv_handle_closed(PyObject *obj);
-IBV_HIDDEN int ibv_call_enter(PyObject *self);
-IBV_HIDDEN void ibv_call_leave(PyObject *self);
-IBV_HIDDEN int ibv_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
+IBP_HIDDEN int ibp_handle_foreign(PyObject *obj);
+IBP_HIDDEN void ibp_handle_closed(PyObject *obj);
+IBP_HIDDEN int ibp_call_enter(PyObject *self);
+IBP_HIDDEN void ibp_call_leave(PyObject *self);
+IBP_HIDDEN int ibp_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
                                    PyObject **held, int max);
-IBV_HIDDEN void ibv_call_leave_args(PyObject **held, int n);
+IBP_HIDDEN void ibp_call_leave_args(PyObject **held, int n);
 #endif
 
 /* Open QP objects of this process (for leak accounting). */
@@ -31,7 +31,7 @@ QP_wrap_type(PyTypeObject *type, struct ibv_qp *ptr, PyObject *pd, PyObject *sen
 {
     PyObject *parents[] = { pd, send_cq, recv_cq, srq, };
     PyObject *slots[4];
-    PyObject *op = ibv_handle_new(type, ptr, slots, parents, 4);
+    PyObject *op = ibp_handle_new(type, ptr, slots, parents, 4);
     if (op == NULL) {
         /* Not wrapped, so not leaked either: give it back now. */
         ibv_destroy_qp(ptr);
@@ -45,7 +45,7 @@ QP_wrap_type(PyTypeObject *type, struct ibv_qp *ptr, PyObject *pd, PyObject *sen
     self->recv_cq = slots[2];
     self->srq = slots[3];
     /* Events name the verbs object; they are mapped back to this one. */
-    if (ibv_registry_add(ptr, op) < 0) {
+    if (ibp_registry_add(ptr, op) < 0) {
         Py_DECREF(op);
         return NULL;
     }
@@ -63,25 +63,25 @@ static int
 QP_destroy(struct QPObject *self)
 {
     int rc;
-    if (ibv_handle_foreign((PyObject *)self)) {
+    if (ibp_handle_foreign((PyObject *)self)) {
         /* Inherited across fork(): the verbs object is the parent's, which
          * may still use it.  Forget it without destroying it. */
         goto forget;
     }
-    rc = ibv_qp_before_destroy(self);
+    rc = ibp_qp_before_destroy(self);
     if (rc != 0)
         return rc;
     errno = 0;
     rc = ibv_destroy_qp((struct ibv_qp *)self->head.ptr);
     if (rc != 0)
-        return ibv_error_code(rc);
+        return ibp_error_code(rc);
 forget:
-    ibv_registry_remove(self->head.ptr);
+    ibp_registry_remove(self->head.ptr);
     self->head.ptr = NULL;
     QP_open_count--;
-    ibv_handle_closed((PyObject *)self);
+    ibp_handle_closed((PyObject *)self);
     PyObject *parents[] = { self->pd, self->send_cq, self->recv_cq, self->srq, };
-    ibv_handle_release_parents(parents, 4);
+    ibp_handle_release_parents(parents, 4);
     return 0;
 }
 
@@ -89,13 +89,13 @@ static PyObject *
 QP_close(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    if (IBV_HANDLE(op)->ptr == NULL)
+    if (IBP_HANDLE(op)->ptr == NULL)
         Py_RETURN_NONE;
-    if (ibv_check_closable(op, "ibv_destroy_qp") < 0)
+    if (ibp_check_closable(op, "ibv_destroy_qp") < 0)
         return NULL;
     int err = QP_destroy((struct QPObject *)op);
     if (err != 0)
-        return ibv_raise("ibv_destroy_qp", err);
+        return ibp_raise("ibv_destroy_qp", err);
     Py_RETURN_NONE;
 }
 
@@ -112,9 +112,9 @@ QP_dealloc(PyObject *op)
             /* Leaked (the parents stay counted, so they cannot be closed
              * under it); the Python object goes away regardless, so no
              * event may find it any more. */
-            ibv_registry_remove(self->head.ptr);   /* before any Python code runs */
-            ibv_handle_closed(op);
-            ibv_report_unraisable(op, "ibv_destroy_qp", err);
+            ibp_registry_remove(self->head.ptr);   /* before any Python code runs */
+            ibp_handle_closed(op);
+            ibp_report_unraisable(op, "ibv_destroy_qp", err);
         }
     }
     Py_CLEAR(self->pd);
@@ -130,7 +130,7 @@ static PyObject *
 QP_get_closed(PyObject *op, void *closure)
 {
     (void)closure;
-    return PyBool_FromLong(IBV_HANDLE(op)->ptr == NULL);
+    return PyBool_FromLong(IBP_HANDLE(op)->ptr == NULL);
 }
 
 static PyObject *
@@ -170,7 +170,7 @@ QP_get_qp_num(PyObject *op, void *closure)
 {
     PyObject *result;
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     struct ibv_qp *self_ptr = QP_PTR(op);
     result = PyLong_FromUnsignedLongLong((unsigned long long)(self_ptr->qp_num));
@@ -182,7 +182,7 @@ QP_get_qp_type(PyObject *op, void *closure)
 {
     PyObject *result;
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     struct ibv_qp *self_ptr = QP_PTR(op);
     result = PyLong_FromUnsignedLongLong((unsigned long long)(self_ptr->qp_type));
@@ -194,7 +194,7 @@ QP_get_state(PyObject *op, void *closure)
 {
     PyObject *result;
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     struct ibv_qp *self_ptr = QP_PTR(op);
     result = PyLong_FromUnsignedLongLong((unsigned long long)(self_ptr->state));
@@ -206,7 +206,7 @@ QP_get_handle(PyObject *op, void *closure)
 {
     PyObject *result;
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     struct ibv_qp *self_ptr = QP_PTR(op);
     result = PyLong_FromUnsignedLongLong((unsigned long long)(self_ptr->handle));
@@ -227,7 +227,7 @@ static PyGetSetDef QP_getset[] = {
 };
 
 /* Written in Python: ibverbs._qp_transitions.to_init(self, ...). */
-PyDoc_STRVAR(ibv_py_QP_to_init__doc__,
+PyDoc_STRVAR(ibp_py_QP_to_init__doc__,
 "to_init($self, /, port, access=0, pkey_index=0, qkey=0)\n"
 "--\n"
 "\n"
@@ -240,14 +240,14 @@ PyDoc_STRVAR(ibv_py_QP_to_init__doc__,
 "checked first (TypeError, ValueError), so a bad one leaves the QP in\n"
 "RESET; VerbsError when the provider refuses the transition.");
 static PyObject *
-ibv_py_QP_to_init(PyObject *self, PyObject *args, PyObject *kwargs)
+ibp_py_QP_to_init(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static PyObject *function;   /* imported on the first call, then kept */
-    return ibv_call_python(&function, "ibverbs._qp_transitions", "to_init", self, args, kwargs);
+    return ibp_call_python(&function, "ibverbs._qp_transitions", "to_init", self, args, kwargs);
 }
 
 /* Written in Python: ibverbs._qp_transitions.to_rtr(self, ...). */
-PyDoc_STRVAR(ibv_py_QP_to_rtr__doc__,
+PyDoc_STRVAR(ibp_py_QP_to_rtr__doc__,
 "to_rtr($self, /, remote, sgid_index, mtu=None, hop_limit=1, min_rnr_timer=12, max_dest_rd_atomic=1, sl=0, traffic_class=0)\n"
 "--\n"
 "\n"
@@ -265,14 +265,14 @@ PyDoc_STRVAR(ibv_py_QP_to_rtr__doc__,
 "Raises ValueError/TypeError for bad arguments before anything is\n"
 "changed, VerbsError when the provider refuses.");
 static PyObject *
-ibv_py_QP_to_rtr(PyObject *self, PyObject *args, PyObject *kwargs)
+ibp_py_QP_to_rtr(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static PyObject *function;   /* imported on the first call, then kept */
-    return ibv_call_python(&function, "ibverbs._qp_transitions", "to_rtr", self, args, kwargs);
+    return ibp_call_python(&function, "ibverbs._qp_transitions", "to_rtr", self, args, kwargs);
 }
 
 /* Written in Python: ibverbs._qp_transitions.to_rts(self, ...). */
-PyDoc_STRVAR(ibv_py_QP_to_rts__doc__,
+PyDoc_STRVAR(ibp_py_QP_to_rts__doc__,
 "to_rts($self, /, psn, timeout=14, retry_cnt=7, rnr_retry=7, max_rd_atomic=1)\n"
 "--\n"
 "\n"
@@ -286,14 +286,14 @@ PyDoc_STRVAR(ibv_py_QP_to_rts__doc__,
 "flight. UD QPs take only psn. ValueError/TypeError for bad\n"
 "arguments, VerbsError when the provider refuses.");
 static PyObject *
-ibv_py_QP_to_rts(PyObject *self, PyObject *args, PyObject *kwargs)
+ibp_py_QP_to_rts(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static PyObject *function;   /* imported on the first call, then kept */
-    return ibv_call_python(&function, "ibverbs._qp_transitions", "to_rts", self, args, kwargs);
+    return ibp_call_python(&function, "ibverbs._qp_transitions", "to_rts", self, args, kwargs);
 }
 
 /* Written in Python: ibverbs._qp_transitions.query(self, ...). */
-PyDoc_STRVAR(ibv_py_QP_query__doc__,
+PyDoc_STRVAR(ibp_py_QP_query__doc__,
 "query($self, /, attr_mask=0x1fffff)\n"
 "--\n"
 "\n"
@@ -303,14 +303,14 @@ PyDoc_STRVAR(ibv_py_QP_query__doc__,
 "(QPAttrMask) selects what the provider fills; by default all.\n"
 "VerbsError when the provider refuses.");
 static PyObject *
-ibv_py_QP_query(PyObject *self, PyObject *args, PyObject *kwargs)
+ibp_py_QP_query(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static PyObject *function;   /* imported on the first call, then kept */
-    return ibv_call_python(&function, "ibverbs._qp_transitions", "query", self, args, kwargs);
+    return ibp_call_python(&function, "ibverbs._qp_transitions", "query", self, args, kwargs);
 }
 
 /* Written in Python: ibverbs._qp_transitions.reset(self, ...). */
-PyDoc_STRVAR(ibv_py_QP_reset__doc__,
+PyDoc_STRVAR(ibp_py_QP_reset__doc__,
 "reset($self, /)\n"
 "--\n"
 "\n"
@@ -321,14 +321,14 @@ PyDoc_STRVAR(ibv_py_QP_reset__doc__,
 "the WR_FLUSH_ERR completions of the ERR state first to account for\n"
 "every request. VerbsError when the provider refuses.");
 static PyObject *
-ibv_py_QP_reset(PyObject *self, PyObject *args, PyObject *kwargs)
+ibp_py_QP_reset(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static PyObject *function;   /* imported on the first call, then kept */
-    return ibv_call_python(&function, "ibverbs._qp_transitions", "reset", self, args, kwargs);
+    return ibp_call_python(&function, "ibverbs._qp_transitions", "reset", self, args, kwargs);
 }
 
 /* Written in Python: ibverbs.flow.create_flow(self, ...). */
-PyDoc_STRVAR(ibv_py_QP_create_flow__doc__,
+PyDoc_STRVAR(ibp_py_QP_create_flow__doc__,
 "create_flow($self, /, attr)\n"
 "--\n"
 "\n"
@@ -337,10 +337,10 @@ PyDoc_STRVAR(ibv_py_QP_create_flow__doc__,
 "closing the Flow detaches it. Optional: only NICs with flow\n"
 "steering have it (Soft-RoCE: VerbsError EOPNOTSUPP).");
 static PyObject *
-ibv_py_QP_create_flow(PyObject *self, PyObject *args, PyObject *kwargs)
+ibp_py_QP_create_flow(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static PyObject *function;   /* imported on the first call, then kept */
-    return ibv_call_python(&function, "ibverbs.flow", "create_flow", self, args, kwargs);
+    return ibp_call_python(&function, "ibverbs.flow", "create_flow", self, args, kwargs);
 }
 
 PyDoc_STRVAR(QP_modify__doc__,
@@ -407,19 +407,19 @@ QP_modify(PyObject *self, PyObject *args, PyObject *kwargs)
             }
         }
     }
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_qp *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_qp *)IBP_HANDLE(self)->ptr;
     {
         int64_t v;
-        if (ibv_conv_signed(attr_mask_obj, "attr_mask", INT32_MIN, INT32_MAX, &v) < 0)
+        if (ibp_conv_signed(attr_mask_obj, "attr_mask", INT32_MIN, INT32_MAX, &v) < 0)
             goto exit;
         attr_mask_c = v;
     }
     errno = 0;
     rc = ibv_modify_qp(self_ptr, &attr_c, attr_mask_c);
     if (rc != 0) {
-        ibv_raise("ibv_modify_qp", ibv_error_code(rc));
+        ibp_raise("ibv_modify_qp", ibp_error_code(rc));
         goto exit;
     }
     return_value = Py_NewRef(Py_None);
@@ -461,14 +461,14 @@ QP__query(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O:_query", kwlist,
             &attr_mask_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_qp *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_qp *)IBP_HANDLE(self)->ptr;
     memset(&attr_out, 0, sizeof(attr_out));
     if (attr_mask_obj != NULL) {
         {
             int64_t v;
-            if (ibv_conv_signed(attr_mask_obj, "attr_mask", INT32_MIN, INT32_MAX, &v) < 0)
+            if (ibp_conv_signed(attr_mask_obj, "attr_mask", INT32_MIN, INT32_MAX, &v) < 0)
                 goto exit;
             attr_mask_c = v;
         }
@@ -477,7 +477,7 @@ QP__query(PyObject *self, PyObject *args, PyObject *kwargs)
     errno = 0;
     rc = ibv_query_qp(self_ptr, &attr_out, attr_mask_c, &init_attr_scratch);
     if (rc != 0) {
-        ibv_raise("ibv_query_qp", ibv_error_code(rc));
+        ibp_raise("ibv_query_qp", ibp_error_code(rc));
         goto exit;
     }
     {
@@ -524,23 +524,23 @@ QP_query_data_in_order(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:query_data_in_order", kwlist,
             &op_obj, &flags_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_qp *)IBV_HANDLE(self)->ptr;
-    if (!IBV_SYMBOL_AVAILABLE(ibv_query_qp_data_in_order)) {
-        ibv_raise_unavailable("ibv_query_qp_data_in_order", "37 (IBVERBS_1.14)");
+    self_ptr = (struct ibv_qp *)IBP_HANDLE(self)->ptr;
+    if (!IBP_SYMBOL_AVAILABLE(ibv_query_qp_data_in_order)) {
+        ibp_raise_unavailable("ibv_query_qp_data_in_order", "37 (IBVERBS_1.14)");
         goto exit;
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(op_obj, "op", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(op_obj, "op", UINT32_MAX, &v) < 0)
             goto exit;
         op_c = v;
     }
     if (flags_obj != NULL) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(flags_obj, "flags", UINT32_MAX, &v) < 0)
+            if (ibp_conv_unsigned(flags_obj, "flags", UINT32_MAX, &v) < 0)
                 goto exit;
             flags_c = v;
         }
@@ -584,13 +584,13 @@ QP_modify_rate_limit(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|OO:modify_rate_limit", kwlist,
             &rate_limit_obj, &max_burst_sz_obj, &typical_pkt_sz_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_qp *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_qp *)IBP_HANDLE(self)->ptr;
     memset(&attr_c, 0, sizeof(attr_c));
     {
         uint64_t v;
-        if (ibv_conv_unsigned(rate_limit_obj, "rate_limit", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(rate_limit_obj, "rate_limit", UINT32_MAX, &v) < 0)
             goto exit;
         attr_c.rate_limit = v;
     }
@@ -598,7 +598,7 @@ QP_modify_rate_limit(PyObject *self, PyObject *args, PyObject *kwargs)
     if (max_burst_sz_obj != NULL) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(max_burst_sz_obj, "max_burst_sz", UINT32_MAX, &v) < 0)
+            if (ibp_conv_unsigned(max_burst_sz_obj, "max_burst_sz", UINT32_MAX, &v) < 0)
                 goto exit;
             attr_c.max_burst_sz = v;
         }
@@ -607,7 +607,7 @@ QP_modify_rate_limit(PyObject *self, PyObject *args, PyObject *kwargs)
     if (typical_pkt_sz_obj != NULL) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(typical_pkt_sz_obj, "typical_pkt_sz", UINT16_MAX, &v) < 0)
+            if (ibp_conv_unsigned(typical_pkt_sz_obj, "typical_pkt_sz", UINT16_MAX, &v) < 0)
                 goto exit;
             attr_c.typical_pkt_sz = v;
         }
@@ -615,7 +615,7 @@ QP_modify_rate_limit(PyObject *self, PyObject *args, PyObject *kwargs)
     errno = 0;
     rc = ibv_modify_qp_rate_limit(self_ptr, &attr_c);
     if (rc != 0) {
-        ibv_raise("ibv_modify_qp_rate_limit", ibv_error_code(rc));
+        ibp_raise("ibv_modify_qp_rate_limit", ibp_error_code(rc));
         goto exit;
     }
     return_value = Py_NewRef(Py_None);
@@ -647,14 +647,14 @@ QP_query_ece(PyObject *self, PyObject *unused)
     PyObject *return_value = NULL;
     int rc;
 
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_qp *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_qp *)IBP_HANDLE(self)->ptr;
     memset(&ece_out, 0, sizeof(ece_out));
     errno = 0;
     rc = ibv_query_ece(self_ptr, &ece_out);
     if (rc != 0) {
-        ibv_raise("ibv_query_ece", ibv_error_code(rc));
+        ibp_raise("ibv_query_ece", ibp_error_code(rc));
         goto exit;
     }
     {
@@ -695,18 +695,18 @@ QP_set_ece(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:set_ece", kwlist,
             &ece_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_qp *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_qp *)IBP_HANDLE(self)->ptr;
     if (!PyObject_TypeCheck(ece_obj, ECE_Type)) {
-        PyErr_Format(PyExc_TypeError, "ece must be a ECE, not %s", ibv_type_name(ece_obj));
+        PyErr_Format(PyExc_TypeError, "ece must be a ECE, not %s", ibp_type_name(ece_obj));
         goto exit;
     }
     ece = (struct ECEObject *)ece_obj;
     errno = 0;
     rc = ibv_set_ece(self_ptr, &ece->c);
     if (rc != 0) {
-        ibv_raise("ibv_set_ece", ibv_error_code(rc));
+        ibp_raise("ibv_set_ece", ibp_error_code(rc));
         goto exit;
     }
     return_value = Py_NewRef(Py_None);
@@ -746,21 +746,21 @@ QP_attach_mcast(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO:attach_mcast", kwlist,
             &gid_obj, &lid_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_qp *)IBV_HANDLE(self)->ptr;
-    if (ibv_conv_gid(gid_obj, "gid", &gid_c) < 0)
+    self_ptr = (struct ibv_qp *)IBP_HANDLE(self)->ptr;
+    if (ibp_conv_gid(gid_obj, "gid", &gid_c) < 0)
         goto exit;
     {
         uint64_t v;
-        if (ibv_conv_unsigned(lid_obj, "lid", UINT16_MAX, &v) < 0)
+        if (ibp_conv_unsigned(lid_obj, "lid", UINT16_MAX, &v) < 0)
             goto exit;
         lid_c = v;
     }
     errno = 0;
     rc = ibv_attach_mcast(self_ptr, &gid_c, lid_c);
     if (rc != 0) {
-        ibv_raise("ibv_attach_mcast", ibv_error_code(rc));
+        ibp_raise("ibv_attach_mcast", ibp_error_code(rc));
         goto exit;
     }
     return_value = Py_NewRef(Py_None);
@@ -800,21 +800,21 @@ QP_detach_mcast(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO:detach_mcast", kwlist,
             &gid_obj, &lid_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_qp *)IBV_HANDLE(self)->ptr;
-    if (ibv_conv_gid(gid_obj, "gid", &gid_c) < 0)
+    self_ptr = (struct ibv_qp *)IBP_HANDLE(self)->ptr;
+    if (ibp_conv_gid(gid_obj, "gid", &gid_c) < 0)
         goto exit;
     {
         uint64_t v;
-        if (ibv_conv_unsigned(lid_obj, "lid", UINT16_MAX, &v) < 0)
+        if (ibp_conv_unsigned(lid_obj, "lid", UINT16_MAX, &v) < 0)
             goto exit;
         lid_c = v;
     }
     errno = 0;
     rc = ibv_detach_mcast(self_ptr, &gid_c, lid_c);
     if (rc != 0) {
-        ibv_raise("ibv_detach_mcast", ibv_error_code(rc));
+        ibp_raise("ibv_detach_mcast", ibp_error_code(rc));
         goto exit;
     }
     return_value = Py_NewRef(Py_None);
@@ -855,32 +855,32 @@ QP_bind_mw(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO:bind_mw", kwlist,
             &mw_obj, &bind_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_qp *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_qp *)IBP_HANDLE(self)->ptr;
     if (mw_obj != NULL) {
-        if (ibv_conv_handle(mw_obj, "mw", MW_Type, 0, &mw) < 0)
+        if (ibp_conv_handle(mw_obj, "mw", MW_Type, 0, &mw) < 0)
             goto exit;
         if (mw != NULL)
-            mw_c = (struct ibv_mw *)IBV_HANDLE(mw)->ptr;
+            mw_c = (struct ibv_mw *)IBP_HANDLE(mw)->ptr;
     }
     if (mw_c != NULL && mw_c->context != self_ptr->context) {
         PyErr_SetString(PyExc_ValueError, "QP.bind_mw: mw belongs to another context");
         goto exit;
     }
     if (!PyObject_TypeCheck(bind_obj, MWBind_Type)) {
-        PyErr_Format(PyExc_TypeError, "bind must be a MWBind, not %s", ibv_type_name(bind_obj));
+        PyErr_Format(PyExc_TypeError, "bind must be a MWBind, not %s", ibp_type_name(bind_obj));
         goto exit;
     }
     bind = (struct MWBindObject *)bind_obj;
     if (MWBind_prepare(bind) < 0)
         goto exit;
-    if ((ibv_qp_send_idle(self, "bind_mw")) < 0)
+    if ((ibp_qp_send_idle(self, "bind_mw")) < 0)
         goto exit;
     errno = 0;
     rc = ibv_bind_mw(self_ptr, mw_c, &bind->c);
     if (rc != 0) {
-        ibv_raise("ibv_bind_mw", ibv_error_code(rc));
+        ibp_raise("ibv_bind_mw", ibp_error_code(rc));
         goto exit;
     }
     return_value = Py_NewRef(Py_None);
@@ -889,15 +889,15 @@ exit:
     return return_value;
 }
 
-/* Hand-written: ibv_hand_QP_post_send in ibverbs/src/. */
-PyDoc_STRVAR(ibv_hand_QP_post_send__doc__,
+/* Hand-written: ibp_hand_QP_post_send in ibverbs/src/. */
+PyDoc_STRVAR(ibp_hand_QP_post_send__doc__,
 "post_send($self, /, wrs)\n"
 "--\n"
 "\n"
 "Post a SendWR, a list of them as one chain, or a PostList (VerbsError names the failing request). In hot loops, build a PostList once and post it again after updating wr_id/addr/length in place: no conversion per post.");
 
-/* Hand-written: ibv_hand_QP_post_recv in ibverbs/src/. */
-PyDoc_STRVAR(ibv_hand_QP_post_recv__doc__,
+/* Hand-written: ibp_hand_QP_post_recv in ibverbs/src/. */
+PyDoc_STRVAR(ibp_hand_QP_post_recv__doc__,
 "post_recv($self, /, wrs)\n"
 "--\n"
 "\n"
@@ -938,18 +938,18 @@ QP_attach_comp_cntr(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|O:attach_comp_cntr", kwlist,
             &comp_cntr_obj, &op_mask_obj, &comp_mask_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_qp *)IBV_HANDLE(self)->ptr;
-    if (!IBV_SYMBOL_AVAILABLE(ibv_qp_attach_comp_cntr)) {
-        ibv_raise_unavailable("ibv_qp_attach_comp_cntr", "65 (IBVERBS_1.18)");
+    self_ptr = (struct ibv_qp *)IBP_HANDLE(self)->ptr;
+    if (!IBP_SYMBOL_AVAILABLE(ibv_qp_attach_comp_cntr)) {
+        ibp_raise_unavailable("ibv_qp_attach_comp_cntr", "65 (IBVERBS_1.18)");
         goto exit;
     }
     if (comp_cntr_obj != NULL) {
-        if (ibv_conv_handle(comp_cntr_obj, "comp_cntr", CompCntr_Type, 0, &comp_cntr) < 0)
+        if (ibp_conv_handle(comp_cntr_obj, "comp_cntr", CompCntr_Type, 0, &comp_cntr) < 0)
             goto exit;
         if (comp_cntr != NULL)
-            comp_cntr_c = (struct ibv_comp_cntr *)IBV_HANDLE(comp_cntr)->ptr;
+            comp_cntr_c = (struct ibv_comp_cntr *)IBP_HANDLE(comp_cntr)->ptr;
     }
     if (comp_cntr_c != NULL && comp_cntr_c->context != self_ptr->context) {
         PyErr_SetString(PyExc_ValueError, "QP.attach_comp_cntr: comp_cntr belongs to another context");
@@ -958,7 +958,7 @@ QP_attach_comp_cntr(PyObject *self, PyObject *args, PyObject *kwargs)
     memset(&attr_c, 0, sizeof(attr_c));
     {
         uint64_t v;
-        if (ibv_conv_unsigned(op_mask_obj, "op_mask", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(op_mask_obj, "op_mask", UINT32_MAX, &v) < 0)
             goto exit;
         attr_c.op_mask = v;
     }
@@ -966,7 +966,7 @@ QP_attach_comp_cntr(PyObject *self, PyObject *args, PyObject *kwargs)
     if (comp_mask_obj != NULL) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(comp_mask_obj, "comp_mask", UINT32_MAX, &v) < 0)
+            if (ibp_conv_unsigned(comp_mask_obj, "comp_mask", UINT32_MAX, &v) < 0)
                 goto exit;
             attr_c.comp_mask = v;
         }
@@ -974,7 +974,7 @@ QP_attach_comp_cntr(PyObject *self, PyObject *args, PyObject *kwargs)
     errno = 0;
     rc = ibv_qp_attach_comp_cntr(self_ptr, comp_cntr_c, &attr_c);
     if (rc != 0) {
-        ibv_raise("ibv_qp_attach_comp_cntr", ibv_error_code(rc));
+        ibp_raise("ibv_qp_attach_comp_cntr", ibp_error_code(rc));
         goto exit;
     }
     return_value = Py_NewRef(Py_None);
@@ -1015,9 +1015,9 @@ QP__create_flow(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:_create_flow", kwlist,
             &attr_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_qp *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_qp *)IBP_HANDLE(self)->ptr;
     flow_c_bytes = PyBytes_FromObject(attr_obj);
     if (flow_c_bytes == NULL)
         goto exit;
@@ -1030,7 +1030,7 @@ QP__create_flow(PyObject *self, PyObject *args, PyObject *kwargs)
     errno = 0;
     rc = ibv_create_flow(self_ptr, (struct ibv_flow_attr *)(void *)PyBytes_AsString(flow_c_bytes));
     if (rc == NULL) {
-        ibv_raise("ibv_create_flow", ibv_error_code(0));
+        ibp_raise("ibv_create_flow", ibp_error_code(0));
         goto exit;
     }
     return_value = Flow_wrap(rc, self);
@@ -1045,11 +1045,11 @@ static PyObject *
 QP_modify__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = QP_modify(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1058,11 +1058,11 @@ static PyObject *
 QP__query__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = QP__query(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1071,11 +1071,11 @@ static PyObject *
 QP_query_data_in_order__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = QP_query_data_in_order(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1084,11 +1084,11 @@ static PyObject *
 QP_modify_rate_limit__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = QP_modify_rate_limit(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1096,10 +1096,10 @@ QP_modify_rate_limit__call(PyObject *self, PyObject *args, PyObject *kwargs)
 static PyObject *
 QP_query_ece__call(PyObject *self, PyObject *unused)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
     PyObject *result = QP_query_ece(self, unused);
-    ibv_call_leave(self);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -1108,11 +1108,11 @@ static PyObject *
 QP_set_ece__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = QP_set_ece(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1121,11 +1121,11 @@ static PyObject *
 QP_attach_mcast__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = QP_attach_mcast(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1134,11 +1134,11 @@ static PyObject *
 QP_detach_mcast__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = QP_detach_mcast(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1147,33 +1147,33 @@ static PyObject *
 QP_bind_mw__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = QP_bind_mw(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
 /* post_send(): in flight on its object until it returns. */
 static PyObject *
-ibv_hand_QP_post_send__call(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+ibp_hand_QP_post_send__call(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
-    PyObject *result = ibv_hand_QP_post_send(self, args, nargs, kwnames);
-    ibv_call_leave(self);
+    PyObject *result = ibp_hand_QP_post_send(self, args, nargs, kwnames);
+    ibp_call_leave(self);
     return result;
 }
 
 /* post_recv(): in flight on its object until it returns. */
 static PyObject *
-ibv_hand_QP_post_recv__call(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+ibp_hand_QP_post_recv__call(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
-    PyObject *result = ibv_hand_QP_post_recv(self, args, nargs, kwnames);
-    ibv_call_leave(self);
+    PyObject *result = ibp_hand_QP_post_recv(self, args, nargs, kwnames);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -1182,11 +1182,11 @@ static PyObject *
 QP_attach_comp_cntr__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = QP_attach_comp_cntr(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1195,11 +1195,11 @@ static PyObject *
 QP__create_flow__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = QP__create_flow(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1215,7 +1215,7 @@ static PyObject *
 QP_enter(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     return Py_NewRef(op);
 }
@@ -1234,12 +1234,12 @@ static PyMethodDef QP_methods[] = {
     {"__exit__", QP_exit, METH_VARARGS, NULL},
     {"_open_count", QP_open_count_get, METH_NOARGS | METH_CLASS,
      "_open_count($cls, /)\n--\n\nHow many QP objects of this process are open (leak checks)."},
-    {"to_init", (PyCFunction)(void (*)(void))ibv_py_QP_to_init, METH_VARARGS | METH_KEYWORDS, ibv_py_QP_to_init__doc__},
-    {"to_rtr", (PyCFunction)(void (*)(void))ibv_py_QP_to_rtr, METH_VARARGS | METH_KEYWORDS, ibv_py_QP_to_rtr__doc__},
-    {"to_rts", (PyCFunction)(void (*)(void))ibv_py_QP_to_rts, METH_VARARGS | METH_KEYWORDS, ibv_py_QP_to_rts__doc__},
-    {"query", (PyCFunction)(void (*)(void))ibv_py_QP_query, METH_VARARGS | METH_KEYWORDS, ibv_py_QP_query__doc__},
-    {"reset", (PyCFunction)(void (*)(void))ibv_py_QP_reset, METH_VARARGS | METH_KEYWORDS, ibv_py_QP_reset__doc__},
-    {"create_flow", (PyCFunction)(void (*)(void))ibv_py_QP_create_flow, METH_VARARGS | METH_KEYWORDS, ibv_py_QP_create_flow__doc__},
+    {"to_init", (PyCFunction)(void (*)(void))ibp_py_QP_to_init, METH_VARARGS | METH_KEYWORDS, ibp_py_QP_to_init__doc__},
+    {"to_rtr", (PyCFunction)(void (*)(void))ibp_py_QP_to_rtr, METH_VARARGS | METH_KEYWORDS, ibp_py_QP_to_rtr__doc__},
+    {"to_rts", (PyCFunction)(void (*)(void))ibp_py_QP_to_rts, METH_VARARGS | METH_KEYWORDS, ibp_py_QP_to_rts__doc__},
+    {"query", (PyCFunction)(void (*)(void))ibp_py_QP_query, METH_VARARGS | METH_KEYWORDS, ibp_py_QP_query__doc__},
+    {"reset", (PyCFunction)(void (*)(void))ibp_py_QP_reset, METH_VARARGS | METH_KEYWORDS, ibp_py_QP_reset__doc__},
+    {"create_flow", (PyCFunction)(void (*)(void))ibp_py_QP_create_flow, METH_VARARGS | METH_KEYWORDS, ibp_py_QP_create_flow__doc__},
     {"modify", (PyCFunction)(void (*)(void))QP_modify__call, METH_VARARGS | METH_KEYWORDS, QP_modify__doc__},
     {"_query", (PyCFunction)(void (*)(void))QP__query__call, METH_VARARGS | METH_KEYWORDS, QP__query__doc__},
     {"query_data_in_order", (PyCFunction)(void (*)(void))QP_query_data_in_order__call, METH_VARARGS | METH_KEYWORDS, QP_query_data_in_order__doc__},
@@ -1249,8 +1249,8 @@ static PyMethodDef QP_methods[] = {
     {"attach_mcast", (PyCFunction)(void (*)(void))QP_attach_mcast__call, METH_VARARGS | METH_KEYWORDS, QP_attach_mcast__doc__},
     {"detach_mcast", (PyCFunction)(void (*)(void))QP_detach_mcast__call, METH_VARARGS | METH_KEYWORDS, QP_detach_mcast__doc__},
     {"bind_mw", (PyCFunction)(void (*)(void))QP_bind_mw__call, METH_VARARGS | METH_KEYWORDS, QP_bind_mw__doc__},
-    {"post_send", (PyCFunction)(void (*)(void))ibv_hand_QP_post_send__call, METH_FASTCALL | METH_KEYWORDS, ibv_hand_QP_post_send__doc__},
-    {"post_recv", (PyCFunction)(void (*)(void))ibv_hand_QP_post_recv__call, METH_FASTCALL | METH_KEYWORDS, ibv_hand_QP_post_recv__doc__},
+    {"post_send", (PyCFunction)(void (*)(void))ibp_hand_QP_post_send__call, METH_FASTCALL | METH_KEYWORDS, ibp_hand_QP_post_send__doc__},
+    {"post_recv", (PyCFunction)(void (*)(void))ibp_hand_QP_post_recv__call, METH_FASTCALL | METH_KEYWORDS, ibp_hand_QP_post_recv__doc__},
     {"attach_comp_cntr", (PyCFunction)(void (*)(void))QP_attach_comp_cntr__call, METH_VARARGS | METH_KEYWORDS, QP_attach_comp_cntr__doc__},
     {"_create_flow", (PyCFunction)(void (*)(void))QP__create_flow__call, METH_VARARGS | METH_KEYWORDS, QP__create_flow__doc__},
     {NULL, NULL, 0, NULL},
@@ -1268,15 +1268,15 @@ QP_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
                         "ibverbs.QP() takes no arguments (an open one comes from a verb)");
         return NULL;
     }
-    return ibv_handle_new(type, NULL, NULL, NULL, 0);
+    return ibp_handle_new(type, NULL, NULL, NULL, 0);
 }
 
 static PyObject *
 QP_repr(PyObject *op)
 {
-    if (IBV_HANDLE(op)->ptr == NULL)
+    if (IBP_HANDLE(op)->ptr == NULL)
         return PyUnicode_FromString("<ibverbs.QP closed>");
-    return PyUnicode_FromFormat("<ibverbs.QP at %p>", IBV_HANDLE(op)->ptr);
+    return PyUnicode_FromFormat("<ibverbs.QP at %p>", IBP_HANDLE(op)->ptr);
 }
 
 static PyType_Slot QP_slots[] = {

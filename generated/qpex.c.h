@@ -15,11 +15,11 @@ PyTypeObject *QPEx_Type;
 #ifndef IBVERBS_CALL_GUARD_DECLARED
 #define IBVERBS_CALL_GUARD_DECLARED
 /* ibverbs/src/handles.c: fork() ownership and calls in flight (see there). */
-IBV_HIDDEN int ibv_call_enter(PyObject *self);
-IBV_HIDDEN void ibv_call_leave(PyObject *self);
-IBV_HIDDEN int ibv_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
+IBP_HIDDEN int ibp_call_enter(PyObject *self);
+IBP_HIDDEN void ibp_call_leave(PyObject *self);
+IBP_HIDDEN int ibp_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
                                    PyObject **held, int max);
-IBV_HIDDEN void ibv_call_leave_args(PyObject **held, int n);
+IBP_HIDDEN void ibp_call_leave_args(PyObject **held, int n);
 #endif
 
 PyObject *
@@ -46,13 +46,13 @@ QPEx_wr_start(PyObject *self, PyObject *unused)
     struct ibv_qp *self_ptr;
     PyObject *return_value = NULL;
 
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
     self_ptr = QPEx_PTR(self);
     (void)self_ptr;
-    if ((ibv_qpex_guard(self, IBV_QPEX_OP(wr_start), "wr_start", IBV_QPEX_START)) < 0)
+    if ((ibp_qpex_guard(self, IBP_QPEX_OP(wr_start), "wr_start", IBP_QPEX_START)) < 0)
         goto exit;
-    ibv_wr_start(IBV_QPEX(self));
+    ibv_wr_start(IBP_QPEX(self));
     return_value = Py_NewRef(Py_None);
 
 exit:
@@ -78,16 +78,16 @@ QPEx_wr_complete(PyObject *self, PyObject *unused)
     PyObject *return_value = NULL;
     int rc;
 
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
     self_ptr = QPEx_PTR(self);
     (void)self_ptr;
-    if ((ibv_qpex_guard(self, IBV_QPEX_OP(wr_complete), "wr_complete", IBV_QPEX_END)) < 0)
+    if ((ibp_qpex_guard(self, IBP_QPEX_OP(wr_complete), "wr_complete", IBP_QPEX_END)) < 0)
         goto exit;
     errno = 0;
-    rc = ibv_wr_complete(IBV_QPEX(self));
+    rc = ibv_wr_complete(IBP_QPEX(self));
     if (rc != 0) {
-        ibv_raise("ibv_wr_complete", ibv_error_code(rc));
+        ibp_raise("ibv_wr_complete", ibp_error_code(rc));
         goto exit;
     }
     return_value = Py_NewRef(Py_None);
@@ -113,13 +113,13 @@ QPEx_wr_abort(PyObject *self, PyObject *unused)
     struct ibv_qp *self_ptr;
     PyObject *return_value = NULL;
 
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
     self_ptr = QPEx_PTR(self);
     (void)self_ptr;
-    if ((ibv_qpex_guard(self, IBV_QPEX_OP(wr_abort), "wr_abort", IBV_QPEX_END)) < 0)
+    if ((ibp_qpex_guard(self, IBP_QPEX_OP(wr_abort), "wr_abort", IBP_QPEX_END)) < 0)
         goto exit;
-    ibv_wr_abort(IBV_QPEX(self));
+    ibv_wr_abort(IBP_QPEX(self));
     return_value = Py_NewRef(Py_None);
 
 exit:
@@ -143,13 +143,13 @@ QPEx_wr_send(PyObject *self, PyObject *unused)
     struct ibv_qp *self_ptr;
     PyObject *return_value = NULL;
 
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
     self_ptr = QPEx_PTR(self);
     (void)self_ptr;
-    if ((ibv_qpex_guard(self, IBV_QPEX_OP(wr_send), "wr_send", IBV_QPEX_OP_NEW)) < 0)
+    if ((ibp_qpex_guard(self, IBP_QPEX_OP(wr_send), "wr_send", IBP_QPEX_OP_NEW)) < 0)
         goto exit;
-    ibv_wr_send(IBV_QPEX(self));
+    ibv_wr_send(IBP_QPEX(self));
     return_value = Py_NewRef(Py_None);
 
 exit:
@@ -182,19 +182,19 @@ QPEx_wr_send_imm(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:wr_send_imm", kwlist,
             &imm_data_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
     self_ptr = QPEx_PTR(self);
     (void)self_ptr;
     {
         uint64_t v;
-        if (ibv_conv_unsigned(imm_data_obj, "imm_data", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(imm_data_obj, "imm_data", UINT32_MAX, &v) < 0)
             goto exit;
         imm_data_c = v;
     }
-    if ((ibv_qpex_guard(self, IBV_QPEX_OP(wr_send_imm), "wr_send_imm", IBV_QPEX_OP_NEW)) < 0)
+    if ((ibp_qpex_guard(self, IBP_QPEX_OP(wr_send_imm), "wr_send_imm", IBP_QPEX_OP_NEW)) < 0)
         goto exit;
-    ibv_wr_send_imm(IBV_QPEX(self), htobe32(imm_data_c));
+    ibv_wr_send_imm(IBP_QPEX(self), htobe32(imm_data_c));
     return_value = Py_NewRef(Py_None);
 
 exit:
@@ -227,19 +227,19 @@ QPEx_wr_send_inv(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:wr_send_inv", kwlist,
             &invalidate_rkey_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
     self_ptr = QPEx_PTR(self);
     (void)self_ptr;
     {
         uint64_t v;
-        if (ibv_conv_unsigned(invalidate_rkey_obj, "invalidate_rkey", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(invalidate_rkey_obj, "invalidate_rkey", UINT32_MAX, &v) < 0)
             goto exit;
         invalidate_rkey_c = v;
     }
-    if ((ibv_qpex_guard(self, IBV_QPEX_OP(wr_send_inv), "wr_send_inv", IBV_QPEX_OP_NEW)) < 0)
+    if ((ibp_qpex_guard(self, IBP_QPEX_OP(wr_send_inv), "wr_send_inv", IBP_QPEX_OP_NEW)) < 0)
         goto exit;
-    ibv_wr_send_inv(IBV_QPEX(self), invalidate_rkey_c);
+    ibv_wr_send_inv(IBP_QPEX(self), invalidate_rkey_c);
     return_value = Py_NewRef(Py_None);
 
 exit:
@@ -275,25 +275,25 @@ QPEx_wr_rdma_write(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO:wr_rdma_write", kwlist,
             &rkey_obj, &remote_addr_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
     self_ptr = QPEx_PTR(self);
     (void)self_ptr;
     {
         uint64_t v;
-        if (ibv_conv_unsigned(rkey_obj, "rkey", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(rkey_obj, "rkey", UINT32_MAX, &v) < 0)
             goto exit;
         rkey_c = v;
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(remote_addr_obj, "remote_addr", UINT64_MAX, &v) < 0)
+        if (ibp_conv_unsigned(remote_addr_obj, "remote_addr", UINT64_MAX, &v) < 0)
             goto exit;
         remote_addr_c = v;
     }
-    if ((ibv_qpex_guard(self, IBV_QPEX_OP(wr_rdma_write), "wr_rdma_write", IBV_QPEX_OP_NEW)) < 0)
+    if ((ibp_qpex_guard(self, IBP_QPEX_OP(wr_rdma_write), "wr_rdma_write", IBP_QPEX_OP_NEW)) < 0)
         goto exit;
-    ibv_wr_rdma_write(IBV_QPEX(self), rkey_c, remote_addr_c);
+    ibv_wr_rdma_write(IBP_QPEX(self), rkey_c, remote_addr_c);
     return_value = Py_NewRef(Py_None);
 
 exit:
@@ -332,31 +332,31 @@ QPEx_wr_rdma_write_imm(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO:wr_rdma_write_imm", kwlist,
             &rkey_obj, &remote_addr_obj, &imm_data_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
     self_ptr = QPEx_PTR(self);
     (void)self_ptr;
     {
         uint64_t v;
-        if (ibv_conv_unsigned(rkey_obj, "rkey", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(rkey_obj, "rkey", UINT32_MAX, &v) < 0)
             goto exit;
         rkey_c = v;
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(remote_addr_obj, "remote_addr", UINT64_MAX, &v) < 0)
+        if (ibp_conv_unsigned(remote_addr_obj, "remote_addr", UINT64_MAX, &v) < 0)
             goto exit;
         remote_addr_c = v;
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(imm_data_obj, "imm_data", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(imm_data_obj, "imm_data", UINT32_MAX, &v) < 0)
             goto exit;
         imm_data_c = v;
     }
-    if ((ibv_qpex_guard(self, IBV_QPEX_OP(wr_rdma_write_imm), "wr_rdma_write_imm", IBV_QPEX_OP_NEW)) < 0)
+    if ((ibp_qpex_guard(self, IBP_QPEX_OP(wr_rdma_write_imm), "wr_rdma_write_imm", IBP_QPEX_OP_NEW)) < 0)
         goto exit;
-    ibv_wr_rdma_write_imm(IBV_QPEX(self), rkey_c, remote_addr_c, htobe32(imm_data_c));
+    ibv_wr_rdma_write_imm(IBP_QPEX(self), rkey_c, remote_addr_c, htobe32(imm_data_c));
     return_value = Py_NewRef(Py_None);
 
 exit:
@@ -392,25 +392,25 @@ QPEx_wr_rdma_read(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO:wr_rdma_read", kwlist,
             &rkey_obj, &remote_addr_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
     self_ptr = QPEx_PTR(self);
     (void)self_ptr;
     {
         uint64_t v;
-        if (ibv_conv_unsigned(rkey_obj, "rkey", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(rkey_obj, "rkey", UINT32_MAX, &v) < 0)
             goto exit;
         rkey_c = v;
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(remote_addr_obj, "remote_addr", UINT64_MAX, &v) < 0)
+        if (ibp_conv_unsigned(remote_addr_obj, "remote_addr", UINT64_MAX, &v) < 0)
             goto exit;
         remote_addr_c = v;
     }
-    if ((ibv_qpex_guard(self, IBV_QPEX_OP(wr_rdma_read), "wr_rdma_read", IBV_QPEX_OP_NEW)) < 0)
+    if ((ibp_qpex_guard(self, IBP_QPEX_OP(wr_rdma_read), "wr_rdma_read", IBP_QPEX_OP_NEW)) < 0)
         goto exit;
-    ibv_wr_rdma_read(IBV_QPEX(self), rkey_c, remote_addr_c);
+    ibv_wr_rdma_read(IBP_QPEX(self), rkey_c, remote_addr_c);
     return_value = Py_NewRef(Py_None);
 
 exit:
@@ -452,37 +452,37 @@ QPEx_wr_atomic_cmp_swp(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOO:wr_atomic_cmp_swp", kwlist,
             &rkey_obj, &remote_addr_obj, &compare_obj, &swap_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
     self_ptr = QPEx_PTR(self);
     (void)self_ptr;
     {
         uint64_t v;
-        if (ibv_conv_unsigned(rkey_obj, "rkey", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(rkey_obj, "rkey", UINT32_MAX, &v) < 0)
             goto exit;
         rkey_c = v;
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(remote_addr_obj, "remote_addr", UINT64_MAX, &v) < 0)
+        if (ibp_conv_unsigned(remote_addr_obj, "remote_addr", UINT64_MAX, &v) < 0)
             goto exit;
         remote_addr_c = v;
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(compare_obj, "compare", UINT64_MAX, &v) < 0)
+        if (ibp_conv_unsigned(compare_obj, "compare", UINT64_MAX, &v) < 0)
             goto exit;
         compare_c = v;
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(swap_obj, "swap", UINT64_MAX, &v) < 0)
+        if (ibp_conv_unsigned(swap_obj, "swap", UINT64_MAX, &v) < 0)
             goto exit;
         swap_c = v;
     }
-    if ((ibv_qpex_guard(self, IBV_QPEX_OP(wr_atomic_cmp_swp), "wr_atomic_cmp_swp", IBV_QPEX_OP_NEW)) < 0)
+    if ((ibp_qpex_guard(self, IBP_QPEX_OP(wr_atomic_cmp_swp), "wr_atomic_cmp_swp", IBP_QPEX_OP_NEW)) < 0)
         goto exit;
-    ibv_wr_atomic_cmp_swp(IBV_QPEX(self), rkey_c, remote_addr_c, compare_c, swap_c);
+    ibv_wr_atomic_cmp_swp(IBP_QPEX(self), rkey_c, remote_addr_c, compare_c, swap_c);
     return_value = Py_NewRef(Py_None);
 
 exit:
@@ -521,31 +521,31 @@ QPEx_wr_atomic_fetch_add(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO:wr_atomic_fetch_add", kwlist,
             &rkey_obj, &remote_addr_obj, &add_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
     self_ptr = QPEx_PTR(self);
     (void)self_ptr;
     {
         uint64_t v;
-        if (ibv_conv_unsigned(rkey_obj, "rkey", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(rkey_obj, "rkey", UINT32_MAX, &v) < 0)
             goto exit;
         rkey_c = v;
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(remote_addr_obj, "remote_addr", UINT64_MAX, &v) < 0)
+        if (ibp_conv_unsigned(remote_addr_obj, "remote_addr", UINT64_MAX, &v) < 0)
             goto exit;
         remote_addr_c = v;
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(add_obj, "add", UINT64_MAX, &v) < 0)
+        if (ibp_conv_unsigned(add_obj, "add", UINT64_MAX, &v) < 0)
             goto exit;
         add_c = v;
     }
-    if ((ibv_qpex_guard(self, IBV_QPEX_OP(wr_atomic_fetch_add), "wr_atomic_fetch_add", IBV_QPEX_OP_NEW)) < 0)
+    if ((ibp_qpex_guard(self, IBP_QPEX_OP(wr_atomic_fetch_add), "wr_atomic_fetch_add", IBP_QPEX_OP_NEW)) < 0)
         goto exit;
-    ibv_wr_atomic_fetch_add(IBV_QPEX(self), rkey_c, remote_addr_c, add_c);
+    ibv_wr_atomic_fetch_add(IBP_QPEX(self), rkey_c, remote_addr_c, add_c);
     return_value = Py_NewRef(Py_None);
 
 exit:
@@ -585,19 +585,19 @@ QPEx_wr_atomic_write(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO:wr_atomic_write", kwlist,
             &rkey_obj, &remote_addr_obj, &data_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
     self_ptr = QPEx_PTR(self);
     (void)self_ptr;
     {
         uint64_t v;
-        if (ibv_conv_unsigned(rkey_obj, "rkey", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(rkey_obj, "rkey", UINT32_MAX, &v) < 0)
             goto exit;
         rkey_c = v;
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(remote_addr_obj, "remote_addr", UINT64_MAX, &v) < 0)
+        if (ibp_conv_unsigned(remote_addr_obj, "remote_addr", UINT64_MAX, &v) < 0)
             goto exit;
         remote_addr_c = v;
     }
@@ -608,9 +608,9 @@ QPEx_wr_atomic_write(PyObject *self, PyObject *args, PyObject *kwargs)
         PyErr_Format(PyExc_ValueError, "data must be exactly 8 bytes, got %zd", PyBytes_Size(atomic_wr_c_bytes));
         goto exit;
     }
-    if ((ibv_qpex_guard(self, IBV_QPEX_OP(wr_atomic_write), "wr_atomic_write", IBV_QPEX_OP_NEW)) < 0)
+    if ((ibp_qpex_guard(self, IBP_QPEX_OP(wr_atomic_write), "wr_atomic_write", IBP_QPEX_OP_NEW)) < 0)
         goto exit;
-    ibv_wr_atomic_write(IBV_QPEX(self), rkey_c, remote_addr_c, (const void *)(void *)PyBytes_AsString(atomic_wr_c_bytes));
+    ibv_wr_atomic_write(IBP_QPEX(self), rkey_c, remote_addr_c, (const void *)(void *)PyBytes_AsString(atomic_wr_c_bytes));
     return_value = Py_NewRef(Py_None);
 
 exit:
@@ -651,14 +651,14 @@ QPEx_wr_bind_mw(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO:wr_bind_mw", kwlist,
             &mw_obj, &rkey_obj, &bind_info_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
     self_ptr = QPEx_PTR(self);
     if (mw_obj != NULL) {
-        if (ibv_conv_handle(mw_obj, "mw", MW_Type, 0, &mw) < 0)
+        if (ibp_conv_handle(mw_obj, "mw", MW_Type, 0, &mw) < 0)
             goto exit;
         if (mw != NULL)
-            mw_c = (struct ibv_mw *)IBV_HANDLE(mw)->ptr;
+            mw_c = (struct ibv_mw *)IBP_HANDLE(mw)->ptr;
     }
     if (mw_c != NULL && mw_c->context != self_ptr->context) {
         PyErr_SetString(PyExc_ValueError, "QPEx.wr_bind_mw: mw belongs to another context");
@@ -666,20 +666,20 @@ QPEx_wr_bind_mw(PyObject *self, PyObject *args, PyObject *kwargs)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(rkey_obj, "rkey", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(rkey_obj, "rkey", UINT32_MAX, &v) < 0)
             goto exit;
         rkey_c = v;
     }
     if (!PyObject_TypeCheck(bind_info_obj, MWBindInfo_Type)) {
-        PyErr_Format(PyExc_TypeError, "bind_info must be a MWBindInfo, not %s", ibv_type_name(bind_info_obj));
+        PyErr_Format(PyExc_TypeError, "bind_info must be a MWBindInfo, not %s", ibp_type_name(bind_info_obj));
         goto exit;
     }
     bind_info = (struct MWBindInfoObject *)bind_info_obj;
     if (MWBindInfo_prepare(bind_info) < 0)
         goto exit;
-    if ((ibv_qpex_guard(self, IBV_QPEX_OP(wr_bind_mw), "wr_bind_mw", IBV_QPEX_OP_NEW)) < 0)
+    if ((ibp_qpex_guard(self, IBP_QPEX_OP(wr_bind_mw), "wr_bind_mw", IBP_QPEX_OP_NEW)) < 0)
         goto exit;
-    ibv_wr_bind_mw(IBV_QPEX(self), mw_c, rkey_c, &bind_info->c);
+    ibv_wr_bind_mw(IBP_QPEX(self), mw_c, rkey_c, &bind_info->c);
     return_value = Py_NewRef(Py_None);
 
 exit:
@@ -712,19 +712,19 @@ QPEx_wr_local_inv(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:wr_local_inv", kwlist,
             &invalidate_rkey_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
     self_ptr = QPEx_PTR(self);
     (void)self_ptr;
     {
         uint64_t v;
-        if (ibv_conv_unsigned(invalidate_rkey_obj, "invalidate_rkey", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(invalidate_rkey_obj, "invalidate_rkey", UINT32_MAX, &v) < 0)
             goto exit;
         invalidate_rkey_c = v;
     }
-    if ((ibv_qpex_guard(self, IBV_QPEX_OP(wr_local_inv), "wr_local_inv", IBV_QPEX_OP_NEW)) < 0)
+    if ((ibp_qpex_guard(self, IBP_QPEX_OP(wr_local_inv), "wr_local_inv", IBP_QPEX_OP_NEW)) < 0)
         goto exit;
-    ibv_wr_local_inv(IBV_QPEX(self), invalidate_rkey_c);
+    ibv_wr_local_inv(IBP_QPEX(self), invalidate_rkey_c);
     return_value = Py_NewRef(Py_None);
 
 exit:
@@ -761,7 +761,7 @@ QPEx_wr_send_tso(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO:wr_send_tso", kwlist,
             &hdr_obj, &mss_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
     self_ptr = QPEx_PTR(self);
     (void)self_ptr;
@@ -776,13 +776,13 @@ QPEx_wr_send_tso(PyObject *self, PyObject *args, PyObject *kwargs)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(mss_obj, "mss", UINT16_MAX, &v) < 0)
+        if (ibp_conv_unsigned(mss_obj, "mss", UINT16_MAX, &v) < 0)
             goto exit;
         mss_c = v;
     }
-    if ((ibv_qpex_guard(self, IBV_QPEX_OP(wr_send_tso), "wr_send_tso", IBV_QPEX_OP_NEW)) < 0)
+    if ((ibp_qpex_guard(self, IBP_QPEX_OP(wr_send_tso), "wr_send_tso", IBP_QPEX_OP_NEW)) < 0)
         goto exit;
-    ibv_wr_send_tso(IBV_QPEX(self), (void *)PyBytes_AsString(hdr_c_bytes), (uint16_t)hdr_c_size, mss_c);
+    ibv_wr_send_tso(IBP_QPEX(self), (void *)PyBytes_AsString(hdr_c_bytes), (uint16_t)hdr_c_size, mss_c);
     return_value = Py_NewRef(Py_None);
 
 exit:
@@ -822,39 +822,39 @@ QPEx_wr_set_sge(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO:wr_set_sge", kwlist,
             &lkey_obj, &addr_obj, &length_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
     self_ptr = QPEx_PTR(self);
     (void)self_ptr;
     {
         uint64_t v;
-        if (ibv_conv_unsigned(lkey_obj, "lkey", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(lkey_obj, "lkey", UINT32_MAX, &v) < 0)
             goto exit;
         lkey_c = v;
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(addr_obj, "addr", UINT64_MAX, &v) < 0)
+        if (ibp_conv_unsigned(addr_obj, "addr", UINT64_MAX, &v) < 0)
             goto exit;
         addr_c = v;
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(length_obj, "length", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(length_obj, "length", UINT32_MAX, &v) < 0)
             goto exit;
         length_c = v;
     }
-    if ((ibv_qpex_guard(self, IBV_QPEX_OP(wr_set_sge), "wr_set_sge", IBV_QPEX_SETTER)) < 0)
+    if ((ibp_qpex_guard(self, IBP_QPEX_OP(wr_set_sge), "wr_set_sge", IBP_QPEX_SETTER)) < 0)
         goto exit;
-    ibv_wr_set_sge(IBV_QPEX(self), lkey_c, addr_c, length_c);
+    ibv_wr_set_sge(IBP_QPEX(self), lkey_c, addr_c, length_c);
     return_value = Py_NewRef(Py_None);
 
 exit:
     return return_value;
 }
 
-/* Hand-written: ibv_hand_QPEx_wr_set_sge_list in ibverbs/src/. */
-PyDoc_STRVAR(ibv_hand_QPEx_wr_set_sge_list__doc__,
+/* Hand-written: ibp_hand_QPEx_wr_set_sge_list in ibverbs/src/. */
+PyDoc_STRVAR(ibp_hand_QPEx_wr_set_sge_list__doc__,
 "wr_set_sge_list($self, /, sg_list)\n"
 "--\n"
 "\n"
@@ -887,7 +887,7 @@ QPEx_wr_set_inline_data(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:wr_set_inline_data", kwlist,
             &data_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
     self_ptr = QPEx_PTR(self);
     (void)self_ptr;
@@ -896,9 +896,9 @@ QPEx_wr_set_inline_data(PyObject *self, PyObject *args, PyObject *kwargs)
         goto exit;
     addr_c_size = PyBytes_Size(addr_c_bytes);
     (void)addr_c_size;   /* for the parameters and checks that want it */
-    if ((ibv_qpex_guard(self, IBV_QPEX_OP(wr_set_inline_data), "wr_set_inline_data", IBV_QPEX_SETTER)) < 0)
+    if ((ibp_qpex_guard(self, IBP_QPEX_OP(wr_set_inline_data), "wr_set_inline_data", IBP_QPEX_SETTER)) < 0)
         goto exit;
-    ibv_wr_set_inline_data(IBV_QPEX(self), (void *)PyBytes_AsString(addr_c_bytes), (size_t)addr_c_size);
+    ibv_wr_set_inline_data(IBP_QPEX(self), (void *)PyBytes_AsString(addr_c_bytes), (size_t)addr_c_size);
     return_value = Py_NewRef(Py_None);
 
 exit:
@@ -906,8 +906,8 @@ exit:
     return return_value;
 }
 
-/* Hand-written: ibv_hand_QPEx_wr_set_inline_data_list in ibverbs/src/. */
-PyDoc_STRVAR(ibv_hand_QPEx_wr_set_inline_data_list__doc__,
+/* Hand-written: ibp_hand_QPEx_wr_set_inline_data_list in ibverbs/src/. */
+PyDoc_STRVAR(ibp_hand_QPEx_wr_set_inline_data_list__doc__,
 "wr_set_inline_data_list($self, /, buffers)\n"
 "--\n"
 "\n"
@@ -946,14 +946,14 @@ QPEx_wr_set_ud_addr(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO:wr_set_ud_addr", kwlist,
             &ah_obj, &remote_qpn_obj, &remote_qkey_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
     self_ptr = QPEx_PTR(self);
     if (ah_obj != NULL) {
-        if (ibv_conv_handle(ah_obj, "ah", AH_Type, 0, &ah) < 0)
+        if (ibp_conv_handle(ah_obj, "ah", AH_Type, 0, &ah) < 0)
             goto exit;
         if (ah != NULL)
-            ah_c = (struct ibv_ah *)IBV_HANDLE(ah)->ptr;
+            ah_c = (struct ibv_ah *)IBP_HANDLE(ah)->ptr;
     }
     if (ah_c != NULL && ah_c->context != self_ptr->context) {
         PyErr_SetString(PyExc_ValueError, "QPEx.wr_set_ud_addr: ah belongs to another context");
@@ -961,19 +961,19 @@ QPEx_wr_set_ud_addr(PyObject *self, PyObject *args, PyObject *kwargs)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(remote_qpn_obj, "remote_qpn", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(remote_qpn_obj, "remote_qpn", UINT32_MAX, &v) < 0)
             goto exit;
         remote_qpn_c = v;
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(remote_qkey_obj, "remote_qkey", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(remote_qkey_obj, "remote_qkey", UINT32_MAX, &v) < 0)
             goto exit;
         remote_qkey_c = v;
     }
-    if ((ibv_qpex_guard(self, IBV_QPEX_OP(wr_set_ud_addr), "wr_set_ud_addr", IBV_QPEX_SETTER)) < 0)
+    if ((ibp_qpex_guard(self, IBP_QPEX_OP(wr_set_ud_addr), "wr_set_ud_addr", IBP_QPEX_SETTER)) < 0)
         goto exit;
-    ibv_wr_set_ud_addr(IBV_QPEX(self), ah_c, remote_qpn_c, remote_qkey_c);
+    ibv_wr_set_ud_addr(IBP_QPEX(self), ah_c, remote_qpn_c, remote_qkey_c);
     return_value = Py_NewRef(Py_None);
 
 exit:
@@ -1006,19 +1006,19 @@ QPEx_wr_set_xrc_srqn(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:wr_set_xrc_srqn", kwlist,
             &remote_srqn_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
     self_ptr = QPEx_PTR(self);
     (void)self_ptr;
     {
         uint64_t v;
-        if (ibv_conv_unsigned(remote_srqn_obj, "remote_srqn", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(remote_srqn_obj, "remote_srqn", UINT32_MAX, &v) < 0)
             goto exit;
         remote_srqn_c = v;
     }
-    if ((ibv_qpex_guard(self, IBV_QPEX_OP(wr_set_xrc_srqn), "wr_set_xrc_srqn", IBV_QPEX_SETTER)) < 0)
+    if ((ibp_qpex_guard(self, IBP_QPEX_OP(wr_set_xrc_srqn), "wr_set_xrc_srqn", IBP_QPEX_SETTER)) < 0)
         goto exit;
-    ibv_wr_set_xrc_srqn(IBV_QPEX(self), remote_srqn_c);
+    ibv_wr_set_xrc_srqn(IBP_QPEX(self), remote_srqn_c);
     return_value = Py_NewRef(Py_None);
 
 exit:
@@ -1029,10 +1029,10 @@ exit:
 static PyObject *
 QPEx_wr_start__call(PyObject *self, PyObject *unused)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
     PyObject *result = QPEx_wr_start(self, unused);
-    ibv_call_leave(self);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -1040,10 +1040,10 @@ QPEx_wr_start__call(PyObject *self, PyObject *unused)
 static PyObject *
 QPEx_wr_complete__call(PyObject *self, PyObject *unused)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
     PyObject *result = QPEx_wr_complete(self, unused);
-    ibv_call_leave(self);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -1051,10 +1051,10 @@ QPEx_wr_complete__call(PyObject *self, PyObject *unused)
 static PyObject *
 QPEx_wr_abort__call(PyObject *self, PyObject *unused)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
     PyObject *result = QPEx_wr_abort(self, unused);
-    ibv_call_leave(self);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -1062,10 +1062,10 @@ QPEx_wr_abort__call(PyObject *self, PyObject *unused)
 static PyObject *
 QPEx_wr_send__call(PyObject *self, PyObject *unused)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
     PyObject *result = QPEx_wr_send(self, unused);
-    ibv_call_leave(self);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -1074,11 +1074,11 @@ static PyObject *
 QPEx_wr_send_imm__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = QPEx_wr_send_imm(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1087,11 +1087,11 @@ static PyObject *
 QPEx_wr_send_inv__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = QPEx_wr_send_inv(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1100,11 +1100,11 @@ static PyObject *
 QPEx_wr_rdma_write__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = QPEx_wr_rdma_write(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1113,11 +1113,11 @@ static PyObject *
 QPEx_wr_rdma_write_imm__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = QPEx_wr_rdma_write_imm(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1126,11 +1126,11 @@ static PyObject *
 QPEx_wr_rdma_read__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = QPEx_wr_rdma_read(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1139,11 +1139,11 @@ static PyObject *
 QPEx_wr_atomic_cmp_swp__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = QPEx_wr_atomic_cmp_swp(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1152,11 +1152,11 @@ static PyObject *
 QPEx_wr_atomic_fetch_add__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = QPEx_wr_atomic_fetch_add(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1165,11 +1165,11 @@ static PyObject *
 QPEx_wr_atomic_write__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = QPEx_wr_atomic_write(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1178,11 +1178,11 @@ static PyObject *
 QPEx_wr_bind_mw__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = QPEx_wr_bind_mw(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1191,11 +1191,11 @@ static PyObject *
 QPEx_wr_local_inv__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = QPEx_wr_local_inv(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1204,11 +1204,11 @@ static PyObject *
 QPEx_wr_send_tso__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = QPEx_wr_send_tso(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1217,22 +1217,22 @@ static PyObject *
 QPEx_wr_set_sge__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = QPEx_wr_set_sge(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
 /* wr_set_sge_list(): in flight on its object until it returns. */
 static PyObject *
-ibv_hand_QPEx_wr_set_sge_list__call(PyObject *self, PyObject *arg)
+ibp_hand_QPEx_wr_set_sge_list__call(PyObject *self, PyObject *arg)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
-    PyObject *result = ibv_hand_QPEx_wr_set_sge_list(self, arg);
-    ibv_call_leave(self);
+    PyObject *result = ibp_hand_QPEx_wr_set_sge_list(self, arg);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -1241,22 +1241,22 @@ static PyObject *
 QPEx_wr_set_inline_data__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = QPEx_wr_set_inline_data(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
 /* wr_set_inline_data_list(): in flight on its object until it returns. */
 static PyObject *
-ibv_hand_QPEx_wr_set_inline_data_list__call(PyObject *self, PyObject *arg)
+ibp_hand_QPEx_wr_set_inline_data_list__call(PyObject *self, PyObject *arg)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
-    PyObject *result = ibv_hand_QPEx_wr_set_inline_data_list(self, arg);
-    ibv_call_leave(self);
+    PyObject *result = ibp_hand_QPEx_wr_set_inline_data_list(self, arg);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -1265,11 +1265,11 @@ static PyObject *
 QPEx_wr_set_ud_addr__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = QPEx_wr_set_ud_addr(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -1278,17 +1278,17 @@ static PyObject *
 QPEx_wr_set_xrc_srqn__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = QPEx_wr_set_xrc_srqn(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
 static PyGetSetDef QPEx_getset[] = {
-    {"wr_id", ibv_hand_QPEx_get_wr_id, ibv_hand_QPEx_set_wr_id, "wr_id of the next work request (ibv_qp_ex.wr_id); set before its operation.", NULL},
-    {"wr_flags", ibv_hand_QPEx_get_wr_flags, ibv_hand_QPEx_set_wr_flags, "send_flags of the next work request (ibv_qp_ex.wr_flags, SendFlags); set before its operation.", NULL},
+    {"wr_id", ibp_hand_QPEx_get_wr_id, ibp_hand_QPEx_set_wr_id, "wr_id of the next work request (ibv_qp_ex.wr_id); set before its operation.", NULL},
+    {"wr_flags", ibp_hand_QPEx_get_wr_flags, ibp_hand_QPEx_set_wr_flags, "send_flags of the next work request (ibv_qp_ex.wr_flags, SendFlags); set before its operation.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -1309,9 +1309,9 @@ static PyMethodDef QPEx_methods[] = {
     {"wr_local_inv", (PyCFunction)(void (*)(void))QPEx_wr_local_inv__call, METH_VARARGS | METH_KEYWORDS, QPEx_wr_local_inv__doc__},
     {"wr_send_tso", (PyCFunction)(void (*)(void))QPEx_wr_send_tso__call, METH_VARARGS | METH_KEYWORDS, QPEx_wr_send_tso__doc__},
     {"wr_set_sge", (PyCFunction)(void (*)(void))QPEx_wr_set_sge__call, METH_VARARGS | METH_KEYWORDS, QPEx_wr_set_sge__doc__},
-    {"wr_set_sge_list", (PyCFunction)(void (*)(void))ibv_hand_QPEx_wr_set_sge_list__call, METH_O, ibv_hand_QPEx_wr_set_sge_list__doc__},
+    {"wr_set_sge_list", (PyCFunction)(void (*)(void))ibp_hand_QPEx_wr_set_sge_list__call, METH_O, ibp_hand_QPEx_wr_set_sge_list__doc__},
     {"wr_set_inline_data", (PyCFunction)(void (*)(void))QPEx_wr_set_inline_data__call, METH_VARARGS | METH_KEYWORDS, QPEx_wr_set_inline_data__doc__},
-    {"wr_set_inline_data_list", (PyCFunction)(void (*)(void))ibv_hand_QPEx_wr_set_inline_data_list__call, METH_O, ibv_hand_QPEx_wr_set_inline_data_list__doc__},
+    {"wr_set_inline_data_list", (PyCFunction)(void (*)(void))ibp_hand_QPEx_wr_set_inline_data_list__call, METH_O, ibp_hand_QPEx_wr_set_inline_data_list__doc__},
     {"wr_set_ud_addr", (PyCFunction)(void (*)(void))QPEx_wr_set_ud_addr__call, METH_VARARGS | METH_KEYWORDS, QPEx_wr_set_ud_addr__doc__},
     {"wr_set_xrc_srqn", (PyCFunction)(void (*)(void))QPEx_wr_set_xrc_srqn__call, METH_VARARGS | METH_KEYWORDS, QPEx_wr_set_xrc_srqn__doc__},
     {NULL, NULL, 0, NULL},
@@ -1331,9 +1331,9 @@ QPEx_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 static PyObject *
 QPEx_repr(PyObject *op)
 {
-    if (IBV_HANDLE(op)->ptr == NULL)
+    if (IBP_HANDLE(op)->ptr == NULL)
         return PyUnicode_FromString("<ibverbs.QPEx closed>");
-    return PyUnicode_FromFormat("<ibverbs.QPEx at %p>", IBV_HANDLE(op)->ptr);
+    return PyUnicode_FromFormat("<ibverbs.QPEx at %p>", IBP_HANDLE(op)->ptr);
 }
 
 static PyType_Slot QPEx_slots[] = {

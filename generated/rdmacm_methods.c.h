@@ -22,12 +22,12 @@
 struct EventChannelObject {
     IbvHandle head;          /* head.ptr is the struct rdma_event_channel * */
 };
-#define EventChannel_PTR(o) ((struct rdma_event_channel *)IBV_HANDLE(o)->ptr)
-extern IBV_HIDDEN PyTypeObject *EventChannel_Type;
-IBV_HIDDEN PyObject *EventChannel_wrap(struct rdma_event_channel *ptr);
-IBV_HIDDEN PyObject *ibv_hand_EventChannel_repr(PyObject *self);
-IBV_HIDDEN PyObject *ibv_hand_EventChannel_create_id(PyObject *self, PyObject *args, PyObject *kwargs);
-IBV_HIDDEN PyObject *ibv_hand_EventChannel_get_cm_event(PyObject *self, PyObject *unused);
+#define EventChannel_PTR(o) ((struct rdma_event_channel *)IBP_HANDLE(o)->ptr)
+extern IBP_HIDDEN PyTypeObject *EventChannel_Type;
+IBP_HIDDEN PyObject *EventChannel_wrap(struct rdma_event_channel *ptr);
+IBP_HIDDEN PyObject *ibp_hand_EventChannel_repr(PyObject *self);
+IBP_HIDDEN PyObject *ibp_hand_EventChannel_create_id(PyObject *self, PyObject *args, PyObject *kwargs);
+IBP_HIDDEN PyObject *ibp_hand_EventChannel_get_cm_event(PyObject *self, PyObject *unused);
 
 /* ---- CMID (struct rdma_cm_id, destroyed by rdma_destroy_id) ---- */
 
@@ -37,39 +37,39 @@ struct CMIDObject {
     PyObject *qp;
     PyObject *context;
 };
-#define CMID_PTR(o) ((struct rdma_cm_id *)IBV_HANDLE(o)->ptr)
-extern IBV_HIDDEN PyTypeObject *CMID_Type;
-IBV_HIDDEN PyObject *CMID_wrap(struct rdma_cm_id *ptr, PyObject *channel);
+#define CMID_PTR(o) ((struct rdma_cm_id *)IBP_HANDLE(o)->ptr)
+extern IBP_HIDDEN PyTypeObject *CMID_Type;
+IBP_HIDDEN PyObject *CMID_wrap(struct rdma_cm_id *ptr, PyObject *channel);
 /* hand-written: runs before rdma_destroy_id */
-IBV_HIDDEN int ibv_cmid_before_destroy(struct CMIDObject *self);
+IBP_HIDDEN int ibp_cmid_before_destroy(struct CMIDObject *self);
 /* hand-written: runs first whenever a CMID lets go of its struct rdma_cm_id */
-IBV_HIDDEN void ibv_cmid_detach(struct CMIDObject *self);
+IBP_HIDDEN void ibp_cmid_detach(struct CMIDObject *self);
 /* hand-written: may refuse close() (-1 with an exception set) */
-IBV_HIDDEN int ibv_cmid_before_close(struct CMIDObject *self);
+IBP_HIDDEN int ibp_cmid_before_close(struct CMIDObject *self);
 /* The same for an object of a subclass (type). */
-IBV_HIDDEN PyObject *CMID_wrap_type(PyTypeObject *type, struct rdma_cm_id *ptr, PyObject *channel);
-IBV_HIDDEN PyObject *ibv_hand_CMID_bind_addr(PyObject *self, PyObject *arg);
-IBV_HIDDEN PyObject *ibv_hand_CMID_resolve_addr(PyObject *self, PyObject *args, PyObject *kwargs);
-IBV_HIDDEN PyObject *ibv_hand_CMID_resolve_route(PyObject *self, PyObject *args, PyObject *kwargs);
-IBV_HIDDEN PyObject *ibv_hand_CMID_listen(PyObject *self, PyObject *args, PyObject *kwargs);
-IBV_HIDDEN PyObject *ibv_hand_CMID_connect(PyObject *self, PyObject *args, PyObject *kwargs);
-IBV_HIDDEN PyObject *ibv_hand_CMID_accept(PyObject *self, PyObject *args, PyObject *kwargs);
-IBV_HIDDEN PyObject *ibv_hand_CMID_reject(PyObject *self, PyObject *args, PyObject *kwargs);
-IBV_HIDDEN PyObject *ibv_hand_CMID_disconnect(PyObject *self, PyObject *unused);
-IBV_HIDDEN PyObject *ibv_hand_CMID_establish(PyObject *self, PyObject *unused);
-IBV_HIDDEN PyObject *ibv_hand_CMID_create_qp(PyObject *self, PyObject *args, PyObject *kwargs);
-IBV_HIDDEN PyObject *ibv_hand_CMID_destroy_qp(PyObject *self, PyObject *unused);
-IBV_HIDDEN PyObject *ibv_hand_CMID_migrate(PyObject *self, PyObject *arg);
-IBV_HIDDEN PyObject *ibv_hand_CMID_set_option(PyObject *self, PyObject *args, PyObject *kwargs);
-IBV_HIDDEN PyObject *ibv_hand_CMID__ports(PyObject *self, PyObject *unused);
-IBV_HIDDEN PyObject *ibv_hand_CMID_get_qp(PyObject *self, void *closure);
-IBV_HIDDEN PyObject *ibv_hand_CMID_get_pd(PyObject *self, void *closure);
-IBV_HIDDEN PyObject *ibv_hand_CMID_get_context(PyObject *self, void *closure);
+IBP_HIDDEN PyObject *CMID_wrap_type(PyTypeObject *type, struct rdma_cm_id *ptr, PyObject *channel);
+IBP_HIDDEN PyObject *ibp_hand_CMID_bind_addr(PyObject *self, PyObject *arg);
+IBP_HIDDEN PyObject *ibp_hand_CMID_resolve_addr(PyObject *self, PyObject *args, PyObject *kwargs);
+IBP_HIDDEN PyObject *ibp_hand_CMID_resolve_route(PyObject *self, PyObject *args, PyObject *kwargs);
+IBP_HIDDEN PyObject *ibp_hand_CMID_listen(PyObject *self, PyObject *args, PyObject *kwargs);
+IBP_HIDDEN PyObject *ibp_hand_CMID_connect(PyObject *self, PyObject *args, PyObject *kwargs);
+IBP_HIDDEN PyObject *ibp_hand_CMID_accept(PyObject *self, PyObject *args, PyObject *kwargs);
+IBP_HIDDEN PyObject *ibp_hand_CMID_reject(PyObject *self, PyObject *args, PyObject *kwargs);
+IBP_HIDDEN PyObject *ibp_hand_CMID_disconnect(PyObject *self, PyObject *unused);
+IBP_HIDDEN PyObject *ibp_hand_CMID_establish(PyObject *self, PyObject *unused);
+IBP_HIDDEN PyObject *ibp_hand_CMID_create_qp(PyObject *self, PyObject *args, PyObject *kwargs);
+IBP_HIDDEN PyObject *ibp_hand_CMID_destroy_qp(PyObject *self, PyObject *unused);
+IBP_HIDDEN PyObject *ibp_hand_CMID_migrate(PyObject *self, PyObject *arg);
+IBP_HIDDEN PyObject *ibp_hand_CMID_set_option(PyObject *self, PyObject *args, PyObject *kwargs);
+IBP_HIDDEN PyObject *ibp_hand_CMID__ports(PyObject *self, PyObject *unused);
+IBP_HIDDEN PyObject *ibp_hand_CMID_get_qp(PyObject *self, void *closure);
+IBP_HIDDEN PyObject *ibp_hand_CMID_get_pd(PyObject *self, void *closure);
+IBP_HIDDEN PyObject *ibp_hand_CMID_get_context(PyObject *self, void *closure);
 
 /* ---- module functions ---- */
-IBV_HIDDEN PyObject *ibv_hand_module_create_event_channel(PyObject *module, PyObject *unused);
-IBV_HIDDEN PyObject *ibv_hand_module_cm_event_str(PyObject *module, PyObject *arg);
-IBV_HIDDEN PyObject *ibv_hand_module__rdmacm_available(PyObject *module, PyObject *unused);
+IBP_HIDDEN PyObject *ibp_hand_module_create_event_channel(PyObject *module, PyObject *unused);
+IBP_HIDDEN PyObject *ibp_hand_module_cm_event_str(PyObject *module, PyObject *arg);
+IBP_HIDDEN PyObject *ibp_hand_module__rdmacm_available(PyObject *module, PyObject *unused);
 #endif /* IBVERBS_GENERATED_RDMACM_DECLS */
 
 #ifdef IBVERBS_RDMACM_DEFINE_CLASSES
@@ -85,13 +85,13 @@ PyTypeObject *EventChannel_Type;
 #ifndef IBVERBS_CALL_GUARD_DECLARED
 #define IBVERBS_CALL_GUARD_DECLARED
 /* ibverbs/src/handles.c: fork() ownership and calls in flight (see there). */
-IBV_HIDDEN int ibv_handle_foreign(PyObject *obj);
-IBV_HIDDEN void ibv_handle_closed(PyObject *obj);
-IBV_HIDDEN int ibv_call_enter(PyObject *self);
-IBV_HIDDEN void ibv_call_leave(PyObject *self);
-IBV_HIDDEN int ibv_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
+IBP_HIDDEN int ibp_handle_foreign(PyObject *obj);
+IBP_HIDDEN void ibp_handle_closed(PyObject *obj);
+IBP_HIDDEN int ibp_call_enter(PyObject *self);
+IBP_HIDDEN void ibp_call_leave(PyObject *self);
+IBP_HIDDEN int ibp_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
                                    PyObject **held, int max);
-IBV_HIDDEN void ibv_call_leave_args(PyObject **held, int n);
+IBP_HIDDEN void ibp_call_leave_args(PyObject **held, int n);
 #endif
 
 /* Open EventChannel objects of this process (for leak accounting). */
@@ -101,7 +101,7 @@ PyObject *
 EventChannel_wrap(struct rdma_event_channel *ptr)
 {
     PyObject **parents = NULL, **slots = NULL;
-    PyObject *op = ibv_handle_new(EventChannel_Type, ptr, slots, parents, 0);
+    PyObject *op = ibp_handle_new(EventChannel_Type, ptr, slots, parents, 0);
     if (op == NULL) {
         /* Not wrapped, so not leaked either: give it back now. */
         rdma_destroy_event_channel(ptr);
@@ -118,7 +118,7 @@ static int
 EventChannel_destroy(struct EventChannelObject *self)
 {
     int rc;
-    if (ibv_handle_foreign((PyObject *)self)) {
+    if (ibp_handle_foreign((PyObject *)self)) {
         /* Inherited across fork(): the verbs object is the parent's, which
          * may still use it.  Forget it without destroying it. */
         goto forget;
@@ -128,7 +128,7 @@ EventChannel_destroy(struct EventChannelObject *self)
 forget:
     self->head.ptr = NULL;
     EventChannel_open_count--;
-    ibv_handle_closed((PyObject *)self);
+    ibp_handle_closed((PyObject *)self);
     return 0;
 }
 
@@ -136,13 +136,13 @@ static PyObject *
 EventChannel_close(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    if (IBV_HANDLE(op)->ptr == NULL)
+    if (IBP_HANDLE(op)->ptr == NULL)
         Py_RETURN_NONE;
-    if (ibv_check_closable(op, "rdma_destroy_event_channel") < 0)
+    if (ibp_check_closable(op, "rdma_destroy_event_channel") < 0)
         return NULL;
     int err = EventChannel_destroy((struct EventChannelObject *)op);
     if (err != 0)
-        return ibv_raise("rdma_destroy_event_channel", err);
+        return ibp_raise("rdma_destroy_event_channel", err);
     Py_RETURN_NONE;
 }
 
@@ -159,8 +159,8 @@ EventChannel_dealloc(PyObject *op)
             /* Leaked (the parents stay counted, so they cannot be closed
              * under it); the Python object goes away regardless, so no
              * event may find it any more. */
-            ibv_handle_closed(op);
-            ibv_report_unraisable(op, "rdma_destroy_event_channel", err);
+            ibp_handle_closed(op);
+            ibp_report_unraisable(op, "rdma_destroy_event_channel", err);
         }
     }
     freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
@@ -172,7 +172,7 @@ static PyObject *
 EventChannel_get_closed(PyObject *op, void *closure)
 {
     (void)closure;
-    return PyBool_FromLong(IBV_HANDLE(op)->ptr == NULL);
+    return PyBool_FromLong(IBP_HANDLE(op)->ptr == NULL);
 }
 
 static PyObject *
@@ -180,7 +180,7 @@ EventChannel_get_fd(PyObject *op, void *closure)
 {
     PyObject *result;
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     struct rdma_event_channel *self_ptr = EventChannel_PTR(op);
     result = PyLong_FromLongLong((long long)(self_ptr->fd));
@@ -193,15 +193,15 @@ static PyGetSetDef EventChannel_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-/* Hand-written: ibv_hand_EventChannel_create_id in ibverbs/src/. */
-PyDoc_STRVAR(ibv_hand_EventChannel_create_id__doc__,
+/* Hand-written: ibp_hand_EventChannel_create_id in ibverbs/src/. */
+PyDoc_STRVAR(ibp_hand_EventChannel_create_id__doc__,
 "create_id($self, /, ps=PortSpace.TCP)\n"
 "--\n"
 "\n"
 "A new CMID reporting its events on this channel (rdma_create_id); ps is a PortSpace (TCP: reliable connections, UDP: datagrams).");
 
-/* Hand-written: ibv_hand_EventChannel_get_cm_event in ibverbs/src/. */
-PyDoc_STRVAR(ibv_hand_EventChannel_get_cm_event__doc__,
+/* Hand-written: ibp_hand_EventChannel_get_cm_event in ibverbs/src/. */
+PyDoc_STRVAR(ibp_hand_EventChannel_get_cm_event__doc__,
 "get_cm_event($self, /)\n"
 "--\n"
 "\n"
@@ -209,23 +209,23 @@ PyDoc_STRVAR(ibv_hand_EventChannel_get_cm_event__doc__,
 
 /* create_id(): in flight on its object until it returns. */
 static PyObject *
-ibv_hand_EventChannel_create_id__call(PyObject *self, PyObject *args, PyObject *kwargs)
+ibp_hand_EventChannel_create_id__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
-    PyObject *result = ibv_hand_EventChannel_create_id(self, args, kwargs);
-    ibv_call_leave(self);
+    PyObject *result = ibp_hand_EventChannel_create_id(self, args, kwargs);
+    ibp_call_leave(self);
     return result;
 }
 
 /* get_cm_event(): in flight on its object until it returns. */
 static PyObject *
-ibv_hand_EventChannel_get_cm_event__call(PyObject *self, PyObject *unused)
+ibp_hand_EventChannel_get_cm_event__call(PyObject *self, PyObject *unused)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
-    PyObject *result = ibv_hand_EventChannel_get_cm_event(self, unused);
-    ibv_call_leave(self);
+    PyObject *result = ibp_hand_EventChannel_get_cm_event(self, unused);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -241,7 +241,7 @@ static PyObject *
 EventChannel_enter(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     return Py_NewRef(op);
 }
@@ -260,8 +260,8 @@ static PyMethodDef EventChannel_methods[] = {
     {"__exit__", EventChannel_exit, METH_VARARGS, NULL},
     {"_open_count", EventChannel_open_count_get, METH_NOARGS | METH_CLASS,
      "_open_count($cls, /)\n--\n\nHow many EventChannel objects of this process are open (leak checks)."},
-    {"create_id", (PyCFunction)(void (*)(void))ibv_hand_EventChannel_create_id__call, METH_VARARGS | METH_KEYWORDS, ibv_hand_EventChannel_create_id__doc__},
-    {"get_cm_event", (PyCFunction)(void (*)(void))ibv_hand_EventChannel_get_cm_event__call, METH_NOARGS, ibv_hand_EventChannel_get_cm_event__doc__},
+    {"create_id", (PyCFunction)(void (*)(void))ibp_hand_EventChannel_create_id__call, METH_VARARGS | METH_KEYWORDS, ibp_hand_EventChannel_create_id__doc__},
+    {"get_cm_event", (PyCFunction)(void (*)(void))ibp_hand_EventChannel_get_cm_event__call, METH_NOARGS, ibp_hand_EventChannel_get_cm_event__doc__},
     {NULL, NULL, 0, NULL},
 };
 
@@ -279,7 +279,7 @@ EventChannel_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 static PyType_Slot EventChannel_slots[] = {
     {Py_tp_doc, (void *)"An rdma_cm event channel (rdma_create_event_channel)."},
     {Py_tp_dealloc, (void *)EventChannel_dealloc},
-    {Py_tp_repr, (void *)ibv_hand_EventChannel_repr},
+    {Py_tp_repr, (void *)ibp_hand_EventChannel_repr},
     {Py_tp_getset, EventChannel_getset},
     {Py_tp_methods, EventChannel_methods},
     {Py_tp_new, (void *)EventChannel_new},
@@ -305,13 +305,13 @@ PyTypeObject *CMID_Type;
 #ifndef IBVERBS_CALL_GUARD_DECLARED
 #define IBVERBS_CALL_GUARD_DECLARED
 /* ibverbs/src/handles.c: fork() ownership and calls in flight (see there). */
-IBV_HIDDEN int ibv_handle_foreign(PyObject *obj);
-IBV_HIDDEN void ibv_handle_closed(PyObject *obj);
-IBV_HIDDEN int ibv_call_enter(PyObject *self);
-IBV_HIDDEN void ibv_call_leave(PyObject *self);
-IBV_HIDDEN int ibv_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
+IBP_HIDDEN int ibp_handle_foreign(PyObject *obj);
+IBP_HIDDEN void ibp_handle_closed(PyObject *obj);
+IBP_HIDDEN int ibp_call_enter(PyObject *self);
+IBP_HIDDEN void ibp_call_leave(PyObject *self);
+IBP_HIDDEN int ibp_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
                                    PyObject **held, int max);
-IBV_HIDDEN void ibv_call_leave_args(PyObject **held, int n);
+IBP_HIDDEN void ibp_call_leave_args(PyObject **held, int n);
 #endif
 
 /* Open CMID objects of this process (for leak accounting). */
@@ -322,7 +322,7 @@ CMID_wrap_type(PyTypeObject *type, struct rdma_cm_id *ptr, PyObject *channel)
 {
     PyObject *parents[] = { channel, };
     PyObject *slots[1];
-    PyObject *op = ibv_handle_new(type, ptr, slots, parents, 1);
+    PyObject *op = ibp_handle_new(type, ptr, slots, parents, 1);
     if (op == NULL) {
         /* Not wrapped, so not leaked either: give it back now. */
         rdma_destroy_id(ptr);
@@ -335,7 +335,7 @@ CMID_wrap_type(PyTypeObject *type, struct rdma_cm_id *ptr, PyObject *channel)
     self->qp = NULL;
     self->context = NULL;
     /* Events name the verbs object; they are mapped back to this one. */
-    if (ibv_registry_add(ptr, op) < 0) {
+    if (ibp_registry_add(ptr, op) < 0) {
         Py_DECREF(op);
         return NULL;
     }
@@ -353,28 +353,28 @@ static int
 CMID_destroy(struct CMIDObject *self)
 {
     int rc;
-    ibv_cmid_detach(self);   /* on every path, fork-inherited objects too */
-    if (ibv_handle_foreign((PyObject *)self)) {
+    ibp_cmid_detach(self);   /* on every path, fork-inherited objects too */
+    if (ibp_handle_foreign((PyObject *)self)) {
         /* Inherited across fork(): the verbs object is the parent's, which
          * may still use it.  Forget it without destroying it. */
         goto forget;
     }
-    rc = ibv_cmid_before_destroy(self);
+    rc = ibp_cmid_before_destroy(self);
     if (rc != 0)
         return rc;
     errno = 0;
     rc = rdma_destroy_id((struct rdma_cm_id *)self->head.ptr);
     if (rc != 0)
-        return ibv_error_code(rc);
+        return ibp_error_code(rc);
 forget:
-    ibv_registry_remove(self->head.ptr);
+    ibp_registry_remove(self->head.ptr);
     self->head.ptr = NULL;
     CMID_open_count--;
-    ibv_handle_closed((PyObject *)self);
+    ibp_handle_closed((PyObject *)self);
     /* Needed only while the verbs object lives (clear_on_close). */
     Py_CLEAR(self->context);
     PyObject *parents[] = { self->channel, };
-    ibv_handle_release_parents(parents, 1);
+    ibp_handle_release_parents(parents, 1);
     return 0;
 }
 
@@ -382,15 +382,15 @@ static PyObject *
 CMID_close(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    if (IBV_HANDLE(op)->ptr == NULL)
+    if (IBP_HANDLE(op)->ptr == NULL)
         Py_RETURN_NONE;
-    if (ibv_cmid_before_close((struct CMIDObject *)op) < 0)
+    if (ibp_cmid_before_close((struct CMIDObject *)op) < 0)
         return NULL;
-    if (ibv_check_closable(op, "rdma_destroy_id") < 0)
+    if (ibp_check_closable(op, "rdma_destroy_id") < 0)
         return NULL;
     int err = CMID_destroy((struct CMIDObject *)op);
     if (err != 0)
-        return ibv_raise("rdma_destroy_id", err);
+        return ibp_raise("rdma_destroy_id", err);
     Py_RETURN_NONE;
 }
 
@@ -408,9 +408,9 @@ CMID_dealloc(PyObject *op)
             /* Leaked (the parents stay counted, so they cannot be closed
              * under it); the Python object goes away regardless, so no
              * event may find it any more. */
-            ibv_registry_remove(self->head.ptr);   /* before any Python code runs */
-            ibv_handle_closed(op);
-            ibv_report_unraisable(op, "rdma_destroy_id", err);
+            ibp_registry_remove(self->head.ptr);   /* before any Python code runs */
+            ibp_handle_closed(op);
+            ibp_report_unraisable(op, "rdma_destroy_id", err);
             self->qp = NULL;   /* leaked with it: it may still cover it */
             self->context = NULL;   /* leaked with it: it may still cover it */
         }
@@ -446,7 +446,7 @@ CMID_clear(PyObject *op)
         int err = self->head.live_children > 0 || self->head.busy > 0
                   ? EBUSY : CMID_destroy(self);
         if (err != 0) {
-            ibv_report_unraisable(op, "rdma_destroy_id", err);
+            ibp_report_unraisable(op, "rdma_destroy_id", err);
             return 0;
         }
     }
@@ -459,7 +459,7 @@ static PyObject *
 CMID_get_closed(PyObject *op, void *closure)
 {
     (void)closure;
-    return PyBool_FromLong(IBV_HANDLE(op)->ptr == NULL);
+    return PyBool_FromLong(IBP_HANDLE(op)->ptr == NULL);
 }
 
 static PyObject *
@@ -475,7 +475,7 @@ CMID_get_port_num(PyObject *op, void *closure)
 {
     PyObject *result;
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     struct rdma_cm_id *self_ptr = CMID_PTR(op);
     result = PyLong_FromUnsignedLongLong((unsigned long long)(self_ptr->port_num));
@@ -487,7 +487,7 @@ CMID_get_ps(PyObject *op, void *closure)
 {
     PyObject *result;
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     struct rdma_cm_id *self_ptr = CMID_PTR(op);
     result = PyLong_FromUnsignedLongLong((unsigned long long)(self_ptr->ps));
@@ -499,10 +499,10 @@ CMID_get_local_addr(PyObject *op, void *closure)
 {
     PyObject *result;
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     struct rdma_cm_id *self_ptr = CMID_PTR(op);
-    result = ibv_sockaddr_to_py(&self_ptr->route.addr.src_addr);
+    result = ibp_sockaddr_to_py(&self_ptr->route.addr.src_addr);
     return result;
 }
 
@@ -511,10 +511,10 @@ CMID_get_peer_addr(PyObject *op, void *closure)
 {
     PyObject *result;
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     struct rdma_cm_id *self_ptr = CMID_PTR(op);
-    result = ibv_sockaddr_to_py(&self_ptr->route.addr.dst_addr);
+    result = ibp_sockaddr_to_py(&self_ptr->route.addr.dst_addr);
     return result;
 }
 
@@ -525,105 +525,105 @@ static PyGetSetDef CMID_getset[] = {
     {"ps", CMID_get_ps, NULL, "The port space (PortSpace value).", NULL},
     {"local_addr", CMID_get_local_addr, NULL, "(host, port) of the local end, or None.", NULL},
     {"peer_addr", CMID_get_peer_addr, NULL, "(host, port) of the remote end, or None.", NULL},
-    {"qp", ibv_hand_CMID_get_qp, NULL, "The QP made by create_qp (None when there is none).", NULL},
-    {"pd", ibv_hand_CMID_get_pd, NULL, "The PD of that QP (None when there is none).", NULL},
-    {"context", ibv_hand_CMID_get_context, NULL, "The device Context librdmacm uses for this ID (cm_id->verbs), borrowed (closing it never closes the device); None before the ID is bound to a device.", NULL},
+    {"qp", ibp_hand_CMID_get_qp, NULL, "The QP made by create_qp (None when there is none).", NULL},
+    {"pd", ibp_hand_CMID_get_pd, NULL, "The PD of that QP (None when there is none).", NULL},
+    {"context", ibp_hand_CMID_get_context, NULL, "The device Context librdmacm uses for this ID (cm_id->verbs), borrowed (closing it never closes the device); None before the ID is bound to a device.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-/* Hand-written: ibv_hand_CMID_bind_addr in ibverbs/src/. */
-PyDoc_STRVAR(ibv_hand_CMID_bind_addr__doc__,
+/* Hand-written: ibp_hand_CMID_bind_addr in ibverbs/src/. */
+PyDoc_STRVAR(ibp_hand_CMID_bind_addr__doc__,
 "bind_addr($self, /, addr)\n"
 "--\n"
 "\n"
 "Bind to a local address: (host, port) or host; '' or '0.0.0.0' is any (rdma_bind_addr).");
 
-/* Hand-written: ibv_hand_CMID_resolve_addr in ibverbs/src/. */
-PyDoc_STRVAR(ibv_hand_CMID_resolve_addr__doc__,
+/* Hand-written: ibp_hand_CMID_resolve_addr in ibverbs/src/. */
+PyDoc_STRVAR(ibp_hand_CMID_resolve_addr__doc__,
 "resolve_addr($self, /, dst, src=None, timeout_ms=2000)\n"
 "--\n"
 "\n"
 "Start resolving dst ((host, port) or host) to an RDMA device; ADDR_RESOLVED or ADDR_ERROR follows on the channel (rdma_resolve_addr).");
 
-/* Hand-written: ibv_hand_CMID_resolve_route in ibverbs/src/. */
-PyDoc_STRVAR(ibv_hand_CMID_resolve_route__doc__,
+/* Hand-written: ibp_hand_CMID_resolve_route in ibverbs/src/. */
+PyDoc_STRVAR(ibp_hand_CMID_resolve_route__doc__,
 "resolve_route($self, /, timeout_ms=2000)\n"
 "--\n"
 "\n"
 "Start resolving the route to the resolved address; ROUTE_RESOLVED or ROUTE_ERROR follows (rdma_resolve_route).");
 
-/* Hand-written: ibv_hand_CMID_listen in ibverbs/src/. */
-PyDoc_STRVAR(ibv_hand_CMID_listen__doc__,
+/* Hand-written: ibp_hand_CMID_listen in ibverbs/src/. */
+PyDoc_STRVAR(ibp_hand_CMID_listen__doc__,
 "listen($self, /, backlog=16)\n"
 "--\n"
 "\n"
 "Listen for connection requests on the bound address; each one arrives as a CONNECT_REQUEST event with a new CMID (rdma_listen).");
 
-/* Hand-written: ibv_hand_CMID_connect in ibverbs/src/. */
-PyDoc_STRVAR(ibv_hand_CMID_connect__doc__,
+/* Hand-written: ibp_hand_CMID_connect in ibverbs/src/. */
+PyDoc_STRVAR(ibp_hand_CMID_connect__doc__,
 "connect($self, /, private_data=b'', responder_resources=1, initiator_depth=1, flow_control=1, retry_count=7, rnr_retry_count=7)\n"
 "--\n"
 "\n"
 "Connect (after ROUTE_RESOLVED); the QP made by create_qp is moved to RTS by the connection manager (rdma_connect).");
 
-/* Hand-written: ibv_hand_CMID_accept in ibverbs/src/. */
-PyDoc_STRVAR(ibv_hand_CMID_accept__doc__,
+/* Hand-written: ibp_hand_CMID_accept in ibverbs/src/. */
+PyDoc_STRVAR(ibp_hand_CMID_accept__doc__,
 "accept($self, /, private_data=b'', responder_resources=1, initiator_depth=1, flow_control=1, retry_count=7, rnr_retry_count=7)\n"
 "--\n"
 "\n"
 "Accept a connection request (on the CMID of a CONNECT_REQUEST event) (rdma_accept).");
 
-/* Hand-written: ibv_hand_CMID_reject in ibverbs/src/. */
-PyDoc_STRVAR(ibv_hand_CMID_reject__doc__,
+/* Hand-written: ibp_hand_CMID_reject in ibverbs/src/. */
+PyDoc_STRVAR(ibp_hand_CMID_reject__doc__,
 "reject($self, /, private_data=b'')\n"
 "--\n"
 "\n"
 "Reject a connection request; the peer gets REJECTED with this private data (rdma_reject).");
 
-/* Hand-written: ibv_hand_CMID_disconnect in ibverbs/src/. */
-PyDoc_STRVAR(ibv_hand_CMID_disconnect__doc__,
+/* Hand-written: ibp_hand_CMID_disconnect in ibverbs/src/. */
+PyDoc_STRVAR(ibp_hand_CMID_disconnect__doc__,
 "disconnect($self, /)\n"
 "--\n"
 "\n"
 "Disconnect; both sides get DISCONNECTED (rdma_disconnect).");
 
-/* Hand-written: ibv_hand_CMID_establish in ibverbs/src/. */
-PyDoc_STRVAR(ibv_hand_CMID_establish__doc__,
+/* Hand-written: ibp_hand_CMID_establish in ibverbs/src/. */
+PyDoc_STRVAR(ibp_hand_CMID_establish__doc__,
 "establish($self, /)\n"
 "--\n"
 "\n"
 "Complete an accepted connection when the QP was handled by the caller (rdma_establish).");
 
-/* Hand-written: ibv_hand_CMID_create_qp in ibverbs/src/. */
-PyDoc_STRVAR(ibv_hand_CMID_create_qp__doc__,
+/* Hand-written: ibp_hand_CMID_create_qp in ibverbs/src/. */
+PyDoc_STRVAR(ibp_hand_CMID_create_qp__doc__,
 "create_qp($self, /, pd, init_attr)\n"
 "--\n"
 "\n"
 "Create the CMID's QP on pd (a PD of cm_id.context) from a QPInitAttr (rdma_create_qp).  The returned QP works with post_send/post_recv/poll; the connection manager drives its state.  close() of the CMID raises EBUSY while it is open.");
 
-/* Hand-written: ibv_hand_CMID_destroy_qp in ibverbs/src/. */
-PyDoc_STRVAR(ibv_hand_CMID_destroy_qp__doc__,
+/* Hand-written: ibp_hand_CMID_destroy_qp in ibverbs/src/. */
+PyDoc_STRVAR(ibp_hand_CMID_destroy_qp__doc__,
 "destroy_qp($self, /)\n"
 "--\n"
 "\n"
 "Destroy the CMID's QP, as rdma_destroy_qp does (the QP's own close(), ibv_destroy_qp, then id->qp = NULL, so that the QP object's bookkeeping applies); harmless when there is none.");
 
-/* Hand-written: ibv_hand_CMID_migrate in ibverbs/src/. */
-PyDoc_STRVAR(ibv_hand_CMID_migrate__doc__,
+/* Hand-written: ibp_hand_CMID_migrate in ibverbs/src/. */
+PyDoc_STRVAR(ibp_hand_CMID_migrate__doc__,
 "migrate($self, /, channel)\n"
 "--\n"
 "\n"
 "Report this CMID's events on another EventChannel from now on (rdma_migrate_id).");
 
-/* Hand-written: ibv_hand_CMID_set_option in ibverbs/src/. */
-PyDoc_STRVAR(ibv_hand_CMID_set_option__doc__,
+/* Hand-written: ibp_hand_CMID_set_option in ibverbs/src/. */
+PyDoc_STRVAR(ibp_hand_CMID_set_option__doc__,
 "set_option($self, /, optname, value)\n"
 "--\n"
 "\n"
 "Set an integer option of the ID (rdma_set_option, level RDMA_OPTION_ID): CMIDOption.TOS (0-255), REUSEADDR and AFONLY (bool/int), ACK_TIMEOUT (0-31).");
 
-/* Hand-written: ibv_hand_CMID__ports in ibverbs/src/. */
-PyDoc_STRVAR(ibv_hand_CMID__ports__doc__,
+/* Hand-written: ibp_hand_CMID__ports in ibverbs/src/. */
+PyDoc_STRVAR(ibp_hand_CMID__ports__doc__,
 "_ports($self, /)\n"
 "--\n"
 "\n"
@@ -631,155 +631,155 @@ PyDoc_STRVAR(ibv_hand_CMID__ports__doc__,
 
 /* bind_addr(): in flight on its object until it returns. */
 static PyObject *
-ibv_hand_CMID_bind_addr__call(PyObject *self, PyObject *arg)
+ibp_hand_CMID_bind_addr__call(PyObject *self, PyObject *arg)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
-    PyObject *result = ibv_hand_CMID_bind_addr(self, arg);
-    ibv_call_leave(self);
+    PyObject *result = ibp_hand_CMID_bind_addr(self, arg);
+    ibp_call_leave(self);
     return result;
 }
 
 /* resolve_addr(): in flight on its object until it returns. */
 static PyObject *
-ibv_hand_CMID_resolve_addr__call(PyObject *self, PyObject *args, PyObject *kwargs)
+ibp_hand_CMID_resolve_addr__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
-    PyObject *result = ibv_hand_CMID_resolve_addr(self, args, kwargs);
-    ibv_call_leave(self);
+    PyObject *result = ibp_hand_CMID_resolve_addr(self, args, kwargs);
+    ibp_call_leave(self);
     return result;
 }
 
 /* resolve_route(): in flight on its object until it returns. */
 static PyObject *
-ibv_hand_CMID_resolve_route__call(PyObject *self, PyObject *args, PyObject *kwargs)
+ibp_hand_CMID_resolve_route__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
-    PyObject *result = ibv_hand_CMID_resolve_route(self, args, kwargs);
-    ibv_call_leave(self);
+    PyObject *result = ibp_hand_CMID_resolve_route(self, args, kwargs);
+    ibp_call_leave(self);
     return result;
 }
 
 /* listen(): in flight on its object until it returns. */
 static PyObject *
-ibv_hand_CMID_listen__call(PyObject *self, PyObject *args, PyObject *kwargs)
+ibp_hand_CMID_listen__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
-    PyObject *result = ibv_hand_CMID_listen(self, args, kwargs);
-    ibv_call_leave(self);
+    PyObject *result = ibp_hand_CMID_listen(self, args, kwargs);
+    ibp_call_leave(self);
     return result;
 }
 
 /* connect(): in flight on its object until it returns. */
 static PyObject *
-ibv_hand_CMID_connect__call(PyObject *self, PyObject *args, PyObject *kwargs)
+ibp_hand_CMID_connect__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
-    PyObject *result = ibv_hand_CMID_connect(self, args, kwargs);
-    ibv_call_leave(self);
+    PyObject *result = ibp_hand_CMID_connect(self, args, kwargs);
+    ibp_call_leave(self);
     return result;
 }
 
 /* accept(): in flight on its object until it returns. */
 static PyObject *
-ibv_hand_CMID_accept__call(PyObject *self, PyObject *args, PyObject *kwargs)
+ibp_hand_CMID_accept__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
-    PyObject *result = ibv_hand_CMID_accept(self, args, kwargs);
-    ibv_call_leave(self);
+    PyObject *result = ibp_hand_CMID_accept(self, args, kwargs);
+    ibp_call_leave(self);
     return result;
 }
 
 /* reject(): in flight on its object until it returns. */
 static PyObject *
-ibv_hand_CMID_reject__call(PyObject *self, PyObject *args, PyObject *kwargs)
+ibp_hand_CMID_reject__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
-    PyObject *result = ibv_hand_CMID_reject(self, args, kwargs);
-    ibv_call_leave(self);
+    PyObject *result = ibp_hand_CMID_reject(self, args, kwargs);
+    ibp_call_leave(self);
     return result;
 }
 
 /* disconnect(): in flight on its object until it returns. */
 static PyObject *
-ibv_hand_CMID_disconnect__call(PyObject *self, PyObject *unused)
+ibp_hand_CMID_disconnect__call(PyObject *self, PyObject *unused)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
-    PyObject *result = ibv_hand_CMID_disconnect(self, unused);
-    ibv_call_leave(self);
+    PyObject *result = ibp_hand_CMID_disconnect(self, unused);
+    ibp_call_leave(self);
     return result;
 }
 
 /* establish(): in flight on its object until it returns. */
 static PyObject *
-ibv_hand_CMID_establish__call(PyObject *self, PyObject *unused)
+ibp_hand_CMID_establish__call(PyObject *self, PyObject *unused)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
-    PyObject *result = ibv_hand_CMID_establish(self, unused);
-    ibv_call_leave(self);
+    PyObject *result = ibp_hand_CMID_establish(self, unused);
+    ibp_call_leave(self);
     return result;
 }
 
 /* create_qp(): in flight on its object until it returns. */
 static PyObject *
-ibv_hand_CMID_create_qp__call(PyObject *self, PyObject *args, PyObject *kwargs)
+ibp_hand_CMID_create_qp__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
-    PyObject *result = ibv_hand_CMID_create_qp(self, args, kwargs);
-    ibv_call_leave(self);
+    PyObject *result = ibp_hand_CMID_create_qp(self, args, kwargs);
+    ibp_call_leave(self);
     return result;
 }
 
 /* destroy_qp(): in flight on its object until it returns. */
 static PyObject *
-ibv_hand_CMID_destroy_qp__call(PyObject *self, PyObject *unused)
+ibp_hand_CMID_destroy_qp__call(PyObject *self, PyObject *unused)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
-    PyObject *result = ibv_hand_CMID_destroy_qp(self, unused);
-    ibv_call_leave(self);
+    PyObject *result = ibp_hand_CMID_destroy_qp(self, unused);
+    ibp_call_leave(self);
     return result;
 }
 
 /* migrate(): in flight on its object until it returns. */
 static PyObject *
-ibv_hand_CMID_migrate__call(PyObject *self, PyObject *arg)
+ibp_hand_CMID_migrate__call(PyObject *self, PyObject *arg)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
-    PyObject *result = ibv_hand_CMID_migrate(self, arg);
-    ibv_call_leave(self);
+    PyObject *result = ibp_hand_CMID_migrate(self, arg);
+    ibp_call_leave(self);
     return result;
 }
 
 /* set_option(): in flight on its object until it returns. */
 static PyObject *
-ibv_hand_CMID_set_option__call(PyObject *self, PyObject *args, PyObject *kwargs)
+ibp_hand_CMID_set_option__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
-    PyObject *result = ibv_hand_CMID_set_option(self, args, kwargs);
-    ibv_call_leave(self);
+    PyObject *result = ibp_hand_CMID_set_option(self, args, kwargs);
+    ibp_call_leave(self);
     return result;
 }
 
 /* _ports(): in flight on its object until it returns. */
 static PyObject *
-ibv_hand_CMID__ports__call(PyObject *self, PyObject *unused)
+ibp_hand_CMID__ports__call(PyObject *self, PyObject *unused)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
-    PyObject *result = ibv_hand_CMID__ports(self, unused);
-    ibv_call_leave(self);
+    PyObject *result = ibp_hand_CMID__ports(self, unused);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -795,7 +795,7 @@ static PyObject *
 CMID_enter(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     return Py_NewRef(op);
 }
@@ -814,20 +814,20 @@ static PyMethodDef CMID_methods[] = {
     {"__exit__", CMID_exit, METH_VARARGS, NULL},
     {"_open_count", CMID_open_count_get, METH_NOARGS | METH_CLASS,
      "_open_count($cls, /)\n--\n\nHow many CMID objects of this process are open (leak checks)."},
-    {"bind_addr", (PyCFunction)(void (*)(void))ibv_hand_CMID_bind_addr__call, METH_O, ibv_hand_CMID_bind_addr__doc__},
-    {"resolve_addr", (PyCFunction)(void (*)(void))ibv_hand_CMID_resolve_addr__call, METH_VARARGS | METH_KEYWORDS, ibv_hand_CMID_resolve_addr__doc__},
-    {"resolve_route", (PyCFunction)(void (*)(void))ibv_hand_CMID_resolve_route__call, METH_VARARGS | METH_KEYWORDS, ibv_hand_CMID_resolve_route__doc__},
-    {"listen", (PyCFunction)(void (*)(void))ibv_hand_CMID_listen__call, METH_VARARGS | METH_KEYWORDS, ibv_hand_CMID_listen__doc__},
-    {"connect", (PyCFunction)(void (*)(void))ibv_hand_CMID_connect__call, METH_VARARGS | METH_KEYWORDS, ibv_hand_CMID_connect__doc__},
-    {"accept", (PyCFunction)(void (*)(void))ibv_hand_CMID_accept__call, METH_VARARGS | METH_KEYWORDS, ibv_hand_CMID_accept__doc__},
-    {"reject", (PyCFunction)(void (*)(void))ibv_hand_CMID_reject__call, METH_VARARGS | METH_KEYWORDS, ibv_hand_CMID_reject__doc__},
-    {"disconnect", (PyCFunction)(void (*)(void))ibv_hand_CMID_disconnect__call, METH_NOARGS, ibv_hand_CMID_disconnect__doc__},
-    {"establish", (PyCFunction)(void (*)(void))ibv_hand_CMID_establish__call, METH_NOARGS, ibv_hand_CMID_establish__doc__},
-    {"create_qp", (PyCFunction)(void (*)(void))ibv_hand_CMID_create_qp__call, METH_VARARGS | METH_KEYWORDS, ibv_hand_CMID_create_qp__doc__},
-    {"destroy_qp", (PyCFunction)(void (*)(void))ibv_hand_CMID_destroy_qp__call, METH_NOARGS, ibv_hand_CMID_destroy_qp__doc__},
-    {"migrate", (PyCFunction)(void (*)(void))ibv_hand_CMID_migrate__call, METH_O, ibv_hand_CMID_migrate__doc__},
-    {"set_option", (PyCFunction)(void (*)(void))ibv_hand_CMID_set_option__call, METH_VARARGS | METH_KEYWORDS, ibv_hand_CMID_set_option__doc__},
-    {"_ports", (PyCFunction)(void (*)(void))ibv_hand_CMID__ports__call, METH_NOARGS, ibv_hand_CMID__ports__doc__},
+    {"bind_addr", (PyCFunction)(void (*)(void))ibp_hand_CMID_bind_addr__call, METH_O, ibp_hand_CMID_bind_addr__doc__},
+    {"resolve_addr", (PyCFunction)(void (*)(void))ibp_hand_CMID_resolve_addr__call, METH_VARARGS | METH_KEYWORDS, ibp_hand_CMID_resolve_addr__doc__},
+    {"resolve_route", (PyCFunction)(void (*)(void))ibp_hand_CMID_resolve_route__call, METH_VARARGS | METH_KEYWORDS, ibp_hand_CMID_resolve_route__doc__},
+    {"listen", (PyCFunction)(void (*)(void))ibp_hand_CMID_listen__call, METH_VARARGS | METH_KEYWORDS, ibp_hand_CMID_listen__doc__},
+    {"connect", (PyCFunction)(void (*)(void))ibp_hand_CMID_connect__call, METH_VARARGS | METH_KEYWORDS, ibp_hand_CMID_connect__doc__},
+    {"accept", (PyCFunction)(void (*)(void))ibp_hand_CMID_accept__call, METH_VARARGS | METH_KEYWORDS, ibp_hand_CMID_accept__doc__},
+    {"reject", (PyCFunction)(void (*)(void))ibp_hand_CMID_reject__call, METH_VARARGS | METH_KEYWORDS, ibp_hand_CMID_reject__doc__},
+    {"disconnect", (PyCFunction)(void (*)(void))ibp_hand_CMID_disconnect__call, METH_NOARGS, ibp_hand_CMID_disconnect__doc__},
+    {"establish", (PyCFunction)(void (*)(void))ibp_hand_CMID_establish__call, METH_NOARGS, ibp_hand_CMID_establish__doc__},
+    {"create_qp", (PyCFunction)(void (*)(void))ibp_hand_CMID_create_qp__call, METH_VARARGS | METH_KEYWORDS, ibp_hand_CMID_create_qp__doc__},
+    {"destroy_qp", (PyCFunction)(void (*)(void))ibp_hand_CMID_destroy_qp__call, METH_NOARGS, ibp_hand_CMID_destroy_qp__doc__},
+    {"migrate", (PyCFunction)(void (*)(void))ibp_hand_CMID_migrate__call, METH_O, ibp_hand_CMID_migrate__doc__},
+    {"set_option", (PyCFunction)(void (*)(void))ibp_hand_CMID_set_option__call, METH_VARARGS | METH_KEYWORDS, ibp_hand_CMID_set_option__doc__},
+    {"_ports", (PyCFunction)(void (*)(void))ibp_hand_CMID__ports__call, METH_NOARGS, ibp_hand_CMID__ports__doc__},
     {NULL, NULL, 0, NULL},
 };
 
@@ -845,9 +845,9 @@ CMID_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 static PyObject *
 CMID_repr(PyObject *op)
 {
-    if (IBV_HANDLE(op)->ptr == NULL)
+    if (IBP_HANDLE(op)->ptr == NULL)
         return PyUnicode_FromString("<ibverbs.CMID closed>");
-    return PyUnicode_FromFormat("<ibverbs.CMID at %p>", IBV_HANDLE(op)->ptr);
+    return PyUnicode_FromFormat("<ibverbs.CMID at %p>", IBP_HANDLE(op)->ptr);
 }
 
 static PyType_Slot CMID_slots[] = {
@@ -871,31 +871,31 @@ static PyType_Spec CMID_spec = {
 };
 
 /* ---- module functions ---- */
-PyDoc_STRVAR(ibv_hand_module_create_event_channel__doc__,
+PyDoc_STRVAR(ibp_hand_module_create_event_channel__doc__,
 "create_event_channel()\n"
 "--\n"
 "\n"
 "A new EventChannel (rdma_create_event_channel); loads librdmacm.so.1 on first use (RuntimeError naming it when missing).");
-PyDoc_STRVAR(ibv_hand_module_cm_event_str__doc__,
+PyDoc_STRVAR(ibp_hand_module_cm_event_str__doc__,
 "cm_event_str(event)\n"
 "--\n"
 "\n"
 "librdmacm's name of a CM event type (rdma_event_str).");
-PyDoc_STRVAR(ibv_hand_module__rdmacm_available__doc__,
+PyDoc_STRVAR(ibp_hand_module__rdmacm_available__doc__,
 "_rdmacm_available()\n"
 "--\n"
 "\n"
 "Whether librdmacm.so.1 can be loaded (loads it).");
 
 #define RDMACM_GENERATED_FUNCTIONS \
-    {"create_event_channel", (PyCFunction)(void (*)(void))ibv_hand_module_create_event_channel, METH_NOARGS, ibv_hand_module_create_event_channel__doc__}, \
-    {"cm_event_str", (PyCFunction)(void (*)(void))ibv_hand_module_cm_event_str, METH_O, ibv_hand_module_cm_event_str__doc__}, \
-    {"_rdmacm_available", (PyCFunction)(void (*)(void))ibv_hand_module__rdmacm_available, METH_NOARGS, ibv_hand_module__rdmacm_available__doc__}, \
+    {"create_event_channel", (PyCFunction)(void (*)(void))ibp_hand_module_create_event_channel, METH_NOARGS, ibp_hand_module_create_event_channel__doc__}, \
+    {"cm_event_str", (PyCFunction)(void (*)(void))ibp_hand_module_cm_event_str, METH_O, ibp_hand_module_cm_event_str__doc__}, \
+    {"_rdmacm_available", (PyCFunction)(void (*)(void))ibp_hand_module__rdmacm_available, METH_NOARGS, ibp_hand_module__rdmacm_available__doc__}, \
 /* end of RDMACM_GENERATED_FUNCTIONS */
 
 /* Create the rdma_cm classes and add them to the module. */
 static int
-ibv_rdmacm_add_types(PyObject *module)
+ibp_rdmacm_add_types(PyObject *module)
 {
     struct { PyTypeObject **type; PyType_Spec *spec; const char *name; } types[] = {
         {&EventChannel_Type, &EventChannel_spec, "EventChannel"},

@@ -14,13 +14,13 @@ PyTypeObject *RWQIndTable_Type;
 #ifndef IBVERBS_CALL_GUARD_DECLARED
 #define IBVERBS_CALL_GUARD_DECLARED
 /* ibverbs/src/handles.c: fork() ownership and calls in flight (see there). */
-IBV_HIDDEN int ibv_handle_foreign(PyObject *obj);
-IBV_HIDDEN void ibv_handle_closed(PyObject *obj);
-IBV_HIDDEN int ibv_call_enter(PyObject *self);
-IBV_HIDDEN void ibv_call_leave(PyObject *self);
-IBV_HIDDEN int ibv_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
+IBP_HIDDEN int ibp_handle_foreign(PyObject *obj);
+IBP_HIDDEN void ibp_handle_closed(PyObject *obj);
+IBP_HIDDEN int ibp_call_enter(PyObject *self);
+IBP_HIDDEN void ibp_call_leave(PyObject *self);
+IBP_HIDDEN int ibp_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
                                    PyObject **held, int max);
-IBV_HIDDEN void ibv_call_leave_args(PyObject **held, int n);
+IBP_HIDDEN void ibp_call_leave_args(PyObject **held, int n);
 #endif
 
 /* Open RWQIndTable objects of this process (for leak accounting). */
@@ -31,7 +31,7 @@ RWQIndTable_wrap(struct ibv_rwq_ind_table *ptr, PyObject *context)
 {
     PyObject *parents[] = { context, };
     PyObject *slots[1];
-    PyObject *op = ibv_handle_new(RWQIndTable_Type, ptr, slots, parents, 1);
+    PyObject *op = ibp_handle_new(RWQIndTable_Type, ptr, slots, parents, 1);
     if (op == NULL) {
         /* Not wrapped, so not leaked either: give it back now. */
         ibv_destroy_rwq_ind_table(ptr);
@@ -50,7 +50,7 @@ static int
 RWQIndTable_destroy(struct RWQIndTableObject *self)
 {
     int rc;
-    if (ibv_handle_foreign((PyObject *)self)) {
+    if (ibp_handle_foreign((PyObject *)self)) {
         /* Inherited across fork(): the verbs object is the parent's, which
          * may still use it.  Forget it without destroying it. */
         goto forget;
@@ -58,13 +58,13 @@ RWQIndTable_destroy(struct RWQIndTableObject *self)
     errno = 0;
     rc = ibv_destroy_rwq_ind_table((struct ibv_rwq_ind_table *)self->head.ptr);
     if (rc != 0)
-        return ibv_error_code(rc);
+        return ibp_error_code(rc);
 forget:
     self->head.ptr = NULL;
     RWQIndTable_open_count--;
-    ibv_handle_closed((PyObject *)self);
+    ibp_handle_closed((PyObject *)self);
     PyObject *parents[] = { self->context, };
-    ibv_handle_release_parents(parents, 1);
+    ibp_handle_release_parents(parents, 1);
     return 0;
 }
 
@@ -72,13 +72,13 @@ static PyObject *
 RWQIndTable_close(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    if (IBV_HANDLE(op)->ptr == NULL)
+    if (IBP_HANDLE(op)->ptr == NULL)
         Py_RETURN_NONE;
-    if (ibv_check_closable(op, "ibv_destroy_rwq_ind_table") < 0)
+    if (ibp_check_closable(op, "ibv_destroy_rwq_ind_table") < 0)
         return NULL;
     int err = RWQIndTable_destroy((struct RWQIndTableObject *)op);
     if (err != 0)
-        return ibv_raise("ibv_destroy_rwq_ind_table", err);
+        return ibp_raise("ibv_destroy_rwq_ind_table", err);
     Py_RETURN_NONE;
 }
 
@@ -96,8 +96,8 @@ RWQIndTable_dealloc(PyObject *op)
             /* Leaked (the parents stay counted, so they cannot be closed
              * under it); the Python object goes away regardless, so no
              * event may find it any more. */
-            ibv_handle_closed(op);
-            ibv_report_unraisable(op, "ibv_destroy_rwq_ind_table", err);
+            ibp_handle_closed(op);
+            ibp_report_unraisable(op, "ibv_destroy_rwq_ind_table", err);
             self->wqs = NULL;   /* leaked with it: it may still cover it */
         }
     }
@@ -130,7 +130,7 @@ RWQIndTable_clear(PyObject *op)
         int err = self->head.live_children > 0 || self->head.busy > 0
                   ? EBUSY : RWQIndTable_destroy(self);
         if (err != 0) {
-            ibv_report_unraisable(op, "ibv_destroy_rwq_ind_table", err);
+            ibp_report_unraisable(op, "ibv_destroy_rwq_ind_table", err);
             return 0;
         }
     }
@@ -142,7 +142,7 @@ static PyObject *
 RWQIndTable_get_closed(PyObject *op, void *closure)
 {
     (void)closure;
-    return PyBool_FromLong(IBV_HANDLE(op)->ptr == NULL);
+    return PyBool_FromLong(IBP_HANDLE(op)->ptr == NULL);
 }
 
 static PyObject *
@@ -158,7 +158,7 @@ RWQIndTable_get_ind_tbl_handle(PyObject *op, void *closure)
 {
     PyObject *result;
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     struct ibv_rwq_ind_table *self_ptr = RWQIndTable_PTR(op);
     result = PyLong_FromLongLong((long long)(self_ptr->ind_tbl_handle));
@@ -170,7 +170,7 @@ RWQIndTable_get_ind_tbl_num(PyObject *op, void *closure)
 {
     PyObject *result;
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     struct ibv_rwq_ind_table *self_ptr = RWQIndTable_PTR(op);
     result = PyLong_FromLongLong((long long)(self_ptr->ind_tbl_num));
@@ -206,7 +206,7 @@ static PyObject *
 RWQIndTable_enter(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     return Py_NewRef(op);
 }
@@ -240,15 +240,15 @@ RWQIndTable_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
                         "ibverbs.RWQIndTable() takes no arguments (an open one comes from a verb)");
         return NULL;
     }
-    return ibv_handle_new(type, NULL, NULL, NULL, 0);
+    return ibp_handle_new(type, NULL, NULL, NULL, 0);
 }
 
 static PyObject *
 RWQIndTable_repr(PyObject *op)
 {
-    if (IBV_HANDLE(op)->ptr == NULL)
+    if (IBP_HANDLE(op)->ptr == NULL)
         return PyUnicode_FromString("<ibverbs.RWQIndTable closed>");
-    return PyUnicode_FromFormat("<ibverbs.RWQIndTable at %p>", IBV_HANDLE(op)->ptr);
+    return PyUnicode_FromFormat("<ibverbs.RWQIndTable at %p>", IBP_HANDLE(op)->ptr);
 }
 
 static PyType_Slot RWQIndTable_slots[] = {

@@ -14,13 +14,13 @@ PyTypeObject *SRQ_Type;
 #ifndef IBVERBS_CALL_GUARD_DECLARED
 #define IBVERBS_CALL_GUARD_DECLARED
 /* ibverbs/src/handles.c: fork() ownership and calls in flight (see there). */
-IBV_HIDDEN int ibv_handle_foreign(PyObject *obj);
-IBV_HIDDEN void ibv_handle_closed(PyObject *obj);
-IBV_HIDDEN int ibv_call_enter(PyObject *self);
-IBV_HIDDEN void ibv_call_leave(PyObject *self);
-IBV_HIDDEN int ibv_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
+IBP_HIDDEN int ibp_handle_foreign(PyObject *obj);
+IBP_HIDDEN void ibp_handle_closed(PyObject *obj);
+IBP_HIDDEN int ibp_call_enter(PyObject *self);
+IBP_HIDDEN void ibp_call_leave(PyObject *self);
+IBP_HIDDEN int ibp_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
                                    PyObject **held, int max);
-IBV_HIDDEN void ibv_call_leave_args(PyObject **held, int n);
+IBP_HIDDEN void ibp_call_leave_args(PyObject **held, int n);
 #endif
 
 /* Open SRQ objects of this process (for leak accounting). */
@@ -31,7 +31,7 @@ SRQ_wrap(struct ibv_srq *ptr, PyObject *pd, PyObject *xrcd, PyObject *cq)
 {
     PyObject *parents[] = { pd, xrcd, cq, };
     PyObject *slots[3];
-    PyObject *op = ibv_handle_new(SRQ_Type, ptr, slots, parents, 3);
+    PyObject *op = ibp_handle_new(SRQ_Type, ptr, slots, parents, 3);
     if (op == NULL) {
         /* Not wrapped, so not leaked either: give it back now. */
         ibv_destroy_srq(ptr);
@@ -44,7 +44,7 @@ SRQ_wrap(struct ibv_srq *ptr, PyObject *pd, PyObject *xrcd, PyObject *cq)
     self->xrcd = slots[1];
     self->cq = slots[2];
     /* Events name the verbs object; they are mapped back to this one. */
-    if (ibv_registry_add(ptr, op) < 0) {
+    if (ibp_registry_add(ptr, op) < 0) {
         Py_DECREF(op);
         return NULL;
     }
@@ -56,7 +56,7 @@ static int
 SRQ_destroy(struct SRQObject *self)
 {
     int rc;
-    if (ibv_handle_foreign((PyObject *)self)) {
+    if (ibp_handle_foreign((PyObject *)self)) {
         /* Inherited across fork(): the verbs object is the parent's, which
          * may still use it.  Forget it without destroying it. */
         goto forget;
@@ -64,14 +64,14 @@ SRQ_destroy(struct SRQObject *self)
     errno = 0;
     rc = ibv_destroy_srq((struct ibv_srq *)self->head.ptr);
     if (rc != 0)
-        return ibv_error_code(rc);
+        return ibp_error_code(rc);
 forget:
-    ibv_registry_remove(self->head.ptr);
+    ibp_registry_remove(self->head.ptr);
     self->head.ptr = NULL;
     SRQ_open_count--;
-    ibv_handle_closed((PyObject *)self);
+    ibp_handle_closed((PyObject *)self);
     PyObject *parents[] = { self->pd, self->xrcd, self->cq, };
-    ibv_handle_release_parents(parents, 3);
+    ibp_handle_release_parents(parents, 3);
     return 0;
 }
 
@@ -79,13 +79,13 @@ static PyObject *
 SRQ_close(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    if (IBV_HANDLE(op)->ptr == NULL)
+    if (IBP_HANDLE(op)->ptr == NULL)
         Py_RETURN_NONE;
-    if (ibv_check_closable(op, "ibv_destroy_srq") < 0)
+    if (ibp_check_closable(op, "ibv_destroy_srq") < 0)
         return NULL;
     int err = SRQ_destroy((struct SRQObject *)op);
     if (err != 0)
-        return ibv_raise("ibv_destroy_srq", err);
+        return ibp_raise("ibv_destroy_srq", err);
     Py_RETURN_NONE;
 }
 
@@ -102,9 +102,9 @@ SRQ_dealloc(PyObject *op)
             /* Leaked (the parents stay counted, so they cannot be closed
              * under it); the Python object goes away regardless, so no
              * event may find it any more. */
-            ibv_registry_remove(self->head.ptr);   /* before any Python code runs */
-            ibv_handle_closed(op);
-            ibv_report_unraisable(op, "ibv_destroy_srq", err);
+            ibp_registry_remove(self->head.ptr);   /* before any Python code runs */
+            ibp_handle_closed(op);
+            ibp_report_unraisable(op, "ibv_destroy_srq", err);
         }
     }
     Py_CLEAR(self->pd);
@@ -119,7 +119,7 @@ static PyObject *
 SRQ_get_closed(PyObject *op, void *closure)
 {
     (void)closure;
-    return PyBool_FromLong(IBV_HANDLE(op)->ptr == NULL);
+    return PyBool_FromLong(IBP_HANDLE(op)->ptr == NULL);
 }
 
 static PyObject *
@@ -151,7 +151,7 @@ SRQ_get_handle(PyObject *op, void *closure)
 {
     PyObject *result;
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     struct ibv_srq *self_ptr = SRQ_PTR(op);
     result = PyLong_FromUnsignedLongLong((unsigned long long)(self_ptr->handle));
@@ -190,14 +190,14 @@ SRQ_query(PyObject *self, PyObject *unused)
     PyObject *return_value = NULL;
     int rc;
 
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_srq *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_srq *)IBP_HANDLE(self)->ptr;
     memset(&srq_attr_out, 0, sizeof(srq_attr_out));
     errno = 0;
     rc = ibv_query_srq(self_ptr, &srq_attr_out);
     if (rc != 0) {
-        ibv_raise("ibv_query_srq", ibv_error_code(rc));
+        ibp_raise("ibv_query_srq", ibp_error_code(rc));
         goto exit;
     }
     {
@@ -243,14 +243,14 @@ SRQ_modify(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OO:modify", kwlist,
             &max_wr_obj, &srq_limit_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_srq *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_srq *)IBP_HANDLE(self)->ptr;
     memset(&srq_attr_c, 0, sizeof(srq_attr_c));
     if (max_wr_obj != NULL && max_wr_obj != Py_None) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(max_wr_obj, "max_wr", UINT32_MAX, &v) < 0)
+            if (ibp_conv_unsigned(max_wr_obj, "max_wr", UINT32_MAX, &v) < 0)
                 goto exit;
             srq_attr_c.max_wr = v;
         }
@@ -259,7 +259,7 @@ SRQ_modify(PyObject *self, PyObject *args, PyObject *kwargs)
     if (srq_limit_obj != NULL && srq_limit_obj != Py_None) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(srq_limit_obj, "srq_limit", UINT32_MAX, &v) < 0)
+            if (ibp_conv_unsigned(srq_limit_obj, "srq_limit", UINT32_MAX, &v) < 0)
                 goto exit;
             srq_attr_c.srq_limit = v;
         }
@@ -268,7 +268,7 @@ SRQ_modify(PyObject *self, PyObject *args, PyObject *kwargs)
     errno = 0;
     rc = ibv_modify_srq(self_ptr, &srq_attr_c, mask_bits);
     if (rc != 0) {
-        ibv_raise("ibv_modify_srq", ibv_error_code(rc));
+        ibp_raise("ibv_modify_srq", ibp_error_code(rc));
         goto exit;
     }
     return_value = Py_NewRef(Py_None);
@@ -300,14 +300,14 @@ SRQ_get_srq_num(PyObject *self, PyObject *unused)
     PyObject *return_value = NULL;
     int rc;
 
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_srq *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_srq *)IBP_HANDLE(self)->ptr;
     memset(&srq_num_out, 0, sizeof(srq_num_out));
     errno = 0;
     rc = ibv_get_srq_num(self_ptr, &srq_num_out);
     if (rc != 0) {
-        ibv_raise("ibv_get_srq_num", ibv_error_code(rc));
+        ibp_raise("ibv_get_srq_num", ibp_error_code(rc));
         goto exit;
     }
     {
@@ -363,13 +363,13 @@ SRQ_post_srq_ops(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|OOOOOOO:post_srq_ops", kwlist,
             &opcode_obj, &wr_id_obj, &flags_obj, &unexpected_cnt_obj, &handle_obj, &recv_wr_id_obj, &tag_obj, &mask_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_srq *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_srq *)IBP_HANDLE(self)->ptr;
     memset(&op_c, 0, sizeof(op_c));
     {
         uint64_t v;
-        if (ibv_conv_unsigned(opcode_obj, "opcode", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(opcode_obj, "opcode", UINT32_MAX, &v) < 0)
             goto exit;
         op_c.opcode = v;
     }
@@ -377,7 +377,7 @@ SRQ_post_srq_ops(PyObject *self, PyObject *args, PyObject *kwargs)
     if (wr_id_obj != NULL) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(wr_id_obj, "wr_id", UINT64_MAX, &v) < 0)
+            if (ibp_conv_unsigned(wr_id_obj, "wr_id", UINT64_MAX, &v) < 0)
                 goto exit;
             op_c.wr_id = v;
         }
@@ -386,7 +386,7 @@ SRQ_post_srq_ops(PyObject *self, PyObject *args, PyObject *kwargs)
     if (flags_obj != NULL) {
         {
             int64_t v;
-            if (ibv_conv_signed(flags_obj, "flags", INT32_MIN, INT32_MAX, &v) < 0)
+            if (ibp_conv_signed(flags_obj, "flags", INT32_MIN, INT32_MAX, &v) < 0)
                 goto exit;
             op_c.flags = v;
         }
@@ -395,7 +395,7 @@ SRQ_post_srq_ops(PyObject *self, PyObject *args, PyObject *kwargs)
     if (unexpected_cnt_obj != NULL) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(unexpected_cnt_obj, "unexpected_cnt", UINT32_MAX, &v) < 0)
+            if (ibp_conv_unsigned(unexpected_cnt_obj, "unexpected_cnt", UINT32_MAX, &v) < 0)
                 goto exit;
             op_c.tm.unexpected_cnt = v;
         }
@@ -404,7 +404,7 @@ SRQ_post_srq_ops(PyObject *self, PyObject *args, PyObject *kwargs)
     if (handle_obj != NULL) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(handle_obj, "handle", UINT32_MAX, &v) < 0)
+            if (ibp_conv_unsigned(handle_obj, "handle", UINT32_MAX, &v) < 0)
                 goto exit;
             op_c.tm.handle = v;
         }
@@ -413,7 +413,7 @@ SRQ_post_srq_ops(PyObject *self, PyObject *args, PyObject *kwargs)
     if (recv_wr_id_obj != NULL) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(recv_wr_id_obj, "recv_wr_id", UINT64_MAX, &v) < 0)
+            if (ibp_conv_unsigned(recv_wr_id_obj, "recv_wr_id", UINT64_MAX, &v) < 0)
                 goto exit;
             op_c.tm.add.recv_wr_id = v;
         }
@@ -422,7 +422,7 @@ SRQ_post_srq_ops(PyObject *self, PyObject *args, PyObject *kwargs)
     if (tag_obj != NULL) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(tag_obj, "tag", UINT64_MAX, &v) < 0)
+            if (ibp_conv_unsigned(tag_obj, "tag", UINT64_MAX, &v) < 0)
                 goto exit;
             op_c.tm.add.tag = v;
         }
@@ -431,7 +431,7 @@ SRQ_post_srq_ops(PyObject *self, PyObject *args, PyObject *kwargs)
     if (mask_obj != NULL) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(mask_obj, "mask", UINT64_MAX, &v) < 0)
+            if (ibp_conv_unsigned(mask_obj, "mask", UINT64_MAX, &v) < 0)
                 goto exit;
             op_c.tm.add.mask = v;
         }
@@ -440,7 +440,7 @@ SRQ_post_srq_ops(PyObject *self, PyObject *args, PyObject *kwargs)
     errno = 0;
     rc = ibv_post_srq_ops(self_ptr, &op_c, &bad_op_scratch);
     if (rc != 0) {
-        ibv_raise("ibv_post_srq_ops", ibv_error_code(rc));
+        ibp_raise("ibv_post_srq_ops", ibp_error_code(rc));
         goto exit;
     }
     return_value = Py_NewRef(Py_None);
@@ -449,8 +449,8 @@ exit:
     return return_value;
 }
 
-/* Hand-written: ibv_hand_SRQ_post_recv in ibverbs/src/. */
-PyDoc_STRVAR(ibv_hand_SRQ_post_recv__doc__,
+/* Hand-written: ibp_hand_SRQ_post_recv in ibverbs/src/. */
+PyDoc_STRVAR(ibp_hand_SRQ_post_recv__doc__,
 "post_recv($self, /, wrs)\n"
 "--\n"
 "\n"
@@ -460,10 +460,10 @@ PyDoc_STRVAR(ibv_hand_SRQ_post_recv__doc__,
 static PyObject *
 SRQ_query__call(PyObject *self, PyObject *unused)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
     PyObject *result = SRQ_query(self, unused);
-    ibv_call_leave(self);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -472,11 +472,11 @@ static PyObject *
 SRQ_modify__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = SRQ_modify(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -484,10 +484,10 @@ SRQ_modify__call(PyObject *self, PyObject *args, PyObject *kwargs)
 static PyObject *
 SRQ_get_srq_num__call(PyObject *self, PyObject *unused)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
     PyObject *result = SRQ_get_srq_num(self, unused);
-    ibv_call_leave(self);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -496,22 +496,22 @@ static PyObject *
 SRQ_post_srq_ops__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = SRQ_post_srq_ops(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
 /* post_recv(): in flight on its object until it returns. */
 static PyObject *
-ibv_hand_SRQ_post_recv__call(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+ibp_hand_SRQ_post_recv__call(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
-    PyObject *result = ibv_hand_SRQ_post_recv(self, args, nargs, kwnames);
-    ibv_call_leave(self);
+    PyObject *result = ibp_hand_SRQ_post_recv(self, args, nargs, kwnames);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -527,7 +527,7 @@ static PyObject *
 SRQ_enter(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     return Py_NewRef(op);
 }
@@ -550,7 +550,7 @@ static PyMethodDef SRQ_methods[] = {
     {"modify", (PyCFunction)(void (*)(void))SRQ_modify__call, METH_VARARGS | METH_KEYWORDS, SRQ_modify__doc__},
     {"get_srq_num", (PyCFunction)(void (*)(void))SRQ_get_srq_num__call, METH_NOARGS, SRQ_get_srq_num__doc__},
     {"post_srq_ops", (PyCFunction)(void (*)(void))SRQ_post_srq_ops__call, METH_VARARGS | METH_KEYWORDS, SRQ_post_srq_ops__doc__},
-    {"post_recv", (PyCFunction)(void (*)(void))ibv_hand_SRQ_post_recv__call, METH_FASTCALL | METH_KEYWORDS, ibv_hand_SRQ_post_recv__doc__},
+    {"post_recv", (PyCFunction)(void (*)(void))ibp_hand_SRQ_post_recv__call, METH_FASTCALL | METH_KEYWORDS, ibp_hand_SRQ_post_recv__doc__},
     {NULL, NULL, 0, NULL},
 };
 
@@ -566,15 +566,15 @@ SRQ_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
                         "ibverbs.SRQ() takes no arguments (an open one comes from a verb)");
         return NULL;
     }
-    return ibv_handle_new(type, NULL, NULL, NULL, 0);
+    return ibp_handle_new(type, NULL, NULL, NULL, 0);
 }
 
 static PyObject *
 SRQ_repr(PyObject *op)
 {
-    if (IBV_HANDLE(op)->ptr == NULL)
+    if (IBP_HANDLE(op)->ptr == NULL)
         return PyUnicode_FromString("<ibverbs.SRQ closed>");
-    return PyUnicode_FromFormat("<ibverbs.SRQ at %p>", IBV_HANDLE(op)->ptr);
+    return PyUnicode_FromFormat("<ibverbs.SRQ at %p>", IBP_HANDLE(op)->ptr);
 }
 
 static PyType_Slot SRQ_slots[] = {

@@ -90,14 +90,14 @@ CompCntrCaps_dealloc(PyObject *op)
 static PyObject *
 CompCntrCaps_repr(PyObject *op)
 {
-    return ibv_repr_fields(op, CompCntrCaps_field_names);
+    return ibp_repr_fields(op, CompCntrCaps_field_names);
 }
 
 static PyObject *
 CompCntrCaps_asdict(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    return ibv_asdict_fields(op, CompCntrCaps_field_names);
+    return ibp_asdict_fields(op, CompCntrCaps_field_names);
 }
 
 static PyMethodDef CompCntrCaps_methods[] = {
@@ -186,14 +186,14 @@ WCTMInfo_dealloc(PyObject *op)
 static PyObject *
 WCTMInfo_repr(PyObject *op)
 {
-    return ibv_repr_fields(op, WCTMInfo_field_names);
+    return ibp_repr_fields(op, WCTMInfo_field_names);
 }
 
 static PyObject *
 WCTMInfo_asdict(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    return ibv_asdict_fields(op, WCTMInfo_field_names);
+    return ibp_asdict_fields(op, WCTMInfo_field_names);
 }
 
 static PyMethodDef WCTMInfo_methods[] = {
@@ -249,7 +249,7 @@ MWBindInfo_set_mr(PyObject *op, PyObject *value, void *closure)
         PyErr_SetString(PyExc_AttributeError, "cannot delete mr");
         return -1;
     }
-    if (ibv_conv_handle(value, "mr", MR_Type, 0, &obj) < 0)
+    if (ibp_conv_handle(value, "mr", MR_Type, 0, &obj) < 0)
         return -1;
     Py_XINCREF(obj);
     Py_XSETREF(self->ref_mr, obj);
@@ -283,7 +283,7 @@ MWBindInfo_set_addr(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "addr", UINT64_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "addr", UINT64_MAX, &v) < 0)
             return -1;
         c->addr = v;
     }
@@ -317,7 +317,7 @@ MWBindInfo_set_length(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "length", UINT64_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "length", UINT64_MAX, &v) < 0)
             return -1;
         c->length = v;
     }
@@ -351,7 +351,7 @@ MWBindInfo_set_mw_access_flags(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "mw_access_flags", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "mw_access_flags", UINT32_MAX, &v) < 0)
             return -1;
         c->mw_access_flags = v;
     }
@@ -392,9 +392,9 @@ MWBindInfo_prepare(struct MWBindInfoObject *self)
         PyErr_SetString(PyExc_ValueError, "MWBindInfo.mr is not set");
         return -1;
     }
-    if (self->ref_mr != NULL && ibv_check_open(self->ref_mr) < 0)
+    if (self->ref_mr != NULL && ibp_check_open(self->ref_mr) < 0)
         return -1;
-    self->c.mr = self->ref_mr ? IBV_HANDLE(self->ref_mr)->ptr : NULL;
+    self->c.mr = self->ref_mr ? IBP_HANDLE(self->ref_mr)->ptr : NULL;
     return 0;
 }
 
@@ -475,14 +475,14 @@ MWBindInfo_dealloc(PyObject *op)
 static PyObject *
 MWBindInfo_repr(PyObject *op)
 {
-    return ibv_repr_fields(op, MWBindInfo_field_names);
+    return ibp_repr_fields(op, MWBindInfo_field_names);
 }
 
 static PyObject *
 MWBindInfo_asdict(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    return ibv_asdict_fields(op, MWBindInfo_field_names);
+    return ibp_asdict_fields(op, MWBindInfo_field_names);
 }
 
 static PyMethodDef MWBindInfo_methods[] = {
@@ -522,7 +522,7 @@ DeviceAttr_get_fw_ver(PyObject *op, void *closure)
     (void)closure;
     (void)c;
     (void)self;
-    result = ibv_chars_to_py(c->fw_ver, sizeof(c->fw_ver));
+    result = ibp_chars_to_py(c->fw_ver, sizeof(c->fw_ver));
     return result;
 }
 
@@ -1143,14 +1143,14 @@ DeviceAttr_dealloc(PyObject *op)
 static PyObject *
 DeviceAttr_repr(PyObject *op)
 {
-    return ibv_repr_fields(op, DeviceAttr_field_names);
+    return ibp_repr_fields(op, DeviceAttr_field_names);
 }
 
 static PyObject *
 DeviceAttr_asdict(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    return ibv_asdict_fields(op, DeviceAttr_field_names);
+    return ibp_asdict_fields(op, DeviceAttr_field_names);
 }
 
 static PyMethodDef DeviceAttr_methods[] = {
@@ -1359,14 +1359,14 @@ DeviceAttrEx_dealloc(PyObject *op)
 static PyObject *
 DeviceAttrEx_repr(PyObject *op)
 {
-    return ibv_repr_fields(op, DeviceAttrEx_field_names);
+    return ibp_repr_fields(op, DeviceAttrEx_field_names);
 }
 
 static PyObject *
 DeviceAttrEx_asdict(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    return ibv_asdict_fields(op, DeviceAttrEx_field_names);
+    return ibp_asdict_fields(op, DeviceAttrEx_field_names);
 }
 
 static PyMethodDef DeviceAttrEx_methods[] = {
@@ -1770,14 +1770,14 @@ PortAttr_dealloc(PyObject *op)
 static PyObject *
 PortAttr_repr(PyObject *op)
 {
-    return ibv_repr_fields(op, PortAttr_field_names);
+    return ibp_repr_fields(op, PortAttr_field_names);
 }
 
 static PyObject *
 PortAttr_asdict(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    return ibv_asdict_fields(op, PortAttr_field_names);
+    return ibp_asdict_fields(op, PortAttr_field_names);
 }
 
 static PyMethodDef PortAttr_methods[] = {
@@ -1815,7 +1815,7 @@ GidEntry_get_gid(PyObject *op, void *closure)
     (void)closure;
     (void)c;
     (void)self;
-    result = ibv_gid_to_py(&c->gid);
+    result = ibp_gid_to_py(&c->gid);
     return result;
 }
 
@@ -1911,14 +1911,14 @@ GidEntry_dealloc(PyObject *op)
 static PyObject *
 GidEntry_repr(PyObject *op)
 {
-    return ibv_repr_fields(op, GidEntry_field_names);
+    return ibp_repr_fields(op, GidEntry_field_names);
 }
 
 static PyObject *
 GidEntry_asdict(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    return ibv_asdict_fields(op, GidEntry_field_names);
+    return ibp_asdict_fields(op, GidEntry_field_names);
 }
 
 static PyMethodDef GidEntry_methods[] = {
@@ -2052,14 +2052,14 @@ QPCap_dealloc(PyObject *op)
 static PyObject *
 QPCap_repr(PyObject *op)
 {
-    return ibv_repr_fields(op, QPCap_field_names);
+    return ibp_repr_fields(op, QPCap_field_names);
 }
 
 static PyObject *
 QPCap_asdict(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    return ibv_asdict_fields(op, QPCap_field_names);
+    return ibp_asdict_fields(op, QPCap_field_names);
 }
 
 static PyMethodDef QPCap_methods[] = {
@@ -2163,14 +2163,14 @@ SRQAttr_dealloc(PyObject *op)
 static PyObject *
 SRQAttr_repr(PyObject *op)
 {
-    return ibv_repr_fields(op, SRQAttr_field_names);
+    return ibp_repr_fields(op, SRQAttr_field_names);
 }
 
 static PyObject *
 SRQAttr_asdict(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    return ibv_asdict_fields(op, SRQAttr_field_names);
+    return ibp_asdict_fields(op, SRQAttr_field_names);
 }
 
 static PyMethodDef SRQAttr_methods[] = {
@@ -2225,7 +2225,7 @@ AHAttr_set_dgid(PyObject *op, PyObject *value, void *closure)
         return -1;
     }
     if (value == Py_None) { memset(&c->grh.dgid, 0, sizeof(c->grh.dgid)); return 0; }
-    if (ibv_conv_gid(value, "dgid", &c->grh.dgid) < 0)
+    if (ibp_conv_gid(value, "dgid", &c->grh.dgid) < 0)
         return -1;
     return 0;
 }
@@ -2257,7 +2257,7 @@ AHAttr_set_sgid_index(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "sgid_index", UINT8_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "sgid_index", UINT8_MAX, &v) < 0)
             return -1;
         c->grh.sgid_index = v;
     }
@@ -2291,7 +2291,7 @@ AHAttr_set_dlid(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "dlid", UINT16_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "dlid", UINT16_MAX, &v) < 0)
             return -1;
         c->dlid = v;
     }
@@ -2325,7 +2325,7 @@ AHAttr_set_is_global(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "is_global", UINT8_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "is_global", UINT8_MAX, &v) < 0)
             return -1;
         c->is_global = v;
     }
@@ -2359,7 +2359,7 @@ AHAttr_set_port_num(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "port_num", UINT8_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "port_num", UINT8_MAX, &v) < 0)
             return -1;
         c->port_num = v;
     }
@@ -2393,7 +2393,7 @@ AHAttr_set_hop_limit(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "hop_limit", UINT8_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "hop_limit", UINT8_MAX, &v) < 0)
             return -1;
         c->grh.hop_limit = v;
     }
@@ -2427,7 +2427,7 @@ AHAttr_set_traffic_class(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "traffic_class", UINT8_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "traffic_class", UINT8_MAX, &v) < 0)
             return -1;
         c->grh.traffic_class = v;
     }
@@ -2461,7 +2461,7 @@ AHAttr_set_sl(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "sl", UINT8_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "sl", UINT8_MAX, &v) < 0)
             return -1;
         c->sl = v;
     }
@@ -2495,7 +2495,7 @@ AHAttr_set_flow_label(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "flow_label", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "flow_label", UINT32_MAX, &v) < 0)
             return -1;
         c->grh.flow_label = v;
     }
@@ -2529,7 +2529,7 @@ AHAttr_set_src_path_bits(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "src_path_bits", UINT8_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "src_path_bits", UINT8_MAX, &v) < 0)
             return -1;
         c->src_path_bits = v;
     }
@@ -2563,7 +2563,7 @@ AHAttr_set_static_rate(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "static_rate", UINT8_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "static_rate", UINT8_MAX, &v) < 0)
             return -1;
         c->static_rate = v;
     }
@@ -2766,14 +2766,14 @@ AHAttr_dealloc(PyObject *op)
 static PyObject *
 AHAttr_repr(PyObject *op)
 {
-    return ibv_repr_fields(op, AHAttr_field_names);
+    return ibp_repr_fields(op, AHAttr_field_names);
 }
 
 static PyObject *
 AHAttr_asdict(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    return ibv_asdict_fields(op, AHAttr_field_names);
+    return ibp_asdict_fields(op, AHAttr_field_names);
 }
 
 static PyMethodDef AHAttr_methods[] = {
@@ -2831,7 +2831,7 @@ QPInitAttr_set_send_cq(PyObject *op, PyObject *value, void *closure)
         PyErr_SetString(PyExc_AttributeError, "cannot delete send_cq");
         return -1;
     }
-    if (ibv_conv_handle(value, "send_cq", CQ_Type, 1, &obj) < 0)
+    if (ibp_conv_handle(value, "send_cq", CQ_Type, 1, &obj) < 0)
         return -1;
     Py_XINCREF(obj);
     Py_XSETREF(self->ref_send_cq, obj);
@@ -2865,7 +2865,7 @@ QPInitAttr_set_recv_cq(PyObject *op, PyObject *value, void *closure)
         PyErr_SetString(PyExc_AttributeError, "cannot delete recv_cq");
         return -1;
     }
-    if (ibv_conv_handle(value, "recv_cq", CQ_Type, 1, &obj) < 0)
+    if (ibp_conv_handle(value, "recv_cq", CQ_Type, 1, &obj) < 0)
         return -1;
     Py_XINCREF(obj);
     Py_XSETREF(self->ref_recv_cq, obj);
@@ -2899,7 +2899,7 @@ QPInitAttr_set_qp_type(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "qp_type", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "qp_type", UINT32_MAX, &v) < 0)
             return -1;
         c->qp_type = v;
     }
@@ -2933,7 +2933,7 @@ QPInitAttr_set_max_send_wr(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "max_send_wr", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "max_send_wr", UINT32_MAX, &v) < 0)
             return -1;
         c->cap.max_send_wr = v;
     }
@@ -2967,7 +2967,7 @@ QPInitAttr_set_max_recv_wr(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "max_recv_wr", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "max_recv_wr", UINT32_MAX, &v) < 0)
             return -1;
         c->cap.max_recv_wr = v;
     }
@@ -3001,7 +3001,7 @@ QPInitAttr_set_max_send_sge(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "max_send_sge", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "max_send_sge", UINT32_MAX, &v) < 0)
             return -1;
         c->cap.max_send_sge = v;
     }
@@ -3035,7 +3035,7 @@ QPInitAttr_set_max_recv_sge(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "max_recv_sge", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "max_recv_sge", UINT32_MAX, &v) < 0)
             return -1;
         c->cap.max_recv_sge = v;
     }
@@ -3069,7 +3069,7 @@ QPInitAttr_set_max_inline_data(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "max_inline_data", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "max_inline_data", UINT32_MAX, &v) < 0)
             return -1;
         c->cap.max_inline_data = v;
     }
@@ -3103,7 +3103,7 @@ QPInitAttr_set_srq(PyObject *op, PyObject *value, void *closure)
         PyErr_SetString(PyExc_AttributeError, "cannot delete srq");
         return -1;
     }
-    if (ibv_conv_handle(value, "srq", SRQ_Type, 1, &obj) < 0)
+    if (ibp_conv_handle(value, "srq", SRQ_Type, 1, &obj) < 0)
         return -1;
     Py_XINCREF(obj);
     Py_XSETREF(self->ref_srq, obj);
@@ -3183,15 +3183,15 @@ QPInitAttr_from_c(const struct ibv_qp_init_attr *c)
 int
 QPInitAttr_prepare(struct QPInitAttrObject *self)
 {
-    if (self->ref_send_cq != NULL && ibv_check_open(self->ref_send_cq) < 0)
+    if (self->ref_send_cq != NULL && ibp_check_open(self->ref_send_cq) < 0)
         return -1;
-    self->c.send_cq = self->ref_send_cq ? IBV_HANDLE(self->ref_send_cq)->ptr : NULL;
-    if (self->ref_recv_cq != NULL && ibv_check_open(self->ref_recv_cq) < 0)
+    self->c.send_cq = self->ref_send_cq ? IBP_HANDLE(self->ref_send_cq)->ptr : NULL;
+    if (self->ref_recv_cq != NULL && ibp_check_open(self->ref_recv_cq) < 0)
         return -1;
-    self->c.recv_cq = self->ref_recv_cq ? IBV_HANDLE(self->ref_recv_cq)->ptr : NULL;
-    if (self->ref_srq != NULL && ibv_check_open(self->ref_srq) < 0)
+    self->c.recv_cq = self->ref_recv_cq ? IBP_HANDLE(self->ref_recv_cq)->ptr : NULL;
+    if (self->ref_srq != NULL && ibp_check_open(self->ref_srq) < 0)
         return -1;
-    self->c.srq = self->ref_srq ? IBV_HANDLE(self->ref_srq)->ptr : NULL;
+    self->c.srq = self->ref_srq ? IBP_HANDLE(self->ref_srq)->ptr : NULL;
     return 0;
 }
 
@@ -3325,14 +3325,14 @@ QPInitAttr_dealloc(PyObject *op)
 static PyObject *
 QPInitAttr_repr(PyObject *op)
 {
-    return ibv_repr_fields(op, QPInitAttr_field_names);
+    return ibp_repr_fields(op, QPInitAttr_field_names);
 }
 
 static PyObject *
 QPInitAttr_asdict(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    return ibv_asdict_fields(op, QPInitAttr_field_names);
+    return ibp_asdict_fields(op, QPInitAttr_field_names);
 }
 
 static PyMethodDef QPInitAttr_methods[] = {
@@ -3390,7 +3390,7 @@ QPAttr_set_qp_state(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "qp_state", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "qp_state", UINT32_MAX, &v) < 0)
             return -1;
         c->qp_state = v;
     }
@@ -3424,7 +3424,7 @@ QPAttr_set_cur_qp_state(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "cur_qp_state", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "cur_qp_state", UINT32_MAX, &v) < 0)
             return -1;
         c->cur_qp_state = v;
     }
@@ -3458,7 +3458,7 @@ QPAttr_set_path_mtu(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "path_mtu", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "path_mtu", UINT32_MAX, &v) < 0)
             return -1;
         c->path_mtu = v;
     }
@@ -3492,7 +3492,7 @@ QPAttr_set_path_mig_state(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "path_mig_state", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "path_mig_state", UINT32_MAX, &v) < 0)
             return -1;
         c->path_mig_state = v;
     }
@@ -3526,7 +3526,7 @@ QPAttr_set_qkey(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "qkey", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "qkey", UINT32_MAX, &v) < 0)
             return -1;
         c->qkey = v;
     }
@@ -3560,7 +3560,7 @@ QPAttr_set_rq_psn(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "rq_psn", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "rq_psn", UINT32_MAX, &v) < 0)
             return -1;
         c->rq_psn = v;
     }
@@ -3594,7 +3594,7 @@ QPAttr_set_sq_psn(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "sq_psn", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "sq_psn", UINT32_MAX, &v) < 0)
             return -1;
         c->sq_psn = v;
     }
@@ -3628,7 +3628,7 @@ QPAttr_set_dest_qp_num(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "dest_qp_num", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "dest_qp_num", UINT32_MAX, &v) < 0)
             return -1;
         c->dest_qp_num = v;
     }
@@ -3662,7 +3662,7 @@ QPAttr_set_qp_access_flags(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "qp_access_flags", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "qp_access_flags", UINT32_MAX, &v) < 0)
             return -1;
         c->qp_access_flags = v;
     }
@@ -3795,7 +3795,7 @@ QPAttr_set_pkey_index(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "pkey_index", UINT16_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "pkey_index", UINT16_MAX, &v) < 0)
             return -1;
         c->pkey_index = v;
     }
@@ -3829,7 +3829,7 @@ QPAttr_set_alt_pkey_index(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "alt_pkey_index", UINT16_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "alt_pkey_index", UINT16_MAX, &v) < 0)
             return -1;
         c->alt_pkey_index = v;
     }
@@ -3863,7 +3863,7 @@ QPAttr_set_en_sqd_async_notify(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "en_sqd_async_notify", UINT8_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "en_sqd_async_notify", UINT8_MAX, &v) < 0)
             return -1;
         c->en_sqd_async_notify = v;
     }
@@ -3897,7 +3897,7 @@ QPAttr_set_sq_draining(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "sq_draining", UINT8_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "sq_draining", UINT8_MAX, &v) < 0)
             return -1;
         c->sq_draining = v;
     }
@@ -3931,7 +3931,7 @@ QPAttr_set_max_rd_atomic(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "max_rd_atomic", UINT8_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "max_rd_atomic", UINT8_MAX, &v) < 0)
             return -1;
         c->max_rd_atomic = v;
     }
@@ -3965,7 +3965,7 @@ QPAttr_set_max_dest_rd_atomic(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "max_dest_rd_atomic", UINT8_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "max_dest_rd_atomic", UINT8_MAX, &v) < 0)
             return -1;
         c->max_dest_rd_atomic = v;
     }
@@ -3999,7 +3999,7 @@ QPAttr_set_min_rnr_timer(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "min_rnr_timer", UINT8_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "min_rnr_timer", UINT8_MAX, &v) < 0)
             return -1;
         c->min_rnr_timer = v;
     }
@@ -4033,7 +4033,7 @@ QPAttr_set_port_num(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "port_num", UINT8_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "port_num", UINT8_MAX, &v) < 0)
             return -1;
         c->port_num = v;
     }
@@ -4067,7 +4067,7 @@ QPAttr_set_timeout(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "timeout", UINT8_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "timeout", UINT8_MAX, &v) < 0)
             return -1;
         c->timeout = v;
     }
@@ -4101,7 +4101,7 @@ QPAttr_set_retry_cnt(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "retry_cnt", UINT8_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "retry_cnt", UINT8_MAX, &v) < 0)
             return -1;
         c->retry_cnt = v;
     }
@@ -4135,7 +4135,7 @@ QPAttr_set_rnr_retry(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "rnr_retry", UINT8_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "rnr_retry", UINT8_MAX, &v) < 0)
             return -1;
         c->rnr_retry = v;
     }
@@ -4169,7 +4169,7 @@ QPAttr_set_alt_port_num(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "alt_port_num", UINT8_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "alt_port_num", UINT8_MAX, &v) < 0)
             return -1;
         c->alt_port_num = v;
     }
@@ -4203,7 +4203,7 @@ QPAttr_set_alt_timeout(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "alt_timeout", UINT8_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "alt_timeout", UINT8_MAX, &v) < 0)
             return -1;
         c->alt_timeout = v;
     }
@@ -4237,7 +4237,7 @@ QPAttr_set_rate_limit(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "rate_limit", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "rate_limit", UINT32_MAX, &v) < 0)
             return -1;
         c->rate_limit = v;
     }
@@ -4617,14 +4617,14 @@ QPAttr_dealloc(PyObject *op)
 static PyObject *
 QPAttr_repr(PyObject *op)
 {
-    return ibv_repr_fields(op, QPAttr_field_names);
+    return ibp_repr_fields(op, QPAttr_field_names);
 }
 
 static PyObject *
 QPAttr_asdict(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    return ibv_asdict_fields(op, QPAttr_field_names);
+    return ibp_asdict_fields(op, QPAttr_field_names);
 }
 
 static PyMethodDef QPAttr_methods[] = {
@@ -4682,7 +4682,7 @@ MWBind_set_mr(PyObject *op, PyObject *value, void *closure)
         PyErr_SetString(PyExc_AttributeError, "cannot delete mr");
         return -1;
     }
-    if (ibv_conv_handle(value, "mr", MR_Type, 0, &obj) < 0)
+    if (ibp_conv_handle(value, "mr", MR_Type, 0, &obj) < 0)
         return -1;
     Py_XINCREF(obj);
     Py_XSETREF(self->ref_mr, obj);
@@ -4716,7 +4716,7 @@ MWBind_set_addr(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "addr", UINT64_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "addr", UINT64_MAX, &v) < 0)
             return -1;
         c->bind_info.addr = v;
     }
@@ -4750,7 +4750,7 @@ MWBind_set_length(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "length", UINT64_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "length", UINT64_MAX, &v) < 0)
             return -1;
         c->bind_info.length = v;
     }
@@ -4784,7 +4784,7 @@ MWBind_set_mw_access_flags(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "mw_access_flags", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "mw_access_flags", UINT32_MAX, &v) < 0)
             return -1;
         c->bind_info.mw_access_flags = v;
     }
@@ -4818,7 +4818,7 @@ MWBind_set_wr_id(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "wr_id", UINT64_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "wr_id", UINT64_MAX, &v) < 0)
             return -1;
         c->wr_id = v;
     }
@@ -4852,7 +4852,7 @@ MWBind_set_send_flags(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "send_flags", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "send_flags", UINT32_MAX, &v) < 0)
             return -1;
         c->send_flags = v;
     }
@@ -4897,9 +4897,9 @@ MWBind_prepare(struct MWBindObject *self)
         PyErr_SetString(PyExc_ValueError, "MWBind.mr is not set");
         return -1;
     }
-    if (self->ref_mr != NULL && ibv_check_open(self->ref_mr) < 0)
+    if (self->ref_mr != NULL && ibp_check_open(self->ref_mr) < 0)
         return -1;
-    self->c.bind_info.mr = self->ref_mr ? IBV_HANDLE(self->ref_mr)->ptr : NULL;
+    self->c.bind_info.mr = self->ref_mr ? IBP_HANDLE(self->ref_mr)->ptr : NULL;
     return 0;
 }
 
@@ -5001,14 +5001,14 @@ MWBind_dealloc(PyObject *op)
 static PyObject *
 MWBind_repr(PyObject *op)
 {
-    return ibv_repr_fields(op, MWBind_field_names);
+    return ibp_repr_fields(op, MWBind_field_names);
 }
 
 static PyObject *
 MWBind_asdict(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    return ibv_asdict_fields(op, MWBind_field_names);
+    return ibp_asdict_fields(op, MWBind_field_names);
 }
 
 static PyMethodDef MWBind_methods[] = {
@@ -5066,7 +5066,7 @@ ECE_set_vendor_id(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "vendor_id", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "vendor_id", UINT32_MAX, &v) < 0)
             return -1;
         c->vendor_id = v;
     }
@@ -5100,7 +5100,7 @@ ECE_set_options(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "options", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "options", UINT32_MAX, &v) < 0)
             return -1;
         c->options = v;
     }
@@ -5134,7 +5134,7 @@ ECE_set_comp_mask(PyObject *op, PyObject *value, void *closure)
     }
     {
         uint64_t v;
-        if (ibv_conv_unsigned(value, "comp_mask", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(value, "comp_mask", UINT32_MAX, &v) < 0)
             return -1;
         c->comp_mask = v;
     }
@@ -5238,14 +5238,14 @@ ECE_dealloc(PyObject *op)
 static PyObject *
 ECE_repr(PyObject *op)
 {
-    return ibv_repr_fields(op, ECE_field_names);
+    return ibp_repr_fields(op, ECE_field_names);
 }
 
 static PyObject *
 ECE_asdict(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    return ibv_asdict_fields(op, ECE_field_names);
+    return ibp_asdict_fields(op, ECE_field_names);
 }
 
 static PyMethodDef ECE_methods[] = {

@@ -14,13 +14,13 @@ PyTypeObject *WQ_Type;
 #ifndef IBVERBS_CALL_GUARD_DECLARED
 #define IBVERBS_CALL_GUARD_DECLARED
 /* ibverbs/src/handles.c: fork() ownership and calls in flight (see there). */
-IBV_HIDDEN int ibv_handle_foreign(PyObject *obj);
-IBV_HIDDEN void ibv_handle_closed(PyObject *obj);
-IBV_HIDDEN int ibv_call_enter(PyObject *self);
-IBV_HIDDEN void ibv_call_leave(PyObject *self);
-IBV_HIDDEN int ibv_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
+IBP_HIDDEN int ibp_handle_foreign(PyObject *obj);
+IBP_HIDDEN void ibp_handle_closed(PyObject *obj);
+IBP_HIDDEN int ibp_call_enter(PyObject *self);
+IBP_HIDDEN void ibp_call_leave(PyObject *self);
+IBP_HIDDEN int ibp_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
                                    PyObject **held, int max);
-IBV_HIDDEN void ibv_call_leave_args(PyObject **held, int n);
+IBP_HIDDEN void ibp_call_leave_args(PyObject **held, int n);
 #endif
 
 /* Open WQ objects of this process (for leak accounting). */
@@ -31,7 +31,7 @@ WQ_wrap(struct ibv_wq *ptr, PyObject *pd, PyObject *cq)
 {
     PyObject *parents[] = { pd, cq, };
     PyObject *slots[2];
-    PyObject *op = ibv_handle_new(WQ_Type, ptr, slots, parents, 2);
+    PyObject *op = ibp_handle_new(WQ_Type, ptr, slots, parents, 2);
     if (op == NULL) {
         /* Not wrapped, so not leaked either: give it back now. */
         ibv_destroy_wq(ptr);
@@ -50,7 +50,7 @@ static int
 WQ_destroy(struct WQObject *self)
 {
     int rc;
-    if (ibv_handle_foreign((PyObject *)self)) {
+    if (ibp_handle_foreign((PyObject *)self)) {
         /* Inherited across fork(): the verbs object is the parent's, which
          * may still use it.  Forget it without destroying it. */
         goto forget;
@@ -58,13 +58,13 @@ WQ_destroy(struct WQObject *self)
     errno = 0;
     rc = ibv_destroy_wq((struct ibv_wq *)self->head.ptr);
     if (rc != 0)
-        return ibv_error_code(rc);
+        return ibp_error_code(rc);
 forget:
     self->head.ptr = NULL;
     WQ_open_count--;
-    ibv_handle_closed((PyObject *)self);
+    ibp_handle_closed((PyObject *)self);
     PyObject *parents[] = { self->pd, self->cq, };
-    ibv_handle_release_parents(parents, 2);
+    ibp_handle_release_parents(parents, 2);
     return 0;
 }
 
@@ -72,13 +72,13 @@ static PyObject *
 WQ_close(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    if (IBV_HANDLE(op)->ptr == NULL)
+    if (IBP_HANDLE(op)->ptr == NULL)
         Py_RETURN_NONE;
-    if (ibv_check_closable(op, "ibv_destroy_wq") < 0)
+    if (ibp_check_closable(op, "ibv_destroy_wq") < 0)
         return NULL;
     int err = WQ_destroy((struct WQObject *)op);
     if (err != 0)
-        return ibv_raise("ibv_destroy_wq", err);
+        return ibp_raise("ibv_destroy_wq", err);
     Py_RETURN_NONE;
 }
 
@@ -95,8 +95,8 @@ WQ_dealloc(PyObject *op)
             /* Leaked (the parents stay counted, so they cannot be closed
              * under it); the Python object goes away regardless, so no
              * event may find it any more. */
-            ibv_handle_closed(op);
-            ibv_report_unraisable(op, "ibv_destroy_wq", err);
+            ibp_handle_closed(op);
+            ibp_report_unraisable(op, "ibv_destroy_wq", err);
         }
     }
     Py_CLEAR(self->pd);
@@ -110,7 +110,7 @@ static PyObject *
 WQ_get_closed(PyObject *op, void *closure)
 {
     (void)closure;
-    return PyBool_FromLong(IBV_HANDLE(op)->ptr == NULL);
+    return PyBool_FromLong(IBP_HANDLE(op)->ptr == NULL);
 }
 
 static PyObject *
@@ -134,7 +134,7 @@ WQ_get_wq_num(PyObject *op, void *closure)
 {
     PyObject *result;
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     struct ibv_wq *self_ptr = WQ_PTR(op);
     result = PyLong_FromUnsignedLongLong((unsigned long long)(self_ptr->wq_num));
@@ -146,7 +146,7 @@ WQ_get_state(PyObject *op, void *closure)
 {
     PyObject *result;
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     struct ibv_wq *self_ptr = WQ_PTR(op);
     result = PyLong_FromUnsignedLongLong((unsigned long long)(self_ptr->state));
@@ -158,7 +158,7 @@ WQ_get_wq_type(PyObject *op, void *closure)
 {
     PyObject *result;
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     struct ibv_wq *self_ptr = WQ_PTR(op);
     result = PyLong_FromUnsignedLongLong((unsigned long long)(self_ptr->wq_type));
@@ -170,7 +170,7 @@ WQ_get_handle(PyObject *op, void *closure)
 {
     PyObject *result;
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     struct ibv_wq *self_ptr = WQ_PTR(op);
     result = PyLong_FromUnsignedLongLong((unsigned long long)(self_ptr->handle));
@@ -223,14 +223,14 @@ WQ_modify(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OOOO:modify", kwlist,
             &wq_state_obj, &curr_wq_state_obj, &flags_obj, &flags_mask_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_wq *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_wq *)IBP_HANDLE(self)->ptr;
     memset(&wq_attr_c, 0, sizeof(wq_attr_c));
     if (wq_state_obj != NULL && wq_state_obj != Py_None) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(wq_state_obj, "wq_state", UINT32_MAX, &v) < 0)
+            if (ibp_conv_unsigned(wq_state_obj, "wq_state", UINT32_MAX, &v) < 0)
                 goto exit;
             wq_attr_c.wq_state = v;
         }
@@ -239,7 +239,7 @@ WQ_modify(PyObject *self, PyObject *args, PyObject *kwargs)
     if (curr_wq_state_obj != NULL && curr_wq_state_obj != Py_None) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(curr_wq_state_obj, "curr_wq_state", UINT32_MAX, &v) < 0)
+            if (ibp_conv_unsigned(curr_wq_state_obj, "curr_wq_state", UINT32_MAX, &v) < 0)
                 goto exit;
             wq_attr_c.curr_wq_state = v;
         }
@@ -248,7 +248,7 @@ WQ_modify(PyObject *self, PyObject *args, PyObject *kwargs)
     if (flags_obj != NULL && flags_obj != Py_None) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(flags_obj, "flags", UINT32_MAX, &v) < 0)
+            if (ibp_conv_unsigned(flags_obj, "flags", UINT32_MAX, &v) < 0)
                 goto exit;
             wq_attr_c.flags = v;
         }
@@ -258,7 +258,7 @@ WQ_modify(PyObject *self, PyObject *args, PyObject *kwargs)
     if (flags_mask_obj != NULL) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(flags_mask_obj, "flags_mask", UINT32_MAX, &v) < 0)
+            if (ibp_conv_unsigned(flags_mask_obj, "flags_mask", UINT32_MAX, &v) < 0)
                 goto exit;
             wq_attr_c.flags_mask = v;
         }
@@ -267,7 +267,7 @@ WQ_modify(PyObject *self, PyObject *args, PyObject *kwargs)
     errno = 0;
     rc = ibv_modify_wq(self_ptr, &wq_attr_c);
     if (rc != 0) {
-        ibv_raise("ibv_modify_wq", ibv_error_code(rc));
+        ibp_raise("ibv_modify_wq", ibp_error_code(rc));
         goto exit;
     }
     return_value = Py_NewRef(Py_None);
@@ -276,8 +276,8 @@ exit:
     return return_value;
 }
 
-/* Hand-written: ibv_hand_WQ_post_recv in ibverbs/src/. */
-PyDoc_STRVAR(ibv_hand_WQ_post_recv__doc__,
+/* Hand-written: ibp_hand_WQ_post_recv in ibverbs/src/. */
+PyDoc_STRVAR(ibp_hand_WQ_post_recv__doc__,
 "post_recv($self, /, wrs)\n"
 "--\n"
 "\n"
@@ -288,22 +288,22 @@ static PyObject *
 WQ_modify__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = WQ_modify(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
 /* post_recv(): in flight on its object until it returns. */
 static PyObject *
-ibv_hand_WQ_post_recv__call(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+ibp_hand_WQ_post_recv__call(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    if (ibv_call_enter(self) < 0)
+    if (ibp_call_enter(self) < 0)
         return NULL;
-    PyObject *result = ibv_hand_WQ_post_recv(self, args, nargs, kwnames);
-    ibv_call_leave(self);
+    PyObject *result = ibp_hand_WQ_post_recv(self, args, nargs, kwnames);
+    ibp_call_leave(self);
     return result;
 }
 
@@ -319,7 +319,7 @@ static PyObject *
 WQ_enter(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     return Py_NewRef(op);
 }
@@ -339,7 +339,7 @@ static PyMethodDef WQ_methods[] = {
     {"_open_count", WQ_open_count_get, METH_NOARGS | METH_CLASS,
      "_open_count($cls, /)\n--\n\nHow many WQ objects of this process are open (leak checks)."},
     {"modify", (PyCFunction)(void (*)(void))WQ_modify__call, METH_VARARGS | METH_KEYWORDS, WQ_modify__doc__},
-    {"post_recv", (PyCFunction)(void (*)(void))ibv_hand_WQ_post_recv__call, METH_FASTCALL | METH_KEYWORDS, ibv_hand_WQ_post_recv__doc__},
+    {"post_recv", (PyCFunction)(void (*)(void))ibp_hand_WQ_post_recv__call, METH_FASTCALL | METH_KEYWORDS, ibp_hand_WQ_post_recv__doc__},
     {NULL, NULL, 0, NULL},
 };
 
@@ -355,15 +355,15 @@ WQ_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
                         "ibverbs.WQ() takes no arguments (an open one comes from a verb)");
         return NULL;
     }
-    return ibv_handle_new(type, NULL, NULL, NULL, 0);
+    return ibp_handle_new(type, NULL, NULL, NULL, 0);
 }
 
 static PyObject *
 WQ_repr(PyObject *op)
 {
-    if (IBV_HANDLE(op)->ptr == NULL)
+    if (IBP_HANDLE(op)->ptr == NULL)
         return PyUnicode_FromString("<ibverbs.WQ closed>");
-    return PyUnicode_FromFormat("<ibverbs.WQ at %p>", IBV_HANDLE(op)->ptr);
+    return PyUnicode_FromFormat("<ibverbs.WQ at %p>", IBP_HANDLE(op)->ptr);
 }
 
 static PyType_Slot WQ_slots[] = {

@@ -14,13 +14,13 @@ PyTypeObject *XRCD_Type;
 #ifndef IBVERBS_CALL_GUARD_DECLARED
 #define IBVERBS_CALL_GUARD_DECLARED
 /* ibverbs/src/handles.c: fork() ownership and calls in flight (see there). */
-IBV_HIDDEN int ibv_handle_foreign(PyObject *obj);
-IBV_HIDDEN void ibv_handle_closed(PyObject *obj);
-IBV_HIDDEN int ibv_call_enter(PyObject *self);
-IBV_HIDDEN void ibv_call_leave(PyObject *self);
-IBV_HIDDEN int ibv_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
+IBP_HIDDEN int ibp_handle_foreign(PyObject *obj);
+IBP_HIDDEN void ibp_handle_closed(PyObject *obj);
+IBP_HIDDEN int ibp_call_enter(PyObject *self);
+IBP_HIDDEN void ibp_call_leave(PyObject *self);
+IBP_HIDDEN int ibp_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
                                    PyObject **held, int max);
-IBV_HIDDEN void ibv_call_leave_args(PyObject **held, int n);
+IBP_HIDDEN void ibp_call_leave_args(PyObject **held, int n);
 #endif
 
 /* Open XRCD objects of this process (for leak accounting). */
@@ -31,7 +31,7 @@ XRCD_wrap(struct ibv_xrcd *ptr, PyObject *context)
 {
     PyObject *parents[] = { context, };
     PyObject *slots[1];
-    PyObject *op = ibv_handle_new(XRCD_Type, ptr, slots, parents, 1);
+    PyObject *op = ibp_handle_new(XRCD_Type, ptr, slots, parents, 1);
     if (op == NULL) {
         /* Not wrapped, so not leaked either: give it back now. */
         ibv_close_xrcd(ptr);
@@ -49,7 +49,7 @@ static int
 XRCD_destroy(struct XRCDObject *self)
 {
     int rc;
-    if (ibv_handle_foreign((PyObject *)self)) {
+    if (ibp_handle_foreign((PyObject *)self)) {
         /* Inherited across fork(): the verbs object is the parent's, which
          * may still use it.  Forget it without destroying it. */
         goto forget;
@@ -57,13 +57,13 @@ XRCD_destroy(struct XRCDObject *self)
     errno = 0;
     rc = ibv_close_xrcd((struct ibv_xrcd *)self->head.ptr);
     if (rc != 0)
-        return ibv_error_code(rc);
+        return ibp_error_code(rc);
 forget:
     self->head.ptr = NULL;
     XRCD_open_count--;
-    ibv_handle_closed((PyObject *)self);
+    ibp_handle_closed((PyObject *)self);
     PyObject *parents[] = { self->context, };
-    ibv_handle_release_parents(parents, 1);
+    ibp_handle_release_parents(parents, 1);
     return 0;
 }
 
@@ -71,13 +71,13 @@ static PyObject *
 XRCD_close(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    if (IBV_HANDLE(op)->ptr == NULL)
+    if (IBP_HANDLE(op)->ptr == NULL)
         Py_RETURN_NONE;
-    if (ibv_check_closable(op, "ibv_close_xrcd") < 0)
+    if (ibp_check_closable(op, "ibv_close_xrcd") < 0)
         return NULL;
     int err = XRCD_destroy((struct XRCDObject *)op);
     if (err != 0)
-        return ibv_raise("ibv_close_xrcd", err);
+        return ibp_raise("ibv_close_xrcd", err);
     Py_RETURN_NONE;
 }
 
@@ -94,8 +94,8 @@ XRCD_dealloc(PyObject *op)
             /* Leaked (the parents stay counted, so they cannot be closed
              * under it); the Python object goes away regardless, so no
              * event may find it any more. */
-            ibv_handle_closed(op);
-            ibv_report_unraisable(op, "ibv_close_xrcd", err);
+            ibp_handle_closed(op);
+            ibp_report_unraisable(op, "ibv_close_xrcd", err);
         }
     }
     Py_CLEAR(self->context);
@@ -108,7 +108,7 @@ static PyObject *
 XRCD_get_closed(PyObject *op, void *closure)
 {
     (void)closure;
-    return PyBool_FromLong(IBV_HANDLE(op)->ptr == NULL);
+    return PyBool_FromLong(IBP_HANDLE(op)->ptr == NULL);
 }
 
 static PyObject *
@@ -158,14 +158,14 @@ XRCD_open_qp(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:open_qp", kwlist,
             &qp_num_obj, &qp_type_obj))
         goto exit;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         goto exit;
-    self_ptr = (struct ibv_xrcd *)IBV_HANDLE(self)->ptr;
+    self_ptr = (struct ibv_xrcd *)IBP_HANDLE(self)->ptr;
     memset(&qp_open_attr_c, 0, sizeof(qp_open_attr_c));
     qp_open_attr_c.comp_mask = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_TYPE;
     {
         uint64_t v;
-        if (ibv_conv_unsigned(qp_num_obj, "qp_num", UINT32_MAX, &v) < 0)
+        if (ibp_conv_unsigned(qp_num_obj, "qp_num", UINT32_MAX, &v) < 0)
             goto exit;
         qp_open_attr_c.qp_num = v;
     }
@@ -174,7 +174,7 @@ XRCD_open_qp(PyObject *self, PyObject *args, PyObject *kwargs)
     if (qp_type_obj != NULL) {
         {
             uint64_t v;
-            if (ibv_conv_unsigned(qp_type_obj, "qp_type", UINT32_MAX, &v) < 0)
+            if (ibp_conv_unsigned(qp_type_obj, "qp_type", UINT32_MAX, &v) < 0)
                 goto exit;
             qp_open_attr_c.qp_type = v;
         }
@@ -182,7 +182,7 @@ XRCD_open_qp(PyObject *self, PyObject *args, PyObject *kwargs)
     errno = 0;
     rc = ibv_open_qp(self_ptr->context, &qp_open_attr_c);
     if (rc == NULL) {
-        ibv_raise("ibv_open_qp", ibv_error_code(0));
+        ibp_raise("ibv_open_qp", ibp_error_code(0));
         goto exit;
     }
     return_value = QP_wrap(rc, NULL, NULL, NULL, NULL);
@@ -196,11 +196,11 @@ static PyObject *
 XRCD_open_qp__call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *held[8];
-    int nheld = ibv_call_enter_args(self, args, kwargs, held, 8);
+    int nheld = ibp_call_enter_args(self, args, kwargs, held, 8);
     if (nheld < 0)
         return NULL;
     PyObject *result = XRCD_open_qp(self, args, kwargs);
-    ibv_call_leave_args(held, nheld);
+    ibp_call_leave_args(held, nheld);
     return result;
 }
 
@@ -216,7 +216,7 @@ static PyObject *
 XRCD_enter(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     return Py_NewRef(op);
 }
@@ -251,15 +251,15 @@ XRCD_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
                         "ibverbs.XRCD() takes no arguments (an open one comes from a verb)");
         return NULL;
     }
-    return ibv_handle_new(type, NULL, NULL, NULL, 0);
+    return ibp_handle_new(type, NULL, NULL, NULL, 0);
 }
 
 static PyObject *
 XRCD_repr(PyObject *op)
 {
-    if (IBV_HANDLE(op)->ptr == NULL)
+    if (IBP_HANDLE(op)->ptr == NULL)
         return PyUnicode_FromString("<ibverbs.XRCD closed>");
-    return PyUnicode_FromFormat("<ibverbs.XRCD at %p>", IBV_HANDLE(op)->ptr);
+    return PyUnicode_FromFormat("<ibverbs.XRCD at %p>", IBP_HANDLE(op)->ptr);
 }
 
 static PyType_Slot XRCD_slots[] = {

@@ -92,7 +92,7 @@ static int rdmacm_load(void)
 /* (host, port), or host alone (port 0); host is a numeric IPv4/IPv6
  * address, '' for any.  None gives an all-zero (unset) address when
  * none_ok; returns 0 with *set = 0 then. */
-int ibv_cm_conv_addr(PyObject *obj, const char *name, struct sockaddr_storage *out,
+int ibp_cm_conv_addr(PyObject *obj, const char *name, struct sockaddr_storage *out,
                      int none_ok, int *set)
 {
     memset(out, 0, sizeof(*out));
@@ -111,14 +111,14 @@ int ibv_cm_conv_addr(PyObject *obj, const char *name, struct sockaddr_storage *o
     }
     if (!PyUnicode_Check(host_obj)) {
         PyErr_Format(PyExc_TypeError, "%s: the host must be a str (a numeric IP "
-                     "address), not %s", name, ibv_type_name(host_obj));
+                     "address), not %s", name, ibp_type_name(host_obj));
         return -1;
     }
     uint64_t port = 0;
-    if (port_obj != NULL && ibv_conv_unsigned(port_obj, "port", UINT16_MAX, &port) < 0)
+    if (port_obj != NULL && ibp_conv_unsigned(port_obj, "port", UINT16_MAX, &port) < 0)
         return -1;
     const char *host;
-    PyObject *host_bytes = ibv_conv_str(host_obj, name, &host);
+    PyObject *host_bytes = ibp_conv_str(host_obj, name, &host);
     if (host_bytes == NULL)
         return -1;
     int rc = 0;
@@ -146,19 +146,19 @@ int ibv_cm_conv_addr(PyObject *obj, const char *name, struct sockaddr_storage *o
 }
 
 /* (host, port), or None for an unset address. */
-PyObject *ibv_sockaddr_to_py(const struct sockaddr *sa)
+PyObject *ibp_sockaddr_to_py(const struct sockaddr *sa)
 {
     char text[INET6_ADDRSTRLEN];
     if (sa->sa_family == AF_INET) {
         const struct sockaddr_in *in4 = (const struct sockaddr_in *)sa;
         if (inet_ntop(AF_INET, &in4->sin_addr, text, sizeof(text)) == NULL)
-            return ibv_raise("inet_ntop", errno);
+            return ibp_raise("inet_ntop", errno);
         return Py_BuildValue("(si)", text, (int)ntohs(in4->sin_port));
     }
     if (sa->sa_family == AF_INET6) {
         const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
         if (inet_ntop(AF_INET6, &in6->sin6_addr, text, sizeof(text)) == NULL)
-            return ibv_raise("inet_ntop", errno);
+            return ibp_raise("inet_ntop", errno);
         return Py_BuildValue("(si)", text, (int)ntohs(in6->sin6_port));
     }
     Py_RETURN_NONE;
@@ -169,17 +169,17 @@ PyObject *ibv_sockaddr_to_py(const struct sockaddr *sa)
 /* The librdmacm object of an open handle; NULL with EBADF when closed. */
 static void *cm_ptr(PyObject *self)
 {
-    return ibv_check_open(self) < 0 ? NULL : IBV_HANDLE(self)->ptr;
+    return ibp_check_open(self) < 0 ? NULL : IBP_HANDLE(self)->ptr;
 }
 
-PyObject *ibv_hand_EventChannel_repr(PyObject *op)
+PyObject *ibp_hand_EventChannel_repr(PyObject *op)
 {
-    if (IBV_HANDLE(op)->ptr == NULL)
+    if (IBP_HANDLE(op)->ptr == NULL)
         return PyUnicode_FromString("<ibverbs.EventChannel closed>");
     return PyUnicode_FromFormat("<ibverbs.EventChannel fd=%d>", EventChannel_PTR(op)->fd);
 }
 
-PyObject *ibv_hand_EventChannel_create_id(PyObject *self, PyObject *args, PyObject *kwargs)
+PyObject *ibp_hand_EventChannel_create_id(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *keywords[] = {"ps", NULL};
     int ps = RDMA_PS_TCP;
@@ -195,8 +195,8 @@ PyObject *ibv_hand_EventChannel_create_id(PyObject *self, PyObject *args, PyObje
     errno = 0;
     int rc = rdma_create_id(channel, &id, NULL, (enum rdma_port_space)ps);
     if (rc != 0)
-        return ibv_raise("rdma_create_id", ibv_error_code(rc));
-    return ibv_cmid_new(id, self);
+        return ibp_raise("rdma_create_id", ibp_error_code(rc));
+    return ibp_cmid_new(id, self);
 }
 
 /* ibverbs.cm._make_event, looked up once (ibverbs.cm imports this module,
@@ -209,7 +209,7 @@ static int is_conn_event(enum rdma_cm_event_type type)
            type == RDMA_CM_EVENT_ESTABLISHED;
 }
 
-PyObject *ibv_hand_EventChannel_get_cm_event(PyObject *self, PyObject *unused)
+PyObject *ibp_hand_EventChannel_get_cm_event(PyObject *self, PyObject *unused)
 {
     (void)unused;
     if (make_event == NULL) {
@@ -224,7 +224,7 @@ PyObject *ibv_hand_EventChannel_get_cm_event(PyObject *self, PyObject *unused)
     struct rdma_event_channel *channel = cm_ptr(self);
     if (channel == NULL)
         return NULL;
-    PyObject *held_qps = ibv_cm_qps_hold(self);
+    PyObject *held_qps = ibp_cm_qps_hold(self);
     if (held_qps == NULL)
         return NULL;
     /* Everything the event says is copied out and the event acknowledged
@@ -271,22 +271,22 @@ PyObject *ibv_hand_EventChannel_get_cm_event(PyObject *self, PyObject *unused)
         err = errno;
     }
     Py_END_ALLOW_THREADS
-    ibv_cm_qps_release(held_qps);
+    ibp_cm_qps_release(held_qps);
     if (rc != 0)
-        return ibv_raise("rdma_get_cm_event", ibv_error_code(err ? err : rc));
+        return ibp_raise("rdma_get_cm_event", ibp_error_code(err ? err : rc));
     PyObject *id_obj = NULL, *listen_obj = NULL, *data_obj = NULL, *param = NULL;
     PyObject *result = NULL;
     if (type == RDMA_CM_EVENT_CONNECT_REQUEST) {
         /* A new ID for the incoming connection, on the listener's channel. */
-        id_obj = ibv_cmid_new(id, self);
+        id_obj = ibp_cmid_new(id, self);
     } else {
-        id_obj = ibv_registry_get(id);
+        id_obj = ibp_registry_get(id);
         if (id_obj == NULL)
             id_obj = Py_NewRef(Py_None);
     }
     if (id_obj == NULL)
         goto done;
-    listen_obj = listen_id ? ibv_registry_get(listen_id) : NULL;
+    listen_obj = listen_id ? ibp_registry_get(listen_id) : NULL;
     if (listen_obj == NULL)
         listen_obj = Py_NewRef(Py_None);
     if (data_len >= 0)
@@ -320,7 +320,7 @@ PyObject *ibv_hand_EventChannel_get_cm_event(PyObject *self, PyObject *unused)
                                    listen_obj, data_obj, param ? param : Py_None);
     if (result != NULL && ack_rc != 0) {
         Py_CLEAR(result);
-        ibv_raise("rdma_ack_cm_event", ibv_error_code(err ? err : ack_rc));
+        ibp_raise("rdma_ack_cm_event", ibp_error_code(err ? err : ack_rc));
     }
 done:
     Py_XDECREF(id_obj);
@@ -332,7 +332,7 @@ done:
 
 /* ---- module functions ---------------------------------------------------------------- */
 
-PyObject *ibv_hand_module_create_event_channel(PyObject *module, PyObject *unused)
+PyObject *ibp_hand_module_create_event_channel(PyObject *module, PyObject *unused)
 {
     (void)module;
     (void)unused;
@@ -341,21 +341,21 @@ PyObject *ibv_hand_module_create_event_channel(PyObject *module, PyObject *unuse
     errno = 0;
     struct rdma_event_channel *channel = rdma_create_event_channel();
     if (channel == NULL)
-        return ibv_raise("rdma_create_event_channel", ibv_error_code(0));
+        return ibp_raise("rdma_create_event_channel", ibp_error_code(0));
     return EventChannel_wrap(channel);
 }
 
-PyObject *ibv_hand_module_cm_event_str(PyObject *module, PyObject *arg)
+PyObject *ibp_hand_module_cm_event_str(PyObject *module, PyObject *arg)
 {
     (void)module;
     int64_t value;
-    if (ibv_conv_signed(arg, "event", INT32_MIN, INT32_MAX, &value) < 0 || rdmacm_load() < 0)
+    if (ibp_conv_signed(arg, "event", INT32_MIN, INT32_MAX, &value) < 0 || rdmacm_load() < 0)
         return NULL;
     const char *text = rdma_event_str((enum rdma_cm_event_type)value);
     return PyUnicode_FromString(text ? text : "");
 }
 
-PyObject *ibv_hand_module__rdmacm_available(PyObject *module, PyObject *unused)
+PyObject *ibp_hand_module__rdmacm_available(PyObject *module, PyObject *unused)
 {
     (void)module;
     (void)unused;

@@ -37,7 +37,7 @@
 /* The librdmacm object of an open handle; NULL with EBADF when closed. */
 static void *cm_ptr(PyObject *self)
 {
-    return ibv_check_open(self) < 0 ? NULL : IBV_HANDLE(self)->ptr;
+    return ibp_check_open(self) < 0 ? NULL : IBP_HANDLE(self)->ptr;
 }
 
 /* A Context object for librdmacm's ibv_context, marked borrowed so that
@@ -50,7 +50,7 @@ static PyObject *Context_wrap_borrowed(struct ibv_context *verbs)
     PyObject *ctx = Context_wrap(verbs);
     if (ctx == NULL)
         return NULL;
-    if (ibv_handle_borrow(ctx) < 0)
+    if (ibp_handle_borrow(ctx) < 0)
         return NULL;    /* leaked on purpose: freeing it would close the device */
     return ctx;
 }
@@ -60,7 +60,7 @@ static PyObject *Context_wrap_borrowed(struct ibv_context *verbs)
  * itself; this C base before that. */
 static PyTypeObject *cmid_class;
 
-PyObject *ibv_cmid_new(struct rdma_cm_id *id, PyObject *channel)
+PyObject *ibp_cmid_new(struct rdma_cm_id *id, PyObject *channel)
 {
     return CMID_wrap_type(cmid_class ? cmid_class : CMID_Type, id, channel);
 }
@@ -121,7 +121,7 @@ static struct CMIDObject *cm_qps_find(PyObject *qp, int drop)
     return cmid;
 }
 
-void ibv_rdmacm_qp_destroying(PyObject *qp)
+void ibp_rdmacm_qp_destroying(PyObject *qp)
 {
     struct CMIDObject *cmid = cm_qps_find(qp, 1);
     if (cmid != NULL && cmid->head.ptr != NULL)
@@ -131,7 +131,7 @@ void ibv_rdmacm_qp_destroying(PyObject *qp)
 /* A QP closed through qp.close() left its rdma_cm_id then: forget it here. */
 static void cmid_sync_qp(struct CMIDObject *self)
 {
-    if (self->qp != NULL && IBV_HANDLE(self->qp)->ptr == NULL) {
+    if (self->qp != NULL && IBP_HANDLE(self->qp)->ptr == NULL) {
         if (self->head.ptr != NULL)
             CMID_PTR(self)->qp = NULL;
         cm_qps_find(self->qp, 1);
@@ -140,9 +140,9 @@ static void cmid_sync_qp(struct CMIDObject *self)
 }
 
 /* The open QPs of the CMIDs on channel, held busy (a new list to pass to
- * ibv_cm_qps_release): qp.close() says EBUSY while librdmacm may modify them
+ * ibp_cm_qps_release): qp.close() says EBUSY while librdmacm may modify them
  * in a call with the GIL released. */
-PyObject *ibv_cm_qps_hold(PyObject *channel)
+PyObject *ibp_cm_qps_hold(PyObject *channel)
 {
     PyObject *held = PyList_New(0);
     if (held == NULL || cm_qps == NULL)
@@ -152,7 +152,7 @@ PyObject *ibv_cm_qps_hold(PyObject *channel)
     while (PyDict_Next(cm_qps, &pos, &key, &value)) {
         struct CMIDObject *cmid = PyLong_AsVoidPtr(value);
         PyObject *qp = cmid->qp;
-        if (cmid->channel != channel || qp == NULL || IBV_HANDLE(qp)->ptr == NULL)
+        if (cmid->channel != channel || qp == NULL || IBP_HANDLE(qp)->ptr == NULL)
             continue;
         if (PyList_Append(held, qp) < 0) {
             Py_DECREF(held);
@@ -160,14 +160,14 @@ PyObject *ibv_cm_qps_hold(PyObject *channel)
         }
     }
     for (Py_ssize_t i = 0; i < PyList_Size(held); i++)
-        IBV_HANDLE(PyList_GetItem(held, i))->busy++;
+        IBP_HANDLE(PyList_GetItem(held, i))->busy++;
     return held;
 }
 
-void ibv_cm_qps_release(PyObject *held)
+void ibp_cm_qps_release(PyObject *held)
 {
     for (Py_ssize_t i = 0; i < PyList_Size(held); i++)
-        IBV_HANDLE(PyList_GetItem(held, i))->busy--;
+        IBP_HANDLE(PyList_GetItem(held, i))->busy--;
     Py_DECREF(held);
 }
 
@@ -175,7 +175,7 @@ void ibv_cm_qps_release(PyObject *held)
 
 /* Whenever the CMID lets go of its rdma_cm_id (fork-inherited ones too):
  * the map must not outlive this CMID. */
-void ibv_cmid_detach(struct CMIDObject *self)
+void ibp_cmid_detach(struct CMIDObject *self)
 {
     if (self->qp != NULL)
         cm_qps_find(self->qp, 1);
@@ -183,18 +183,18 @@ void ibv_cmid_detach(struct CMIDObject *self)
 
 /* Only dealloc and GC get here with the QP open (close() refuses): the QP
  * outlives the ID as a plain QP, which its own object destroys. */
-int ibv_cmid_before_destroy(struct CMIDObject *self)
+int ibp_cmid_before_destroy(struct CMIDObject *self)
 {
     cmid_sync_qp(self);
     CMID_PTR(self)->qp = NULL;
     return 0;
 }
 
-int ibv_cmid_before_close(struct CMIDObject *self)
+int ibp_cmid_before_close(struct CMIDObject *self)
 {
     cmid_sync_qp(self);
     if (self->qp != NULL) {
-        ibv_raise_detail("rdma_destroy_id", EBUSY,
+        ibp_raise_detail("rdma_destroy_id", EBUSY,
                          "rdma_destroy_id failed: this CMID still has its QP "
                          "open; destroy_qp() (or qp.close()) first");
         return -1;
@@ -208,20 +208,20 @@ int ibv_cmid_before_close(struct CMIDObject *self)
 static PyObject *cmid_current_qp(PyObject *op)
 {
     struct CMIDObject *self = (struct CMIDObject *)op;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     cmid_sync_qp(self);
     return self->qp ? self->qp : Py_None;
 }
 
-PyObject *ibv_hand_CMID_get_qp(PyObject *op, void *closure)
+PyObject *ibp_hand_CMID_get_qp(PyObject *op, void *closure)
 {
     (void)closure;
     PyObject *qp = cmid_current_qp(op);
     return qp ? Py_NewRef(qp) : NULL;
 }
 
-PyObject *ibv_hand_CMID_get_pd(PyObject *op, void *closure)
+PyObject *ibp_hand_CMID_get_pd(PyObject *op, void *closure)
 {
     (void)closure;
     PyObject *qp = cmid_current_qp(op);
@@ -230,16 +230,16 @@ PyObject *ibv_hand_CMID_get_pd(PyObject *op, void *closure)
     return PyObject_GetAttrString(qp, "pd");
 }
 
-PyObject *ibv_hand_CMID_get_context(PyObject *op, void *closure)
+PyObject *ibp_hand_CMID_get_context(PyObject *op, void *closure)
 {
     struct CMIDObject *self = (struct CMIDObject *)op;
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     struct ibv_context *verbs = CMID_PTR(op)->verbs;
     if (verbs == NULL)
         Py_RETURN_NONE;     /* not bound to a device yet */
-    if (self->context != NULL && IBV_HANDLE(self->context)->ptr == verbs)
+    if (self->context != NULL && IBP_HANDLE(self->context)->ptr == verbs)
         return Py_NewRef(self->context);
     /* librdmacm's context, wrapped as a borrowed Context: usable like any
      * other (alloc_pd, create_cq, ...), never closed by us. */
@@ -321,21 +321,21 @@ static PyObject *cmid_conn(PyObject *op, PyObject *args, PyObject *kwargs, int a
     Py_END_ALLOW_THREADS
     Py_XDECREF(data);
     if (rc != 0)
-        return ibv_raise(verb, ibv_error_code(rc));
+        return ibp_raise(verb, ibp_error_code(rc));
     Py_RETURN_NONE;
 }
 
-PyObject *ibv_hand_CMID_connect(PyObject *self, PyObject *args, PyObject *kwargs)
+PyObject *ibp_hand_CMID_connect(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     return cmid_conn(self, args, kwargs, 0);
 }
 
-PyObject *ibv_hand_CMID_accept(PyObject *self, PyObject *args, PyObject *kwargs)
+PyObject *ibp_hand_CMID_accept(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     return cmid_conn(self, args, kwargs, 1);
 }
 
-PyObject *ibv_hand_CMID_reject(PyObject *self, PyObject *args, PyObject *kwargs)
+PyObject *ibp_hand_CMID_reject(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *keywords[] = {"private_data", NULL};
     PyObject *private_data = NULL, *data = NULL;
@@ -364,7 +364,7 @@ PyObject *ibv_hand_CMID_reject(PyObject *self, PyObject *args, PyObject *kwargs)
     Py_END_ALLOW_THREADS
     Py_XDECREF(data);
     if (rc != 0)
-        return ibv_raise("rdma_reject", ibv_error_code(rc));
+        return ibp_raise("rdma_reject", ibp_error_code(rc));
     Py_RETURN_NONE;
 }
 
@@ -381,27 +381,27 @@ static PyObject *cmid_simple(PyObject *op, int (*fn)(struct rdma_cm_id *), const
     rc = fn(id);
     Py_END_ALLOW_THREADS
     if (rc != 0)
-        return ibv_raise(verb, ibv_error_code(rc));
+        return ibp_raise(verb, ibp_error_code(rc));
     Py_RETURN_NONE;
 }
 
-PyObject *ibv_hand_CMID_disconnect(PyObject *self, PyObject *unused)
+PyObject *ibp_hand_CMID_disconnect(PyObject *self, PyObject *unused)
 {
     (void)unused;
     return cmid_simple(self, rdma_disconnect, "rdma_disconnect");
 }
 
-PyObject *ibv_hand_CMID_establish(PyObject *self, PyObject *unused)
+PyObject *ibp_hand_CMID_establish(PyObject *self, PyObject *unused)
 {
     (void)unused;
     return cmid_simple(self, rdma_establish, "rdma_establish");
 }
 
-PyObject *ibv_hand_CMID_bind_addr(PyObject *self, PyObject *arg)
+PyObject *ibp_hand_CMID_bind_addr(PyObject *self, PyObject *arg)
 {
     struct sockaddr_storage addr;
     int set;
-    if (ibv_cm_conv_addr(arg, "addr", &addr, 0, &set) < 0)
+    if (ibp_cm_conv_addr(arg, "addr", &addr, 0, &set) < 0)
         return NULL;
     struct rdma_cm_id *id = cm_ptr(self);
     if (id == NULL)
@@ -409,7 +409,7 @@ PyObject *ibv_hand_CMID_bind_addr(PyObject *self, PyObject *arg)
     errno = 0;
     int rc = rdma_bind_addr(id, (struct sockaddr *)&addr);
     if (rc != 0)
-        return ibv_raise("rdma_bind_addr", ibv_error_code(rc));
+        return ibp_raise("rdma_bind_addr", ibp_error_code(rc));
     Py_RETURN_NONE;
 }
 
@@ -422,7 +422,7 @@ static int conv_timeout(int timeout_ms)
     return 0;
 }
 
-PyObject *ibv_hand_CMID_resolve_addr(PyObject *self, PyObject *args, PyObject *kwargs)
+PyObject *ibp_hand_CMID_resolve_addr(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *keywords[] = {"dst", "src", "timeout_ms", NULL};
     PyObject *dst_obj, *src_obj = Py_None;
@@ -432,8 +432,8 @@ PyObject *ibv_hand_CMID_resolve_addr(PyObject *self, PyObject *args, PyObject *k
         return NULL;
     struct sockaddr_storage dst, src;
     int dst_set, src_set;
-    if (conv_timeout(timeout_ms) < 0 || ibv_cm_conv_addr(dst_obj, "dst", &dst, 0, &dst_set) < 0 ||
-        ibv_cm_conv_addr(src_obj, "src", &src, 1, &src_set) < 0)
+    if (conv_timeout(timeout_ms) < 0 || ibp_cm_conv_addr(dst_obj, "dst", &dst, 0, &dst_set) < 0 ||
+        ibp_cm_conv_addr(src_obj, "src", &src, 1, &src_set) < 0)
         return NULL;
     struct rdma_cm_id *id = cm_ptr(self);
     if (id == NULL)
@@ -445,11 +445,11 @@ PyObject *ibv_hand_CMID_resolve_addr(PyObject *self, PyObject *args, PyObject *k
                            (struct sockaddr *)&dst, timeout_ms);
     Py_END_ALLOW_THREADS
     if (rc != 0)
-        return ibv_raise("rdma_resolve_addr", ibv_error_code(rc));
+        return ibp_raise("rdma_resolve_addr", ibp_error_code(rc));
     Py_RETURN_NONE;
 }
 
-PyObject *ibv_hand_CMID_resolve_route(PyObject *self, PyObject *args, PyObject *kwargs)
+PyObject *ibp_hand_CMID_resolve_route(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *keywords[] = {"timeout_ms", NULL};
     int timeout_ms = 2000;
@@ -465,11 +465,11 @@ PyObject *ibv_hand_CMID_resolve_route(PyObject *self, PyObject *args, PyObject *
     rc = rdma_resolve_route(id, timeout_ms);
     Py_END_ALLOW_THREADS
     if (rc != 0)
-        return ibv_raise("rdma_resolve_route", ibv_error_code(rc));
+        return ibp_raise("rdma_resolve_route", ibp_error_code(rc));
     Py_RETURN_NONE;
 }
 
-PyObject *ibv_hand_CMID_listen(PyObject *self, PyObject *args, PyObject *kwargs)
+PyObject *ibp_hand_CMID_listen(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *keywords[] = {"backlog", NULL};
     int backlog = 16;
@@ -483,7 +483,7 @@ PyObject *ibv_hand_CMID_listen(PyObject *self, PyObject *args, PyObject *kwargs)
     errno = 0;
     int rc = rdma_listen(id, backlog);
     if (rc != 0)
-        return ibv_raise("rdma_listen", ibv_error_code(rc));
+        return ibp_raise("rdma_listen", ibp_error_code(rc));
     Py_RETURN_NONE;
 }
 
@@ -499,18 +499,18 @@ static int same_context(PyObject *obj, const char *name, struct ibv_context *min
     return 0;
 }
 
-PyObject *ibv_hand_CMID_create_qp(PyObject *op, PyObject *args, PyObject *kwargs)
+PyObject *ibp_hand_CMID_create_qp(PyObject *op, PyObject *args, PyObject *kwargs)
 {
     static char *keywords[] = {"pd", "init_attr", NULL};
     struct CMIDObject *self = (struct CMIDObject *)op;
     PyObject *pd_arg, *attr_arg, *pd;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO:create_qp", keywords, &pd_arg, &attr_arg))
         return NULL;
-    if (ibv_conv_handle(pd_arg, "pd", PD_Type, 0, &pd) < 0)
+    if (ibp_conv_handle(pd_arg, "pd", PD_Type, 0, &pd) < 0)
         return NULL;
     if (!PyObject_TypeCheck(attr_arg, QPInitAttr_Type))
         return PyErr_Format(PyExc_TypeError, "init_attr must be a QPInitAttr, not %s",
-                            ibv_type_name(attr_arg));
+                            ibp_type_name(attr_arg));
     struct QPInitAttrObject *attr = (struct QPInitAttrObject *)attr_arg;
     if (QPInitAttr_prepare(attr) < 0)
         return NULL;
@@ -525,13 +525,13 @@ PyObject *ibv_hand_CMID_create_qp(PyObject *op, PyObject *args, PyObject *kwargs
     PyObject *result = NULL;
     cmid_sync_qp(self);
     if (id->verbs == NULL) {
-        ibv_raise_detail("rdma_create_qp", EINVAL, "rdma_create_qp failed: this CMID "
+        ibp_raise_detail("rdma_create_qp", EINVAL, "rdma_create_qp failed: this CMID "
                          "has no device yet (resolve_addr or bind_addr to an RDMA "
                          "address first)");
         goto done;
     }
     if (self->qp != NULL) {
-        ibv_raise_detail("rdma_create_qp", EEXIST, "rdma_create_qp failed: this CMID "
+        ibp_raise_detail("rdma_create_qp", EEXIST, "rdma_create_qp failed: this CMID "
                          "already has a QP");
         goto done;
     }
@@ -551,7 +551,7 @@ PyObject *ibv_hand_CMID_create_qp(PyObject *op, PyObject *args, PyObject *kwargs
     errno = 0;
     int rc = rdma_create_qp(id, PD_PTR(pd), &c);
     if (rc != 0) {
-        ibv_raise("rdma_create_qp", ibv_error_code(rc));
+        ibp_raise("rdma_create_qp", ibp_error_code(rc));
         goto done;
     }
     result = QP_wrap(id->qp, pd, attr->ref_send_cq, attr->ref_recv_cq, attr->ref_srq);
@@ -569,11 +569,11 @@ done:
     return result;
 }
 
-PyObject *ibv_hand_CMID_destroy_qp(PyObject *op, PyObject *unused)
+PyObject *ibp_hand_CMID_destroy_qp(PyObject *op, PyObject *unused)
 {
     struct CMIDObject *self = (struct CMIDObject *)op;
     (void)unused;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     cmid_sync_qp(self);
     if (self->qp == NULL)
@@ -588,36 +588,36 @@ PyObject *ibv_hand_CMID_destroy_qp(PyObject *op, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-PyObject *ibv_hand_CMID_migrate(PyObject *op, PyObject *arg)
+PyObject *ibp_hand_CMID_migrate(PyObject *op, PyObject *arg)
 {
     struct CMIDObject *self = (struct CMIDObject *)op;
     PyObject *channel;
-    if (ibv_conv_handle(arg, "channel", EventChannel_Type, 0, &channel) < 0)
+    if (ibp_conv_handle(arg, "channel", EventChannel_Type, 0, &channel) < 0)
         return NULL;
     struct rdma_cm_id *id = cm_ptr(op);
     if (id == NULL)
         return NULL;
     /* The target channel is in use too while the GIL is released: its
      * close() from another thread must wait (EBUSY). */
-    ibv_busy_enter(channel);
+    ibp_busy_enter(channel);
     int rc;
     Py_BEGIN_ALLOW_THREADS
     errno = 0;
     rc = rdma_migrate_id(id, EventChannel_PTR(channel));
     Py_END_ALLOW_THREADS
-    ibv_busy_leave(channel);
+    ibp_busy_leave(channel);
     if (rc != 0)
-        return ibv_raise("rdma_migrate_id", ibv_error_code(rc));
+        return ibp_raise("rdma_migrate_id", ibp_error_code(rc));
     if (channel != self->channel) {
-        IBV_HANDLE(channel)->live_children++;
-        IBV_HANDLE(self->channel)->live_children--;
+        IBP_HANDLE(channel)->live_children++;
+        IBP_HANDLE(self->channel)->live_children--;
         Py_INCREF(channel);
         Py_XSETREF(self->channel, channel);
     }
     Py_RETURN_NONE;
 }
 
-PyObject *ibv_hand_CMID_set_option(PyObject *self, PyObject *args, PyObject *kwargs)
+PyObject *ibp_hand_CMID_set_option(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *keywords[] = {"optname", "value", NULL};
     int optname;
@@ -636,7 +636,7 @@ PyObject *ibv_hand_CMID_set_option(PyObject *self, PyObject *args, PyObject *kwa
     switch (optname) {
     case RDMA_OPTION_ID_TOS:
     case RDMA_OPTION_ID_ACK_TIMEOUT:
-        if (ibv_conv_signed(value_obj, "value", 0,
+        if (ibp_conv_signed(value_obj, "value", 0,
                             optname == RDMA_OPTION_ID_TOS ? UINT8_MAX : 31, &v) < 0)
             return NULL;
         u8 = (uint8_t)v;
@@ -663,11 +663,11 @@ PyObject *ibv_hand_CMID_set_option(PyObject *self, PyObject *args, PyObject *kwa
     errno = 0;
     int rc = rdma_set_option(id, RDMA_OPTION_ID, optname, optval, optlen);
     if (rc != 0)
-        return ibv_raise("rdma_set_option", ibv_error_code(rc));
+        return ibp_raise("rdma_set_option", ibp_error_code(rc));
     Py_RETURN_NONE;
 }
 
-PyObject *ibv_hand_CMID__ports(PyObject *self, PyObject *unused)
+PyObject *ibp_hand_CMID__ports(PyObject *self, PyObject *unused)
 {
     (void)unused;
     struct rdma_cm_id *id = cm_ptr(self);
@@ -688,9 +688,9 @@ static PyMethodDef rdmacm_functions[] = {
     {NULL, NULL, 0, NULL},
 };
 
-int ibv_rdmacm_init(PyObject *module)
+int ibp_rdmacm_init(PyObject *module)
 {
-    if (ibv_rdmacm_add_types(module) < 0)
+    if (ibp_rdmacm_add_types(module) < 0)
         return -1;
     return PyModule_AddFunctions(module, rdmacm_functions);
 }

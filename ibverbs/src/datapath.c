@@ -11,7 +11,7 @@
  * calls (get_cq_event, get_async_event) release the GIL and mark their
  * object busy so that close() from another thread fails with EBUSY
  * instead of freeing what the blocked call still uses; non-blocking posts
- * and polls keep it (see ibv_hand_QP_post_send).
+ * and polls keep it (see ibp_hand_QP_post_send).
  */
 #include "common.h"
 
@@ -58,7 +58,7 @@ static int conv_u64(PyObject *v, const char *name, uint64_t max, uint64_t *out)
         if (x == -1 && PyErr_Occurred())
             return -1;
     }
-    return ibv_conv_unsigned(v, name, max, out);
+    return ibp_conv_unsigned(v, name, max, out);
 }
 
 /*
@@ -161,7 +161,7 @@ static int sge_set(SGEObject *self, PyObject *target, PyObject *length_obj,
     uint64_t length, lkey = 0, base, offset = 0;
     if (offset_obj != NULL) {
         int64_t off;
-        if (ibv_conv_signed(offset_obj, "offset", INT64_MIN, INT64_MAX, &off) < 0)
+        if (ibp_conv_signed(offset_obj, "offset", INT64_MIN, INT64_MAX, &off) < 0)
             return -1;
         if (off < 0) {
             PyErr_Format(PyExc_ValueError, "offset must be non-negative, got %lld",
@@ -184,7 +184,7 @@ static int sge_set(SGEObject *self, PyObject *target, PyObject *length_obj,
             if (v == -1 && PyErr_Occurred())
                 return -1;
         }
-        if (ibv_conv_signed(length_obj, "length", 0, INT64_MAX, &len) < 0)
+        if (ibp_conv_signed(length_obj, "length", 0, INT64_MAX, &len) < 0)
             return -1;
         if ((uint64_t)len > UINT32_MAX) {
             PyErr_Format(PyExc_ValueError,
@@ -195,7 +195,7 @@ static int sge_set(SGEObject *self, PyObject *target, PyObject *length_obj,
         length = (uint64_t)len;
     }
     if (PyObject_TypeCheck(target, MR_Type)) {
-        if (ibv_check_open(target) < 0)
+        if (ibp_check_open(target) < 0)
             return -1;
         struct ibv_mr *mr = MR_PTR(target);
         if (offset > mr->length || length > mr->length - offset) {
@@ -208,7 +208,7 @@ static int sge_set(SGEObject *self, PyObject *target, PyObject *length_obj,
         base = (uintptr_t)mr->addr;
         lkey = lkey_obj != NULL && lkey_obj != Py_None ? 0 : mr->lkey;
         if (lkey_obj != NULL && lkey_obj != Py_None &&
-            ibv_conv_unsigned(lkey_obj, "lkey", UINT32_MAX, &lkey) < 0)
+            ibp_conv_unsigned(lkey_obj, "lkey", UINT32_MAX, &lkey) < 0)
             return -1;
         Py_INCREF(target);
         Py_XSETREF(self->owner, target);
@@ -369,10 +369,10 @@ static PyType_Slot SGE_slots[] = {
 static PyType_Spec SGE_spec = {"ibverbs.SGE", sizeof(SGEObject), 0,
                                Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC, SGE_slots};
 
-int ibv_sge_from_py(PyObject *obj, struct ibv_sge *out)
+int ibp_sge_from_py(PyObject *obj, struct ibv_sge *out)
 {
     if (!PyObject_TypeCheck(obj, SGE_Type)) {
-        PyErr_Format(PyExc_TypeError, "expected an SGE, not %s", ibv_type_name(obj));
+        PyErr_Format(PyExc_TypeError, "expected an SGE, not %s", ibp_type_name(obj));
         return -1;
     }
     *out = ((SGEObject *)obj)->sge;
@@ -384,13 +384,13 @@ static struct argspec MR_sge_args = {"sge", 0, MR_sge_names, NULL, 0};
 
 /* MR.sge(length=None, offset=0): SGE(mr, length, None, offset), made
  * directly (no argument tuple, no type call). */
-PyObject *ibv_hand_MR_sge(PyObject *self, PyObject *args, PyObject *kwargs)
+PyObject *ibp_hand_MR_sge(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *v[2];
     if (parse_args(&MR_sge_args, args, kwargs, v) < 0)
         return NULL;
     PyObject *length = v[0] ? v[0] : Py_None, *offset = v[1];
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         return NULL;
     PyObject *offset_obj = offset ? Py_NewRef(offset) : PyLong_FromLong(0);
     if (offset_obj == NULL)
@@ -399,8 +399,8 @@ PyObject *ibv_hand_MR_sge(PyObject *self, PyObject *args, PyObject *kwargs)
     if (length == Py_None) {
         int64_t off;
         /* the offset's __index__ may have closed the MR */
-        if (ibv_conv_signed(offset_obj, "offset", INT64_MIN, INT64_MAX, &off) < 0 ||
-            ibv_check_open(self) < 0) {
+        if (ibp_conv_signed(offset_obj, "offset", INT64_MIN, INT64_MAX, &off) < 0 ||
+            ibp_check_open(self) < 0) {
             Py_DECREF(offset_obj);
             return NULL;
         }
@@ -489,7 +489,7 @@ static int set_sg_list(PyObject **slot, PyObject *value, int copy)
     for (Py_ssize_t i = 0; i < n; i++) {
         if (!PyObject_TypeCheck(PyList_GetItem(list, i), SGE_Type)) {
             PyErr_Format(PyExc_TypeError, "sg_list[%zd] must be an SGE, not %s", i,
-                         ibv_type_name(PyList_GetItem(list, i)));
+                         ibp_type_name(PyList_GetItem(list, i)));
             Py_DECREF(list);
             return -1;
         }
@@ -616,7 +616,7 @@ static int SendWR_set_ah(PyObject *op, PyObject *v, void *c)
         return 0;
     }
     if (!PyObject_TypeCheck(v, AH_Type)) {
-        PyErr_Format(PyExc_TypeError, "ah must be an AH or None, not %s", ibv_type_name(v));
+        PyErr_Format(PyExc_TypeError, "ah must be an AH or None, not %s", ibp_type_name(v));
         return -1;
     }
     Py_INCREF(v);
@@ -633,7 +633,7 @@ static int set_typed(PyObject **slot, PyObject *v, PyTypeObject *type, const cha
     }
     if (!PyObject_TypeCheck(v, type)) {
         PyErr_Format(PyExc_TypeError, "%s must be a %s or None, not %s", name,
-                     type == MW_Type ? "MW" : "MWBindInfo", ibv_type_name(v));
+                     type == MW_Type ? "MW" : "MWBindInfo", ibp_type_name(v));
         return -1;
     }
     Py_INCREF(v);
@@ -905,7 +905,7 @@ static int wr_seq_init(struct wr_seq *s, PyObject *arg, PyTypeObject *type, cons
         PyObject *iter = PyObject_GetIter(arg);     /* iterated once, here */
         if (iter == NULL) {
             PyErr_Format(PyExc_TypeError, "expected a %s or an iterable of them, not %s", what,
-                         ibv_type_name(arg));
+                         ibp_type_name(arg));
             return -1;
         }
         s->owned = s->seq = PySequence_Tuple(iter);
@@ -918,7 +918,7 @@ static int wr_seq_init(struct wr_seq *s, PyObject *arg, PyTypeObject *type, cons
         PyObject *item = wr_seq_item(s, i);
         if (!PyObject_TypeCheck(item, type)) {
             PyErr_Format(PyExc_TypeError, "item %zd must be a %s, not %s", i, what,
-                         ibv_type_name(item));
+                         ibp_type_name(item));
             wr_seq_done(s);
             return -1;
         }
@@ -973,7 +973,7 @@ static int check_inline_sges(const struct ibv_send_wr *wr)
     if (!(wr->send_flags & IBV_SEND_INLINE))
         return 0;
     for (int i = 0; i < wr->num_sge; i++)
-        if (ibv_check_readable(wr->sg_list[i].addr, wr->sg_list[i].length,
+        if (ibp_check_readable(wr->sg_list[i].addr, wr->sg_list[i].length,
                                "inline data of an SGE") < 0)
             return -1;
     return 0;
@@ -987,7 +987,7 @@ static int check_inline_mrs(PyObject *sg_list, const struct ibv_send_wr *wr)
         return 0;
     for (Py_ssize_t j = 0; j < PyList_Size(sg_list); j++) {
         PyObject *owner = ((SGEObject *)PyList_GetItem(sg_list, j))->owner;
-        if (owner != NULL && PyObject_TypeCheck(owner, MR_Type) && ibv_check_open(owner) < 0)
+        if (owner != NULL && PyObject_TypeCheck(owner, MR_Type) && ibp_check_open(owner) < 0)
             return -1;
     }
     return 0;
@@ -1058,7 +1058,7 @@ static int send_wr_fill(SendWRObject *w, PyObject *sg_list, struct ibv_send_wr *
             return -1;
         }
         struct MWBindInfoObject *info = (struct MWBindInfoObject *)w->bind_info;
-        if (ibv_check_open(w->mw) < 0 || MWBindInfo_prepare(info) < 0)
+        if (ibp_check_open(w->mw) < 0 || MWBindInfo_prepare(info) < 0)
             return -1;
         wr->bind_mw.mw = MW_PTR(w->mw);
         wr->bind_mw.rkey = w->rkey;
@@ -1067,7 +1067,7 @@ static int send_wr_fill(SendWRObject *w, PyObject *sg_list, struct ibv_send_wr *
     }
     /* whether the AH is still open is the post's to check, every time */
     if (w->ah != NULL) {
-        if (ibv_check_open(w->ah) < 0)
+        if (ibp_check_open(w->ah) < 0)
             return -1;
         wr->wr.ud.ah = AH_PTR(w->ah);
     }
@@ -1083,7 +1083,7 @@ static int recv_wr_fill(const RecvWRObject *w, PyObject *sg_list, struct ibv_rec
 
 static PyObject *post_failed(const char *verb, int rc, Py_ssize_t index, uint64_t wr_id)
 {
-    return ibv_raise_detail(verb, rc, "%s failed: %s (work request %zd, wr_id=%llu)",
+    return ibp_raise_detail(verb, rc, "%s failed: %s (work request %zd, wr_id=%llu)",
                             verb, strerror(rc), index, (unsigned long long)wr_id);
 }
 
@@ -1189,7 +1189,7 @@ static PyObject *post_recv_one(PyObject *self, RecvWRObject *w, int srq)
     Py_RETURN_NONE;
 }
 
-PyObject *ibv_hand_QP_post_send(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+PyObject *ibp_hand_QP_post_send(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                                 PyObject *kwnames)
 {
     struct wr_seq s;
@@ -1197,7 +1197,7 @@ PyObject *ibv_hand_QP_post_send(PyObject *self, PyObject *const *args, Py_ssize_
     PyObject *arg = one_arg("post_send", "wrs", args, nargs, kwnames);
     if (arg == NULL)
         return NULL;
-    if (ibv_check_open(self) < 0 || ibv_qp_send_idle(self, "post_send") < 0)
+    if (ibp_check_open(self) < 0 || ibp_qp_send_idle(self, "post_send") < 0)
         return NULL;
     if (Py_IS_TYPE(arg, PostList_Type))
         return postlist_post(self, arg, POST_SEND);
@@ -1245,7 +1245,7 @@ static PyObject *post_recv(PyObject *self, PyObject *arg, int srq)
 {
     struct wr_seq s;
     struct chain c;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         return NULL;
     if (Py_IS_TYPE(arg, PostList_Type) && srq == 2) {
         PyErr_SetString(PyExc_TypeError, "WQ.post_recv takes a RecvWR or a list of them, not a PostList");
@@ -1294,21 +1294,21 @@ done:
     return result;
 }
 
-PyObject *ibv_hand_QP_post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+PyObject *ibp_hand_QP_post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                                 PyObject *kwnames)
 {
     PyObject *arg = one_arg("post_recv", "wrs", args, nargs, kwnames);
     return arg == NULL ? NULL : post_recv(self, arg, 0);
 }
 
-PyObject *ibv_hand_SRQ_post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+PyObject *ibp_hand_SRQ_post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                                  PyObject *kwnames)
 {
     PyObject *arg = one_arg("post_recv", "wrs", args, nargs, kwnames);
     return arg == NULL ? NULL : post_recv(self, arg, 1);
 }
 
-PyObject *ibv_hand_WQ_post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+PyObject *ibp_hand_WQ_post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                                 PyObject *kwnames)
 {
     PyObject *arg = one_arg("post_recv", "wrs", args, nargs, kwnames);
@@ -1499,7 +1499,7 @@ static PyObject *PostList_new(PyTypeObject *type, PyObject *args, PyObject *kwar
             return NULL;
         } else {
             PyErr_Format(PyExc_TypeError, "PostList needs SendWR or RecvWR objects (one, or a "
-                         "list of them), not %s", ibv_type_name(arg));
+                         "list of them), not %s", ibp_type_name(arg));
             return NULL;
         }
     }
@@ -1603,7 +1603,7 @@ static int pl_check_ahs(PostListObject *pl)
 {
     for (Py_ssize_t i = 0; i < pl->n; i++) {
         PyObject *ah = pl->entries[i].ah;
-        if (ah != NULL && ibv_check_open(ah) < 0)
+        if (ah != NULL && ibp_check_open(ah) < 0)
             return -1;
     }
     return 0;
@@ -1619,7 +1619,7 @@ static int check_inline_owners(PyObject *sg_owners, const struct ibv_send_wr *wr
     Py_ssize_t n = sg_owners == NULL ? 0 : PyTuple_Size(sg_owners);
     for (Py_ssize_t j = 0; j < n; j++) {
         PyObject *owner = PyTuple_GetItem(sg_owners, j);
-        if (PyObject_TypeCheck(owner, MR_Type) && ibv_check_open(owner) < 0)
+        if (PyObject_TypeCheck(owner, MR_Type) && ibp_check_open(owner) < 0)
             return -1;
     }
     return check_inline_sges(wr);
@@ -1642,12 +1642,12 @@ static void pl_hold(PostListObject *pl, int delta)
     for (Py_ssize_t i = 0; i < pl->n; i++) {
         struct pl_entry *e = &pl->entries[i];
         if (e->ah != NULL)
-            IBV_HANDLE(e->ah)->busy += delta;
+            IBP_HANDLE(e->ah)->busy += delta;
         Py_ssize_t n = e->owners == NULL ? 0 : PyTuple_Size(e->owners);
         for (Py_ssize_t j = 0; j < n; j++) {
             PyObject *owner = PyTuple_GetItem(e->owners, j);
             if (PyObject_TypeCheck(owner, MR_Type))
-                IBV_HANDLE(owner)->busy += delta;
+                IBP_HANDLE(owner)->busy += delta;
         }
     }
 }
@@ -1671,7 +1671,7 @@ static PyObject *postlist_post(PyObject *self, PyObject *list, enum post_target 
         return NULL;
     if (pl_check_inline(pl) < 0)
         return NULL;
-    void *handle = IBV_HANDLE(self)->ptr;
+    void *handle = IBP_HANDLE(self)->ptr;
     struct ibv_send_wr *bad_send = NULL;
     struct ibv_recv_wr *bad_recv = NULL;
     int rc;
@@ -1682,7 +1682,7 @@ static PyObject *postlist_post(PyObject *self, PyObject *list, enum post_target 
     } else {
         /* The QP/SRQ is busy (close() says EBUSY) and the list frozen
          * (updates raise) until the post returns. */
-        ibv_busy_enter(self);
+        ibp_busy_enter(self);
         pl->posting++;
         pl_hold(pl, 1);
         Py_BEGIN_ALLOW_THREADS
@@ -1692,7 +1692,7 @@ static PyObject *postlist_post(PyObject *self, PyObject *list, enum post_target 
         Py_END_ALLOW_THREADS
         pl_hold(pl, -1);
         pl->posting--;
-        ibv_busy_leave(self);
+        ibp_busy_leave(self);
     }
     if (rc != 0) {
         if (target == POST_SEND)
@@ -1740,7 +1740,7 @@ static int PostList_ass_item(PyObject *op, Py_ssize_t i, PyObject *value)
     PyTypeObject *want = pl->kind == PL_SEND ? SendWR_Type : RecvWR_Type;
     if (!PyObject_TypeCheck(value, want)) {
         PyErr_Format(PyExc_TypeError, "PostList entry must be a %s, not %s", pl_what(pl),
-                     ibv_type_name(value));
+                     ibp_type_name(value));
         return -1;
     }
     if (pl_frozen(pl) < 0)
@@ -2243,7 +2243,7 @@ static PyObject *WC_raise_for_status(PyObject *op, PyObject *unused)
     (void)unused;
     if (((WCObject *)op)->wc.status == IBV_WC_SUCCESS)
         Py_RETURN_NONE;
-    return ibv_raise_completion(op);
+    return ibp_raise_completion(op);
 }
 
 static PyObject *WC_repr(PyObject *op)
@@ -2298,10 +2298,10 @@ static PyType_Spec WC_spec = {"ibverbs.WC", sizeof(WCObject), 0,
                               Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
                               WC_slots};
 
-int ibv_wc_to_c(PyObject *obj, struct ibv_wc *out)
+int ibp_wc_to_c(PyObject *obj, struct ibv_wc *out)
 {
     if (!PyObject_TypeCheck(obj, WC_Type)) {
-        PyErr_Format(PyExc_TypeError, "wc must be a WC, not %s", ibv_type_name(obj));
+        PyErr_Format(PyExc_TypeError, "wc must be a WC, not %s", ibp_type_name(obj));
         return -1;
     }
     *out = ((WCObject *)obj)->wc;
@@ -2334,7 +2334,7 @@ static int num_entries_arg(PyObject *arg, int *out)
             PyErr_Clear();   /* too big for a long: the general path says so */
     }
     uint64_t num;
-    if (ibv_conv_unsigned(arg, "num_entries", INT32_MAX, &num) < 0)
+    if (ibp_conv_unsigned(arg, "num_entries", INT32_MAX, &num) < 0)
         return -1;
     if (num == 0) {
         PyErr_SetString(PyExc_ValueError, "num_entries must be positive");
@@ -2415,7 +2415,7 @@ static PyObject *poll_result(const struct ibv_wc *wcs, int n)
 
 /* poll and poll_into keep the GIL: ibv_poll_cq never blocks and costs tens
  * of nanoseconds, less than releasing and retaking the GIL. */
-PyObject *ibv_hand_CQ_poll(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+PyObject *ibp_hand_CQ_poll(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                            PyObject *kwnames)
 {
     int num;
@@ -2426,7 +2426,7 @@ PyObject *ibv_hand_CQ_poll(PyObject *self, PyObject *const *args, Py_ssize_t nar
     /* Converted first: an __index__ may close the CQ. */
     if (num_entries_arg(arg, &num) < 0)
         return NULL;
-    if (ibv_check_open(self) < 0 || ibv_cq_check_not_polling(self) < 0)
+    if (ibp_check_open(self) < 0 || ibp_cq_check_not_polling(self) < 0)
         return NULL;
     /* More than the CQ holds cannot come back: no larger buffer. */
     if (num > CQ_PTR(self)->cqe && CQ_PTR(self)->cqe > 0)
@@ -2439,7 +2439,7 @@ PyObject *ibv_hand_CQ_poll(PyObject *self, PyObject *const *args, Py_ssize_t nar
     int n = ibv_poll_cq(CQ_PTR(self), num, wcs);
     PyObject *list = NULL;
     if (n < 0) {
-        ibv_raise("ibv_poll_cq", ibv_error_code(n));
+        ibp_raise("ibv_poll_cq", ibp_error_code(n));
         goto done;
     }
     list = poll_result(wcs, n);
@@ -2470,7 +2470,7 @@ static PyObject *WCBuffer_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O$p:WCBuffer", kwlist, &cap_obj,
                                      &raise_on_error))
         return NULL;
-    if (cap_obj != NULL && ibv_conv_unsigned(cap_obj, "capacity", WCBUF_MAX, &cap) < 0)
+    if (cap_obj != NULL && ibp_conv_unsigned(cap_obj, "capacity", WCBUF_MAX, &cap) < 0)
         return NULL;
     if (cap == 0) {
         PyErr_SetString(PyExc_ValueError, "capacity must be positive");
@@ -2541,7 +2541,7 @@ static int wcbuf_check(WCBufferObject *b)
             PyObject *wc = wc_new(&b->wc[i]);
             if (wc == NULL)
                 return -1;
-            ibv_raise_completion(wc);
+            ibp_raise_completion(wc);
             Py_DECREF(wc);
             return -1;
         }
@@ -2568,7 +2568,7 @@ static PyObject *WCBuffer_count_opcode(PyObject *op, PyObject *arg)
     if (arg == last_arg) {
         opcode = last_opcode;
     } else {
-        if (ibv_conv_unsigned(arg, "opcode", UINT32_MAX, &opcode) < 0)
+        if (ibp_conv_unsigned(arg, "opcode", UINT32_MAX, &opcode) < 0)
             return NULL;
         if (PyLong_Check(arg)) {
             Py_XSETREF(last_arg, Py_NewRef(arg));
@@ -2717,19 +2717,19 @@ static PyType_Slot WCBuffer_slots[] = {
 static PyType_Spec WCBuffer_spec = {"ibverbs.WCBuffer", sizeof(WCBufferObject), 0,
                                     Py_TPFLAGS_DEFAULT, WCBuffer_slots};
 
-PyObject *ibv_hand_CQ_poll_into(PyObject *self, PyObject *arg)
+PyObject *ibp_hand_CQ_poll_into(PyObject *self, PyObject *arg)
 {
-    if (ibv_check_open(self) < 0 || ibv_cq_check_not_polling(self) < 0)
+    if (ibp_check_open(self) < 0 || ibp_cq_check_not_polling(self) < 0)
         return NULL;
     if (!Py_IS_TYPE(arg, WCBuffer_Type)) {
-        PyErr_Format(PyExc_TypeError, "poll_into needs a WCBuffer, not %s", ibv_type_name(arg));
+        PyErr_Format(PyExc_TypeError, "poll_into needs a WCBuffer, not %s", ibp_type_name(arg));
         return NULL;
     }
     WCBufferObject *b = (WCBufferObject *)arg;
     int n = ibv_poll_cq(CQ_PTR(self), b->capacity, b->wc);
     if (n < 0) {
         b->count = 0;
-        return ibv_raise("ibv_poll_cq", ibv_error_code(n));
+        return ibp_raise("ibv_poll_cq", ibp_error_code(n));
     }
     b->count = n;
     if (b->raise_on_error && n > 0 && wcbuf_check(b) < 0)
@@ -2737,17 +2737,17 @@ PyObject *ibv_hand_CQ_poll_into(PyObject *self, PyObject *arg)
     return count_result(n);
 }
 
-PyObject *ibv_hand_CQ_req_notify(PyObject *self, PyObject *args, PyObject *kwargs)
+PyObject *ibp_hand_CQ_req_notify(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"solicited_only", NULL};
     int solicited_only = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|p:req_notify", kwlist, &solicited_only))
         return NULL;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         return NULL;
     int rc = ibv_req_notify_cq(CQ_PTR(self), solicited_only);
     if (rc != 0)
-        return ibv_raise("ibv_req_notify_cq", ibv_error_code(rc));
+        return ibp_raise("ibv_req_notify_cq", ibp_error_code(rc));
     Py_RETURN_NONE;
 }
 
@@ -2759,7 +2759,7 @@ PyObject *ibv_hand_CQ_req_notify(PyObject *self, PyObject *args, PyObject *kwarg
  * strong reference, which is what the ack protects in C.  ack_events()
  * keeps the verbs contract visible: it accounts for what was received.
  */
-PyObject *ibv_hand_CQ_ack_events(PyObject *self, PyObject *args, PyObject *kwargs)
+PyObject *ibp_hand_CQ_ack_events(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"nevents", NULL};
     PyObject *nevents_obj = NULL;
@@ -2767,13 +2767,13 @@ PyObject *ibv_hand_CQ_ack_events(PyObject *self, PyObject *args, PyObject *kwarg
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O:ack_events", kwlist, &nevents_obj))
         return NULL;
     if (nevents_obj != NULL &&
-        ibv_conv_unsigned(nevents_obj, "nevents", UINT32_MAX, &nevents) < 0)
+        ibp_conv_unsigned(nevents_obj, "nevents", UINT32_MAX, &nevents) < 0)
         return NULL;
     if (nevents == 0) {
         PyErr_SetString(PyExc_ValueError, "nevents must be positive");
         return NULL;
     }
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         return NULL;
     struct CQObject *cq = (struct CQObject *)self;
     if (nevents > cq->events_received) {
@@ -2786,17 +2786,17 @@ PyObject *ibv_hand_CQ_ack_events(PyObject *self, PyObject *args, PyObject *kwarg
     Py_RETURN_NONE;
 }
 
-PyObject *ibv_hand_CompChannel_get_cq_event(PyObject *self, PyObject *unused)
+PyObject *ibp_hand_CompChannel_get_cq_event(PyObject *self, PyObject *unused)
 {
     (void)unused;
     for (;;) {
         struct ibv_cq *cq = NULL;
         void *cq_context = NULL;
         int rc, err = 0;
-        if (ibv_check_open(self) < 0)
+        if (ibp_check_open(self) < 0)
             return NULL;
         struct ibv_comp_channel *channel = CompChannel_PTR(self);
-        ibv_busy_enter(self);
+        ibp_busy_enter(self);
         Py_BEGIN_ALLOW_THREADS
         errno = 0;
         rc = ibv_get_cq_event(channel, &cq, &cq_context);
@@ -2804,10 +2804,10 @@ PyObject *ibv_hand_CompChannel_get_cq_event(PyObject *self, PyObject *unused)
         if (rc == 0)
             ibv_ack_cq_events(cq, 1);
         Py_END_ALLOW_THREADS
-        ibv_busy_leave(self);
+        ibp_busy_leave(self);
         if (rc != 0)
-            return ibv_raise("ibv_get_cq_event", err ? err : EIO);
-        PyObject *obj = ibv_registry_get(cq);
+            return ibp_raise("ibv_get_cq_event", err ? err : EIO);
+        PyObject *obj = ibp_registry_get(cq);
         if (obj != NULL && !PyObject_TypeCheck(obj, CQ_Type))
             Py_CLEAR(obj);   /* the registry maps QPs, SRQs, CM IDs too */
         if (obj == NULL)
@@ -2949,15 +2949,15 @@ static void *event_element(const struct ibv_async_event *ev)
  * AsyncEvent holds a strong reference to the object it names instead.
  * ack_async_event() is therefore idempotent bookkeeping.
  */
-PyObject *ibv_hand_Context_get_async_event(PyObject *self, PyObject *unused)
+PyObject *ibp_hand_Context_get_async_event(PyObject *self, PyObject *unused)
 {
     struct ibv_async_event event;
     int rc, err = 0;
     (void)unused;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         return NULL;
     struct ibv_context *ctx = Context_PTR(self);
-    ibv_busy_enter(self);
+    ibp_busy_enter(self);
     Py_BEGIN_ALLOW_THREADS
     errno = 0;
     rc = ibv_get_async_event(ctx, &event);
@@ -2965,21 +2965,21 @@ PyObject *ibv_hand_Context_get_async_event(PyObject *self, PyObject *unused)
     if (rc == 0)
         ibv_ack_async_event(&event);
     Py_END_ALLOW_THREADS
-    ibv_busy_leave(self);
+    ibp_busy_leave(self);
     if (rc != 0)
-        return ibv_raise("ibv_get_async_event", err ? err : EIO);
+        return ibp_raise("ibv_get_async_event", err ? err : EIO);
     PyObject *op = PyType_GenericAlloc(AsyncEvent_Type, 0);
     if (op == NULL)
         return NULL;
     AsyncEventObject *ev = (AsyncEventObject *)op;
     ev->event = event;
     void *element = event_element(&event);
-    ev->element = element ? ibv_registry_get(element) : NULL;
+    ev->element = element ? ibp_registry_get(element) : NULL;
     ev->acked = 0;
     return op;
 }
 
-PyObject *ibv_hand_Context_ack_async_event(PyObject *self, PyObject *const *args,
+PyObject *ibp_hand_Context_ack_async_event(PyObject *self, PyObject *const *args,
                                            Py_ssize_t nargs, PyObject *kwnames)
 {
     PyObject *arg = one_arg("ack_async_event", "ev", args, nargs, kwnames);
@@ -2987,7 +2987,7 @@ PyObject *ibv_hand_Context_ack_async_event(PyObject *self, PyObject *const *args
     if (arg == NULL)
         return NULL;
     if (!PyObject_TypeCheck(arg, AsyncEvent_Type)) {
-        PyErr_Format(PyExc_TypeError, "expected an AsyncEvent, not %s", ibv_type_name(arg));
+        PyErr_Format(PyExc_TypeError, "expected an AsyncEvent, not %s", ibp_type_name(arg));
         return NULL;
     }
     ((AsyncEventObject *)arg)->acked = 1;
@@ -2996,7 +2996,7 @@ PyObject *ibv_hand_Context_ack_async_event(PyObject *self, PyObject *const *args
 
 /* ==== registration ======================================================= */
 
-int ibv_datapath_init(PyObject *module)
+int ibp_datapath_init(PyObject *module)
 {
     static const char *const hot[4] = {"status", "opcode", "wr_id", "byte_len"};
     for (int i = 0; i < 4; i++)

@@ -316,12 +316,12 @@ def test_the_cm_classes_are_generated_through_the_handle_template(generator):
     # GC through the slots (qp, context); getters from struct rdma_cm_id's fields
     assert "CMID_traverse(" in text and "EventChannel_traverse(" not in text
     assert "(self_ptr->port_num)" in text and "(self_ptr->ps)" in text
-    assert "ibv_sockaddr_to_py(&self_ptr->route.addr.src_addr)" in text
-    assert "ibv_sockaddr_to_py(&self_ptr->route.addr.dst_addr)" in text
+    assert "ibp_sockaddr_to_py(&self_ptr->route.addr.src_addr)" in text
+    assert "ibp_sockaddr_to_py(&self_ptr->route.addr.dst_addr)" in text
     # librdmacm's rules are the spec's hooks
-    for hook in ("ibv_cmid_detach(self)", "ibv_cmid_before_destroy(self)",
-                 "ibv_cmid_before_close((struct CMIDObject *)op)",
-                 "(void *)ibv_hand_EventChannel_repr"):
+    for hook in ("ibp_cmid_detach(self)", "ibp_cmid_before_destroy(self)",
+                 "ibp_cmid_before_close((struct CMIDObject *)op)",
+                 "(void *)ibp_hand_EventChannel_repr"):
         assert hook in text, hook
     # and nothing of a type shell is written by hand any more
     for path in (ROOT / "ibverbs" / "src").glob("cm*.c"):
