@@ -82,7 +82,8 @@ setup(
                      "ibverbs/src/errors.c", "ibverbs/src/convert.c",
                      "ibverbs/src/handles.c", "ibverbs/src/repr.c",
                      "ibverbs/src/cqex.c", "ibverbs/src/ext.c", "ibverbs/src/qpex.c",
-                     "ibverbs/src/rdmacm.c", "ibverbs/src/pymethods.c"],
+                     "ibverbs/src/cm.c", "ibverbs/src/cm_id.c", "ibverbs/src/cm_addr.c",
+                     "ibverbs/src/pymethods.c"],
             include_dirs=["ibverbs/src", "generated"] + rdma_include_dirs(),
             depends=sorted(glob.glob("generated/*.h") + glob.glob("ibverbs/src/*.h")
                            + glob.glob(os.path.join(VENDORED_INCLUDE, "*", "*.h"))),

@@ -2,8 +2,8 @@
 # (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
 # and the spec/ YAML files (sha256 fcca5f923fbb05e80754bced515e5da8ced1ea6703a08e376ebfa2a7e1e8abe5).
 # Do not edit: change the spec or templates/ and run `make generate`.
-# Made by templates/ and generator/ (sha256 f888e01d5243ba80cca9b58a246bc19e299f5fe7a173d65e5e0649aa5c19dd0b);
-# this file's own sha256, this number read as zeros: c65eb006f174f45ebe6a35d778122885db8d2a88974e0397426d2a1627b3e6fd
+# Made by templates/ and generator/ (sha256 324992a7bf5dfb633f1bf0d35fc1ae41991afc927aa29bbce27f7b5df846a01a);
+# this file's own sha256, this number read as zeros: 4999414a0dee59f414da884dfd5edbd86e3fff51b3be0512c61a2cc6a7e68964
 
 """Type stubs of the extension ibverbs._ibverbs (generator/stubs.py)."""
 
@@ -246,7 +246,7 @@ class EventChannel:
     def __exit__(self, *exc: object) -> None: ...
     @classmethod
     def _open_count(cls) -> int:
-        """How many EventChannel objects of this process are open."""
+        """How many EventChannel objects of this process are open (leak checks)."""
     def create_id(self, ps: int = ...) -> CMID:
         """A new CMID reporting its events on this channel (rdma_create_id); ps is a PortSpace (TCP: reliable connections, UDP: datagrams)."""
     def get_cm_event(self) -> CMEvent:

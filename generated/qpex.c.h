@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 fcca5f923fbb05e80754bced515e5da8ced1ea6703a08e376ebfa2a7e1e8abe5).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 f888e01d5243ba80cca9b58a246bc19e299f5fe7a173d65e5e0649aa5c19dd0b);
- * this file's own sha256, this number read as zeros: 51c7422577fe3d29b5744e36804d0079c5d8a261bf9cebb5a58e50663e77b619 */
+ * Made by templates/ and generator/ (sha256 324992a7bf5dfb633f1bf0d35fc1ae41991afc927aa29bbce27f7b5df846a01a);
+ * this file's own sha256, this number read as zeros: e5c9eb90a078d8a770e887f515da2ff9ba0fffad3d2af33ae833af5388ba9809 */
 
 /*
  * QPEx: A queue pair with the extended post API (ibv_create_qp_ex, ibv_qp_ex): a QP (modify, query, to_init/to_rtr/to_rts, post_recv, post_send work on it) plus wr_start/wr_* /wr_complete.

@@ -10,6 +10,7 @@ import fnmatch
 import keyword
 from typing import Dict, List, Optional, Tuple
 
+from . import handle_rules
 from .converters import ATTRIBUTES, FIELDS, REQUIRED, AttributeConverter
 from .converters.args import spec_default
 from .converters.fields import field_kind
@@ -206,6 +207,7 @@ class Builder:
         model.keepalive = ([] if same_object
                            else [(str(sspec["keepalive"]), sname) for sname, sspec in slot_specs
                                  if sspec.get("keepalive")])
+        handle_rules.apply(model, node)
         return model
 
     def _parents(self, h) -> List[Tuple[str, str, bool]]:
@@ -253,6 +255,9 @@ class Builder:
                 attributes.append((aname, ATTRIBUTES["int"](aspec["expr"], f"{h.name}.{aname}",
                                                                 checks)))
                 continue
+            if isinstance(aspec, Node) and "path" in aspec and "convert" in aspec:
+                attributes.append((aname, self._member_attribute(h, record, aname, aspec, where)))
+                continue
             if isinstance(aspec, Node) and "path" in aspec:
                 # {path, since}: a member newer than some headers
                 if "since" in aspec and not has_member(self.ir, record, aspec["path"]):
@@ -268,6 +273,18 @@ class Builder:
             else:
                 attributes.append((aname, ATTRIBUTES["int"](aspec["expr"])))
         return attributes
+
+    def _member_attribute(self, h, record, aname: str, aspec, where: str) -> AttributeConverter:
+        """{path, convert: kind}: a member read by a hand-written C converter."""
+        kind = aspec["convert"]
+        converter = ATTRIBUTES.get(kind) if kind not in ("int", "member", "str") else None
+        if converter is None or not hasattr(converter, "ctype"):
+            raise SpecError(f"{where}: {h.name}.{aname}: unknown member converter {kind!r}")
+        t = member_type(self.ir, record, aspec["path"], where)
+        if t.spelling != converter.ctype:
+            raise SpecError(f"{where}: {h.name}.{aname}: {aspec['path']} is a {t.spelling}, "
+                            f"not a {converter.ctype}")
+        return converter(aspec["path"])
 
     def release(self, h) -> Optional[Tuple[str, str]]:
         rel = h.node.get("release")

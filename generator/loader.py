@@ -58,7 +58,7 @@ RDMACM = Library(
     since_joiner=", or ",
     availability_macro="",
     intro=(
-        "librdmacm is dlopen'ed on first use (ibverbs/src/rdmacm.c), never linked",
+        "librdmacm is dlopen'ed on first use (ibverbs/src/cm.c), never linked",
         "and never loaded at import: without it, only the rdma_cm classes fail.",
         "Each function the spec binds gets a slot, filled by dlsym, and a hidden",
         "trampoline carrying the exported name (as for libibverbs, see",

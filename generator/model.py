@@ -157,10 +157,27 @@ class HandleModel:
     # (method, slot): a method setting the slot and returning the object
     # (spec: `keepalive: _keepalive`, the seed's MR._keepalive(owner) -> self)
     keepalive: List[Tuple[str, str]] = field(default_factory=list)
+    # -- lifetime rules beyond the template's (generator/handle_rules.py;
+    # the rdma_cm classes use them) --
+    # hand-written, runs first whenever the object lets go of its verbs
+    # object (destroyed, or forgotten after fork)
+    detach: Optional[str] = None
+    # hand-written, may refuse close() (-1 with an exception set)
+    before_close: Optional[str] = None
+    close_doc: Optional[str] = None     # close()'s docstring, instead of the default
+    no_new: Optional[str] = None        # calling the class raises TypeError(no_new)
+    repr: Optional[str] = None          # a hand-written tp_repr
+    docs: Dict[str, str] = field(default_factory=dict)   # getter name -> docstring
 
     @property
     def has_gc(self) -> bool:
         return bool(self.slots)
+
+    @property
+    def hand_attribute_names(self) -> List[str]:
+        """A slot shadowed by a hand-written attribute of the same name gets
+        no generated getter (the hand one reads it)."""
+        return [a[0] for a in self.hand_attributes]
 
 
 @dataclass

@@ -2,19 +2,26 @@
 manager), with its own spec set in spec/rdmacm/.
 
 The verbs pipeline is reused as is (parse.parse with another header, the
-spec loader on another directory, builder.Builder for enums and hand-written
-method docstrings, builder.coverage); what differs is what gets emitted:
+spec loader on another directory, builder.Builder for enums, handle classes
+and hand-written method docstrings, builder.coverage); what differs is what
+gets emitted:
 
   generated/rdmacm_loader.c.h   slots + trampolines + dlsym table for the
                                 librdmacm functions the spec binds (the
                                 library is dlopen'ed on first use, so a
                                 missing librdmacm never breaks import)
-  generated/rdmacm_methods.c.h  docstrings, prototypes and method tables of
-                                the hand-written EventChannel/CMID classes
+  generated/rdmacm_objects.h    their declarations (objects.h's counterpart)
+  generated/rdmacm_methods.c.h  the EventChannel and CMID classes, through
+                                templates/handle.c.h.j2 like every verbs
+                                handle (object layout, wrap, close, dealloc,
+                                GC, getters from struct rdma_cm_id's fields,
+                                method tables), with their librdmacm rules
+                                as spec keys (generator/handle_rules.py); every
+                                method is hand-written (ibverbs/src/cm*.c)
   generated/rdmacm_enums.py     the CM enums (event types, port spaces)
 
 Nothing here changes the verbs output: the verbs model, spec and templates
-are untouched, and the rdmacm files are added next to them.
+render what they did, and the rdmacm files are added next to them.
 """
 from __future__ import annotations
 
@@ -35,19 +42,11 @@ PREFIX = "rdmacm_"
 
 
 @dataclass
-class CMHandleModel:
-    name: str
-    ctype: str
-    destroy: str
-    methods: List[vmodel.MethodModel]
-
-
-@dataclass
 class CMModel:
     ir: IR
     spec: Spec
     enums: List[vmodel.EnumModel]
-    handles: List[CMHandleModel]
+    handles: List[vmodel.HandleModel]
     functions: List[vmodel.MethodModel]
     symbols: List[vmodel.SymbolModel]
     coverage: List[Tuple[str, str, str]]
@@ -67,23 +66,12 @@ def bound_names(spec: Spec, methods: List[vmodel.MethodModel]) -> List[str]:
 def build(ir: IR, spec: Spec) -> CMModel:
     b = vbuilder.Builder(ir, spec)
     enums = b.enums()
-    handles = []
     for h in spec.handles:
-        node = h.node
-        if ir.record(node["ctype"]) is None:
-            raise SpecError(f"{node.where('ctype')}: {h.name}: no {node['ctype']} in {ir.source}")
-        destroy = node.get("destroy")
-        if destroy and ir.function(destroy) is None:
-            raise SpecError(f"{node.where('destroy')}: {h.name}: no function {destroy}")
-        methods = []
         for m in h.methods:
             if m.hand is None:
-                raise SpecError(f"{m.where()}: {h.name}.{m.name}: the rdma_cm classes are "
-                                "hand-written (ibverbs/src/rdmacm.c): use 'hand' + 'verbs'")
-            if b.absent(m):
-                continue
-            methods.append(b.method(m))
-        handles.append(CMHandleModel(h.name, node["ctype"], destroy or "", methods))
+                raise SpecError(f"{m.where()}: {h.name}.{m.name}: the rdma_cm methods are "
+                                "hand-written (ibverbs/src/cm*.c): use 'hand' + 'verbs'")
+    handles = b.handles()
     functions = []
     for m in spec.functions:
         if m.hand is None:
@@ -114,6 +102,7 @@ def render(m: CMModel, template_dir: str) -> Dict[str, str]:
     files = {
         f"{PREFIX}loader.c.h": env.get_template("loader.c.h.j2").render(**common, **c_comment,
                                                                        lib=RDMACM),
+        f"{PREFIX}objects.h": env.get_template("rdmacm_objects.h.j2").render(**common, **c_comment),
         f"{PREFIX}methods.c.h": env.get_template("rdmacm_methods.c.h.j2").render(**common, **c_comment),
         f"{PREFIX}enums.py": env.get_template("enums.py.j2").render(**common, **py_comment),
     }

@@ -82,7 +82,10 @@ TOP_KEYS = {"handles", "structs", "enums", "functions", "symbols", "exclusions",
             "methods", "docs"}
 HANDLE_KEYS = {"ctype", "doc", "destroy", "parents", "attributes", "methods",
                "slots", "state", "before_destroy", "registered",
-               "base", "before_dealloc", "release", "hand_attributes", "since"}
+               "base", "before_dealloc", "release", "hand_attributes", "since",
+               # generator/handle_rules.py
+               "detach", "before_close", "close_doc", "no_new", "repr", "docs",
+               "subclassed"}
 STRUCT_KEYS = {"ctype", "doc", "fields", "writable", "since"}
 ENUM_KEYS = {"c", "match", "kind", "prefix", "since", "members"}
 METHOD_KEYS = {"verb", "params", "errors", "returns", "gil", "checks", "doc",

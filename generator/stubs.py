@@ -24,7 +24,7 @@ the committed stub is stale:
 
 What is written by hand lives in templates/stubs/: ``_datapath.pyi.j2``
 (the classes of the data path in ibverbs/src/ and of module.c), ``_rdmacm.pyi.j2``
-(ibverbs/src/rdmacm.c), and
+(the rdma_cm classes, whose methods are hand-written in ibverbs/src/cm*.c), and
 ``<Class>.pyi.j2`` for methods the Python layer attaches to a generated
 class (``QP.to_init``, ``PD.reg_mr(buffer, access)``, ``CQ.wait``...); a
 method defined there replaces the generated one of the same name.

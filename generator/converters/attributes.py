@@ -50,3 +50,18 @@ class StrExprAttribute(AttributeConverter):
     def getter(self) -> List[str]:
         return [f"const char *s = {self.expr};",
                 "result = s ? PyUnicode_FromString(s) : Py_NewRef(Py_None);"]
+
+
+@ATTRIBUTES.register("sockaddr")
+class SockaddrMemberAttribute(AttributeConverter):
+    """A struct sockaddr member (spec `{path, convert: sockaddr}`), read by
+    the hand-written ibp_sockaddr_to_py (ibverbs/src/cm.c): (host, port), or
+    None when unset."""
+    pytype = "tuple[str, int] | None"
+    ctype = "struct sockaddr"
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def getter(self) -> List[str]:
+        return [f"result = ibp_sockaddr_to_py(&self_ptr->{self.path});"]

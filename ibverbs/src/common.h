@@ -214,13 +214,29 @@ IBP_HIDDEN int ibp_call_enter_args(PyObject *self, PyObject *args, PyObject *kwa
                                    PyObject **held, int max);
 IBP_HIDDEN void ibp_call_leave_args(PyObject **held, int n);
 
-/* ---- rdma_cm (rdmacm.c; librdmacm is dlopen'ed on first use) ------------ */
+/* ---- rdma_cm (cm.c, cm_id.c, cm_addr.c; librdmacm dlopen'ed on first use) */
 
-/* Add EventChannel, CMID and the rdma_cm functions to the module. */
-IBP_HIDDEN int ibp_rdmacm_init(PyObject *module);
+struct rdma_cm_id;
+struct sockaddr;
+struct sockaddr_storage;
 /* qp is about to be destroyed: if a CMID made it, clear that rdma_cm_id's
  * qp (librdmacm modifies id->qp on connection events). */
 IBP_HIDDEN void ibp_rdmacm_qp_destroying(PyObject *qp);
+/* A new CMID object for id on channel, of the registered Python class
+ * (ibverbs.CMID) once there is one; destroys id on failure. */
+IBP_HIDDEN PyObject *ibp_cmid_new(struct rdma_cm_id *id, PyObject *channel);
+/* The open QPs of the CMIDs on channel, held busy while librdmacm may
+ * modify them (a new list), and their release. */
+IBP_HIDDEN PyObject *ibp_cm_qps_hold(PyObject *channel);
+IBP_HIDDEN void ibp_cm_qps_release(PyObject *held);
+/* (host, port) or host -> *out; None gives an unset address (*set = 0)
+ * when none_ok.  0, or -1 with an exception. */
+IBP_HIDDEN int ibp_cm_conv_addr(PyObject *obj, const char *name, struct sockaddr_storage *out,
+                                int none_ok, int *set);
+/* (host, port), or None for an unset address (the CMID address getters). */
+IBP_HIDDEN PyObject *ibp_sockaddr_to_py(const struct sockaddr *sa);
+/* _set_cmid_class(cls): the class of the CMIDs made from now on (cm_id.c). */
+IBP_HIDDEN PyObject *ibp_hand_module__set_cmid_class(PyObject *module, PyObject *cls);
 
 /* ---- the extended QP post API (qpex.c) ---------------------------------- */
 
@@ -460,7 +476,7 @@ IBP_HIDDEN PyObject *ibp_wc_new(const struct ibv_wc *wc);
 /* A small int from a cache made once (counts, statuses, opcodes). */
 IBP_HIDDEN PyObject *ibp_count_result(long n);
 
-/* ---- the dlopen'ed libraries (loader.c, module.c, rdmacm.c) ------------- */
+/* ---- the dlopen'ed libraries (loader.c, module.c, cm.c) ----------------- */
 
 /* One entry of a generated symbol table (generated/loader.c.h,
  * generated/rdmacm_loader.c.h): the slot its trampoline calls through. */

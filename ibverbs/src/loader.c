@@ -1,6 +1,6 @@
 /*
  * The one dlopen loop, for libibverbs (at import, module.c) and librdmacm
- * (on first use, rdmacm.c).  The slots, trampolines and symbol table of
+ * (on first use, cm.c).  The slots, trampolines and symbol table of
  * each come from one template (templates/loader.c.h.j2, rendered as
  * generated/loader.c.h and generated/rdmacm_loader.c.h).
  *

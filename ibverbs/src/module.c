@@ -15,6 +15,31 @@
 #include "handles.c.h"
 #include "module.c.h"
 
+/* The rdma_cm classes, compiled here like the verbs ones; their methods
+ * are hand-written in cm.c and cm_id.c. */
+#pragma GCC visibility push(hidden)
+#include <rdma/rdma_cma.h>
+#pragma GCC visibility pop
+#include "rdmacm_objects.h"
+#include "rdmacm_methods.c.h"
+
+static PyMethodDef rdmacm_functions[] = {
+    {"_set_cmid_class", ibp_hand_module__set_cmid_class, METH_O,
+     "_set_cmid_class($module, cls, /)\n--\n\nThe class of the CMIDs made from now on (ibverbs.CMID)."},
+    {"_has_rdmacm", ibp_hand_module__rdmacm_available, METH_NOARGS,
+     "_has_rdmacm($module, /)\n--\n\nWhether librdmacm.so.1 can be loaded (it is, on first use)."},
+    RDMACM_GENERATED_FUNCTIONS
+    {NULL, NULL, 0, NULL},
+};
+
+/* Add EventChannel, CMID and the rdma_cm functions to the module. */
+static int rdmacm_init(PyObject *module)
+{
+    if (ibp_rdmacm_add_types(module) < 0)
+        return -1;
+    return PyModule_AddFunctions(module, rdmacm_functions);
+}
+
 static void *libibverbs;
 static int dmabuf_available;
 
@@ -237,7 +262,7 @@ PyMODINIT_FUNC PyInit__ibverbs(void)
         ibp_errors_init() < 0 ||
         ibp_register_generated_types(module) < 0 ||
         ibp_datapath_init(module) < 0 ||
-        ibp_rdmacm_init(module) < 0 ||
+        rdmacm_init(module) < 0 ||
         ibp_test_hooks_init(module) < 0 ||
         add_ref(module, "VerbsError", ibp_VerbsError) < 0 ||
         add_ref(module, "CompletionError", ibp_CompletionError) < 0 ||

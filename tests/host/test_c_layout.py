@@ -19,11 +19,12 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 SRC = ROOT / "ibverbs" / "src"
 GEN = ROOT / "generated"
 #: The internal headers: common.h (hand-written) and objects.h (generated
-#: from the spec: the classes and the hand-written methods they name).
-HEADERS = {"common.h", "objects.h"}
+#: from the spec: the classes and the hand-written methods they name), with
+#: rdmacm_objects.h its counterpart for the rdma_cm classes (rdma_cma.h).
+HEADERS = {"common.h", "objects.h", "rdmacm_objects.h"}
 MAX_LINES = 800
 #: Files still over MAX_LINES, with the work that brings them under it.
-OVERSIZED = {"rdmacm.c": "issue #16: EventChannel/CMID move to the handle templates"}
+OVERSIZED: dict = {}
 
 
 def _strip(text: str) -> str:

@@ -92,7 +92,8 @@ def test_loader_carries_exactly_the_bound_functions(generator):
 def test_rdmacm_files_are_fresh_and_headed_by_their_header(generator):
     m = cm_model(generator, BASELINE)
     files = generator["rdmacm"].render(m, generator["TEMPLATE_DIR"])
-    assert sorted(files) == ["rdmacm_enums.py", "rdmacm_loader.c.h", "rdmacm_methods.c.h"]
+    assert sorted(files) == ["rdmacm_enums.py", "rdmacm_loader.c.h", "rdmacm_methods.c.h",
+                            "rdmacm_objects.h"]
     for name, text in files.items():
         head = "\n".join(text.splitlines()[:4])
         assert "from rdma/rdma_cma.h" in head and m.ir.sha256 in head, name
@@ -303,3 +304,54 @@ def test_cmid_is_the_c_class_with_the_blocking_api():
         assert params[name].kind is params[name].KEYWORD_ONLY
     assert list(inspect.signature(ib.CMID.resolve).parameters)[:3] == ["host", "port", "source"]
     assert inspect.signature(ib.CMID.resolve).parameters["port"].default == 4420
+
+
+# --- the classes come from the handle templates (issue #16) ----------------------
+
+def test_the_cm_classes_are_generated_through_the_handle_template(generator):
+    m = cm_model(generator, BASELINE)
+    text = generator["rdmacm"].render(m, generator["TEMPLATE_DIR"])["rdmacm_methods.c.h"]
+    for name in ("EventChannel", "CMID"):
+        for part in ("_wrap(", "_destroy(", "_close(", "_dealloc(", "_getset[]", "_spec = {"):
+            assert f"{name}{part}" in text, name + part
+    # GC through the slots (qp, context); getters from struct rdma_cm_id's fields
+    assert "CMID_traverse(" in text and "EventChannel_traverse(" not in text
+    assert "(self_ptr->port_num)" in text and "(self_ptr->ps)" in text
+    assert "ibp_sockaddr_to_py(&self_ptr->route.addr.src_addr)" in text
+    assert "ibp_sockaddr_to_py(&self_ptr->route.addr.dst_addr)" in text
+    # librdmacm's rules are the spec's hooks
+    for hook in ("ibp_cmid_detach(self)", "ibp_cmid_before_destroy(self)",
+                 "ibp_cmid_before_close((struct CMIDObject *)op)",
+                 "(void *)ibp_hand_EventChannel_repr"):
+        assert hook in text, hook
+    # and nothing of a type shell is written by hand any more
+    for path in (ROOT / "ibverbs" / "src").glob("cm*.c"):
+        source = path.read_text()
+        assert "PyType_Spec" not in source and "PyGetSetDef" not in source, path.name
+        assert len(source.splitlines()) <= 800, path.name
+
+
+def _cm_spec_with(tmp_path, g, old, new):
+    spec_root = tmp_path / "spec"
+    shutil.copytree(g["SPEC_DIR"], spec_root)
+    path = spec_root / "rdmacm" / "cm.yaml"
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+    return str(spec_root)
+
+
+def test_a_sockaddr_getter_on_another_member_names_its_line(generator, tmp_path):
+    g = generator
+    root = _cm_spec_with(tmp_path, g, "{path: route.addr.src_addr, convert: sockaddr}",
+                         "{path: port_num, convert: sockaddr}")
+    with pytest.raises(g["spec"].SpecError,
+                       match=r"cm.yaml:\d+: CMID.local_addr: port_num is a uint8_t, not a struct sockaddr"):
+        g["rdmacm"].load(prefix(BASELINE), root)
+
+
+def test_docs_of_an_unknown_getter_name_their_line(generator, tmp_path):
+    g = generator
+    root = _cm_spec_with(tmp_path, g, "      port_num: The device port", "      port_nr: The device port")
+    with pytest.raises(g["spec"].SpecError, match=r"cm.yaml:\d+: CMID: docs for port_nr"):
+        g["rdmacm"].load(prefix(BASELINE), root)

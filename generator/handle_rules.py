@@ -1,0 +1,38 @@
+"""Lifetime rules a handle class may add to the template's (spec keys of a
+handle class, read into its HandleModel; templates/handle.c.h.j2 applies
+them).  The rdma_cm classes use them (spec/rdmacm/cm.yaml): a CMID owns
+the QP made through it, and neither class can be called.
+
+  detach: f          hand-written void f(struct <Class>Object *), run first
+                     whenever the object lets go of its C object (destroyed,
+                     or forgotten because it is a fork() parent's)
+  before_close: f    hand-written int f(struct <Class>Object *): -1 with an
+                     exception refuses close() (before the EBUSY checks)
+  close_doc: text    close()'s docstring instead of the default one
+  no_new: message    calling the class raises TypeError(message)
+  repr: f            a hand-written tp_repr instead of "<ibverbs.X at %p>"
+  subclassed: true   a Python subclass is made by the C code
+                     (<Class>_wrap_type, as a `base:` of another class gets)
+  docs: {name: text} docstrings of getters (parents, attributes)
+"""
+from __future__ import annotations
+
+from .spec import SpecError
+
+#: Keys copied as they are (strings) onto the HandleModel field of that name.
+TEXT_RULES = ("detach", "before_close", "close_doc", "no_new", "repr")
+
+
+def apply(h, node) -> None:
+    """Set the rules of spec node on HandleModel h."""
+    for key in TEXT_RULES:
+        if key in node:
+            setattr(h, key, str(node[key]))
+    if node.get("subclassed"):
+        h.subclassed = True
+    getters = {p[0] for p in h.parents} | {a[0] for a in h.attributes}
+    for name, text in (node.get("docs") or {}).items():
+        if name not in getters:
+            raise SpecError(f"{node['docs'].where(name)}: {h.name}: docs for {name}, which "
+                            "is neither a parent nor an attribute")
+        h.docs[name] = str(text)

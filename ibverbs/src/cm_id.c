@@ -1,0 +1,679 @@
+/*
+ * rdma_cm: the CMID's hand-written side.  The class itself is generated
+ * (generated/rdmacm_methods.c.h, compiled in module.c: EventChannel and
+ * CMID from spec/rdmacm/cm.yaml through templates/handle.c.h.j2, as every
+ * verbs handle: layout, wrap, close, dealloc, GC, fork ownership, the
+ * getters of struct rdma_cm_id's fields).
+ *
+ * Lifetimes, the same rules as the verbs classes (handles.c):
+ * - a CMID is a child of its EventChannel: closing the channel with open
+ *   CMIDs raises EBUSY;
+ * - the QP made by CMID.create_qp is owned through the CMID: closing the
+ *   CMID while the QP is open raises EBUSY (destroy_qp() or qp.close()
+ *   first).  If the CMID is garbage collected first, the QP is detached
+ *   (id->qp = NULL) and lives on as a plain QP.  The hooks below
+ *   (spec: detach, before_destroy, before_close) keep that;
+ * - cm_id.context is a *borrowed* Context: the ibv_context is librdmacm's,
+ *   so closing or collecting that object never closes the device.
+ * The methods run inside their generated wrappers (calls in flight: see
+ * cm.c).
+ */
+#include "common.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <sys/socket.h>
+
+#include "objects.h"
+
+#pragma GCC visibility push(hidden)
+#include <rdma/rdma_cma.h>
+#pragma GCC visibility pop
+
+#include "rdmacm_objects.h"
+
+/* The librdmacm object of an open handle; NULL with EBADF when closed. */
+static void *cm_ptr(PyObject *self)
+{
+    return ibp_check_open(self) < 0 ? NULL : IBP_HANDLE(self)->ptr;
+}
+
+/* A Context object for librdmacm's ibv_context, marked borrowed so that
+ * neither close() nor GC ever closes the device under librdmacm.  (Only if
+ * allocating the object itself fails does Context_wrap give the context
+ * back with ibv_close_device; an out-of-memory corner this cannot avoid
+ * without a non-owning Context in the generated code.) */
+static PyObject *Context_wrap_borrowed(struct ibv_context *verbs)
+{
+    PyObject *ctx = Context_wrap(verbs);
+    if (ctx == NULL)
+        return NULL;
+    if (ibp_handle_borrow(ctx) < 0)
+        return NULL;    /* leaked on purpose: freeing it would close the device */
+    return ctx;
+}
+
+/* The class of the CMIDs made here: ibverbs.CMID, the Python subclass
+ * with the seed's blocking API (ibverbs/_cmid.py), once it registered
+ * itself; this C base before that. */
+static PyTypeObject *cmid_class;
+
+PyObject *ibp_cmid_new(struct rdma_cm_id *id, PyObject *channel)
+{
+    return CMID_wrap_type(cmid_class ? cmid_class : CMID_Type, id, channel);
+}
+
+PyObject *ibp_hand_module__set_cmid_class(PyObject *module, PyObject *cls)
+{
+    (void)module;
+    if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, CMID_Type)) {
+        PyErr_SetString(PyExc_TypeError, "_set_cmid_class needs a subclass of the C CMID");
+        return NULL;
+    }
+    Py_INCREF(cls);
+    Py_XSETREF(cmid_class, (PyTypeObject *)cls);
+    Py_RETURN_NONE;
+}
+
+/* ---- the QP of create_qp ---------------------------------------------------------- */
+
+/*
+ * The QPs made by CMID.create_qp: QP object address -> CMID object address
+ * (both alive while listed: the CMID holds the QP, and leaves the map
+ * before it goes).  librdmacm reads and modifies id->qp while it processes
+ * events (rdma_get_cm_event moves the QP to RTR/RTS on CONNECT_RESPONSE,
+ * to ERR on REJECTED), so a QP destroyed by qp.close() must leave its ID
+ * at once, not at the CMID's next call.
+ */
+static PyObject *cm_qps;
+
+static int cm_qps_add(PyObject *qp, PyObject *cmid)
+{
+    if (cm_qps == NULL && (cm_qps = PyDict_New()) == NULL)
+        return -1;
+    PyObject *key = PyLong_FromVoidPtr(qp), *value = PyLong_FromVoidPtr(cmid);
+    int rc = key && value ? PyDict_SetItem(cm_qps, key, value) : -1;
+    Py_XDECREF(key);
+    Py_XDECREF(value);
+    return rc;
+}
+
+/* The CMID that made qp (borrowed), or NULL; removed from the map if drop. */
+static struct CMIDObject *cm_qps_find(PyObject *qp, int drop)
+{
+    if (cm_qps == NULL)
+        return NULL;
+    PyObject *exc_type, *exc_value, *exc_tb;
+    PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
+    struct CMIDObject *cmid = NULL;
+    PyObject *key = PyLong_FromVoidPtr(qp);
+    PyObject *value = key ? PyDict_GetItem(cm_qps, key) : NULL;   /* borrowed */
+    if (value != NULL) {
+        cmid = PyLong_AsVoidPtr(value);
+        if (drop)
+            PyDict_DelItem(cm_qps, key);
+    }
+    Py_XDECREF(key);
+    PyErr_Clear();
+    PyErr_Restore(exc_type, exc_value, exc_tb);
+    return cmid;
+}
+
+void ibp_rdmacm_qp_destroying(PyObject *qp)
+{
+    struct CMIDObject *cmid = cm_qps_find(qp, 1);
+    if (cmid != NULL && cmid->head.ptr != NULL)
+        CMID_PTR(cmid)->qp = NULL;      /* what rdma_destroy_qp does after ibv_destroy_qp */
+}
+
+/* A QP closed through qp.close() left its rdma_cm_id then: forget it here. */
+static void cmid_sync_qp(struct CMIDObject *self)
+{
+    if (self->qp != NULL && IBP_HANDLE(self->qp)->ptr == NULL) {
+        if (self->head.ptr != NULL)
+            CMID_PTR(self)->qp = NULL;
+        cm_qps_find(self->qp, 1);
+        Py_CLEAR(self->qp);
+    }
+}
+
+/* The open QPs of the CMIDs on channel, held busy (a new list to pass to
+ * ibp_cm_qps_release): qp.close() says EBUSY while librdmacm may modify them
+ * in a call with the GIL released. */
+PyObject *ibp_cm_qps_hold(PyObject *channel)
+{
+    PyObject *held = PyList_New(0);
+    if (held == NULL || cm_qps == NULL)
+        return held;
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(cm_qps, &pos, &key, &value)) {
+        struct CMIDObject *cmid = PyLong_AsVoidPtr(value);
+        PyObject *qp = cmid->qp;
+        if (cmid->channel != channel || qp == NULL || IBP_HANDLE(qp)->ptr == NULL)
+            continue;
+        if (PyList_Append(held, qp) < 0) {
+            Py_DECREF(held);
+            return NULL;
+        }
+    }
+    for (Py_ssize_t i = 0; i < PyList_Size(held); i++)
+        IBP_HANDLE(PyList_GetItem(held, i))->busy++;
+    return held;
+}
+
+void ibp_cm_qps_release(PyObject *held)
+{
+    for (Py_ssize_t i = 0; i < PyList_Size(held); i++)
+        IBP_HANDLE(PyList_GetItem(held, i))->busy--;
+    Py_DECREF(held);
+}
+
+/* ---- lifetime hooks (spec/rdmacm/cm.yaml) ---------------------------------------- */
+
+/* Whenever the CMID lets go of its rdma_cm_id (fork-inherited ones too):
+ * the map must not outlive this CMID. */
+void ibp_cmid_detach(struct CMIDObject *self)
+{
+    if (self->qp != NULL)
+        cm_qps_find(self->qp, 1);
+}
+
+/* Only dealloc and GC get here with the QP open (close() refuses): the QP
+ * outlives the ID as a plain QP, which its own object destroys. */
+int ibp_cmid_before_destroy(struct CMIDObject *self)
+{
+    cmid_sync_qp(self);
+    CMID_PTR(self)->qp = NULL;
+    return 0;
+}
+
+int ibp_cmid_before_close(struct CMIDObject *self)
+{
+    cmid_sync_qp(self);
+    if (self->qp != NULL) {
+        ibp_raise_detail("rdma_destroy_id", EBUSY,
+                         "rdma_destroy_id failed: this CMID still has its QP "
+                         "open; destroy_qp() (or qp.close()) first");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- attributes ------------------------------------------------------------------ */
+
+/* The CMID's QP, or None (borrowed); NULL with EBADF when closed. */
+static PyObject *cmid_current_qp(PyObject *op)
+{
+    struct CMIDObject *self = (struct CMIDObject *)op;
+    if (ibp_check_open(op) < 0)
+        return NULL;
+    cmid_sync_qp(self);
+    return self->qp ? self->qp : Py_None;
+}
+
+PyObject *ibp_hand_CMID_get_qp(PyObject *op, void *closure)
+{
+    (void)closure;
+    PyObject *qp = cmid_current_qp(op);
+    return qp ? Py_NewRef(qp) : NULL;
+}
+
+PyObject *ibp_hand_CMID_get_pd(PyObject *op, void *closure)
+{
+    (void)closure;
+    PyObject *qp = cmid_current_qp(op);
+    if (qp == NULL || qp == Py_None)
+        return qp ? Py_NewRef(Py_None) : NULL;
+    return PyObject_GetAttrString(qp, "pd");
+}
+
+PyObject *ibp_hand_CMID_get_context(PyObject *op, void *closure)
+{
+    struct CMIDObject *self = (struct CMIDObject *)op;
+    (void)closure;
+    if (ibp_check_open(op) < 0)
+        return NULL;
+    struct ibv_context *verbs = CMID_PTR(op)->verbs;
+    if (verbs == NULL)
+        Py_RETURN_NONE;     /* not bound to a device yet */
+    if (self->context != NULL && IBP_HANDLE(self->context)->ptr == verbs)
+        return Py_NewRef(self->context);
+    /* librdmacm's context, wrapped as a borrowed Context: usable like any
+     * other (alloc_pd, create_cq, ...), never closed by us. */
+    PyObject *ctx = Context_wrap_borrowed(verbs);
+    if (ctx == NULL)
+        return NULL;
+    Py_XSETREF(self->context, Py_NewRef(ctx));
+    return ctx;
+}
+
+/* ---- methods --------------------------------------------------------------------- */
+
+/* Parse the rdma_conn_param keywords of connect/accept. */
+static int conn_param_from_args(const char *method, PyObject *args, PyObject *kwargs,
+                                struct rdma_conn_param *param, PyObject **data)
+{
+    static char *keywords[] = {"private_data", "responder_resources", "initiator_depth",
+                               "flow_control", "retry_count", "rnr_retry_count", NULL};
+    PyObject *private_data = NULL;
+    int values[5] = {1, 1, 1, 7, 7};
+    static const char *names[5] = {"responder_resources", "initiator_depth",
+                                   "flow_control", "retry_count", "rnr_retry_count"};
+    static const int maxima[5] = {255, 255, 1, 7, 7};
+    char format[32];
+    snprintf(format, sizeof(format), "|Oiiiii:%s", method);
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, format, keywords, &private_data,
+                                     &values[0], &values[1], &values[2], &values[3],
+                                     &values[4]))
+        return -1;
+    for (int i = 0; i < 5; i++) {
+        if (values[i] < 0 || values[i] > maxima[i]) {
+            PyErr_Format(PyExc_ValueError, "%s must be in [0, %d], got %d",
+                         names[i], maxima[i], values[i]);
+            return -1;
+        }
+    }
+    memset(param, 0, sizeof(*param));
+    *data = NULL;
+    if (private_data != NULL && private_data != Py_None) {
+        *data = PyBytes_FromObject(private_data);
+        if (*data == NULL)
+            return -1;
+        if (PyBytes_Size(*data) > 255) {
+            PyErr_Format(PyExc_ValueError, "private_data is at most 255 bytes (the "
+                         "transport allows less: 56 for connect, 196 for accept on "
+                         "InfiniBand/RoCE), got %zd", PyBytes_Size(*data));
+            Py_CLEAR(*data);
+            return -1;
+        }
+        param->private_data = PyBytes_AsString(*data);
+        param->private_data_len = (uint8_t)PyBytes_Size(*data);
+    }
+    param->responder_resources = (uint8_t)values[0];
+    param->initiator_depth = (uint8_t)values[1];
+    param->flow_control = (uint8_t)values[2];
+    param->retry_count = (uint8_t)values[3];
+    param->rnr_retry_count = (uint8_t)values[4];
+    return 0;
+}
+
+/* connect/accept: rdma_connect / rdma_accept with the GIL released. */
+static PyObject *cmid_conn(PyObject *op, PyObject *args, PyObject *kwargs, int accept)
+{
+    const char *verb = accept ? "rdma_accept" : "rdma_connect";
+    struct rdma_conn_param param;
+    PyObject *data = NULL;
+    if (conn_param_from_args(accept ? "accept" : "connect", args, kwargs, &param, &data) < 0)
+        return NULL;
+    struct rdma_cm_id *id = cm_ptr(op);
+    if (id == NULL) {
+        Py_XDECREF(data);
+        return NULL;
+    }
+    cmid_sync_qp((struct CMIDObject *)op);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    errno = 0;
+    rc = accept ? rdma_accept(id, &param) : rdma_connect(id, &param);
+    Py_END_ALLOW_THREADS
+    Py_XDECREF(data);
+    if (rc != 0)
+        return ibp_raise(verb, ibp_error_code(rc));
+    Py_RETURN_NONE;
+}
+
+PyObject *ibp_hand_CMID_connect(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    return cmid_conn(self, args, kwargs, 0);
+}
+
+PyObject *ibp_hand_CMID_accept(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    return cmid_conn(self, args, kwargs, 1);
+}
+
+PyObject *ibp_hand_CMID_reject(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"private_data", NULL};
+    PyObject *private_data = NULL, *data = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O:reject", keywords, &private_data))
+        return NULL;
+    if (private_data != NULL && private_data != Py_None) {
+        data = PyBytes_FromObject(private_data);
+        if (data == NULL)
+            return NULL;
+        if (PyBytes_Size(data) > 255) {
+            Py_DECREF(data);
+            return PyErr_Format(PyExc_ValueError, "private_data is at most 255 bytes");
+        }
+    }
+    struct rdma_cm_id *id = cm_ptr(self);
+    if (id == NULL) {
+        Py_XDECREF(data);
+        return NULL;
+    }
+    const void *bytes = data ? PyBytes_AsString(data) : NULL;
+    uint8_t len = data ? (uint8_t)PyBytes_Size(data) : 0;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    errno = 0;
+    rc = rdma_reject(id, bytes, len);
+    Py_END_ALLOW_THREADS
+    Py_XDECREF(data);
+    if (rc != 0)
+        return ibp_raise("rdma_reject", ibp_error_code(rc));
+    Py_RETURN_NONE;
+}
+
+/* A call taking only the ID: rdma_disconnect, rdma_establish. */
+static PyObject *cmid_simple(PyObject *op, int (*fn)(struct rdma_cm_id *), const char *verb)
+{
+    struct rdma_cm_id *id = cm_ptr(op);
+    if (id == NULL)
+        return NULL;
+    cmid_sync_qp((struct CMIDObject *)op);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    errno = 0;
+    rc = fn(id);
+    Py_END_ALLOW_THREADS
+    if (rc != 0)
+        return ibp_raise(verb, ibp_error_code(rc));
+    Py_RETURN_NONE;
+}
+
+PyObject *ibp_hand_CMID_disconnect(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    return cmid_simple(self, rdma_disconnect, "rdma_disconnect");
+}
+
+PyObject *ibp_hand_CMID_establish(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    return cmid_simple(self, rdma_establish, "rdma_establish");
+}
+
+PyObject *ibp_hand_CMID_bind_addr(PyObject *self, PyObject *arg)
+{
+    struct sockaddr_storage addr;
+    int set;
+    if (ibp_cm_conv_addr(arg, "addr", &addr, 0, &set) < 0)
+        return NULL;
+    struct rdma_cm_id *id = cm_ptr(self);
+    if (id == NULL)
+        return NULL;
+    errno = 0;
+    int rc = rdma_bind_addr(id, (struct sockaddr *)&addr);
+    if (rc != 0)
+        return ibp_raise("rdma_bind_addr", ibp_error_code(rc));
+    Py_RETURN_NONE;
+}
+
+static int conv_timeout(int timeout_ms)
+{
+    if (timeout_ms <= 0) {
+        PyErr_Format(PyExc_ValueError, "timeout_ms must be positive, got %d", timeout_ms);
+        return -1;
+    }
+    return 0;
+}
+
+PyObject *ibp_hand_CMID_resolve_addr(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"dst", "src", "timeout_ms", NULL};
+    PyObject *dst_obj, *src_obj = Py_None;
+    int timeout_ms = 2000;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|Oi:resolve_addr", keywords,
+                                     &dst_obj, &src_obj, &timeout_ms))
+        return NULL;
+    struct sockaddr_storage dst, src;
+    int dst_set, src_set;
+    if (conv_timeout(timeout_ms) < 0 || ibp_cm_conv_addr(dst_obj, "dst", &dst, 0, &dst_set) < 0 ||
+        ibp_cm_conv_addr(src_obj, "src", &src, 1, &src_set) < 0)
+        return NULL;
+    struct rdma_cm_id *id = cm_ptr(self);
+    if (id == NULL)
+        return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    errno = 0;
+    rc = rdma_resolve_addr(id, src_set ? (struct sockaddr *)&src : NULL,
+                           (struct sockaddr *)&dst, timeout_ms);
+    Py_END_ALLOW_THREADS
+    if (rc != 0)
+        return ibp_raise("rdma_resolve_addr", ibp_error_code(rc));
+    Py_RETURN_NONE;
+}
+
+PyObject *ibp_hand_CMID_resolve_route(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"timeout_ms", NULL};
+    int timeout_ms = 2000;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|i:resolve_route", keywords, &timeout_ms) ||
+        conv_timeout(timeout_ms) < 0)
+        return NULL;
+    struct rdma_cm_id *id = cm_ptr(self);
+    if (id == NULL)
+        return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    errno = 0;
+    rc = rdma_resolve_route(id, timeout_ms);
+    Py_END_ALLOW_THREADS
+    if (rc != 0)
+        return ibp_raise("rdma_resolve_route", ibp_error_code(rc));
+    Py_RETURN_NONE;
+}
+
+PyObject *ibp_hand_CMID_listen(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"backlog", NULL};
+    int backlog = 16;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|i:listen", keywords, &backlog))
+        return NULL;
+    if (backlog < 0)
+        return PyErr_Format(PyExc_ValueError, "backlog must be non-negative, got %d", backlog);
+    struct rdma_cm_id *id = cm_ptr(self);
+    if (id == NULL)
+        return NULL;
+    errno = 0;
+    int rc = rdma_listen(id, backlog);
+    if (rc != 0)
+        return ibp_raise("rdma_listen", ibp_error_code(rc));
+    Py_RETURN_NONE;
+}
+
+/* A verbs handle argument that must live on the CM ID's device context. */
+static int same_context(PyObject *obj, const char *name, struct ibv_context *mine,
+                        struct ibv_context *theirs)
+{
+    if (obj != NULL && theirs != mine) {
+        PyErr_Format(PyExc_ValueError, "create_qp: %s belongs to another context "
+                     "(create it from cm_id.context)", name);
+        return -1;
+    }
+    return 0;
+}
+
+PyObject *ibp_hand_CMID_create_qp(PyObject *op, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"pd", "init_attr", NULL};
+    struct CMIDObject *self = (struct CMIDObject *)op;
+    PyObject *pd_arg, *attr_arg, *pd;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO:create_qp", keywords, &pd_arg, &attr_arg))
+        return NULL;
+    if (ibp_conv_handle(pd_arg, "pd", PD_Type, 0, &pd) < 0)
+        return NULL;
+    if (!PyObject_TypeCheck(attr_arg, QPInitAttr_Type))
+        return PyErr_Format(PyExc_TypeError, "init_attr must be a QPInitAttr, not %s",
+                            ibp_type_name(attr_arg));
+    struct QPInitAttrObject *attr = (struct QPInitAttrObject *)attr_arg;
+    if (QPInitAttr_prepare(attr) < 0)
+        return NULL;
+    if (attr->ref_send_cq == NULL || attr->ref_recv_cq == NULL) {
+        /* placeholders the caller never filled (QPInitAttr(None, None)) */
+        PyErr_SetString(PyExc_TypeError, "CMID.create_qp: init_attr.send_cq and recv_cq must be CQs, not None");
+        return NULL;
+    }
+    struct rdma_cm_id *id = cm_ptr(op);
+    if (id == NULL)
+        return NULL;
+    PyObject *result = NULL;
+    cmid_sync_qp(self);
+    if (id->verbs == NULL) {
+        ibp_raise_detail("rdma_create_qp", EINVAL, "rdma_create_qp failed: this CMID "
+                         "has no device yet (resolve_addr or bind_addr to an RDMA "
+                         "address first)");
+        goto done;
+    }
+    if (self->qp != NULL) {
+        ibp_raise_detail("rdma_create_qp", EEXIST, "rdma_create_qp failed: this CMID "
+                         "already has a QP");
+        goto done;
+    }
+    struct ibv_qp_init_attr c = attr->c;
+    if (same_context(pd, "pd", id->verbs, PD_PTR(pd)->context) < 0 ||
+        same_context(attr->ref_send_cq, "send_cq", id->verbs,
+                     c.send_cq ? c.send_cq->context : NULL) < 0 ||
+        same_context(attr->ref_recv_cq, "recv_cq", id->verbs,
+                     c.recv_cq ? c.recv_cq->context : NULL) < 0 ||
+        same_context(attr->ref_srq, "srq", id->verbs,
+                     c.srq ? c.srq->context : NULL) < 0)
+        goto done;
+    if (c.send_cq == NULL || c.recv_cq == NULL) {
+        PyErr_SetString(PyExc_ValueError, "create_qp: init_attr needs send_cq and recv_cq");
+        goto done;
+    }
+    errno = 0;
+    int rc = rdma_create_qp(id, PD_PTR(pd), &c);
+    if (rc != 0) {
+        ibp_raise("rdma_create_qp", ibp_error_code(rc));
+        goto done;
+    }
+    result = QP_wrap(id->qp, pd, attr->ref_send_cq, attr->ref_recv_cq, attr->ref_srq);
+    if (result == NULL) {
+        id->qp = NULL;      /* QP_wrap destroyed it */
+        goto done;
+    }
+    if (cm_qps_add(result, op) < 0) {
+        id->qp = NULL;
+        Py_CLEAR(result);       /* its dealloc destroys the QP */
+        goto done;
+    }
+    self->qp = Py_NewRef(result);
+done:
+    return result;
+}
+
+PyObject *ibp_hand_CMID_destroy_qp(PyObject *op, PyObject *unused)
+{
+    struct CMIDObject *self = (struct CMIDObject *)op;
+    (void)unused;
+    if (ibp_check_open(op) < 0)
+        return NULL;
+    cmid_sync_qp(self);
+    if (self->qp == NULL)
+        Py_RETURN_NONE;
+    /* What rdma_destroy_qp does (ibv_destroy_qp, then id->qp = NULL), through
+     * the QP object so that its own bookkeeping (parents, EBUSY) applies. */
+    PyObject *r = PyObject_CallMethod(self->qp, "close", NULL);
+    if (r == NULL)
+        return NULL;
+    Py_DECREF(r);
+    cmid_sync_qp(self);
+    Py_RETURN_NONE;
+}
+
+PyObject *ibp_hand_CMID_migrate(PyObject *op, PyObject *arg)
+{
+    struct CMIDObject *self = (struct CMIDObject *)op;
+    PyObject *channel;
+    if (ibp_conv_handle(arg, "channel", EventChannel_Type, 0, &channel) < 0)
+        return NULL;
+    struct rdma_cm_id *id = cm_ptr(op);
+    if (id == NULL)
+        return NULL;
+    /* The target channel is in use too while the GIL is released: its
+     * close() from another thread must wait (EBUSY). */
+    ibp_busy_enter(channel);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    errno = 0;
+    rc = rdma_migrate_id(id, EventChannel_PTR(channel));
+    Py_END_ALLOW_THREADS
+    ibp_busy_leave(channel);
+    if (rc != 0)
+        return ibp_raise("rdma_migrate_id", ibp_error_code(rc));
+    if (channel != self->channel) {
+        IBP_HANDLE(channel)->live_children++;
+        IBP_HANDLE(self->channel)->live_children--;
+        Py_INCREF(channel);
+        Py_XSETREF(self->channel, channel);
+    }
+    Py_RETURN_NONE;
+}
+
+PyObject *ibp_hand_CMID_set_option(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"optname", "value", NULL};
+    int optname;
+    PyObject *value_obj;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iO:set_option", keywords, &optname,
+                                     &value_obj))
+        return NULL;
+    /* Each option has its own C type (rdma_cma.h): a uint8_t or an int.
+     * The IB path record option (level RDMA_OPTION_IB) takes structs and is
+     * not offered. */
+    uint8_t u8;
+    int i32;
+    void *optval;
+    size_t optlen;
+    int64_t v;
+    switch (optname) {
+    case RDMA_OPTION_ID_TOS:
+    case RDMA_OPTION_ID_ACK_TIMEOUT:
+        if (ibp_conv_signed(value_obj, "value", 0,
+                            optname == RDMA_OPTION_ID_TOS ? UINT8_MAX : 31, &v) < 0)
+            return NULL;
+        u8 = (uint8_t)v;
+        optval = &u8;
+        optlen = sizeof(u8);
+        break;
+    case RDMA_OPTION_ID_REUSEADDR:
+    case RDMA_OPTION_ID_AFONLY: {
+        int truth = PyObject_IsTrue(value_obj);
+        if (truth < 0)
+            return NULL;
+        i32 = truth;
+        optval = &i32;
+        optlen = sizeof(i32);
+        break;
+    }
+    default:
+        return PyErr_Format(PyExc_ValueError, "optname must be a CMIDOption (TOS, REUSEADDR, "
+                            "AFONLY, ACK_TIMEOUT), got %d", optname);
+    }
+    struct rdma_cm_id *id = cm_ptr(self);
+    if (id == NULL)
+        return NULL;
+    errno = 0;
+    int rc = rdma_set_option(id, RDMA_OPTION_ID, optname, optval, optlen);
+    if (rc != 0)
+        return ibp_raise("rdma_set_option", ibp_error_code(rc));
+    Py_RETURN_NONE;
+}
+
+PyObject *ibp_hand_CMID__ports(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    struct rdma_cm_id *id = cm_ptr(self);
+    if (id == NULL)
+        return NULL;
+    /* Both return the port in network order (0 when unset). */
+    unsigned int src = ntohs(rdma_get_src_port(id));
+    unsigned int dst = ntohs(rdma_get_dst_port(id));
+    return Py_BuildValue("(II)", src, dst);
+}
