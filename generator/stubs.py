@@ -22,7 +22,7 @@ the committed stub is stale:
   ``hand_attributes``) are typed by their ``stub:`` key (``stub: int``).
 
 What is written by hand lives in templates/stubs/: ``_datapath.pyi.j2``
-(the classes of ibverbs/src/datapath.c and module.c), ``_rdmacm.pyi.j2``
+(the classes of the data path in ibverbs/src/ and of module.c), ``_rdmacm.pyi.j2``
 (ibverbs/src/rdmacm.c), and
 ``<Class>.pyi.j2`` for methods the Python layer attaches to a generated
 class (``QP.to_init``, ``PD.reg_mr(buffer, access)``, ``CQ.wait``...); a

@@ -227,9 +227,218 @@ IBV_HIDDEN int ibv_qpex_guard(PyObject *self, size_t op_offset, const char *name
 /* 0 unless self is a QPEx with a batch open (its send queue is taken until
  * wr_complete/wr_abort): then VerbsError EBUSY naming `what`. */
 IBV_HIDDEN int ibv_qp_send_idle(PyObject *self, const char *what);
-/* An SGE object's struct ibv_sge (datapath.c); -1 with TypeError if obj is
+/* An SGE object's struct ibv_sge (sge.c); -1 with TypeError if obj is
  * not an SGE. */
 IBV_HIDDEN int ibv_sge_from_py(PyObject *obj, struct ibv_sge *out);
+
+/* ---- the data path (datapath.c, sge.c, wr.c, post.c, postlist.c, ---------
+ * ----- postlist_entry.c, wc.c, wcbuffer.c, events.c) ----------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    struct ibv_sge sge;
+    PyObject *owner;     /* keeps the registered memory alive */
+} SGEObject;
+
+typedef struct {
+    PyObject_HEAD
+    uint64_t wr_id;
+    PyObject *sg_list;     /* list of SGE, or NULL */
+    uint32_t opcode;
+    uint32_t send_flags;
+    uint64_t remote_addr;
+    uint32_t rkey;
+    uint32_t imm_data;     /* host order */
+    uint64_t compare_add;
+    uint64_t swap;
+    PyObject *ah;          /* AH or NULL */
+    uint32_t remote_qpn;
+    uint32_t remote_qkey;
+    uint32_t invalidate_rkey;   /* LOCAL_INV, SEND_WITH_INV */
+    PyObject *mw;          /* BIND_MW: the MW, or NULL */
+    PyObject *bind_info;   /* BIND_MW: an MWBindInfo, or NULL */
+    /* The request as posted, less its SGEs, its AH pointer and next: built
+     * at the first post after a change (every setter clears `ready`) and
+     * copied as is by the posts after it, instead of zeroing 128 bytes and
+     * storing each field again.  Only fields the setters have range-checked
+     * go in; what can change without a setter (the SGE list and its items,
+     * whether the AH, MW or MRs are still open, inline memory) is checked
+     * at every post as before. */
+    int ready;
+    struct ibv_send_wr prepared;
+} SendWRObject;
+
+typedef struct {
+    PyObject_HEAD
+    uint64_t wr_id;
+    PyObject *sg_list;
+} RecvWRObject;
+
+struct argspec {
+    const char *fname;
+    int nrequired;
+    const char *const *names;   /* NULL-terminated */
+    PyObject **interned;        /* filled by ibp_argspec_init */
+    int n;
+};
+
+enum { PL_SEND, PL_RECV };
+
+struct pl_entry {
+    int sge_room;        /* SGEs this entry has room for */
+    PyObject *ah;        /* the AH of a UD send, or NULL */
+    PyObject *owners;    /* tuple of what the SGEs keep alive, or NULL */
+};
+
+typedef struct {
+    PyObject_HEAD
+    int kind;                  /* PL_SEND or PL_RECV */
+    int release_gil;           /* post with the GIL released */
+    Py_ssize_t n;
+    Py_ssize_t n_ah;           /* entries with an AH */
+    Py_ssize_t posting;        /* posts in flight with the GIL released */
+    void *wrs;                 /* n work requests, then their SGEs (one block) */
+    struct pl_entry *entries;
+} PostListObject;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *list;            /* the PostList */
+    Py_ssize_t index;
+} PostListEntryObject;
+
+#define PL_SEND_WR(pl, i) (&((struct ibv_send_wr *)(pl)->wrs)[i])
+#define PL_RECV_WR(pl, i) (&((struct ibv_recv_wr *)(pl)->wrs)[i])
+
+/* RuntimeError (-1) while a release_gil post of pl is in flight. */
+static inline int ibp_pl_frozen(PostListObject *pl)
+{
+    if (pl->posting) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "the PostList is being posted (release_gil=True); update it after");
+        return -1;
+    }
+    return 0;
+}
+
+static inline const char *ibp_pl_what(const PostListObject *pl)
+{
+    return pl->kind == PL_SEND ? "SendWR" : "RecvWR";
+}
+
+/*
+ * The work requests of one post: a single request, or any iterable of
+ * them (as the seed took).  An exact list or tuple is read in place, with
+ * borrowed items: no Python code runs while a chain is built (no callbacks,
+ * no __index__), so it cannot change under us.  Anything else (subclasses,
+ * generators) is copied into a tuple first, as it may run code when
+ * iterated.  An empty one gives n == 0: nothing to post.
+ */
+struct wr_seq {
+    PyObject *one;      /* the single request, or NULL */
+    PyObject *seq;      /* the list or tuple read, or NULL */
+    PyObject *owned;    /* a tuple copy to release, or NULL */
+    int is_list;
+    Py_ssize_t n;
+    Py_ssize_t nsge;    /* SGEs of all the requests */
+};
+
+enum post_target { POST_SEND, POST_RECV, POST_SRQ_RECV };
+
+/* SGEs in an sg_list slot (NULL or a list). */
+static inline Py_ssize_t ibp_sg_count(PyObject *list)
+{
+    return list != NULL ? PyList_Size(list) : 0;
+}
+
+static inline PyObject *ibp_wr_seq_item(const struct wr_seq *s, Py_ssize_t i)
+{
+    if (s->one != NULL)
+        return s->one;
+    return s->is_list ? PyList_GetItem(s->seq, i) : PyTuple_GetItem(s->seq, i);
+}
+
+/* tp_dealloc of an object without references to drop (or after dropping them). */
+static inline void ibp_generic_dealloc(PyObject *op)
+{
+    PyTypeObject *type = Py_TYPE(op);
+    freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
+    tp_free(op);
+    Py_DECREF(type);
+}
+
+static inline int ibp_is_atomic(uint32_t opcode)
+{
+    return opcode == IBV_WR_ATOMIC_CMP_AND_SWP || opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+
+/* The one argument of a METH_FASTCALL | METH_KEYWORDS method (common.h),
+ * by position or by its keyword `name` (the seed's names). */
+static inline PyObject *ibp_one_arg(const char *fname, const char *name, PyObject *const *args,
+                                Py_ssize_t nargs, PyObject *kwnames)
+{
+    Py_ssize_t nkw = kwnames != NULL ? PyTuple_Size(kwnames) : 0;
+    if (nargs == 1 && nkw == 0)
+        return args[0];
+    if (nargs == 0 && nkw == 1) {
+        PyObject *key = PyTuple_GetItem(kwnames, 0);
+        if (PyUnicode_CompareWithASCIIString(key, name) == 0)
+            return args[0];
+        PyErr_Format(PyExc_TypeError, "'%U' is an invalid keyword argument for %s()", key, fname);
+        return NULL;
+    }
+    if (nargs + nkw == 0)
+        PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s' (pos 1)", fname, name);
+    else
+        PyErr_Format(PyExc_TypeError, "%s() takes exactly one argument (%zd given)", fname,
+                     nargs + nkw);
+    return NULL;
+}
+
+/* The data-path types, made at import by ibv_datapath_init (datapath.c). */
+extern IBV_HIDDEN PyTypeObject *SGE_Type;            /* sge.c */
+extern IBV_HIDDEN PyTypeObject *SendWR_Type;         /* wr.c */
+extern IBV_HIDDEN PyTypeObject *RecvWR_Type;         /* wr.c */
+extern IBV_HIDDEN PyTypeObject *PostList_Type;       /* postlist.c */
+extern IBV_HIDDEN PyTypeObject *PostListEntry_Type;  /* postlist_entry.c */
+extern IBV_HIDDEN PyTypeObject *WC_Type;             /* wc.c */
+extern IBV_HIDDEN PyTypeObject *WCBuffer_Type;       /* wcbuffer.c */
+extern IBV_HIDDEN PyTypeObject *AsyncEvent_Type;     /* events.c */
+extern IBV_HIDDEN PyType_Spec SGE_spec, SendWR_spec, RecvWR_spec, PostList_spec,
+    PostListEntry_spec, WC_spec, WCBuffer_spec, AsyncEvent_spec;
+/* What each file prepares at import before its types are made. */
+IBV_HIDDEN int ibp_sge_init(void);
+IBV_HIDDEN int ibp_wr_init(void);
+IBV_HIDDEN int ibp_wc_init(void);
+
+/* convert.c: what the data-path types' setters and constructors share. */
+/* A Python int in [0, max] for a setter (AttributeError for deletion). */
+IBV_HIDDEN int ibp_conv_u64(PyObject *v, const char *name, uint64_t max, uint64_t *out);
+/* Intern spec's keyword names (once, at import). */
+IBV_HIDDEN int ibp_argspec_init(struct argspec *spec);
+/* Constructor arguments into out[spec->n] (NULL where not given). */
+IBV_HIDDEN int ibp_parse_args(const struct argspec *spec, PyObject *args, PyObject *kwargs,
+                              PyObject **out);
+
+/* wr.c: work requests into C, for a post or a PostList. */
+IBV_HIDDEN int ibp_wr_seq_init(struct wr_seq *s, PyObject *arg, PyTypeObject *type,
+                               const char *what);
+IBV_HIDDEN void ibp_wr_seq_done(struct wr_seq *s);
+IBV_HIDDEN int ibp_check_inline_sges(const struct ibv_send_wr *wr);
+IBV_HIDDEN int ibp_send_wr_fill(SendWRObject *w, PyObject *sg_list, struct ibv_send_wr *wr);
+IBV_HIDDEN int ibp_recv_wr_fill(const RecvWRObject *w, PyObject *sg_list,
+                                struct ibv_recv_wr *wr);
+IBV_HIDDEN PyObject *ibp_post_failed(const char *verb, int rc, Py_ssize_t index, uint64_t wr_id);
+IBV_HIDDEN int ibp_check_ah_fits_qp(PyObject *qp, int has_ah, Py_ssize_t index);
+
+/* postlist.c */
+IBV_HIDDEN PyObject *ibp_postlist_post(PyObject *self, PyObject *list, enum post_target target);
+
+/* wc.c */
+/* A WC object holding a copy of *wc (from the free list when it can). */
+IBV_HIDDEN PyObject *ibp_wc_new(const struct ibv_wc *wc);
+/* A small int from a cache made once (counts, statuses, opcodes). */
+IBV_HIDDEN PyObject *ibp_count_result(long n);
 
 /* ---- the loaded library (generated/loader.c.h, module.c) ---------------- */
 

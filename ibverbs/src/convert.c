@@ -231,3 +231,100 @@ bad:
     }
     return -1;
 }
+
+/* ---- the data-path types' setters and constructors ---------------------- */
+
+int ibp_conv_u64(PyObject *v, const char *name, uint64_t max, uint64_t *out)
+{
+    if (v == NULL) {
+        PyErr_Format(PyExc_AttributeError, "cannot delete %s", name);
+        return -1;
+    }
+    if (PyLong_Check(v)) {
+        /* The common case in one call; anything else (negative, too big)
+         * goes the general way, which words the error. */
+        int overflow;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow == 0 && x >= 0 && (unsigned long long)x <= max) {
+            *out = (uint64_t)x;
+            return 0;
+        }
+        if (x == -1 && PyErr_Occurred())
+            return -1;
+    }
+    return ibv_conv_unsigned(v, name, max, out);
+}
+
+/*
+ * Constructor arguments by position or keyword, all optional objects like
+ * PyArg_ParseTupleAndKeywords("|OOO...") with its error messages, but
+ * without making a str of every keyword name on every call (which is what
+ * that costs): the names are interned once, and a call's keywords (interned
+ * by the compiler) are matched by identity first.
+ */
+int ibp_argspec_init(struct argspec *spec)
+{
+    int n = 0;
+    while (spec->names[n] != NULL)
+        n++;
+    spec->interned = PyMem_Calloc(n ? n : 1, sizeof(PyObject *));
+    if (spec->interned == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int i = 0; i < n; i++)
+        if ((spec->interned[i] = PyUnicode_InternFromString(spec->names[i])) == NULL)
+            return -1;
+    spec->n = n;
+    return 0;
+}
+
+int ibp_parse_args(const struct argspec *spec, PyObject *args, PyObject *kwargs,
+                      PyObject **out)
+{
+    Py_ssize_t nargs = PyTuple_Size(args);
+    if (nargs > spec->n) {
+        PyErr_Format(PyExc_TypeError, "%s() takes at most %d argument%s (%zd given)",
+                     spec->fname, spec->n, spec->n == 1 ? "" : "s", nargs);
+        return -1;
+    }
+    for (int i = 0; i < spec->n; i++)
+        out[i] = i < nargs ? PyTuple_GetItem(args, i) : NULL;
+    if (kwargs != NULL) {
+        Py_ssize_t pos = 0;
+        PyObject *key, *value;
+        while (PyDict_Next(kwargs, &pos, &key, &value)) {
+            int j = 0;
+            while (j < spec->n && key != spec->interned[j])
+                j++;
+            if (j == spec->n) {
+                if (!PyUnicode_Check(key)) {
+                    PyErr_SetString(PyExc_TypeError, "keywords must be strings");
+                    return -1;
+                }
+                j = 0;
+                while (j < spec->n && PyUnicode_Compare(key, spec->interned[j]) != 0)
+                    j++;
+                if (j == spec->n) {
+                    PyErr_Format(PyExc_TypeError, "'%U' is an invalid keyword argument for %s()",
+                                 key, spec->fname);
+                    return -1;
+                }
+            }
+            if (out[j] != NULL) {
+                PyErr_Format(PyExc_TypeError,
+                             "argument for %s() given by name ('%s') and position (%d)",
+                             spec->fname, spec->names[j], j + 1);
+                return -1;
+            }
+            out[j] = value;
+        }
+    }
+    for (int i = 0; i < spec->nrequired; i++)
+        if (out[i] == NULL) {
+            PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s' (pos %d)",
+                         spec->fname, spec->names[i], i + 1);
+            return -1;
+        }
+    return 0;
+}

@@ -1,0 +1,264 @@
+/* Completion events (CQ.req_notify, ack_events, CompChannel.get_cq_event)
+ * and async events (AsyncEvent, Context.get_async_event). */
+#include "common.h"
+
+#include "objects.h"
+
+PyTypeObject *AsyncEvent_Type;
+
+PyObject *ibv_hand_CQ_req_notify(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"solicited_only", NULL};
+    int solicited_only = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|p:req_notify", kwlist, &solicited_only))
+        return NULL;
+    if (ibv_check_open(self) < 0)
+        return NULL;
+    int rc = ibv_req_notify_cq(CQ_PTR(self), solicited_only);
+    if (rc != 0)
+        return ibv_raise("ibv_req_notify_cq", ibv_error_code(rc));
+    Py_RETURN_NONE;
+}
+
+/*
+ * CQ events are acknowledged to libibverbs as soon as they are read, in
+ * get_cq_event itself: ibv_destroy_cq waits for every event to be acked,
+ * and a destroy (in close() or dealloc, under the GIL) waiting for a thread
+ * that needs the GIL to ack would deadlock.  The CQ object returned is a
+ * strong reference, which is what the ack protects in C.  ack_events()
+ * keeps the verbs contract visible: it accounts for what was received.
+ */
+PyObject *ibv_hand_CQ_ack_events(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"nevents", NULL};
+    PyObject *nevents_obj = NULL;
+    uint64_t nevents = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O:ack_events", kwlist, &nevents_obj))
+        return NULL;
+    if (nevents_obj != NULL &&
+        ibv_conv_unsigned(nevents_obj, "nevents", UINT32_MAX, &nevents) < 0)
+        return NULL;
+    if (nevents == 0) {
+        PyErr_SetString(PyExc_ValueError, "nevents must be positive");
+        return NULL;
+    }
+    if (ibv_check_open(self) < 0)
+        return NULL;
+    struct CQObject *cq = (struct CQObject *)self;
+    if (nevents > cq->events_received) {
+        PyErr_Format(PyExc_ValueError,
+                     "cannot ack %llu: more CQ events than received (%u unacked)",
+                     (unsigned long long)nevents, cq->events_received);
+        return NULL;
+    }
+    cq->events_received -= (unsigned int)nevents;
+    Py_RETURN_NONE;
+}
+
+PyObject *ibv_hand_CompChannel_get_cq_event(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    for (;;) {
+        struct ibv_cq *cq = NULL;
+        void *cq_context = NULL;
+        int rc, err = 0;
+        if (ibv_check_open(self) < 0)
+            return NULL;
+        struct ibv_comp_channel *channel = CompChannel_PTR(self);
+        ibv_busy_enter(self);
+        Py_BEGIN_ALLOW_THREADS
+        errno = 0;
+        rc = ibv_get_cq_event(channel, &cq, &cq_context);
+        err = errno;
+        if (rc == 0)
+            ibv_ack_cq_events(cq, 1);
+        Py_END_ALLOW_THREADS
+        ibv_busy_leave(self);
+        if (rc != 0)
+            return ibv_raise("ibv_get_cq_event", err ? err : EIO);
+        PyObject *obj = ibv_registry_get(cq);
+        if (obj != NULL && !PyObject_TypeCheck(obj, CQ_Type))
+            Py_CLEAR(obj);   /* the registry maps QPs, SRQs, CM IDs too */
+        if (obj == NULL)
+            continue;   /* its CQ was destroyed meanwhile: wait for the next */
+        ((struct CQObject *)obj)->events_received++;
+        return obj;
+    }
+}
+
+/* ==== async events ======================================================= */
+
+typedef struct {
+    PyObject_HEAD
+    struct ibv_async_event event;
+    PyObject *element;   /* the QP, CQ or SRQ named by the event, or NULL */
+    int acked;
+} AsyncEventObject;
+
+static PyObject *AsyncEvent_get_event_type(PyObject *op, void *c)
+{
+    (void)c;
+    return PyLong_FromLong(((AsyncEventObject *)op)->event.event_type);
+}
+
+static PyObject *AsyncEvent_get_event_type_str(PyObject *op, void *c)
+{
+    (void)c;
+    return PyUnicode_FromString(ibv_event_type_str(((AsyncEventObject *)op)->event.event_type));
+}
+
+static PyObject *AsyncEvent_get_element(PyObject *op, void *c)
+{
+    PyObject *e = ((AsyncEventObject *)op)->element;
+    (void)c;
+    return Py_NewRef(e ? e : Py_None);
+}
+
+static PyObject *AsyncEvent_get_port_num(PyObject *op, void *c)
+{
+    const struct ibv_async_event *ev = &((AsyncEventObject *)op)->event;
+    (void)c;
+    switch (ev->event_type) {
+    case IBV_EVENT_PORT_ACTIVE:
+    case IBV_EVENT_PORT_ERR:
+    case IBV_EVENT_LID_CHANGE:
+    case IBV_EVENT_PKEY_CHANGE:
+    case IBV_EVENT_SM_CHANGE:
+    case IBV_EVENT_CLIENT_REREGISTER:
+    case IBV_EVENT_GID_CHANGE:
+        return PyLong_FromLong(ev->element.port_num);
+    default:
+        Py_RETURN_NONE;
+    }
+}
+
+static PyObject *AsyncEvent_get_acked(PyObject *op, void *c)
+{
+    (void)c;
+    return PyBool_FromLong(((AsyncEventObject *)op)->acked);
+}
+
+static PyObject *AsyncEvent_repr(PyObject *op)
+{
+    AsyncEventObject *self = (AsyncEventObject *)op;
+    return PyUnicode_FromFormat("AsyncEvent(%s, element=%R)",
+                                ibv_event_type_str(self->event.event_type),
+                                self->element ? self->element : Py_None);
+}
+
+static int AsyncEvent_traverse(PyObject *op, visitproc visit, void *arg)
+{
+    Py_VISIT(((AsyncEventObject *)op)->element);
+    return 0;
+}
+
+static int AsyncEvent_clear(PyObject *op)
+{
+    Py_CLEAR(((AsyncEventObject *)op)->element);
+    return 0;
+}
+
+static void AsyncEvent_dealloc(PyObject *op)
+{
+    PyObject_GC_UnTrack(op);
+    AsyncEvent_clear(op);
+    ibp_generic_dealloc(op);
+}
+
+static PyGetSetDef AsyncEvent_getset[] = {
+    {"event_type", AsyncEvent_get_event_type, NULL, "EventType.", NULL},
+    {"event_type_str", AsyncEvent_get_event_type_str, NULL, "ibv_event_type_str().", NULL},
+    {"element", AsyncEvent_get_element, NULL, "The QP, CQ or SRQ concerned (or None).", NULL},
+    {"port_num", AsyncEvent_get_port_num, NULL, "The port, for port events (else None).", NULL},
+    {"acked", AsyncEvent_get_acked, NULL, "True once ack_async_event() was called.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot AsyncEvent_slots[] = {
+    {Py_tp_doc, (void *)"An asynchronous event (Context.get_async_event)."},
+    {Py_tp_dealloc, (void *)AsyncEvent_dealloc},
+    {Py_tp_traverse, (void *)AsyncEvent_traverse},
+    {Py_tp_clear, (void *)AsyncEvent_clear},
+    {Py_tp_repr, (void *)AsyncEvent_repr},
+    {Py_tp_getset, AsyncEvent_getset},
+    {0, NULL},
+};
+
+PyType_Spec AsyncEvent_spec = {"ibverbs.AsyncEvent", sizeof(AsyncEventObject), 0,
+                                      Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+                                      AsyncEvent_slots};
+
+static void *event_element(const struct ibv_async_event *ev)
+{
+    switch (ev->event_type) {
+    case IBV_EVENT_CQ_ERR:
+        return ev->element.cq;
+    case IBV_EVENT_SRQ_ERR:
+    case IBV_EVENT_SRQ_LIMIT_REACHED:
+        return ev->element.srq;
+    case IBV_EVENT_WQ_FATAL:
+        return ev->element.wq;
+    case IBV_EVENT_QP_FATAL:
+    case IBV_EVENT_QP_REQ_ERR:
+    case IBV_EVENT_QP_ACCESS_ERR:
+    case IBV_EVENT_COMM_EST:
+    case IBV_EVENT_SQ_DRAINED:
+    case IBV_EVENT_PATH_MIG:
+    case IBV_EVENT_PATH_MIG_ERR:
+    case IBV_EVENT_QP_LAST_WQE_REACHED:
+        return ev->element.qp;
+    default:
+        return NULL;
+    }
+}
+
+/*
+ * Like CQ events, async events are acked right after they are read, with
+ * the GIL still released (ibv_destroy_qp waits for the ack); the
+ * AsyncEvent holds a strong reference to the object it names instead.
+ * ack_async_event() is therefore idempotent bookkeeping.
+ */
+PyObject *ibv_hand_Context_get_async_event(PyObject *self, PyObject *unused)
+{
+    struct ibv_async_event event;
+    int rc, err = 0;
+    (void)unused;
+    if (ibv_check_open(self) < 0)
+        return NULL;
+    struct ibv_context *ctx = Context_PTR(self);
+    ibv_busy_enter(self);
+    Py_BEGIN_ALLOW_THREADS
+    errno = 0;
+    rc = ibv_get_async_event(ctx, &event);
+    err = errno;
+    if (rc == 0)
+        ibv_ack_async_event(&event);
+    Py_END_ALLOW_THREADS
+    ibv_busy_leave(self);
+    if (rc != 0)
+        return ibv_raise("ibv_get_async_event", err ? err : EIO);
+    PyObject *op = PyType_GenericAlloc(AsyncEvent_Type, 0);
+    if (op == NULL)
+        return NULL;
+    AsyncEventObject *ev = (AsyncEventObject *)op;
+    ev->event = event;
+    void *element = event_element(&event);
+    ev->element = element ? ibv_registry_get(element) : NULL;
+    ev->acked = 0;
+    return op;
+}
+
+PyObject *ibv_hand_Context_ack_async_event(PyObject *self, PyObject *const *args,
+                                           Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *arg = ibp_one_arg("ack_async_event", "ev", args, nargs, kwnames);
+    (void)self;
+    if (arg == NULL)
+        return NULL;
+    if (!PyObject_TypeCheck(arg, AsyncEvent_Type)) {
+        PyErr_Format(PyExc_TypeError, "expected an AsyncEvent, not %s", ibv_type_name(arg));
+        return NULL;
+    }
+    ((AsyncEventObject *)arg)->acked = 1;
+    Py_RETURN_NONE;
+}

@@ -1,0 +1,232 @@
+/* QP.post_send, QP/SRQ/WQ.post_recv: work requests into C chains, posted. */
+#include "common.h"
+
+#include "objects.h"
+
+#define STACK_WRS 32
+#define STACK_SGES 64
+
+/* Storage for one post: on the stack when small, else on the heap. */
+struct chain {
+    void *wrs;
+    struct ibv_sge *sges;
+    void *heap;
+    union {
+        struct ibv_send_wr send[STACK_WRS];
+        struct ibv_recv_wr recv[STACK_WRS];
+    } stack_wrs;
+    struct ibv_sge stack_sges[STACK_SGES];
+};
+
+static int chain_alloc(struct chain *c, Py_ssize_t nwr, size_t wr_size, Py_ssize_t nsge)
+{
+    c->heap = NULL;
+    if (nwr <= STACK_WRS && nsge <= STACK_SGES) {
+        c->wrs = &c->stack_wrs;
+        c->sges = c->stack_sges;
+        return 0;
+    }
+    c->heap = PyMem_Malloc(nwr * wr_size + (nsge ? nsge : 1) * sizeof(struct ibv_sge));
+    if (c->heap == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    c->wrs = c->heap;
+    c->sges = (struct ibv_sge *)((char *)c->heap + nwr * wr_size);
+    return 0;
+}
+
+/* An INLINE request's SGEs must not name a closed MR (its buffer export is
+ * gone, so the memory may be too). */
+static int check_inline_mrs(PyObject *sg_list, const struct ibv_send_wr *wr)
+{
+    if (!(wr->send_flags & IBV_SEND_INLINE) || sg_list == NULL)
+        return 0;
+    for (Py_ssize_t j = 0; j < PyList_Size(sg_list); j++) {
+        PyObject *owner = ((SGEObject *)PyList_GetItem(sg_list, j))->owner;
+        if (owner != NULL && PyObject_TypeCheck(owner, MR_Type) && ibv_check_open(owner) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/*
+ * post_send / post_recv keep the GIL: on the common providers a post is a
+ * few stores and a doorbell (rxe and siw make a system call), and giving
+ * the GIL up and taking it back costs more than that, and much more when
+ * another thread is waiting for it (it is then handed over, and taking it
+ * back waits for that thread).  A PostList can be told to release it
+ * (release_gil=True) where a post is slow and other threads must run.
+ */
+/*
+ * The one request of post_send(wr) or post_send([wr]) (the plain API's
+ * common case), or NULL: it takes the short way below, with the same
+ * checks and none of a chain's bookkeeping.  An exact list is read in
+ * place as ibp_wr_seq_init reads it (no Python code runs until the post).
+ */
+static inline PyObject *single_wr(PyObject *arg, PyTypeObject *type)
+{
+    if (PyList_CheckExact(arg)) {
+        if (PyList_Size(arg) != 1)
+            return NULL;
+        arg = PyList_GetItem(arg, 0);
+    }
+    return PyObject_TypeCheck(arg, type) ? arg : NULL;
+}
+
+static PyObject *post_send_one(PyObject *self, SendWRObject *w)
+{
+    struct ibv_send_wr wr, *bad = NULL;
+    struct ibv_sge sges[STACK_SGES];
+    wr.sg_list = sges;
+    if (ibp_check_ah_fits_qp(self, w->ah != NULL, 0) < 0 || ibp_send_wr_fill(w, w->sg_list, &wr) < 0 ||
+        check_inline_mrs(w->sg_list, &wr) < 0)
+        return NULL;
+    wr.next = NULL;
+    int rc = ibv_post_send(QP_PTR(self), &wr, &bad);
+    if (rc != 0)
+        return ibp_post_failed("ibv_post_send", rc, 0, bad ? bad->wr_id : 0);
+    Py_RETURN_NONE;
+}
+
+static PyObject *post_recv_one(PyObject *self, RecvWRObject *w, int srq)
+{
+    struct ibv_recv_wr wr, *bad = NULL;
+    struct ibv_sge sges[STACK_SGES];
+    wr.sg_list = sges;
+    if (ibp_recv_wr_fill(w, w->sg_list, &wr) < 0)
+        return NULL;
+    int rc = srq == 2 ? ibv_post_wq_recv(WQ_PTR(self), &wr, &bad)
+           : srq ? ibv_post_srq_recv(SRQ_PTR(self), &wr, &bad)
+                 : ibv_post_recv(QP_PTR(self), &wr, &bad);
+    if (rc != 0)
+        return ibp_post_failed(srq == 2 ? "ibv_post_wq_recv" : srq ? "ibv_post_srq_recv"
+                           : "ibv_post_recv", rc, 0, bad ? bad->wr_id : 0);
+    Py_RETURN_NONE;
+}
+
+PyObject *ibv_hand_QP_post_send(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                PyObject *kwnames)
+{
+    struct wr_seq s;
+    struct chain c;
+    PyObject *arg = ibp_one_arg("post_send", "wrs", args, nargs, kwnames);
+    if (arg == NULL)
+        return NULL;
+    if (ibv_check_open(self) < 0 || ibv_qp_send_idle(self, "post_send") < 0)
+        return NULL;
+    if (Py_IS_TYPE(arg, PostList_Type))
+        return ibp_postlist_post(self, arg, POST_SEND);
+    PyObject *one = single_wr(arg, SendWR_Type);
+    if (one != NULL && ibp_sg_count(((SendWRObject *)one)->sg_list) <= STACK_SGES)
+        return post_send_one(self, (SendWRObject *)one);
+    if (ibp_wr_seq_init(&s, arg, SendWR_Type, "SendWR") < 0)
+        return NULL;
+    if (s.n == 0) {
+        ibp_wr_seq_done(&s);
+        Py_RETURN_NONE;
+    }
+    PyObject *result = NULL;
+    if (chain_alloc(&c, s.n, sizeof(struct ibv_send_wr), s.nsge) < 0)
+        goto done;
+    struct ibv_send_wr *wrs = c.wrs;
+    struct ibv_sge *sge = c.sges;
+    for (Py_ssize_t i = 0; i < s.n; i++) {
+        struct ibv_send_wr *wr = &wrs[i];
+        SendWRObject *w = (SendWRObject *)ibp_wr_seq_item(&s, i);
+        wr->sg_list = sge;
+        if (ibp_check_ah_fits_qp(self, w->ah != NULL, i) < 0 || ibp_send_wr_fill(w, w->sg_list, wr) < 0 ||
+            check_inline_mrs(w->sg_list, wr) < 0)
+            goto done;
+        wr->next = i + 1 < s.n ? &wrs[i + 1] : NULL;
+        sge += wr->num_sge;
+    }
+    struct ibv_send_wr *bad = NULL;
+    int rc = ibv_post_send(QP_PTR(self), wrs, &bad);
+    if (rc != 0) {
+        Py_ssize_t index = bad ? bad - wrs : 0;
+        ibp_post_failed("ibv_post_send", rc, index, bad ? bad->wr_id : 0);
+        goto done;
+    }
+    result = Py_NewRef(Py_None);
+done:
+    if (c.heap != NULL)
+        PyMem_Free(c.heap);
+    ibp_wr_seq_done(&s);
+    return result;
+}
+
+/* srq: 0 a QP, 1 an SRQ, 2 a WQ (ibv_post_wq_recv) */
+static PyObject *post_recv(PyObject *self, PyObject *arg, int srq)
+{
+    struct wr_seq s;
+    struct chain c;
+    if (ibv_check_open(self) < 0)
+        return NULL;
+    if (Py_IS_TYPE(arg, PostList_Type) && srq == 2) {
+        PyErr_SetString(PyExc_TypeError, "WQ.post_recv takes a RecvWR or a list of them, not a PostList");
+        return NULL;
+    }
+    if (Py_IS_TYPE(arg, PostList_Type))
+        return ibp_postlist_post(self, arg, srq ? POST_SRQ_RECV : POST_RECV);
+    PyObject *one = single_wr(arg, RecvWR_Type);
+    if (one != NULL && ibp_sg_count(((RecvWRObject *)one)->sg_list) <= STACK_SGES)
+        return post_recv_one(self, (RecvWRObject *)one, srq);
+    if (ibp_wr_seq_init(&s, arg, RecvWR_Type, "RecvWR") < 0)
+        return NULL;
+    if (s.n == 0) {
+        ibp_wr_seq_done(&s);
+        Py_RETURN_NONE;
+    }
+    PyObject *result = NULL;
+    if (chain_alloc(&c, s.n, sizeof(struct ibv_recv_wr), s.nsge) < 0)
+        goto done;
+    struct ibv_recv_wr *wrs = c.wrs;
+    struct ibv_sge *sge = c.sges;
+    for (Py_ssize_t i = 0; i < s.n; i++) {
+        struct ibv_recv_wr *wr = &wrs[i];
+        RecvWRObject *w = (RecvWRObject *)ibp_wr_seq_item(&s, i);
+        wr->sg_list = sge;
+        if (ibp_recv_wr_fill(w, w->sg_list, wr) < 0)
+            goto done;
+        wr->next = i + 1 < s.n ? &wrs[i + 1] : NULL;
+        sge += wr->num_sge;
+    }
+    struct ibv_recv_wr *bad = NULL;
+    int rc = srq == 2 ? ibv_post_wq_recv(WQ_PTR(self), wrs, &bad)
+           : srq ? ibv_post_srq_recv(SRQ_PTR(self), wrs, &bad)
+                 : ibv_post_recv(QP_PTR(self), wrs, &bad);
+    if (rc != 0) {
+        Py_ssize_t index = bad ? bad - wrs : 0;
+        ibp_post_failed(srq == 2 ? "ibv_post_wq_recv" : srq ? "ibv_post_srq_recv" : "ibv_post_recv", rc, index,
+                    bad ? bad->wr_id : 0);
+        goto done;
+    }
+    result = Py_NewRef(Py_None);
+done:
+    if (c.heap != NULL)
+        PyMem_Free(c.heap);
+    ibp_wr_seq_done(&s);
+    return result;
+}
+
+PyObject *ibv_hand_QP_post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                PyObject *kwnames)
+{
+    PyObject *arg = ibp_one_arg("post_recv", "wrs", args, nargs, kwnames);
+    return arg == NULL ? NULL : post_recv(self, arg, 0);
+}
+
+PyObject *ibv_hand_SRQ_post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                 PyObject *kwnames)
+{
+    PyObject *arg = ibp_one_arg("post_recv", "wrs", args, nargs, kwnames);
+    return arg == NULL ? NULL : post_recv(self, arg, 1);
+}
+
+PyObject *ibv_hand_WQ_post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                PyObject *kwnames)
+{
+    PyObject *arg = ibp_one_arg("post_recv", "wrs", args, nargs, kwnames);
+    return arg == NULL ? NULL : post_recv(self, arg, 2);
+}

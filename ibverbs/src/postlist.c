@@ -1,0 +1,467 @@
+/*
+ * A PostList is a chain of work requests converted once into C (struct
+ * ibv_send_wr or ibv_recv_wr, linked, with their SGEs, in one block) and
+ * posted as is, any number of times: qp.post_send(plist) is one verb call
+ * with no conversion and no allocation.  Entries are updated in place
+ * through views (plist[i].wr_id = ..., .addr, .length, .remote_addr, ...)
+ * or replaced whole (plist[i] = SendWR(...)).  What the requests name (the
+ * MRs of their SGEs, AHs) is kept alive with the list; AHs are checked to
+ * be open at each post.
+ */
+#include "common.h"
+
+#include "objects.h"
+
+PyTypeObject *PostList_Type;
+
+/* Convert request w (of the list's kind, type-checked) into entry i, whose
+ * sg_list pointer is already set.  On failure entry i is left as it was.
+ *
+ * The one allocation (the tuple of SGE owners) comes first: it may run the
+ * garbage collector, hence finalizers that could change w.  What is read
+ * after it is read under a strong reference and re-checked. */
+static int pl_fill(PostListObject *pl, Py_ssize_t i, PyObject *w)
+{
+    struct pl_entry *e = &pl->entries[i];
+    PyObject *sg_list = pl->kind == PL_SEND ? ((SendWRObject *)w)->sg_list
+                                            : ((RecvWRObject *)w)->sg_list;
+    Py_ssize_t nsge = ibp_sg_count(sg_list), nowners = 0;
+    for (Py_ssize_t j = 0; j < nsge; j++) {
+        PyObject *item = PyList_GetItem(sg_list, j);
+        if (PyObject_TypeCheck(item, SGE_Type) && ((SGEObject *)item)->owner != NULL)
+            nowners++;
+    }
+    Py_XINCREF(sg_list);
+    PyObject *owners = nowners ? PyTuple_New(nowners) : NULL;
+    struct ibv_sge stack_sges[8], *sges = stack_sges;
+    int rc = -1;
+    if (nowners && owners == NULL)
+        goto done;
+    if (ibp_sg_count(sg_list) != nsge) {
+        PyErr_SetString(PyExc_RuntimeError, "sg_list changed while it was converted");
+        goto done;
+    }
+    if (nsge > e->sge_room) {
+        PyErr_Format(PyExc_ValueError,
+                     "the %s has %zd SGEs; entry %zd of the PostList has room for %d",
+                     ibp_pl_what(pl), nsge, i, e->sge_room);
+        goto done;
+    }
+    /* Convert into scratch space first, so that a failure changes nothing. */
+    if (nsge > 8 && (sges = PyMem_Malloc(nsge * sizeof(*sges))) == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    union { struct ibv_send_wr send; struct ibv_recv_wr recv; } tmp;
+    if (pl->kind == PL_SEND && ((SendWRObject *)w)->opcode == IBV_WR_BIND_MW) {
+        /* it would keep raw MW and MR pointers beyond the SendWR's life */
+        PyErr_SetString(PyExc_ValueError, "a BIND_MW request cannot be in a PostList: "
+                        "post it with QP.post_send");
+        goto done;
+    }
+    if (pl->kind == PL_SEND) {
+        tmp.send.sg_list = sges;
+        if (ibp_send_wr_fill((SendWRObject *)w, sg_list, &tmp.send) < 0)
+            goto done;
+    } else {
+        tmp.recv.sg_list = sges;
+        if (ibp_recv_wr_fill((RecvWRObject *)w, sg_list, &tmp.recv) < 0)
+            goto done;
+    }
+    Py_ssize_t k = 0;
+    for (Py_ssize_t j = 0; j < nsge; j++) {
+        PyObject *owner = ((SGEObject *)PyList_GetItem(sg_list, j))->owner;
+        if (owner == NULL)
+            continue;
+        if (k == nowners) {
+            PyErr_SetString(PyExc_RuntimeError, "sg_list changed while it was converted");
+            goto done;
+        }
+        PyTuple_SetItem(owners, k++, Py_NewRef(owner));
+    }
+    if (k != nowners) {
+        PyErr_SetString(PyExc_RuntimeError, "sg_list changed while it was converted");
+        goto done;
+    }
+    /* The allocations above may have run the GC, hence other threads: one
+     * of them may be posting this list with the GIL released now. */
+    if (ibp_pl_frozen(pl) < 0)
+        goto done;
+    PyObject *ah = pl->kind == PL_SEND ? ((SendWRObject *)w)->ah : NULL;
+    if (pl->kind == PL_SEND) {
+        struct ibv_send_wr *wr = PL_SEND_WR(pl, i);
+        struct ibv_sge *room = wr->sg_list;
+        struct ibv_send_wr *next = wr->next;
+        *wr = tmp.send;
+        wr->sg_list = room;
+        wr->next = next;
+        memcpy(room, sges, nsge * sizeof(*sges));
+    } else {
+        struct ibv_recv_wr *wr = PL_RECV_WR(pl, i);
+        struct ibv_sge *room = wr->sg_list;
+        struct ibv_recv_wr *next = wr->next;
+        *wr = tmp.recv;
+        wr->sg_list = room;
+        wr->next = next;
+        memcpy(room, sges, nsge * sizeof(*sges));
+    }
+    pl->n_ah += (ah != NULL) - (e->ah != NULL);
+    Py_XINCREF(ah);
+    Py_XSETREF(e->ah, ah);
+    Py_XSETREF(e->owners, owners);
+    owners = NULL;
+    rc = 0;
+done:
+    if (sges != stack_sges)
+        PyMem_Free(sges);
+    Py_XDECREF(owners);
+    Py_XDECREF(sg_list);
+    return rc;
+}
+
+static PyObject *PostList_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"wrs", "release_gil", NULL};
+    PyObject *arg;
+    int release_gil = 0;
+    struct wr_seq s;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$p:PostList", kwlist, &arg, &release_gil))
+        return NULL;
+    int kind;
+    if (PyObject_TypeCheck(arg, SendWR_Type)) {
+        kind = PL_SEND;
+    } else if (PyObject_TypeCheck(arg, RecvWR_Type)) {
+        kind = PL_RECV;
+    } else {
+        PyObject *first = NULL;
+        if ((PyList_Check(arg) && PyList_Size(arg) > 0 && (first = PyList_GetItem(arg, 0))) ||
+            (PyTuple_Check(arg) && PyTuple_Size(arg) > 0 && (first = PyTuple_GetItem(arg, 0)))) {
+            kind = PyObject_TypeCheck(first, RecvWR_Type) ? PL_RECV : PL_SEND;
+        } else if (PyList_Check(arg) || PyTuple_Check(arg)) {
+            PyErr_SetString(PyExc_ValueError, "a PostList needs at least one work request");
+            return NULL;
+        } else {
+            PyErr_Format(PyExc_TypeError, "PostList needs SendWR or RecvWR objects (one, or a "
+                         "list of them), not %s", ibv_type_name(arg));
+            return NULL;
+        }
+    }
+    if (ibp_wr_seq_init(&s, arg, kind == PL_SEND ? SendWR_Type : RecvWR_Type,
+                    kind == PL_SEND ? "SendWR" : "RecvWR") < 0)
+        return NULL;
+    if (s.seq != NULL && s.owned == NULL) {
+        /* Building allocates (and may so run finalizers): read a snapshot. */
+        s.owned = s.seq = PySequence_Tuple(s.seq);
+        s.is_list = 0;
+        if (s.seq == NULL)
+            return NULL;
+    }
+    allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
+    PostListObject *pl = (PostListObject *)alloc(type, 0);
+    if (pl == NULL)
+        goto fail;
+    pl->kind = kind;
+    pl->release_gil = release_gil;
+    size_t wr_size = kind == PL_SEND ? sizeof(struct ibv_send_wr) : sizeof(struct ibv_recv_wr);
+    Py_ssize_t nsge = 0;
+    pl->entries = PyMem_Calloc(s.n, sizeof(struct pl_entry));
+    if (pl->entries == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    pl->n = s.n;
+    for (Py_ssize_t i = 0; i < s.n; i++) {
+        PyObject *w = ibp_wr_seq_item(&s, i);
+        Py_ssize_t k = ibp_sg_count(kind == PL_SEND ? ((SendWRObject *)w)->sg_list
+                                                : ((RecvWRObject *)w)->sg_list);
+        if (k > INT32_MAX) {
+            PyErr_SetString(PyExc_ValueError, "too many SGEs");
+            goto fail;
+        }
+        pl->entries[i].sge_room = (int)k;
+        nsge += k;
+    }
+    pl->wrs = PyMem_Calloc(1, s.n * wr_size + (nsge ? nsge : 1) * sizeof(struct ibv_sge));
+    if (pl->wrs == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    struct ibv_sge *sge = (struct ibv_sge *)((char *)pl->wrs + s.n * wr_size);
+    for (Py_ssize_t i = 0; i < s.n; i++) {
+        if (kind == PL_SEND) {
+            PL_SEND_WR(pl, i)->sg_list = sge;
+            PL_SEND_WR(pl, i)->next = i + 1 < s.n ? PL_SEND_WR(pl, i + 1) : NULL;
+        } else {
+            PL_RECV_WR(pl, i)->sg_list = sge;
+            PL_RECV_WR(pl, i)->next = i + 1 < s.n ? PL_RECV_WR(pl, i + 1) : NULL;
+        }
+        sge += pl->entries[i].sge_room;
+        if (pl_fill(pl, i, ibp_wr_seq_item(&s, i)) < 0)
+            goto fail;
+    }
+    ibp_wr_seq_done(&s);
+    return (PyObject *)pl;
+fail:
+    ibp_wr_seq_done(&s);
+    Py_XDECREF(pl);
+    return NULL;
+}
+
+static int PostList_traverse(PyObject *op, visitproc visit, void *arg)
+{
+    PostListObject *pl = (PostListObject *)op;
+    if (pl->entries != NULL)
+        for (Py_ssize_t i = 0; i < pl->n; i++) {
+            Py_VISIT(pl->entries[i].ah);
+            Py_VISIT(pl->entries[i].owners);
+        }
+    return 0;
+}
+
+static int PostList_clear(PyObject *op)
+{
+    PostListObject *pl = (PostListObject *)op;
+    if (pl->entries != NULL)
+        for (Py_ssize_t i = 0; i < pl->n; i++) {
+            if (pl->entries[i].ah != NULL)
+                pl->n_ah--;
+            Py_CLEAR(pl->entries[i].ah);
+            Py_CLEAR(pl->entries[i].owners);
+        }
+    return 0;
+}
+
+static void PostList_dealloc(PyObject *op)
+{
+    PostListObject *pl = (PostListObject *)op;
+    PyObject_GC_UnTrack(op);
+    PostList_clear(op);
+    PyMem_Free(pl->entries);
+    PyMem_Free(pl->wrs);
+    ibp_generic_dealloc(op);
+}
+
+/* Every AH still open (a closed one would be a dangling pointer). */
+static int pl_check_ahs(PostListObject *pl)
+{
+    for (Py_ssize_t i = 0; i < pl->n; i++) {
+        PyObject *ah = pl->entries[i].ah;
+        if (ah != NULL && ibv_check_open(ah) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* The provider copies INLINE data from the SGEs' addresses at post time:
+ * their MRs must still be open (MR.close() drops the export that kept a
+ * Python buffer in place) and the memory readable. */
+static int check_inline_owners(PyObject *sg_owners, const struct ibv_send_wr *wr)
+{
+    if (!(wr->send_flags & IBV_SEND_INLINE))
+        return 0;
+    Py_ssize_t n = sg_owners == NULL ? 0 : PyTuple_Size(sg_owners);
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyObject *owner = PyTuple_GetItem(sg_owners, j);
+        if (PyObject_TypeCheck(owner, MR_Type) && ibv_check_open(owner) < 0)
+            return -1;
+    }
+    return ibp_check_inline_sges(wr);
+}
+
+static int pl_check_inline(PostListObject *pl)
+{
+    if (pl->kind != PL_SEND)
+        return 0;
+    for (Py_ssize_t i = 0; i < pl->n; i++)
+        if (check_inline_owners(pl->entries[i].owners, PL_SEND_WR(pl, i)) < 0)
+            return -1;
+    return 0;
+}
+
+/* What a release_gil post reads besides the QP: the AHs of its entries and
+ * the MRs of their SGEs, busy (close() says EBUSY) while it runs. */
+static void pl_hold(PostListObject *pl, int delta)
+{
+    for (Py_ssize_t i = 0; i < pl->n; i++) {
+        struct pl_entry *e = &pl->entries[i];
+        if (e->ah != NULL)
+            IBV_HANDLE(e->ah)->busy += delta;
+        Py_ssize_t n = e->owners == NULL ? 0 : PyTuple_Size(e->owners);
+        for (Py_ssize_t j = 0; j < n; j++) {
+            PyObject *owner = PyTuple_GetItem(e->owners, j);
+            if (PyObject_TypeCheck(owner, MR_Type))
+                IBV_HANDLE(owner)->busy += delta;
+        }
+    }
+}
+
+PyObject *ibp_postlist_post(PyObject *self, PyObject *list, enum post_target target)
+{
+    PostListObject *pl = (PostListObject *)list;
+    int want = target == POST_SEND ? PL_SEND : PL_RECV;
+    if (pl->kind != want) {
+        PyErr_Format(PyExc_TypeError, "%s needs a PostList of %s, not of %s",
+                     target == POST_SEND ? "post_send" : "post_recv",
+                     want == PL_SEND ? "SendWR" : "RecvWR", ibp_pl_what(pl));
+        return NULL;
+    }
+    if (target == POST_SEND && pl->n_ah != (QP_PTR(self)->qp_type == IBV_QPT_UD ? pl->n : 0)) {
+        for (Py_ssize_t i = 0; i < pl->n; i++)
+            if (ibp_check_ah_fits_qp(self, pl->entries[i].ah != NULL, i) < 0)
+                return NULL;
+    }
+    if (pl->n_ah > 0 && pl_check_ahs(pl) < 0)
+        return NULL;
+    if (pl_check_inline(pl) < 0)
+        return NULL;
+    void *handle = IBV_HANDLE(self)->ptr;
+    struct ibv_send_wr *bad_send = NULL;
+    struct ibv_recv_wr *bad_recv = NULL;
+    int rc;
+    if (!pl->release_gil) {
+        rc = target == POST_SEND ? ibv_post_send(handle, pl->wrs, &bad_send)
+           : target == POST_RECV ? ibv_post_recv(handle, pl->wrs, &bad_recv)
+           : ibv_post_srq_recv(handle, pl->wrs, &bad_recv);
+    } else {
+        /* The QP/SRQ is busy (close() says EBUSY) and the list frozen
+         * (updates raise) until the post returns. */
+        ibv_busy_enter(self);
+        pl->posting++;
+        pl_hold(pl, 1);
+        Py_BEGIN_ALLOW_THREADS
+        rc = target == POST_SEND ? ibv_post_send(handle, pl->wrs, &bad_send)
+           : target == POST_RECV ? ibv_post_recv(handle, pl->wrs, &bad_recv)
+           : ibv_post_srq_recv(handle, pl->wrs, &bad_recv);
+        Py_END_ALLOW_THREADS
+        pl_hold(pl, -1);
+        pl->posting--;
+        ibv_busy_leave(self);
+    }
+    if (rc != 0) {
+        if (target == POST_SEND)
+            return ibp_post_failed("ibv_post_send", rc,
+                               bad_send ? bad_send - PL_SEND_WR(pl, 0) : 0,
+                               bad_send ? bad_send->wr_id : 0);
+        return ibp_post_failed(target == POST_RECV ? "ibv_post_recv" : "ibv_post_srq_recv", rc,
+                           bad_recv ? bad_recv - PL_RECV_WR(pl, 0) : 0,
+                           bad_recv ? bad_recv->wr_id : 0);
+    }
+    Py_RETURN_NONE;
+}
+
+static Py_ssize_t PostList_length(PyObject *op)
+{
+    return ((PostListObject *)op)->n;
+}
+
+static PyObject *PostList_item(PyObject *op, Py_ssize_t i)
+{
+    PostListObject *pl = (PostListObject *)op;
+    if (i < 0 || i >= pl->n) {
+        PyErr_SetString(PyExc_IndexError, "PostList index out of range");
+        return NULL;
+    }
+    PostListEntryObject *e = (PostListEntryObject *)PyType_GenericAlloc(PostListEntry_Type, 0);
+    if (e == NULL)
+        return NULL;
+    e->list = Py_NewRef(op);
+    e->index = i;
+    return (PyObject *)e;
+}
+
+static int PostList_ass_item(PyObject *op, Py_ssize_t i, PyObject *value)
+{
+    PostListObject *pl = (PostListObject *)op;
+    if (i < 0 || i >= pl->n) {
+        PyErr_SetString(PyExc_IndexError, "PostList index out of range");
+        return -1;
+    }
+    if (value == NULL) {
+        PyErr_SetString(PyExc_TypeError, "PostList entries cannot be deleted");
+        return -1;
+    }
+    PyTypeObject *want = pl->kind == PL_SEND ? SendWR_Type : RecvWR_Type;
+    if (!PyObject_TypeCheck(value, want)) {
+        PyErr_Format(PyExc_TypeError, "PostList entry must be a %s, not %s", ibp_pl_what(pl),
+                     ibv_type_name(value));
+        return -1;
+    }
+    if (ibp_pl_frozen(pl) < 0)
+        return -1;
+    return pl_fill(pl, i, value);
+}
+
+static PyObject *PostList_get_release_gil(PyObject *op, void *c)
+{
+    (void)c;
+    return PyBool_FromLong(((PostListObject *)op)->release_gil);
+}
+
+static int PostList_set_release_gil(PyObject *op, PyObject *v, void *c)
+{
+    (void)c;
+    if (v == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "cannot delete release_gil");
+        return -1;
+    }
+    int truth = PyObject_IsTrue(v);
+    if (truth < 0)
+        return -1;
+    ((PostListObject *)op)->release_gil = truth;
+    return 0;
+}
+
+static PyObject *PostList_get_kind(PyObject *op, void *c)
+{
+    (void)c;
+    return Py_NewRef((PyObject *)(((PostListObject *)op)->kind == PL_SEND ? SendWR_Type
+                                                                          : RecvWR_Type));
+}
+
+static PyObject *PostList_repr(PyObject *op)
+{
+    PostListObject *pl = (PostListObject *)op;
+    return PyUnicode_FromFormat("PostList(%zd %s%s)", pl->n, ibp_pl_what(pl),
+                                pl->release_gil ? ", release_gil=True" : "");
+}
+
+static PyGetSetDef PostList_getset[] = {
+    {"release_gil", PostList_get_release_gil, PostList_set_release_gil,
+     "Post with the GIL released (default False; see the class doc).", NULL},
+    {"kind", PostList_get_kind, NULL, "SendWR or RecvWR: what the list holds.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot PostList_slots[] = {
+    {Py_tp_doc, (void *)
+     "PostList(wrs, *, release_gil=False)\n--\n\n"
+     "A chain of work requests converted once into C and posted many times.\n\n"
+     "wrs is a SendWR or RecvWR, or a non-empty list of them (all of one kind).  "
+     "qp.post_send(plist) (or qp.post_recv / srq.post_recv for RecvWR) posts the whole "
+     "chain in one verb call, with no conversion and no allocation.\n\n"
+     "plist[i] is a live view of entry i (PostListEntry): setting its wr_id, "
+     "send_flags, remote_addr, rkey, imm_data, compare_add, swap, remote_qpn, "
+     "remote_qkey, or addr / length / lkey (of its first SGE) writes the C request "
+     "directly.  plist[i] = wr converts a whole new request into entry i (as many "
+     "SGEs as the entry was built with, or fewer).  The MRs and AHs the requests "
+     "name are kept alive with the list; an AH closed since, or the MR of an INLINE "
+     "entry's SGE, is reported at the next post (VerbsError EBADF).\n\n"
+     "release_gil: post with the GIL released.  Off by default: on most providers a "
+     "post is a few stores and a doorbell, cheaper than giving up the GIL.  Turn it "
+     "on where a post is a slow system call (rxe, siw) and other Python threads must "
+     "run meanwhile; while such a post is in flight the QP refuses close() (EBUSY) "
+     "and the list refuses updates (RuntimeError)."},
+    {Py_tp_new, (void *)PostList_new},
+    {Py_tp_dealloc, (void *)PostList_dealloc},
+    {Py_tp_traverse, (void *)PostList_traverse},
+    {Py_tp_clear, (void *)PostList_clear},
+    {Py_tp_repr, (void *)PostList_repr},
+    {Py_tp_getset, PostList_getset},
+    {Py_sq_length, (void *)PostList_length},
+    {Py_sq_item, (void *)PostList_item},
+    {Py_sq_ass_item, (void *)PostList_ass_item},
+    {0, NULL},
+};
+
+PyType_Spec PostList_spec = {"ibverbs.PostList", sizeof(PostListObject), 0,
+                                    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, PostList_slots};

@@ -1,0 +1,278 @@
+/* SGE: one scatter/gather entry, and MR.sge(). */
+#include "common.h"
+
+#include "objects.h"
+
+PyTypeObject *SGE_Type;
+
+static const char *const SGE_names[] = {"target", "length", "lkey", "offset", NULL};
+static struct argspec SGE_args = {"SGE", 2, SGE_names, NULL, 0};
+
+/* SGE(target, length, lkey, offset) into self (lkey_obj, offset_obj may be NULL). */
+static int sge_set(SGEObject *self, PyObject *target, PyObject *length_obj,
+                   PyObject *lkey_obj, PyObject *offset_obj)
+{
+    uint64_t length, lkey = 0, base, offset = 0;
+    if (offset_obj != NULL) {
+        int64_t off;
+        if (ibv_conv_signed(offset_obj, "offset", INT64_MIN, INT64_MAX, &off) < 0)
+            return -1;
+        if (off < 0) {
+            PyErr_Format(PyExc_ValueError, "offset must be non-negative, got %lld",
+                         (long long)off);
+            return -1;
+        }
+        offset = (uint64_t)off;
+    }
+    {
+        int64_t len;
+        if (PyLong_Check(length_obj)) {
+            /* Any int from 2**32 on, however large, gets the message that says why. */
+            int overflow = 0;
+            long long v = PyLong_AsLongLongAndOverflow(length_obj, &overflow);
+            if (overflow > 0 || (overflow == 0 && v > (long long)UINT32_MAX)) {
+                PyErr_SetString(PyExc_ValueError, "SGE length must be below 2**32; split it "
+                                "into several SGEs");
+                return -1;
+            }
+            if (v == -1 && PyErr_Occurred())
+                return -1;
+        }
+        if (ibv_conv_signed(length_obj, "length", 0, INT64_MAX, &len) < 0)
+            return -1;
+        if ((uint64_t)len > UINT32_MAX) {
+            PyErr_Format(PyExc_ValueError,
+                         "SGE length must be below 2**32 (got %lld); split it "
+                         "into several SGEs", (long long)len);
+            return -1;
+        }
+        length = (uint64_t)len;
+    }
+    if (PyObject_TypeCheck(target, MR_Type)) {
+        if (ibv_check_open(target) < 0)
+            return -1;
+        struct ibv_mr *mr = MR_PTR(target);
+        if (offset > mr->length || length > mr->length - offset) {
+            PyErr_Format(PyExc_ValueError,
+                         "SGE range [offset %llu, +%llu) exceeds the MR's %zu bytes",
+                         (unsigned long long)offset, (unsigned long long)length,
+                         mr->length);
+            return -1;
+        }
+        base = (uintptr_t)mr->addr;
+        lkey = lkey_obj != NULL && lkey_obj != Py_None ? 0 : mr->lkey;
+        if (lkey_obj != NULL && lkey_obj != Py_None &&
+            ibv_conv_unsigned(lkey_obj, "lkey", UINT32_MAX, &lkey) < 0)
+            return -1;
+        Py_INCREF(target);
+        Py_XSETREF(self->owner, target);
+    } else {
+        if (ibp_conv_u64(target, "target", UINT64_MAX, &base) < 0)
+            return -1;
+        if (lkey_obj != NULL && ibp_conv_u64(lkey_obj, "lkey", UINT32_MAX, &lkey) < 0)
+            return -1;
+        if (offset > UINT64_MAX - base) {
+            PyErr_SetString(PyExc_ValueError, "address + offset exceeds 64 bits");
+            return -1;
+        }
+    }
+    self->sge.addr = base + offset;
+    self->sge.length = (uint32_t)length;
+    self->sge.lkey = (uint32_t)lkey;
+    return 0;
+}
+
+static int SGE_init(PyObject *op, PyObject *args, PyObject *kwargs)
+{
+    PyObject *v[4];
+    if (ibp_parse_args(&SGE_args, args, kwargs, v) < 0)
+        return -1;
+    return sge_set((SGEObject *)op, v[0], v[1], v[2], v[3]);
+}
+
+static PyObject *SGE_get_addr(PyObject *op, void *c)
+{
+    (void)c;
+    return PyLong_FromUnsignedLongLong(((SGEObject *)op)->sge.addr);
+}
+
+static int SGE_set_addr(PyObject *op, PyObject *v, void *c)
+{
+    uint64_t x;
+    (void)c;
+    if (ibp_conv_u64(v, "addr", UINT64_MAX, &x) < 0)
+        return -1;
+    ((SGEObject *)op)->sge.addr = x;
+    return 0;
+}
+
+static PyObject *SGE_get_length(PyObject *op, void *c)
+{
+    (void)c;
+    return PyLong_FromUnsignedLong(((SGEObject *)op)->sge.length);
+}
+
+static int SGE_set_length(PyObject *op, PyObject *v, void *c)
+{
+    uint64_t x;
+    (void)c;
+    if (v != NULL && PyLong_Check(v)) {
+        int overflow = 0;
+        long long big = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow > 0 || (overflow == 0 && big > (long long)UINT32_MAX)) {
+            PyErr_SetString(PyExc_ValueError, "SGE length must be below 2**32");
+            return -1;
+        }
+        if (big == -1 && PyErr_Occurred())
+            return -1;
+    }
+    if (ibp_conv_u64(v, "length", UINT32_MAX, &x) < 0)
+        return -1;
+    ((SGEObject *)op)->sge.length = (uint32_t)x;
+    return 0;
+}
+
+static PyObject *SGE_get_lkey(PyObject *op, void *c)
+{
+    (void)c;
+    return PyLong_FromUnsignedLong(((SGEObject *)op)->sge.lkey);
+}
+
+static int SGE_set_lkey(PyObject *op, PyObject *v, void *c)
+{
+    uint64_t x;
+    (void)c;
+    if (ibp_conv_u64(v, "lkey", UINT32_MAX, &x) < 0)
+        return -1;
+    ((SGEObject *)op)->sge.lkey = (uint32_t)x;
+    return 0;
+}
+
+static PyObject *SGE_get_owner(PyObject *op, void *c)
+{
+    PyObject *owner = ((SGEObject *)op)->owner;
+    (void)c;
+    return Py_NewRef(owner ? owner : Py_None);
+}
+
+static PyObject *SGE_keepalive(PyObject *op, PyObject *owner)
+{
+    Py_INCREF(owner);
+    Py_XSETREF(((SGEObject *)op)->owner, owner == Py_None ? (Py_DECREF(owner), NULL) : owner);
+    return Py_NewRef(op);
+}
+
+static PyObject *SGE_repr(PyObject *op)
+{
+    SGEObject *self = (SGEObject *)op;
+    char buf[96];
+    snprintf(buf, sizeof(buf), "SGE(addr=0x%llx, length=%u, lkey=0x%x)",
+             (unsigned long long)self->sge.addr, self->sge.length, self->sge.lkey);
+    return PyUnicode_FromString(buf);
+}
+
+static int SGE_traverse(PyObject *op, visitproc visit, void *arg)
+{
+    Py_VISIT(((SGEObject *)op)->owner);
+    return 0;
+}
+
+static int SGE_clear(PyObject *op)
+{
+    Py_CLEAR(((SGEObject *)op)->owner);
+    return 0;
+}
+
+static void SGE_dealloc(PyObject *op)
+{
+    PyObject_GC_UnTrack(op);
+    SGE_clear(op);
+    ibp_generic_dealloc(op);
+}
+
+static PyGetSetDef SGE_getset[] = {
+    {"addr", SGE_get_addr, SGE_set_addr, "Start address.", NULL},
+    {"length", SGE_get_length, SGE_set_length, "Length in bytes (< 2**32).", NULL},
+    {"lkey", SGE_get_lkey, SGE_set_lkey, "Local key of the MR.", NULL},
+    {"owner", SGE_get_owner, NULL, "Object kept alive with this SGE (an MR or GpuMR).", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef SGE_methods[] = {
+    {"_keepalive", SGE_keepalive, METH_O,
+     "_keepalive($self, owner, /)\n--\n\nKeep owner alive with this SGE; returns self."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot SGE_slots[] = {
+    {Py_tp_doc, (void *)"SGE(target, length, lkey=0, offset=0)\n--\n\n"
+                        "One scatter/gather entry.  target is an MR (address and lkey "
+                        "taken from it, range checked) or an integer address."},
+    {Py_tp_init, (void *)SGE_init},
+    {Py_tp_new, (void *)PyType_GenericNew},
+    {Py_tp_dealloc, (void *)SGE_dealloc},
+    {Py_tp_traverse, (void *)SGE_traverse},
+    {Py_tp_clear, (void *)SGE_clear},
+    {Py_tp_repr, (void *)SGE_repr},
+    {Py_tp_getset, SGE_getset},
+    {Py_tp_methods, SGE_methods},
+    {0, NULL},
+};
+
+/* BASETYPE: the seed's classes could be subclassed. */
+PyType_Spec SGE_spec = {"ibverbs.SGE", sizeof(SGEObject), 0,
+                               Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC, SGE_slots};
+
+int ibv_sge_from_py(PyObject *obj, struct ibv_sge *out)
+{
+    if (!PyObject_TypeCheck(obj, SGE_Type)) {
+        PyErr_Format(PyExc_TypeError, "expected an SGE, not %s", ibv_type_name(obj));
+        return -1;
+    }
+    *out = ((SGEObject *)obj)->sge;
+    return 0;
+}
+
+static const char *const MR_sge_names[] = {"length", "offset", NULL};
+static struct argspec MR_sge_args = {"sge", 0, MR_sge_names, NULL, 0};
+
+/* MR.sge(length=None, offset=0): SGE(mr, length, None, offset), made
+ * directly (no argument tuple, no type call). */
+PyObject *ibv_hand_MR_sge(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    PyObject *v[2];
+    if (ibp_parse_args(&MR_sge_args, args, kwargs, v) < 0)
+        return NULL;
+    PyObject *length = v[0] ? v[0] : Py_None, *offset = v[1];
+    if (ibv_check_open(self) < 0)
+        return NULL;
+    PyObject *offset_obj = offset ? Py_NewRef(offset) : PyLong_FromLong(0);
+    if (offset_obj == NULL)
+        return NULL;
+    PyObject *length_obj;
+    if (length == Py_None) {
+        int64_t off;
+        /* the offset's __index__ may have closed the MR */
+        if (ibv_conv_signed(offset_obj, "offset", INT64_MIN, INT64_MAX, &off) < 0 ||
+            ibv_check_open(self) < 0) {
+            Py_DECREF(offset_obj);
+            return NULL;
+        }
+        size_t total = MR_PTR(self)->length;
+        length_obj = PyLong_FromLongLong(off >= 0 && (uint64_t)off <= total
+                                         ? (long long)(total - (uint64_t)off) : 0);
+    } else {
+        length_obj = Py_NewRef(length);
+    }
+    PyObject *sge = length_obj ? PyType_GenericAlloc(SGE_Type, 0) : NULL;
+    if (sge != NULL && sge_set((SGEObject *)sge, self, length_obj, Py_None, offset_obj) < 0)
+        Py_CLEAR(sge);
+    Py_XDECREF(length_obj);
+    Py_DECREF(offset_obj);
+    return sge;
+}
+
+int ibp_sge_init(void)
+{
+    return ibp_argspec_init(&SGE_args) < 0 || ibp_argspec_init(&MR_sge_args) < 0 ? -1 : 0;
+}

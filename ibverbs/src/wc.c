@@ -1,0 +1,332 @@
+/* WC: a work completion; CQ.poll(). */
+#include "common.h"
+
+#include <arpa/inet.h>
+
+#include "objects.h"
+
+PyTypeObject *WC_Type;
+
+typedef struct {
+    PyObject_HEAD
+    struct ibv_wc wc;
+} WCObject;
+
+/*
+ * WC objects are made by the thousand and dropped at once: the freed ones
+ * are kept (up to WC_FREE_MAX) and reused, so poll() pays neither the
+ * allocator nor PyType_GenericAlloc's generic path.  Each is a plain
+ * PyObject_Malloc block of sizeof(WCObject) (what tp_alloc gives for WC()
+ * too), revived with PyObject_Init.
+ */
+#define WC_FREE_MAX 256
+static PyObject *wc_free[WC_FREE_MAX];
+static int wc_nfree;
+
+PyObject *ibp_wc_new(const struct ibv_wc *wc)
+{
+    PyObject *op = wc_nfree > 0 ? wc_free[--wc_nfree] : PyObject_Malloc(sizeof(WCObject));
+    if (op == NULL)
+        return PyErr_NoMemory();
+    PyObject_Init(op, WC_Type);   /* type (a reference: heap type) and refcount 1 */
+    ((WCObject *)op)->wc = *wc;
+    return op;
+}
+
+static void WC_dealloc(PyObject *op)
+{
+    PyTypeObject *type = Py_TYPE(op);
+    if (type == WC_Type && wc_nfree < WC_FREE_MAX)
+        wc_free[wc_nfree++] = op;
+    else if (type == WC_Type)
+        PyObject_Free(op);
+    else    /* a subclass's instance: its own layout and allocator */
+        ((freefunc)PyType_GetSlot(type, Py_tp_free))(op);
+    Py_DECREF(type);
+}
+
+/* Small ints (counts, statuses, opcodes), made once: no call into
+ * libpython on the busy-polling path. */
+PyObject *ibp_count_result(long n)
+{
+    static PyObject *counts[256];
+    if (n < 0 || n >= 256)
+        return PyLong_FromLong(n);
+    if (counts[n] == NULL && (counts[n] = PyLong_FromLong(n)) == NULL)
+        return NULL;
+    return Py_NewRef(counts[n]);
+}
+
+#define WC_INT(field, expr)                                                      \
+    static PyObject *WC_get_##field(PyObject *op, void *c)                       \
+    {                                                                            \
+        const struct ibv_wc *wc = &((WCObject *)op)->wc;                         \
+        (void)c;                                                                 \
+        unsigned long long v = (unsigned long long)(expr);                       \
+        return v < 256 ? ibp_count_result((long)v) : PyLong_FromUnsignedLongLong(v); \
+    }
+
+WC_INT(wr_id, wc->wr_id)
+WC_INT(status, wc->status)
+WC_INT(opcode, wc->opcode)
+WC_INT(vendor_err, wc->vendor_err)
+WC_INT(byte_len, wc->byte_len)
+WC_INT(imm_data, ntohl(wc->imm_data))
+WC_INT(invalidated_rkey, wc->invalidated_rkey)
+WC_INT(qp_num, wc->qp_num)
+WC_INT(src_qp, wc->src_qp)
+WC_INT(wc_flags, wc->wc_flags)
+WC_INT(pkey_index, wc->pkey_index)
+WC_INT(slid, wc->slid)
+WC_INT(sl, wc->sl)
+WC_INT(dlid_path_bits, wc->dlid_path_bits)
+
+/* The fields a completion loop reads, found by the identity of the
+ * (interned) attribute name before the generic lookup: under emulation the
+ * type's MRO lookup and descriptor call cost more than the field. */
+static PyObject *wc_hot_names[4];
+
+static PyObject *WC_getattro(PyObject *op, PyObject *name)
+{
+    if (name == wc_hot_names[0])
+        return WC_get_status(op, NULL);
+    if (name == wc_hot_names[1])
+        return WC_get_opcode(op, NULL);
+    if (name == wc_hot_names[2])
+        return WC_get_wr_id(op, NULL);
+    if (name == wc_hot_names[3])
+        return WC_get_byte_len(op, NULL);
+    return PyObject_GenericGetAttr(op, name);
+}
+
+static PyObject *WC_get_is_success(PyObject *op, void *c)
+{
+    (void)c;
+    return PyBool_FromLong(((WCObject *)op)->wc.status == IBV_WC_SUCCESS);
+}
+
+static PyObject *WC_get_status_str(PyObject *op, void *c)
+{
+    (void)c;
+    return PyUnicode_FromString(ibv_wc_status_str(((WCObject *)op)->wc.status));
+}
+
+static PyObject *WC_raise_for_status(PyObject *op, PyObject *unused)
+{
+    (void)unused;
+    if (((WCObject *)op)->wc.status == IBV_WC_SUCCESS)
+        Py_RETURN_NONE;
+    return ibv_raise_completion(op);
+}
+
+static PyObject *WC_repr(PyObject *op)
+{
+    const struct ibv_wc *wc = &((WCObject *)op)->wc;
+    return PyUnicode_FromFormat("WC(wr_id=%llu, status=%s, opcode=%d, byte_len=%u, "
+                                "qp_num=%u, wc_flags=%u)",
+                                (unsigned long long)wc->wr_id,
+                                ibv_wc_status_str(wc->status), (int)wc->opcode,
+                                wc->byte_len, wc->qp_num, wc->wc_flags);
+}
+
+#define WC_GET(field, doc) {#field, WC_get_##field, NULL, doc, NULL}
+
+static PyGetSetDef WC_getset[] = {
+    WC_GET(wr_id, "wr_id of the work request."),
+    WC_GET(status, "WCStatus."),
+    WC_GET(opcode, "WCOpcode."),
+    WC_GET(vendor_err, "Vendor error syndrome."),
+    WC_GET(byte_len, "Bytes received (receive completions)."),
+    WC_GET(imm_data, "Immediate data in host order (valid with WCFlags.WITH_IMM)."),
+    WC_GET(invalidated_rkey, "Invalidated rkey (valid with WCFlags.WITH_INV)."),
+    WC_GET(qp_num, "Local QP number."),
+    WC_GET(src_qp, "Remote QP number (UD)."),
+    WC_GET(wc_flags, "WCFlags."),
+    WC_GET(pkey_index, "P_Key index (GSI)."),
+    WC_GET(slid, "Source LID."),
+    WC_GET(sl, "Service level."),
+    WC_GET(dlid_path_bits, "DLID path bits."),
+    WC_GET(is_success, "status == WCStatus.SUCCESS."),
+    WC_GET(status_str, "ibv_wc_status_str(status)."),
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef WC_methods[] = {
+    {"raise_for_status", WC_raise_for_status, METH_NOARGS,
+     "raise_for_status($self, /)\n--\n\nRaise CompletionError unless the status is SUCCESS."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot WC_slots[] = {
+    {Py_tp_doc, (void *)"A work completion (struct ibv_wc), from CQ.poll()."},
+    {Py_tp_dealloc, (void *)WC_dealloc},
+    {Py_tp_repr, (void *)WC_repr},
+    {Py_tp_getattro, (void *)WC_getattro},
+    {Py_tp_getset, WC_getset},
+    {Py_tp_methods, WC_methods},
+    {0, NULL},
+};
+
+PyType_Spec WC_spec = {"ibverbs.WC", sizeof(WCObject), 0,
+                              Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+                              WC_slots};
+
+int ibv_wc_to_c(PyObject *obj, struct ibv_wc *out)
+{
+    if (!PyObject_TypeCheck(obj, WC_Type)) {
+        PyErr_Format(PyExc_TypeError, "wc must be a WC, not %s", ibv_type_name(obj));
+        return -1;
+    }
+    *out = ((WCObject *)obj)->wc;
+    return 0;
+}
+
+#define STACK_WCS 64
+
+/* num_entries of poll(): an int in 1..INT32_MAX.  Plain ints take a short
+ * path; anything else (IntEnum, __index__) the general conversion. */
+static int num_entries_arg(PyObject *arg, int *out)
+{
+    /* A polling loop passes the same int object every time (small ints are
+     * shared): remember the last one converted.  Exact ints only, which
+     * cannot change. */
+    static PyObject *last_arg;
+    static int last_num;
+    if (arg == last_arg) {
+        *out = last_num;
+        return 0;
+    }
+    if (PyLong_CheckExact(arg)) {
+        long v = PyLong_AsLong(arg);
+        if (v > 0 && v <= INT32_MAX) {
+            *out = last_num = (int)v;
+            Py_XSETREF(last_arg, Py_NewRef(arg));
+            return 0;
+        }
+        if (v == -1 && PyErr_Occurred())
+            PyErr_Clear();   /* too big for a long: the general path says so */
+    }
+    uint64_t num;
+    if (ibv_conv_unsigned(arg, "num_entries", INT32_MAX, &num) < 0)
+        return -1;
+    if (num == 0) {
+        PyErr_SetString(PyExc_ValueError, "num_entries must be positive");
+        return -1;
+    }
+    *out = (int)num;
+    return 0;
+}
+
+/*
+ * A busy-polling loop drops each result before the next poll, and making
+ * and freeing the list (and its WC objects) is most of what a poll costs
+ * when the provider is fast.  So poll() keeps the lists it returned, two
+ * per length up to RESULT_CACHE_MAX (empty ones included), and hands one
+ * back when nobody else holds it (reference count 1): the caller cannot
+ * tell it from a new list, as no one else can see it.  Its items are
+ * refilled in place where the list is their only holder and they are
+ * still WCs; a WC the program kept is replaced by a new one.  Two per
+ * length, so that `wcs = cq.poll(n)` in a loop (the previous result still
+ * held during the next call) finds one free as well.
+ */
+#define RESULT_CACHE_MAX 16
+static PyObject *result_cache[RESULT_CACHE_MAX + 1][2];
+
+static int list_is_free(PyObject *l, int n)
+{
+    return l != NULL && Py_REFCNT(l) == 1 && Py_SIZE(l) == n;   /* Py_SIZE: no call */
+}
+
+static int refill_result(PyObject *list, const struct ibv_wc *wcs, int n)
+{
+    for (int i = 0; i < n; i++) {
+        PyObject *item = PyList_GetItem(list, i);     /* borrowed */
+        if (Py_REFCNT(item) == 1 && Py_IS_TYPE(item, WC_Type)) {
+            ((WCObject *)item)->wc = wcs[i];
+            continue;
+        }
+        PyObject *wc = ibp_wc_new(&wcs[i]);
+        if (wc == NULL)
+            return -1;
+        PyList_SetItem(list, i, wc);    /* steals wc, drops the old item */
+    }
+    return 0;
+}
+
+static PyObject *poll_result(const struct ibv_wc *wcs, int n)
+{
+    PyObject **slots = n <= RESULT_CACHE_MAX ? result_cache[n] : NULL;
+    if (slots != NULL) {
+        for (int i = 0; i < 2; i++) {
+            if (list_is_free(slots[i], n)) {
+                if (refill_result(slots[i], wcs, n) < 0)
+                    return NULL;
+                return Py_NewRef(slots[i]);
+            }
+        }
+    }
+    PyObject *list = PyList_New(n);
+    if (list == NULL)
+        return NULL;
+    for (int i = 0; i < n; i++) {
+        PyObject *wc = ibp_wc_new(&wcs[i]);
+        if (wc == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SetItem(list, i, wc);
+    }
+    if (slots != NULL) {
+        /* An empty slot first; else both lists live on with their holders
+         * (or were resized): take turns replacing them. */
+        static int turn;
+        int i = slots[0] == NULL ? 0 : slots[1] == NULL ? 1 : (turn ^= 1);
+        Py_XSETREF(slots[i], Py_NewRef(list));
+    }
+    return list;
+}
+
+/* poll and poll_into keep the GIL: ibv_poll_cq never blocks and costs tens
+ * of nanoseconds, less than releasing and retaking the GIL. */
+PyObject *ibv_hand_CQ_poll(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                           PyObject *kwnames)
+{
+    int num;
+    struct ibv_wc stack[STACK_WCS], *wcs = stack;
+    PyObject *arg = ibp_one_arg("poll", "num_entries", args, nargs, kwnames);
+    if (arg == NULL)
+        return NULL;
+    /* Converted first: an __index__ may close the CQ. */
+    if (num_entries_arg(arg, &num) < 0)
+        return NULL;
+    if (ibv_check_open(self) < 0 || ibv_cq_check_not_polling(self) < 0)
+        return NULL;
+    /* More than the CQ holds cannot come back: no larger buffer. */
+    if (num > CQ_PTR(self)->cqe && CQ_PTR(self)->cqe > 0)
+        num = CQ_PTR(self)->cqe;
+    if (num > STACK_WCS) {
+        wcs = PyMem_Malloc((size_t)num * sizeof(*wcs));
+        if (wcs == NULL)
+            return PyErr_NoMemory();
+    }
+    int n = ibv_poll_cq(CQ_PTR(self), num, wcs);
+    PyObject *list = NULL;
+    if (n < 0) {
+        ibv_raise("ibv_poll_cq", ibv_error_code(n));
+        goto done;
+    }
+    list = poll_result(wcs, n);
+done:
+    if (wcs != stack)
+        PyMem_Free(wcs);
+    return list;
+}
+
+int ibp_wc_init(void)
+{
+    static const char *const hot[4] = {"status", "opcode", "wr_id", "byte_len"};
+    for (int i = 0; i < 4; i++)
+        if ((wc_hot_names[i] = PyUnicode_InternFromString(hot[i])) == NULL)
+            return -1;
+    return 0;
+}
