@@ -34,7 +34,7 @@ DISPLAY = "spec/datapath/records.yaml"
 TOP_KEYS = {"helpers", "records", "types"}
 HELPER_KEYS = {"unsigned", "small_int", "parse", "argspec", "type_name"}
 RECORD_KEYS = {"ctype", "fields", "unions", "small_ints"}
-FIELD_KEYS = {"convert", "too_big", "check", "union"}
+FIELD_KEYS = {"convert", "too_big", "check", "union", "hand"}
 TYPE_KEYS = {"doc", "storage", "refs", "state", "changed", "init", "repr", "attributes",
              "methods", "guard", "union", "clear", "new", "basetype", "gc", "dealloc",
              "getattro", "sequence", "field_methods", "readonly"}
@@ -74,6 +74,9 @@ class Converter:
     path: Optional[str] = None                  # the member's C path
     union: List[Tuple[str, str]] = field(default_factory=list)  # (member, path)
     written: bool = False  # some type converts a Python value into it
+    # (C path, offset, size) of each place it lives, from the IR: records.h
+    # asserts them against the compiler's view of the same headers
+    layout: List[Tuple[str, int, int]] = field(default_factory=list)
 
     @property
     def prefix(self) -> str:
@@ -189,6 +192,7 @@ class TypeModel:
                         (self.dealloc, "void {}(PyObject *op)"),
                         (self.getattro, "PyObject *{}(PyObject *op, PyObject *name)"),
                         (self.guard, "int {}(PyObject *op)"),
+                        (self.changed, "void {}(" + self.name + "Object *self)"),
                         (self.union, "int {}(PyObject *op, int members, const char *name)")):
             if fn:
                 protos.append(sig.format(fn))
@@ -251,16 +255,33 @@ def _member(ir: IR, record: Record, path: str, where: str) -> Type:
 
 
 def _find(ir: IR, rec: Optional[Record], name: str) -> Optional[Type]:
+    found = _find_field(ir, rec, name)
+    return found[0] if found else None
+
+
+def _find_field(ir: IR, rec: Optional[Record], name: str) -> Optional[Tuple[Type, int]]:
+    """The type of member `name` and its offset in rec, through anonymous members."""
     if rec is None:
         return None
     for f in rec.fields:
         if f.name == name:
-            return f.type
+            return f.type, f.offset
         if f.name == "" and f.type.kind in ("struct", "union"):
-            found = _find(ir, ir.record(f.type.decl or f.type.spelling), name)
+            found = _find_field(ir, ir.record(f.type.decl or f.type.spelling), name)
             if found is not None:
-                return found
+                return found[0], f.offset + found[1]
     return None
+
+
+def _offset(ir: IR, record: Record, path: str) -> int:
+    """The byte offset of a dotted member path (checked by _member first)."""
+    rec, total = record, 0
+    for part in path.split("."):
+        t, off = _find_field(ir, rec, part)
+        total += off
+        if t.kind in ("struct", "union"):
+            rec = ir.record(t.decl or t.spelling)
+    return total
 
 
 def _converter(ir: IR, rec: Record, key: str, name: str, node: Node, small: bool,
@@ -296,7 +317,9 @@ def _converter(ir: IR, rec: Record, key: str, name: str, node: Node, small: bool
                      be32=be32, small_int=small, too_big=node.get("too_big"),
                      bits=t.size * 8, check=check,
                      path=None if union else name,
-                     union=[(m, p) for m, p in paths] if union else [])
+                     union=[(m, p) for m, p in paths] if union else [],
+                     written=bool(node.get("hand")),
+                     layout=[(p, _offset(ir, rec, p), t.size) for _, p in paths])
 
 
 def _ranges(values: List[int]) -> List[Tuple[int, int]]:
