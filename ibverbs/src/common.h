@@ -235,8 +235,28 @@ IBV_HIDDEN int ibv_sge_from_py(PyObject *obj, struct ibv_sge *out);
  * ----- postlist_entry.c, wc.c, wcbuffer.c, events.c) ----------------------- */
 
 /* What the generated converters of generated/records.h call. */
-/* A Python int in [0, max] for a setter (AttributeError for deletion; convert.c). */
-IBV_HIDDEN int ibp_conv_u64(PyObject *v, const char *name, uint64_t max, uint64_t *out);
+/* A Python int in [0, max] for a setter (AttributeError for deletion).
+ * Inline: every data-path setter starts with it. */
+static inline int ibp_conv_u64(PyObject *v, const char *name, uint64_t max, uint64_t *out)
+{
+    if (v == NULL) {
+        PyErr_Format(PyExc_AttributeError, "cannot delete %s", name);
+        return -1;
+    }
+    if (PyLong_Check(v)) {
+        /* The common case in one call; anything else (negative, too big)
+         * goes the general way, which words the error. */
+        int overflow;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow == 0 && x >= 0 && (unsigned long long)x <= max) {
+            *out = (uint64_t)x;
+            return 0;
+        }
+        if (x == -1 && PyErr_Occurred())
+            return -1;
+    }
+    return ibv_conv_unsigned(v, name, max, out);
+}
 /* A small int from a cache made once (counts, statuses, opcodes; wc.c). */
 IBV_HIDDEN PyObject *ibp_count_result(long n);
 
