@@ -74,10 +74,11 @@ setup(
     ext_modules=[
         Extension(
             "ibverbs._ibverbs",
-            sources=["ibverbs/src/module.c", "ibverbs/src/datapath.c",
-                     "ibverbs/src/sge.c", "ibverbs/src/wr.c", "ibverbs/src/post.c",
-                     "ibverbs/src/postlist.c", "ibverbs/src/postlist_entry.c",
-                     "ibverbs/src/wc.c", "ibverbs/src/wcbuffer.c", "ibverbs/src/events.c",
+            sources=["ibverbs/src/module.c", "ibverbs/src/loader.c",
+                     "ibverbs/src/datapath.c", "ibverbs/src/sge.c", "ibverbs/src/wr.c",
+                     "ibverbs/src/post.c", "ibverbs/src/postlist.c",
+                     "ibverbs/src/postlist_entry.c", "ibverbs/src/wc.c",
+                     "ibverbs/src/wcbuffer.c", "ibverbs/src/events.c",
                      "ibverbs/src/errors.c", "ibverbs/src/convert.c",
                      "ibverbs/src/handles.c", "ibverbs/src/repr.c",
                      "ibverbs/src/cqex.c", "ibverbs/src/ext.c", "ibverbs/src/qpex.c",

@@ -223,11 +223,8 @@ int (rdma_set_option)(struct rdma_cm_id *id, int level, int optname, void *optva
 return cm_slot_rdma_set_option(id, level, optname, optval, optlen);
 }
 
-static const struct rdmacm_symbol {
-    const char *name;
-    void **slot;
-    const char *since;   /* NULL: required */
-} rdmacm_symbols[] = {
+/* For ibp_load_symbols (ibverbs/src/loader.c). */
+static const struct ibp_symbol rdmacm_symbols[] = {
     {"rdma_accept", (void **)&cm_slot_rdma_accept, NULL},
     {"rdma_ack_cm_event", (void **)&cm_slot_rdma_ack_cm_event, NULL},
     {"rdma_bind_addr", (void **)&cm_slot_rdma_bind_addr, NULL},

@@ -10,149 +10,149 @@
  */
 
 /* ---- EventChannel (struct rdma_event_channel, destroyed by rdma_destroy_event_channel) ---- */
-IBV_HIDDEN PyObject *ibv_hand_EventChannel_create_id(PyObject *self, PyObject *args, PyObject *kwargs);
-PyDoc_STRVAR(ibv_hand_EventChannel_create_id__doc__,
+IBP_HIDDEN PyObject *ibp_hand_EventChannel_create_id(PyObject *self, PyObject *args, PyObject *kwargs);
+PyDoc_STRVAR(ibp_hand_EventChannel_create_id__doc__,
 "create_id($self, /, ps=PortSpace.TCP)\n"
 "--\n"
 "\n"
 "A new CMID reporting its events on this channel (rdma_create_id); ps is a PortSpace (TCP: reliable connections, UDP: datagrams).");
-IBV_HIDDEN PyObject *ibv_hand_EventChannel_get_cm_event(PyObject *self, PyObject *unused);
-PyDoc_STRVAR(ibv_hand_EventChannel_get_cm_event__doc__,
+IBP_HIDDEN PyObject *ibp_hand_EventChannel_get_cm_event(PyObject *self, PyObject *unused);
+PyDoc_STRVAR(ibp_hand_EventChannel_get_cm_event__doc__,
 "get_cm_event($self, /)\n"
 "--\n"
 "\n"
 "The next CMEvent (rdma_get_cm_event), blocking with the GIL released (VerbsError EAGAIN when the fd is non-blocking and none is pending).  The event is copied and acknowledged at once, so it never holds up closing its CMID; a CONNECT_REQUEST's id is a new CMID.");
 
 #define EVENTCHANNEL_GENERATED_METHODS \
-    {"create_id", (PyCFunction)(void (*)(void))ibv_hand_EventChannel_create_id, METH_VARARGS | METH_KEYWORDS, ibv_hand_EventChannel_create_id__doc__}, \
-    {"get_cm_event", (PyCFunction)(void (*)(void))ibv_hand_EventChannel_get_cm_event, METH_NOARGS, ibv_hand_EventChannel_get_cm_event__doc__}, \
+    {"create_id", (PyCFunction)(void (*)(void))ibp_hand_EventChannel_create_id, METH_VARARGS | METH_KEYWORDS, ibp_hand_EventChannel_create_id__doc__}, \
+    {"get_cm_event", (PyCFunction)(void (*)(void))ibp_hand_EventChannel_get_cm_event, METH_NOARGS, ibp_hand_EventChannel_get_cm_event__doc__}, \
 /* end of EVENTCHANNEL_GENERATED_METHODS */
 
 /* ---- CMID (struct rdma_cm_id, destroyed by rdma_destroy_id) ---- */
-IBV_HIDDEN PyObject *ibv_hand_CMID_bind_addr(PyObject *self, PyObject *arg);
-PyDoc_STRVAR(ibv_hand_CMID_bind_addr__doc__,
+IBP_HIDDEN PyObject *ibp_hand_CMID_bind_addr(PyObject *self, PyObject *arg);
+PyDoc_STRVAR(ibp_hand_CMID_bind_addr__doc__,
 "bind_addr($self, /, addr)\n"
 "--\n"
 "\n"
 "Bind to a local address: (host, port) or host; '' or '0.0.0.0' is any (rdma_bind_addr).");
-IBV_HIDDEN PyObject *ibv_hand_CMID_resolve_addr(PyObject *self, PyObject *args, PyObject *kwargs);
-PyDoc_STRVAR(ibv_hand_CMID_resolve_addr__doc__,
+IBP_HIDDEN PyObject *ibp_hand_CMID_resolve_addr(PyObject *self, PyObject *args, PyObject *kwargs);
+PyDoc_STRVAR(ibp_hand_CMID_resolve_addr__doc__,
 "resolve_addr($self, /, dst, src=None, timeout_ms=2000)\n"
 "--\n"
 "\n"
 "Start resolving dst ((host, port) or host) to an RDMA device; ADDR_RESOLVED or ADDR_ERROR follows on the channel (rdma_resolve_addr).");
-IBV_HIDDEN PyObject *ibv_hand_CMID_resolve_route(PyObject *self, PyObject *args, PyObject *kwargs);
-PyDoc_STRVAR(ibv_hand_CMID_resolve_route__doc__,
+IBP_HIDDEN PyObject *ibp_hand_CMID_resolve_route(PyObject *self, PyObject *args, PyObject *kwargs);
+PyDoc_STRVAR(ibp_hand_CMID_resolve_route__doc__,
 "resolve_route($self, /, timeout_ms=2000)\n"
 "--\n"
 "\n"
 "Start resolving the route to the resolved address; ROUTE_RESOLVED or ROUTE_ERROR follows (rdma_resolve_route).");
-IBV_HIDDEN PyObject *ibv_hand_CMID_listen(PyObject *self, PyObject *args, PyObject *kwargs);
-PyDoc_STRVAR(ibv_hand_CMID_listen__doc__,
+IBP_HIDDEN PyObject *ibp_hand_CMID_listen(PyObject *self, PyObject *args, PyObject *kwargs);
+PyDoc_STRVAR(ibp_hand_CMID_listen__doc__,
 "listen($self, /, backlog=16)\n"
 "--\n"
 "\n"
 "Listen for connection requests on the bound address; each one arrives as a CONNECT_REQUEST event with a new CMID (rdma_listen).");
-IBV_HIDDEN PyObject *ibv_hand_CMID_connect(PyObject *self, PyObject *args, PyObject *kwargs);
-PyDoc_STRVAR(ibv_hand_CMID_connect__doc__,
+IBP_HIDDEN PyObject *ibp_hand_CMID_connect(PyObject *self, PyObject *args, PyObject *kwargs);
+PyDoc_STRVAR(ibp_hand_CMID_connect__doc__,
 "connect($self, /, private_data=b'', responder_resources=1, initiator_depth=1, flow_control=1, retry_count=7, rnr_retry_count=7)\n"
 "--\n"
 "\n"
 "Connect (after ROUTE_RESOLVED); the QP made by create_qp is moved to RTS by the connection manager (rdma_connect).");
-IBV_HIDDEN PyObject *ibv_hand_CMID_accept(PyObject *self, PyObject *args, PyObject *kwargs);
-PyDoc_STRVAR(ibv_hand_CMID_accept__doc__,
+IBP_HIDDEN PyObject *ibp_hand_CMID_accept(PyObject *self, PyObject *args, PyObject *kwargs);
+PyDoc_STRVAR(ibp_hand_CMID_accept__doc__,
 "accept($self, /, private_data=b'', responder_resources=1, initiator_depth=1, flow_control=1, retry_count=7, rnr_retry_count=7)\n"
 "--\n"
 "\n"
 "Accept a connection request (on the CMID of a CONNECT_REQUEST event) (rdma_accept).");
-IBV_HIDDEN PyObject *ibv_hand_CMID_reject(PyObject *self, PyObject *args, PyObject *kwargs);
-PyDoc_STRVAR(ibv_hand_CMID_reject__doc__,
+IBP_HIDDEN PyObject *ibp_hand_CMID_reject(PyObject *self, PyObject *args, PyObject *kwargs);
+PyDoc_STRVAR(ibp_hand_CMID_reject__doc__,
 "reject($self, /, private_data=b'')\n"
 "--\n"
 "\n"
 "Reject a connection request; the peer gets REJECTED with this private data (rdma_reject).");
-IBV_HIDDEN PyObject *ibv_hand_CMID_disconnect(PyObject *self, PyObject *unused);
-PyDoc_STRVAR(ibv_hand_CMID_disconnect__doc__,
+IBP_HIDDEN PyObject *ibp_hand_CMID_disconnect(PyObject *self, PyObject *unused);
+PyDoc_STRVAR(ibp_hand_CMID_disconnect__doc__,
 "disconnect($self, /)\n"
 "--\n"
 "\n"
 "Disconnect; both sides get DISCONNECTED (rdma_disconnect).");
-IBV_HIDDEN PyObject *ibv_hand_CMID_establish(PyObject *self, PyObject *unused);
-PyDoc_STRVAR(ibv_hand_CMID_establish__doc__,
+IBP_HIDDEN PyObject *ibp_hand_CMID_establish(PyObject *self, PyObject *unused);
+PyDoc_STRVAR(ibp_hand_CMID_establish__doc__,
 "establish($self, /)\n"
 "--\n"
 "\n"
 "Complete an accepted connection when the QP was handled by the caller (rdma_establish).");
-IBV_HIDDEN PyObject *ibv_hand_CMID_create_qp(PyObject *self, PyObject *args, PyObject *kwargs);
-PyDoc_STRVAR(ibv_hand_CMID_create_qp__doc__,
+IBP_HIDDEN PyObject *ibp_hand_CMID_create_qp(PyObject *self, PyObject *args, PyObject *kwargs);
+PyDoc_STRVAR(ibp_hand_CMID_create_qp__doc__,
 "create_qp($self, /, pd, init_attr)\n"
 "--\n"
 "\n"
 "Create the CMID's QP on pd (a PD of cm_id.context) from a QPInitAttr (rdma_create_qp).  The returned QP works with post_send/post_recv/poll; the connection manager drives its state.  close() of the CMID raises EBUSY while it is open.");
-IBV_HIDDEN PyObject *ibv_hand_CMID_destroy_qp(PyObject *self, PyObject *unused);
-PyDoc_STRVAR(ibv_hand_CMID_destroy_qp__doc__,
+IBP_HIDDEN PyObject *ibp_hand_CMID_destroy_qp(PyObject *self, PyObject *unused);
+PyDoc_STRVAR(ibp_hand_CMID_destroy_qp__doc__,
 "destroy_qp($self, /)\n"
 "--\n"
 "\n"
 "Destroy the CMID's QP, as rdma_destroy_qp does (the QP's own close(), ibv_destroy_qp, then id->qp = NULL, so that the QP object's bookkeeping applies); harmless when there is none.");
-IBV_HIDDEN PyObject *ibv_hand_CMID_migrate(PyObject *self, PyObject *arg);
-PyDoc_STRVAR(ibv_hand_CMID_migrate__doc__,
+IBP_HIDDEN PyObject *ibp_hand_CMID_migrate(PyObject *self, PyObject *arg);
+PyDoc_STRVAR(ibp_hand_CMID_migrate__doc__,
 "migrate($self, /, channel)\n"
 "--\n"
 "\n"
 "Report this CMID's events on another EventChannel from now on (rdma_migrate_id).");
-IBV_HIDDEN PyObject *ibv_hand_CMID_set_option(PyObject *self, PyObject *args, PyObject *kwargs);
-PyDoc_STRVAR(ibv_hand_CMID_set_option__doc__,
+IBP_HIDDEN PyObject *ibp_hand_CMID_set_option(PyObject *self, PyObject *args, PyObject *kwargs);
+PyDoc_STRVAR(ibp_hand_CMID_set_option__doc__,
 "set_option($self, /, optname, value)\n"
 "--\n"
 "\n"
 "Set an integer option of the ID (rdma_set_option, level RDMA_OPTION_ID): CMIDOption.TOS (0-255), REUSEADDR and AFONLY (bool/int), ACK_TIMEOUT (0-31).");
-IBV_HIDDEN PyObject *ibv_hand_CMID__ports(PyObject *self, PyObject *unused);
-PyDoc_STRVAR(ibv_hand_CMID__ports__doc__,
+IBP_HIDDEN PyObject *ibp_hand_CMID__ports(PyObject *self, PyObject *unused);
+PyDoc_STRVAR(ibp_hand_CMID__ports__doc__,
 "_ports($self, /)\n"
 "--\n"
 "\n"
 "(source port, destination port) in host order (rdma_get_src_port, rdma_get_dst_port).");
 
 #define CMID_GENERATED_METHODS \
-    {"bind_addr", (PyCFunction)(void (*)(void))ibv_hand_CMID_bind_addr, METH_O, ibv_hand_CMID_bind_addr__doc__}, \
-    {"resolve_addr", (PyCFunction)(void (*)(void))ibv_hand_CMID_resolve_addr, METH_VARARGS | METH_KEYWORDS, ibv_hand_CMID_resolve_addr__doc__}, \
-    {"resolve_route", (PyCFunction)(void (*)(void))ibv_hand_CMID_resolve_route, METH_VARARGS | METH_KEYWORDS, ibv_hand_CMID_resolve_route__doc__}, \
-    {"listen", (PyCFunction)(void (*)(void))ibv_hand_CMID_listen, METH_VARARGS | METH_KEYWORDS, ibv_hand_CMID_listen__doc__}, \
-    {"connect", (PyCFunction)(void (*)(void))ibv_hand_CMID_connect, METH_VARARGS | METH_KEYWORDS, ibv_hand_CMID_connect__doc__}, \
-    {"accept", (PyCFunction)(void (*)(void))ibv_hand_CMID_accept, METH_VARARGS | METH_KEYWORDS, ibv_hand_CMID_accept__doc__}, \
-    {"reject", (PyCFunction)(void (*)(void))ibv_hand_CMID_reject, METH_VARARGS | METH_KEYWORDS, ibv_hand_CMID_reject__doc__}, \
-    {"disconnect", (PyCFunction)(void (*)(void))ibv_hand_CMID_disconnect, METH_NOARGS, ibv_hand_CMID_disconnect__doc__}, \
-    {"establish", (PyCFunction)(void (*)(void))ibv_hand_CMID_establish, METH_NOARGS, ibv_hand_CMID_establish__doc__}, \
-    {"create_qp", (PyCFunction)(void (*)(void))ibv_hand_CMID_create_qp, METH_VARARGS | METH_KEYWORDS, ibv_hand_CMID_create_qp__doc__}, \
-    {"destroy_qp", (PyCFunction)(void (*)(void))ibv_hand_CMID_destroy_qp, METH_NOARGS, ibv_hand_CMID_destroy_qp__doc__}, \
-    {"migrate", (PyCFunction)(void (*)(void))ibv_hand_CMID_migrate, METH_O, ibv_hand_CMID_migrate__doc__}, \
-    {"set_option", (PyCFunction)(void (*)(void))ibv_hand_CMID_set_option, METH_VARARGS | METH_KEYWORDS, ibv_hand_CMID_set_option__doc__}, \
-    {"_ports", (PyCFunction)(void (*)(void))ibv_hand_CMID__ports, METH_NOARGS, ibv_hand_CMID__ports__doc__}, \
+    {"bind_addr", (PyCFunction)(void (*)(void))ibp_hand_CMID_bind_addr, METH_O, ibp_hand_CMID_bind_addr__doc__}, \
+    {"resolve_addr", (PyCFunction)(void (*)(void))ibp_hand_CMID_resolve_addr, METH_VARARGS | METH_KEYWORDS, ibp_hand_CMID_resolve_addr__doc__}, \
+    {"resolve_route", (PyCFunction)(void (*)(void))ibp_hand_CMID_resolve_route, METH_VARARGS | METH_KEYWORDS, ibp_hand_CMID_resolve_route__doc__}, \
+    {"listen", (PyCFunction)(void (*)(void))ibp_hand_CMID_listen, METH_VARARGS | METH_KEYWORDS, ibp_hand_CMID_listen__doc__}, \
+    {"connect", (PyCFunction)(void (*)(void))ibp_hand_CMID_connect, METH_VARARGS | METH_KEYWORDS, ibp_hand_CMID_connect__doc__}, \
+    {"accept", (PyCFunction)(void (*)(void))ibp_hand_CMID_accept, METH_VARARGS | METH_KEYWORDS, ibp_hand_CMID_accept__doc__}, \
+    {"reject", (PyCFunction)(void (*)(void))ibp_hand_CMID_reject, METH_VARARGS | METH_KEYWORDS, ibp_hand_CMID_reject__doc__}, \
+    {"disconnect", (PyCFunction)(void (*)(void))ibp_hand_CMID_disconnect, METH_NOARGS, ibp_hand_CMID_disconnect__doc__}, \
+    {"establish", (PyCFunction)(void (*)(void))ibp_hand_CMID_establish, METH_NOARGS, ibp_hand_CMID_establish__doc__}, \
+    {"create_qp", (PyCFunction)(void (*)(void))ibp_hand_CMID_create_qp, METH_VARARGS | METH_KEYWORDS, ibp_hand_CMID_create_qp__doc__}, \
+    {"destroy_qp", (PyCFunction)(void (*)(void))ibp_hand_CMID_destroy_qp, METH_NOARGS, ibp_hand_CMID_destroy_qp__doc__}, \
+    {"migrate", (PyCFunction)(void (*)(void))ibp_hand_CMID_migrate, METH_O, ibp_hand_CMID_migrate__doc__}, \
+    {"set_option", (PyCFunction)(void (*)(void))ibp_hand_CMID_set_option, METH_VARARGS | METH_KEYWORDS, ibp_hand_CMID_set_option__doc__}, \
+    {"_ports", (PyCFunction)(void (*)(void))ibp_hand_CMID__ports, METH_NOARGS, ibp_hand_CMID__ports__doc__}, \
 /* end of CMID_GENERATED_METHODS */
 
 /* ---- module functions ---- */
-IBV_HIDDEN PyObject *ibv_hand_module_create_event_channel(PyObject *module, PyObject *unused);
-PyDoc_STRVAR(ibv_hand_module_create_event_channel__doc__,
+IBP_HIDDEN PyObject *ibp_hand_module_create_event_channel(PyObject *module, PyObject *unused);
+PyDoc_STRVAR(ibp_hand_module_create_event_channel__doc__,
 "create_event_channel()\n"
 "--\n"
 "\n"
 "A new EventChannel (rdma_create_event_channel); loads librdmacm.so.1 on first use (RuntimeError naming it when missing).");
-IBV_HIDDEN PyObject *ibv_hand_module_cm_event_str(PyObject *module, PyObject *arg);
-PyDoc_STRVAR(ibv_hand_module_cm_event_str__doc__,
+IBP_HIDDEN PyObject *ibp_hand_module_cm_event_str(PyObject *module, PyObject *arg);
+PyDoc_STRVAR(ibp_hand_module_cm_event_str__doc__,
 "cm_event_str(event)\n"
 "--\n"
 "\n"
 "librdmacm's name of a CM event type (rdma_event_str).");
-IBV_HIDDEN PyObject *ibv_hand_module__rdmacm_available(PyObject *module, PyObject *unused);
-PyDoc_STRVAR(ibv_hand_module__rdmacm_available__doc__,
+IBP_HIDDEN PyObject *ibp_hand_module__rdmacm_available(PyObject *module, PyObject *unused);
+PyDoc_STRVAR(ibp_hand_module__rdmacm_available__doc__,
 "_rdmacm_available()\n"
 "--\n"
 "\n"
 "Whether librdmacm.so.1 can be loaded (loads it).");
 
 #define RDMACM_GENERATED_FUNCTIONS \
-    {"create_event_channel", (PyCFunction)(void (*)(void))ibv_hand_module_create_event_channel, METH_NOARGS, ibv_hand_module_create_event_channel__doc__}, \
-    {"cm_event_str", (PyCFunction)(void (*)(void))ibv_hand_module_cm_event_str, METH_O, ibv_hand_module_cm_event_str__doc__}, \
-    {"_rdmacm_available", (PyCFunction)(void (*)(void))ibv_hand_module__rdmacm_available, METH_NOARGS, ibv_hand_module__rdmacm_available__doc__}, \
+    {"create_event_channel", (PyCFunction)(void (*)(void))ibp_hand_module_create_event_channel, METH_NOARGS, ibp_hand_module_create_event_channel__doc__}, \
+    {"cm_event_str", (PyCFunction)(void (*)(void))ibp_hand_module_cm_event_str, METH_O, ibp_hand_module_cm_event_str__doc__}, \
+    {"_rdmacm_available", (PyCFunction)(void (*)(void))ibp_hand_module__rdmacm_available, METH_NOARGS, ibp_hand_module__rdmacm_available__doc__}, \
 /* end of RDMACM_GENERATED_FUNCTIONS */

@@ -227,7 +227,7 @@ def _int_convert(obj: str, target: str, t: Type, name: str,
         lines.append("{")
         lines.append("    int64_t v;")
         hi_c = "INT64_MAX" if high == "UINT64_MAX" else high
-        lines.append(f'    if (ibv_conv_signed({obj}, "{name}", {low}, {hi_c}, &v) < 0)')
+        lines.append(f'    if (ibp_conv_signed({obj}, "{name}", {low}, {hi_c}, &v) < 0)')
         lines.append("        goto exit;")
         if hi is not None:
             lines += _runtime_max("v", hi, name, obj, "    ")
@@ -236,7 +236,7 @@ def _int_convert(obj: str, target: str, t: Type, name: str,
     else:
         lines.append("{")
         lines.append("    uint64_t v;")
-        lines.append(f'    if (ibv_conv_unsigned({obj}, "{name}", {tmax}, &v) < 0)')
+        lines.append(f'    if (ibp_conv_unsigned({obj}, "{name}", {tmax}, &v) < 0)')
         lines.append("        goto exit;")
         if hi is not None:
             lines += _runtime_max("(int64_t)v", hi, name, obj, "    ")
@@ -454,7 +454,7 @@ class Builder:
                 # none_ok: a required field that may hold None until the
                 # struct is used (the seed's QPInitAttr(None, None) filled later)
                 none_ok = 1 if has_default or fspec.get("none_ok") else 0
-                setter = [f"if (ibv_conv_handle(value, \"{pyname}\", {handle}_Type, {none_ok}, &obj) < 0)",
+                setter = [f"if (ibp_conv_handle(value, \"{pyname}\", {handle}_Type, {none_ok}, &obj) < 0)",
                           "    return -1;",
                           f"Py_XINCREF(obj);",
                           f"Py_XSETREF(self->ref_{pyname}, obj);"]
@@ -471,16 +471,16 @@ class Builder:
         elif convert in ("gid", "gid_bytes") or (t.kind == "union" and (t.decl or t.spelling) == "union ibv_gid"):
             # gid_bytes: read back as 16 bytes (the seed's AHAttr.dgid), not a Gid
             getter = ([f"result = PyBytes_FromStringAndSize((const char *){member}.raw, 16);"]
-                      if convert == "gid_bytes" else [f"result = ibv_gid_to_py(&{member});"])
+                      if convert == "gid_bytes" else [f"result = ibp_gid_to_py(&{member});"])
             if writable:
                 setter = [f"if (value == Py_None) {{ memset(&{member}, 0, sizeof({member})); return 0; }}",
-                          f"if (ibv_conv_gid(value, \"{pyname}\", &{member}) < 0)",
+                          f"if (ibp_conv_gid(value, \"{pyname}\", &{member}) < 0)",
                           "    return -1;"]
         elif convert == "str" or (t.kind == "array" and t.element is not None
                                   and t.element.spelling in ("char", "const char")):
-            getter = [f"result = ibv_chars_to_py({member}, sizeof({member}));"]
+            getter = [f"result = ibp_chars_to_py({member}, sizeof({member}));"]
         elif t.kind == "array" and t.element is not None and t.element.size == 1:
-            getter = [f"result = ibv_array_to_py({member}, sizeof({member}));"]
+            getter = [f"result = ibp_array_to_py({member}, sizeof({member}));"]
         elif _is_int(t):
             if t.size is None or (t.size, bool(t.signed)) not in INT_LIMITS:
                 return None
@@ -672,7 +672,7 @@ class Builder:
                 raise SpecError(f"{m.where('signature')}: {label}: the signature must "
                                 f"start with {m.name}(")
             doc = f"{sig}\n--\n\n{str(m.node['doc']).strip()}"
-            return MethodModel(m.name, m.owner, f"ibv_py_{cname}", "METH_VARARGS | METH_KEYWORDS",
+            return MethodModel(m.name, m.owner, f"ibp_py_{cname}", "METH_VARARGS | METH_KEYWORDS",
                                doc, hand=True, python=(module, func))
         if m.hand is not None:
             sig = m.hand
@@ -696,7 +696,7 @@ class Builder:
             for v in verbs:
                 if self.ir.function(v) is None:
                     raise SpecError(f"{m.where('verbs')}: {label}: no function {v}")
-            return MethodModel(m.name, m.owner, f"ibv_hand_{cname}", flags, doc, hand=True,
+            return MethodModel(m.name, m.owner, f"ibp_hand_{cname}", flags, doc, hand=True,
                                verbs=verbs)
         return MethodBuilder(self, m, label, cname).build()
 
@@ -781,16 +781,16 @@ class MethodBuilder:
             body.append("    goto exit;")
         if owner and "base" in self.b.spec.handle(owner).node:
             # a subclass stores its base's pointer; its own is kept beside it
-            body += ["if (ibv_check_open(self) < 0)", "    goto exit;",
+            body += ["if (ibp_check_open(self) < 0)", "    goto exit;",
                      f"self_ptr = {owner}_PTR(self);"]
         elif owner:
-            body += ["if (ibv_check_open(self) < 0)", "    goto exit;",
-                     f"self_ptr = ({self.b.spec.handle(owner).node['ctype']} *)IBV_HANDLE(self)->ptr;"]
+            body += ["if (ibp_check_open(self) < 0)", "    goto exit;",
+                     f"self_ptr = ({self.b.spec.handle(owner).node['ctype']} *)IBP_HANDLE(self)->ptr;"]
         # availability of optional symbols
         for sym in self.required_symbols(f):
             since = self.b.spec.optional[sym]
-            body += [f"if (!IBV_SYMBOL_AVAILABLE({sym})) {{",
-                     f'    ibv_raise_unavailable("{sym}", "{since}");',
+            body += [f"if (!IBP_SYMBOL_AVAILABLE({sym})) {{",
+                     f'    ibp_raise_unavailable("{sym}", "{since}");',
                      "    goto exit;", "}"]
         body += self.convert + self.post_convert
         for chk in m.node.get("checks", []) or []:
@@ -810,20 +810,20 @@ class MethodBuilder:
         if errors != "none" and has_result:
             body.append("errno = 0;")
         if release:
-            body += ["ibv_busy_enter(self);"] if owner else []
+            body += ["ibp_busy_enter(self);"] if owner else []
             body += ["Py_BEGIN_ALLOW_THREADS", stmt, "Py_END_ALLOW_THREADS"]
-            body += ["ibv_busy_leave(self);"] if owner else []
+            body += ["ibp_busy_leave(self);"] if owner else []
         else:
             body.append(stmt)
         # errors
         if errors == "null":
-            body += ["if (rc == NULL) {", f'    ibv_raise("{f.name}", ibv_error_code(0));',
+            body += ["if (rc == NULL) {", f'    ibp_raise("{f.name}", ibp_error_code(0));',
                      "    goto exit;", "}"]
         elif errors == "errno":
-            body += ["if (rc != 0) {", f'    ibv_raise("{f.name}", ibv_error_code(rc));',
+            body += ["if (rc != 0) {", f'    ibp_raise("{f.name}", ibp_error_code(rc));',
                      "    goto exit;", "}"]
         elif errors == "negative":
-            body += ["if (rc < 0) {", f'    ibv_raise("{f.name}", ibv_error_code(rc));',
+            body += ["if (rc < 0) {", f'    ibp_raise("{f.name}", ibp_error_code(rc));',
                      "    goto exit;", "}"]
         body += self.result(f, result_t)
         if m.node.get("epilogue"):
@@ -982,10 +982,10 @@ class MethodBuilder:
             self.decls.append(f"{hctype} *{local} = NULL;")
             none_ok = 1 if default is None else 0
             lines.append(f"if ({var} != NULL) {{")
-            lines.append(f'    if (ibv_conv_handle({var}, "{name}", {cls}_Type, {none_ok}, &{name}) < 0)')
+            lines.append(f'    if (ibp_conv_handle({var}, "{name}", {cls}_Type, {none_ok}, &{name}) < 0)')
             lines.append("        goto exit;")
             lines.append(f"    if ({name} != NULL)")
-            lines.append(f"        {local} = ({hctype} *)IBV_HANDLE({name})->ptr;")
+            lines.append(f"        {local} = ({hctype} *)IBP_HANDLE({name})->ptr;")
             lines.append("}")
             lines += self.context_check(name, local, hctype)
             self.call_args.append(local)
@@ -996,7 +996,7 @@ class MethodBuilder:
                 self.fail(f"unknown struct class {cls}")
             self.decls.append(f"struct {cls}Object *{name} = NULL;")
             lines.append(f"if (!PyObject_TypeCheck({var}, {cls}_Type)) {{")
-            lines.append(f'    PyErr_Format(PyExc_TypeError, "{name} must be a {cls}, not %s", ibv_type_name({var}));')
+            lines.append(f'    PyErr_Format(PyExc_TypeError, "{name} must be a {cls}, not %s", ibp_type_name({var}));')
             lines.append("    goto exit;")
             lines.append("}")
             lines.append(f"{name} = (struct {cls}Object *){var};")
@@ -1006,7 +1006,7 @@ class MethodBuilder:
             self.call_args.append(f"&{name}->c")
         elif convert == "gid":
             self.decls.append(f"union ibv_gid {local};")
-            lines.append(f'if (ibv_conv_gid({var}, "{name}", &{local}) < 0)')
+            lines.append(f'if (ibp_conv_gid({var}, "{name}", &{local}) < 0)')
             lines.append("    goto exit;")
             self.call_args.append(f"&{local}" if t.kind == "pointer" else local)
         elif convert == "be32":
@@ -1036,7 +1036,7 @@ class MethodBuilder:
             self.call_args.append(f"{cast}PyBytes_AsString({local}_bytes)")
         elif convert == "wc":
             self.decls.append(f"struct ibv_wc {local};")
-            lines.append(f"if (ibv_wc_to_c({var}, &{local}) < 0)")
+            lines.append(f"if (ibp_wc_to_c({var}, &{local}) < 0)")
             lines.append("    goto exit;")
             self.call_args.append(f"&{local}")
         elif convert and convert.startswith("buffer:"):
@@ -1159,11 +1159,11 @@ class MethodBuilder:
         none_ok = 1 if default is None else 0
         self.decls.append(f"PyObject *{name} = NULL;")
         lines = [f"if ({var} != NULL) {{",
-                 f'    if (ibv_conv_handle({var}, "{name}", {cls}_Type, {none_ok}, &{name}) < 0)',
+                 f'    if (ibp_conv_handle({var}, "{name}", {cls}_Type, {none_ok}, &{name}) < 0)',
                  "        goto exit;",
                  "}",
                  f"if ({name} != NULL) {{",
-                 f"    {target} = ({hctype} *)IBV_HANDLE({name})->ptr;"]
+                 f"    {target} = ({hctype} *)IBP_HANDLE({name})->ptr;"]
         if "mask" in fspec:
             if not self.mask_used:
                 self.decls.append("int mask_bits = 0;")
@@ -1186,7 +1186,7 @@ class MethodBuilder:
             cls = self.b.struct_by_ctype[key]
             self.outs.append((cname, [f"item = {cls}_from_c(&{local});"]))
         elif key == "union ibv_gid":
-            self.outs.append((cname, [f"item = ibv_gid_to_py(&{local});"]))
+            self.outs.append((cname, [f"item = ibp_gid_to_py(&{local});"]))
         elif _is_int(pointee):
             getter = _int_getter(local, pointee).replace("result =", "item =")
             self.outs.append((cname, [getter]))

@@ -23,9 +23,9 @@ def _type_of_getter(stmts: List[str], handles: Set[str]) -> str:
     m = _FROM_C.search(text)
     if m:
         return m.group(1)
-    if "ibv_gid_to_py" in text:
+    if "ibp_gid_to_py" in text:
         return "Gid"
-    if "ibv_chars_to_py" in text:
+    if "ibp_chars_to_py" in text:
         return "str"
     if "PyUnicode_FromString" in text:
         return "str | None"

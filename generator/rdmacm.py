@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 from . import model as vmodel
+from .loader import RDMACM
 from .ir import IR
 from .spec import Spec, SpecError
 
@@ -110,7 +111,8 @@ def render(m: CMModel, template_dir: str) -> Dict[str, str]:
     c_comment = dict(comment_open="/*", comment_mid=" *", comment_close="*/")
     py_comment = dict(comment_open="#", comment_mid="#", comment_close="")
     files = {
-        f"{PREFIX}loader.c.h": env.get_template("rdmacm_loader.c.h.j2").render(**common, **c_comment),
+        f"{PREFIX}loader.c.h": env.get_template("loader.c.h.j2").render(**common, **c_comment,
+                                                                       lib=RDMACM),
         f"{PREFIX}methods.c.h": env.get_template("rdmacm_methods.c.h.j2").render(**common, **c_comment),
         f"{PREFIX}enums.py": env.get_template("enums.py.j2").render(**common, **py_comment),
     }

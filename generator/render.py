@@ -64,7 +64,8 @@ def render(model: Model, template_dir: str) -> Dict[str, str]:
     def emit(name: str, template: str, comment=c_comment, **extra):
         files[name] = env.get_template(template).render(**common, **comment, **extra)
 
-    emit("loader.c.h", "loader.c.h.j2")
+    from .loader import VERBS
+    emit("loader.c.h", "loader.c.h.j2", lib=VERBS)
     emit("objects.h", "objects.h.j2")
     emit("structs.c.h", "structs.c.h.j2")
     for h in model.handles:

@@ -22,12 +22,12 @@
 
 /* Helpers the Limited API only gained after our 3.9 floor. */
 #ifndef Py_NewRef
-static inline PyObject *ibv_new_ref(PyObject *obj)
+static inline PyObject *ibp_new_ref(PyObject *obj)
 {
     Py_INCREF(obj);
     return obj;
 }
-#define Py_NewRef(obj) ibv_new_ref((PyObject *)(obj))
+#define Py_NewRef(obj) ibp_new_ref((PyObject *)(obj))
 #endif
 #ifndef Py_XSETREF
 #define Py_XSETREF(dst, src)                     \
@@ -56,7 +56,7 @@ PyAPI_FUNC(void *) PyMem_Calloc(size_t nelem, size_t elsize);
 #include <infiniband/verbs.h>
 #pragma GCC visibility pop
 
-#define IBV_HIDDEN __attribute__((visibility("hidden")))
+#define IBP_HIDDEN __attribute__((visibility("hidden")))
 
 /*
  * METH_FASTCALL | METH_KEYWORDS for the one-argument data-path methods
@@ -88,71 +88,73 @@ typedef struct {
     Py_ssize_t busy;
 } IbvHandle;
 
-#define IBV_HANDLE(o) ((IbvHandle *)(o))
+#define IBP_HANDLE(o) ((IbvHandle *)(o))
 
 /* ---- errors (errors.c) -------------------------------------------------- */
 
 /* Raise ibverbs.VerbsError(operation, err); returns NULL. */
-IBV_HIDDEN PyObject *ibv_raise(const char *operation, int err);
+IBP_HIDDEN PyObject *ibp_raise(const char *operation, int err);
 /* Same with a detail message (printf-style). */
-IBV_HIDDEN PyObject *ibv_raise_detail(const char *operation, int err,
+IBP_HIDDEN PyObject *ibp_raise_detail(const char *operation, int err,
                                       const char *fmt, ...);
 /* The errno of a failed verb: a positive return value wins, else errno,
  * else EIO (some providers fail without setting either). */
-IBV_HIDDEN int ibv_error_code(long rc);
+IBP_HIDDEN int ibp_error_code(long rc);
 /* VerbsError(EBADF) for use after close. */
-IBV_HIDDEN PyObject *ibv_raise_closed(PyObject *obj);
+IBP_HIDDEN PyObject *ibp_raise_closed(PyObject *obj);
 /* RuntimeError: the running libibverbs lacks a symbol. */
-IBV_HIDDEN PyObject *ibv_raise_unavailable(const char *symbol,
+IBP_HIDDEN PyObject *ibp_raise_unavailable(const char *symbol,
                                            const char *since);
 /* ibverbs.CompletionError(wc). */
-IBV_HIDDEN PyObject *ibv_raise_completion(PyObject *wc);
+IBP_HIDDEN PyObject *ibp_raise_completion(PyObject *wc);
+/* The type name for messages (valid until the next call; GIL held). */
+IBP_HIDDEN const char *ibp_type_name(PyObject *obj);
 
 /* pymethods.c: a method written in Python (spec `python:`), imported once
  * into *cache and called with self first. */
-IBV_HIDDEN PyObject *ibv_call_python(PyObject **cache, const char *module, const char *name,
+IBP_HIDDEN PyObject *ibp_call_python(PyObject **cache, const char *module, const char *name,
                                      PyObject *self, PyObject *args, PyObject *kwargs);
 
 /* Borrowed references to the Python-level classes, looked up at import. */
-extern IBV_HIDDEN PyObject *ibv_VerbsError;
-extern IBV_HIDDEN PyObject *ibv_CompletionError;
-extern IBV_HIDDEN PyObject *ibv_GidClass;
-IBV_HIDDEN int ibv_errors_init(void);
+extern IBP_HIDDEN PyObject *ibp_VerbsError;
+extern IBP_HIDDEN PyObject *ibp_CompletionError;
+extern IBP_HIDDEN PyObject *ibp_GidClass;
+IBP_HIDDEN int ibp_errors_init(void);
 
 /* ---- argument conversion (convert.c) ------------------------------------ */
 
 /* A Python int in [0, max] (ValueError outside, TypeError for non-int). */
-IBV_HIDDEN int ibv_conv_unsigned(PyObject *obj, const char *name,
+IBP_HIDDEN int ibp_conv_unsigned(PyObject *obj, const char *name,
                                  uint64_t max, uint64_t *out);
 /* A Python int in [min, max]. */
-IBV_HIDDEN int ibv_conv_signed(PyObject *obj, const char *name,
+IBP_HIDDEN int ibp_conv_signed(PyObject *obj, const char *name,
                                int64_t min, int64_t max, int64_t *out);
 /* A str, returned as a new UTF-8 bytes object (keep it while using *out). */
-IBV_HIDDEN PyObject *ibv_conv_str(PyObject *obj, const char *name,
+IBP_HIDDEN PyObject *ibp_conv_str(PyObject *obj, const char *name,
                                   const char **out);
 /* 0 when [addr, addr+length) can be read by this process; else ValueError
  * naming what (a raw address a provider would dereference: inline data). */
-IBV_HIDDEN int ibv_check_readable(uint64_t addr, uint64_t length, const char *what);
+IBP_HIDDEN int ibp_check_readable(uint64_t addr, uint64_t length, const char *what);
 /* A GID: Gid, or 16 bytes-like (bytes, bytearray). */
-IBV_HIDDEN int ibv_conv_gid(PyObject *obj, const char *name, union ibv_gid *out);
-IBV_HIDDEN PyObject *ibv_gid_to_py(const union ibv_gid *gid);
+IBP_HIDDEN int ibp_conv_gid(PyObject *obj, const char *name, union ibv_gid *out);
+IBP_HIDDEN PyObject *ibp_gid_to_py(const union ibv_gid *gid);
 /* A NUL-terminated char array field as str. */
-IBV_HIDDEN PyObject *ibv_chars_to_py(const char *chars, size_t size);
+IBP_HIDDEN PyObject *ibp_chars_to_py(const char *chars, size_t size);
 /* Bytes of a fixed-size array field. */
-IBV_HIDDEN PyObject *ibv_array_to_py(const void *data, size_t size);
+IBP_HIDDEN PyObject *ibp_array_to_py(const void *data, size_t size);
 /* An instance of type (exactly or a subclass), not closed; NULL with an
  * exception otherwise.  none_ok allows None (then *out is NULL). */
-IBV_HIDDEN int ibv_conv_handle(PyObject *obj, const char *name,
+IBP_HIDDEN int ibp_conv_handle(PyObject *obj, const char *name,
                                PyTypeObject *type, int none_ok,
                                PyObject **out);
 
 /* ---- handle bookkeeping (handles.c) ------------------------------------- */
 
 /* Is it open? Raise VerbsError(EBADF) if not. */
-static inline int ibv_check_open(PyObject *obj)
+static inline int ibp_check_open(PyObject *obj)
 {
-    if (IBV_HANDLE(obj)->ptr == NULL) {
-        ibv_raise_closed(obj);
+    if (IBP_HANDLE(obj)->ptr == NULL) {
+        ibp_raise_closed(obj);
         return -1;
     }
     return 0;
@@ -160,76 +162,88 @@ static inline int ibv_check_open(PyObject *obj)
 
 /* cqex.c: RuntimeError (-1) when cq is a CQEx between start_poll() and
  * end_poll(), whose provider lock a poll/resize would deadlock on. */
-IBV_HIDDEN int ibv_cq_check_not_polling(PyObject *cq);
+IBP_HIDDEN int ibp_cq_check_not_polling(PyObject *cq);
 
 /* close() may go ahead: no live children, no call in flight. */
-IBV_HIDDEN int ibv_check_closable(PyObject *obj, const char *verb);
+IBP_HIDDEN int ibp_check_closable(PyObject *obj, const char *verb);
 /* A new handle object of type with its parents (NULL entries skipped):
  * takes references to them and counts itself among their children. */
-IBV_HIDDEN PyObject *ibv_handle_new(PyTypeObject *type, void *ptr,
+IBP_HIDDEN PyObject *ibp_handle_new(PyTypeObject *type, void *ptr,
                                     PyObject **parent_slots,
                                     PyObject *const *parents, int nparents);
 /* The child is gone: uncount it from its parents (references are kept
  * until dealloc so that attributes such as mr.pd keep working). */
-IBV_HIDDEN void ibv_handle_release_parents(PyObject *const *parents,
+IBP_HIDDEN void ibp_handle_release_parents(PyObject *const *parents,
                                            int nparents);
 /* Report a failure that cannot be raised (dealloc). */
-IBV_HIDDEN void ibv_report_unraisable(PyObject *obj, const char *verb, int err);
-/* The type name for messages. */
-IBV_HIDDEN const char *ibv_type_name(PyObject *obj);
+IBP_HIDDEN void ibp_report_unraisable(PyObject *obj, const char *verb, int err);
 
 /* Verbs objects that events name (CQ, QP, SRQ) -> their Python objects.
  * Only touched with the GIL held; an object leaves it when destroyed, so a
  * lookup never returns a freed object. */
-IBV_HIDDEN int ibv_registry_add(void *ptr, PyObject *obj);
-IBV_HIDDEN void ibv_registry_remove(void *ptr);
+IBP_HIDDEN int ibp_registry_add(void *ptr, PyObject *obj);
+IBP_HIDDEN void ibp_registry_remove(void *ptr);
 /* New reference, or NULL (no exception) when not registered. */
-IBV_HIDDEN PyObject *ibv_registry_get(void *ptr);
+IBP_HIDDEN PyObject *ibp_registry_get(void *ptr);
 
 /* repr() and _asdict() of struct classes, from their field names. */
-IBV_HIDDEN PyObject *ibv_repr_fields(PyObject *obj, const char *const *names);
-IBV_HIDDEN PyObject *ibv_asdict_fields(PyObject *obj, const char *const *names);
+IBP_HIDDEN PyObject *ibp_repr_fields(PyObject *obj, const char *const *names);
+IBP_HIDDEN PyObject *ibp_asdict_fields(PyObject *obj, const char *const *names);
 
 /* Enter/leave a call that releases the GIL on handle obj. */
-static inline void ibv_busy_enter(PyObject *obj) { IBV_HANDLE(obj)->busy++; }
-static inline void ibv_busy_leave(PyObject *obj) { IBV_HANDLE(obj)->busy--; }
+static inline void ibp_busy_enter(PyObject *obj) { IBP_HANDLE(obj)->busy++; }
+static inline void ibp_busy_leave(PyObject *obj) { IBP_HANDLE(obj)->busy--; }
 
 /* Mark a just-wrapped handle as borrowed: its verbs object belongs to
  * another library (librdmacm), so close() and GC never destroy it. */
-IBV_HIDDEN int ibv_handle_borrow(PyObject *obj);
+IBP_HIDDEN int ibp_handle_borrow(PyObject *obj);
+/* 1 when obj's verbs object is not this process's (made before fork(), or
+ * borrowed): close() and GC forget it without destroying it. */
+IBP_HIDDEN int ibp_handle_foreign(PyObject *obj);
+/* obj was closed: forget where it was made. */
+IBP_HIDDEN void ibp_handle_closed(PyObject *obj);
+/* Calls in flight (see handles.c): a method call holds its object busy from
+ * entry to return; -1 with VerbsError EBADF for a parent's object after fork(). */
+IBP_HIDDEN int ibp_call_enter(PyObject *self);
+IBP_HIDDEN void ibp_call_leave(PyObject *self);
+/* The same for self and the handles among args/kwargs: returns how many
+ * were held into held[max] (to pass to ibp_call_leave_args), or -1. */
+IBP_HIDDEN int ibp_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
+                                   PyObject **held, int max);
+IBP_HIDDEN void ibp_call_leave_args(PyObject **held, int n);
 
 /* ---- rdma_cm (rdmacm.c; librdmacm is dlopen'ed on first use) ------------ */
 
 /* Add EventChannel, CMID and the rdma_cm functions to the module. */
-IBV_HIDDEN int ibv_rdmacm_init(PyObject *module);
+IBP_HIDDEN int ibp_rdmacm_init(PyObject *module);
 /* qp is about to be destroyed: if a CMID made it, clear that rdma_cm_id's
  * qp (librdmacm modifies id->qp on connection events). */
-IBV_HIDDEN void ibv_rdmacm_qp_destroying(PyObject *qp);
+IBP_HIDDEN void ibp_rdmacm_qp_destroying(PyObject *qp);
 
 /* ---- the extended QP post API (qpex.c) ---------------------------------- */
 
-/* The struct ibv_qp_ex of a QPEx object (set by ibv_qpex_guard). */
-#define IBV_QPEX(self) (((struct QPExObject *)(self))->qpx)
+/* The struct ibv_qp_ex of a QPEx object (set by ibp_qpex_guard). */
+#define IBP_QPEX(self) (((struct QPExObject *)(self))->qpx)
 /* Which provider function pointer a wr_* method calls. */
-#define IBV_QPEX_OP(member) offsetof(struct ibv_qp_ex, member)
-/* What a wr_* method is, for the order ibv_qpex_guard enforces. */
-enum ibv_qpex_step {
-    IBV_QPEX_START,     /* wr_start: no batch open */
-    IBV_QPEX_END,       /* wr_complete, wr_abort: a batch open */
-    IBV_QPEX_OP_NEW,    /* wr_send, wr_rdma_write, ...: a batch open */
-    IBV_QPEX_SETTER,    /* wr_set_*: after an operation of this batch */
+#define IBP_QPEX_OP(member) offsetof(struct ibv_qp_ex, member)
+/* What a wr_* method is, for the order ibp_qpex_guard enforces. */
+enum ibp_qpex_step {
+    IBP_QPEX_START,     /* wr_start: no batch open */
+    IBP_QPEX_END,       /* wr_complete, wr_abort: a batch open */
+    IBP_QPEX_OP_NEW,    /* wr_send, wr_rdma_write, ...: a batch open */
+    IBP_QPEX_SETTER,    /* wr_set_*: after an operation of this batch */
 };
 /* 0 when the wr_* method `name` may call the provider's op at op_offset
  * of the QPEx's struct ibv_qp_ex now (and records the step); -1 with
  * VerbsError otherwise. */
-IBV_HIDDEN int ibv_qpex_guard(PyObject *self, size_t op_offset, const char *name,
-                              enum ibv_qpex_step step);
+IBP_HIDDEN int ibp_qpex_guard(PyObject *self, size_t op_offset, const char *name,
+                              enum ibp_qpex_step step);
 /* 0 unless self is a QPEx with a batch open (its send queue is taken until
  * wr_complete/wr_abort): then VerbsError EBUSY naming `what`. */
-IBV_HIDDEN int ibv_qp_send_idle(PyObject *self, const char *what);
+IBP_HIDDEN int ibp_qp_send_idle(PyObject *self, const char *what);
 /* An SGE object's struct ibv_sge (sge.c); -1 with TypeError if obj is
  * not an SGE. */
-IBV_HIDDEN int ibv_sge_from_py(PyObject *obj, struct ibv_sge *out);
+IBP_HIDDEN int ibp_sge_from_py(PyObject *obj, struct ibv_sge *out);
 
 /* ---- the data path (datapath.c, sge.c, wr.c, post.c, postlist.c, ---------
  * ----- postlist_entry.c, wc.c, wcbuffer.c, events.c) ----------------------- */
@@ -255,10 +269,10 @@ static inline int ibp_conv_u64(PyObject *v, const char *name, uint64_t max, uint
         if (x == -1 && PyErr_Occurred())
             return -1;
     }
-    return ibv_conv_unsigned(v, name, max, out);
+    return ibp_conv_unsigned(v, name, max, out);
 }
 /* A small int from a cache made once (counts, statuses, opcodes; wc.c). */
-IBV_HIDDEN PyObject *ibp_count_result(long n);
+IBP_HIDDEN PyObject *ibp_count_result(long n);
 
 /* The data-path objects (SGE, SendWR, RecvWR, PostListEntry, WC, WCBuffer,
  * AsyncEvent) and the converters of the C struct fields they show, from
@@ -360,8 +374,9 @@ static inline int ibp_is_atomic(uint32_t opcode)
 
 /* The one argument of a METH_FASTCALL | METH_KEYWORDS method (common.h),
  * by position or by its keyword `name` (the seed's names). */
-static inline PyObject *ibp_one_arg(const char *fname, const char *name, PyObject *const *args,
-                                Py_ssize_t nargs, PyObject *kwnames)
+static inline PyObject *ibp_one_arg(const char *fname, const char *name,
+                                    PyObject *const *args, Py_ssize_t nargs,
+                                    PyObject *kwnames)
 {
     Py_ssize_t nkw = kwnames != NULL ? PyTuple_Size(kwnames) : 0;
     if (nargs == 1 && nkw == 0)
@@ -381,42 +396,68 @@ static inline PyObject *ibp_one_arg(const char *fname, const char *name, PyObjec
     return NULL;
 }
 
-/* The PostList type, made at import by ibv_datapath_init (datapath.c); the
- * other data-path types' are declared in generated/records.h. */
-extern IBV_HIDDEN PyTypeObject *PostList_Type;       /* postlist.c */
-extern IBV_HIDDEN PyType_Spec PostList_spec;
+/* The data-path types, made at import by ibp_datapath_init (datapath.c);
+ * all but PostList are declared in generated/records.h. */
+IBP_HIDDEN int ibp_datapath_init(PyObject *module);
+extern IBP_HIDDEN PyTypeObject *PostList_Type;       /* postlist.c */
+extern IBP_HIDDEN PyType_Spec PostList_spec;
 /* What each file prepares at import before its types are made. */
-IBV_HIDDEN int ibp_sge_init(void);
-IBV_HIDDEN int ibp_wc_init(void);
+IBP_HIDDEN int ibp_sge_init(void);
+IBP_HIDDEN int ibp_wc_init(void);
 
 /* convert.c: what the data-path types' setters and constructors share. */
 /* Intern spec's keyword names (once, at import). */
-IBV_HIDDEN int ibp_argspec_init(struct argspec *spec);
+IBP_HIDDEN int ibp_argspec_init(struct argspec *spec);
 /* Constructor arguments into out[spec->n] (NULL where not given). */
-IBV_HIDDEN int ibp_parse_args(const struct argspec *spec, PyObject *args, PyObject *kwargs,
+IBP_HIDDEN int ibp_parse_args(const struct argspec *spec, PyObject *args, PyObject *kwargs,
                               PyObject **out);
 
 /* wr.c: work requests into C, for a post or a PostList. */
-IBV_HIDDEN int ibp_wr_seq_init(struct wr_seq *s, PyObject *arg, PyTypeObject *type,
+IBP_HIDDEN int ibp_wr_seq_init(struct wr_seq *s, PyObject *arg, PyTypeObject *type,
                                const char *what);
-IBV_HIDDEN void ibp_wr_seq_done(struct wr_seq *s);
-IBV_HIDDEN int ibp_check_inline_sges(const struct ibv_send_wr *wr);
-IBV_HIDDEN int ibp_send_wr_fill(SendWRObject *w, PyObject *sg_list, struct ibv_send_wr *wr);
-IBV_HIDDEN int ibp_recv_wr_fill(const RecvWRObject *w, PyObject *sg_list,
+IBP_HIDDEN void ibp_wr_seq_done(struct wr_seq *s);
+IBP_HIDDEN int ibp_check_inline_sges(const struct ibv_send_wr *wr);
+IBP_HIDDEN int ibp_send_wr_fill(SendWRObject *w, PyObject *sg_list, struct ibv_send_wr *wr);
+IBP_HIDDEN int ibp_recv_wr_fill(const RecvWRObject *w, PyObject *sg_list,
                                 struct ibv_recv_wr *wr);
-IBV_HIDDEN PyObject *ibp_post_failed(const char *verb, int rc, Py_ssize_t index, uint64_t wr_id);
-IBV_HIDDEN int ibp_check_ah_fits_qp(PyObject *qp, int has_ah, Py_ssize_t index);
+IBP_HIDDEN PyObject *ibp_post_failed(const char *verb, int rc, Py_ssize_t index, uint64_t wr_id);
+IBP_HIDDEN int ibp_check_ah_fits_qp(PyObject *qp, int has_ah, Py_ssize_t index);
 
 /* postlist.c */
-IBV_HIDDEN PyObject *ibp_postlist_post(PyObject *self, PyObject *list, enum post_target target);
+IBP_HIDDEN PyObject *ibp_postlist_post(PyObject *self, PyObject *list, enum post_target target);
 
 /* wc.c */
+/* A WC's struct ibv_wc; -1 with TypeError if obj is not a WC. */
+IBP_HIDDEN int ibp_wc_to_c(PyObject *obj, struct ibv_wc *out);
 /* A WC object holding a copy of *wc (from the free list when it can). */
-IBV_HIDDEN PyObject *ibp_wc_new(const struct ibv_wc *wc);
+IBP_HIDDEN PyObject *ibp_wc_new(const struct ibv_wc *wc);
 
-/* ---- the loaded library (generated/loader.c.h, module.c) ---------------- */
+/* ---- the dlopen'ed libraries (loader.c, module.c, rdmacm.c) ------------- */
 
+/* One entry of a generated symbol table (generated/loader.c.h,
+ * generated/rdmacm_loader.c.h): the slot its trampoline calls through. */
+struct ibp_symbol {
+    const char *name;
+    void **slot;
+    const char *since;   /* NULL: required */
+};
+
+/* A library to load: where, how, and the words of its two failures, each
+ * a printf format taking the path, then dlerror()'s text or the name of
+ * the required symbol it lacks. */
+struct ibp_library {
+    const char *env;          /* environment variable naming another path */
+    const char *soname;       /* the default */
+    int global;               /* RTLD_GLOBAL, else RTLD_LOCAL */
+    const struct ibp_symbol *symbols;
+    const char *cannot_load;
+    const char *lacks;
+};
+
+/* dlopen lib and fill its slots: the handle, or NULL with `error` raised
+ * and every slot empty. */
+IBP_HIDDEN void *ibp_load_symbols(const struct ibp_library *lib, PyObject *error);
 /* dlopen libibverbs.so.1 and fill the slots; ImportError on failure. */
-IBV_HIDDEN int ibv_load_library(void);
+IBP_HIDDEN int ibp_load_library(void);
 
 #endif /* IBVERBS_COMMON_H */

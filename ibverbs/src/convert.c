@@ -24,7 +24,7 @@ static int as_long_long(PyObject *obj, const char *name, int *overflow,
             if (PyErr_ExceptionMatches(PyExc_TypeError)) {
                 PyErr_Clear();
                 PyErr_Format(PyExc_TypeError, "%s must be an int, not %s", name,
-                             ibv_type_name(obj));
+                             ibp_type_name(obj));
             }
             return -1;
         }
@@ -47,7 +47,7 @@ static int as_long_long(PyObject *obj, const char *name, int *overflow,
     return 0;
 }
 
-int ibv_conv_unsigned(PyObject *obj, const char *name, uint64_t max, uint64_t *out)
+int ibp_conv_unsigned(PyObject *obj, const char *name, uint64_t max, uint64_t *out)
 {
     int overflow;
     long long v;
@@ -67,7 +67,7 @@ int ibv_conv_unsigned(PyObject *obj, const char *name, uint64_t max, uint64_t *o
     return -1;
 }
 
-int ibv_conv_signed(PyObject *obj, const char *name, int64_t min, int64_t max,
+int ibp_conv_signed(PyObject *obj, const char *name, int64_t min, int64_t max,
                     int64_t *out)
 {
     int overflow;
@@ -84,11 +84,11 @@ int ibv_conv_signed(PyObject *obj, const char *name, int64_t min, int64_t max,
     return -1;
 }
 
-PyObject *ibv_conv_str(PyObject *obj, const char *name, const char **out)
+PyObject *ibp_conv_str(PyObject *obj, const char *name, const char **out)
 {
     if (!PyUnicode_Check(obj)) {
         PyErr_Format(PyExc_TypeError, "%s must be a str, not %s", name,
-                     ibv_type_name(obj));
+                     ibp_type_name(obj));
         return NULL;
     }
     PyObject *bytes = PyUnicode_AsUTF8String(obj);
@@ -104,16 +104,16 @@ PyObject *ibv_conv_str(PyObject *obj, const char *name, const char **out)
     return bytes;
 }
 
-int ibv_conv_gid(PyObject *obj, const char *name, union ibv_gid *out)
+int ibp_conv_gid(PyObject *obj, const char *name, union ibv_gid *out)
 {
     PyObject *raw;
-    if (PyObject_IsInstance(obj, ibv_GidClass) == 1)
+    if (PyObject_IsInstance(obj, ibp_GidClass) == 1)
         raw = PyObject_GetAttrString(obj, "raw");
     else if (PyBytes_Check(obj) || PyByteArray_Check(obj) || PyList_Check(obj) || PyTuple_Check(obj))
         raw = PyBytes_FromObject(obj);      /* a list of 16 ints too, as the seed's bytes(dgid) */
     else {
         PyErr_Format(PyExc_TypeError, "%s must be a Gid or 16 bytes, not %s",
-                     name, ibv_type_name(obj));
+                     name, ibp_type_name(obj));
         return -1;
     }
     if (raw == NULL)
@@ -129,28 +129,28 @@ int ibv_conv_gid(PyObject *obj, const char *name, union ibv_gid *out)
     return 0;
 }
 
-PyObject *ibv_gid_to_py(const union ibv_gid *gid)
+PyObject *ibp_gid_to_py(const union ibv_gid *gid)
 {
     PyObject *raw = PyBytes_FromStringAndSize((const char *)gid->raw, 16);
     if (raw == NULL)
         return NULL;
-    PyObject *result = PyObject_CallFunctionObjArgs(ibv_GidClass, raw, NULL);
+    PyObject *result = PyObject_CallFunctionObjArgs(ibp_GidClass, raw, NULL);
     Py_DECREF(raw);
     return result;
 }
 
-PyObject *ibv_chars_to_py(const char *chars, size_t size)
+PyObject *ibp_chars_to_py(const char *chars, size_t size)
 {
     size_t len = strnlen(chars, size);
     return PyUnicode_DecodeUTF8(chars, (Py_ssize_t)len, "replace");
 }
 
-PyObject *ibv_array_to_py(const void *data, size_t size)
+PyObject *ibp_array_to_py(const void *data, size_t size)
 {
     return PyBytes_FromStringAndSize((const char *)data, (Py_ssize_t)size);
 }
 
-int ibv_conv_handle(PyObject *obj, const char *name, PyTypeObject *type,
+int ibp_conv_handle(PyObject *obj, const char *name, PyTypeObject *type,
                     int none_ok, PyObject **out)
 {
     if (obj == Py_None && none_ok) {
@@ -162,11 +162,11 @@ int ibv_conv_handle(PyObject *obj, const char *name, PyTypeObject *type,
     if (!PyObject_TypeCheck(obj, type)) {
         PyObject *tname = PyObject_GetAttrString((PyObject *)type, "__name__");
         PyErr_Format(PyExc_TypeError, "%s must be %s%S, not %s", name,
-                     none_ok ? "None or " : "", tname, ibv_type_name(obj));
+                     none_ok ? "None or " : "", tname, ibp_type_name(obj));
         Py_XDECREF(tname);
         return -1;
     }
-    if (ibv_check_open(obj) < 0)
+    if (ibp_check_open(obj) < 0)
         return -1;
     *out = obj;
     return 0;
@@ -204,7 +204,7 @@ static int probe_pages(uintptr_t first, size_t npages, size_t page, uintptr_t st
     return -1;
 }
 
-int ibv_check_readable(uint64_t addr, uint64_t length, const char *what)
+int ibp_check_readable(uint64_t addr, uint64_t length, const char *what)
 {
     if (length == 0)
         return 0;

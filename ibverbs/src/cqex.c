@@ -10,17 +10,14 @@
  *   - the CQEx counts as busy: close() raises VerbsError EBUSY;
  *   - CQ.poll(), poll_into(), resize() and modify() of that CQ, and a
  *     second start_poll(), raise RuntimeError instead of deadlocking on
- *     the lock (ibv_cq_check_not_polling);
+ *     the lock (ibp_cq_check_not_polling);
  *   - a CQEx garbage-collected mid-poll is ended first (before_dealloc).
  * start_poll() returning ENOENT (empty CQ) leaves nothing to end: False.
  */
 #include "common.h"
 #include "objects.h"
 
-/* handles.c: a handle inherited across fork() (the parent's verbs object) */
-IBV_HIDDEN int ibv_handle_foreign(PyObject *obj);
-
-int ibv_cq_check_not_polling(PyObject *cq)
+int ibp_cq_check_not_polling(PyObject *cq)
 {
     /* Plain CQs first: the subtype check walks the MRO on every poll. */
     if (Py_IS_TYPE(cq, CQ_Type))
@@ -40,16 +37,16 @@ static void stop_polling(struct CQExObject *cq)
     ibv_end_poll(cq->ex_ptr);
     cq->polling = 0;
     cq->current = 0;
-    IBV_HANDLE(cq)->busy--;    /* taken by start_poll() */
+    IBP_HANDLE(cq)->busy--;    /* taken by start_poll() */
 }
 
-PyObject *ibv_hand_CQEx_start_poll(PyObject *self, PyObject *unused)
+PyObject *ibp_hand_CQEx_start_poll(PyObject *self, PyObject *unused)
 {
     struct CQExObject *cq = (struct CQExObject *)self;
     (void)unused;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         return NULL;
-    if (ibv_cq_check_not_polling(self) < 0)
+    if (ibp_cq_check_not_polling(self) < 0)
         return NULL;
     struct ibv_poll_cq_attr attr;
     memset(&attr, 0, sizeof(attr));
@@ -57,18 +54,18 @@ PyObject *ibv_hand_CQEx_start_poll(PyObject *self, PyObject *unused)
     if (rc == ENOENT)
         Py_RETURN_FALSE;      /* empty, and not locked: no end_poll() */
     if (rc != 0)
-        return ibv_raise("ibv_start_poll", ibv_error_code(rc));
+        return ibp_raise("ibv_start_poll", ibp_error_code(rc));
     cq->polling = 1;
     cq->current = 1;
-    IBV_HANDLE(self)->busy++;  /* close() refuses until end_poll() */
+    IBP_HANDLE(self)->busy++;  /* close() refuses until end_poll() */
     Py_RETURN_TRUE;
 }
 
-PyObject *ibv_hand_CQEx_next_poll(PyObject *self, PyObject *unused)
+PyObject *ibp_hand_CQEx_next_poll(PyObject *self, PyObject *unused)
 {
     struct CQExObject *cq = (struct CQExObject *)self;
     (void)unused;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         return NULL;
     if (!cq->polling) {
         PyErr_SetString(PyExc_RuntimeError,
@@ -80,15 +77,15 @@ PyObject *ibv_hand_CQEx_next_poll(PyObject *self, PyObject *unused)
     if (rc == ENOENT)
         Py_RETURN_FALSE;      /* still locked: end_poll() remains due */
     if (rc != 0)
-        return ibv_raise("ibv_next_poll", ibv_error_code(rc));
+        return ibp_raise("ibv_next_poll", ibp_error_code(rc));
     Py_RETURN_TRUE;
 }
 
-PyObject *ibv_hand_CQEx_end_poll(PyObject *self, PyObject *unused)
+PyObject *ibp_hand_CQEx_end_poll(PyObject *self, PyObject *unused)
 {
     struct CQExObject *cq = (struct CQExObject *)self;
     (void)unused;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         return NULL;
     if (!cq->polling) {
         /* ending a poll that is not in progress would unlock a lock the
@@ -101,19 +98,19 @@ PyObject *ibv_hand_CQEx_end_poll(PyObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-void ibv_cqex_before_dealloc(struct CQExObject *self)
+void ibp_cqex_before_dealloc(struct CQExObject *self)
 {
     /* Dropped mid-poll: release the provider's lock before the CQ goes.
      * Not in a fork() child: end_poll would advance the consumer index of
      * the parent's CQ, whose queue is shared memory. */
-    if (self->polling && !ibv_handle_foreign((PyObject *)self))
+    if (self->polling && !ibp_handle_foreign((PyObject *)self))
         stop_polling(self);
 }
 
-PyObject *ibv_hand_Context_query_rt_values_ex(PyObject *self, PyObject *unused)
+PyObject *ibp_hand_Context_query_rt_values_ex(PyObject *self, PyObject *unused)
 {
     (void)unused;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         return NULL;
     struct ibv_values_ex values;
     memset(&values, 0, sizeof(values));
@@ -121,9 +118,9 @@ PyObject *ibv_hand_Context_query_rt_values_ex(PyObject *self, PyObject *unused)
     errno = 0;
     int rc = ibv_query_rt_values_ex(Context_PTR(self), &values);
     if (rc != 0)
-        return ibv_raise("ibv_query_rt_values_ex", ibv_error_code(rc));
+        return ibp_raise("ibv_query_rt_values_ex", ibp_error_code(rc));
     if (!(values.comp_mask & IBV_VALUES_MASK_RAW_CLOCK))
-        return ibv_raise_detail("ibv_query_rt_values_ex", EOPNOTSUPP,
+        return ibp_raise_detail("ibv_query_rt_values_ex", EOPNOTSUPP,
                                 "ibv_query_rt_values_ex failed: the provider "
                                 "returned no raw clock");
     return Py_BuildValue("(LL)", (long long)values.raw_clock.tv_sec,

@@ -13,7 +13,7 @@
  * calls (get_cq_event, get_async_event) release the GIL and mark their
  * object busy so that close() from another thread fails with EBUSY
  * instead of freeing what the blocked call still uses; non-blocking posts
- * and polls keep it (see ibv_hand_QP_post_send).
+ * and polls keep it (see ibp_hand_QP_post_send).
  */
 #include "common.h"
 
@@ -21,7 +21,7 @@
 
 /* ==== registration ======================================================= */
 
-int ibv_datapath_init(PyObject *module)
+int ibp_datapath_init(PyObject *module)
 {
     if (ibp_wc_init() < 0 || ibp_sge_init() < 0)
         return -1;

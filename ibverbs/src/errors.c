@@ -9,9 +9,27 @@
 #include <stdio.h>
 #include <string.h>
 
-PyObject *ibv_VerbsError;
-PyObject *ibv_CompletionError;
-PyObject *ibv_GidClass;
+PyObject *ibp_VerbsError;
+PyObject *ibp_CompletionError;
+PyObject *ibp_GidClass;
+
+const char *ibp_type_name(PyObject *obj)
+{
+    /* The Limited API hides tp_name; read __name__ into a buffer.  Callers
+     * hold the GIL and format the message at once, so one buffer is enough. */
+    static char buffer[128];
+    PyObject *name = PyObject_GetAttrString((PyObject *)Py_TYPE(obj), "__name__");
+    PyObject *bytes = name ? PyUnicode_AsUTF8String(name) : NULL;
+    const char *utf8 = bytes ? PyBytes_AsString(bytes) : NULL;
+    if (utf8 == NULL) {
+        PyErr_Clear();
+        utf8 = "object";
+    }
+    snprintf(buffer, sizeof(buffer), "%s", utf8);
+    Py_XDECREF(bytes);
+    Py_XDECREF(name);
+    return buffer;
+}
 
 static PyObject *fetch(const char *module, const char *name)
 {
@@ -23,12 +41,12 @@ static PyObject *fetch(const char *module, const char *name)
     return obj;
 }
 
-int ibv_errors_init(void)
+int ibp_errors_init(void)
 {
-    ibv_VerbsError = fetch("ibverbs.errors", "VerbsError");
-    ibv_CompletionError = fetch("ibverbs.errors", "CompletionError");
-    ibv_GidClass = fetch("ibverbs._gid", "Gid");
-    if (!ibv_VerbsError || !ibv_CompletionError || !ibv_GidClass)
+    ibp_VerbsError = fetch("ibverbs.errors", "VerbsError");
+    ibp_CompletionError = fetch("ibverbs.errors", "CompletionError");
+    ibp_GidClass = fetch("ibverbs._gid", "Gid");
+    if (!ibp_VerbsError || !ibp_CompletionError || !ibp_GidClass)
         return -1;
     return 0;
 }
@@ -37,7 +55,7 @@ static PyObject *raise_with(PyObject *args)
 {
     if (args == NULL)
         return NULL;
-    PyObject *exc = PyObject_CallObject(ibv_VerbsError, args);
+    PyObject *exc = PyObject_CallObject(ibp_VerbsError, args);
     Py_DECREF(args);
     if (exc == NULL)
         return NULL;
@@ -46,12 +64,12 @@ static PyObject *raise_with(PyObject *args)
     return NULL;
 }
 
-PyObject *ibv_raise(const char *operation, int err)
+PyObject *ibp_raise(const char *operation, int err)
 {
     return raise_with(Py_BuildValue("(si)", operation, err));
 }
 
-PyObject *ibv_raise_detail(const char *operation, int err, const char *fmt, ...)
+PyObject *ibp_raise_detail(const char *operation, int err, const char *fmt, ...)
 {
     char detail[256];
     va_list ap;
@@ -69,7 +87,7 @@ PyObject *ibv_raise_detail(const char *operation, int err, const char *fmt, ...)
     return raise_with(Py_BuildValue("(sis)", operation, err, text));
 }
 
-int ibv_error_code(long rc)
+int ibp_error_code(long rc)
 {
     if (rc > 0)
         return (int)rc;
@@ -80,15 +98,15 @@ int ibv_error_code(long rc)
     return EIO;
 }
 
-PyObject *ibv_raise_closed(PyObject *obj)
+PyObject *ibp_raise_closed(PyObject *obj)
 {
-    const char *name = ibv_type_name(obj);
+    const char *name = ibp_type_name(obj);
     char text[160];
     snprintf(text, sizeof(text), "%s is closed", name);    /* the seed's words */
     return raise_with(Py_BuildValue("(sis)", name, EBADF, text));
 }
 
-PyObject *ibv_raise_unavailable(const char *symbol, const char *since)
+PyObject *ibp_raise_unavailable(const char *symbol, const char *since)
 {
     PyErr_Format(PyExc_RuntimeError,
                  "%s is unavailable: the installed libibverbs.so.1 does not "
@@ -97,9 +115,9 @@ PyObject *ibv_raise_unavailable(const char *symbol, const char *since)
     return NULL;
 }
 
-PyObject *ibv_raise_completion(PyObject *wc)
+PyObject *ibp_raise_completion(PyObject *wc)
 {
-    PyObject *exc = PyObject_CallFunctionObjArgs(ibv_CompletionError, wc, NULL);
+    PyObject *exc = PyObject_CallFunctionObjArgs(ibp_CompletionError, wc, NULL);
     if (exc == NULL)
         return NULL;
     PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);

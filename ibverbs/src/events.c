@@ -6,17 +6,17 @@
 
 #include "asyncevent.c.h"
 
-PyObject *ibv_hand_CQ_req_notify(PyObject *self, PyObject *args, PyObject *kwargs)
+PyObject *ibp_hand_CQ_req_notify(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"solicited_only", NULL};
     int solicited_only = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|p:req_notify", kwlist, &solicited_only))
         return NULL;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         return NULL;
     int rc = ibv_req_notify_cq(CQ_PTR(self), solicited_only);
     if (rc != 0)
-        return ibv_raise("ibv_req_notify_cq", ibv_error_code(rc));
+        return ibp_raise("ibv_req_notify_cq", ibp_error_code(rc));
     Py_RETURN_NONE;
 }
 
@@ -28,7 +28,7 @@ PyObject *ibv_hand_CQ_req_notify(PyObject *self, PyObject *args, PyObject *kwarg
  * strong reference, which is what the ack protects in C.  ack_events()
  * keeps the verbs contract visible: it accounts for what was received.
  */
-PyObject *ibv_hand_CQ_ack_events(PyObject *self, PyObject *args, PyObject *kwargs)
+PyObject *ibp_hand_CQ_ack_events(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"nevents", NULL};
     PyObject *nevents_obj = NULL;
@@ -36,13 +36,13 @@ PyObject *ibv_hand_CQ_ack_events(PyObject *self, PyObject *args, PyObject *kwarg
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O:ack_events", kwlist, &nevents_obj))
         return NULL;
     if (nevents_obj != NULL &&
-        ibv_conv_unsigned(nevents_obj, "nevents", UINT32_MAX, &nevents) < 0)
+        ibp_conv_unsigned(nevents_obj, "nevents", UINT32_MAX, &nevents) < 0)
         return NULL;
     if (nevents == 0) {
         PyErr_SetString(PyExc_ValueError, "nevents must be positive");
         return NULL;
     }
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         return NULL;
     struct CQObject *cq = (struct CQObject *)self;
     if (nevents > cq->events_received) {
@@ -55,17 +55,17 @@ PyObject *ibv_hand_CQ_ack_events(PyObject *self, PyObject *args, PyObject *kwarg
     Py_RETURN_NONE;
 }
 
-PyObject *ibv_hand_CompChannel_get_cq_event(PyObject *self, PyObject *unused)
+PyObject *ibp_hand_CompChannel_get_cq_event(PyObject *self, PyObject *unused)
 {
     (void)unused;
     for (;;) {
         struct ibv_cq *cq = NULL;
         void *cq_context = NULL;
         int rc, err = 0;
-        if (ibv_check_open(self) < 0)
+        if (ibp_check_open(self) < 0)
             return NULL;
         struct ibv_comp_channel *channel = CompChannel_PTR(self);
-        ibv_busy_enter(self);
+        ibp_busy_enter(self);
         Py_BEGIN_ALLOW_THREADS
         errno = 0;
         rc = ibv_get_cq_event(channel, &cq, &cq_context);
@@ -73,10 +73,10 @@ PyObject *ibv_hand_CompChannel_get_cq_event(PyObject *self, PyObject *unused)
         if (rc == 0)
             ibv_ack_cq_events(cq, 1);
         Py_END_ALLOW_THREADS
-        ibv_busy_leave(self);
+        ibp_busy_leave(self);
         if (rc != 0)
-            return ibv_raise("ibv_get_cq_event", err ? err : EIO);
-        PyObject *obj = ibv_registry_get(cq);
+            return ibp_raise("ibv_get_cq_event", err ? err : EIO);
+        PyObject *obj = ibp_registry_get(cq);
         if (obj != NULL && !PyObject_TypeCheck(obj, CQ_Type))
             Py_CLEAR(obj);   /* the registry maps QPs, SRQs, CM IDs too */
         if (obj == NULL)
@@ -150,15 +150,15 @@ static void *event_element(const struct ibv_async_event *ev)
  * AsyncEvent holds a strong reference to the object it names instead.
  * ack_async_event() is therefore idempotent bookkeeping.
  */
-PyObject *ibv_hand_Context_get_async_event(PyObject *self, PyObject *unused)
+PyObject *ibp_hand_Context_get_async_event(PyObject *self, PyObject *unused)
 {
     struct ibv_async_event event;
     int rc, err = 0;
     (void)unused;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         return NULL;
     struct ibv_context *ctx = Context_PTR(self);
-    ibv_busy_enter(self);
+    ibp_busy_enter(self);
     Py_BEGIN_ALLOW_THREADS
     errno = 0;
     rc = ibv_get_async_event(ctx, &event);
@@ -166,21 +166,21 @@ PyObject *ibv_hand_Context_get_async_event(PyObject *self, PyObject *unused)
     if (rc == 0)
         ibv_ack_async_event(&event);
     Py_END_ALLOW_THREADS
-    ibv_busy_leave(self);
+    ibp_busy_leave(self);
     if (rc != 0)
-        return ibv_raise("ibv_get_async_event", err ? err : EIO);
+        return ibp_raise("ibv_get_async_event", err ? err : EIO);
     PyObject *op = PyType_GenericAlloc(AsyncEvent_Type, 0);
     if (op == NULL)
         return NULL;
     AsyncEventObject *ev = (AsyncEventObject *)op;
     ev->event = event;
     void *element = event_element(&event);
-    ev->element = element ? ibv_registry_get(element) : NULL;
+    ev->element = element ? ibp_registry_get(element) : NULL;
     ev->acked = 0;
     return op;
 }
 
-PyObject *ibv_hand_Context_ack_async_event(PyObject *self, PyObject *const *args,
+PyObject *ibp_hand_Context_ack_async_event(PyObject *self, PyObject *const *args,
                                            Py_ssize_t nargs, PyObject *kwnames)
 {
     PyObject *arg = ibp_one_arg("ack_async_event", "ev", args, nargs, kwnames);
@@ -188,7 +188,7 @@ PyObject *ibv_hand_Context_ack_async_event(PyObject *self, PyObject *const *args
     if (arg == NULL)
         return NULL;
     if (!PyObject_TypeCheck(arg, AsyncEvent_Type)) {
-        PyErr_Format(PyExc_TypeError, "expected an AsyncEvent, not %s", ibv_type_name(arg));
+        PyErr_Format(PyExc_TypeError, "expected an AsyncEvent, not %s", ibp_type_name(arg));
         return NULL;
     }
     ((AsyncEventObject *)arg)->acked = 1;

@@ -7,11 +7,11 @@
 #include "common.h"
 #include "objects.h"
 
-PyObject *ibv_hand_Context_create_rwq_ind_table(PyObject *self, PyObject *arg)
+PyObject *ibp_hand_Context_create_rwq_ind_table(PyObject *self, PyObject *arg)
 {
     struct ibv_wq **table = NULL;
     PyObject *result = NULL;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         return NULL;
     PyObject *wqs = PySequence_Tuple(arg);
     if (wqs == NULL)
@@ -32,10 +32,10 @@ PyObject *ibv_hand_Context_create_rwq_ind_table(PyObject *self, PyObject *arg)
         PyObject *wq = PyTuple_GetItem(wqs, i);
         if (!PyObject_TypeCheck(wq, WQ_Type)) {
             PyErr_Format(PyExc_TypeError, "create_rwq_ind_table: wqs[%zd] must be a WQ, not %s",
-                         i, ibv_type_name(wq));
+                         i, ibp_type_name(wq));
             goto done;
         }
-        if (ibv_check_open(wq) < 0)
+        if (ibp_check_open(wq) < 0)
             goto done;
         table[i] = WQ_PTR(wq);
         if (table[i]->context != Context_PTR(self)) {
@@ -51,7 +51,7 @@ PyObject *ibv_hand_Context_create_rwq_ind_table(PyObject *self, PyObject *arg)
     errno = 0;
     struct ibv_rwq_ind_table *ptr = ibv_create_rwq_ind_table(Context_PTR(self), &attr);
     if (ptr == NULL) {
-        ibv_raise("ibv_create_rwq_ind_table", ibv_error_code(0));
+        ibp_raise("ibv_create_rwq_ind_table", ibp_error_code(0));
         goto done;
     }
     result = RWQIndTable_wrap(ptr, self);

@@ -14,51 +14,23 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-/* Declared for the generated code in templates/handle.c.h.j2 (the same
- * prototypes; common.h is the place for them once its owner agrees). */
-IBV_HIDDEN int ibv_handle_foreign(PyObject *obj);
-IBV_HIDDEN void ibv_handle_closed(PyObject *obj);
-IBV_HIDDEN int ibv_call_enter(PyObject *self);
-IBV_HIDDEN void ibv_call_leave(PyObject *self);
-IBV_HIDDEN int ibv_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
-                                   PyObject **held, int max);
-IBV_HIDDEN void ibv_call_leave_args(PyObject **held, int n);
-
-const char *ibv_type_name(PyObject *obj)
+int ibp_check_closable(PyObject *obj, const char *verb)
 {
-    /* The Limited API hides tp_name; read __name__ into a buffer.  Callers
-     * hold the GIL and format the message at once, so one buffer is enough. */
-    static char buffer[128];
-    PyObject *name = PyObject_GetAttrString((PyObject *)Py_TYPE(obj), "__name__");
-    PyObject *bytes = name ? PyUnicode_AsUTF8String(name) : NULL;
-    const char *utf8 = bytes ? PyBytes_AsString(bytes) : NULL;
-    if (utf8 == NULL) {
-        PyErr_Clear();
-        utf8 = "object";
-    }
-    snprintf(buffer, sizeof(buffer), "%s", utf8);
-    Py_XDECREF(bytes);
-    Py_XDECREF(name);
-    return buffer;
-}
-
-int ibv_check_closable(PyObject *obj, const char *verb)
-{
-    IbvHandle *h = IBV_HANDLE(obj);
+    IbvHandle *h = IBP_HANDLE(obj);
     if (h->live_children > 0) {
         /* The seed's words, which callers match on. */
-        const char *name = ibv_type_name(obj);
-        ibv_raise_detail(verb, EBUSY,
+        const char *name = ibp_type_name(obj);
+        ibp_raise_detail(verb, EBUSY,
                          "%s failed: cannot close %s with %zd open child resource(s)",
                          verb, strcmp(name, "Context") == 0 ? "context" : name,
                          h->live_children);
         return -1;
     }
     if (h->busy > 0) {
-        ibv_raise_detail(verb, EBUSY,
+        ibp_raise_detail(verb, EBUSY,
                          "%s failed: a call on this %s is in progress (in another "
                          "thread, or this is a callback of that call); retry "
-                         "when it has returned", verb, ibv_type_name(obj));
+                         "when it has returned", verb, ibp_type_name(obj));
         return -1;
     }
     return 0;
@@ -117,7 +89,7 @@ static int track_origin(PyObject *obj)
  */
 static int any_borrowed;
 
-int ibv_handle_borrow(PyObject *obj)
+int ibp_handle_borrow(PyObject *obj)
 {
     if (origins == NULL && (origins = PyDict_New()) == NULL)
         return -1;
@@ -131,7 +103,7 @@ int ibv_handle_borrow(PyObject *obj)
     return rc;
 }
 
-int ibv_handle_foreign(PyObject *obj)
+int ibp_handle_foreign(PyObject *obj)
 {
     if ((!forked && !any_borrowed) || origins == NULL)
         return 0;
@@ -150,7 +122,7 @@ int ibv_handle_foreign(PyObject *obj)
     return foreign;
 }
 
-void ibv_handle_closed(PyObject *obj)
+void ibp_handle_closed(PyObject *obj)
 {
     if (origins == NULL)
         return;
@@ -165,8 +137,8 @@ void ibv_handle_closed(PyObject *obj)
 
 static PyObject *raise_foreign(PyObject *obj)
 {
-    const char *name = ibv_type_name(obj);
-    return ibv_raise_detail(name, EBADF,
+    const char *name = ibp_type_name(obj);
+    return ibp_raise_detail(name, EBADF,
                             "this %s was created by the parent process before "
                             "fork(); a child process cannot use its parent's "
                             "verbs objects (open the device again in the child)",
@@ -193,19 +165,19 @@ static int is_handle_type(PyTypeObject *type)
     return 0;
 }
 
-int ibv_call_enter(PyObject *self)
+int ibp_call_enter(PyObject *self)
 {
-    if (forked && IBV_HANDLE(self)->ptr != NULL && ibv_handle_foreign(self)) {
+    if (forked && IBP_HANDLE(self)->ptr != NULL && ibp_handle_foreign(self)) {
         raise_foreign(self);
         return -1;
     }
-    IBV_HANDLE(self)->busy++;
+    IBP_HANDLE(self)->busy++;
     return 0;
 }
 
-void ibv_call_leave(PyObject *self)
+void ibp_call_leave(PyObject *self)
 {
-    IBV_HANDLE(self)->busy--;
+    IBP_HANDLE(self)->busy--;
 }
 
 static int hold(PyObject *obj, PyObject **held, int *n, int max)
@@ -221,17 +193,17 @@ static int hold(PyObject *obj, PyObject **held, int *n, int max)
         PyErr_Format(PyExc_TypeError, "more than %d verbs objects given to one call", max - 1);
         return -1;
     }
-    if (forked && IBV_HANDLE(obj)->ptr != NULL && ibv_handle_foreign(obj)) {
+    if (forked && IBP_HANDLE(obj)->ptr != NULL && ibp_handle_foreign(obj)) {
         raise_foreign(obj);
         return -1;
     }
     Py_INCREF(obj);
-    IBV_HANDLE(obj)->busy++;
+    IBP_HANDLE(obj)->busy++;
     held[(*n)++] = obj;
     return 0;
 }
 
-int ibv_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
+int ibp_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
                         PyObject **held, int max)
 {
     int n = 0;
@@ -252,21 +224,21 @@ int ibv_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
     }
     return n;
 fail:
-    ibv_call_leave_args(held, n);
+    ibp_call_leave_args(held, n);
     return -1;
 }
 
-void ibv_call_leave_args(PyObject **held, int n)
+void ibp_call_leave_args(PyObject **held, int n)
 {
     for (int i = 0; i < n; i++) {
-        IBV_HANDLE(held[i])->busy--;
+        IBP_HANDLE(held[i])->busy--;
         Py_DECREF(held[i]);
     }
 }
 
 /* ---- creation --------------------------------------------------------------- */
 
-PyObject *ibv_handle_new(PyTypeObject *type, void *ptr, PyObject **parent_slots,
+PyObject *ibp_handle_new(PyTypeObject *type, void *ptr, PyObject **parent_slots,
                          PyObject *const *parents, int nparents)
 {
     allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
@@ -290,7 +262,7 @@ PyObject *ibv_handle_new(PyTypeObject *type, void *ptr, PyObject **parent_slots,
         Py_DECREF(obj);     /* ptr not set yet: its dealloc destroys nothing */
         return NULL;
     }
-    IbvHandle *h = IBV_HANDLE(obj);
+    IbvHandle *h = IBP_HANDLE(obj);
     h->ptr = ptr;
     h->live_children = 0;
     h->busy = 0;
@@ -298,21 +270,21 @@ PyObject *ibv_handle_new(PyTypeObject *type, void *ptr, PyObject **parent_slots,
         PyObject *parent = parents[i];
         if (parent != NULL) {
             Py_INCREF(parent);
-            IBV_HANDLE(parent)->live_children++;
+            IBP_HANDLE(parent)->live_children++;
         }
         parent_slots[i] = parent;
     }
     return obj;
 }
 
-void ibv_handle_release_parents(PyObject *const *parents, int nparents)
+void ibp_handle_release_parents(PyObject *const *parents, int nparents)
 {
     for (int i = 0; i < nparents; i++)
         if (parents[i] != NULL)
-            IBV_HANDLE(parents[i])->live_children--;
+            IBP_HANDLE(parents[i])->live_children--;
 }
 
-void ibv_report_unraisable(PyObject *obj, const char *verb, int err)
+void ibp_report_unraisable(PyObject *obj, const char *verb, int err)
 {
     /* A failed destroy in dealloc cannot raise; say so on stderr, the way
      * CPython reports exceptions in __del__.  Named by its type, not by
@@ -321,8 +293,8 @@ void ibv_report_unraisable(PyObject *obj, const char *verb, int err)
      * again, recursively. */
     PyObject *exc_type, *exc_value, *exc_tb;
     PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
-    const char *name = ibv_type_name(obj);
-    ibv_raise_detail(verb, err, "%s failed: %s (while freeing an unreachable %s; "
+    const char *name = ibp_type_name(obj);
+    ibp_raise_detail(verb, err, "%s failed: %s (while freeing an unreachable %s; "
                      "the verbs object is leaked)", verb, strerror(err), name);
     PyErr_WriteUnraisable((PyObject *)Py_TYPE(obj));
     PyErr_Restore(exc_type, exc_value, exc_tb);
@@ -332,7 +304,7 @@ void ibv_report_unraisable(PyObject *obj, const char *verb, int err)
 
 static PyObject *registry;   /* dict: int(pointer) -> int(object address) */
 
-int ibv_registry_add(void *ptr, PyObject *obj)
+int ibp_registry_add(void *ptr, PyObject *obj)
 {
     if (registry == NULL && (registry = PyDict_New()) == NULL)
         return -1;
@@ -344,7 +316,7 @@ int ibv_registry_add(void *ptr, PyObject *obj)
     return rc;
 }
 
-void ibv_registry_remove(void *ptr)
+void ibp_registry_remove(void *ptr)
 {
     if (registry == NULL)
         return;
@@ -358,7 +330,7 @@ void ibv_registry_remove(void *ptr)
     PyErr_Restore(exc_type, exc_value, exc_tb);
 }
 
-PyObject *ibv_registry_get(void *ptr)
+PyObject *ibp_registry_get(void *ptr)
 {
     if (registry == NULL)
         return NULL;

@@ -7,22 +7,7 @@
  */
 #include "common.h"
 
-#include <dlfcn.h>
-#include <stdlib.h>
 #include <string.h>
-
-/* Bind dlopen/dlsym/dlerror to their oldest versions (in libdl before
- * glibc 2.34, in libc since): the wheel then loads on any glibc from 2.17,
- * not only on 2.34 and newer.  See README, "manylinux floor". */
-#if defined(__x86_64__) && defined(__GLIBC__)
-__asm__(".symver dlopen,dlopen@GLIBC_2.2.5");
-__asm__(".symver dlsym,dlsym@GLIBC_2.2.5");
-__asm__(".symver dlerror,dlerror@GLIBC_2.2.5");
-#elif defined(__aarch64__) && defined(__GLIBC__)   /* aarch64 glibc starts at 2.17 */
-__asm__(".symver dlopen,dlopen@GLIBC_2.17");
-__asm__(".symver dlsym,dlsym@GLIBC_2.17");
-__asm__(".symver dlerror,dlerror@GLIBC_2.17");
-#endif
 
 #include "objects.h"
 #include "loader.c.h"
@@ -34,45 +19,33 @@ static void *libibverbs;
 static int dmabuf_available;
 
 /* By name: a symbol the headers lacked has no slot (older rdma-core). */
-static int ibv_symbol_loaded(const char *name)
+static int ibp_symbol_loaded(const char *name)
 {
-    for (const struct ibv_symbol *s = ibv_symbols; s->name; s++)
+    for (const struct ibp_symbol *s = verbs_symbols; s->name; s++)
         if (strcmp(s->name, name) == 0)
             return *s->slot != NULL;
     return 0;
 }
 
-int ibv_load_library(void)
+int ibp_load_library(void)
 {
-    const char *path = getenv("IBVERBS_LIBRARY");
-    if (path == NULL || *path == '\0')
-        path = "libibverbs.so.1";
-    libibverbs = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
-    if (libibverbs == NULL) {
-        const char *why = dlerror();
-        PyErr_Format(PyExc_ImportError,
-                     "ibverbs needs %s, which could not be loaded (%s). Install "
-                     "rdma-core's verbs library: libibverbs1 on Debian/Ubuntu, "
-                     "libibverbs (rdma-core) on RHEL/Fedora/SUSE.",
-                     path, why ? why : "unknown error");
+    static const struct ibp_library verbs = {
+        "IBVERBS_LIBRARY", "libibverbs.so.1", 1, verbs_symbols,
+        "ibverbs needs %s, which could not be loaded (%s). Install "
+        "rdma-core's verbs library: libibverbs1 on Debian/Ubuntu, "
+        "libibverbs (rdma-core) on RHEL/Fedora/SUSE.",
+        "%s lacks %s, which ibverbs requires (rdma-core is too old)",
+    };
+    libibverbs = ibp_load_symbols(&verbs, PyExc_ImportError);
+    if (libibverbs == NULL)
         return -1;
-    }
-    for (const struct ibv_symbol *s = ibv_symbols; s->name; s++) {
-        *s->slot = dlsym(libibverbs, s->name);
-        if (*s->slot == NULL && s->since == NULL) {
-            PyErr_Format(PyExc_ImportError,
-                         "%s lacks %s, which ibverbs requires (rdma-core is too old)",
-                         path, s->name);
-            return -1;
-        }
-    }
-    dmabuf_available = ibv_symbol_loaded("ibv_reg_dmabuf_mr");
+    dmabuf_available = ibp_symbol_loaded("ibv_reg_dmabuf_mr");
     return 0;
 }
 
 /* ---- hand-written module functions -------------------------------------- */
 
-PyObject *ibv_hand_module__device_list(PyObject *module, PyObject *unused)
+PyObject *ibp_hand_module__device_list(PyObject *module, PyObject *unused)
 {
     int n = 0;
     (void)module;
@@ -82,7 +55,7 @@ PyObject *ibv_hand_module__device_list(PyObject *module, PyObject *unused)
     if (list == NULL && errno == ENOSYS)
         return PyList_New(0);   /* no verbs support in this kernel: no devices */
     if (list == NULL)
-        return ibv_raise("ibv_get_device_list", ibv_error_code(0));
+        return ibp_raise("ibv_get_device_list", ibp_error_code(0));
     PyObject *result = PyList_New(0);
     for (int i = 0; result != NULL && i < n; i++) {
         const char *name = ibv_get_device_name(list[i]);
@@ -101,19 +74,19 @@ PyObject *ibv_hand_module__device_list(PyObject *module, PyObject *unused)
     return result;
 }
 
-PyObject *ibv_hand_module__open_device(PyObject *module, PyObject *arg)
+PyObject *ibp_hand_module__open_device(PyObject *module, PyObject *arg)
 {
     const char *name;
     int n = 0;
     (void)module;
-    PyObject *name_bytes = ibv_conv_str(arg, "name", &name);
+    PyObject *name_bytes = ibp_conv_str(arg, "name", &name);
     if (name_bytes == NULL)
         return NULL;
     PyObject *result = NULL;
     errno = 0;
     struct ibv_device **list = ibv_get_device_list(&n);
     if (list == NULL) {
-        ibv_raise("ibv_get_device_list", ibv_error_code(0));
+        ibp_raise("ibv_get_device_list", ibp_error_code(0));
         goto done;
     }
     struct ibv_device *device = NULL;
@@ -121,13 +94,13 @@ PyObject *ibv_hand_module__open_device(PyObject *module, PyObject *arg)
         if (strcmp(ibv_get_device_name(list[i]), name) == 0)
             device = list[i];
     if (device == NULL) {
-        ibv_raise_detail("ibv_open_device", ENODEV,
+        ibp_raise_detail("ibv_open_device", ENODEV,
                          "ibv_open_device failed: no RDMA device named '%s'", name);
     } else {
         errno = 0;
         struct ibv_context *ctx = ibv_open_device(device);
         if (ctx == NULL)
-            ibv_raise("ibv_open_device", ibv_error_code(0));
+            ibp_raise("ibv_open_device", ibp_error_code(0));
         else
             result = Context_wrap(ctx);
     }
@@ -156,7 +129,7 @@ static PyObject *module_missing_symbols(PyObject *module, PyObject *unused)
     (void)module;
     (void)unused;
     PyObject *list = PyList_New(0);
-    for (const struct ibv_symbol *s = ibv_symbols; list && s->name; s++) {
+    for (const struct ibp_symbol *s = verbs_symbols; list && s->name; s++) {
         if (*s->slot != NULL)
             continue;
         PyObject *name = PyUnicode_FromString(s->name);
@@ -165,13 +138,6 @@ static PyObject *module_missing_symbols(PyObject *module, PyObject *unused)
         Py_XDECREF(name);
     }
     return list;
-}
-
-PyObject *ibv_hand_module__rdmacm_available(PyObject *module, PyObject *unused);
-
-static PyObject *module_has_rdmacm(PyObject *module, PyObject *unused)
-{
-    return ibv_hand_module__rdmacm_available(module, unused);
 }
 
 /* Names the seed's extension module had that live in Python modules here,
@@ -242,8 +208,6 @@ static int add_ref(PyObject *module, const char *name, PyObject *value)
 static PyMethodDef module_functions[] = {
     {"__getattr__", module_getattr, METH_O,
      "__getattr__($module, name, /)\n--\n\nDevice and get_device_list, from ibverbs._device."},
-    {"_has_rdmacm", module_has_rdmacm, METH_NOARGS,
-     "_has_rdmacm($module, /)\n--\n\nWhether librdmacm.so.1 can be loaded (it is, on first use)."},
     {"_linked", module_linked, METH_NOARGS,
      "_linked($module, /)\n--\n\nTrue once libibverbs.so.1 is loaded."},
     {"_has_dmabuf", module_has_dmabuf, METH_NOARGS,
@@ -263,20 +227,20 @@ PyMODINIT_FUNC PyInit__ibverbs(void);
 
 PyMODINIT_FUNC PyInit__ibverbs(void)
 {
-    if (ibv_load_library() < 0)
+    if (ibp_load_library() < 0)
         return NULL;
     PyObject *module = PyModule_Create(&module_def);
     if (module == NULL)
         return NULL;
     if (PyModule_AddFunctions(module, module_functions) < 0 ||
-        PyModule_AddFunctions(module, ibv_generated_functions) < 0 ||
-        ibv_errors_init() < 0 ||
-        ibv_register_generated_types(module) < 0 ||
-        ibv_datapath_init(module) < 0 ||
-        ibv_rdmacm_init(module) < 0 ||
-        add_ref(module, "VerbsError", ibv_VerbsError) < 0 ||
-        add_ref(module, "CompletionError", ibv_CompletionError) < 0 ||
-        add_ref(module, "Gid", ibv_GidClass) < 0 ||
+        PyModule_AddFunctions(module, ibp_generated_functions) < 0 ||
+        ibp_errors_init() < 0 ||
+        ibp_register_generated_types(module) < 0 ||
+        ibp_datapath_init(module) < 0 ||
+        ibp_rdmacm_init(module) < 0 ||
+        add_ref(module, "VerbsError", ibp_VerbsError) < 0 ||
+        add_ref(module, "CompletionError", ibp_CompletionError) < 0 ||
+        add_ref(module, "Gid", ibp_GidClass) < 0 ||
         module_set_all(module) < 0) {
         Py_DECREF(module);
         return NULL;

@@ -44,7 +44,7 @@ static int check_inline_mrs(PyObject *sg_list, const struct ibv_send_wr *wr)
         return 0;
     for (Py_ssize_t j = 0; j < PyList_Size(sg_list); j++) {
         PyObject *owner = ((SGEObject *)PyList_GetItem(sg_list, j))->owner;
-        if (owner != NULL && PyObject_TypeCheck(owner, MR_Type) && ibv_check_open(owner) < 0)
+        if (owner != NULL && PyObject_TypeCheck(owner, MR_Type) && ibp_check_open(owner) < 0)
             return -1;
     }
     return 0;
@@ -79,8 +79,8 @@ static PyObject *post_send_one(PyObject *self, SendWRObject *w)
     struct ibv_send_wr wr, *bad = NULL;
     struct ibv_sge sges[STACK_SGES];
     wr.sg_list = sges;
-    if (ibp_check_ah_fits_qp(self, w->ah != NULL, 0) < 0 || ibp_send_wr_fill(w, w->sg_list, &wr) < 0 ||
-        check_inline_mrs(w->sg_list, &wr) < 0)
+    if (ibp_check_ah_fits_qp(self, w->ah != NULL, 0) < 0 ||
+        ibp_send_wr_fill(w, w->sg_list, &wr) < 0 || check_inline_mrs(w->sg_list, &wr) < 0)
         return NULL;
     wr.next = NULL;
     int rc = ibv_post_send(QP_PTR(self), &wr, &bad);
@@ -105,7 +105,7 @@ static PyObject *post_recv_one(PyObject *self, RecvWRObject *w, int srq)
     Py_RETURN_NONE;
 }
 
-PyObject *ibv_hand_QP_post_send(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+PyObject *ibp_hand_QP_post_send(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                                 PyObject *kwnames)
 {
     struct wr_seq s;
@@ -113,7 +113,7 @@ PyObject *ibv_hand_QP_post_send(PyObject *self, PyObject *const *args, Py_ssize_
     PyObject *arg = ibp_one_arg("post_send", "wrs", args, nargs, kwnames);
     if (arg == NULL)
         return NULL;
-    if (ibv_check_open(self) < 0 || ibv_qp_send_idle(self, "post_send") < 0)
+    if (ibp_check_open(self) < 0 || ibp_qp_send_idle(self, "post_send") < 0)
         return NULL;
     if (Py_IS_TYPE(arg, PostList_Type))
         return ibp_postlist_post(self, arg, POST_SEND);
@@ -135,8 +135,8 @@ PyObject *ibv_hand_QP_post_send(PyObject *self, PyObject *const *args, Py_ssize_
         struct ibv_send_wr *wr = &wrs[i];
         SendWRObject *w = (SendWRObject *)ibp_wr_seq_item(&s, i);
         wr->sg_list = sge;
-        if (ibp_check_ah_fits_qp(self, w->ah != NULL, i) < 0 || ibp_send_wr_fill(w, w->sg_list, wr) < 0 ||
-            check_inline_mrs(w->sg_list, wr) < 0)
+        if (ibp_check_ah_fits_qp(self, w->ah != NULL, i) < 0 ||
+            ibp_send_wr_fill(w, w->sg_list, wr) < 0 || check_inline_mrs(w->sg_list, wr) < 0)
             goto done;
         wr->next = i + 1 < s.n ? &wrs[i + 1] : NULL;
         sge += wr->num_sge;
@@ -161,7 +161,7 @@ static PyObject *post_recv(PyObject *self, PyObject *arg, int srq)
 {
     struct wr_seq s;
     struct chain c;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         return NULL;
     if (Py_IS_TYPE(arg, PostList_Type) && srq == 2) {
         PyErr_SetString(PyExc_TypeError, "WQ.post_recv takes a RecvWR or a list of them, not a PostList");
@@ -210,21 +210,21 @@ done:
     return result;
 }
 
-PyObject *ibv_hand_QP_post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+PyObject *ibp_hand_QP_post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                                 PyObject *kwnames)
 {
     PyObject *arg = ibp_one_arg("post_recv", "wrs", args, nargs, kwnames);
     return arg == NULL ? NULL : post_recv(self, arg, 0);
 }
 
-PyObject *ibv_hand_SRQ_post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+PyObject *ibp_hand_SRQ_post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                                  PyObject *kwnames)
 {
     PyObject *arg = ibp_one_arg("post_recv", "wrs", args, nargs, kwnames);
     return arg == NULL ? NULL : post_recv(self, arg, 1);
 }
 
-PyObject *ibv_hand_WQ_post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+PyObject *ibp_hand_WQ_post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                                 PyObject *kwnames)
 {
     PyObject *arg = ibp_one_arg("post_recv", "wrs", args, nargs, kwnames);

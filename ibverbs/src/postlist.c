@@ -142,12 +142,12 @@ static PyObject *PostList_new(PyTypeObject *type, PyObject *args, PyObject *kwar
             return NULL;
         } else {
             PyErr_Format(PyExc_TypeError, "PostList needs SendWR or RecvWR objects (one, or a "
-                         "list of them), not %s", ibv_type_name(arg));
+                         "list of them), not %s", ibp_type_name(arg));
             return NULL;
         }
     }
     if (ibp_wr_seq_init(&s, arg, kind == PL_SEND ? SendWR_Type : RecvWR_Type,
-                    kind == PL_SEND ? "SendWR" : "RecvWR") < 0)
+                        kind == PL_SEND ? "SendWR" : "RecvWR") < 0)
         return NULL;
     if (s.seq != NULL && s.owned == NULL) {
         /* Building allocates (and may so run finalizers): read a snapshot. */
@@ -246,7 +246,7 @@ static int pl_check_ahs(PostListObject *pl)
 {
     for (Py_ssize_t i = 0; i < pl->n; i++) {
         PyObject *ah = pl->entries[i].ah;
-        if (ah != NULL && ibv_check_open(ah) < 0)
+        if (ah != NULL && ibp_check_open(ah) < 0)
             return -1;
     }
     return 0;
@@ -262,7 +262,7 @@ static int check_inline_owners(PyObject *sg_owners, const struct ibv_send_wr *wr
     Py_ssize_t n = sg_owners == NULL ? 0 : PyTuple_Size(sg_owners);
     for (Py_ssize_t j = 0; j < n; j++) {
         PyObject *owner = PyTuple_GetItem(sg_owners, j);
-        if (PyObject_TypeCheck(owner, MR_Type) && ibv_check_open(owner) < 0)
+        if (PyObject_TypeCheck(owner, MR_Type) && ibp_check_open(owner) < 0)
             return -1;
     }
     return ibp_check_inline_sges(wr);
@@ -285,12 +285,12 @@ static void pl_hold(PostListObject *pl, int delta)
     for (Py_ssize_t i = 0; i < pl->n; i++) {
         struct pl_entry *e = &pl->entries[i];
         if (e->ah != NULL)
-            IBV_HANDLE(e->ah)->busy += delta;
+            IBP_HANDLE(e->ah)->busy += delta;
         Py_ssize_t n = e->owners == NULL ? 0 : PyTuple_Size(e->owners);
         for (Py_ssize_t j = 0; j < n; j++) {
             PyObject *owner = PyTuple_GetItem(e->owners, j);
             if (PyObject_TypeCheck(owner, MR_Type))
-                IBV_HANDLE(owner)->busy += delta;
+                IBP_HANDLE(owner)->busy += delta;
         }
     }
 }
@@ -314,7 +314,7 @@ PyObject *ibp_postlist_post(PyObject *self, PyObject *list, enum post_target tar
         return NULL;
     if (pl_check_inline(pl) < 0)
         return NULL;
-    void *handle = IBV_HANDLE(self)->ptr;
+    void *handle = IBP_HANDLE(self)->ptr;
     struct ibv_send_wr *bad_send = NULL;
     struct ibv_recv_wr *bad_recv = NULL;
     int rc;
@@ -325,7 +325,7 @@ PyObject *ibp_postlist_post(PyObject *self, PyObject *list, enum post_target tar
     } else {
         /* The QP/SRQ is busy (close() says EBUSY) and the list frozen
          * (updates raise) until the post returns. */
-        ibv_busy_enter(self);
+        ibp_busy_enter(self);
         pl->posting++;
         pl_hold(pl, 1);
         Py_BEGIN_ALLOW_THREADS
@@ -335,16 +335,16 @@ PyObject *ibp_postlist_post(PyObject *self, PyObject *list, enum post_target tar
         Py_END_ALLOW_THREADS
         pl_hold(pl, -1);
         pl->posting--;
-        ibv_busy_leave(self);
+        ibp_busy_leave(self);
     }
     if (rc != 0) {
         if (target == POST_SEND)
             return ibp_post_failed("ibv_post_send", rc,
-                               bad_send ? bad_send - PL_SEND_WR(pl, 0) : 0,
-                               bad_send ? bad_send->wr_id : 0);
+                                   bad_send ? bad_send - PL_SEND_WR(pl, 0) : 0,
+                                   bad_send ? bad_send->wr_id : 0);
         return ibp_post_failed(target == POST_RECV ? "ibv_post_recv" : "ibv_post_srq_recv", rc,
-                           bad_recv ? bad_recv - PL_RECV_WR(pl, 0) : 0,
-                           bad_recv ? bad_recv->wr_id : 0);
+                               bad_recv ? bad_recv - PL_RECV_WR(pl, 0) : 0,
+                               bad_recv ? bad_recv->wr_id : 0);
     }
     Py_RETURN_NONE;
 }
@@ -383,7 +383,7 @@ static int PostList_ass_item(PyObject *op, Py_ssize_t i, PyObject *value)
     PyTypeObject *want = pl->kind == PL_SEND ? SendWR_Type : RecvWR_Type;
     if (!PyObject_TypeCheck(value, want)) {
         PyErr_Format(PyExc_TypeError, "PostList entry must be a %s, not %s", ibp_pl_what(pl),
-                     ibv_type_name(value));
+                     ibp_type_name(value));
         return -1;
     }
     if (ibp_pl_frozen(pl) < 0)

@@ -10,7 +10,7 @@
 #include "common.h"
 
 PyObject *
-ibv_call_python(PyObject **cache, const char *module, const char *name,
+ibp_call_python(PyObject **cache, const char *module, const char *name,
                 PyObject *self, PyObject *args, PyObject *kwargs)
 {
     if (*cache == NULL) {

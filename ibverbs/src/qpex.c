@@ -18,7 +18,7 @@
 
 static PyObject *raise_order(const char *name, const char *why)
 {
-    return ibv_raise_detail(name, EINVAL, "%s: %s", name, why);
+    return ibp_raise_detail(name, EINVAL, "%s: %s", name, why);
 }
 
 /* The struct ibv_qp_ex, found once; NULL with VerbsError when the QP was
@@ -29,19 +29,19 @@ static struct ibv_qp_ex *qpex_of(PyObject *self, const char *name)
     if (q->qpx == NULL && q->has_send_ops)
         q->qpx = ibv_qp_to_qp_ex(QP_PTR(self));
     if (q->qpx == NULL)
-        ibv_raise_detail(name, EOPNOTSUPP,
+        ibp_raise_detail(name, EOPNOTSUPP,
                          "%s: this QP has no extended post API (create it with "
                          "PD.create_qp_ex(..., send_ops_flags=...))", name);
     return q->qpx;
 }
 
-int ibv_qpex_guard(PyObject *self, size_t op_offset, const char *name,
-                   enum ibv_qpex_step step)
+int ibp_qpex_guard(PyObject *self, size_t op_offset, const char *name,
+                   enum ibp_qpex_step step)
 {
     struct QPExObject *q = (struct QPExObject *)self;
     /* The arguments were converted since the method checked: their
      * __index__ may have closed the QP. */
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         return -1;
     struct ibv_qp_ex *qpx = qpex_of(self, name);
     if (qpx == NULL)
@@ -50,16 +50,16 @@ int ibv_qpex_guard(PyObject *self, size_t op_offset, const char *name,
     void *op;
     memcpy(&op, (char *)qpx + op_offset, sizeof(op));
     if (op == NULL) {
-        ibv_raise_detail(name, EOPNOTSUPP,
+        ibp_raise_detail(name, EOPNOTSUPP,
                          "%s: not available on this QP (its operation is not in the "
                          "send_ops_flags it was created with, or the provider lacks it)",
                          name);
         return -1;
     }
     switch (step) {
-    case IBV_QPEX_START:
+    case IBP_QPEX_START:
         if (q->in_batch) {
-            ibv_raise_detail(name, EBUSY, "%s: a batch is already open: wr_complete() "
+            ibp_raise_detail(name, EBUSY, "%s: a batch is already open: wr_complete() "
                              "or wr_abort() it first", name);
             return -1;
         }
@@ -67,14 +67,14 @@ int ibv_qpex_guard(PyObject *self, size_t op_offset, const char *name,
         q->wr_open = 0;
         q->ud_addr_due = 0;
         return 0;
-    case IBV_QPEX_END:
+    case IBP_QPEX_END:
         if (!q->in_batch) {
             raise_order(name, "no batch is open: call wr_start() first");
             return -1;
         }
         q->in_batch = 0;     /* over, whatever the provider says */
         q->wr_open = 0;
-        if (q->ud_addr_due && op_offset == IBV_QPEX_OP(wr_complete)) {
+        if (q->ud_addr_due && op_offset == IBP_QPEX_OP(wr_complete)) {
             q->ud_addr_due = 0;
             ibv_wr_abort(qpx);
             raise_order(name, "the last UD work request has no destination "
@@ -83,7 +83,7 @@ int ibv_qpex_guard(PyObject *self, size_t op_offset, const char *name,
         }
         q->ud_addr_due = 0;
         return 0;
-    case IBV_QPEX_OP_NEW:
+    case IBP_QPEX_OP_NEW:
         if (!q->in_batch) {
             raise_order(name, "no batch is open: call wr_start() first");
             return -1;
@@ -96,7 +96,7 @@ int ibv_qpex_guard(PyObject *self, size_t op_offset, const char *name,
         q->wr_open = 1;
         q->ud_addr_due = ud;
         return 0;
-    case IBV_QPEX_SETTER:
+    case IBP_QPEX_SETTER:
         if (!q->in_batch) {
             raise_order(name, "no batch is open: call wr_start() first");
             return -1;
@@ -106,7 +106,7 @@ int ibv_qpex_guard(PyObject *self, size_t op_offset, const char *name,
                         "(wr_send, wr_rdma_write, ...) first");
             return -1;
         }
-        if (op_offset == IBV_QPEX_OP(wr_set_ud_addr)) {
+        if (op_offset == IBP_QPEX_OP(wr_set_ud_addr)) {
             if (!ud) {
                 raise_order(name, "only a UD QP takes an address handle");
                 return -1;
@@ -118,23 +118,23 @@ int ibv_qpex_guard(PyObject *self, size_t op_offset, const char *name,
     return 0;
 }
 
-int ibv_qp_send_idle(PyObject *self, const char *what)
+int ibp_qp_send_idle(PyObject *self, const char *what)
 {
     /* On every post_send: a plain QP leaves at the first test. */
     if (Py_IS_TYPE(self, QP_Type) || QPEx_Type == NULL || !PyObject_TypeCheck(self, QPEx_Type) ||
         !((struct QPExObject *)self)->in_batch)
         return 0;
-    ibv_raise_detail(what, EBUSY, "%s: a wr_start() batch is open on this QP: "
+    ibp_raise_detail(what, EBUSY, "%s: a wr_start() batch is open on this QP: "
                      "wr_complete() or wr_abort() it first", what);
     return -1;
 }
 
 /* QP close() or garbage collection with a batch open: drop the batch, so
  * that the provider releases its send queue before the QP is destroyed. */
-int ibv_qp_before_destroy(struct QPObject *self)
+int ibp_qp_before_destroy(struct QPObject *self)
 {
     PyObject *op = (PyObject *)self;
-    ibv_rdmacm_qp_destroying(op);
+    ibp_rdmacm_qp_destroying(op);
     if (QPEx_Type != NULL && PyObject_TypeCheck(op, QPEx_Type)) {
         struct QPExObject *q = (struct QPExObject *)op;
         if (q->in_batch && q->qpx != NULL)
@@ -150,15 +150,15 @@ static PyObject *as_sequence(PyObject *arg, const char *what)
     if (PyList_Check(arg) || PyTuple_Check(arg))
         return PySequence_Tuple(arg);    /* a copy: no Python code changes it */
     PyErr_Format(PyExc_TypeError, "%s must be a list or tuple, not %s", what,
-                 ibv_type_name(arg));
+                 ibp_type_name(arg));
     return NULL;
 }
 
-PyObject *ibv_hand_QPEx_wr_set_sge_list(PyObject *self, PyObject *arg)
+PyObject *ibp_hand_QPEx_wr_set_sge_list(PyObject *self, PyObject *arg)
 {
     PyObject *items = NULL, *result = NULL;
     struct ibv_sge *sges = NULL;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         return NULL;
     if ((items = as_sequence(arg, "sg_list")) == NULL)
         return NULL;
@@ -169,12 +169,12 @@ PyObject *ibv_hand_QPEx_wr_set_sge_list(PyObject *self, PyObject *arg)
         goto done;
     }
     for (Py_ssize_t i = 0; i < n; i++)
-        if (ibv_sge_from_py(PyTuple_GetItem(items, i), &sges[i]) < 0)
+        if (ibp_sge_from_py(PyTuple_GetItem(items, i), &sges[i]) < 0)
             goto done;
-    if (ibv_qpex_guard(self, IBV_QPEX_OP(wr_set_sge_list), "wr_set_sge_list",
-                       IBV_QPEX_SETTER) < 0)
+    if (ibp_qpex_guard(self, IBP_QPEX_OP(wr_set_sge_list), "wr_set_sge_list",
+                       IBP_QPEX_SETTER) < 0)
         goto done;
-    ibv_wr_set_sge_list(IBV_QPEX(self), (size_t)n, sges);
+    ibv_wr_set_sge_list(IBP_QPEX(self), (size_t)n, sges);
     result = Py_NewRef(Py_None);
 done:
     PyMem_Free(sges);
@@ -182,11 +182,11 @@ done:
     return result;
 }
 
-PyObject *ibv_hand_QPEx_wr_set_inline_data_list(PyObject *self, PyObject *arg)
+PyObject *ibp_hand_QPEx_wr_set_inline_data_list(PyObject *self, PyObject *arg)
 {
     PyObject *items = NULL, *copies = NULL, *result = NULL;
     struct ibv_data_buf *bufs = NULL;
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         return NULL;
     if ((items = as_sequence(arg, "buffers")) == NULL)
         return NULL;
@@ -208,10 +208,10 @@ PyObject *ibv_hand_QPEx_wr_set_inline_data_list(PyObject *self, PyObject *arg)
         bufs[i].addr = PyBytes_AsString(b);
         bufs[i].length = (size_t)PyBytes_Size(b);
     }
-    if (ibv_qpex_guard(self, IBV_QPEX_OP(wr_set_inline_data_list),
-                       "wr_set_inline_data_list", IBV_QPEX_SETTER) < 0)
+    if (ibp_qpex_guard(self, IBP_QPEX_OP(wr_set_inline_data_list),
+                       "wr_set_inline_data_list", IBP_QPEX_SETTER) < 0)
         goto done;
-    ibv_wr_set_inline_data_list(IBV_QPEX(self), (size_t)n, bufs);
+    ibv_wr_set_inline_data_list(IBP_QPEX(self), (size_t)n, bufs);
     result = Py_NewRef(Py_None);
 done:
     PyMem_Free(bufs);
@@ -222,19 +222,19 @@ done:
 
 /* wr_id and wr_flags: fields of struct ibv_qp_ex that the next operation
  * reads (converted by generated/records.h, spec/datapath/records.yaml). */
-PyObject *ibv_hand_QPEx_get_wr_id(PyObject *self, void *closure)
+PyObject *ibp_hand_QPEx_get_wr_id(PyObject *self, void *closure)
 {
     (void)closure;
-    struct ibv_qp_ex *qpx = ibv_check_open(self) < 0 ? NULL : qpex_of(self, "wr_id");
+    struct ibv_qp_ex *qpx = ibp_check_open(self) < 0 ? NULL : qpex_of(self, "wr_id");
     return qpx ? ibp_qp_ex_wr_id_to_py(qpx->wr_id) : NULL;
 }
 
-int ibv_hand_QPEx_set_wr_id(PyObject *self, PyObject *value, void *closure)
+int ibp_hand_QPEx_set_wr_id(PyObject *self, PyObject *value, void *closure)
 {
     uint64_t v;
     (void)closure;
     /* Converted first: the value's __index__ may close the QP. */
-    if (ibp_qp_ex_wr_id_from_py(value, &v) < 0 || ibv_check_open(self) < 0)
+    if (ibp_qp_ex_wr_id_from_py(value, &v) < 0 || ibp_check_open(self) < 0)
         return -1;
     struct ibv_qp_ex *qpx = qpex_of(self, "wr_id");
     if (qpx == NULL)
@@ -243,19 +243,19 @@ int ibv_hand_QPEx_set_wr_id(PyObject *self, PyObject *value, void *closure)
     return 0;
 }
 
-PyObject *ibv_hand_QPEx_get_wr_flags(PyObject *self, void *closure)
+PyObject *ibp_hand_QPEx_get_wr_flags(PyObject *self, void *closure)
 {
     (void)closure;
-    struct ibv_qp_ex *qpx = ibv_check_open(self) < 0 ? NULL : qpex_of(self, "wr_flags");
+    struct ibv_qp_ex *qpx = ibp_check_open(self) < 0 ? NULL : qpex_of(self, "wr_flags");
     return qpx ? ibp_qp_ex_wr_flags_to_py(qpx->wr_flags) : NULL;
 }
 
-int ibv_hand_QPEx_set_wr_flags(PyObject *self, PyObject *value, void *closure)
+int ibp_hand_QPEx_set_wr_flags(PyObject *self, PyObject *value, void *closure)
 {
     unsigned int v;
     (void)closure;
     /* Converted first: the value's __index__ may close the QP. */
-    if (ibp_qp_ex_wr_flags_from_py(value, &v) < 0 || ibv_check_open(self) < 0)
+    if (ibp_qp_ex_wr_flags_from_py(value, &v) < 0 || ibp_check_open(self) < 0)
         return -1;
     struct ibv_qp_ex *qpx = qpex_of(self, "wr_flags");
     if (qpx == NULL)

@@ -4,7 +4,7 @@
  * librdmacm.so.1 is dlopen'ed on first use (create_event_channel), never at
  * import and never linked: without it `import ibverbs` works and only the
  * rdma_cm API raises RuntimeError.  The trampolines and the dlsym table are
- * generated (generated/rdmacm_loader.c.h), and so are the docstrings and
+ * generated (generated/rdmacm_loader.c.h; the loop is loader.c's), and so are the docstrings and
  * method tables (generated/rdmacm_methods.c.h, from spec/rdmacm/cm.yaml).
  *
  * Lifetimes, the same rules as the verbs classes (handles.c):
@@ -22,23 +22,8 @@
 #include "common.h"
 
 #include <arpa/inet.h>
-#include <dlfcn.h>
 #include <netinet/in.h>
-#include <stdlib.h>
 #include <sys/socket.h>
-
-/* As in module.c: the oldest dlopen/dlsym/dlerror (see README, "manylinux floor"). */
-#if defined(__x86_64__) && defined(__GLIBC__)
-__asm__(".symver dlopen,dlopen@GLIBC_2.2.5");
-__asm__(".symver dlsym,dlsym@GLIBC_2.2.5");
-__asm__(".symver dlerror,dlerror@GLIBC_2.2.5");
-__asm__(".symver dlclose,dlclose@GLIBC_2.2.5");
-#elif defined(__aarch64__) && defined(__GLIBC__)   /* aarch64 glibc starts at 2.17 */
-__asm__(".symver dlopen,dlopen@GLIBC_2.17");
-__asm__(".symver dlsym,dlsym@GLIBC_2.17");
-__asm__(".symver dlerror,dlerror@GLIBC_2.17");
-__asm__(".symver dlclose,dlclose@GLIBC_2.17");
-#endif
 
 #pragma GCC visibility push(hidden)
 #include <rdma/rdma_cma.h>
@@ -47,12 +32,6 @@ __asm__(".symver dlclose,dlclose@GLIBC_2.17");
 #include "objects.h"
 #include "rdmacm_loader.c.h"
 #include "rdmacm_methods.c.h"
-
-/* handles.c (declared there for the generated code). */
-IBV_HIDDEN int ibv_handle_foreign(PyObject *obj);
-IBV_HIDDEN void ibv_handle_closed(PyObject *obj);
-IBV_HIDDEN int ibv_call_enter(PyObject *self);
-IBV_HIDDEN void ibv_call_leave(PyObject *self);
 
 static PyTypeObject *EventChannel_Type;
 static PyTypeObject *CMID_Type;
@@ -70,8 +49,8 @@ struct CMIDObject {
     PyObject *context;       /* cached borrowed Context of id->verbs, or NULL */
 };
 
-#define CMID_PTR(o) ((struct rdma_cm_id *)IBV_HANDLE(o)->ptr)
-#define CHANNEL_PTR(o) ((struct rdma_event_channel *)IBV_HANDLE(o)->ptr)
+#define CMID_PTR(o) ((struct rdma_cm_id *)IBP_HANDLE(o)->ptr)
+#define CHANNEL_PTR(o) ((struct rdma_event_channel *)IBP_HANDLE(o)->ptr)
 
 /* ---- the library ------------------------------------------------------------ */
 
@@ -79,38 +58,20 @@ static void *librdmacm;
 
 static int rdmacm_load(void)
 {
+    /* Not RTLD_GLOBAL: nothing resolves against it but us.  It links
+     * libibverbs.so.1, already loaded (module.c), so both share one
+     * libibverbs and its contexts are ours to use. */
+    static const struct ibp_library cm = {
+        "IBVERBS_RDMACM_LIBRARY", "librdmacm.so.1", 0, rdmacm_symbols,
+        "rdma_cm is unavailable: %s could not be loaded (%s). Install "
+        "rdma-core's connection manager library: librdmacm1 on "
+        "Debian/Ubuntu, librdmacm (rdma-core) on RHEL/Fedora/SUSE.",
+        "rdma_cm is unavailable: %s lacks %s (rdma-core is too old)",
+    };
     if (librdmacm != NULL)
         return 0;
-    const char *path = getenv("IBVERBS_RDMACM_LIBRARY");
-    if (path == NULL || *path == '\0')
-        path = "librdmacm.so.1";
-    /* RTLD_GLOBAL is not needed: nothing resolves against it but us.  It
-     * links libibverbs.so.1, already loaded (module.c), so both share one
-     * libibverbs and its contexts are ours to use. */
-    void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (handle == NULL) {
-        const char *why = dlerror();
-        PyErr_Format(PyExc_RuntimeError,
-                     "rdma_cm is unavailable: %s could not be loaded (%s). Install "
-                     "rdma-core's connection manager library: librdmacm1 on "
-                     "Debian/Ubuntu, librdmacm (rdma-core) on RHEL/Fedora/SUSE.",
-                     path, why ? why : "unknown error");
-        return -1;
-    }
-    for (const struct rdmacm_symbol *s = rdmacm_symbols; s->name; s++) {
-        *s->slot = dlsym(handle, s->name);
-        if (*s->slot == NULL && s->since == NULL) {
-            PyErr_Format(PyExc_RuntimeError,
-                         "rdma_cm is unavailable: %s lacks %s (rdma-core is too old)",
-                         path, s->name);
-            for (const struct rdmacm_symbol *t = rdmacm_symbols; t->name; t++)
-                *t->slot = NULL;
-            dlclose(handle);
-            return -1;
-        }
-    }
-    librdmacm = handle;
-    return 0;
+    librdmacm = ibp_load_symbols(&cm, PyExc_RuntimeError);
+    return librdmacm != NULL ? 0 : -1;
 }
 
 /* ---- addresses ---------------------------------------------------------------- */
@@ -137,14 +98,14 @@ static int conv_addr(PyObject *obj, const char *name, struct sockaddr_storage *o
     }
     if (!PyUnicode_Check(host_obj)) {
         PyErr_Format(PyExc_TypeError, "%s: the host must be a str (a numeric IP "
-                     "address), not %s", name, ibv_type_name(host_obj));
+                     "address), not %s", name, ibp_type_name(host_obj));
         return -1;
     }
     uint64_t port = 0;
-    if (port_obj != NULL && ibv_conv_unsigned(port_obj, "port", UINT16_MAX, &port) < 0)
+    if (port_obj != NULL && ibp_conv_unsigned(port_obj, "port", UINT16_MAX, &port) < 0)
         return -1;
     const char *host;
-    PyObject *host_bytes = ibv_conv_str(host_obj, name, &host);
+    PyObject *host_bytes = ibp_conv_str(host_obj, name, &host);
     if (host_bytes == NULL)
         return -1;
     int rc = 0;
@@ -178,13 +139,13 @@ static PyObject *addr_to_py(const struct sockaddr *sa)
     if (sa->sa_family == AF_INET) {
         const struct sockaddr_in *in4 = (const struct sockaddr_in *)sa;
         if (inet_ntop(AF_INET, &in4->sin_addr, text, sizeof(text)) == NULL)
-            return ibv_raise("inet_ntop", errno);
+            return ibp_raise("inet_ntop", errno);
         return Py_BuildValue("(si)", text, (int)ntohs(in4->sin_port));
     }
     if (sa->sa_family == AF_INET6) {
         const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
         if (inet_ntop(AF_INET6, &in6->sin6_addr, text, sizeof(text)) == NULL)
-            return ibv_raise("inet_ntop", errno);
+            return ibp_raise("inet_ntop", errno);
         return Py_BuildValue("(si)", text, (int)ntohs(in6->sin6_port));
     }
     Py_RETURN_NONE;
@@ -195,14 +156,14 @@ static PyObject *addr_to_py(const struct sockaddr *sa)
 /* Open and not inherited across fork(); counted busy until cm_leave. */
 static void *cm_enter(PyObject *self)
 {
-    if (ibv_check_open(self) < 0 || ibv_call_enter(self) < 0)
+    if (ibp_check_open(self) < 0 || ibp_call_enter(self) < 0)
         return NULL;
-    return IBV_HANDLE(self)->ptr;
+    return IBP_HANDLE(self)->ptr;
 }
 
 static void cm_leave(PyObject *self)
 {
-    ibv_call_leave(self);
+    ibp_call_leave(self);
 }
 
 /* ---- CMID ------------------------------------------------------------------------ */
@@ -217,7 +178,7 @@ static PyObject *Context_wrap_borrowed(struct ibv_context *verbs)
     PyObject *ctx = Context_wrap(verbs);
     if (ctx == NULL)
         return NULL;
-    if (ibv_handle_borrow(ctx) < 0)
+    if (ibp_handle_borrow(ctx) < 0)
         return NULL;    /* leaked on purpose: freeing it would close the device */
     return ctx;
 }
@@ -231,7 +192,7 @@ static PyObject *CMID_wrap(struct rdma_cm_id *id, PyObject *channel)
 {
     PyObject *parents[] = {channel};
     PyObject *slots[1];
-    PyObject *op = ibv_handle_new(cmid_class ? cmid_class : CMID_Type, id, slots, parents, 1);
+    PyObject *op = ibp_handle_new(cmid_class ? cmid_class : CMID_Type, id, slots, parents, 1);
     if (op == NULL) {
         rdma_destroy_id(id);    /* not wrapped, so not leaked either */
         return NULL;
@@ -242,7 +203,7 @@ static PyObject *CMID_wrap(struct rdma_cm_id *id, PyObject *channel)
     self->context = NULL;
     CMID_open_count++;
     /* Events name the rdma_cm_id; they are mapped back to this object. */
-    if (ibv_registry_add(id, op) < 0) {
+    if (ibp_registry_add(id, op) < 0) {
         Py_DECREF(op);
         return NULL;
     }
@@ -291,7 +252,7 @@ static struct CMIDObject *cm_qps_find(PyObject *qp, int drop)
     return cmid;
 }
 
-void ibv_rdmacm_qp_destroying(PyObject *qp)
+void ibp_rdmacm_qp_destroying(PyObject *qp)
 {
     struct CMIDObject *cmid = cm_qps_find(qp, 1);
     if (cmid != NULL && cmid->head.ptr != NULL)
@@ -301,7 +262,7 @@ void ibv_rdmacm_qp_destroying(PyObject *qp)
 /* A QP closed through qp.close() left its rdma_cm_id then: forget it here. */
 static void cmid_sync_qp(struct CMIDObject *self)
 {
-    if (self->qp != NULL && IBV_HANDLE(self->qp)->ptr == NULL) {
+    if (self->qp != NULL && IBP_HANDLE(self->qp)->ptr == NULL) {
         if (self->head.ptr != NULL)
             CMID_PTR(self)->qp = NULL;
         cm_qps_find(self->qp, 1);
@@ -322,7 +283,7 @@ static PyObject *cm_qps_hold(PyObject *channel)
     while (PyDict_Next(cm_qps, &pos, &key, &value)) {
         struct CMIDObject *cmid = PyLong_AsVoidPtr(value);
         PyObject *qp = cmid->qp;
-        if (cmid->channel != channel || qp == NULL || IBV_HANDLE(qp)->ptr == NULL)
+        if (cmid->channel != channel || qp == NULL || IBP_HANDLE(qp)->ptr == NULL)
             continue;
         if (PyList_Append(held, qp) < 0) {
             Py_DECREF(held);
@@ -330,14 +291,14 @@ static PyObject *cm_qps_hold(PyObject *channel)
         }
     }
     for (Py_ssize_t i = 0; i < PyList_Size(held); i++)
-        IBV_HANDLE(PyList_GetItem(held, i))->busy++;
+        IBP_HANDLE(PyList_GetItem(held, i))->busy++;
     return held;
 }
 
 static void cm_qps_release(PyObject *held)
 {
     for (Py_ssize_t i = 0; i < PyList_Size(held); i++)
-        IBV_HANDLE(PyList_GetItem(held, i))->busy--;
+        IBP_HANDLE(PyList_GetItem(held, i))->busy--;
     Py_DECREF(held);
 }
 
@@ -347,7 +308,7 @@ static int CMID_destroy(struct CMIDObject *self)
     struct rdma_cm_id *id = CMID_PTR(self);
     if (self->qp != NULL)
         cm_qps_find(self->qp, 1);   /* on every path: the map must not outlive this CMID */
-    if (ibv_handle_foreign((PyObject *)self))
+    if (ibp_handle_foreign((PyObject *)self))
         goto forget;    /* the parent process's (fork): forget it */
     cmid_sync_qp(self);
     /* Only dealloc gets here with the QP open (close() refuses): the QP
@@ -356,14 +317,14 @@ static int CMID_destroy(struct CMIDObject *self)
     errno = 0;
     int rc = rdma_destroy_id(id);
     if (rc != 0)
-        return ibv_error_code(rc);
+        return ibp_error_code(rc);
 forget:
-    ibv_registry_remove(id);
+    ibp_registry_remove(id);
     self->head.ptr = NULL;
     CMID_open_count--;
-    ibv_handle_closed((PyObject *)self);
+    ibp_handle_closed((PyObject *)self);
     PyObject *parents[] = {self->channel};
-    ibv_handle_release_parents(parents, 1);
+    ibp_handle_release_parents(parents, 1);
     return 0;
 }
 
@@ -375,14 +336,14 @@ static PyObject *CMID_close(PyObject *op, PyObject *unused)
         Py_RETURN_NONE;
     cmid_sync_qp(self);
     if (self->qp != NULL)
-        return ibv_raise_detail("rdma_destroy_id", EBUSY,
+        return ibp_raise_detail("rdma_destroy_id", EBUSY,
                                 "rdma_destroy_id failed: this CMID still has its QP "
                                 "open; destroy_qp() (or qp.close()) first");
-    if (ibv_check_closable(op, "rdma_destroy_id") < 0)
+    if (ibp_check_closable(op, "rdma_destroy_id") < 0)
         return NULL;
     int err = CMID_destroy(self);
     if (err != 0)
-        return ibv_raise("rdma_destroy_id", err);
+        return ibp_raise("rdma_destroy_id", err);
     Py_CLEAR(self->context);
     Py_RETURN_NONE;
 }
@@ -394,9 +355,9 @@ static void CMID_dealloc(PyObject *op)
     if (self->head.ptr != NULL) {
         int err = CMID_destroy(self);
         if (err != 0) {
-            ibv_registry_remove(self->head.ptr);
-            ibv_handle_closed(op);
-            ibv_report_unraisable(op, "rdma_destroy_id", err);
+            ibp_registry_remove(self->head.ptr);
+            ibp_handle_closed(op);
+            ibp_report_unraisable(op, "rdma_destroy_id", err);
         }
     }
     Py_CLEAR(self->channel);
@@ -477,21 +438,21 @@ static PyObject *cmid_conn(PyObject *op, PyObject *args, PyObject *kwargs, int a
     cm_leave(op);
     Py_XDECREF(data);
     if (rc != 0)
-        return ibv_raise(verb, ibv_error_code(rc));
+        return ibp_raise(verb, ibp_error_code(rc));
     Py_RETURN_NONE;
 }
 
-PyObject *ibv_hand_CMID_connect(PyObject *self, PyObject *args, PyObject *kwargs)
+PyObject *ibp_hand_CMID_connect(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     return cmid_conn(self, args, kwargs, 0);
 }
 
-PyObject *ibv_hand_CMID_accept(PyObject *self, PyObject *args, PyObject *kwargs)
+PyObject *ibp_hand_CMID_accept(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     return cmid_conn(self, args, kwargs, 1);
 }
 
-PyObject *ibv_hand_CMID_reject(PyObject *self, PyObject *args, PyObject *kwargs)
+PyObject *ibp_hand_CMID_reject(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *keywords[] = {"private_data", NULL};
     PyObject *private_data = NULL, *data = NULL;
@@ -521,7 +482,7 @@ PyObject *ibv_hand_CMID_reject(PyObject *self, PyObject *args, PyObject *kwargs)
     cm_leave(self);
     Py_XDECREF(data);
     if (rc != 0)
-        return ibv_raise("rdma_reject", ibv_error_code(rc));
+        return ibp_raise("rdma_reject", ibp_error_code(rc));
     Py_RETURN_NONE;
 }
 
@@ -539,23 +500,23 @@ static PyObject *cmid_simple(PyObject *op, int (*fn)(struct rdma_cm_id *), const
     Py_END_ALLOW_THREADS
     cm_leave(op);
     if (rc != 0)
-        return ibv_raise(verb, ibv_error_code(rc));
+        return ibp_raise(verb, ibp_error_code(rc));
     Py_RETURN_NONE;
 }
 
-PyObject *ibv_hand_CMID_disconnect(PyObject *self, PyObject *unused)
+PyObject *ibp_hand_CMID_disconnect(PyObject *self, PyObject *unused)
 {
     (void)unused;
     return cmid_simple(self, rdma_disconnect, "rdma_disconnect");
 }
 
-PyObject *ibv_hand_CMID_establish(PyObject *self, PyObject *unused)
+PyObject *ibp_hand_CMID_establish(PyObject *self, PyObject *unused)
 {
     (void)unused;
     return cmid_simple(self, rdma_establish, "rdma_establish");
 }
 
-PyObject *ibv_hand_CMID_bind_addr(PyObject *self, PyObject *arg)
+PyObject *ibp_hand_CMID_bind_addr(PyObject *self, PyObject *arg)
 {
     struct sockaddr_storage addr;
     int set;
@@ -568,7 +529,7 @@ PyObject *ibv_hand_CMID_bind_addr(PyObject *self, PyObject *arg)
     int rc = rdma_bind_addr(id, (struct sockaddr *)&addr);
     cm_leave(self);
     if (rc != 0)
-        return ibv_raise("rdma_bind_addr", ibv_error_code(rc));
+        return ibp_raise("rdma_bind_addr", ibp_error_code(rc));
     Py_RETURN_NONE;
 }
 
@@ -581,7 +542,7 @@ static int conv_timeout(int timeout_ms)
     return 0;
 }
 
-PyObject *ibv_hand_CMID_resolve_addr(PyObject *self, PyObject *args, PyObject *kwargs)
+PyObject *ibp_hand_CMID_resolve_addr(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *keywords[] = {"dst", "src", "timeout_ms", NULL};
     PyObject *dst_obj, *src_obj = Py_None;
@@ -605,11 +566,11 @@ PyObject *ibv_hand_CMID_resolve_addr(PyObject *self, PyObject *args, PyObject *k
     Py_END_ALLOW_THREADS
     cm_leave(self);
     if (rc != 0)
-        return ibv_raise("rdma_resolve_addr", ibv_error_code(rc));
+        return ibp_raise("rdma_resolve_addr", ibp_error_code(rc));
     Py_RETURN_NONE;
 }
 
-PyObject *ibv_hand_CMID_resolve_route(PyObject *self, PyObject *args, PyObject *kwargs)
+PyObject *ibp_hand_CMID_resolve_route(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *keywords[] = {"timeout_ms", NULL};
     int timeout_ms = 2000;
@@ -626,11 +587,11 @@ PyObject *ibv_hand_CMID_resolve_route(PyObject *self, PyObject *args, PyObject *
     Py_END_ALLOW_THREADS
     cm_leave(self);
     if (rc != 0)
-        return ibv_raise("rdma_resolve_route", ibv_error_code(rc));
+        return ibp_raise("rdma_resolve_route", ibp_error_code(rc));
     Py_RETURN_NONE;
 }
 
-PyObject *ibv_hand_CMID_listen(PyObject *self, PyObject *args, PyObject *kwargs)
+PyObject *ibp_hand_CMID_listen(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *keywords[] = {"backlog", NULL};
     int backlog = 16;
@@ -645,7 +606,7 @@ PyObject *ibv_hand_CMID_listen(PyObject *self, PyObject *args, PyObject *kwargs)
     int rc = rdma_listen(id, backlog);
     cm_leave(self);
     if (rc != 0)
-        return ibv_raise("rdma_listen", ibv_error_code(rc));
+        return ibp_raise("rdma_listen", ibp_error_code(rc));
     Py_RETURN_NONE;
 }
 
@@ -661,18 +622,18 @@ static int same_context(PyObject *obj, const char *name, struct ibv_context *min
     return 0;
 }
 
-PyObject *ibv_hand_CMID_create_qp(PyObject *op, PyObject *args, PyObject *kwargs)
+PyObject *ibp_hand_CMID_create_qp(PyObject *op, PyObject *args, PyObject *kwargs)
 {
     static char *keywords[] = {"pd", "init_attr", NULL};
     struct CMIDObject *self = (struct CMIDObject *)op;
     PyObject *pd_arg, *attr_arg, *pd;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO:create_qp", keywords, &pd_arg, &attr_arg))
         return NULL;
-    if (ibv_conv_handle(pd_arg, "pd", PD_Type, 0, &pd) < 0)
+    if (ibp_conv_handle(pd_arg, "pd", PD_Type, 0, &pd) < 0)
         return NULL;
     if (!PyObject_TypeCheck(attr_arg, QPInitAttr_Type))
         return PyErr_Format(PyExc_TypeError, "init_attr must be a QPInitAttr, not %s",
-                            ibv_type_name(attr_arg));
+                            ibp_type_name(attr_arg));
     struct QPInitAttrObject *attr = (struct QPInitAttrObject *)attr_arg;
     if (QPInitAttr_prepare(attr) < 0)
         return NULL;
@@ -687,13 +648,13 @@ PyObject *ibv_hand_CMID_create_qp(PyObject *op, PyObject *args, PyObject *kwargs
     PyObject *result = NULL;
     cmid_sync_qp(self);
     if (id->verbs == NULL) {
-        ibv_raise_detail("rdma_create_qp", EINVAL, "rdma_create_qp failed: this CMID "
+        ibp_raise_detail("rdma_create_qp", EINVAL, "rdma_create_qp failed: this CMID "
                          "has no device yet (resolve_addr or bind_addr to an RDMA "
                          "address first)");
         goto done;
     }
     if (self->qp != NULL) {
-        ibv_raise_detail("rdma_create_qp", EEXIST, "rdma_create_qp failed: this CMID "
+        ibp_raise_detail("rdma_create_qp", EEXIST, "rdma_create_qp failed: this CMID "
                          "already has a QP");
         goto done;
     }
@@ -713,7 +674,7 @@ PyObject *ibv_hand_CMID_create_qp(PyObject *op, PyObject *args, PyObject *kwargs
     errno = 0;
     int rc = rdma_create_qp(id, PD_PTR(pd), &c);
     if (rc != 0) {
-        ibv_raise("rdma_create_qp", ibv_error_code(rc));
+        ibp_raise("rdma_create_qp", ibp_error_code(rc));
         goto done;
     }
     result = QP_wrap(id->qp, pd, attr->ref_send_cq, attr->ref_recv_cq, attr->ref_srq);
@@ -732,11 +693,11 @@ done:
     return result;
 }
 
-PyObject *ibv_hand_CMID_destroy_qp(PyObject *op, PyObject *unused)
+PyObject *ibp_hand_CMID_destroy_qp(PyObject *op, PyObject *unused)
 {
     struct CMIDObject *self = (struct CMIDObject *)op;
     (void)unused;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     cmid_sync_qp(self);
     if (self->qp == NULL)
@@ -751,37 +712,37 @@ PyObject *ibv_hand_CMID_destroy_qp(PyObject *op, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-PyObject *ibv_hand_CMID_migrate(PyObject *op, PyObject *arg)
+PyObject *ibp_hand_CMID_migrate(PyObject *op, PyObject *arg)
 {
     struct CMIDObject *self = (struct CMIDObject *)op;
     PyObject *channel;
-    if (ibv_conv_handle(arg, "channel", EventChannel_Type, 0, &channel) < 0)
+    if (ibp_conv_handle(arg, "channel", EventChannel_Type, 0, &channel) < 0)
         return NULL;
     struct rdma_cm_id *id = cm_enter(op);
     if (id == NULL)
         return NULL;
     /* The target channel is in use too while the GIL is released: its
      * close() from another thread must wait (EBUSY). */
-    ibv_busy_enter(channel);
+    ibp_busy_enter(channel);
     int rc;
     Py_BEGIN_ALLOW_THREADS
     errno = 0;
     rc = rdma_migrate_id(id, CHANNEL_PTR(channel));
     Py_END_ALLOW_THREADS
-    ibv_busy_leave(channel);
+    ibp_busy_leave(channel);
     cm_leave(op);
     if (rc != 0)
-        return ibv_raise("rdma_migrate_id", ibv_error_code(rc));
+        return ibp_raise("rdma_migrate_id", ibp_error_code(rc));
     if (channel != self->channel) {
-        IBV_HANDLE(channel)->live_children++;
-        IBV_HANDLE(self->channel)->live_children--;
+        IBP_HANDLE(channel)->live_children++;
+        IBP_HANDLE(self->channel)->live_children--;
         Py_INCREF(channel);
         Py_XSETREF(self->channel, channel);
     }
     Py_RETURN_NONE;
 }
 
-PyObject *ibv_hand_CMID_set_option(PyObject *self, PyObject *args, PyObject *kwargs)
+PyObject *ibp_hand_CMID_set_option(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *keywords[] = {"optname", "value", NULL};
     int optname;
@@ -800,7 +761,7 @@ PyObject *ibv_hand_CMID_set_option(PyObject *self, PyObject *args, PyObject *kwa
     switch (optname) {
     case RDMA_OPTION_ID_TOS:
     case RDMA_OPTION_ID_ACK_TIMEOUT:
-        if (ibv_conv_signed(value_obj, "value", 0,
+        if (ibp_conv_signed(value_obj, "value", 0,
                             optname == RDMA_OPTION_ID_TOS ? UINT8_MAX : 31, &v) < 0)
             return NULL;
         u8 = (uint8_t)v;
@@ -828,11 +789,11 @@ PyObject *ibv_hand_CMID_set_option(PyObject *self, PyObject *args, PyObject *kwa
     int rc = rdma_set_option(id, RDMA_OPTION_ID, optname, optval, optlen);
     cm_leave(self);
     if (rc != 0)
-        return ibv_raise("rdma_set_option", ibv_error_code(rc));
+        return ibp_raise("rdma_set_option", ibp_error_code(rc));
     Py_RETURN_NONE;
 }
 
-PyObject *ibv_hand_CMID__ports(PyObject *self, PyObject *unused)
+PyObject *ibp_hand_CMID__ports(PyObject *self, PyObject *unused)
 {
     (void)unused;
     struct rdma_cm_id *id = cm_enter(self);
@@ -848,7 +809,7 @@ PyObject *ibv_hand_CMID__ports(PyObject *self, PyObject *unused)
 static PyObject *CMID_get_closed(PyObject *op, void *closure)
 {
     (void)closure;
-    return PyBool_FromLong(IBV_HANDLE(op)->ptr == NULL);
+    return PyBool_FromLong(IBP_HANDLE(op)->ptr == NULL);
 }
 
 static PyObject *CMID_get_channel(PyObject *op, void *closure)
@@ -862,7 +823,7 @@ static PyObject *CMID_get_qp(PyObject *op, void *closure)
 {
     struct CMIDObject *self = (struct CMIDObject *)op;
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     cmid_sync_qp(self);
     return Py_NewRef(self->qp ? self->qp : Py_None);
@@ -872,7 +833,7 @@ static PyObject *CMID_get_pd(PyObject *op, void *closure)
 {
     struct CMIDObject *self = (struct CMIDObject *)op;
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     cmid_sync_qp(self);
     if (self->qp == NULL)
@@ -884,12 +845,12 @@ static PyObject *CMID_get_context(PyObject *op, void *closure)
 {
     struct CMIDObject *self = (struct CMIDObject *)op;
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     struct ibv_context *verbs = CMID_PTR(op)->verbs;
     if (verbs == NULL)
         Py_RETURN_NONE;     /* not bound to a device yet */
-    if (self->context != NULL && IBV_HANDLE(self->context)->ptr == verbs)
+    if (self->context != NULL && IBP_HANDLE(self->context)->ptr == verbs)
         return Py_NewRef(self->context);
     /* librdmacm's context, wrapped as a borrowed Context: usable like any
      * other (alloc_pd, create_cq, ...), never closed by us. */
@@ -903,7 +864,7 @@ static PyObject *CMID_get_context(PyObject *op, void *closure)
 static PyObject *CMID_get_port_num(PyObject *op, void *closure)
 {
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     return PyLong_FromLong(CMID_PTR(op)->port_num);
 }
@@ -911,7 +872,7 @@ static PyObject *CMID_get_port_num(PyObject *op, void *closure)
 static PyObject *CMID_get_ps(PyObject *op, void *closure)
 {
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     return PyLong_FromLong((long)CMID_PTR(op)->ps);
 }
@@ -919,7 +880,7 @@ static PyObject *CMID_get_ps(PyObject *op, void *closure)
 static PyObject *CMID_get_local_addr(PyObject *op, void *closure)
 {
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     return addr_to_py(rdma_get_local_addr(CMID_PTR(op)));
 }
@@ -927,7 +888,7 @@ static PyObject *CMID_get_local_addr(PyObject *op, void *closure)
 static PyObject *CMID_get_peer_addr(PyObject *op, void *closure)
 {
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     return addr_to_py(rdma_get_peer_addr(CMID_PTR(op)));
 }
@@ -957,7 +918,7 @@ static PyObject *CMID_open_count_get(PyObject *cls, PyObject *unused)
 static PyObject *cm_handle_enter(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     return Py_NewRef(op);
 }
@@ -992,9 +953,9 @@ static PyObject *cm_no_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 
 static PyObject *CMID_repr(PyObject *op)
 {
-    if (IBV_HANDLE(op)->ptr == NULL)
+    if (IBP_HANDLE(op)->ptr == NULL)
         return PyUnicode_FromString("<ibverbs.CMID closed>");
-    return PyUnicode_FromFormat("<ibverbs.CMID at %p>", IBV_HANDLE(op)->ptr);
+    return PyUnicode_FromFormat("<ibverbs.CMID at %p>", IBP_HANDLE(op)->ptr);
 }
 
 static PyType_Slot CMID_slots[] = {
@@ -1016,7 +977,7 @@ static PyType_Spec CMID_spec = {
 
 static PyObject *EventChannel_wrap(struct rdma_event_channel *channel)
 {
-    PyObject *op = ibv_handle_new(EventChannel_Type, channel, NULL, NULL, 0);
+    PyObject *op = ibp_handle_new(EventChannel_Type, channel, NULL, NULL, 0);
     if (op == NULL) {
         rdma_destroy_event_channel(channel);
         return NULL;
@@ -1027,19 +988,19 @@ static PyObject *EventChannel_wrap(struct rdma_event_channel *channel)
 
 static void EventChannel_destroy(PyObject *op)
 {
-    if (!ibv_handle_foreign(op))
+    if (!ibp_handle_foreign(op))
         rdma_destroy_event_channel(CHANNEL_PTR(op));   /* returns nothing */
-    IBV_HANDLE(op)->ptr = NULL;
+    IBP_HANDLE(op)->ptr = NULL;
     EventChannel_open_count--;
-    ibv_handle_closed(op);
+    ibp_handle_closed(op);
 }
 
 static PyObject *EventChannel_close(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    if (IBV_HANDLE(op)->ptr == NULL)
+    if (IBP_HANDLE(op)->ptr == NULL)
         Py_RETURN_NONE;
-    if (ibv_check_closable(op, "rdma_destroy_event_channel") < 0)
+    if (ibp_check_closable(op, "rdma_destroy_event_channel") < 0)
         return NULL;
     EventChannel_destroy(op);
     Py_RETURN_NONE;
@@ -1049,14 +1010,14 @@ static void EventChannel_dealloc(PyObject *op)
 {
     PyTypeObject *type = Py_TYPE(op);
     /* Its CMIDs hold references to it, so none is open. */
-    if (IBV_HANDLE(op)->ptr != NULL)
+    if (IBP_HANDLE(op)->ptr != NULL)
         EventChannel_destroy(op);
     freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
     tp_free(op);
     Py_DECREF(type);
 }
 
-PyObject *ibv_hand_EventChannel_create_id(PyObject *self, PyObject *args, PyObject *kwargs)
+PyObject *ibp_hand_EventChannel_create_id(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *keywords[] = {"ps", NULL};
     int ps = RDMA_PS_TCP;
@@ -1073,7 +1034,7 @@ PyObject *ibv_hand_EventChannel_create_id(PyObject *self, PyObject *args, PyObje
     int rc = rdma_create_id(channel, &id, NULL, (enum rdma_port_space)ps);
     cm_leave(self);
     if (rc != 0)
-        return ibv_raise("rdma_create_id", ibv_error_code(rc));
+        return ibp_raise("rdma_create_id", ibp_error_code(rc));
     return CMID_wrap(id, self);
 }
 
@@ -1087,7 +1048,7 @@ static int is_conn_event(enum rdma_cm_event_type type)
            type == RDMA_CM_EVENT_ESTABLISHED;
 }
 
-PyObject *ibv_hand_EventChannel_get_cm_event(PyObject *self, PyObject *unused)
+PyObject *ibp_hand_EventChannel_get_cm_event(PyObject *self, PyObject *unused)
 {
     (void)unused;
     if (make_event == NULL) {
@@ -1154,20 +1115,20 @@ PyObject *ibv_hand_EventChannel_get_cm_event(PyObject *self, PyObject *unused)
     cm_leave(self);
     cm_qps_release(held_qps);
     if (rc != 0)
-        return ibv_raise("rdma_get_cm_event", ibv_error_code(err ? err : rc));
+        return ibp_raise("rdma_get_cm_event", ibp_error_code(err ? err : rc));
     PyObject *id_obj = NULL, *listen_obj = NULL, *data_obj = NULL, *param = NULL;
     PyObject *result = NULL;
     if (type == RDMA_CM_EVENT_CONNECT_REQUEST) {
         /* A new ID for the incoming connection, on the listener's channel. */
         id_obj = CMID_wrap(id, self);
     } else {
-        id_obj = ibv_registry_get(id);
+        id_obj = ibp_registry_get(id);
         if (id_obj == NULL)
             id_obj = Py_NewRef(Py_None);
     }
     if (id_obj == NULL)
         goto done;
-    listen_obj = listen_id ? ibv_registry_get(listen_id) : NULL;
+    listen_obj = listen_id ? ibp_registry_get(listen_id) : NULL;
     if (listen_obj == NULL)
         listen_obj = Py_NewRef(Py_None);
     if (data_len >= 0)
@@ -1201,7 +1162,7 @@ PyObject *ibv_hand_EventChannel_get_cm_event(PyObject *self, PyObject *unused)
                                    listen_obj, data_obj, param ? param : Py_None);
     if (result != NULL && ack_rc != 0) {
         Py_CLEAR(result);
-        ibv_raise("rdma_ack_cm_event", ibv_error_code(err ? err : ack_rc));
+        ibp_raise("rdma_ack_cm_event", ibp_error_code(err ? err : ack_rc));
     }
 done:
     Py_XDECREF(id_obj);
@@ -1214,13 +1175,13 @@ done:
 static PyObject *EventChannel_get_closed(PyObject *op, void *closure)
 {
     (void)closure;
-    return PyBool_FromLong(IBV_HANDLE(op)->ptr == NULL);
+    return PyBool_FromLong(IBP_HANDLE(op)->ptr == NULL);
 }
 
 static PyObject *EventChannel_get_fd(PyObject *op, void *closure)
 {
     (void)closure;
-    if (ibv_check_open(op) < 0)
+    if (ibp_check_open(op) < 0)
         return NULL;
     return PyLong_FromLong(CHANNEL_PTR(op)->fd);
 }
@@ -1260,7 +1221,7 @@ static PyMethodDef EventChannel_methods[] = {
 
 static PyObject *EventChannel_repr(PyObject *op)
 {
-    if (IBV_HANDLE(op)->ptr == NULL)
+    if (IBP_HANDLE(op)->ptr == NULL)
         return PyUnicode_FromString("<ibverbs.EventChannel closed>");
     return PyUnicode_FromFormat("<ibverbs.EventChannel fd=%d>", CHANNEL_PTR(op)->fd);
 }
@@ -1282,7 +1243,7 @@ static PyType_Spec EventChannel_spec = {
 
 /* ---- module functions ---------------------------------------------------------------- */
 
-PyObject *ibv_hand_module_create_event_channel(PyObject *module, PyObject *unused)
+PyObject *ibp_hand_module_create_event_channel(PyObject *module, PyObject *unused)
 {
     (void)module;
     (void)unused;
@@ -1291,21 +1252,21 @@ PyObject *ibv_hand_module_create_event_channel(PyObject *module, PyObject *unuse
     errno = 0;
     struct rdma_event_channel *channel = rdma_create_event_channel();
     if (channel == NULL)
-        return ibv_raise("rdma_create_event_channel", ibv_error_code(0));
+        return ibp_raise("rdma_create_event_channel", ibp_error_code(0));
     return EventChannel_wrap(channel);
 }
 
-PyObject *ibv_hand_module_cm_event_str(PyObject *module, PyObject *arg)
+PyObject *ibp_hand_module_cm_event_str(PyObject *module, PyObject *arg)
 {
     (void)module;
     int64_t value;
-    if (ibv_conv_signed(arg, "event", INT32_MIN, INT32_MAX, &value) < 0 || rdmacm_load() < 0)
+    if (ibp_conv_signed(arg, "event", INT32_MIN, INT32_MAX, &value) < 0 || rdmacm_load() < 0)
         return NULL;
     const char *text = rdma_event_str((enum rdma_cm_event_type)value);
     return PyUnicode_FromString(text ? text : "");
 }
 
-PyObject *ibv_hand_module__rdmacm_available(PyObject *module, PyObject *unused)
+PyObject *ibp_hand_module__rdmacm_available(PyObject *module, PyObject *unused)
 {
     (void)module;
     (void)unused;
@@ -1331,11 +1292,13 @@ static PyObject *module_set_cmid_class(PyObject *module, PyObject *cls)
 static PyMethodDef rdmacm_functions[] = {
     {"_set_cmid_class", module_set_cmid_class, METH_O,
      "_set_cmid_class($module, cls, /)\n--\n\nThe class of the CMIDs made from now on (ibverbs.CMID)."},
+    {"_has_rdmacm", ibp_hand_module__rdmacm_available, METH_NOARGS,
+     "_has_rdmacm($module, /)\n--\n\nWhether librdmacm.so.1 can be loaded (it is, on first use)."},
     RDMACM_GENERATED_FUNCTIONS
     {NULL, NULL, 0, NULL},
 };
 
-int ibv_rdmacm_init(PyObject *module)
+int ibp_rdmacm_init(PyObject *module)
 {
     struct { PyTypeObject **type; PyType_Spec *spec; const char *name; } types[] = {
         {&EventChannel_Type, &EventChannel_spec, "EventChannel"},

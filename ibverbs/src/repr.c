@@ -1,7 +1,7 @@
 /* repr() and _asdict() for the generated struct classes. */
 #include "common.h"
 
-PyObject *ibv_asdict_fields(PyObject *obj, const char *const *names)
+PyObject *ibp_asdict_fields(PyObject *obj, const char *const *names)
 {
     PyObject *dict = PyDict_New();
     if (dict == NULL)
@@ -18,7 +18,7 @@ PyObject *ibv_asdict_fields(PyObject *obj, const char *const *names)
     return dict;
 }
 
-PyObject *ibv_repr_fields(PyObject *obj, const char *const *names)
+PyObject *ibp_repr_fields(PyObject *obj, const char *const *names)
 {
     PyObject *parts = PyList_New(0);
     if (parts == NULL)
@@ -43,7 +43,7 @@ PyObject *ibv_repr_fields(PyObject *obj, const char *const *names)
     Py_DECREF(sep);
     if (joined == NULL)
         goto done;
-    result = PyUnicode_FromFormat("%s(%U)", ibv_type_name(obj), joined);
+    result = PyUnicode_FromFormat("%s(%U)", ibp_type_name(obj), joined);
     Py_DECREF(joined);
 done:
     Py_DECREF(parts);

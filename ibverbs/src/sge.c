@@ -19,7 +19,7 @@ static int sge_set(SGEObject *self, PyObject *target, PyObject *length_obj,
     uint64_t length, lkey = 0, base, offset = 0;
     if (offset_obj != NULL) {
         int64_t off;
-        if (ibv_conv_signed(offset_obj, "offset", INT64_MIN, INT64_MAX, &off) < 0)
+        if (ibp_conv_signed(offset_obj, "offset", INT64_MIN, INT64_MAX, &off) < 0)
             return -1;
         if (off < 0) {
             PyErr_Format(PyExc_ValueError, "offset must be non-negative, got %lld",
@@ -42,7 +42,7 @@ static int sge_set(SGEObject *self, PyObject *target, PyObject *length_obj,
             if (v == -1 && PyErr_Occurred())
                 return -1;
         }
-        if (ibv_conv_signed(length_obj, "length", 0, INT64_MAX, &len) < 0)
+        if (ibp_conv_signed(length_obj, "length", 0, INT64_MAX, &len) < 0)
             return -1;
         if ((uint64_t)len > UINT32_MAX) {
             PyErr_Format(PyExc_ValueError,
@@ -53,7 +53,7 @@ static int sge_set(SGEObject *self, PyObject *target, PyObject *length_obj,
         length = (uint64_t)len;
     }
     if (PyObject_TypeCheck(target, MR_Type)) {
-        if (ibv_check_open(target) < 0)
+        if (ibp_check_open(target) < 0)
             return -1;
         struct ibv_mr *mr = MR_PTR(target);
         if (offset > mr->length || length > mr->length - offset) {
@@ -66,7 +66,7 @@ static int sge_set(SGEObject *self, PyObject *target, PyObject *length_obj,
         base = (uintptr_t)mr->addr;
         lkey = lkey_obj != NULL && lkey_obj != Py_None ? 0 : mr->lkey;
         if (lkey_obj != NULL && lkey_obj != Py_None &&
-            ibv_conv_unsigned(lkey_obj, "lkey", UINT32_MAX, &lkey) < 0)
+            ibp_conv_unsigned(lkey_obj, "lkey", UINT32_MAX, &lkey) < 0)
             return -1;
         Py_INCREF(target);
         Py_XSETREF(self->owner, target);
@@ -110,10 +110,10 @@ static PyObject *SGE_repr(PyObject *op)
     return PyUnicode_FromString(buf);
 }
 
-int ibv_sge_from_py(PyObject *obj, struct ibv_sge *out)
+int ibp_sge_from_py(PyObject *obj, struct ibv_sge *out)
 {
     if (!PyObject_TypeCheck(obj, SGE_Type)) {
-        PyErr_Format(PyExc_TypeError, "expected an SGE, not %s", ibv_type_name(obj));
+        PyErr_Format(PyExc_TypeError, "expected an SGE, not %s", ibp_type_name(obj));
         return -1;
     }
     *out = ((SGEObject *)obj)->sge;
@@ -125,13 +125,13 @@ static struct argspec MR_sge_args = {"sge", 0, MR_sge_names, NULL, 0};
 
 /* MR.sge(length=None, offset=0): SGE(mr, length, None, offset), made
  * directly (no argument tuple, no type call). */
-PyObject *ibv_hand_MR_sge(PyObject *self, PyObject *args, PyObject *kwargs)
+PyObject *ibp_hand_MR_sge(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *v[2];
     if (ibp_parse_args(&MR_sge_args, args, kwargs, v) < 0)
         return NULL;
     PyObject *length = v[0] ? v[0] : Py_None, *offset = v[1];
-    if (ibv_check_open(self) < 0)
+    if (ibp_check_open(self) < 0)
         return NULL;
     PyObject *offset_obj = offset ? Py_NewRef(offset) : PyLong_FromLong(0);
     if (offset_obj == NULL)
@@ -140,8 +140,8 @@ PyObject *ibv_hand_MR_sge(PyObject *self, PyObject *args, PyObject *kwargs)
     if (length == Py_None) {
         int64_t off;
         /* the offset's __index__ may have closed the MR */
-        if (ibv_conv_signed(offset_obj, "offset", INT64_MIN, INT64_MAX, &off) < 0 ||
-            ibv_check_open(self) < 0) {
+        if (ibp_conv_signed(offset_obj, "offset", INT64_MIN, INT64_MAX, &off) < 0 ||
+            ibp_check_open(self) < 0) {
             Py_DECREF(offset_obj);
             return NULL;
         }

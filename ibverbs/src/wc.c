@@ -89,7 +89,7 @@ static PyObject *WC_raise_for_status(PyObject *op, PyObject *unused)
     (void)unused;
     if (((WCObject *)op)->wc.status == IBV_WC_SUCCESS)
         Py_RETURN_NONE;
-    return ibv_raise_completion(op);
+    return ibp_raise_completion(op);
 }
 
 static PyObject *WC_repr(PyObject *op)
@@ -102,10 +102,10 @@ static PyObject *WC_repr(PyObject *op)
                                 wc->byte_len, wc->qp_num, wc->wc_flags);
 }
 
-int ibv_wc_to_c(PyObject *obj, struct ibv_wc *out)
+int ibp_wc_to_c(PyObject *obj, struct ibv_wc *out)
 {
     if (!PyObject_TypeCheck(obj, WC_Type)) {
-        PyErr_Format(PyExc_TypeError, "wc must be a WC, not %s", ibv_type_name(obj));
+        PyErr_Format(PyExc_TypeError, "wc must be a WC, not %s", ibp_type_name(obj));
         return -1;
     }
     *out = ((WCObject *)obj)->wc;
@@ -138,7 +138,7 @@ static int num_entries_arg(PyObject *arg, int *out)
             PyErr_Clear();   /* too big for a long: the general path says so */
     }
     uint64_t num;
-    if (ibv_conv_unsigned(arg, "num_entries", INT32_MAX, &num) < 0)
+    if (ibp_conv_unsigned(arg, "num_entries", INT32_MAX, &num) < 0)
         return -1;
     if (num == 0) {
         PyErr_SetString(PyExc_ValueError, "num_entries must be positive");
@@ -219,7 +219,7 @@ static PyObject *poll_result(const struct ibv_wc *wcs, int n)
 
 /* poll and poll_into keep the GIL: ibv_poll_cq never blocks and costs tens
  * of nanoseconds, less than releasing and retaking the GIL. */
-PyObject *ibv_hand_CQ_poll(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+PyObject *ibp_hand_CQ_poll(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                            PyObject *kwnames)
 {
     int num;
@@ -230,7 +230,7 @@ PyObject *ibv_hand_CQ_poll(PyObject *self, PyObject *const *args, Py_ssize_t nar
     /* Converted first: an __index__ may close the CQ. */
     if (num_entries_arg(arg, &num) < 0)
         return NULL;
-    if (ibv_check_open(self) < 0 || ibv_cq_check_not_polling(self) < 0)
+    if (ibp_check_open(self) < 0 || ibp_cq_check_not_polling(self) < 0)
         return NULL;
     /* More than the CQ holds cannot come back: no larger buffer. */
     if (num > CQ_PTR(self)->cqe && CQ_PTR(self)->cqe > 0)
@@ -243,7 +243,7 @@ PyObject *ibv_hand_CQ_poll(PyObject *self, PyObject *const *args, Py_ssize_t nar
     int n = ibv_poll_cq(CQ_PTR(self), num, wcs);
     PyObject *list = NULL;
     if (n < 0) {
-        ibv_raise("ibv_poll_cq", ibv_error_code(n));
+        ibp_raise("ibv_poll_cq", ibp_error_code(n));
         goto done;
     }
     list = poll_result(wcs, n);

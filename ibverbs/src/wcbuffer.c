@@ -21,7 +21,7 @@ static PyObject *WCBuffer_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O$p:WCBuffer", kwlist, &cap_obj,
                                      &raise_on_error))
         return NULL;
-    if (cap_obj != NULL && ibv_conv_unsigned(cap_obj, "capacity", WCBUF_MAX, &cap) < 0)
+    if (cap_obj != NULL && ibp_conv_unsigned(cap_obj, "capacity", WCBUF_MAX, &cap) < 0)
         return NULL;
     if (cap == 0) {
         PyErr_SetString(PyExc_ValueError, "capacity must be positive");
@@ -72,7 +72,7 @@ static int wcbuf_check(WCBufferObject *b)
             PyObject *wc = ibp_wc_new(&b->wc[i]);
             if (wc == NULL)
                 return -1;
-            ibv_raise_completion(wc);
+            ibp_raise_completion(wc);
             Py_DECREF(wc);
             return -1;
         }
@@ -99,7 +99,7 @@ static PyObject *WCBuffer_count_opcode(PyObject *op, PyObject *arg)
     if (arg == last_arg) {
         opcode = last_opcode;
     } else {
-        if (ibv_conv_unsigned(arg, "opcode", UINT32_MAX, &opcode) < 0)
+        if (ibp_conv_unsigned(arg, "opcode", UINT32_MAX, &opcode) < 0)
             return NULL;
         if (PyLong_Check(arg)) {
             Py_XSETREF(last_arg, Py_NewRef(arg));
@@ -165,19 +165,19 @@ static PyObject *WCBuffer_repr(PyObject *op)
                                 b->raise_on_error ? ", raise_on_error=True" : "", b->count);
 }
 
-PyObject *ibv_hand_CQ_poll_into(PyObject *self, PyObject *arg)
+PyObject *ibp_hand_CQ_poll_into(PyObject *self, PyObject *arg)
 {
-    if (ibv_check_open(self) < 0 || ibv_cq_check_not_polling(self) < 0)
+    if (ibp_check_open(self) < 0 || ibp_cq_check_not_polling(self) < 0)
         return NULL;
     if (!Py_IS_TYPE(arg, WCBuffer_Type)) {
-        PyErr_Format(PyExc_TypeError, "poll_into needs a WCBuffer, not %s", ibv_type_name(arg));
+        PyErr_Format(PyExc_TypeError, "poll_into needs a WCBuffer, not %s", ibp_type_name(arg));
         return NULL;
     }
     WCBufferObject *b = (WCBufferObject *)arg;
     int n = ibv_poll_cq(CQ_PTR(self), b->capacity, b->wc);
     if (n < 0) {
         b->count = 0;
-        return ibv_raise("ibv_poll_cq", ibv_error_code(n));
+        return ibp_raise("ibv_poll_cq", ibp_error_code(n));
     }
     b->count = n;
     if (b->raise_on_error && n > 0 && wcbuf_check(b) < 0)

@@ -50,7 +50,7 @@ static int set_sg_list(PyObject **slot, PyObject *value, int copy)
     for (Py_ssize_t i = 0; i < n; i++) {
         if (!PyObject_TypeCheck(PyList_GetItem(list, i), SGE_Type)) {
             PyErr_Format(PyExc_TypeError, "sg_list[%zd] must be an SGE, not %s", i,
-                         ibv_type_name(PyList_GetItem(list, i)));
+                         ibp_type_name(PyList_GetItem(list, i)));
             Py_DECREF(list);
             return -1;
         }
@@ -117,7 +117,7 @@ int ibp_wr_seq_init(struct wr_seq *s, PyObject *arg, PyTypeObject *type, const c
         PyObject *iter = PyObject_GetIter(arg);     /* iterated once, here */
         if (iter == NULL) {
             PyErr_Format(PyExc_TypeError, "expected a %s or an iterable of them, not %s", what,
-                         ibv_type_name(arg));
+                         ibp_type_name(arg));
             return -1;
         }
         s->owned = s->seq = PySequence_Tuple(iter);
@@ -130,7 +130,7 @@ int ibp_wr_seq_init(struct wr_seq *s, PyObject *arg, PyTypeObject *type, const c
         PyObject *item = ibp_wr_seq_item(s, i);
         if (!PyObject_TypeCheck(item, type)) {
             PyErr_Format(PyExc_TypeError, "item %zd must be a %s, not %s", i, what,
-                         ibv_type_name(item));
+                         ibp_type_name(item));
             ibp_wr_seq_done(s);
             return -1;
         }
@@ -167,7 +167,7 @@ int ibp_check_inline_sges(const struct ibv_send_wr *wr)
     if (!(wr->send_flags & IBV_SEND_INLINE))
         return 0;
     for (int i = 0; i < wr->num_sge; i++)
-        if (ibv_check_readable(wr->sg_list[i].addr, wr->sg_list[i].length,
+        if (ibp_check_readable(wr->sg_list[i].addr, wr->sg_list[i].length,
                                "inline data of an SGE") < 0)
             return -1;
     return 0;
@@ -233,7 +233,7 @@ int ibp_send_wr_fill(SendWRObject *w, PyObject *sg_list, struct ibv_send_wr *wr)
             return -1;
         }
         struct MWBindInfoObject *info = (struct MWBindInfoObject *)w->bind_info;
-        if (ibv_check_open(w->mw) < 0 || MWBindInfo_prepare(info) < 0)
+        if (ibp_check_open(w->mw) < 0 || MWBindInfo_prepare(info) < 0)
             return -1;
         wr->bind_mw.mw = MW_PTR(w->mw);
         wr->bind_mw.rkey = w->rkey;
@@ -242,7 +242,7 @@ int ibp_send_wr_fill(SendWRObject *w, PyObject *sg_list, struct ibv_send_wr *wr)
     }
     /* whether the AH is still open is the post's to check, every time */
     if (w->ah != NULL) {
-        if (ibv_check_open(w->ah) < 0)
+        if (ibp_check_open(w->ah) < 0)
             return -1;
         wr->wr.ud.ah = AH_PTR(w->ah);
     }
@@ -258,7 +258,7 @@ int ibp_recv_wr_fill(const RecvWRObject *w, PyObject *sg_list, struct ibv_recv_w
 
 PyObject *ibp_post_failed(const char *verb, int rc, Py_ssize_t index, uint64_t wr_id)
 {
-    return ibv_raise_detail(verb, rc, "%s failed: %s (work request %zd, wr_id=%llu)",
+    return ibp_raise_detail(verb, rc, "%s failed: %s (work request %zd, wr_id=%llu)",
                             verb, strerror(rc), index, (unsigned long long)wr_id);
 }
 

@@ -1,7 +1,7 @@
 """Bad input without a device: every integer out of range, every wrong type.
 
 The generated C is the source of truth for what each argument accepts: each
-integer goes through ibv_conv_unsigned/ibv_conv_signed with the bounds of
+integer goes through ibp_conv_unsigned/ibp_conv_signed with the bounds of
 its C type, so the tests read generated/*.c.h to find, for every generated
 function, method and struct field, its arguments and their bounds, and try
 one below and one above (and far beyond 64 bits) for each: ValueError
@@ -55,21 +55,21 @@ _KWLIST = re.compile(r"static char \*kwlist\[\] = \{(.*?)NULL\};")
 
 
 def _param(name: str, body: str) -> Param:
-    m = re.search(r'ibv_conv_unsigned\(%s_obj, "\w+", (\w+), ' % name, body)
+    m = re.search(r'ibp_conv_unsigned\(%s_obj, "\w+", (\w+), ' % name, body)
     if m:
         return Param(name, "int", 0, _const(m.group(1)))
-    m = re.search(r'ibv_conv_signed\(%s_obj, "\w+", (-?\w+), (\w+), ' % name, body)
+    m = re.search(r'ibp_conv_signed\(%s_obj, "\w+", (-?\w+), (\w+), ' % name, body)
     if m:
         return Param(name, "int", _const(m.group(1)), _const(m.group(2)))
-    m = re.search(r'ibv_conv_handle\(%s_obj, "\w+", (\w+)_Type, ([01]),' % name, body)
+    m = re.search(r'ibp_conv_handle\(%s_obj, "\w+", (\w+)_Type, ([01]),' % name, body)
     if m:
         return Param(name, "handle", type=m.group(1), none_ok=m.group(2) == "1")
     m = re.search(r"PyObject_TypeCheck\(%s_obj, (\w+)_Type\)" % name, body)
     if m:
         return Param(name, "struct", type=m.group(1))
-    if re.search(r"ibv_wc_to_c\(%s_obj," % name, body):
+    if re.search(r"ibp_wc_to_c\(%s_obj," % name, body):
         return Param(name, "wc")
-    if re.search(r"ibv_conv_gid\(%s_obj," % name, body):
+    if re.search(r"ibp_conv_gid\(%s_obj," % name, body):
         return Param(name, "gid")
     m = re.search(r"(\w+) = PyBytes_FromObject\(%s_obj\);.*?PyBytes_Size\(\1\) != (\d+)" % name,
                   body, re.S)
@@ -89,7 +89,7 @@ def generated_functions(filename: str) -> Dict[str, List[Param]]:
         if kw is not None:
             names = re.findall(r'"(\w+)"', kw.group(1))
         else:   # parsed by hand (**fields): the arguments it converts
-            names = list(dict.fromkeys(re.findall(r"ibv_conv_\w+\((\w+)_obj,", body)))
+            names = list(dict.fromkeys(re.findall(r"ibp_conv_\w+\((\w+)_obj,", body)))
         if not names:
             continue
         out[cname] = [_param(n, body) for n in names]
@@ -144,12 +144,12 @@ def test_the_parser_sees_every_generated_integer_argument():
     seen = 0
     for f in sorted(GENERATED.glob("*.c.h")):
         text = f.read_text()
-        conversions = len(re.findall(r"ibv_conv_(?:un)?signed\(\w+_obj,", text))
+        conversions = len(re.findall(r"ibp_conv_(?:un)?signed\(\w+_obj,", text))
         params = [p for ps in generated_functions(f.name).values() for p in ps if p.kind == "int"]
         assert len(params) == conversions, f.name
         seen += conversions
     fields = [p for ps in struct_fields().values() for p in ps if p.kind == "int"]
-    assert len(fields) == len(re.findall(r"ibv_conv_(?:un)?signed\(value,",
+    assert len(fields) == len(re.findall(r"ibp_conv_(?:un)?signed\(value,",
                                          (GENERATED / "structs.c.h").read_text()))
     assert seen > 50 and len(fields) > 40
 
