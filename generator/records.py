@@ -34,11 +34,12 @@ DISPLAY = "spec/datapath/records.yaml"
 TOP_KEYS = {"helpers", "records", "types"}
 HELPER_KEYS = {"unsigned", "small_int", "parse", "argspec", "type_name"}
 RECORD_KEYS = {"ctype", "fields", "unions", "small_ints"}
-FIELD_KEYS = {"convert", "too_big", "check", "union", "hand"}
+FIELD_KEYS = {"convert", "check", "union", "hand"}
 TYPE_KEYS = {"doc", "storage", "refs", "state", "changed", "init", "repr", "attributes",
              "methods", "guard", "union", "clear", "new", "basetype", "gc", "dealloc",
              "getattro", "sequence", "field_methods", "readonly"}
-ATTR_KEYS = {"field", "readonly", "ref", "hand", "slot", "flag", "check", "prepared", "doc"}
+ATTR_KEYS = {"field", "readonly", "ref", "hand", "slot", "flag", "check", "prepared", "doc",
+             "too_big"}
 METHOD_KEYS = {"function", "flags", "doc"}
 FLAGS = {"METH_O", "METH_NOARGS"}
 UNSIGNED_MAX = {1: "UINT8_MAX", 2: "UINT16_MAX", 4: "UINT32_MAX", 8: "UINT64_MAX"}
@@ -66,7 +67,6 @@ class Converter:
     to_py: str             # ulonglong | ulong | long (PyLong_From...)
     be32: bool = False
     small_int: bool = False
-    too_big: Optional[str] = None
     bits: int = 64
     # check: (valid ranges, message): only values in one of the (lo, hi)
     # ranges pass (the members of the field's enum)
@@ -109,6 +109,9 @@ class Attribute:
     get: Optional[str] = None
     set: Optional[str] = None
     member: Optional[str] = None        # slot/flag: the object's member
+    # ValueError text for an int of 2**bits or more, however large, before
+    # the field's converter (SGE.length says why: split it)
+    too_big: Optional[str] = None
 
     @property
     def writable(self) -> bool:
@@ -311,11 +314,8 @@ def _converter(ir: IR, rec: Record, key: str, name: str, node: Node, small: bool
             raise SpecError(f"{node.where('check')}: {key}.{name}: check needs "
                             f"`members: true` on an enum field")
         check = (_ranges(sorted({m.value for m in enum.members})), str(check["message"]))
-    if node.get("too_big") and t.size >= 8:
-        raise SpecError(f"{node.where('too_big')}: {key}.{name}: too_big on a 64-bit field")
     return Converter(key, name, t.spelling, None if signed else UNSIGNED_MAX[t.size], to_py,
-                     be32=be32, small_int=small, too_big=node.get("too_big"),
-                     bits=t.size * 8, check=check,
+                     be32=be32, small_int=small, bits=t.size * 8, check=check,
                      path=None if union else name,
                      union=[(m, p) for m, p in paths] if union else [],
                      written=bool(node.get("hand")),
@@ -379,9 +379,12 @@ def _attribute(records, name: str, node: Node, where: str, readonly: bool) -> At
                 if c.unsigned_max is None:
                     raise SpecError(f"{where}: {name}: a signed field cannot be written")
                 c.written = True
+        too_big = node.get("too_big")
+        if too_big and (convs[0].bits >= 64 or convs[0].unsigned_max is None):
+            raise SpecError(f"{where}: {name}: too_big needs an unsigned field under 64 bits")
         return Attribute(name, doc, "kinds" if len(convs) == 2 else "field", convs[0],
                          convs[1] if len(convs) == 2 else None, readonly,
-                         node.get("prepared", True), node.get("check"))
+                         node.get("prepared", True), node.get("check"), too_big=too_big)
     if "ref" in node:
         return Attribute(name, doc, "ref", readonly=readonly, ref_type=node["ref"])
     if "flag" in node:
