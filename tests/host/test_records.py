@@ -75,3 +75,17 @@ def test_only_the_converters_convert_data_path_fields():
             assert "ibp_conv_u64(" not in text, path.name
     for path in sorted(SRC.glob("*.c")):
         assert not re.search(r'conv\w*\([^;]*"wr_id"', path.read_text(encoding="utf-8")), path.name
+
+
+def test_a_spec_mistake_is_named_with_its_file_and_line(tmp_path):
+    import pytest
+    pytest.importorskip("clang.cindex", reason="libclang is not installed")
+    from generator import parse, records
+    from generator.spec import SpecError
+    text = (ROOT / "spec" / "datapath" / "records.yaml").read_text(encoding="utf-8")
+    text = text.replace("      lkey: {}\n", "      lkey: {}\n      no_such: {}\n", 1)
+    (tmp_path / "datapath").mkdir()
+    (tmp_path / "datapath" / "records.yaml").write_text(text, encoding="utf-8")
+    with pytest.raises(SpecError, match=r"^spec/datapath/records\.yaml:\d+: "
+                                        r"struct ibv_sge has no member 'no_such'"):
+        records.build(parse.parse(None), str(tmp_path))
