@@ -26,9 +26,12 @@ def _model(args):
 
 
 def _render_all(args):
-    """Every generated file: verbs.h's, then rdma_cma.h's (rdmacm_*)."""
-    from . import rdmacm, render
-    files = render.render(_model(args), TEMPLATE_DIR)
+    """Every generated file: verbs.h's, the data-path types' (records), then
+    rdma_cma.h's (rdmacm_*)."""
+    from . import rdmacm, records, render
+    model = _model(args)
+    files = render.render(model, TEMPLATE_DIR)
+    files.update(records.render(records.build(model.ir, SPEC_DIR), TEMPLATE_DIR))
     files.update(rdmacm.render(rdmacm.load(_prefix(args), SPEC_DIR), TEMPLATE_DIR))
     return files
 

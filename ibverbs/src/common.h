@@ -266,45 +266,37 @@ IBP_HIDDEN int ibp_sge_from_py(PyObject *obj, struct ibv_sge *out);
 /* ---- the data path (datapath.c, sge.c, wr.c, post.c, postlist.c, ---------
  * ----- postlist_entry.c, wc.c, wcbuffer.c, events.c) ----------------------- */
 
-typedef struct {
-    PyObject_HEAD
-    struct ibv_sge sge;
-    PyObject *owner;     /* keeps the registered memory alive */
-} SGEObject;
+/* What the generated converters of generated/records.h call. */
+/* A Python int in [0, max] for a setter (AttributeError for deletion).
+ * Inline: every data-path setter starts with it. */
+static inline int ibp_conv_u64(PyObject *v, const char *name, uint64_t max, uint64_t *out)
+{
+    if (v == NULL) {
+        PyErr_Format(PyExc_AttributeError, "cannot delete %s", name);
+        return -1;
+    }
+    if (PyLong_Check(v)) {
+        /* The common case in one call; anything else (negative, too big)
+         * goes the general way, which words the error. */
+        int overflow;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow == 0 && x >= 0 && (unsigned long long)x <= max) {
+            *out = (uint64_t)x;
+            return 0;
+        }
+        if (x == -1 && PyErr_Occurred())
+            return -1;
+    }
+    return ibp_conv_unsigned(v, name, max, out);
+}
+/* A small int from a cache made once (counts, statuses, opcodes; wc.c). */
+IBP_HIDDEN PyObject *ibp_count_result(long n);
 
-typedef struct {
-    PyObject_HEAD
-    uint64_t wr_id;
-    PyObject *sg_list;     /* list of SGE, or NULL */
-    uint32_t opcode;
-    uint32_t send_flags;
-    uint64_t remote_addr;
-    uint32_t rkey;
-    uint32_t imm_data;     /* host order */
-    uint64_t compare_add;
-    uint64_t swap;
-    PyObject *ah;          /* AH or NULL */
-    uint32_t remote_qpn;
-    uint32_t remote_qkey;
-    uint32_t invalidate_rkey;   /* LOCAL_INV, SEND_WITH_INV */
-    PyObject *mw;          /* BIND_MW: the MW, or NULL */
-    PyObject *bind_info;   /* BIND_MW: an MWBindInfo, or NULL */
-    /* The request as posted, less its SGEs, its AH pointer and next: built
-     * at the first post after a change (every setter clears `ready`) and
-     * copied as is by the posts after it, instead of zeroing 128 bytes and
-     * storing each field again.  Only fields the setters have range-checked
-     * go in; what can change without a setter (the SGE list and its items,
-     * whether the AH, MW or MRs are still open, inline memory) is checked
-     * at every post as before. */
-    int ready;
-    struct ibv_send_wr prepared;
-} SendWRObject;
-
-typedef struct {
-    PyObject_HEAD
-    uint64_t wr_id;
-    PyObject *sg_list;
-} RecvWRObject;
+/* The data-path objects (SGE, SendWR, RecvWR, PostListEntry, WC, WCBuffer,
+ * AsyncEvent) and the converters of the C struct fields they show, from
+ * spec/datapath/records.yaml; their accessors and type shells are each
+ * type's generated/<type>.c.h, included by the type's file. */
+#include "records.h"
 
 struct argspec {
     const char *fname;
@@ -332,12 +324,6 @@ typedef struct {
     void *wrs;                 /* n work requests, then their SGEs (one block) */
     struct pl_entry *entries;
 } PostListObject;
-
-typedef struct {
-    PyObject_HEAD
-    PyObject *list;            /* the PostList */
-    Py_ssize_t index;
-} PostListEntryObject;
 
 #define PL_SEND_WR(pl, i) (&((struct ibv_send_wr *)(pl)->wrs)[i])
 #define PL_RECV_WR(pl, i) (&((struct ibv_recv_wr *)(pl)->wrs)[i])
@@ -428,26 +414,16 @@ static inline PyObject *ibp_one_arg(const char *fname, const char *name,
     return NULL;
 }
 
-/* The data-path types, made at import by ibp_datapath_init (datapath.c). */
+/* The data-path types, made at import by ibp_datapath_init (datapath.c);
+ * all but PostList are declared in generated/records.h. */
 IBP_HIDDEN int ibp_datapath_init(PyObject *module);
-extern IBP_HIDDEN PyTypeObject *SGE_Type;            /* sge.c */
-extern IBP_HIDDEN PyTypeObject *SendWR_Type;         /* wr.c */
-extern IBP_HIDDEN PyTypeObject *RecvWR_Type;         /* wr.c */
 extern IBP_HIDDEN PyTypeObject *PostList_Type;       /* postlist.c */
-extern IBP_HIDDEN PyTypeObject *PostListEntry_Type;  /* postlist_entry.c */
-extern IBP_HIDDEN PyTypeObject *WC_Type;             /* wc.c */
-extern IBP_HIDDEN PyTypeObject *WCBuffer_Type;       /* wcbuffer.c */
-extern IBP_HIDDEN PyTypeObject *AsyncEvent_Type;     /* events.c */
-extern IBP_HIDDEN PyType_Spec SGE_spec, SendWR_spec, RecvWR_spec, PostList_spec,
-    PostListEntry_spec, WC_spec, WCBuffer_spec, AsyncEvent_spec;
+extern IBP_HIDDEN PyType_Spec PostList_spec;
 /* What each file prepares at import before its types are made. */
 IBP_HIDDEN int ibp_sge_init(void);
-IBP_HIDDEN int ibp_wr_init(void);
 IBP_HIDDEN int ibp_wc_init(void);
 
 /* convert.c: what the data-path types' setters and constructors share. */
-/* A Python int in [0, max] for a setter (AttributeError for deletion). */
-IBP_HIDDEN int ibp_conv_u64(PyObject *v, const char *name, uint64_t max, uint64_t *out);
 /* Intern spec's keyword names (once, at import). */
 IBP_HIDDEN int ibp_argspec_init(struct argspec *spec);
 /* Constructor arguments into out[spec->n] (NULL where not given). */
@@ -473,8 +449,6 @@ IBP_HIDDEN PyObject *ibp_postlist_post(PyObject *self, PyObject *list, enum post
 IBP_HIDDEN int ibp_wc_to_c(PyObject *obj, struct ibv_wc *out);
 /* A WC object holding a copy of *wc (from the free list when it can). */
 IBP_HIDDEN PyObject *ibp_wc_new(const struct ibv_wc *wc);
-/* A small int from a cache made once (counts, statuses, opcodes). */
-IBP_HIDDEN PyObject *ibp_count_result(long n);
 
 /* ---- the dlopen'ed libraries (loader.c, module.c, cm.c) ----------------- */
 

@@ -234,27 +234,6 @@ bad:
 
 /* ---- the data-path types' setters and constructors ---------------------- */
 
-int ibp_conv_u64(PyObject *v, const char *name, uint64_t max, uint64_t *out)
-{
-    if (v == NULL) {
-        PyErr_Format(PyExc_AttributeError, "cannot delete %s", name);
-        return -1;
-    }
-    if (PyLong_Check(v)) {
-        /* The common case in one call; anything else (negative, too big)
-         * goes the general way, which words the error. */
-        int overflow;
-        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-        if (overflow == 0 && x >= 0 && (unsigned long long)x <= max) {
-            *out = (uint64_t)x;
-            return 0;
-        }
-        if (x == -1 && PyErr_Occurred())
-            return -1;
-    }
-    return ibp_conv_unsigned(v, name, max, out);
-}
-
 /*
  * Constructor arguments by position or keyword, all optional objects like
  * PyArg_ParseTupleAndKeywords("|OOO...") with its error messages, but

@@ -23,28 +23,22 @@
 
 int ibp_datapath_init(PyObject *module)
 {
-    if (ibp_wc_init() < 0 || ibp_sge_init() < 0 || ibp_wr_init() < 0)
+    if (ibp_wc_init() < 0 || ibp_sge_init() < 0)
         return -1;
-    struct { PyTypeObject **type; PyType_Spec *spec; const char *name; } types[] = {
-        {&SGE_Type, &SGE_spec, "SGE"},
-        {&SendWR_Type, &SendWR_spec, "SendWR"},
-        {&RecvWR_Type, &RecvWR_spec, "RecvWR"},
-        {&WC_Type, &WC_spec, "WC"},
-        {&WCBuffer_Type, &WCBuffer_spec, "WCBuffer"},
-        {&PostList_Type, &PostList_spec, "PostList"},
-        {&PostListEntry_Type, &PostListEntry_spec, "PostListEntry"},
-        {&AsyncEvent_Type, &AsyncEvent_spec, "AsyncEvent"},
-    };
-    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
-        PyObject *type = PyType_FromSpec(types[i].spec);
-        if (type == NULL)
-            return -1;
-        *types[i].type = (PyTypeObject *)type;
-        Py_INCREF(type);
-        if (PyModule_AddObject(module, types[i].name, type) < 0) {
-            Py_DECREF(type);
-            return -1;
-        }
+    if (SGE_type_init(module) < 0 || SendWR_type_init(module) < 0 ||
+        RecvWR_type_init(module) < 0 || WC_type_init(module) < 0 ||
+        WCBuffer_type_init(module) < 0)
+        return -1;
+    PyObject *type = PyType_FromSpec(&PostList_spec);
+    if (type == NULL)
+        return -1;
+    PostList_Type = (PyTypeObject *)type;
+    Py_INCREF(type);
+    if (PyModule_AddObject(module, "PostList", type) < 0) {
+        Py_DECREF(type);
+        return -1;
     }
+    if (PostListEntry_type_init(module) < 0 || AsyncEvent_type_init(module) < 0)
+        return -1;
     return 0;
 }

@@ -4,7 +4,7 @@
 
 #include "objects.h"
 
-PyTypeObject *AsyncEvent_Type;
+#include "asyncevent.c.h"
 
 PyObject *ibp_hand_CQ_req_notify(PyObject *self, PyObject *args, PyObject *kwargs)
 {
@@ -88,30 +88,10 @@ PyObject *ibp_hand_CompChannel_get_cq_event(PyObject *self, PyObject *unused)
 
 /* ==== async events ======================================================= */
 
-typedef struct {
-    PyObject_HEAD
-    struct ibv_async_event event;
-    PyObject *element;   /* the QP, CQ or SRQ named by the event, or NULL */
-    int acked;
-} AsyncEventObject;
-
-static PyObject *AsyncEvent_get_event_type(PyObject *op, void *c)
-{
-    (void)c;
-    return PyLong_FromLong(((AsyncEventObject *)op)->event.event_type);
-}
-
 static PyObject *AsyncEvent_get_event_type_str(PyObject *op, void *c)
 {
     (void)c;
     return PyUnicode_FromString(ibv_event_type_str(((AsyncEventObject *)op)->event.event_type));
-}
-
-static PyObject *AsyncEvent_get_element(PyObject *op, void *c)
-{
-    PyObject *e = ((AsyncEventObject *)op)->element;
-    (void)c;
-    return Py_NewRef(e ? e : Py_None);
 }
 
 static PyObject *AsyncEvent_get_port_num(PyObject *op, void *c)
@@ -132,12 +112,6 @@ static PyObject *AsyncEvent_get_port_num(PyObject *op, void *c)
     }
 }
 
-static PyObject *AsyncEvent_get_acked(PyObject *op, void *c)
-{
-    (void)c;
-    return PyBool_FromLong(((AsyncEventObject *)op)->acked);
-}
-
 static PyObject *AsyncEvent_repr(PyObject *op)
 {
     AsyncEventObject *self = (AsyncEventObject *)op;
@@ -145,48 +119,6 @@ static PyObject *AsyncEvent_repr(PyObject *op)
                                 ibv_event_type_str(self->event.event_type),
                                 self->element ? self->element : Py_None);
 }
-
-static int AsyncEvent_traverse(PyObject *op, visitproc visit, void *arg)
-{
-    Py_VISIT(((AsyncEventObject *)op)->element);
-    return 0;
-}
-
-static int AsyncEvent_clear(PyObject *op)
-{
-    Py_CLEAR(((AsyncEventObject *)op)->element);
-    return 0;
-}
-
-static void AsyncEvent_dealloc(PyObject *op)
-{
-    PyObject_GC_UnTrack(op);
-    AsyncEvent_clear(op);
-    ibp_generic_dealloc(op);
-}
-
-static PyGetSetDef AsyncEvent_getset[] = {
-    {"event_type", AsyncEvent_get_event_type, NULL, "EventType.", NULL},
-    {"event_type_str", AsyncEvent_get_event_type_str, NULL, "ibv_event_type_str().", NULL},
-    {"element", AsyncEvent_get_element, NULL, "The QP, CQ or SRQ concerned (or None).", NULL},
-    {"port_num", AsyncEvent_get_port_num, NULL, "The port, for port events (else None).", NULL},
-    {"acked", AsyncEvent_get_acked, NULL, "True once ack_async_event() was called.", NULL},
-    {NULL, NULL, NULL, NULL, NULL},
-};
-
-static PyType_Slot AsyncEvent_slots[] = {
-    {Py_tp_doc, (void *)"An asynchronous event (Context.get_async_event)."},
-    {Py_tp_dealloc, (void *)AsyncEvent_dealloc},
-    {Py_tp_traverse, (void *)AsyncEvent_traverse},
-    {Py_tp_clear, (void *)AsyncEvent_clear},
-    {Py_tp_repr, (void *)AsyncEvent_repr},
-    {Py_tp_getset, AsyncEvent_getset},
-    {0, NULL},
-};
-
-PyType_Spec AsyncEvent_spec = {"ibverbs.AsyncEvent", sizeof(AsyncEventObject), 0,
-                                      Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-                                      AsyncEvent_slots};
 
 static void *event_element(const struct ibv_async_event *ev)
 {

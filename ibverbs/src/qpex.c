@@ -221,24 +221,20 @@ done:
 }
 
 /* wr_id and wr_flags: fields of struct ibv_qp_ex that the next operation
- * reads. */
+ * reads (converted by generated/records.h, spec/datapath/records.yaml). */
 PyObject *ibp_hand_QPEx_get_wr_id(PyObject *self, void *closure)
 {
     (void)closure;
     struct ibv_qp_ex *qpx = ibp_check_open(self) < 0 ? NULL : qpex_of(self, "wr_id");
-    return qpx ? PyLong_FromUnsignedLongLong(qpx->wr_id) : NULL;
+    return qpx ? ibp_qp_ex_wr_id_to_py(qpx->wr_id) : NULL;
 }
 
 int ibp_hand_QPEx_set_wr_id(PyObject *self, PyObject *value, void *closure)
 {
     uint64_t v;
     (void)closure;
-    if (value == NULL) {
-        PyErr_SetString(PyExc_AttributeError, "cannot delete wr_id");
-        return -1;
-    }
     /* Converted first: the value's __index__ may close the QP. */
-    if (ibp_conv_unsigned(value, "wr_id", UINT64_MAX, &v) < 0 || ibp_check_open(self) < 0)
+    if (ibp_qp_ex_wr_id_from_py(value, &v) < 0 || ibp_check_open(self) < 0)
         return -1;
     struct ibv_qp_ex *qpx = qpex_of(self, "wr_id");
     if (qpx == NULL)
@@ -251,23 +247,19 @@ PyObject *ibp_hand_QPEx_get_wr_flags(PyObject *self, void *closure)
 {
     (void)closure;
     struct ibv_qp_ex *qpx = ibp_check_open(self) < 0 ? NULL : qpex_of(self, "wr_flags");
-    return qpx ? PyLong_FromUnsignedLong(qpx->wr_flags) : NULL;
+    return qpx ? ibp_qp_ex_wr_flags_to_py(qpx->wr_flags) : NULL;
 }
 
 int ibp_hand_QPEx_set_wr_flags(PyObject *self, PyObject *value, void *closure)
 {
-    uint64_t v;
+    unsigned int v;
     (void)closure;
-    if (value == NULL) {
-        PyErr_SetString(PyExc_AttributeError, "cannot delete wr_flags");
-        return -1;
-    }
     /* Converted first: the value's __index__ may close the QP. */
-    if (ibp_conv_unsigned(value, "wr_flags", UINT32_MAX, &v) < 0 || ibp_check_open(self) < 0)
+    if (ibp_qp_ex_wr_flags_from_py(value, &v) < 0 || ibp_check_open(self) < 0)
         return -1;
     struct ibv_qp_ex *qpx = qpex_of(self, "wr_flags");
     if (qpx == NULL)
         return -1;
-    qpx->wr_flags = (unsigned int)v;
+    qpx->wr_flags = v;
     return 0;
 }

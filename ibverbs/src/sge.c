@@ -1,9 +1,13 @@
-/* SGE: one scatter/gather entry, and MR.sge(). */
+/*
+ * SGE: one scatter/gather entry, and MR.sge().  Its accessors and type
+ * shell are generated (generated/sge.c.h, from spec/datapath/records.yaml);
+ * here are the constructor (an MR or an address, range checked) and repr.
+ */
 #include "common.h"
 
 #include "objects.h"
 
-PyTypeObject *SGE_Type;
+#include "sge.c.h"
 
 static const char *const SGE_names[] = {"target", "length", "lkey", "offset", NULL};
 static struct argspec SGE_args = {"SGE", 2, SGE_names, NULL, 0};
@@ -90,71 +94,6 @@ static int SGE_init(PyObject *op, PyObject *args, PyObject *kwargs)
     return sge_set((SGEObject *)op, v[0], v[1], v[2], v[3]);
 }
 
-static PyObject *SGE_get_addr(PyObject *op, void *c)
-{
-    (void)c;
-    return PyLong_FromUnsignedLongLong(((SGEObject *)op)->sge.addr);
-}
-
-static int SGE_set_addr(PyObject *op, PyObject *v, void *c)
-{
-    uint64_t x;
-    (void)c;
-    if (ibp_conv_u64(v, "addr", UINT64_MAX, &x) < 0)
-        return -1;
-    ((SGEObject *)op)->sge.addr = x;
-    return 0;
-}
-
-static PyObject *SGE_get_length(PyObject *op, void *c)
-{
-    (void)c;
-    return PyLong_FromUnsignedLong(((SGEObject *)op)->sge.length);
-}
-
-static int SGE_set_length(PyObject *op, PyObject *v, void *c)
-{
-    uint64_t x;
-    (void)c;
-    if (v != NULL && PyLong_Check(v)) {
-        int overflow = 0;
-        long long big = PyLong_AsLongLongAndOverflow(v, &overflow);
-        if (overflow > 0 || (overflow == 0 && big > (long long)UINT32_MAX)) {
-            PyErr_SetString(PyExc_ValueError, "SGE length must be below 2**32");
-            return -1;
-        }
-        if (big == -1 && PyErr_Occurred())
-            return -1;
-    }
-    if (ibp_conv_u64(v, "length", UINT32_MAX, &x) < 0)
-        return -1;
-    ((SGEObject *)op)->sge.length = (uint32_t)x;
-    return 0;
-}
-
-static PyObject *SGE_get_lkey(PyObject *op, void *c)
-{
-    (void)c;
-    return PyLong_FromUnsignedLong(((SGEObject *)op)->sge.lkey);
-}
-
-static int SGE_set_lkey(PyObject *op, PyObject *v, void *c)
-{
-    uint64_t x;
-    (void)c;
-    if (ibp_conv_u64(v, "lkey", UINT32_MAX, &x) < 0)
-        return -1;
-    ((SGEObject *)op)->sge.lkey = (uint32_t)x;
-    return 0;
-}
-
-static PyObject *SGE_get_owner(PyObject *op, void *c)
-{
-    PyObject *owner = ((SGEObject *)op)->owner;
-    (void)c;
-    return Py_NewRef(owner ? owner : Py_None);
-}
-
 static PyObject *SGE_keepalive(PyObject *op, PyObject *owner)
 {
     Py_INCREF(owner);
@@ -170,58 +109,6 @@ static PyObject *SGE_repr(PyObject *op)
              (unsigned long long)self->sge.addr, self->sge.length, self->sge.lkey);
     return PyUnicode_FromString(buf);
 }
-
-static int SGE_traverse(PyObject *op, visitproc visit, void *arg)
-{
-    Py_VISIT(((SGEObject *)op)->owner);
-    return 0;
-}
-
-static int SGE_clear(PyObject *op)
-{
-    Py_CLEAR(((SGEObject *)op)->owner);
-    return 0;
-}
-
-static void SGE_dealloc(PyObject *op)
-{
-    PyObject_GC_UnTrack(op);
-    SGE_clear(op);
-    ibp_generic_dealloc(op);
-}
-
-static PyGetSetDef SGE_getset[] = {
-    {"addr", SGE_get_addr, SGE_set_addr, "Start address.", NULL},
-    {"length", SGE_get_length, SGE_set_length, "Length in bytes (< 2**32).", NULL},
-    {"lkey", SGE_get_lkey, SGE_set_lkey, "Local key of the MR.", NULL},
-    {"owner", SGE_get_owner, NULL, "Object kept alive with this SGE (an MR or GpuMR).", NULL},
-    {NULL, NULL, NULL, NULL, NULL},
-};
-
-static PyMethodDef SGE_methods[] = {
-    {"_keepalive", SGE_keepalive, METH_O,
-     "_keepalive($self, owner, /)\n--\n\nKeep owner alive with this SGE; returns self."},
-    {NULL, NULL, 0, NULL},
-};
-
-static PyType_Slot SGE_slots[] = {
-    {Py_tp_doc, (void *)"SGE(target, length, lkey=0, offset=0)\n--\n\n"
-                        "One scatter/gather entry.  target is an MR (address and lkey "
-                        "taken from it, range checked) or an integer address."},
-    {Py_tp_init, (void *)SGE_init},
-    {Py_tp_new, (void *)PyType_GenericNew},
-    {Py_tp_dealloc, (void *)SGE_dealloc},
-    {Py_tp_traverse, (void *)SGE_traverse},
-    {Py_tp_clear, (void *)SGE_clear},
-    {Py_tp_repr, (void *)SGE_repr},
-    {Py_tp_getset, SGE_getset},
-    {Py_tp_methods, SGE_methods},
-    {0, NULL},
-};
-
-/* BASETYPE: the seed's classes could be subclassed. */
-PyType_Spec SGE_spec = {"ibverbs.SGE", sizeof(SGEObject), 0,
-                               Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC, SGE_slots};
 
 int ibp_sge_from_py(PyObject *obj, struct ibv_sge *out)
 {

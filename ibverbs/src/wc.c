@@ -1,16 +1,13 @@
-/* WC: a work completion; CQ.poll(). */
+/*
+ * WC: a work completion; CQ.poll().  Its accessors and type shell are
+ * generated (generated/wc.c.h, from spec/datapath/records.yaml); here are
+ * the free list, the hot attribute lookup and the poll loop.
+ */
 #include "common.h"
-
-#include <arpa/inet.h>
 
 #include "objects.h"
 
-PyTypeObject *WC_Type;
-
-typedef struct {
-    PyObject_HEAD
-    struct ibv_wc wc;
-} WCObject;
+#include "wc.c.h"
 
 /*
  * WC objects are made by the thousand and dropped at once: the freed ones
@@ -56,30 +53,6 @@ PyObject *ibp_count_result(long n)
         return NULL;
     return Py_NewRef(counts[n]);
 }
-
-#define WC_INT(field, expr)                                                      \
-    static PyObject *WC_get_##field(PyObject *op, void *c)                       \
-    {                                                                            \
-        const struct ibv_wc *wc = &((WCObject *)op)->wc;                         \
-        (void)c;                                                                 \
-        unsigned long long v = (unsigned long long)(expr);                       \
-        return v < 256 ? ibp_count_result((long)v) : PyLong_FromUnsignedLongLong(v); \
-    }
-
-WC_INT(wr_id, wc->wr_id)
-WC_INT(status, wc->status)
-WC_INT(opcode, wc->opcode)
-WC_INT(vendor_err, wc->vendor_err)
-WC_INT(byte_len, wc->byte_len)
-WC_INT(imm_data, ntohl(wc->imm_data))
-WC_INT(invalidated_rkey, wc->invalidated_rkey)
-WC_INT(qp_num, wc->qp_num)
-WC_INT(src_qp, wc->src_qp)
-WC_INT(wc_flags, wc->wc_flags)
-WC_INT(pkey_index, wc->pkey_index)
-WC_INT(slid, wc->slid)
-WC_INT(sl, wc->sl)
-WC_INT(dlid_path_bits, wc->dlid_path_bits)
 
 /* The fields a completion loop reads, found by the identity of the
  * (interned) attribute name before the generic lookup: under emulation the
@@ -128,48 +101,6 @@ static PyObject *WC_repr(PyObject *op)
                                 ibv_wc_status_str(wc->status), (int)wc->opcode,
                                 wc->byte_len, wc->qp_num, wc->wc_flags);
 }
-
-#define WC_GET(field, doc) {#field, WC_get_##field, NULL, doc, NULL}
-
-static PyGetSetDef WC_getset[] = {
-    WC_GET(wr_id, "wr_id of the work request."),
-    WC_GET(status, "WCStatus."),
-    WC_GET(opcode, "WCOpcode."),
-    WC_GET(vendor_err, "Vendor error syndrome."),
-    WC_GET(byte_len, "Bytes received (receive completions)."),
-    WC_GET(imm_data, "Immediate data in host order (valid with WCFlags.WITH_IMM)."),
-    WC_GET(invalidated_rkey, "Invalidated rkey (valid with WCFlags.WITH_INV)."),
-    WC_GET(qp_num, "Local QP number."),
-    WC_GET(src_qp, "Remote QP number (UD)."),
-    WC_GET(wc_flags, "WCFlags."),
-    WC_GET(pkey_index, "P_Key index (GSI)."),
-    WC_GET(slid, "Source LID."),
-    WC_GET(sl, "Service level."),
-    WC_GET(dlid_path_bits, "DLID path bits."),
-    WC_GET(is_success, "status == WCStatus.SUCCESS."),
-    WC_GET(status_str, "ibv_wc_status_str(status)."),
-    {NULL, NULL, NULL, NULL, NULL},
-};
-
-static PyMethodDef WC_methods[] = {
-    {"raise_for_status", WC_raise_for_status, METH_NOARGS,
-     "raise_for_status($self, /)\n--\n\nRaise CompletionError unless the status is SUCCESS."},
-    {NULL, NULL, 0, NULL},
-};
-
-static PyType_Slot WC_slots[] = {
-    {Py_tp_doc, (void *)"A work completion (struct ibv_wc), from CQ.poll()."},
-    {Py_tp_dealloc, (void *)WC_dealloc},
-    {Py_tp_repr, (void *)WC_repr},
-    {Py_tp_getattro, (void *)WC_getattro},
-    {Py_tp_getset, WC_getset},
-    {Py_tp_methods, WC_methods},
-    {0, NULL},
-};
-
-PyType_Spec WC_spec = {"ibverbs.WC", sizeof(WCObject), 0,
-                              Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
-                              WC_slots};
 
 int ibp_wc_to_c(PyObject *obj, struct ibv_wc *out)
 {

@@ -1,0 +1,477 @@
+"""spec/datapath/records.yaml + the verbs IR -> the data-path types' C.
+
+The data-path types (SGE, SendWR, RecvWR, PostList entries, WC, WCBuffer,
+AsyncEvent) show the fields of a few C structs (struct ibv_sge,
+ibv_send_wr, ibv_recv_wr, ibv_wc, ibv_async_event).  This stage builds a
+typed model of them:
+
+* a Converter per (C struct, field): the one place a Python value becomes
+  that field's C value (range, byte order, validity check) and back; every
+  type showing the field calls it (SendWR and PostList send entries share
+  struct ibv_send_wr's);
+* a TypeModel per Python class: where its object keeps the C values
+  (a whole struct, one member per field, or a hand-written function that
+  reaches the struct), its attributes and the type shell (GC slots,
+  tables, PyType_Spec).
+
+templates/records.h.j2 lays out the converters and object layouts
+(generated/records.h), templates/record_type.c.h.j2 one type
+(generated/<type>.c.h).  Errors name spec/datapath/records.yaml and the line.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+from .ir import IR, Record, Type
+from .spec import Node, SpecError, _load_file
+
+SPEC_FILE = os.path.join("datapath", "records.yaml")
+DISPLAY = "spec/datapath/records.yaml"
+
+TOP_KEYS = {"helpers", "records", "types"}
+HELPER_KEYS = {"unsigned", "small_int", "parse", "argspec", "type_name"}
+RECORD_KEYS = {"ctype", "fields", "unions", "small_ints"}
+FIELD_KEYS = {"convert", "check", "union", "hand"}
+TYPE_KEYS = {"doc", "storage", "refs", "state", "changed", "init", "repr", "attributes",
+             "methods", "guard", "union", "clear", "new", "basetype", "gc", "dealloc",
+             "getattro", "sequence", "field_methods", "readonly"}
+ATTR_KEYS = {"field", "readonly", "ref", "hand", "slot", "flag", "check", "prepared", "doc",
+             "too_big"}
+METHOD_KEYS = {"function", "flags", "doc"}
+FLAGS = {"METH_O", "METH_NOARGS"}
+UNSIGNED_MAX = {1: "UINT8_MAX", 2: "UINT16_MAX", 4: "UINT32_MAX", 8: "UINT64_MAX"}
+
+
+def _keys(node, allowed: set, what: str) -> Node:
+    if not isinstance(node, Node):
+        raise SpecError(f"{DISPLAY}: {what}: expected a mapping")
+    for key in node:
+        if key not in allowed:
+            raise SpecError(f"{node.where(key)}: {what}: unknown key {key!r}")
+    return node
+
+
+# --- the model ---------------------------------------------------------------
+
+
+@dataclass
+class Converter:
+    """One field of one C struct, both ways."""
+    record: str            # the record's key ("send_wr")
+    name: str              # the C member's name, also the attribute's
+    ctype: str             # the value's C type, as the IR spells it
+    unsigned_max: Optional[str]   # "UINT32_MAX" (None: signed, read only)
+    to_py: str             # ulonglong | ulong | long (PyLong_From...)
+    be32: bool = False
+    small_int: bool = False
+    bits: int = 64
+    # check: (valid ranges, message): only values in one of the (lo, hi)
+    # ranges pass (the members of the field's enum)
+    check: Optional[Tuple[List[Tuple[int, int]], str]] = None
+    path: Optional[str] = None                  # the member's C path
+    union: List[Tuple[str, str]] = field(default_factory=list)  # (member, path)
+    written: bool = False  # some type converts a Python value into it
+    # (C path, offset, size) of each place it lives, from the IR: records.h
+    # asserts them against the compiler's view of the same headers
+    layout: List[Tuple[str, int, int]] = field(default_factory=list)
+
+    @property
+    def prefix(self) -> str:
+        return f"ibp_{self.record}_{self.name}"
+
+
+@dataclass
+class RecordModel:
+    key: str
+    ctype: str
+    union_name: Optional[str]          # "wr" (one union per record at most)
+    union_members: List[str]
+    converters: Dict[str, Converter]
+
+    def member_enum(self, member: str) -> str:
+        return f"IBP_{self.key.upper()}_{self.union_name.upper()}_{member.upper()}"
+
+
+@dataclass
+class Attribute:
+    name: str
+    doc: str
+    kind: str                      # field | kinds | ref | hand | slot | flag
+    conv: Optional[Converter] = None
+    alt: Optional[Converter] = None     # kinds: the other record's
+    readonly: bool = False
+    calls_changed: bool = True
+    check: Optional[str] = None
+    ref_type: Optional[str] = None
+    get: Optional[str] = None
+    set: Optional[str] = None
+    member: Optional[str] = None        # slot/flag: the object's member
+    # ValueError text for an int of 2**bits or more, however large, before
+    # the field's converter (SGE.length says why: split it)
+    too_big: Optional[str] = None
+
+    @property
+    def writable(self) -> bool:
+        if self.kind in ("hand", "slot"):
+            return self.set is not None
+        return not self.readonly
+
+
+@dataclass
+class Reach:
+    record: str
+    ctype: str             # the struct it gives a pointer to
+    function: str
+    after: bool = False    # reached after the value's conversion (an entry's SGE)
+    by_index: bool = False # takes a method's index argument, not a name (WCBuffer)
+
+
+@dataclass
+class MethodDef:
+    name: str
+    function: str
+    flags: str
+    doc: str
+
+
+@dataclass
+class FieldMethod:
+    name: str
+    conv: Converter
+    doc: str
+
+
+@dataclass
+class TypeModel:
+    name: str
+    doc: str
+    storage: str                          # embedded | members | reach
+    embedded: Optional[Tuple[str, str]]   # (member, C struct)
+    reach: Dict[str, Reach]
+    refs: List[str]
+    state: List[Tuple[str, str]]          # (member, C type)
+    attributes: List[Attribute]
+    methods: List[MethodDef]
+    field_methods: List[FieldMethod]
+    changed: Optional[str] = None
+    guard: Optional[str] = None
+    union: Optional[str] = None
+    init: Optional[str] = None            # a hand function, "keywords", or None
+    new: Optional[str] = None
+    repr: Optional[str] = None
+    dealloc: Optional[str] = None
+    getattro: Optional[str] = None
+    sequence: Optional[Tuple[str, str]] = None
+    gc: bool = True
+    basetype: bool = True
+    clear: bool = True
+
+    @property
+    def members(self) -> List[Tuple[str, str]]:
+        """(member, C type) of the values a `members` object keeps."""
+        return [(a.name, a.conv.ctype) for a in self.attributes
+                if self.storage == "members" and a.kind == "field"]
+
+    @property
+    def state_decls(self) -> List[str]:
+        return [f"{ctype}{name}" if ctype.endswith("*") else f"{ctype} {name}"
+                for name, ctype in self.state]
+
+    @property
+    def init_args(self) -> List[Attribute]:
+        return [a for a in self.attributes if a.writable]
+
+    @property
+    def hand_prototypes(self) -> List[str]:
+        """What the generated code calls that the type's own file writes."""
+        protos = []
+        for fn, sig in ((self.init if self.init != "keywords" else None,
+                         "int {}(PyObject *op, PyObject *args, PyObject *kwargs)"),
+                        (self.new, "PyObject *{}(PyTypeObject *type, PyObject *args, PyObject *kwargs)"),
+                        (self.repr, "PyObject *{}(PyObject *op)"),
+                        (self.dealloc, "void {}(PyObject *op)"),
+                        (self.getattro, "PyObject *{}(PyObject *op, PyObject *name)"),
+                        (self.guard, "int {}(PyObject *op)"),
+                        (self.changed, "void {}(" + self.name + "Object *self)"),
+                        (self.union, "int {}(PyObject *op, int members, const char *name)")):
+            if fn:
+                protos.append(sig.format(fn))
+        for r in self.reach.values():
+            arg = "PyObject *arg" if r.by_index else "const char *name"
+            const = "const " if r.by_index else ""
+            protos.append(f"{const}{r.ctype} *{r.function}(PyObject *op, {arg})")
+        if self.sequence:
+            protos.append(f"Py_ssize_t {self.sequence[0]}(PyObject *op)")
+            protos.append(f"PyObject *{self.sequence[1]}(PyObject *op, Py_ssize_t i)")
+        for a in self.attributes:
+            protos += _attribute_prototypes(self, a)
+        for m in self.methods:
+            protos.append(f"PyObject *{m.function}(PyObject *op, PyObject *arg)")
+        return list(dict.fromkeys(protos))
+
+
+def _attribute_prototypes(t: TypeModel, a: Attribute) -> List[str]:
+    if a.kind == "hand":
+        return ([f"PyObject *{a.get}(PyObject *op, void *closure)"]
+                + ([f"int {a.set}(PyObject *op, PyObject *value, void *closure)"] if a.set else []))
+    if a.kind == "slot":
+        return ([f"PyObject *{a.get}(PyObject **slot)"]
+                + ([f"int {a.set}(PyObject **slot, PyObject *value, int copy)"] if a.set else []))
+    if a.check:
+        return [f"int {a.check}(PyObject *op)"]
+    return []
+
+
+@dataclass
+class RecordsModel:
+    ir: IR
+    spec: "RecordsSpec"
+    helpers: Dict[str, str]
+    records: List[RecordModel]
+    types: List[TypeModel]
+
+
+@dataclass
+class RecordsSpec:
+    """What the generated files' headers name: this spec file's digest."""
+    sha256: str
+    files: List[str]
+
+
+# --- building -----------------------------------------------------------------
+
+
+def _member(ir: IR, record: Record, path: str, where: str) -> Type:
+    """The type of a dotted member path, through named and anonymous members."""
+    rec = record
+    t: Optional[Type] = None
+    for part in path.split("."):
+        t = _find(ir, rec, part)
+        if t is None:
+            raise SpecError(f"{where}: {record.name} has no member {path!r}")
+        if t.kind in ("struct", "union"):
+            rec = ir.record(t.decl or t.spelling)
+    return t
+
+
+def _find(ir: IR, rec: Optional[Record], name: str) -> Optional[Type]:
+    found = _find_field(ir, rec, name)
+    return found[0] if found else None
+
+
+def _find_field(ir: IR, rec: Optional[Record], name: str) -> Optional[Tuple[Type, int]]:
+    """The type of member `name` and its offset in rec, through anonymous members."""
+    if rec is None:
+        return None
+    for f in rec.fields:
+        if f.name == name:
+            return f.type, f.offset
+        if f.name == "" and f.type.kind in ("struct", "union"):
+            found = _find_field(ir, ir.record(f.type.decl or f.type.spelling), name)
+            if found is not None:
+                return found[0], f.offset + found[1]
+    return None
+
+
+def _offset(ir: IR, record: Record, path: str) -> int:
+    """The byte offset of a dotted member path (checked by _member first)."""
+    rec, total = record, 0
+    for part in path.split("."):
+        t, off = _find_field(ir, rec, part)
+        total += off
+        if t.kind in ("struct", "union"):
+            rec = ir.record(t.decl or t.spelling)
+    return total
+
+
+def _converter(ir: IR, rec: Record, key: str, name: str, node: Node, small: bool,
+               where: str) -> Converter:
+    node = _keys(node if node is not None else Node(), FIELD_KEYS, f"{key}.{name}")
+    union = node.get("union")
+    paths = list(union.items()) if union else [("", name)]
+    types = {_member(ir, rec, path, where).spelling for _, path in paths}
+    if len(types) != 1:
+        raise SpecError(f"{where}: {key}.{name}: the union members differ in type ({types})")
+    t = _member(ir, rec, paths[0][1], where)
+    if t.kind not in ("int", "enum") or t.size not in UNSIGNED_MAX:
+        raise SpecError(f"{where}: {key}.{name}: {t.spelling} is no integer")
+    be32 = node.get("convert") == "be32"
+    if be32 and t.spelling != "__be32":
+        raise SpecError(f"{where}: {key}.{name}: convert: be32 on a {t.spelling}")
+    if node.get("convert") not in (None, "be32"):
+        raise SpecError(f"{node.where('convert')}: {key}.{name}: unknown convert")
+    signed = bool(t.signed) and t.kind == "int"
+    to_py = ("long" if signed or t.kind == "enum" else
+             "ulonglong" if t.size == 8 else "ulong")
+    check = node.get("check")
+    if check is not None:
+        _keys(check, {"members", "message"}, f"{key}.{name}.check")
+        enum = ir.enum(t.decl or t.spelling) if t.kind == "enum" else None
+        if enum is None or check.get("members") is not True:
+            raise SpecError(f"{node.where('check')}: {key}.{name}: check needs "
+                            f"`members: true` on an enum field")
+        check = (_ranges(sorted({m.value for m in enum.members})), str(check["message"]))
+    return Converter(key, name, t.spelling, None if signed else UNSIGNED_MAX[t.size], to_py,
+                     be32=be32, small_int=small, bits=t.size * 8, check=check,
+                     path=None if union else name,
+                     union=[(m, p) for m, p in paths] if union else [],
+                     written=bool(node.get("hand")),
+                     layout=[(p, _offset(ir, rec, p), t.size) for _, p in paths])
+
+
+def _ranges(values: List[int]) -> List[Tuple[int, int]]:
+    """Sorted values as runs of consecutive ones."""
+    runs: List[Tuple[int, int]] = []
+    for v in values:
+        if runs and runs[-1][1] == v - 1:
+            runs[-1] = (runs[-1][0], v)
+        else:
+            runs.append((v, v))
+    return runs
+
+
+def _records(ir: IR, data: Node) -> List[RecordModel]:
+    out = []
+    for key, node in (data.get("records") or {}).items():
+        node = _keys(node, RECORD_KEYS, key)
+        rec = ir.record(node["ctype"])
+        if rec is None or not rec.complete:
+            raise SpecError(f"{node.where('ctype')}: {key}: no complete {node['ctype']} "
+                            f"in {ir.source}")
+        unions = node.get("unions") or {}
+        if len(unions) > 1:
+            raise SpecError(f"{node.where('unions')}: {key}: one union per record")
+        uname, members = next(iter(unions.items()), (None, []))
+        fields = node["fields"]
+        convs = {name: _converter(ir, rec, key, name, fnode, bool(node.get("small_ints")),
+                                  fields.where(name))
+                 for name, fnode in fields.items()}
+        for c in convs.values():
+            for m, _ in c.union:
+                if m not in members:
+                    raise SpecError(f"{fields.where(c.name)}: {key}.{c.name}: {m} is not "
+                                    f"a member of union {uname}")
+        out.append(RecordModel(key, node["ctype"], uname, list(members), convs))
+    return out
+
+
+def _field_ref(records: Dict[str, RecordModel], ref: str, where: str) -> Converter:
+    key, _, name = str(ref).partition(".")
+    if key not in records or name not in records[key].converters:
+        raise SpecError(f"{where}: no field {ref!r} in the records")
+    return records[key].converters[name]
+
+
+def _attribute(records, name: str, node: Node, where: str, readonly: bool) -> Attribute:
+    node = _keys(node, ATTR_KEYS, f"attribute {name}")
+    doc = str(node.get("doc", ""))
+    readonly = readonly or bool(node.get("readonly"))
+    if "field" in node:
+        refs = node["field"] if isinstance(node["field"], list) else [node["field"]]
+        convs = [_field_ref(records, r, where) for r in refs]
+        if len(convs) == 2 and convs[0].ctype != convs[1].ctype:
+            raise SpecError(f"{where}: {name}: {refs[0]} and {refs[1]} differ in type")
+        if not readonly:
+            for c in convs:
+                if c.unsigned_max is None:
+                    raise SpecError(f"{where}: {name}: a signed field cannot be written")
+                c.written = True
+        too_big = node.get("too_big")
+        if too_big and (convs[0].bits >= 64 or convs[0].unsigned_max is None):
+            raise SpecError(f"{where}: {name}: too_big needs an unsigned field under 64 bits")
+        return Attribute(name, doc, "kinds" if len(convs) == 2 else "field", convs[0],
+                         convs[1] if len(convs) == 2 else None, readonly,
+                         node.get("prepared", True), node.get("check"), too_big=too_big)
+    if "ref" in node:
+        return Attribute(name, doc, "ref", readonly=readonly, ref_type=node["ref"])
+    if "flag" in node:
+        return Attribute(name, doc, "flag", readonly=readonly, member=node["flag"])
+    if "hand" in node:
+        hand = _keys(node["hand"], {"get", "set"}, f"attribute {name}.hand")
+        return Attribute(name, doc, "slot" if "slot" in node else "hand", get=hand["get"],
+                         set=hand.get("set"), member=node.get("slot"))
+    raise SpecError(f"{where}: {name}: needs field, ref, flag or hand")
+
+
+def _storage(records, node: Node, name: str):
+    storage = node["storage"]
+    if storage == "members":
+        return "members", None, {}
+    storage = _keys(storage, {"embedded", "reach"}, f"{name}.storage")
+    if "embedded" in storage:
+        return "embedded", storage["embedded"], {}
+    reach = {}
+    for record, rnode in storage["reach"].items():
+        if record not in records:
+            raise SpecError(f"{storage['reach'].where(record)}: {name}: no record {record}")
+        if isinstance(rnode, str):
+            rnode = {"function": rnode}
+        _keys(rnode if isinstance(rnode, Node) else Node(rnode), {"function", "after", "by"},
+              f"{name}.storage.reach.{record}")
+        reach[record] = Reach(record, records[record].ctype, rnode["function"],
+                              after=bool(rnode.get("after")),
+                              by_index=rnode.get("by") == "index")
+    return "reach", None, reach
+
+
+def _type(records, name: str, node: Node) -> TypeModel:
+    node = _keys(node, TYPE_KEYS, name)
+    kind, member, reach = _storage(records, node, name)
+    attrs = node.get("attributes") or Node()
+    attributes = [_attribute(records, a, anode, attrs.where(a), bool(node.get("readonly")))
+                  for a, anode in attrs.items()]
+    embedded = None
+    if kind == "embedded":
+        ctypes = {a.conv.record for a in attributes if a.conv}
+        if len(ctypes) != 1:
+            raise SpecError(f"{node.where('storage')}: {name}: an embedded struct shows one record")
+        embedded = (member, records[ctypes.pop()].ctype)
+    methods = [MethodDef(m, _keys(mn, METHOD_KEYS, f"{name}.{m}")["function"], mn["flags"],
+                         mn["doc"]) for m, mn in (node.get("methods") or {}).items()]
+    for m in methods:
+        if m.flags not in FLAGS:
+            raise SpecError(f"{node['methods'].where(m.name)}: {name}.{m.name}: flags "
+                            f"must be one of {sorted(FLAGS)}")
+    fms = node.get("field_methods") or Node()
+    field_methods = [FieldMethod(f, _field_ref(records, fn["field"], fms.where(f)), fn["doc"])
+                     for f, fn in fms.items()]
+    state = [(k, str(v)) for k, v in (node.get("state") or {}).items()]
+    seq = node.get("sequence")
+    return TypeModel(
+        name, node["doc"], kind, embedded, reach, list(node.get("refs") or []), state,
+        attributes, methods, field_methods, changed=node.get("changed"),
+        guard=node.get("guard"), union=node.get("union"), init=node.get("init"),
+        new=node.get("new"), repr=node.get("repr"), dealloc=node.get("dealloc"),
+        getattro=node.get("getattro"),
+        sequence=(seq["length"], seq["item"]) if seq else None,
+        gc=node.get("gc", True), basetype=node.get("basetype", True),
+        clear=node.get("clear", True))
+
+
+def build(ir: IR, spec_root: str) -> RecordsModel:
+    path = os.path.join(spec_root, SPEC_FILE)
+    data = _keys(_load_file(path, DISPLAY), TOP_KEYS, DISPLAY)
+    with open(path, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    helpers = dict(_keys(data["helpers"], HELPER_KEYS, "helpers"))
+    records = _records(ir, data)
+    by_key = {r.key: r for r in records}
+    types = [_type(by_key, name, node) for name, node in (data.get("types") or {}).items()]
+    return RecordsModel(ir, RecordsSpec(digest, [DISPLAY]), helpers, records, types)
+
+
+def render(m: RecordsModel, template_dir: str) -> Dict[str, str]:
+    """File name (relative to generated/) -> contents."""
+    from . import render as vrender
+    env = vrender.environment(template_dir)
+    common = dict(ir=m.ir, spec=m.spec, command=vrender.COMMAND, helpers=m.helpers,
+                  records=m.records, types=m.types, comment_open="/*", comment_mid=" *",
+                  comment_close="*/")
+    files = {"records.h": env.get_template("records.h.j2").render(**common)}
+    for t in m.types:
+        files[f"{t.name.lower()}.c.h"] = env.get_template("record_type.c.h.j2").render(
+            **common, t=t, by_key={r.key: r for r in m.records})
+    return {name: vrender.finish(text) for name, text in files.items()}

@@ -1,0 +1,91 @@
+"""The data-path types' accessors are generated (spec/datapath/records.yaml
+through generator/records.py), not stamped out by hand-written macros:
+no accessor macros in ibverbs/src, and one converter per C struct field
+(wr_id is converted once for each of struct ibv_send_wr, ibv_recv_wr,
+ibv_qp_ex and, read only, ibv_wc)."""
+from __future__ import annotations
+
+import pathlib
+import re
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SRC = ROOT / "ibverbs" / "src"
+GENERATED = ROOT / "generated"
+
+
+def _defines(text: str):
+    """(name, body) of every #define, continuation lines joined."""
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines):
+        m = re.match(r"\s*#\s*define\s+(\w+)", lines[i])
+        if not m:
+            i += 1
+            continue
+        body = lines[i]
+        while body.endswith("\\") and i + 1 < len(lines):
+            i += 1
+            body = body[:-1] + "\n" + lines[i]
+        yield m.group(1), body
+        i += 1
+
+
+def _is_accessor_macro(body: str) -> bool:
+    defines_function = re.search(r"\)\s*\n?\s*\{", body) and "PyObject" in body
+    table_entry = re.search(r"\{\s*#\s*\w+\s*,", body)   # {#field, getter, ...}
+    return bool(defines_function or table_entry)
+
+
+def test_no_hand_written_accessor_macros():
+    found = [f"{path.name}: #define {name}"
+             for path in sorted(SRC.glob("*.[ch]"))
+             for name, body in _defines(path.read_text(encoding="utf-8"))
+             if _is_accessor_macro(body)]
+    assert found == []
+
+
+def test_the_check_finds_an_accessor_macro():
+    macro = ("#define U64_FIELD(Type, field)                      \\\n"
+             "    static PyObject *Type##_get_##field(PyObject *op, void *c) \\\n"
+             "    {                                               \\\n"
+             "        return PyLong_FromUnsignedLongLong(0);      \\\n"
+             "    }\n"
+             "#define GETSET(f, doc) {#f, get_##f, set_##f, doc, NULL}\n"
+             "#define STACK_WRS 32\n")
+    assert [name for name, body in _defines(macro) if _is_accessor_macro(body)] == [
+        "U64_FIELD", "GETSET"]
+
+
+def _converters(direction: str, field: str):
+    text = "".join(p.read_text(encoding="utf-8") for p in sorted(GENERATED.glob("*.h")))
+    return re.findall(rf"^(ibp_\w+)_{field}_{direction}\(", text, re.M)
+
+
+def test_wr_id_is_converted_once_per_c_struct():
+    assert sorted(_converters("from_py", "wr_id")) == ["ibp_qp_ex", "ibp_recv_wr", "ibp_send_wr"]
+    assert sorted(_converters("to_py", "wr_id")) == ["ibp_qp_ex", "ibp_recv_wr", "ibp_send_wr", "ibp_wc"]
+
+
+def test_only_the_converters_convert_data_path_fields():
+    # every type's file (SendWR, PostListEntry, ...) calls the converters
+    # of generated/records.h instead of converting a field itself
+    for path in sorted(GENERATED.glob("*.c.h")):
+        text = path.read_text(encoding="utf-8")
+        if "spec/datapath/records.yaml" in text:
+            assert "ibp_conv_u64(" not in text, path.name
+    for path in sorted(SRC.glob("*.c")):
+        assert not re.search(r'conv\w*\([^;]*"wr_id"', path.read_text(encoding="utf-8")), path.name
+
+
+def test_a_spec_mistake_is_named_with_its_file_and_line(tmp_path):
+    import pytest
+    pytest.importorskip("clang.cindex", reason="libclang is not installed")
+    from generator import parse, records
+    from generator.spec import SpecError
+    text = (ROOT / "spec" / "datapath" / "records.yaml").read_text(encoding="utf-8")
+    text = text.replace("      lkey: {}\n", "      lkey: {}\n      no_such: {}\n", 1)
+    (tmp_path / "datapath").mkdir()
+    (tmp_path / "datapath" / "records.yaml").write_text(text, encoding="utf-8")
+    with pytest.raises(SpecError, match=r"^spec/datapath/records\.yaml:\d+: "
+                                        r"struct ibv_sge has no member 'no_such'"):
+        records.build(parse.parse(None), str(tmp_path))
