@@ -2,6 +2,6 @@
 # (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
 # and the spec/ YAML files (sha256 fcca5f923fbb05e80754bced515e5da8ced1ea6703a08e376ebfa2a7e1e8abe5).
 # Do not edit: change the spec or templates/ and run `make generate`.
-# Made by templates/ and generator/ (sha256 88b8ab52844e8e2ca75ec3b85d50b4e0e8ca8577e34af296b30f2332c29b56d5);
-# this file's own sha256, this number read as zeros: 453f636d0b3bbbe472f3918e9c341f14504efe6f511e7c96a55bb489e38c6d39
+# Made by templates/ and generator/ (sha256 e69f4fcee231b61757d4e279e6d7f43542efad3a15aa43827baf566ba850a14c);
+# this file's own sha256, this number read as zeros: 7db461adc0e1ff9d869df1f4194d9092cfc029fb1a34ac6031aadf2ad81b45bb
 """Generator output that ships inside the package as ibverbs._generated."""

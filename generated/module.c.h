@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 fcca5f923fbb05e80754bced515e5da8ced1ea6703a08e376ebfa2a7e1e8abe5).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 88b8ab52844e8e2ca75ec3b85d50b4e0e8ca8577e34af296b30f2332c29b56d5);
- * this file's own sha256, this number read as zeros: b294de2ab318c7ab36059d0dfc327f56875b611e88714ac2731054fe6468d8fa */
+ * Made by templates/ and generator/ (sha256 e69f4fcee231b61757d4e279e6d7f43542efad3a15aa43827baf566ba850a14c);
+ * this file's own sha256, this number read as zeros: d0ddf3b5b2c13d13e17bdab44a1427b819f1fe7de70c8e1678425ccb71439ac2 */
 
 /* Module-level functions and the registration of every generated class. */
 

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 fcca5f923fbb05e80754bced515e5da8ced1ea6703a08e376ebfa2a7e1e8abe5).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 88b8ab52844e8e2ca75ec3b85d50b4e0e8ca8577e34af296b30f2332c29b56d5);
- * this file's own sha256, this number read as zeros: 320c52ba785e80afaf26182678e79ab057e7030f94400452a588edfc3374136e */
+ * Made by templates/ and generator/ (sha256 e69f4fcee231b61757d4e279e6d7f43542efad3a15aa43827baf566ba850a14c);
+ * this file's own sha256, this number read as zeros: ca47f00601d1d6da2bdf488c84d5e6f0e59ea3bc9c481dcb31bfa431e9085eb3 */
 
 /*
  * MR: A registered memory region (ibv_reg_mr and friends).

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 fcca5f923fbb05e80754bced515e5da8ced1ea6703a08e376ebfa2a7e1e8abe5).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 88b8ab52844e8e2ca75ec3b85d50b4e0e8ca8577e34af296b30f2332c29b56d5);
- * this file's own sha256, this number read as zeros: ce17f4d871196a5a9cd9b75a6c2848438defdfab7124c0fa8dbb332d9fd4e54b */
+ * Made by templates/ and generator/ (sha256 e69f4fcee231b61757d4e279e6d7f43542efad3a15aa43827baf566ba850a14c);
+ * this file's own sha256, this number read as zeros: 69e595cb2c9dc5a684a7f3f2c78b0f852a820af16674db36d582577424d1010f */
 
 /*
  * PD: Protection domain (ibv_alloc_pd).

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 fcca5f923fbb05e80754bced515e5da8ced1ea6703a08e376ebfa2a7e1e8abe5).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 88b8ab52844e8e2ca75ec3b85d50b4e0e8ca8577e34af296b30f2332c29b56d5);
- * this file's own sha256, this number read as zeros: 6f60bbcac97502adcb9ac353488c41f3e07e5712442665edc7ea7d99a3de5f6f */
+ * Made by templates/ and generator/ (sha256 e69f4fcee231b61757d4e279e6d7f43542efad3a15aa43827baf566ba850a14c);
+ * this file's own sha256, this number read as zeros: 27c01de8f69d6ce13d101a955ae7f92cbaedc216405fdc528cafd7428790ccc1 */
 
 /*
  * SRQ: A shared receive queue (ibv_create_srq).

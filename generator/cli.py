@@ -26,13 +26,16 @@ def _model(args):
 
 
 def _render_all(args):
-    """Every generated file: verbs.h's, the data-path types' (records), then
-    rdma_cma.h's (rdmacm_*)."""
-    from . import rdmacm, records, render
+    """Every generated file: verbs.h's, the data-path types' (records),
+    rdma_cma.h's (rdmacm_*), then the stub of them all (_ibverbs.pyi)."""
+    from . import rdmacm, records, render, stubs
     model = _model(args)
     files = render.render(model, TEMPLATE_DIR)
-    files.update(records.render(records.build(model.ir, SPEC_DIR), TEMPLATE_DIR))
-    files.update(rdmacm.render(rdmacm.load(_prefix(args), SPEC_DIR), TEMPLATE_DIR))
+    record_types = records.build(model.ir, SPEC_DIR)
+    files.update(records.render(record_types, TEMPLATE_DIR))
+    cm = rdmacm.load(_prefix(args), SPEC_DIR)
+    files.update(rdmacm.render(cm, TEMPLATE_DIR))
+    files.update(stubs.render(model, record_types, cm, TEMPLATE_DIR))
     return files
 
 

@@ -31,16 +31,18 @@ from .spec import Node, SpecError, _load_file
 SPEC_FILE = os.path.join("datapath", "records.yaml")
 DISPLAY = "spec/datapath/records.yaml"
 
-TOP_KEYS = {"helpers", "records", "types"}
+TOP_KEYS = {"helpers", "records", "types", "hand_types"}
 HELPER_KEYS = {"unsigned", "small_int", "parse", "argspec", "type_name"}
 RECORD_KEYS = {"ctype", "fields", "unions", "small_ints"}
 FIELD_KEYS = {"convert", "check", "union", "hand"}
 TYPE_KEYS = {"doc", "storage", "refs", "state", "changed", "init", "repr", "attributes",
              "methods", "guard", "union", "clear", "new", "basetype", "gc", "dealloc",
-             "getattro", "sequence", "field_methods", "readonly"}
+             "getattro", "sequence", "field_methods", "readonly", "stub"}
 ATTR_KEYS = {"field", "readonly", "ref", "hand", "slot", "flag", "check", "prepared", "doc",
-             "too_big"}
-METHOD_KEYS = {"function", "flags", "doc"}
+             "too_big", "stub"}
+METHOD_KEYS = {"function", "flags", "doc", "stub"}
+# a type whose C is hand-written (PostList): only its stub comes from here
+HAND_TYPE_KEYS = {"doc", "attributes", "stub"}
 FLAGS = {"METH_O", "METH_NOARGS"}
 UNSIGNED_MAX = {1: "UINT8_MAX", 2: "UINT16_MAX", 4: "UINT32_MAX", 8: "UINT64_MAX"}
 
@@ -112,6 +114,10 @@ class Attribute:
     # ValueError text for an int of 2**bits or more, however large, before
     # the field's converter (SGE.length says why: split it)
     too_big: Optional[str] = None
+    # its Python type in the stub (spec `stub:`), read and written; a field
+    # is an int and a flag a bool without one
+    stub: Optional[str] = None
+    stub_set: Optional[str] = None      # what the setter accepts, when wider
 
     @property
     def writable(self) -> bool:
@@ -135,6 +141,7 @@ class MethodDef:
     function: str
     flags: str
     doc: str
+    stub: Optional[str] = None          # "(self, opcode: int, /) -> int"
 
 
 @dataclass
@@ -168,6 +175,8 @@ class TypeModel:
     gc: bool = True
     basetype: bool = True
     clear: bool = True
+    # stub signatures of hand-written special methods ("__init__": "(self, ...)")
+    stubs: Dict[str, str] = field(default_factory=dict)
 
     @property
     def members(self) -> List[Tuple[str, str]]:
@@ -226,12 +235,22 @@ def _attribute_prototypes(t: TypeModel, a: Attribute) -> List[str]:
 
 
 @dataclass
+class HandType:
+    """A type whose C is all hand-written (spec `hand_types`): its stub."""
+    name: str
+    doc: str
+    attributes: List[Attribute]
+    stubs: Dict[str, str]
+
+
+@dataclass
 class RecordsModel:
     ir: IR
     spec: "RecordsSpec"
     helpers: Dict[str, str]
     records: List[RecordModel]
     types: List[TypeModel]
+    hand_types: List[HandType] = field(default_factory=list)
 
 
 @dataclass
@@ -429,8 +448,10 @@ def _type(records, name: str, node: Node) -> TypeModel:
         if len(ctypes) != 1:
             raise SpecError(f"{node.where('storage')}: {name}: an embedded struct shows one record")
         embedded = (member, records[ctypes.pop()].ctype)
+    for a in attributes:
+        _attribute_stub(a, attrs[a.name])
     methods = [MethodDef(m, _keys(mn, METHOD_KEYS, f"{name}.{m}")["function"], mn["flags"],
-                         mn["doc"]) for m, mn in (node.get("methods") or {}).items()]
+                         mn["doc"], mn.get("stub")) for m, mn in (node.get("methods") or {}).items()]
     for m in methods:
         if m.flags not in FLAGS:
             raise SpecError(f"{node['methods'].where(m.name)}: {name}.{m.name}: flags "
@@ -448,7 +469,25 @@ def _type(records, name: str, node: Node) -> TypeModel:
         getattro=node.get("getattro"),
         sequence=(seq["length"], seq["item"]) if seq else None,
         gc=node.get("gc", True), basetype=node.get("basetype", True),
-        clear=node.get("clear", True))
+        clear=node.get("clear", True), stubs=dict(node.get("stub") or {}))
+
+
+def _attribute_stub(a: Attribute, node: Node) -> None:
+    """`stub: T`, or `stub: {get: T, set: U}` where the setter takes more."""
+    stub = node.get("stub")
+    if isinstance(stub, Node):
+        a.stub, a.stub_set = str(stub["get"]), str(stub["set"])
+    elif stub is not None:
+        a.stub = a.stub_set = str(stub)
+
+
+def _hand_type(records, name: str, node: Node) -> HandType:
+    node = _keys(node, HAND_TYPE_KEYS, name)
+    attrs = node.get("attributes") or Node()
+    attributes = [_attribute(records, a, anode, attrs.where(a), False) for a, anode in attrs.items()]
+    for a in attributes:
+        _attribute_stub(a, attrs[a.name])
+    return HandType(name, str(node["doc"]), attributes, dict(node.get("stub") or {}))
 
 
 def build(ir: IR, spec_root: str) -> RecordsModel:
@@ -460,7 +499,9 @@ def build(ir: IR, spec_root: str) -> RecordsModel:
     records = _records(ir, data)
     by_key = {r.key: r for r in records}
     types = [_type(by_key, name, node) for name, node in (data.get("types") or {}).items()]
-    return RecordsModel(ir, RecordsSpec(digest, [DISPLAY]), helpers, records, types)
+    hand_types = [_hand_type(by_key, name, node)
+                  for name, node in (data.get("hand_types") or {}).items()]
+    return RecordsModel(ir, RecordsSpec(digest, [DISPLAY]), helpers, records, types, hand_types)
 
 
 def render(m: RecordsModel, template_dir: str) -> Dict[str, str]:

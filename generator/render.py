@@ -84,8 +84,7 @@ def render(model: Model, template_dir: str) -> Dict[str, str]:
     py_comment = dict(comment_open="#", comment_mid="#", comment_close="")
     emit("enums.py", "enums.py.j2", comment=py_comment)
     emit("__init__.py", "package.py.j2", comment=py_comment)
-    from . import stubs  # typed stubs of the extension (_ibverbs.pyi)
-    files.update(stubs.render(model, env, common))
+    # _ibverbs.pyi: generator/stubs.py, from this model and the others (cli.py)
     return {name: finish(text) for name, text in files.items()}
 
 

@@ -21,47 +21,38 @@ the committed stub is stale:
   ImportedMR) derive from their base (``class QPEx(QP):``, the base loses
   ``@final``) and list only what they add; hand-written attributes (spec
   ``hand_attributes``) are typed by their ``stub:`` key (``stub: int``).
+* the rdma_cm classes (EventChannel, CMID: spec/rdmacm/cm.yaml) are handle
+  classes of the rdmacm model, stubbed the same way (every method is a
+  ``hand:`` one with its ``stub:``), and its module functions too;
+* the data-path types (SGE, SendWR, WC, PostList, ...) come from
+  spec/datapath/records.yaml (generator/record_stubs.py).
 
-What is written by hand lives in templates/stubs/: ``_datapath.pyi.j2``
-(the classes of the data path in ibverbs/src/ and of module.c), ``_rdmacm.pyi.j2``
-(the rdma_cm classes, whose methods are hand-written in ibverbs/src/cm*.c), and
-``<Class>.pyi.j2`` for methods the Python layer attaches to a generated
-class (``QP.to_init``, ``PD.reg_mr(buffer, access)``, ``CQ.wait``...); a
-method defined there replaces the generated one of the same name.
+No class is written by hand: templates/stubs.pyi.j2 holds only
+what is not a class (the module functions of module.c's own method table,
+the ``_Addr`` alias), each with a comment saying why.  The three models are
+built by generator/cli.py, which calls render() once all exist.
 """
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Set
+import hashlib
+from dataclasses import dataclass
+from typing import Dict, List, Set
 
+from . import record_stubs
+from . import render as vrender
 from .model import HandleModel, MethodModel, Model, StructModel
 from .pytypes import GID_LIKE
+from .stubtext import StubClass, first_line as _first_line, read_only, with_doc as _with_doc
 
 TEMPLATE = "stubs.pyi.j2"
 OUTPUT = "_ibverbs.pyi"
 
 
 @dataclass
-class StubClass:
-    name: str
-    doc: str
-    lines: List[str] = field(default_factory=list)   # the body, unindented
-    base: Optional[str] = None        # a subclass handle (spec `base:`) derives from it
-    final: bool = True                # a base of another class cannot be @final
-
-
-@dataclass
 class Stubs:
     classes: List[StubClass]
     functions: List[str]                  # one `def` line each
-
-
-def _first_line(doc: str) -> str:
-    """The summary of a docstring (after the text signature)."""
-    text = doc.split("\n--\n\n", 1)[-1].strip()
-    line = text.split("\n", 1)[0].strip()
-    return line.replace("\\", "\\\\").replace('"""', "'''")
 
 
 def _split_params(text: str) -> List[str]:
@@ -115,28 +106,6 @@ def _typed_params(params: List[str], types: Dict[str, str]) -> str:
     return ", ".join(out)
 
 
-def _docstring_body(doc: str) -> List[str]:
-    """A method's docstring (without its text signature) as the indented
-    body of its stub, so that editors show it on hover."""
-    text = doc.split("\n--\n\n", 1)[-1].strip()
-    if not text:
-        return []
-    text = text.replace("\\", "\\\\").replace('"""', "'''")
-    lines = text.split("\n")
-    body = [f'    """{lines[0]}'] + [f"    {line}" if line else "" for line in lines[1:]]
-    if len(lines) > 1:
-        body.append('    """')
-    else:
-        body[0] += '"""'
-    return body
-
-
-def _with_doc(head: str, doc: str) -> str:
-    """``head`` (a def line ending in ':') with the docstring as its body."""
-    body = _docstring_body(doc)
-    return "\n".join([head] + body) if body else f"{head} ..."
-
-
 def _method_def(m: MethodModel, node, handles: Set[str], is_method: bool) -> str:
     stub = node.get("stub") if node is not None else None
     if m.hand and isinstance(stub, list):
@@ -181,30 +150,32 @@ def _struct_class(s: StructModel, handles: Set[str]) -> StubClass:
     return c
 
 
-def _handle_class(h: HandleModel, spec, handles: Set[str],
-                  replaced: Callable[[str], Set[str]]) -> StubClass:
-    c = StubClass(h.name, h.doc)
-    skip = replaced(h.name)
-    c.lines += ["@property", "def closed(self) -> bool: ..."]
+def _handle_class(h: HandleModel, spec, handles: Set[str]) -> StubClass:
+    # a class the Python layer subclasses (ibverbs.CMID) is not @final
+    c = StubClass(h.name, h.doc, final=not h.subclassed)
+    c.lines.append(read_only("closed", "bool", "True once close() has run."))
     for pname, pcls, optional in h.parents:
-        c.lines += ["@property", f"def {pname}(self) -> {pcls}{' | None' if optional else ''}: ..."]
+        c.lines.append(read_only(pname, pcls + (" | None" if optional else ""), h.docs.get(pname, "")))
     for aname, getter in h.attributes:
-        c.lines += ["@property", f"def {aname}(self) -> {getter.pytype}: ..."]
+        c.lines.append(read_only(aname, getter.pytype, h.docs.get(aname, "")))
+    shadowed = set(h.hand_attribute_names)
     for sname, writable, _doc in h.slots:
-        c.lines.append(f"{sname}: Any" if writable else f"@property\ndef {sname}(self) -> Any: ...")
+        if sname not in shadowed:
+            c.lines.append(f"{sname}: Any" if writable else read_only(sname, "Any"))
     c.lines += _hand_attribute_lines(h, spec)
-    c.lines += [_with_doc("def close(self) -> None:",
+    c.lines += [_with_doc("def close(self) -> None:", h.close_doc or
                           f"Destroy the {h.ctype} ({h.destroy}); harmless when already closed."),
                 "def __enter__(self) -> Self: ...",
                 "def __exit__(self, *exc: object) -> None: ...",
-                "@classmethod", "def _open_count(cls) -> int: ..."]
+                "@classmethod", _with_doc("def _open_count(cls) -> int:", _OPEN_COUNT_DOC.format(h.name))]
     hspec = spec.handle(h.name)
     nodes = {m.name: m.node for m in (hspec.methods if hspec else [])}
     for m in h.methods:
-        if m.name in skip:
-            continue
         c.lines.append(_method_def(m, nodes.get(m.name), handles, True))
     return c
+
+
+_OPEN_COUNT_DOC = "How many {} objects of this process are open (leak checks)."
 
 
 def _hand_attribute_lines(h: HandleModel, spec) -> List[str]:
@@ -213,10 +184,10 @@ def _hand_attribute_lines(h: HandleModel, spec) -> List[str]:
     hspec = spec.handle(h.name)
     nodes = (hspec.node.get("hand_attributes") or {}) if hspec else {}
     lines = []
-    for aname, writable, _doc in h.hand_attributes:
+    for aname, writable, doc in h.hand_attributes:
         anode = nodes.get(aname)
         t = (anode.get("stub") if hasattr(anode, "get") else None) or "Any"
-        lines.append(f"{aname}: {t}" if writable else f"@property\ndef {aname}(self) -> {t}: ...")
+        lines.append(f"{aname}: {t}" if writable else read_only(aname, t, doc))
     return lines
 
 
@@ -242,16 +213,21 @@ def _derive(cls: StubClass, base: StubClass) -> None:
     base.final = False
     inherited = {tuple(m) for m in _members(base.lines)}
     # close() keeps the base's signature (ImportedPD's unimports: only its
-    # docstring differs)
-    cls.lines = [line for m in _members(cls.lines)
-                 if tuple(m) not in inherited and m[0] != "def close(self) -> None:" for line in m]
+    # docstring differs); _open_count is the base's classmethod
+    own = [m for m in _members(cls.lines) if tuple(m) not in inherited
+           and m[0] != "def close(self) -> None:" and m[1:2] != ["def _open_count(cls) -> int:"]]
+    cls.lines = [line for m in own for line in m]
 
 
-def build(model: Model, replaced: Callable[[str], Set[str]]) -> Stubs:
-    """``replaced(cls)``: the method names templates/stubs/<cls>.pyi.j2 defines."""
+def build(model: Model, records, cm) -> Stubs:
+    """The classes and functions of the extension: the data-path types'
+    (a records.RecordsModel), the verbs model's, rdma_cm's (a
+    rdmacm.CMModel, whose classes are handle classes too)."""
     handles = {h.name for h in model.handles}
-    classes = [_struct_class(s, handles) for s in model.structs]
-    classes += [_handle_class(h, model.spec, handles, replaced) for h in model.handles]
+    classes = record_stubs.classes(records)
+    classes += [_struct_class(s, handles) for s in model.structs]
+    classes += [_handle_class(h, model.spec, handles) for h in model.handles]
+    classes += [_handle_class(h, cm.spec, handles) for h in cm.handles]
     for cls in classes:
         # a slot written as "@property\ndef ..." spans lines
         cls.lines = [part for line in cls.lines for part in line.split("\n")]
@@ -260,22 +236,14 @@ def build(model: Model, replaced: Callable[[str], Set[str]]) -> Stubs:
     for h in model.handles:
         if h.base is not None:
             _derive(by_name[h.name], by_name[h.base.name])
-    nodes = {m.name: m.node for m in model.spec.functions}
-    functions = [_method_def(m, nodes.get(m.name), handles, False) for m in model.functions]
+    functions = (_function_defs(model.functions, model.spec, handles)
+                 + _function_defs(cm.functions, cm.spec, handles))
     return Stubs(classes, functions)
 
 
-def _defined_names(source: str) -> Set[str]:
-    """The names of the `def`s in a stub template (Jinja2 source, so read
-    line by line rather than parsed)."""
-    names = set()
-    for line in source.splitlines():
-        line = line.strip()
-        if line.startswith("def ") and "(" in line:
-            name = line[4:line.index("(")].strip()
-            if name.isidentifier():
-                names.add(name)
-    return names
+def _function_defs(functions: List[MethodModel], spec, handles: Set[str]) -> List[str]:
+    nodes = {m.name: m.node for m in spec.functions}
+    return [_method_def(m, nodes.get(m.name), handles, False) for m in functions]
 
 
 def _public_names(text: str) -> List[str]:
@@ -291,18 +259,22 @@ def _public_names(text: str) -> List[str]:
     return sorted(public)
 
 
-def render(model: Model, env, common: dict) -> Dict[str, str]:
-    """{OUTPUT: text}: called by render.render with its environment."""
-    def replaced(cls: str) -> Set[str]:
-        try:
-            source, _, _ = env.loader.get_source(env, f"stubs/{cls}.pyi.j2")
-        except Exception:  # jinja2.TemplateNotFound: nothing replaced
-            return set()
-        return _defined_names(source)
+@dataclass
+class _Inputs:
+    """What the stub's header names as its spec: the three spec sets together."""
+    sha256: str
 
-    stubs = build(model, replaced)
+
+def render(model: Model, records, cm, template_dir: str) -> Dict[str, str]:
+    """{OUTPUT: text}: the stub of the whole extension, from the verbs model,
+    the data-path types (records.RecordsModel) and rdma_cm's (rdmacm.CMModel)."""
+    env = vrender.environment(template_dir)
+    stubs = build(model, records, cm)
+    specs = hashlib.sha256(" ".join((model.spec.sha256, records.spec.sha256,
+                                     cm.spec.sha256)).encode()).hexdigest()
     text = env.get_template(TEMPLATE).render(
-        **common, comment_open="#", comment_mid="#", comment_close="",
+        ir=model.ir, spec=_Inputs(specs), command=vrender.COMMAND,
+        comment_open="#", comment_mid="#", comment_close="",
         classes=stubs.classes, stub_functions=stubs.functions)
     text += "\n__all__ = [\n" + "".join(f"    {n!r},\n" for n in _public_names(text)) + "]\n"
-    return {OUTPUT: text}
+    return {OUTPUT: vrender.finish(text)}

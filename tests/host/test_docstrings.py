@@ -90,9 +90,8 @@ def test_an_optional_verb_says_so(generated):
 
 def test_the_stubs_carry_the_same_docstrings():
     """Every method of the extension has its docstring in the stub, the
-    same text: generated for the spec's classes, kept in step by this test
-    for the data path's and rdma_cm's (templates/stubs/_datapath.pyi.j2,
-    _rdmacm.pyi.j2)."""
+    same text: both come from the spec (for the data path's classes,
+    spec/datapath/records.yaml; for rdma_cm's, spec/rdmacm/cm.yaml)."""
     tree = ast.parse((ROOT / "generated" / "_ibverbs.pyi").read_text())
     classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
     checked = 0

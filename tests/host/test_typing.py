@@ -136,9 +136,15 @@ def generator_ir():
 
 
 def stub_of(ir, spec_dir) -> str:
-    from generator import builder, render, spec
+    """The stub made from the spec set in spec_dir (the verbs spec, the
+    data-path types' and rdma_cm's)."""
+    import os
+
+    from generator import builder, rdmacm, records, spec, stubs
     from generator.cli import TEMPLATE_DIR
-    return render.render(builder.build(ir, spec.load(str(spec_dir))), TEMPLATE_DIR)["_ibverbs.pyi"]
+    cm = rdmacm.load(os.environ.get("RDMA_CORE") or None, str(spec_dir))
+    return stubs.render(builder.build(ir, spec.load(str(spec_dir))),
+                        records.build(ir, str(spec_dir)), cm, TEMPLATE_DIR)["_ibverbs.pyi"]
 
 
 def class_body(stub: str, cls: str) -> str:
@@ -204,6 +210,39 @@ def test_subclass_handles_derive_from_their_base():
     qpex = class_body(stub, "QPEx")
     assert "    wr_id: int\n" in qpex and "    wr_flags: int\n" in qpex
     assert "def start_poll(self) -> bool:\n" in class_body(stub, "CQEx")
+
+
+def test_data_path_and_rdma_cm_stubs_come_from_their_spec(tmp_path, generator_ir):
+    """No class stub is written by hand: the data-path types come from
+    spec/datapath/records.yaml (a field is an int, a read-only one a
+    property, `stub:` types the rest), EventChannel and CMID from
+    spec/rdmacm/cm.yaml, so a spec change reaches the stub."""
+    import shutil
+    assert not (ROOT / "templates" / "stubs").exists()
+    # the template's one `class {{ c.name }}` prints the model's classes
+    assert not re.search(r"^class \w", (ROOT / "templates" / "stubs.pyi.j2").read_text(), re.M)
+    spec_dir = tmp_path / "spec"
+    shutil.copytree(ROOT / "spec", spec_dir)
+    records_yaml = spec_dir / "datapath" / "records.yaml"
+    text = records_yaml.read_text().replace(
+        '      sl: {field: wc.sl, doc: "Service level."}\n',
+        '      sl: {field: wc.sl, doc: "Service level."}\n'
+        '      sl_again: {field: wc.sl, doc: "Service level again."}\n', 1)
+    records_yaml.write_text(text.replace('stub: "(self, opcode: int, /) -> int"',
+                                         'stub: "(self, opcode: int, /) -> bool"', 1))
+    cm_yaml = spec_dir / "rdmacm" / "cm.yaml"
+    cm_yaml.write_text(cm_yaml.read_text().replace('stub: "(self, backlog: int = ...) -> None"',
+                                                   'stub: "(self, backlog: int) -> int"', 1))
+    stub = stub_of(generator_ir, spec_dir)
+    assert '    def sl_again(self) -> int:\n        """Service level again."""\n' in class_body(stub, "WC")
+    assert "    def count_opcode(self, opcode: int, /) -> bool:\n" in class_body(stub, "WCBuffer")
+    assert "    def listen(self, backlog: int) -> int:\n" in class_body(stub, "CMID")
+    generated = (ROOT / "generated" / "_ibverbs.pyi").read_text()
+    assert "    wr_id: int\n" in class_body(generated, "SendWR")
+    assert "    def sg_list(self, value: Sequence[SGE] | None) -> None: ..." in class_body(generated, "RecvWR")
+    assert "    def __new__(cls, wrs: SendWR | RecvWR" in class_body(generated, "PostList")
+    assert "    def qp(self) -> QP | None:\n" in class_body(generated, "CMID")
+    assert "\n@final\nclass EventChannel:" in generated and "\n\nclass CMID:" in generated
 
 
 def test_import_ibverbs_imports_no_asyncio_no_ctypes_and_no_typing():
