@@ -2,6 +2,6 @@
 # (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
 # and the spec/ YAML files (sha256 fcca5f923fbb05e80754bced515e5da8ced1ea6703a08e376ebfa2a7e1e8abe5).
 # Do not edit: change the spec or templates/ and run `make generate`.
-# Made by templates/ and generator/ (sha256 e69f4fcee231b61757d4e279e6d7f43542efad3a15aa43827baf566ba850a14c);
-# this file's own sha256, this number read as zeros: 7db461adc0e1ff9d869df1f4194d9092cfc029fb1a34ac6031aadf2ad81b45bb
+# Made by templates/ and generator/ (sha256 f7103e067d24c3a9fe643c48bcedd6930e79d0c5e97d3c2482f81952f0a19342);
+# this file's own sha256, this number read as zeros: 958f956ea31495731359d53b8fb9dda2afef7375de099a58ac5a5996ed69c262
 """Generator output that ships inside the package as ibverbs._generated."""

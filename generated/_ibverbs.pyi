@@ -2,8 +2,8 @@
 # (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
 # and the spec/ YAML files (sha256 eb3e4e47041bdcb25d984a6735f518f0f38a25630d200c7bb1bd6b7b19181000).
 # Do not edit: change the spec or templates/ and run `make generate`.
-# Made by templates/ and generator/ (sha256 e69f4fcee231b61757d4e279e6d7f43542efad3a15aa43827baf566ba850a14c);
-# this file's own sha256, this number read as zeros: bd054c581fe8ee63a1a6523b5dd4194f68138963b937c2f9e8e86dbc124e9063
+# Made by templates/ and generator/ (sha256 f7103e067d24c3a9fe643c48bcedd6930e79d0c5e97d3c2482f81952f0a19342);
+# this file's own sha256, this number read as zeros: c5d9993f5f644f072127bf612811527e777726456699f317c25da1470fd53598
 
 """Type stubs of the extension ibverbs._ibverbs (generator/stubs.py)."""
 

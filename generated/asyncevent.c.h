@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 7fea72620b29fea471b82795d2bb6169af60b960065d783c1390e0f297957599).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 e69f4fcee231b61757d4e279e6d7f43542efad3a15aa43827baf566ba850a14c);
- * this file's own sha256, this number read as zeros: b9e6059aae86652fa33811162b93177788d9c662a54514180656702e434cf49d */
+ * Made by templates/ and generator/ (sha256 f7103e067d24c3a9fe643c48bcedd6930e79d0c5e97d3c2482f81952f0a19342);
+ * this file's own sha256, this number read as zeros: 1e1a414ba2023dadf5fd19ceca97bc9606a405177ebd8bde1582c57f1a9cbe2d */
 
 /*
  * AsyncEvent: its accessors and type shell, from spec/datapath/records.yaml.

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 fcca5f923fbb05e80754bced515e5da8ced1ea6703a08e376ebfa2a7e1e8abe5).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 e69f4fcee231b61757d4e279e6d7f43542efad3a15aa43827baf566ba850a14c);
- * this file's own sha256, this number read as zeros: e5dd060087931a7708b967519e471dd7b00885d33019195ec02b1683f549fba9 */
+ * Made by templates/ and generator/ (sha256 f7103e067d24c3a9fe643c48bcedd6930e79d0c5e97d3c2482f81952f0a19342);
+ * this file's own sha256, this number read as zeros: 756887685eebf365d9c7fa330e9cecbbda35bdd71e5612e1595b4d8c1c0bbd4b */
 
 /*
  * DM: On-device memory (ibv_alloc_dm, or ibv_import_dm of another process's).

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 7fea72620b29fea471b82795d2bb6169af60b960065d783c1390e0f297957599).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 e69f4fcee231b61757d4e279e6d7f43542efad3a15aa43827baf566ba850a14c);
- * this file's own sha256, this number read as zeros: ab394706debe924d2bd615f7bc3c761b3a86236480d5072d37ff3f75fadc5dd9 */
+ * Made by templates/ and generator/ (sha256 f7103e067d24c3a9fe643c48bcedd6930e79d0c5e97d3c2482f81952f0a19342);
+ * this file's own sha256, this number read as zeros: 9dba2d8cfb417d9cdcec1c432a7c455073399729fd7b180a2b3e61ddab170390 */
 
 /*
  * PostListEntry: its accessors and type shell, from spec/datapath/records.yaml.

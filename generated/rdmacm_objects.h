@@ -2,8 +2,8 @@
  * (sha256 20a4c73c476a689f172b05ec1def2bc9a14a8fa61b91043e691a57b06d920789, rdma-core 65.0)
  * and the spec/ YAML files (sha256 3e359b838d28e1cdaf954facff68c5d16d77744c15e087990a1fd0834ea6cb63).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 e69f4fcee231b61757d4e279e6d7f43542efad3a15aa43827baf566ba850a14c);
- * this file's own sha256, this number read as zeros: c09f1b77f05b78a97230c3d1122a73f425bef476b0c53a1bc13796389bc00416 */
+ * Made by templates/ and generator/ (sha256 f7103e067d24c3a9fe643c48bcedd6930e79d0c5e97d3c2482f81952f0a19342);
+ * this file's own sha256, this number read as zeros: 77cb8ca770f370d3a17108070c75d6fe1193660bf5803efd236f21d13518b31a */
 
 /*
  * The declarations of the rdma_cm classes (objects.h's counterpart for

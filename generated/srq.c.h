@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 fcca5f923fbb05e80754bced515e5da8ced1ea6703a08e376ebfa2a7e1e8abe5).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 e69f4fcee231b61757d4e279e6d7f43542efad3a15aa43827baf566ba850a14c);
- * this file's own sha256, this number read as zeros: 27c01de8f69d6ce13d101a955ae7f92cbaedc216405fdc528cafd7428790ccc1 */
+ * Made by templates/ and generator/ (sha256 f7103e067d24c3a9fe643c48bcedd6930e79d0c5e97d3c2482f81952f0a19342);
+ * this file's own sha256, this number read as zeros: 7e1301c22bfab4525f0ced635f008f528f8497c9e80048a3237cec5d577429e2 */
 
 /*
  * SRQ: A shared receive queue (ibv_create_srq).

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 7fea72620b29fea471b82795d2bb6169af60b960065d783c1390e0f297957599).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 e69f4fcee231b61757d4e279e6d7f43542efad3a15aa43827baf566ba850a14c);
- * this file's own sha256, this number read as zeros: 95c0cd2eb63945ebff0c0fbabd131d5c59b41ac56379acec4588f3b9284907a5 */
+ * Made by templates/ and generator/ (sha256 f7103e067d24c3a9fe643c48bcedd6930e79d0c5e97d3c2482f81952f0a19342);
+ * this file's own sha256, this number read as zeros: d751da186f95a5897a219439e685a1f5b6713519122e9ebf298b4346dd875d20 */
 
 /*
  * WC: its accessors and type shell, from spec/datapath/records.yaml.

@@ -451,7 +451,9 @@ def _type(records, name: str, node: Node) -> TypeModel:
     for a in attributes:
         _attribute_stub(a, attrs[a.name])
     methods = [MethodDef(m, _keys(mn, METHOD_KEYS, f"{name}.{m}")["function"], mn["flags"],
-                         mn["doc"], mn.get("stub")) for m, mn in (node.get("methods") or {}).items()]
+                         mn["doc"], _signature(mn.where("stub"), f"{name}.{m}", mn["stub"])
+                         if "stub" in mn else None)
+               for m, mn in (node.get("methods") or {}).items()]
     for m in methods:
         if m.flags not in FLAGS:
             raise SpecError(f"{node['methods'].where(m.name)}: {name}.{m.name}: flags "
@@ -469,16 +471,41 @@ def _type(records, name: str, node: Node) -> TypeModel:
         getattro=node.get("getattro"),
         sequence=(seq["length"], seq["item"]) if seq else None,
         gc=node.get("gc", True), basetype=node.get("basetype", True),
-        clear=node.get("clear", True), stubs=dict(node.get("stub") or {}))
+        clear=node.get("clear", True), stubs=_special_stubs(node, name))
 
 
 def _attribute_stub(a: Attribute, node: Node) -> None:
     """`stub: T`, or `stub: {get: T, set: U}` where the setter takes more."""
     stub = node.get("stub")
     if isinstance(stub, Node):
+        if set(stub) != {"get", "set"}:
+            raise SpecError(f"{node.where('stub')}: {a.name}: stub is a type or {{get, set}}")
         a.stub, a.stub_set = str(stub["get"]), str(stub["set"])
     elif stub is not None:
         a.stub = a.stub_set = str(stub)
+
+
+def _signature(where: str, label: str, sig) -> str:
+    text = str(sig)
+    if not (text.startswith("(") and ") -> " in text):
+        raise SpecError(f"{where}: {label}: stub must be a typed signature, "
+                        f"\"(self, ...) -> T\", not {text!r}")
+    return text
+
+
+def _special_stubs(node: Node, name: str) -> Dict[str, str]:
+    """A type's `stub:`: its hand-written special methods' signatures."""
+    stubs = node.get("stub") or Node()
+    if not isinstance(stubs, Node):
+        raise SpecError(f"{node.where('stub')}: {name}: stub maps special methods "
+                        f"(__init__, ...) to their signatures")
+    out = {}
+    for member, sig in stubs.items():
+        if not (member.startswith("__") and member.endswith("__")):
+            raise SpecError(f"{stubs.where(member)}: {name}.{member}: only special methods "
+                            f"go here (a method's stub is in its entry)")
+        out[member] = _signature(stubs.where(member), f"{name}.{member}", sig)
+    return out
 
 
 def _hand_type(records, name: str, node: Node) -> HandType:
@@ -487,7 +514,7 @@ def _hand_type(records, name: str, node: Node) -> HandType:
     attributes = [_attribute(records, a, anode, attrs.where(a), False) for a, anode in attrs.items()]
     for a in attributes:
         _attribute_stub(a, attrs[a.name])
-    return HandType(name, str(node["doc"]), attributes, dict(node.get("stub") or {}))
+    return HandType(name, str(node["doc"]), attributes, _special_stubs(node, name))
 
 
 def build(ir: IR, spec_root: str) -> RecordsModel:

@@ -89,3 +89,17 @@ def test_a_spec_mistake_is_named_with_its_file_and_line(tmp_path):
     with pytest.raises(SpecError, match=r"^spec/datapath/records\.yaml:\d+: "
                                         r"struct ibv_sge has no member 'no_such'"):
         records.build(parse.parse(None), str(tmp_path))
+
+
+def test_a_stub_that_is_no_signature_is_named_with_its_file_and_line(tmp_path):
+    import pytest
+    pytest.importorskip("clang.cindex", reason="libclang is not installed")
+    from generator import parse, records
+    from generator.spec import SpecError
+    text = (ROOT / "spec" / "datapath" / "records.yaml").read_text(encoding="utf-8")
+    text = text.replace('stub: "(self, opcode: int, /) -> int"', 'stub: "int"', 1)
+    (tmp_path / "datapath").mkdir()
+    (tmp_path / "datapath" / "records.yaml").write_text(text, encoding="utf-8")
+    with pytest.raises(SpecError, match=r"^spec/datapath/records\.yaml:\d+: "
+                                        r"WCBuffer\.count_opcode: stub must be a typed signature"):
+        records.build(parse.parse(None), str(tmp_path))
