@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 fcca5f923fbb05e80754bced515e5da8ced1ea6703a08e376ebfa2a7e1e8abe5).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 f7103e067d24c3a9fe643c48bcedd6930e79d0c5e97d3c2482f81952f0a19342);
- * this file's own sha256, this number read as zeros: ad91af4311a41eebcb227cb3e659ce736eafb06143e40d1931a436fe88c6b3c3 */
+ * Made by templates/ and generator/ (sha256 b8fac4d943a511cd4a1fd3af1451f22f32dfd3503cae019eb48467fc0a79159b);
+ * this file's own sha256, this number read as zeros: dcc3677e0a621c9a8a985fb1979c3f309b408bc7aea773dc4dea5ea848d45829 */
 
 /*
  * QPEx: A queue pair with the extended post API (ibv_create_qp_ex, ibv_qp_ex): a QP (modify, query, to_init/to_rtr/to_rts, post_recv, post_send work on it) plus wr_start/wr_* /wr_complete.

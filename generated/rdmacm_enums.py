@@ -2,8 +2,8 @@
 # (sha256 20a4c73c476a689f172b05ec1def2bc9a14a8fa61b91043e691a57b06d920789, rdma-core 65.0)
 # and the spec/ YAML files (sha256 3e359b838d28e1cdaf954facff68c5d16d77744c15e087990a1fd0834ea6cb63).
 # Do not edit: change the spec or templates/ and run `make generate`.
-# Made by templates/ and generator/ (sha256 f7103e067d24c3a9fe643c48bcedd6930e79d0c5e97d3c2482f81952f0a19342);
-# this file's own sha256, this number read as zeros: d6b6a895784d40b39449fe8beb18dee67aa61b9a8dabde6781ead06e71e0c753
+# Made by templates/ and generator/ (sha256 b8fac4d943a511cd4a1fd3af1451f22f32dfd3503cae019eb48467fc0a79159b);
+# this file's own sha256, this number read as zeros: 0c720ed1850a031802eca81af9ce854945701b083dbfe3450fd395ee199cccfd
 """The rdma-core enums as Python IntEnum / IntFlag classes (all values of
 each C enum; see spec/enums.yaml for which enums and their prefixes)."""
 from enum import IntEnum, IntFlag

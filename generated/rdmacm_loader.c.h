@@ -2,8 +2,8 @@
  * (sha256 20a4c73c476a689f172b05ec1def2bc9a14a8fa61b91043e691a57b06d920789, rdma-core 65.0)
  * and the spec/ YAML files (sha256 3e359b838d28e1cdaf954facff68c5d16d77744c15e087990a1fd0834ea6cb63).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 f7103e067d24c3a9fe643c48bcedd6930e79d0c5e97d3c2482f81952f0a19342);
- * this file's own sha256, this number read as zeros: c69997ae0b1714925b1f946823e445709c461ae0518d11cb7ae8684674eba8d6 */
+ * Made by templates/ and generator/ (sha256 b8fac4d943a511cd4a1fd3af1451f22f32dfd3503cae019eb48467fc0a79159b);
+ * this file's own sha256, this number read as zeros: 4f1e4f402a647b5b5499627a35200d35227983d0aeb61657323341533547f36b */
 
 /*
  * librdmacm is dlopen'ed on first use (ibverbs/src/cm.c), never linked

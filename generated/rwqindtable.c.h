@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 fcca5f923fbb05e80754bced515e5da8ced1ea6703a08e376ebfa2a7e1e8abe5).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 f7103e067d24c3a9fe643c48bcedd6930e79d0c5e97d3c2482f81952f0a19342);
- * this file's own sha256, this number read as zeros: a648cfdf8853c8c4a38835da9b3beb1aa7839d5b97f3fe4763594da92827820c */
+ * Made by templates/ and generator/ (sha256 b8fac4d943a511cd4a1fd3af1451f22f32dfd3503cae019eb48467fc0a79159b);
+ * this file's own sha256, this number read as zeros: 8c0ba69f87cc89d14512af8b5e4d06d34d23daf14e6633404f3dfb069b440e03 */
 
 /*
  * RWQIndTable: A receive work queue indirection table for RSS (Context.create_rwq_ind_table).

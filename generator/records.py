@@ -31,7 +31,7 @@ from .spec import Node, SpecError, _load_file
 SPEC_FILE = os.path.join("datapath", "records.yaml")
 DISPLAY = "spec/datapath/records.yaml"
 
-TOP_KEYS = {"helpers", "records", "types", "hand_types"}
+TOP_KEYS = {"helpers", "records", "types"}
 HELPER_KEYS = {"unsigned", "small_int", "parse", "argspec", "type_name"}
 RECORD_KEYS = {"ctype", "fields", "unions", "small_ints"}
 FIELD_KEYS = {"convert", "check", "union", "hand"}
@@ -41,7 +41,8 @@ TYPE_KEYS = {"doc", "storage", "refs", "state", "changed", "init", "repr", "attr
 ATTR_KEYS = {"field", "readonly", "ref", "hand", "slot", "flag", "check", "prepared", "doc",
              "too_big", "stub"}
 METHOD_KEYS = {"function", "flags", "doc", "stub"}
-# a type whose C is hand-written (PostList): only its stub comes from here
+# types whose C is all hand-written (PostList): only their stubs come from here
+HAND_TYPES = "hand_types"
 HAND_TYPE_KEYS = {"doc", "attributes", "stub"}
 FLAGS = {"METH_O", "METH_NOARGS"}
 UNSIGNED_MAX = {1: "UINT8_MAX", 2: "UINT16_MAX", 4: "UINT32_MAX", 8: "UINT64_MAX"}
@@ -519,7 +520,7 @@ def _hand_type(records, name: str, node: Node) -> HandType:
 
 def build(ir: IR, spec_root: str) -> RecordsModel:
     path = os.path.join(spec_root, SPEC_FILE)
-    data = _keys(_load_file(path, DISPLAY), TOP_KEYS, DISPLAY)
+    data = _keys(_load_file(path, DISPLAY), TOP_KEYS | {HAND_TYPES}, DISPLAY)
     with open(path, "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()
     helpers = dict(_keys(data["helpers"], HELPER_KEYS, "helpers"))
@@ -527,7 +528,7 @@ def build(ir: IR, spec_root: str) -> RecordsModel:
     by_key = {r.key: r for r in records}
     types = [_type(by_key, name, node) for name, node in (data.get("types") or {}).items()]
     hand_types = [_hand_type(by_key, name, node)
-                  for name, node in (data.get("hand_types") or {}).items()]
+                  for name, node in (data.get(HAND_TYPES) or {}).items()]
     return RecordsModel(ir, RecordsSpec(digest, [DISPLAY]), helpers, records, types, hand_types)
 
 
