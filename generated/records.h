@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 57e045bfc27d399dfc3cadba3732859c406f2dbb3a5fb04484d8891c65fe8f3d).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 b8fac4d943a511cd4a1fd3af1451f22f32dfd3503cae019eb48467fc0a79159b);
- * this file's own sha256, this number read as zeros: 323a62985294bb37ea72a5ffd8a432dcdf00897ce5f1e40f1109a026b855a7d8 */
+ * Made by templates/ and generator/ (sha256 067c89b19ce3454fc30ee7c4437e5ceaac3841abdaa120092f92c7deb8924fbb);
+ * this file's own sha256, this number read as zeros: d86cf2972c1bf7b7fc7277e4f962062422292a9a6f45e6d9aedce55ab6ca71fe */
 
 /*
  * The C structs of the data path, one converter pair per field: every

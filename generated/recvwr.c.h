@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 57e045bfc27d399dfc3cadba3732859c406f2dbb3a5fb04484d8891c65fe8f3d).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 b8fac4d943a511cd4a1fd3af1451f22f32dfd3503cae019eb48467fc0a79159b);
- * this file's own sha256, this number read as zeros: ef3ac109b9382cfca06c8fa85eacdb978660cf82950d662e39cd9e42c9c276b9 */
+ * Made by templates/ and generator/ (sha256 067c89b19ce3454fc30ee7c4437e5ceaac3841abdaa120092f92c7deb8924fbb);
+ * this file's own sha256, this number read as zeros: 3f1bead96428a88c967f8b24520a40d0e537fa0553945350d961e51f2ffe32c7 */
 
 /*
  * RecvWR: its accessors and type shell, from spec/datapath/records.yaml.

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 57e045bfc27d399dfc3cadba3732859c406f2dbb3a5fb04484d8891c65fe8f3d).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 b8fac4d943a511cd4a1fd3af1451f22f32dfd3503cae019eb48467fc0a79159b);
- * this file's own sha256, this number read as zeros: 953ee2c9d1b90dfa43435a82669cef30bd027a08fe509a8d6a413d7a2e2ed859 */
+ * Made by templates/ and generator/ (sha256 067c89b19ce3454fc30ee7c4437e5ceaac3841abdaa120092f92c7deb8924fbb);
+ * this file's own sha256, this number read as zeros: 67bb0f1afce282d625faf421ccf14b5ffdf8a83956502e410ef4739456c8b7e2 */
 
 /*
  * WCBuffer: its accessors and type shell, from spec/datapath/records.yaml.

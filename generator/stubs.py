@@ -27,10 +27,10 @@ the committed stub is stale:
 * the data-path types (SGE, SendWR, WC, PostList, ...) come from
   spec/datapath/records.yaml (generator/record_stubs.py).
 
-No class is written by hand: templates/stubs.pyi.j2 holds only
-what is not a class (the module functions of module.c's own method table,
-the ``_Addr`` alias), each with a comment saying why.  The three models are
-built by generator/cli.py, which calls render() once all exist.
+Nothing of the extension is stubbed by hand: templates/stubs.pyi.j2 adds
+only the imports and the aliases the spec's ``stub:`` strings name
+(``_GidLike``, ``_BufferLike``, ``_Addr``).  The three models are built by
+generator/cli.py, which calls render() once all exist.
 """
 from __future__ import annotations
 

@@ -253,3 +253,9 @@ PyObject *ibp_hand_module__rdmacm_available(PyObject *module, PyObject *unused)
     }
     Py_RETURN_TRUE;
 }
+
+/* The seed's name of the same question. */
+PyObject *ibp_hand_module__has_rdmacm(PyObject *module, PyObject *unused)
+{
+    return ibp_hand_module__rdmacm_available(module, unused);
+}

@@ -235,8 +235,6 @@ IBP_HIDDEN int ibp_cm_conv_addr(PyObject *obj, const char *name, struct sockaddr
                                 int none_ok, int *set);
 /* (host, port), or None for an unset address (the CMID address getters). */
 IBP_HIDDEN PyObject *ibp_sockaddr_to_py(const struct sockaddr *sa);
-/* _set_cmid_class(cls): the class of the CMIDs made from now on (cm_id.c). */
-IBP_HIDDEN PyObject *ibp_hand_module__set_cmid_class(PyObject *module, PyObject *cls);
 
 /* ---- the extended QP post API (qpex.c) ---------------------------------- */
 

@@ -24,10 +24,6 @@
 #include "rdmacm_methods.c.h"
 
 static PyMethodDef rdmacm_functions[] = {
-    {"_set_cmid_class", ibp_hand_module__set_cmid_class, METH_O,
-     "_set_cmid_class($module, cls, /)\n--\n\nThe class of the CMIDs made from now on (ibverbs.CMID)."},
-    {"_has_rdmacm", ibp_hand_module__rdmacm_available, METH_NOARGS,
-     "_has_rdmacm($module, /)\n--\n\nWhether librdmacm.so.1 can be loaded (it is, on first use)."},
     RDMACM_GENERATED_FUNCTIONS
     {NULL, NULL, 0, NULL},
 };
@@ -135,21 +131,21 @@ done:
     return result;
 }
 
-static PyObject *module_linked(PyObject *module, PyObject *unused)
+PyObject *ibp_hand_module__linked(PyObject *module, PyObject *unused)
 {
     (void)module;
     (void)unused;
     return PyBool_FromLong(libibverbs != NULL);
 }
 
-static PyObject *module_has_dmabuf(PyObject *module, PyObject *unused)
+PyObject *ibp_hand_module__has_dmabuf(PyObject *module, PyObject *unused)
 {
     (void)module;
     (void)unused;
     return PyBool_FromLong(dmabuf_available);
 }
 
-static PyObject *module_missing_symbols(PyObject *module, PyObject *unused)
+PyObject *ibp_hand_module__missing_symbols(PyObject *module, PyObject *unused)
 {
     (void)module;
     (void)unused;
@@ -233,12 +229,6 @@ static int add_ref(PyObject *module, const char *name, PyObject *value)
 static PyMethodDef module_functions[] = {
     {"__getattr__", module_getattr, METH_O,
      "__getattr__($module, name, /)\n--\n\nDevice and get_device_list, from ibverbs._device."},
-    {"_linked", module_linked, METH_NOARGS,
-     "_linked($module, /)\n--\n\nTrue once libibverbs.so.1 is loaded."},
-    {"_has_dmabuf", module_has_dmabuf, METH_NOARGS,
-     "_has_dmabuf($module, /)\n--\n\nWhether the loaded libibverbs has ibv_reg_dmabuf_mr."},
-    {"_missing_symbols", module_missing_symbols, METH_NOARGS,
-     "_missing_symbols($module, /)\n--\n\nOptional verbs the loaded libibverbs lacks."},
     {NULL, NULL, 0, NULL},
 };
 
