@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 fcca5f923fbb05e80754bced515e5da8ced1ea6703a08e376ebfa2a7e1e8abe5).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 88b8ab52844e8e2ca75ec3b85d50b4e0e8ca8577e34af296b30f2332c29b56d5);
- * this file's own sha256, this number read as zeros: 3745c2e2831c8be9d2e1f947b8d10bb2cc976e31b0ffec689337aafa6ae349f2 */
+ * Made by templates/ and generator/ (sha256 142055b082541531fd682c3cdbc771e99ce3e3964761aa4964cb10b46c7f7cb2);
+ * this file's own sha256, this number read as zeros: 001a61e146fcfe2e19a3652ff0d01e7a272400cd86207baf2db2a8970a148f63 */
 
 /*
  * CQ: A completion queue (ibv_create_cq).

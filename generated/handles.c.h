@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 fcca5f923fbb05e80754bced515e5da8ced1ea6703a08e376ebfa2a7e1e8abe5).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 88b8ab52844e8e2ca75ec3b85d50b4e0e8ca8577e34af296b30f2332c29b56d5);
- * this file's own sha256, this number read as zeros: e4c5a5f8136f173bd8cf1baec78b20e9622b265610072f5ea7b13b1074f03e8b */
+ * Made by templates/ and generator/ (sha256 142055b082541531fd682c3cdbc771e99ce3e3964761aa4964cb10b46c7f7cb2);
+ * this file's own sha256, this number read as zeros: 37e0c181e01bf46fcf50dc294055fa8c43ee3a29d27bd2bdacb21781ed749ed3 */
 
 /* One file per handle class. */
 #include "compcntr.c.h"

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 fcca5f923fbb05e80754bced515e5da8ced1ea6703a08e376ebfa2a7e1e8abe5).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 88b8ab52844e8e2ca75ec3b85d50b4e0e8ca8577e34af296b30f2332c29b56d5);
- * this file's own sha256, this number read as zeros: ce17f4d871196a5a9cd9b75a6c2848438defdfab7124c0fa8dbb332d9fd4e54b */
+ * Made by templates/ and generator/ (sha256 142055b082541531fd682c3cdbc771e99ce3e3964761aa4964cb10b46c7f7cb2);
+ * this file's own sha256, this number read as zeros: 4e187ad7a3c94509922ee68fa200d9ceb5d7ebad7bf3ff091a9a5427e3ad6099 */
 
 /*
  * PD: Protection domain (ibv_alloc_pd).

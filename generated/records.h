@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 8d5f28063e4da7c8c2d23ab79770b34c0d2396fefd93be0c38b3c6a8852c603d).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 88b8ab52844e8e2ca75ec3b85d50b4e0e8ca8577e34af296b30f2332c29b56d5);
- * this file's own sha256, this number read as zeros: c9bd65f8680e908949efed45d7b06e3de8bad4a9be8a5d6db3576cca0930495c */
+ * Made by templates/ and generator/ (sha256 142055b082541531fd682c3cdbc771e99ce3e3964761aa4964cb10b46c7f7cb2);
+ * this file's own sha256, this number read as zeros: 84a393c22744a8b3779a0f222b2c37b32f0a56c4bc3186ca1fb6817bc46af656 */
 
 /*
  * The C structs of the data path, one converter pair per field: every

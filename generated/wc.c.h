@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 8d5f28063e4da7c8c2d23ab79770b34c0d2396fefd93be0c38b3c6a8852c603d).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 88b8ab52844e8e2ca75ec3b85d50b4e0e8ca8577e34af296b30f2332c29b56d5);
- * this file's own sha256, this number read as zeros: 2d3d99ab5d09467b64b3a22a52a0b514fceb8ae05fae260b528c6378c70f9407 */
+ * Made by templates/ and generator/ (sha256 142055b082541531fd682c3cdbc771e99ce3e3964761aa4964cb10b46c7f7cb2);
+ * this file's own sha256, this number read as zeros: 080cf3bcd47b4cd6ebf3e6b375e63811f740b791a6dcbac74c270f7b5fe292b9 */
 
 /*
  * WC: its accessors and type shell, from spec/datapath/records.yaml.

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 fcca5f923fbb05e80754bced515e5da8ced1ea6703a08e376ebfa2a7e1e8abe5).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 88b8ab52844e8e2ca75ec3b85d50b4e0e8ca8577e34af296b30f2332c29b56d5);
- * this file's own sha256, this number read as zeros: 8a21b132194f0db196c0b736d64b75353ef1d5124b1e449e8b195f66062ed65a */
+ * Made by templates/ and generator/ (sha256 142055b082541531fd682c3cdbc771e99ce3e3964761aa4964cb10b46c7f7cb2);
+ * this file's own sha256, this number read as zeros: 8d08c08dd3c824166797159204d2c86c37b58ea7e406e1ecdbf5f2b89fcf70f7 */
 
 /*
  * WQ: A receive work queue (ibv_create_wq), for RSS with raw packet QPs.

@@ -25,15 +25,21 @@ def _model(args):
     return builder.build(ir, spec.load(SPEC_DIR))
 
 
-def _render_all(args):
-    """Every generated file: verbs.h's, the data-path types' (records), then
-    rdma_cma.h's (rdmacm_*)."""
-    from . import rdmacm, records, render
-    model = _model(args)
+def render_all(prefix: Optional[str]):
+    """Every generated file from the headers at prefix (None: the baseline):
+    verbs.h's, the data-path types' (records), then rdma_cma.h's (rdmacm_*).
+    Returns (files, the verbs model, the rdma_cm model)."""
+    from . import builder, parse, rdmacm, records, render, spec
+    model = builder.build(parse.parse(prefix), spec.load(SPEC_DIR))
+    cm = rdmacm.load(prefix, SPEC_DIR)
     files = render.render(model, TEMPLATE_DIR)
     files.update(records.render(records.build(model.ir, SPEC_DIR), TEMPLATE_DIR))
-    files.update(rdmacm.render(rdmacm.load(_prefix(args), SPEC_DIR), TEMPLATE_DIR))
-    return files
+    files.update(rdmacm.render(cm, TEMPLATE_DIR))
+    return files, model, cm
+
+
+def _render_all(args):
+    return render_all(_prefix(args))[0]
 
 
 def cmd_ir(args) -> int:
