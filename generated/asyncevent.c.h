@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 57e045bfc27d399dfc3cadba3732859c406f2dbb3a5fb04484d8891c65fe8f3d).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 067c89b19ce3454fc30ee7c4437e5ceaac3841abdaa120092f92c7deb8924fbb);
- * this file's own sha256, this number read as zeros: 9224fc1da6dbbb4117358cbd33d901838f86dd79326c0c5163305383bec55219 */
+ * Made by templates/ and generator/ (sha256 b14a571d5aa96fe8369b395c992a84e57caadc78c0ea0afc744c3e0a9bc2d206);
+ * this file's own sha256, this number read as zeros: 0a33a389aea205f200b95d559c106782eca346be3e0c41d10b19cc2b90b62b9a */
 
 /*
  * AsyncEvent: its accessors and type shell, from spec/datapath/records.yaml.

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d259e0cc9968a3a7fab8fd6a7484613cd26c92013ddb4afc856334216b50ee4a).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 067c89b19ce3454fc30ee7c4437e5ceaac3841abdaa120092f92c7deb8924fbb);
- * this file's own sha256, this number read as zeros: 8bdb0fae583a8dcbbd228e08995ccea55caf1c1c3043a780e12d43870db40457 */
+ * Made by templates/ and generator/ (sha256 b14a571d5aa96fe8369b395c992a84e57caadc78c0ea0afc744c3e0a9bc2d206);
+ * this file's own sha256, this number read as zeros: bd803108738847842d240a8cd85254c9ba9eb5400c44c94609fbc5a58707c2c1 */
 
 /*
  * CQ: A completion queue (ibv_create_cq).

@@ -2,8 +2,8 @@
  * (sha256 20a4c73c476a689f172b05ec1def2bc9a14a8fa61b91043e691a57b06d920789, rdma-core 65.0)
  * and the spec/ YAML files (sha256 c4db299f5a793b176d01fe95e1476b5dd6841cb445e0e27f943b5af68f024d95).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 067c89b19ce3454fc30ee7c4437e5ceaac3841abdaa120092f92c7deb8924fbb);
- * this file's own sha256, this number read as zeros: 9217da976651f706b99428970bf33f607d4ae3ada8c0a3f6014a5cf69fcc6f30 */
+ * Made by templates/ and generator/ (sha256 b14a571d5aa96fe8369b395c992a84e57caadc78c0ea0afc744c3e0a9bc2d206);
+ * this file's own sha256, this number read as zeros: 905ce54f1b4a18de083c606ef1e0bc8a8bcc74c49f089f35e432f294d6f30667 */
 
 /*
  * The declarations of the rdma_cm classes (objects.h's counterpart for

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 57e045bfc27d399dfc3cadba3732859c406f2dbb3a5fb04484d8891c65fe8f3d).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 067c89b19ce3454fc30ee7c4437e5ceaac3841abdaa120092f92c7deb8924fbb);
- * this file's own sha256, this number read as zeros: d86cf2972c1bf7b7fc7277e4f962062422292a9a6f45e6d9aedce55ab6ca71fe */
+ * Made by templates/ and generator/ (sha256 b14a571d5aa96fe8369b395c992a84e57caadc78c0ea0afc744c3e0a9bc2d206);
+ * this file's own sha256, this number read as zeros: 71f0403a279f3f55da90e35b4203c8f8d623ffb3974cb5216a448ef532d50a47 */
 
 /*
  * The C structs of the data path, one converter pair per field: every

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 57e045bfc27d399dfc3cadba3732859c406f2dbb3a5fb04484d8891c65fe8f3d).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 067c89b19ce3454fc30ee7c4437e5ceaac3841abdaa120092f92c7deb8924fbb);
- * this file's own sha256, this number read as zeros: 67bb0f1afce282d625faf421ccf14b5ffdf8a83956502e410ef4739456c8b7e2 */
+ * Made by templates/ and generator/ (sha256 b14a571d5aa96fe8369b395c992a84e57caadc78c0ea0afc744c3e0a9bc2d206);
+ * this file's own sha256, this number read as zeros: c59e13879b54f82f837811e81abd061576bad3e8157697716050d9148e42e155 */
 
 /*
  * WCBuffer: its accessors and type shell, from spec/datapath/records.yaml.

@@ -25,18 +25,24 @@ def _model(args):
     return builder.build(ir, spec.load(SPEC_DIR))
 
 
-def _render_all(args):
-    """Every generated file: verbs.h's, the data-path types' (records),
-    rdma_cma.h's (rdmacm_*), then the stub of them all (_ibverbs.pyi)."""
-    from . import rdmacm, records, render, stubs
-    model = _model(args)
-    files = render.render(model, TEMPLATE_DIR)
+def render_all(prefix: Optional[str]):
+    """Every generated file from the headers at prefix (None: the baseline):
+    verbs.h's, the data-path types' (records), rdma_cma.h's (rdmacm_*), then
+    the stub of them all (_ibverbs.pyi).
+    Returns (files, the verbs model, the rdma_cm model)."""
+    from . import builder, parse, rdmacm, records, render, spec, stubs
+    model = builder.build(parse.parse(prefix), spec.load(SPEC_DIR))
+    cm = rdmacm.load(prefix, SPEC_DIR)
     record_types = records.build(model.ir, SPEC_DIR)
+    files = render.render(model, TEMPLATE_DIR)
     files.update(records.render(record_types, TEMPLATE_DIR))
-    cm = rdmacm.load(_prefix(args), SPEC_DIR)
     files.update(rdmacm.render(cm, TEMPLATE_DIR))
     files.update(stubs.render(model, record_types, cm, TEMPLATE_DIR))
-    return files
+    return files, model, cm
+
+
+def _render_all(args):
+    return render_all(_prefix(args))[0]
 
 
 def cmd_ir(args) -> int:
