@@ -259,15 +259,14 @@ def _assert_acyclic(graph: Dict[str, Set[str]], what: str) -> None:
             visit(node)
 
 
-#: How many consecutive lines make a repeated block (CONTRIBUTING: "no block
-#: of six or more lines repeated in ibverbs/src").
+#: How many consecutive lines make a repeated block (CONTRIBUTING, "The
+#: hand-written C": no block of six or more lines is written twice).
 BLOCK_LINES = 6
-#: Repeated blocks kept on purpose: (file, file) -> why.  Each one is also
-#: said in a comment at one of its places.  The project's duplicate finder
-#: (`duplicates --repo ibverbs/src`, where a developer has it) also reports
-#: blocks alike but for names; those kept on purpose carry such a comment
-#: too (qpex.c's wr_id/wr_flags accessors, postlist.c's sequence slots,
-#: repr.c's reference-counting steps).
+#: Identical blocks kept on purpose: (file, file) -> why, also said in a
+#: comment at one of its places.  Blocks alike but for their names (what a
+#: duplicate finder shows, not this test) carry such a comment where they
+#: are kept: qpex.c's wr_id/wr_flags accessors, postlist.c's sequence
+#: slots, repr.c's reference-counting steps.
 REPEATED_ON_PURPOSE: Dict[Tuple[str, str], str] = {}
 #: Blocks another round-2 branch of issue #16 removes (r2-impl: post.c's
 #: send/receive halves); tolerated while present, nothing to do once gone.
