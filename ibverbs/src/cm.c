@@ -100,15 +100,8 @@ static int is_conn_event(enum rdma_cm_event_type type)
 PyObject *ibp_hand_EventChannel_get_cm_event(PyObject *self, PyObject *unused)
 {
     (void)unused;
-    if (make_event == NULL) {
-        PyObject *cm = PyImport_ImportModule("ibverbs.cm");
-        if (cm == NULL)
-            return NULL;
-        make_event = PyObject_GetAttrString(cm, "_make_event");
-        Py_DECREF(cm);
-        if (make_event == NULL)
-            return NULL;
-    }
+    if (make_event == NULL && (make_event = ibp_import_attr("ibverbs.cm", "_make_event")) == NULL)
+        return NULL;
     struct rdma_event_channel *channel = cm_ptr(self);
     if (channel == NULL)
         return NULL;

@@ -39,6 +39,15 @@ static void *cm_ptr(PyObject *self)
     return ibp_check_open(self) < 0 ? NULL : IBP_HANDLE(self)->ptr;
 }
 
+/* What a librdmacm call that returned rc (0 or -1 with errno) gives Python:
+ * None, or VerbsError naming the verb. */
+static PyObject *cm_result(const char *verb, int rc)
+{
+    if (rc != 0)
+        return ibp_raise(verb, ibp_error_code(rc));
+    Py_RETURN_NONE;
+}
+
 /* A Context object for librdmacm's ibv_context, marked borrowed so that
  * neither close() nor GC ever closes the device under librdmacm.  (Only if
  * allocating the object itself fails does Context_wrap give the context
@@ -319,9 +328,7 @@ static PyObject *cmid_conn(PyObject *op, PyObject *args, PyObject *kwargs, int a
     rc = accept ? rdma_accept(id, &param) : rdma_connect(id, &param);
     Py_END_ALLOW_THREADS
     Py_XDECREF(data);
-    if (rc != 0)
-        return ibp_raise(verb, ibp_error_code(rc));
-    Py_RETURN_NONE;
+    return cm_result(verb, rc);
 }
 
 PyObject *ibp_hand_CMID_connect(PyObject *self, PyObject *args, PyObject *kwargs)
@@ -362,9 +369,7 @@ PyObject *ibp_hand_CMID_reject(PyObject *self, PyObject *args, PyObject *kwargs)
     rc = rdma_reject(id, bytes, len);
     Py_END_ALLOW_THREADS
     Py_XDECREF(data);
-    if (rc != 0)
-        return ibp_raise("rdma_reject", ibp_error_code(rc));
-    Py_RETURN_NONE;
+    return cm_result("rdma_reject", rc);
 }
 
 /* A call taking only the ID: rdma_disconnect, rdma_establish. */
@@ -379,9 +384,7 @@ static PyObject *cmid_simple(PyObject *op, int (*fn)(struct rdma_cm_id *), const
     errno = 0;
     rc = fn(id);
     Py_END_ALLOW_THREADS
-    if (rc != 0)
-        return ibp_raise(verb, ibp_error_code(rc));
-    Py_RETURN_NONE;
+    return cm_result(verb, rc);
 }
 
 PyObject *ibp_hand_CMID_disconnect(PyObject *self, PyObject *unused)
@@ -407,9 +410,7 @@ PyObject *ibp_hand_CMID_bind_addr(PyObject *self, PyObject *arg)
         return NULL;
     errno = 0;
     int rc = rdma_bind_addr(id, (struct sockaddr *)&addr);
-    if (rc != 0)
-        return ibp_raise("rdma_bind_addr", ibp_error_code(rc));
-    Py_RETURN_NONE;
+    return cm_result("rdma_bind_addr", rc);
 }
 
 static int conv_timeout(int timeout_ms)
@@ -419,6 +420,22 @@ static int conv_timeout(int timeout_ms)
         return -1;
     }
     return 0;
+}
+
+/* resolve_addr (dst given) or resolve_route: with the GIL released, as
+ * both wait up to timeout_ms in the kernel. */
+static PyObject *cm_resolve(PyObject *self, struct sockaddr *dst, struct sockaddr *src,
+                            int timeout_ms)
+{
+    struct rdma_cm_id *id = cm_ptr(self);
+    if (id == NULL)
+        return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    errno = 0;
+    rc = dst ? rdma_resolve_addr(id, src, dst, timeout_ms) : rdma_resolve_route(id, timeout_ms);
+    Py_END_ALLOW_THREADS
+    return cm_result(dst ? "rdma_resolve_addr" : "rdma_resolve_route", rc);
 }
 
 PyObject *ibp_hand_CMID_resolve_addr(PyObject *self, PyObject *args, PyObject *kwargs)
@@ -434,18 +451,8 @@ PyObject *ibp_hand_CMID_resolve_addr(PyObject *self, PyObject *args, PyObject *k
     if (conv_timeout(timeout_ms) < 0 || ibp_cm_conv_addr(dst_obj, "dst", &dst, 0, &dst_set) < 0 ||
         ibp_cm_conv_addr(src_obj, "src", &src, 1, &src_set) < 0)
         return NULL;
-    struct rdma_cm_id *id = cm_ptr(self);
-    if (id == NULL)
-        return NULL;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    errno = 0;
-    rc = rdma_resolve_addr(id, src_set ? (struct sockaddr *)&src : NULL,
-                           (struct sockaddr *)&dst, timeout_ms);
-    Py_END_ALLOW_THREADS
-    if (rc != 0)
-        return ibp_raise("rdma_resolve_addr", ibp_error_code(rc));
-    Py_RETURN_NONE;
+    return cm_resolve(self, (struct sockaddr *)&dst, src_set ? (struct sockaddr *)&src : NULL,
+                      timeout_ms);
 }
 
 PyObject *ibp_hand_CMID_resolve_route(PyObject *self, PyObject *args, PyObject *kwargs)
@@ -455,17 +462,7 @@ PyObject *ibp_hand_CMID_resolve_route(PyObject *self, PyObject *args, PyObject *
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|i:resolve_route", keywords, &timeout_ms) ||
         conv_timeout(timeout_ms) < 0)
         return NULL;
-    struct rdma_cm_id *id = cm_ptr(self);
-    if (id == NULL)
-        return NULL;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    errno = 0;
-    rc = rdma_resolve_route(id, timeout_ms);
-    Py_END_ALLOW_THREADS
-    if (rc != 0)
-        return ibp_raise("rdma_resolve_route", ibp_error_code(rc));
-    Py_RETURN_NONE;
+    return cm_resolve(self, NULL, NULL, timeout_ms);
 }
 
 PyObject *ibp_hand_CMID_listen(PyObject *self, PyObject *args, PyObject *kwargs)
@@ -481,9 +478,7 @@ PyObject *ibp_hand_CMID_listen(PyObject *self, PyObject *args, PyObject *kwargs)
         return NULL;
     errno = 0;
     int rc = rdma_listen(id, backlog);
-    if (rc != 0)
-        return ibp_raise("rdma_listen", ibp_error_code(rc));
-    Py_RETURN_NONE;
+    return cm_result("rdma_listen", rc);
 }
 
 /* A verbs handle argument that must live on the CM ID's device context. */
@@ -661,9 +656,7 @@ PyObject *ibp_hand_CMID_set_option(PyObject *self, PyObject *args, PyObject *kwa
         return NULL;
     errno = 0;
     int rc = rdma_set_option(id, RDMA_OPTION_ID, optname, optval, optlen);
-    if (rc != 0)
-        return ibp_raise("rdma_set_option", ibp_error_code(rc));
-    Py_RETURN_NONE;
+    return cm_result("rdma_set_option", rc);
 }
 
 PyObject *ibp_hand_CMID__ports(PyObject *self, PyObject *unused)

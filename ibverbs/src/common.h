@@ -109,6 +109,8 @@ IBP_HIDDEN PyObject *ibp_raise_unavailable(const char *symbol,
 IBP_HIDDEN PyObject *ibp_raise_completion(PyObject *wc);
 /* The type name for messages (valid until the next call; GIL held). */
 IBP_HIDDEN const char *ibp_type_name(PyObject *obj);
+/* getattr(import_module(module), name): a new reference, or NULL. */
+IBP_HIDDEN PyObject *ibp_import_attr(const char *module, const char *name);
 
 /* pymethods.c: a method written in Python (spec `python:`), imported once
  * into *cache and called with self first. */

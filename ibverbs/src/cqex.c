@@ -61,17 +61,30 @@ PyObject *ibp_hand_CQEx_start_poll(PyObject *self, PyObject *unused)
     Py_RETURN_TRUE;
 }
 
-PyObject *ibp_hand_CQEx_next_poll(PyObject *self, PyObject *unused)
+/* The CQEx of next_poll (ending 0) or end_poll (ending 1): open and
+ * between start_poll() and end_poll(); else NULL with RuntimeError (or
+ * EBADF).  Ending a poll that is not in progress would unlock a lock the
+ * provider does not hold. */
+static struct CQExObject *polling_cq(PyObject *self, int ending)
 {
-    struct CQExObject *cq = (struct CQExObject *)self;
-    (void)unused;
     if (ibp_check_open(self) < 0)
         return NULL;
+    struct CQExObject *cq = (struct CQExObject *)self;
     if (!cq->polling) {
         PyErr_SetString(PyExc_RuntimeError,
-                        "next_poll() needs a start_poll() that returned True first");
+                        ending ? "end_poll() without a start_poll() that returned True"
+                               : "next_poll() needs a start_poll() that returned True first");
         return NULL;
     }
+    return cq;
+}
+
+PyObject *ibp_hand_CQEx_next_poll(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    struct CQExObject *cq = polling_cq(self, 0);
+    if (cq == NULL)
+        return NULL;
     int rc = ibv_next_poll(cq->ex_ptr);
     cq->current = rc == 0;
     if (rc == ENOENT)
@@ -83,17 +96,10 @@ PyObject *ibp_hand_CQEx_next_poll(PyObject *self, PyObject *unused)
 
 PyObject *ibp_hand_CQEx_end_poll(PyObject *self, PyObject *unused)
 {
-    struct CQExObject *cq = (struct CQExObject *)self;
     (void)unused;
-    if (ibp_check_open(self) < 0)
+    struct CQExObject *cq = polling_cq(self, 1);
+    if (cq == NULL)
         return NULL;
-    if (!cq->polling) {
-        /* ending a poll that is not in progress would unlock a lock the
-         * provider does not hold */
-        PyErr_SetString(PyExc_RuntimeError,
-                        "end_poll() without a start_poll() that returned True");
-        return NULL;
-    }
     stop_polling(cq);
     Py_RETURN_NONE;
 }

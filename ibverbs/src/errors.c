@@ -31,7 +31,7 @@ const char *ibp_type_name(PyObject *obj)
     return buffer;
 }
 
-static PyObject *fetch(const char *module, const char *name)
+PyObject *ibp_import_attr(const char *module, const char *name)
 {
     PyObject *mod = PyImport_ImportModule(module);
     if (mod == NULL)
@@ -43,9 +43,9 @@ static PyObject *fetch(const char *module, const char *name)
 
 int ibp_errors_init(void)
 {
-    ibp_VerbsError = fetch("ibverbs.errors", "VerbsError");
-    ibp_CompletionError = fetch("ibverbs.errors", "CompletionError");
-    ibp_GidClass = fetch("ibverbs._gid", "Gid");
+    ibp_VerbsError = ibp_import_attr("ibverbs.errors", "VerbsError");
+    ibp_CompletionError = ibp_import_attr("ibverbs.errors", "CompletionError");
+    ibp_GidClass = ibp_import_attr("ibverbs._gid", "Gid");
     if (!ibp_VerbsError || !ibp_CompletionError || !ibp_GidClass)
         return -1;
     return 0;

@@ -123,17 +123,25 @@ int ibp_handle_foreign(PyObject *obj)
     return foreign;
 }
 
-void ibp_handle_closed(PyObject *obj)
+/* Delete ptr's key from map (origins, registry) if it is there, keeping the
+ * exception being raised: the callers run on error paths too (a failed
+ * wrap, whose pointer was never added: nothing to undo then). */
+static void forget_pointer(PyObject *map, void *ptr)
 {
-    if (origins == NULL)
+    if (map == NULL)
         return;
     PyObject *exc_type, *exc_value, *exc_tb;
     PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
-    PyObject *key = PyLong_FromVoidPtr(obj);
-    if (key == NULL || PyDict_DelItem(origins, key) < 0)
+    PyObject *key = PyLong_FromVoidPtr(ptr);
+    if (key == NULL || PyDict_DelItem(map, key) < 0)
         PyErr_Clear();
     Py_XDECREF(key);
     PyErr_Restore(exc_type, exc_value, exc_tb);
+}
+
+void ibp_handle_closed(PyObject *obj)
+{
+    forget_pointer(origins, obj);
 }
 
 static PyObject *raise_foreign(PyObject *obj)
@@ -319,16 +327,7 @@ int ibp_registry_add(void *ptr, PyObject *obj)
 
 void ibp_registry_remove(void *ptr)
 {
-    if (registry == NULL)
-        return;
-    /* Called on error paths too (a failed wrap): keep their exception. */
-    PyObject *exc_type, *exc_value, *exc_tb;
-    PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
-    PyObject *key = PyLong_FromVoidPtr(ptr);
-    if (key == NULL || PyDict_DelItem(registry, key) < 0)
-        PyErr_Clear();   /* never added (a failed wrap): nothing to undo */
-    Py_XDECREF(key);
-    PyErr_Restore(exc_type, exc_value, exc_tb);
+    forget_pointer(registry, ptr);
 }
 
 PyObject *ibp_registry_get(void *ptr)

@@ -19,29 +19,28 @@ static PyObject *PostListEntry_new(PyTypeObject *type, PyObject *args, PyObject 
     return NULL;
 }
 
-/* The send request of a view; NULL for a receive list, with AttributeError
- * naming the field unless name is NULL. */
-static inline struct ibv_send_wr *entry_send(PyObject *op, const char *name)
+/* Whether a view's list is of `kind` (PL_SEND, PL_RECV); if not, 0 with
+ * AttributeError naming the field, unless name is NULL. */
+static inline int entry_is(PyObject *op, int kind, const char *name)
 {
-    PostListObject *pl = ENTRY_PL(op);
-    if (pl->kind != PL_SEND) {
-        if (name != NULL)
-            PyErr_Format(PyExc_AttributeError, "a RecvWR has no %s", name);
-        return NULL;
-    }
-    return PL_SEND_WR(pl, ENTRY_I(op));
+    if (ENTRY_PL(op)->kind == kind)
+        return 1;
+    if (name != NULL)
+        PyErr_Format(PyExc_AttributeError, "a %s has no %s",
+                     kind == PL_SEND ? "RecvWR" : "SendWR", name);
+    return 0;
 }
 
-/* The receive request of a view; NULL for a send list (as entry_send). */
+/* The send request of a view; NULL for a receive list (see entry_is). */
+static inline struct ibv_send_wr *entry_send(PyObject *op, const char *name)
+{
+    return entry_is(op, PL_SEND, name) ? PL_SEND_WR(ENTRY_PL(op), ENTRY_I(op)) : NULL;
+}
+
+/* The receive request of a view; NULL for a send list (see entry_is). */
 static inline struct ibv_recv_wr *entry_recv(PyObject *op, const char *name)
 {
-    PostListObject *pl = ENTRY_PL(op);
-    if (pl->kind != PL_RECV) {
-        if (name != NULL)
-            PyErr_Format(PyExc_AttributeError, "a SendWR has no %s", name);
-        return NULL;
-    }
-    return PL_RECV_WR(pl, ENTRY_I(op));
+    return entry_is(op, PL_RECV, name) ? PL_RECV_WR(ENTRY_PL(op), ENTRY_I(op)) : NULL;
 }
 
 /* The first SGE of a view's request, or NULL with AttributeError. */

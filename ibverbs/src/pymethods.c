@@ -13,16 +13,9 @@ PyObject *
 ibp_call_python(PyObject **cache, const char *module, const char *name,
                 PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    if (*cache == NULL) {
-        PyObject *mod = PyImport_ImportModule(module);
-        if (mod == NULL)
-            return NULL;
-        PyObject *function = PyObject_GetAttrString(mod, name);
-        Py_DECREF(mod);
-        if (function == NULL)
-            return NULL;
-        *cache = function;   /* kept for the life of the process */
-    }
+    /* Kept for the life of the process once found. */
+    if (*cache == NULL && (*cache = ibp_import_attr(module, name)) == NULL)
+        return NULL;
     Py_ssize_t n = args == NULL ? 0 : PyTuple_Size(args);
     if (n < 0)
         return NULL;

@@ -221,23 +221,28 @@ done:
 }
 
 /* wr_id and wr_flags: fields of struct ibv_qp_ex that the next operation
- * reads (converted by generated/records.h, spec/datapath/records.yaml). */
+ * reads (converted by generated/records.h, spec/datapath/records.yaml).
+ * Written out once per field, as the generated accessors are: a uint64_t
+ * and an unsigned int, each with its own converter. */
+static struct ibv_qp_ex *open_qpex(PyObject *self, const char *name)
+{
+    return ibp_check_open(self) < 0 ? NULL : qpex_of(self, name);
+}
+
 PyObject *ibp_hand_QPEx_get_wr_id(PyObject *self, void *closure)
 {
     (void)closure;
-    struct ibv_qp_ex *qpx = ibp_check_open(self) < 0 ? NULL : qpex_of(self, "wr_id");
+    struct ibv_qp_ex *qpx = open_qpex(self, "wr_id");
     return qpx ? ibp_qp_ex_wr_id_to_py(qpx->wr_id) : NULL;
 }
 
 int ibp_hand_QPEx_set_wr_id(PyObject *self, PyObject *value, void *closure)
 {
     uint64_t v;
+    struct ibv_qp_ex *qpx;
     (void)closure;
     /* Converted first: the value's __index__ may close the QP. */
-    if (ibp_qp_ex_wr_id_from_py(value, &v) < 0 || ibp_check_open(self) < 0)
-        return -1;
-    struct ibv_qp_ex *qpx = qpex_of(self, "wr_id");
-    if (qpx == NULL)
+    if (ibp_qp_ex_wr_id_from_py(value, &v) < 0 || (qpx = open_qpex(self, "wr_id")) == NULL)
         return -1;
     qpx->wr_id = v;
     return 0;
@@ -246,19 +251,16 @@ int ibp_hand_QPEx_set_wr_id(PyObject *self, PyObject *value, void *closure)
 PyObject *ibp_hand_QPEx_get_wr_flags(PyObject *self, void *closure)
 {
     (void)closure;
-    struct ibv_qp_ex *qpx = ibp_check_open(self) < 0 ? NULL : qpex_of(self, "wr_flags");
+    struct ibv_qp_ex *qpx = open_qpex(self, "wr_flags");
     return qpx ? ibp_qp_ex_wr_flags_to_py(qpx->wr_flags) : NULL;
 }
 
 int ibp_hand_QPEx_set_wr_flags(PyObject *self, PyObject *value, void *closure)
 {
     unsigned int v;
+    struct ibv_qp_ex *qpx;
     (void)closure;
-    /* Converted first: the value's __index__ may close the QP. */
-    if (ibp_qp_ex_wr_flags_from_py(value, &v) < 0 || ibp_check_open(self) < 0)
-        return -1;
-    struct ibv_qp_ex *qpx = qpex_of(self, "wr_flags");
-    if (qpx == NULL)
+    if (ibp_qp_ex_wr_flags_from_py(value, &v) < 0 || (qpx = open_qpex(self, "wr_flags")) == NULL)
         return -1;
     qpx->wr_flags = v;
     return 0;

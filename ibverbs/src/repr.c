@@ -36,6 +36,8 @@ PyObject *ibp_repr_fields(PyObject *obj, const char *const *names)
         }
         Py_DECREF(part);
     }
+    /* Make, use, release, check: the same steps as errors.c raise_with,
+     * the usual reference-counting pattern rather than shared logic. */
     PyObject *sep = PyUnicode_FromString(", ");
     if (sep == NULL)
         goto done;

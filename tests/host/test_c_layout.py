@@ -257,3 +257,77 @@ def _assert_acyclic(graph: Dict[str, Set[str]], what: str) -> None:
     for node in sorted(graph):
         if node not in state:
             visit(node)
+
+
+#: How many consecutive lines make a repeated block (CONTRIBUTING, "The
+#: hand-written C": no block of six or more lines is written twice).
+BLOCK_LINES = 6
+#: Identical blocks kept on purpose: (file, file) -> why, also said in a
+#: comment at one of its places.  Blocks alike but for their names (what a
+#: duplicate finder shows, not this test) carry such a comment where they
+#: are kept: qpex.c's wr_id/wr_flags accessors, postlist.c's sequence
+#: slots, repr.c's reference-counting steps.
+REPEATED_ON_PURPOSE: Dict[Tuple[str, str], str] = {}
+#: Blocks another round-2 branch of issue #16 removes (r2-impl: post.c's
+#: send/receive halves); tolerated while present, nothing to do once gone.
+REPEATED_PENDING: Dict[Tuple[str, str], str] = {
+    ("post.c", "post.c"): "r2-impl factors post_send/post_recv's shared steps",
+}
+_COMMENT_OR_STRING = re.compile(
+    r'/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
+_TRIVIAL = re.compile(r"[{}();,\s]*|\} else \{|else|#.*")
+
+
+def _code_lines(text: str) -> List[Tuple[int, str]]:
+    """(line number, line with white space folded) of each line that says
+    something: comments blanked (strings kept), blank lines, lone braces and
+    preprocessor lines passed over."""
+    def blank_comment(m: "re.Match[str]") -> str:
+        s = m.group(0)
+        return s if s[0] in "\"'" else re.sub(r"[^\n]", " ", s)
+    out = []
+    for no, line in enumerate(_COMMENT_OR_STRING.sub(blank_comment, text).split("\n"), 1):
+        folded = " ".join(line.split())
+        if not _TRIVIAL.fullmatch(folded):
+            out.append((no, folded))
+    return out
+
+
+def _repeated_blocks(files: Dict[str, str]) -> Dict[Tuple[str, str], List[str]]:
+    """(file, file) -> 'a.c:L ~ b.c:M' for each block of BLOCK_LINES code
+    lines that stands, identical, at two places that do not overlap."""
+    places = collections.defaultdict(list)
+    for name, text in sorted(files.items()):
+        lines = _code_lines(text)
+        for i in range(len(lines) - BLOCK_LINES + 1):
+            block = tuple(line for _, line in lines[i:i + BLOCK_LINES])
+            places[block].append((name, lines[i][0], lines[i + BLOCK_LINES - 1][0]))
+    found: Dict[Tuple[str, str], List[str]] = collections.defaultdict(list)
+    for where in places.values():
+        for k, (a, a_first, a_last) in enumerate(where):
+            for b, b_first, b_last in where[k + 1:]:
+                if a == b and b_first <= a_last:
+                    continue     # the same lines, shifted: a run of one repeated line
+                found[(a, b)].append(f"{a}:{a_first} ~ {b}:{b_first}")
+    return found
+
+
+def test_repeated_block_finder_finds_one():
+    block = "".join(f"    call_{i}(x, \"{i}\");\n" for i in range(BLOCK_LINES))
+    files = {"a.c": "int f(void)\n{\n" + block + "}\n",
+             "b.c": "/* other */\nint g(void)\n{\n    y();\n" + block + "}\n",
+             "c.c": "int h(void)\n{\n" + block.replace('"5"', '"6"') + "}\n"}
+    assert dict(_repeated_blocks(files)) == {("a.c", "b.c"): ["a.c:3 ~ b.c:5"]}
+
+
+def test_no_block_repeated_in_the_hand_written_c():
+    files = {p.name: p.read_text() for p in sorted(SRC.glob("*.[ch]"))}
+    found = _repeated_blocks(files)
+    bad = [f"{place}" for pair, where in sorted(found.items())
+           if pair not in REPEATED_ON_PURPOSE and pair not in REPEATED_PENDING
+           for place in where[:1]]
+    assert not bad, (f"blocks of {BLOCK_LINES}+ lines written twice (factor them into one "
+                     "function, or comment why and list them in REPEATED_ON_PURPOSE):\n"
+                     + "\n".join(bad))
+    stale = [pair for pair in REPEATED_ON_PURPOSE if pair not in found]
+    assert not stale, f"no longer repeated: drop {stale} from REPEATED_ON_PURPOSE"
