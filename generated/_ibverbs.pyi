@@ -2,8 +2,8 @@
 # (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
 # and the spec/ YAML files (sha256 561706744fef75f4657ca3587c500fbb7dc8950e78d202858d2db09215f1a668).
 # Do not edit: change the spec or templates/ and run `make generate`.
-# Made by templates/ and generator/ (sha256 b14a571d5aa96fe8369b395c992a84e57caadc78c0ea0afc744c3e0a9bc2d206);
-# this file's own sha256, this number read as zeros: ab476f0d951c262eee0b1acd50f25a1b3d809a4e17143ec328208160fefe9ed3
+# Made by templates/ and generator/ (sha256 603ac3746389324109f9dc797ca12216707a39016c65e2284d5416509dc1ef8f);
+# this file's own sha256, this number read as zeros: 1aaf4fe65b23d03ca3600ea4a240b7ee3f6ef30aa9e8c93ae688526fc8ae5409
 
 """Type stubs of the extension ibverbs._ibverbs (generator/stubs.py)."""
 

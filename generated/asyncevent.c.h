@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 57e045bfc27d399dfc3cadba3732859c406f2dbb3a5fb04484d8891c65fe8f3d).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 b14a571d5aa96fe8369b395c992a84e57caadc78c0ea0afc744c3e0a9bc2d206);
- * this file's own sha256, this number read as zeros: 0a33a389aea205f200b95d559c106782eca346be3e0c41d10b19cc2b90b62b9a */
+ * Made by templates/ and generator/ (sha256 603ac3746389324109f9dc797ca12216707a39016c65e2284d5416509dc1ef8f);
+ * this file's own sha256, this number read as zeros: b3ac1eea64f0ab9150b47231b7d712a93c4011908a0a01ca0b73bd10c2d7cf12 */
 
 /*
  * AsyncEvent: its accessors and type shell, from spec/datapath/records.yaml.

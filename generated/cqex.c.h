@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d259e0cc9968a3a7fab8fd6a7484613cd26c92013ddb4afc856334216b50ee4a).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 b14a571d5aa96fe8369b395c992a84e57caadc78c0ea0afc744c3e0a9bc2d206);
- * this file's own sha256, this number read as zeros: be1bca62516f8abef0492b9b2b4c7e59183bc7fc16d6ebd8e66ea590ceee5bce */
+ * Made by templates/ and generator/ (sha256 603ac3746389324109f9dc797ca12216707a39016c65e2284d5416509dc1ef8f);
+ * this file's own sha256, this number read as zeros: 2596bc9d50ee6dd0708892dab7e3fce459e010255090a005e45cb790f8c8553a */
 
 /*
  * CQEx: An extended completion queue (ibv_create_cq_ex), polled one completion at a time with start_poll()/next_poll()/end_poll() and the read_* readers; a CQ everywhere else.

@@ -2,8 +2,8 @@
 # (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
 # and the spec/ YAML files (sha256 d259e0cc9968a3a7fab8fd6a7484613cd26c92013ddb4afc856334216b50ee4a).
 # Do not edit: change the spec or templates/ and run `make generate`.
-# Made by templates/ and generator/ (sha256 b14a571d5aa96fe8369b395c992a84e57caadc78c0ea0afc744c3e0a9bc2d206);
-# this file's own sha256, this number read as zeros: e35518dab16511f3bd1aa348889f142d74062f40d463b6d58fa8975a4d5d4fb0
+# Made by templates/ and generator/ (sha256 603ac3746389324109f9dc797ca12216707a39016c65e2284d5416509dc1ef8f);
+# this file's own sha256, this number read as zeros: a96578d4ba011681cb9ca7ac36f71f94c6e4625bcd9e30674a1a9c4f5eba1f4a
 """The rdma-core enums as Python IntEnum / IntFlag classes (all values of
 each C enum; see spec/enums.yaml for which enums and their prefixes)."""
 from enum import IntEnum, IntFlag

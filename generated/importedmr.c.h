@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d259e0cc9968a3a7fab8fd6a7484613cd26c92013ddb4afc856334216b50ee4a).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 b14a571d5aa96fe8369b395c992a84e57caadc78c0ea0afc744c3e0a9bc2d206);
- * this file's own sha256, this number read as zeros: afb76bf035a1d232b9c8aa236380279e59e5b498b8c369d7007f8cf1e180274f */
+ * Made by templates/ and generator/ (sha256 603ac3746389324109f9dc797ca12216707a39016c65e2284d5416509dc1ef8f);
+ * this file's own sha256, this number read as zeros: 8f9022daa68b1ac8f2785313ff049b98d45573afaa195482c73fc40cd17399da */
 
 /*
  * ImportedMR: An MR imported from another context on the same command FD (PD.import_mr); an MR, but close() unimports it (ibv_unimport_mr) instead of deregistering it.

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d259e0cc9968a3a7fab8fd6a7484613cd26c92013ddb4afc856334216b50ee4a).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 b14a571d5aa96fe8369b395c992a84e57caadc78c0ea0afc744c3e0a9bc2d206);
- * this file's own sha256, this number read as zeros: 02f9816995ae93bd023eccb2edbb09d43ef4fca288a87c76b8d4c8b189e89fe4 */
+ * Made by templates/ and generator/ (sha256 603ac3746389324109f9dc797ca12216707a39016c65e2284d5416509dc1ef8f);
+ * this file's own sha256, this number read as zeros: 764b1bbde7d0cc2de5aef82e3ae8c653578688faa986c8fcd17e8b456d6f996a */
 
 /*
  * ImportedPD: A PD imported from another context on the same command FD (Context.import_pd); a PD, but close() unimports it (ibv_unimport_pd) instead of deallocating it: its owner still holds it.

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d259e0cc9968a3a7fab8fd6a7484613cd26c92013ddb4afc856334216b50ee4a).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 b14a571d5aa96fe8369b395c992a84e57caadc78c0ea0afc744c3e0a9bc2d206);
- * this file's own sha256, this number read as zeros: 8f37ab7bccd0def212a4b4912ddf78af2818e61d7fde191dd6fe878430a889c6 */
+ * Made by templates/ and generator/ (sha256 603ac3746389324109f9dc797ca12216707a39016c65e2284d5416509dc1ef8f);
+ * this file's own sha256, this number read as zeros: 795ef930d0d5eeeadde72769913adbd05e6f8e9a9cce69864798e88e26de700b */
 
 /*
  * QPEx: A queue pair with the extended post API (ibv_create_qp_ex, ibv_qp_ex): a QP (modify, query, to_init/to_rtr/to_rts, post_recv, post_send work on it) plus wr_start/wr_* /wr_complete.

@@ -2,8 +2,8 @@
 # (sha256 20a4c73c476a689f172b05ec1def2bc9a14a8fa61b91043e691a57b06d920789, rdma-core 65.0)
 # and the spec/ YAML files (sha256 c4db299f5a793b176d01fe95e1476b5dd6841cb445e0e27f943b5af68f024d95).
 # Do not edit: change the spec or templates/ and run `make generate`.
-# Made by templates/ and generator/ (sha256 b14a571d5aa96fe8369b395c992a84e57caadc78c0ea0afc744c3e0a9bc2d206);
-# this file's own sha256, this number read as zeros: c6c0728c5671e6121aaa84727316c8461216e8286a9f3770a550b6b53eb6c85a
+# Made by templates/ and generator/ (sha256 603ac3746389324109f9dc797ca12216707a39016c65e2284d5416509dc1ef8f);
+# this file's own sha256, this number read as zeros: 6f10a04ea4f67655e8398658d3218e147108531a6a9847e1432d93ba396d75a8
 """The rdma-core enums as Python IntEnum / IntFlag classes (all values of
 each C enum; see spec/enums.yaml for which enums and their prefixes)."""
 from enum import IntEnum, IntFlag

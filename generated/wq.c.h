@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d259e0cc9968a3a7fab8fd6a7484613cd26c92013ddb4afc856334216b50ee4a).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 b14a571d5aa96fe8369b395c992a84e57caadc78c0ea0afc744c3e0a9bc2d206);
- * this file's own sha256, this number read as zeros: ed120d505f3d006a34a440ea3cfd4a601fa267c5ea30f33a89e1ba6a003eecf4 */
+ * Made by templates/ and generator/ (sha256 603ac3746389324109f9dc797ca12216707a39016c65e2284d5416509dc1ef8f);
+ * this file's own sha256, this number read as zeros: 36a7d42f776c4108f1ad8a0e5512c0f7a44f88e32068a0358a916f78bba5d3f3 */
 
 /*
  * WQ: A receive work queue (ibv_create_wq), for RSS with raw packet QPs.

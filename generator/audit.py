@@ -51,6 +51,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 from .ir import IR, Enum, Function, Record, Type
+from .members import find_field
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RELEASE_RE = re.compile(r"^\d+\.\d+$")
@@ -242,7 +243,7 @@ def spec_refs(spec, ir_new: IR, ir_old: IR) -> SpecRefs:
                 for part in path.split(".")[:-1]:
                     if cur is None:
                         break
-                    t = _field_type(ir, cur, part)
+                    t = find_field(ir, cur, part)
                     cur = ir.record(t.decl or t.spelling) if t is not None else None
                     if cur is not None:
                         how = f"{label} (via {path})"
@@ -283,25 +284,12 @@ def _records_named(text: str) -> Set[str]:
     return found
 
 
-def _field_type(ir: IR, record: Record, name: str) -> Optional[Type]:
-    for f in record.fields:
-        if f.name == name:
-            return f.type
-        if f.name == "":
-            nested = ir.record(f.type.decl or f.type.spelling)
-            if nested is not None:
-                t = _field_type(ir, nested, name)
-                if t is not None:
-                    return t
-    return None
-
-
 def _has_path(ir: IR, record: Optional[Record], path: str) -> bool:
     cur = record
     for i, part in enumerate(path.split(".")):
         if cur is None:
             return False
-        t = _field_type(ir, cur, part)
+        t = find_field(ir, cur, part)
         if t is None:
             return False
         if i < len(path.split(".")) - 1:
