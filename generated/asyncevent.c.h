@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 8d5f28063e4da7c8c2d23ab79770b34c0d2396fefd93be0c38b3c6a8852c603d).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 88b8ab52844e8e2ca75ec3b85d50b4e0e8ca8577e34af296b30f2332c29b56d5);
- * this file's own sha256, this number read as zeros: baee93a80a9329e4eaf18b1114ad7c041bed255ee6a03539ccd03050cef3acd4 */
+ * Made by templates/ and generator/ (sha256 ca351de4d2241607342c22133cd8cdcf97343f601078078b8db171d33843f835);
+ * this file's own sha256, this number read as zeros: 09a75c79148402d65af64c7d560ddce5aa430267c5183f897318592a60fb98c4 */
 
 /*
  * AsyncEvent: its accessors and type shell, from spec/datapath/records.yaml.

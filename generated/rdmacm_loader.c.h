@@ -2,8 +2,8 @@
  * (sha256 20a4c73c476a689f172b05ec1def2bc9a14a8fa61b91043e691a57b06d920789, rdma-core 65.0)
  * and the spec/ YAML files (sha256 7fa11e47dd8eab57e99aab22a120d5015605a94d33224dee7081cd3b91884ebc).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 88b8ab52844e8e2ca75ec3b85d50b4e0e8ca8577e34af296b30f2332c29b56d5);
- * this file's own sha256, this number read as zeros: 6f34ebeaa7dcd336b5d4723f5aeb4c80e2ed7b2b3798ac412be1ccc8e2669bf9 */
+ * Made by templates/ and generator/ (sha256 ca351de4d2241607342c22133cd8cdcf97343f601078078b8db171d33843f835);
+ * this file's own sha256, this number read as zeros: 450b066c3f9ea912f738a8f07c9024e24d7c98c2c5f1f4fdecfeaa117e044e40 */
 
 /*
  * librdmacm is dlopen'ed on first use (ibverbs/src/cm.c), never linked

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 8d5f28063e4da7c8c2d23ab79770b34c0d2396fefd93be0c38b3c6a8852c603d).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 88b8ab52844e8e2ca75ec3b85d50b4e0e8ca8577e34af296b30f2332c29b56d5);
- * this file's own sha256, this number read as zeros: c9bd65f8680e908949efed45d7b06e3de8bad4a9be8a5d6db3576cca0930495c */
+ * Made by templates/ and generator/ (sha256 ca351de4d2241607342c22133cd8cdcf97343f601078078b8db171d33843f835);
+ * this file's own sha256, this number read as zeros: c11959f01850c694fc91292c3aabee1fdc3cf442cc2856a50c3bbe794e1bd771 */
 
 /*
  * The C structs of the data path, one converter pair per field: every

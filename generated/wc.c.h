@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 8d5f28063e4da7c8c2d23ab79770b34c0d2396fefd93be0c38b3c6a8852c603d).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 88b8ab52844e8e2ca75ec3b85d50b4e0e8ca8577e34af296b30f2332c29b56d5);
- * this file's own sha256, this number read as zeros: 2d3d99ab5d09467b64b3a22a52a0b514fceb8ae05fae260b528c6378c70f9407 */
+ * Made by templates/ and generator/ (sha256 ca351de4d2241607342c22133cd8cdcf97343f601078078b8db171d33843f835);
+ * this file's own sha256, this number read as zeros: e194f8876bbf6a51c48201b1c636868cc7b2ee73442432e5b5433b1a0a461bb1 */
 
 /*
  * WC: its accessors and type shell, from spec/datapath/records.yaml.

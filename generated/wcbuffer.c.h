@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 8d5f28063e4da7c8c2d23ab79770b34c0d2396fefd93be0c38b3c6a8852c603d).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 88b8ab52844e8e2ca75ec3b85d50b4e0e8ca8577e34af296b30f2332c29b56d5);
- * this file's own sha256, this number read as zeros: 8d9d68b7370ee79ca1a752439b9f949b15c9261ca065fdcd2be7459d08a7a5ee */
+ * Made by templates/ and generator/ (sha256 ca351de4d2241607342c22133cd8cdcf97343f601078078b8db171d33843f835);
+ * this file's own sha256, this number read as zeros: becb7df5f4e1baa31c202d6d06b0744ffc1781b43fdc844b477c3332fccb431b */
 
 /*
  * WCBuffer: its accessors and type shell, from spec/datapath/records.yaml.

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import List
 
 from .converters.composite import KwargsParam
-from .ctext import declare, indented
+from .ctext import FASTCALL_KEYWORDS, declare, indented
 from .model import MethodModel
 
 
@@ -27,6 +27,8 @@ def setter_lines(item) -> List[str]:
 
 def method_body(m: MethodModel) -> List[str]:
     """The statements of a generated wrapper's C function."""
+    if m.impl:
+        return impl_body(m)
     body = _declarations(m) + [""]
     body += _argument_parsing(m) + _open_check(m) + _symbol_checks(m)
     body += [line for p in m.params for line in p.parse()]
@@ -187,3 +189,36 @@ def _keyword_fields(m: MethodModel, kw: KwargsParam) -> List[str]:
                     "        if (rc_set == -2)",
                     f'            PyErr_Format(PyExc_TypeError, "{kw.unknown}: %R", key);',
                     "        if (rc_set < 0)", "            goto exit;", "    }", "}"]
+
+
+# --- a hand method's generated parser (spec `impl:`, generator/impl.py) ---
+
+def impl_body(m: MethodModel) -> List[str]:
+    """Parse, convert, call the hand-written `_impl` with the C values."""
+    call = f"{m.impl}({', '.join(['self'] + [p.call_arg() for p in m.params])})"
+    if not m.params:
+        return [f"return {call};"]
+    body = [line for p in m.params for line in p.declarations()]
+    body += ["PyObject *return_value = NULL;", ""] + _impl_arguments(m)
+    body += [line for p in m.params for line in p.parse()]
+    body += [f"return_value = {call};", "", "exit:"]
+    return body + [line for p in m.params for line in p.cleanup()] + ["return return_value;"]
+
+
+def _impl_arguments(m: MethodModel) -> List[str]:
+    if m.flags == "METH_O":
+        return [f"{m.args[0].name}_obj = arg;"]
+    if m.flags != FASTCALL_KEYWORDS:
+        return _argument_parsing(m)
+    # All given by position, no keywords: the call a hot loop makes, with
+    # neither a tuple nor a dict; anything else goes through the helper.
+    n = len(m.args)
+    names = ", ".join(f'"{a.name}"' for a in m.args)
+    required = sum(a.required for a in m.args)
+    return ([f"static const char *const kwlist[] = {{{names}, NULL}};",
+             f"PyObject *argv[{n}];",
+             f"if (kwnames == NULL && nargs == {n}) {{"]
+            + [f"    argv[{i}] = args[{i}];" for i in range(n)]
+            + [f'}} else if (ibp_unpack_fastcall("{m.name}", kwlist, {required}, args, nargs, '
+               "kwnames, argv) < 0) {", "    goto exit;", "}"]
+            + [f"{a.name}_obj = argv[{i}];" for i, a in enumerate(m.args)])

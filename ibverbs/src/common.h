@@ -390,28 +390,49 @@ static inline int ibp_is_atomic(uint32_t opcode)
     return opcode == IBV_WR_ATOMIC_CMP_AND_SWP || opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
 }
 
-/* The one argument of a METH_FASTCALL | METH_KEYWORDS method (common.h),
- * by position or by its keyword `name` (the seed's names). */
-static inline PyObject *ibp_one_arg(const char *fname, const char *name,
-                                    PyObject *const *args, Py_ssize_t nargs,
-                                    PyObject *kwnames)
+/*
+ * The runtime of the generated METH_FASTCALL | METH_KEYWORDS parsers
+ * (generator/emit.py, spec `impl:`): they take a call with every argument
+ * by position inline and hand any other to this (convert.c), which puts
+ * each argument in out[] (NULL where not given) or raises TypeError with
+ * PyArg_ParseTupleAndKeywords's messages.
+ */
+IBP_HIDDEN int ibp_unpack_fastcall(const char *fname, const char *const *names, int nrequired,
+                                   PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                                   PyObject **out);
+
+/* An int in 1..INT32_MAX (poll's num_entries, spec `convert: positive_int`).
+ * A polling loop passes the same int object every time (small ints are
+ * shared): the last one converted is remembered.  Exact ints only, which
+ * cannot change; anything else (IntEnum, __index__) takes the general
+ * conversion, which words the errors. */
+static inline int ibp_conv_positive_int(PyObject *arg, const char *name, int *out)
 {
-    Py_ssize_t nkw = kwnames != NULL ? PyTuple_Size(kwnames) : 0;
-    if (nargs == 1 && nkw == 0)
-        return args[0];
-    if (nargs == 0 && nkw == 1) {
-        PyObject *key = PyTuple_GetItem(kwnames, 0);
-        if (PyUnicode_CompareWithASCIIString(key, name) == 0)
-            return args[0];
-        PyErr_Format(PyExc_TypeError, "'%U' is an invalid keyword argument for %s()", key, fname);
-        return NULL;
+    static PyObject *last_arg;
+    static int last_num;
+    if (arg == last_arg) {
+        *out = last_num;
+        return 0;
     }
-    if (nargs + nkw == 0)
-        PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s' (pos 1)", fname, name);
-    else
-        PyErr_Format(PyExc_TypeError, "%s() takes exactly one argument (%zd given)", fname,
-                     nargs + nkw);
-    return NULL;
+    if (PyLong_CheckExact(arg)) {
+        long v = PyLong_AsLong(arg);
+        if (v > 0 && v <= INT32_MAX) {
+            *out = last_num = (int)v;
+            Py_XSETREF(last_arg, Py_NewRef(arg));
+            return 0;
+        }
+        if (v == -1 && PyErr_Occurred())
+            PyErr_Clear();   /* too big for a long: the general path says so */
+    }
+    uint64_t num;
+    if (ibp_conv_unsigned(arg, name, INT32_MAX, &num) < 0)
+        return -1;
+    if (num == 0) {
+        PyErr_Format(PyExc_ValueError, "%s must be positive", name);
+        return -1;
+    }
+    *out = (int)num;
+    return 0;
 }
 
 /* The data-path types, made at import by ibp_datapath_init (datapath.c);

@@ -307,3 +307,72 @@ int ibp_parse_args(const struct argspec *spec, PyObject *args, PyObject *kwargs,
         }
     return 0;
 }
+
+/* ---- the generated METH_FASTCALL parsers' slow path (common.h) ---------- */
+
+static int one_argument(const char *fname, const char *name, PyObject *const *args,
+                        Py_ssize_t nargs, Py_ssize_t nkw, PyObject *kwnames, PyObject **out)
+{
+    if (nargs == 1 && nkw == 0) {
+        *out = args[0];
+        return 0;
+    }
+    if (nargs == 0 && nkw == 1) {
+        PyObject *key = PyTuple_GetItem(kwnames, 0);
+        if (PyUnicode_CompareWithASCIIString(key, name) == 0) {
+            *out = args[0];
+            return 0;
+        }
+        PyErr_Format(PyExc_TypeError, "'%U' is an invalid keyword argument for %s()", key, fname);
+        return -1;
+    }
+    if (nargs + nkw == 0)
+        PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s' (pos 1)", fname, name);
+    else
+        PyErr_Format(PyExc_TypeError, "%s() takes exactly one argument (%zd given)", fname,
+                     nargs + nkw);
+    return -1;
+}
+
+int ibp_unpack_fastcall(const char *fname, const char *const *names, int nrequired,
+                        PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                        PyObject **out)
+{
+    Py_ssize_t nkw = kwnames != NULL ? PyTuple_Size(kwnames) : 0;
+    int n = 0;
+    while (names[n] != NULL)
+        n++;
+    if (n == 1 && nrequired == 1)
+        return one_argument(fname, names[0], args, nargs, nkw, kwnames, out);
+    if (nargs + nkw > n) {
+        PyErr_Format(PyExc_TypeError, "%s() takes at most %d %sargument%s (%zd given)", fname,
+                     n, nargs == 0 ? "keyword " : "", n == 1 ? "" : "s", nargs + nkw);
+        return -1;
+    }
+    for (int i = 0; i < n; i++)
+        out[i] = i < nargs ? args[i] : NULL;
+    for (Py_ssize_t k = 0; k < nkw; k++) {
+        PyObject *key = PyTuple_GetItem(kwnames, k);
+        int j = 0;
+        while (j < n && PyUnicode_CompareWithASCIIString(key, names[j]) != 0)
+            j++;
+        if (j == n) {
+            PyErr_Format(PyExc_TypeError, "'%U' is an invalid keyword argument for %s()", key,
+                         fname);
+            return -1;
+        }
+        if (out[j] != NULL) {
+            PyErr_Format(PyExc_TypeError, "argument for %s() given by name ('%s') and position (%d)",
+                         fname, names[j], j + 1);
+            return -1;
+        }
+        out[j] = args[nargs + k];
+    }
+    for (int i = 0; i < nrequired; i++)
+        if (out[i] == NULL) {
+            PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s' (pos %d)", fname,
+                         names[i], i + 1);
+            return -1;
+        }
+    return 0;
+}

@@ -105,14 +105,11 @@ static PyObject *post_recv_one(PyObject *self, RecvWRObject *w, int srq)
     Py_RETURN_NONE;
 }
 
-PyObject *ibp_hand_QP_post_send(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
-                                PyObject *kwnames)
+/* QP.post_send(wrs): generated/qp.c.h parses the argument. */
+PyObject *ibp_hand_QP_post_send_impl(PyObject *self, PyObject *arg)
 {
     struct wr_seq s;
     struct chain c;
-    PyObject *arg = ibp_one_arg("post_send", "wrs", args, nargs, kwnames);
-    if (arg == NULL)
-        return NULL;
     if (ibp_check_open(self) < 0 || ibp_qp_send_idle(self, "post_send") < 0)
         return NULL;
     if (Py_IS_TYPE(arg, PostList_Type))
@@ -210,23 +207,18 @@ done:
     return result;
 }
 
-PyObject *ibp_hand_QP_post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
-                                PyObject *kwnames)
+/* post_recv(wrs) of a QP, an SRQ, a WQ: generated/{qp,srq,wq}.c.h parse the argument. */
+PyObject *ibp_hand_QP_post_recv_impl(PyObject *self, PyObject *wrs)
 {
-    PyObject *arg = ibp_one_arg("post_recv", "wrs", args, nargs, kwnames);
-    return arg == NULL ? NULL : post_recv(self, arg, 0);
+    return post_recv(self, wrs, 0);
 }
 
-PyObject *ibp_hand_SRQ_post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
-                                 PyObject *kwnames)
+PyObject *ibp_hand_SRQ_post_recv_impl(PyObject *self, PyObject *wrs)
 {
-    PyObject *arg = ibp_one_arg("post_recv", "wrs", args, nargs, kwnames);
-    return arg == NULL ? NULL : post_recv(self, arg, 1);
+    return post_recv(self, wrs, 1);
 }
 
-PyObject *ibp_hand_WQ_post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
-                                PyObject *kwnames)
+PyObject *ibp_hand_WQ_post_recv_impl(PyObject *self, PyObject *wrs)
 {
-    PyObject *arg = ibp_one_arg("post_recv", "wrs", args, nargs, kwnames);
-    return arg == NULL ? NULL : post_recv(self, arg, 2);
+    return post_recv(self, wrs, 2);
 }
