@@ -2,8 +2,8 @@
  * (sha256 20a4c73c476a689f172b05ec1def2bc9a14a8fa61b91043e691a57b06d920789, rdma-core 65.0)
  * and the spec/ YAML files (sha256 7fa11e47dd8eab57e99aab22a120d5015605a94d33224dee7081cd3b91884ebc).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 ca351de4d2241607342c22133cd8cdcf97343f601078078b8db171d33843f835);
- * this file's own sha256, this number read as zeros: eaeb1bc0076397c06ff6c67e8abaa7c96d62cd4eb3aaf6795f61b6a54e68a37e */
+ * Made by templates/ and generator/ (sha256 0d98013ca1722386468d8dfe4f2b7894049a93444a747d440a2a12c2a66a927c);
+ * this file's own sha256, this number read as zeros: 020d7edf538ef9e5b7589896b0b304d003e514ade599e9ff8964231db1a68828 */
 
 /*
  * The rdma_cm classes, from spec/rdmacm/cm.yaml through the verbs handle

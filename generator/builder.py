@@ -358,6 +358,8 @@ class Builder:
                 # keywords: true keeps the name usable as a keyword (the
                 # seed's cq.poll(num_entries=16)) at METH_O's speed.
                 flags = FASTCALL_KEYWORDS if m.node.get("keywords") else "METH_O"
+            elif m.node.get("keywords") and "impl" in m.node:
+                flags = FASTCALL_KEYWORDS    # the generated parser: no tuple, no dict
             else:
                 flags = "METH_VARARGS | METH_KEYWORDS"
             selfpart = "$self, /" if m.owner else ""

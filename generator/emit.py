@@ -194,31 +194,43 @@ def _keyword_fields(m: MethodModel, kw: KwargsParam) -> List[str]:
 # --- a hand method's generated parser (spec `impl:`, generator/impl.py) ---
 
 def impl_body(m: MethodModel) -> List[str]:
-    """Parse, convert, call the hand-written `_impl` with the C values."""
+    """Unpack the arguments (no Python code runs), mark the object in flight
+    (an argument's __index__ closing it gets EBUSY), convert them, call the
+    hand-written `_impl` with the C values.  One C function per method, no
+    `__call` wrapper: a hot loop's call does no more than it must."""
     call = f"{m.impl}({', '.join(['self'] + [p.call_arg() for p in m.params])})"
+    enter = ["if (ibp_call_enter(self) < 0)", "    return NULL;"]
     if not m.params:
-        return [f"return {call};"]
+        return enter + [f"PyObject *return_value = {call};", "ibp_call_leave(self);",
+                        "return return_value;"]
     body = [line for p in m.params for line in p.declarations()]
-    body += ["PyObject *return_value = NULL;", ""] + _impl_arguments(m)
-    body += [line for p in m.params for line in p.parse()]
-    body += [f"return_value = {call};", "", "exit:"]
-    return body + [line for p in m.params for line in p.cleanup()] + ["return return_value;"]
+    body += ["PyObject *return_value = NULL;", ""] + _impl_arguments(m) + enter
+    converting = [line for p in m.params for line in p.parse()]
+    body += converting + [f"return_value = {call};", ""]
+    if any("goto exit" in line for line in converting):
+        body.append("exit:")
+    body += [line for p in m.params for line in p.cleanup()]
+    return body + ["ibp_call_leave(self);", "return return_value;"]
 
 
 def _impl_arguments(m: MethodModel) -> List[str]:
     if m.flags == "METH_O":
         return [f"{m.args[0].name}_obj = arg;"]
-    if m.flags != FASTCALL_KEYWORDS:
-        return _argument_parsing(m)
-    # All given by position, no keywords: the call a hot loop makes, with
-    # neither a tuple nor a dict; anything else goes through the helper.
+    if m.flags != FASTCALL_KEYWORDS:     # PyArg_ParseTupleAndKeywords: not in flight yet
+        return _argument_parsing(m)[:-1] + ["    return NULL;"]
+    # Arguments by position only: the call a hot loop makes, with neither a
+    # tuple nor a dict; anything else goes through ibp_unpack_fastcall.
     n = len(m.args)
     names = ", ".join(f'"{a.name}"' for a in m.args)
     required = sum(a.required for a in m.args)
+    fast = (f"nargs == {n}" if required == n else f"nargs <= {n}" if required == 0
+            else f"nargs >= {required} && nargs <= {n}")
     return ([f"static const char *const kwlist[] = {{{names}, NULL}};",
+             f'static struct ibp_parser parser = {{"{m.name}", kwlist, {required}, 0, NULL}};',
              f"PyObject *argv[{n}];",
-             f"if (kwnames == NULL && nargs == {n}) {{"]
-            + [f"    argv[{i}] = args[{i}];" for i in range(n)]
-            + [f'}} else if (ibp_unpack_fastcall("{m.name}", kwlist, {required}, args, nargs, '
-               "kwnames, argv) < 0) {", "    goto exit;", "}"]
+             f"if (kwnames == NULL && {fast}) {{"]
+            + [f"    argv[{i}] = args[{i}];" if i < required else
+               f"    argv[{i}] = nargs > {i} ? args[{i}] : NULL;" for i in range(n)]
+            + ["} else if (ibp_unpack_fastcall(&parser, args, nargs, kwnames, argv) < 0) {",
+               "    return NULL;", "}"]
             + [f"{a.name}_obj = argv[{i}];" for i, a in enumerate(m.args)])

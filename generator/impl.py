@@ -42,6 +42,8 @@ class ImplBuilder(MethodBuilder):
     """The model of a hand method's generated wrapper; `ctx` of its converters."""
 
     def build_impl(self, flags: str, doc: str, signature: str, verbs: List[str]) -> MethodModel:
+        if not self.m.owner:
+            self.fail("impl: is for methods (the wrapper marks self in flight)", "impl")
         node = self.m.node["impl"] or Node()
         params = signature_params(self.m.hand or "")
         names = [n for n, _ in params]

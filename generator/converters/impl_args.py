@@ -14,7 +14,8 @@ from .registry import PARAMS
 @PARAMS.register("object")
 class ObjectParam(ArgParam):
     """Any object, passed on as it is (post_send's `wrs`: a SendWR, a list
-    of them or a PostList, which the hand-written loop tells apart)."""
+    of them or a PostList, which the hand-written loop tells apart); NULL
+    when an optional one is not given."""
     base_pytype = "Any"
     impl_ctype = "PyObject *"
 

@@ -298,14 +298,6 @@ IBP_HIDDEN PyObject *ibp_count_result(long n);
  * type's generated/<type>.c.h, included by the type's file. */
 #include "records.h"
 
-struct argspec {
-    const char *fname;
-    int nrequired;
-    const char *const *names;   /* NULL-terminated */
-    PyObject **interned;        /* filled by ibp_argspec_init */
-    int n;
-};
-
 enum { PL_SEND, PL_RECV };
 
 struct pl_entry {
@@ -391,15 +383,23 @@ static inline int ibp_is_atomic(uint32_t opcode)
 }
 
 /*
- * The runtime of the generated METH_FASTCALL | METH_KEYWORDS parsers
- * (generator/emit.py, spec `impl:`): they take a call with every argument
- * by position inline and hand any other to this (convert.c), which puts
- * each argument in out[] (NULL where not given) or raises TypeError with
- * PyArg_ParseTupleAndKeywords's messages.
+ * The runtime of the generated parsers (convert.c; generator/emit.py and
+ * templates/record_type.c.h.j2 emit the parser structs): each argument by
+ * position or keyword into out[] (NULL where not given), or TypeError with
+ * PyArg_ParseTupleAndKeywords's messages.  A METH_FASTCALL parser takes a
+ * call with its arguments by position inline and hands any other here.
  */
-IBP_HIDDEN int ibp_unpack_fastcall(const char *fname, const char *const *names, int nrequired,
-                                   PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
-                                   PyObject **out);
+struct ibp_parser {
+    const char *fname;
+    const char *const *names;   /* NULL-terminated */
+    int nrequired;
+    int n;                      /* these two: set on first use */
+    PyObject **interned;
+};
+IBP_HIDDEN int ibp_unpack_fastcall(struct ibp_parser *p, PyObject *const *args, Py_ssize_t nargs,
+                                   PyObject *kwnames, PyObject **out);
+IBP_HIDDEN int ibp_unpack_tuple(struct ibp_parser *p, PyObject *args, PyObject *kwargs,
+                                PyObject **out);
 
 /* An int in 1..INT32_MAX (poll's num_entries, spec `convert: positive_int`).
  * A polling loop passes the same int object every time (small ints are
@@ -441,15 +441,7 @@ IBP_HIDDEN int ibp_datapath_init(PyObject *module);
 extern IBP_HIDDEN PyTypeObject *PostList_Type;       /* postlist.c */
 extern IBP_HIDDEN PyType_Spec PostList_spec;
 /* What each file prepares at import before its types are made. */
-IBP_HIDDEN int ibp_sge_init(void);
 IBP_HIDDEN int ibp_wc_init(void);
-
-/* convert.c: what the data-path types' setters and constructors share. */
-/* Intern spec's keyword names (once, at import). */
-IBP_HIDDEN int ibp_argspec_init(struct argspec *spec);
-/* Constructor arguments into out[spec->n] (NULL where not given). */
-IBP_HIDDEN int ibp_parse_args(const struct argspec *spec, PyObject *args, PyObject *kwargs,
-                              PyObject **out);
 
 /* wr.c: work requests into C, for a post or a PostList. */
 IBP_HIDDEN int ibp_wr_seq_init(struct wr_seq *s, PyObject *arg, PyTypeObject *type,
