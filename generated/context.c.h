@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 3469f4cd2d5130adfaf24157dcc4788574f3c1cb8d06d217887821120dc9df3c).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 0d98013ca1722386468d8dfe4f2b7894049a93444a747d440a2a12c2a66a927c);
- * this file's own sha256, this number read as zeros: 162ae2df966f689a482bf649ec58af660e25ed8d75371d7da66b6a9fb08c5d1d */
+ * Made by templates/ and generator/ (sha256 973520bd09b220fd44f44d195fd020ecf47edef3c1e0631449c2c5401181357e);
+ * this file's own sha256, this number read as zeros: 51cdaa0bf9d4bd9d856b6511c1350758ca6f3a9fa7684c482e4ded843e1a5d8c */
 
 /*
  * Context: An open RDMA device (ibv_open_device).
@@ -1251,11 +1251,12 @@ Context_ack_async_event(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
     static struct ibp_parser parser = {"ack_async_event", kwlist, 1, 0, NULL};
     PyObject *argv[1];
     if (kwnames == NULL && nargs == 1) {
-        argv[0] = args[0];
-    } else if (ibp_unpack_fastcall(&parser, args, nargs, kwnames, argv) < 0) {
-        return NULL;
+        ev_obj = args[0];
+    } else {
+        if (ibp_unpack_fastcall(&parser, args, nargs, kwnames, argv) < 0)
+            return NULL;
+        ev_obj = argv[0];
     }
-    ev_obj = argv[0];
     if (ibp_call_enter(self) < 0)
         return NULL;
     if (!PyObject_TypeCheck(ev_obj, AsyncEvent_Type)) {

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 3469f4cd2d5130adfaf24157dcc4788574f3c1cb8d06d217887821120dc9df3c).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 0d98013ca1722386468d8dfe4f2b7894049a93444a747d440a2a12c2a66a927c);
- * this file's own sha256, this number read as zeros: e4441088e5fac69ab6aedc0a8b0bb89dc84bd7611c6c5d200144a2a517d96849 */
+ * Made by templates/ and generator/ (sha256 973520bd09b220fd44f44d195fd020ecf47edef3c1e0631449c2c5401181357e);
+ * this file's own sha256, this number read as zeros: 0911fa5edbfb16aa5909ec5ad3250dcbc2bb368fa2c32da746d2f49dbdab615d */
 
 /*
  * CQ: A completion queue (ibv_create_cq).
@@ -350,11 +350,12 @@ CQ_poll(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnam
     static struct ibp_parser parser = {"poll", kwlist, 1, 0, NULL};
     PyObject *argv[1];
     if (kwnames == NULL && nargs == 1) {
-        argv[0] = args[0];
-    } else if (ibp_unpack_fastcall(&parser, args, nargs, kwnames, argv) < 0) {
-        return NULL;
+        num_entries_obj = args[0];
+    } else {
+        if (ibp_unpack_fastcall(&parser, args, nargs, kwnames, argv) < 0)
+            return NULL;
+        num_entries_obj = argv[0];
     }
-    num_entries_obj = argv[0];
     if (ibp_call_enter(self) < 0)
         return NULL;
     if (ibp_conv_positive_int(num_entries_obj, "num_entries", &num_entries_c) < 0)

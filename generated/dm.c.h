@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 3469f4cd2d5130adfaf24157dcc4788574f3c1cb8d06d217887821120dc9df3c).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 0d98013ca1722386468d8dfe4f2b7894049a93444a747d440a2a12c2a66a927c);
- * this file's own sha256, this number read as zeros: b7261fe7455cc5df95794f028d050e6f09a2add0d40604c46cab101e7929c809 */
+ * Made by templates/ and generator/ (sha256 973520bd09b220fd44f44d195fd020ecf47edef3c1e0631449c2c5401181357e);
+ * this file's own sha256, this number read as zeros: e26e5b326c31a6271a078f6df565675b9e0e1d0236315529416d82688550bf57 */
 
 /*
  * DM: On-device memory (ibv_alloc_dm, or ibv_import_dm of another process's).

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 3469f4cd2d5130adfaf24157dcc4788574f3c1cb8d06d217887821120dc9df3c).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 0d98013ca1722386468d8dfe4f2b7894049a93444a747d440a2a12c2a66a927c);
- * this file's own sha256, this number read as zeros: 0ce5ff3263cd9f4f089cf9fe620fc4c1f530ae0eaba9a8e2c7d1cecdce85464d */
+ * Made by templates/ and generator/ (sha256 973520bd09b220fd44f44d195fd020ecf47edef3c1e0631449c2c5401181357e);
+ * this file's own sha256, this number read as zeros: 996ec182ba8e14bc8ccee10f0be8b2910a1b730040d9f39785b611fcbfb9da3d */
 
 /*
  * MR: A registered memory region (ibv_reg_mr and friends).
@@ -426,13 +426,14 @@ MR_sge(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwname
     static struct ibp_parser parser = {"sge", kwlist, 0, 0, NULL};
     PyObject *argv[2];
     if (kwnames == NULL && nargs <= 2) {
-        argv[0] = nargs > 0 ? args[0] : NULL;
-        argv[1] = nargs > 1 ? args[1] : NULL;
-    } else if (ibp_unpack_fastcall(&parser, args, nargs, kwnames, argv) < 0) {
-        return NULL;
+        length_obj = nargs > 0 ? args[0] : NULL;
+        offset_obj = nargs > 1 ? args[1] : NULL;
+    } else {
+        if (ibp_unpack_fastcall(&parser, args, nargs, kwnames, argv) < 0)
+            return NULL;
+        length_obj = argv[0];
+        offset_obj = argv[1];
     }
-    length_obj = argv[0];
-    offset_obj = argv[1];
     if (ibp_call_enter(self) < 0)
         return NULL;
     return_value = ibp_hand_MR_sge_impl(self, length_obj, offset_obj);

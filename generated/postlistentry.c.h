@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 352aa498ff65da7efeeca1e54a779f28f5d5e596aba9a72106cf55c241200da0).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 0d98013ca1722386468d8dfe4f2b7894049a93444a747d440a2a12c2a66a927c);
- * this file's own sha256, this number read as zeros: 7a4ad22f10737c9ee4a3469bb1b9dc4b02e13c999cbca47f31ed931049890d57 */
+ * Made by templates/ and generator/ (sha256 973520bd09b220fd44f44d195fd020ecf47edef3c1e0631449c2c5401181357e);
+ * this file's own sha256, this number read as zeros: 48f7c3e27cd37c6700c3925f6b815ef540a63fdd40c9764115789c35c26f10c2 */
 
 /*
  * PostListEntry: its accessors and type shell, from spec/datapath/records.yaml.

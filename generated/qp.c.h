@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 3469f4cd2d5130adfaf24157dcc4788574f3c1cb8d06d217887821120dc9df3c).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 0d98013ca1722386468d8dfe4f2b7894049a93444a747d440a2a12c2a66a927c);
- * this file's own sha256, this number read as zeros: 51a45af50aead6645394e30f160e786cde560c6aa91880d8ec190d698e760a0d */
+ * Made by templates/ and generator/ (sha256 973520bd09b220fd44f44d195fd020ecf47edef3c1e0631449c2c5401181357e);
+ * this file's own sha256, this number read as zeros: 55fe05a35311b547cfc71c9a7dcd0302286eedf0c58b4fc61b92ef1b9fca8b57 */
 
 /*
  * QP: A queue pair (ibv_create_qp).
@@ -894,11 +894,12 @@ QP_post_send(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *
     static struct ibp_parser parser = {"post_send", kwlist, 1, 0, NULL};
     PyObject *argv[1];
     if (kwnames == NULL && nargs == 1) {
-        argv[0] = args[0];
-    } else if (ibp_unpack_fastcall(&parser, args, nargs, kwnames, argv) < 0) {
-        return NULL;
+        wrs_obj = args[0];
+    } else {
+        if (ibp_unpack_fastcall(&parser, args, nargs, kwnames, argv) < 0)
+            return NULL;
+        wrs_obj = argv[0];
     }
-    wrs_obj = argv[0];
     if (ibp_call_enter(self) < 0)
         return NULL;
     return_value = ibp_hand_QP_post_send_impl(self, wrs_obj);
@@ -922,11 +923,12 @@ QP_post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *
     static struct ibp_parser parser = {"post_recv", kwlist, 1, 0, NULL};
     PyObject *argv[1];
     if (kwnames == NULL && nargs == 1) {
-        argv[0] = args[0];
-    } else if (ibp_unpack_fastcall(&parser, args, nargs, kwnames, argv) < 0) {
-        return NULL;
+        wrs_obj = args[0];
+    } else {
+        if (ibp_unpack_fastcall(&parser, args, nargs, kwnames, argv) < 0)
+            return NULL;
+        wrs_obj = argv[0];
     }
-    wrs_obj = argv[0];
     if (ibp_call_enter(self) < 0)
         return NULL;
     return_value = ibp_hand_QP_post_recv_impl(self, wrs_obj);

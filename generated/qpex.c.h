@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 3469f4cd2d5130adfaf24157dcc4788574f3c1cb8d06d217887821120dc9df3c).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 0d98013ca1722386468d8dfe4f2b7894049a93444a747d440a2a12c2a66a927c);
- * this file's own sha256, this number read as zeros: a81abe69b901f34ad5306c7fc35bf5f2fb48d3cf53d8be2a8a45917136c7467a */
+ * Made by templates/ and generator/ (sha256 973520bd09b220fd44f44d195fd020ecf47edef3c1e0631449c2c5401181357e);
+ * this file's own sha256, this number read as zeros: f0170cce73256fdc9e2fc83406af75825863b7278f980d338a000e7e653c464f */
 
 /*
  * QPEx: A queue pair with the extended post API (ibv_create_qp_ex, ibv_qp_ex): a QP (modify, query, to_init/to_rtr/to_rts, post_recv, post_send work on it) plus wr_start/wr_* /wr_complete.

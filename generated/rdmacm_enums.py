@@ -2,8 +2,8 @@
 # (sha256 20a4c73c476a689f172b05ec1def2bc9a14a8fa61b91043e691a57b06d920789, rdma-core 65.0)
 # and the spec/ YAML files (sha256 7fa11e47dd8eab57e99aab22a120d5015605a94d33224dee7081cd3b91884ebc).
 # Do not edit: change the spec or templates/ and run `make generate`.
-# Made by templates/ and generator/ (sha256 0d98013ca1722386468d8dfe4f2b7894049a93444a747d440a2a12c2a66a927c);
-# this file's own sha256, this number read as zeros: ba538ec1728a544371fe72655c39e69efce761ea8df359cce622906a2202989a
+# Made by templates/ and generator/ (sha256 973520bd09b220fd44f44d195fd020ecf47edef3c1e0631449c2c5401181357e);
+# this file's own sha256, this number read as zeros: b7db9677e73c1047dc4ab6eb430160ed4dadf408d6a71e361bb6f54f2eaf820e
 """The rdma-core enums as Python IntEnum / IntFlag classes (all values of
 each C enum; see spec/enums.yaml for which enums and their prefixes)."""
 from enum import IntEnum, IntFlag

@@ -2,8 +2,8 @@
  * (sha256 20a4c73c476a689f172b05ec1def2bc9a14a8fa61b91043e691a57b06d920789, rdma-core 65.0)
  * and the spec/ YAML files (sha256 7fa11e47dd8eab57e99aab22a120d5015605a94d33224dee7081cd3b91884ebc).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 0d98013ca1722386468d8dfe4f2b7894049a93444a747d440a2a12c2a66a927c);
- * this file's own sha256, this number read as zeros: 971ca2985df3fe852efc2f2824ea9eac0c82338a80b03148a4630b2cc73cf27e */
+ * Made by templates/ and generator/ (sha256 973520bd09b220fd44f44d195fd020ecf47edef3c1e0631449c2c5401181357e);
+ * this file's own sha256, this number read as zeros: bd98858e0aaa7bc6178ebae86a0ab31fbf74ec742cb60c6e4b548f2f255b6881 */
 
 /*
  * The declarations of the rdma_cm classes (objects.h's counterpart for

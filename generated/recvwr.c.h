@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 352aa498ff65da7efeeca1e54a779f28f5d5e596aba9a72106cf55c241200da0).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 0d98013ca1722386468d8dfe4f2b7894049a93444a747d440a2a12c2a66a927c);
- * this file's own sha256, this number read as zeros: c523896747dbc6b459d8b7f99f23c63aaa2edcc82a8c6728930bb6ccd9f36c0e */
+ * Made by templates/ and generator/ (sha256 973520bd09b220fd44f44d195fd020ecf47edef3c1e0631449c2c5401181357e);
+ * this file's own sha256, this number read as zeros: ff7c4abaa40a62ab026961562002e285b87d052b47073a5945f04003af992e96 */
 
 /*
  * RecvWR: its accessors and type shell, from spec/datapath/records.yaml.

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 3469f4cd2d5130adfaf24157dcc4788574f3c1cb8d06d217887821120dc9df3c).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 0d98013ca1722386468d8dfe4f2b7894049a93444a747d440a2a12c2a66a927c);
- * this file's own sha256, this number read as zeros: ca36e8458fb18db4bb91c785611c884d68092f4bf0fc1f91544d9f8dec85a445 */
+ * Made by templates/ and generator/ (sha256 973520bd09b220fd44f44d195fd020ecf47edef3c1e0631449c2c5401181357e);
+ * this file's own sha256, this number read as zeros: 45a0e442c1e81be47294764dd4cf64ad4794b329e1238098b53824fd41d4bba6 */
 
 /*
  * Struct classes: each object holds a copy of one C struct.  Getters

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 352aa498ff65da7efeeca1e54a779f28f5d5e596aba9a72106cf55c241200da0).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 0d98013ca1722386468d8dfe4f2b7894049a93444a747d440a2a12c2a66a927c);
- * this file's own sha256, this number read as zeros: 638491fe5c4115e66b212b551458369ffdbc0edf19b806bb550c972e4706e1f3 */
+ * Made by templates/ and generator/ (sha256 973520bd09b220fd44f44d195fd020ecf47edef3c1e0631449c2c5401181357e);
+ * this file's own sha256, this number read as zeros: 3bfbacef4b1739620c572a00a8ca35f3dcb9b43e3df2e13d2f80892a3444f49b */
 
 /*
  * WC: its accessors and type shell, from spec/datapath/records.yaml.

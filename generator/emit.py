@@ -229,8 +229,10 @@ def _impl_arguments(m: MethodModel) -> List[str]:
              f'static struct ibp_parser parser = {{"{m.name}", kwlist, {required}, 0, NULL}};',
              f"PyObject *argv[{n}];",
              f"if (kwnames == NULL && {fast}) {{"]
-            + [f"    argv[{i}] = args[{i}];" if i < required else
-               f"    argv[{i}] = nargs > {i} ? args[{i}] : NULL;" for i in range(n)]
-            + ["} else if (ibp_unpack_fastcall(&parser, args, nargs, kwnames, argv) < 0) {",
-               "    return NULL;", "}"]
-            + [f"{a.name}_obj = argv[{i}];" for i, a in enumerate(m.args)])
+            + [f"    {a.name}_obj = args[{i}];" if i < required else
+               f"    {a.name}_obj = nargs > {i} ? args[{i}] : NULL;"
+               for i, a in enumerate(m.args)]
+            + ["} else {",
+               "    if (ibp_unpack_fastcall(&parser, args, nargs, kwnames, argv) < 0)",
+               "        return NULL;"]
+            + [f"    {a.name}_obj = argv[{i}];" for i, a in enumerate(m.args)] + ["}"])

@@ -45,26 +45,48 @@ PyObject *ibp_hand_CQ_ack_events_impl(PyObject *self, uint32_t nevents)
     Py_RETURN_NONE;
 }
 
+/*
+ * wait(arg) with the GIL released and self in flight (a close() meanwhile
+ * refuses with EBUSY): 0, or the errno it failed with (EIO when none).
+ */
+static int without_gil(PyObject *self, int (*wait)(void *), void *arg)
+{
+    int rc, err;
+    ibp_busy_enter(self);
+    Py_BEGIN_ALLOW_THREADS
+    errno = 0;
+    rc = wait(arg);
+    err = errno;
+    Py_END_ALLOW_THREADS
+    ibp_busy_leave(self);
+    return rc == 0 ? 0 : err ? err : EIO;
+}
+
+struct cq_event_wait {
+    struct ibv_comp_channel *channel;
+    struct ibv_cq *cq;
+};
+
+static int read_cq_event(void *arg)
+{
+    struct cq_event_wait *w = arg;
+    void *cq_context = NULL;
+    int rc = ibv_get_cq_event(w->channel, &w->cq, &cq_context);
+    if (rc == 0)
+        ibv_ack_cq_events(w->cq, 1);
+    return rc;
+}
+
 PyObject *ibp_hand_CompChannel_get_cq_event_impl(PyObject *self)
 {
     for (;;) {
-        struct ibv_cq *cq = NULL;
-        void *cq_context = NULL;
-        int rc, err = 0;
         if (ibp_check_open(self) < 0)
             return NULL;
-        struct ibv_comp_channel *channel = CompChannel_PTR(self);
-        ibp_busy_enter(self);
-        Py_BEGIN_ALLOW_THREADS
-        errno = 0;
-        rc = ibv_get_cq_event(channel, &cq, &cq_context);
-        err = errno;
-        if (rc == 0)
-            ibv_ack_cq_events(cq, 1);
-        Py_END_ALLOW_THREADS
-        ibp_busy_leave(self);
-        if (rc != 0)
-            return ibp_raise("ibv_get_cq_event", err ? err : EIO);
+        struct cq_event_wait w = {CompChannel_PTR(self), NULL};
+        int err = without_gil(self, read_cq_event, &w);
+        if (err != 0)
+            return ibp_raise("ibv_get_cq_event", err);
+        struct ibv_cq *cq = w.cq;
         PyObject *obj = ibp_registry_get(cq);
         if (obj != NULL && !PyObject_TypeCheck(obj, CQ_Type))
             Py_CLEAR(obj);   /* the registry maps QPs, SRQs, CM IDs too */
@@ -139,24 +161,29 @@ static void *event_element(const struct ibv_async_event *ev)
  * AsyncEvent holds a strong reference to the object it names instead.
  * ack_async_event() is therefore idempotent bookkeeping.
  */
+struct async_event_wait {
+    struct ibv_context *context;
+    struct ibv_async_event event;
+};
+
+static int read_async_event(void *arg)
+{
+    struct async_event_wait *w = arg;
+    int rc = ibv_get_async_event(w->context, &w->event);
+    if (rc == 0)
+        ibv_ack_async_event(&w->event);
+    return rc;
+}
+
 PyObject *ibp_hand_Context_get_async_event_impl(PyObject *self)
 {
-    struct ibv_async_event event;
-    int rc, err = 0;
     if (ibp_check_open(self) < 0)
         return NULL;
-    struct ibv_context *ctx = Context_PTR(self);
-    ibp_busy_enter(self);
-    Py_BEGIN_ALLOW_THREADS
-    errno = 0;
-    rc = ibv_get_async_event(ctx, &event);
-    err = errno;
-    if (rc == 0)
-        ibv_ack_async_event(&event);
-    Py_END_ALLOW_THREADS
-    ibp_busy_leave(self);
-    if (rc != 0)
-        return ibp_raise("ibv_get_async_event", err ? err : EIO);
+    struct async_event_wait w = {.context = Context_PTR(self)};
+    int err = without_gil(self, read_async_event, &w);
+    if (err != 0)
+        return ibp_raise("ibv_get_async_event", err);
+    struct ibv_async_event event = w.event;
     PyObject *op = PyType_GenericAlloc(AsyncEvent_Type, 0);
     if (op == NULL)
         return NULL;
