@@ -59,10 +59,12 @@ PyAPI_FUNC(void *) PyMem_Calloc(size_t nelem, size_t elsize);
 #define IBP_HIDDEN __attribute__((visibility("hidden")))
 
 /*
- * METH_FASTCALL | METH_KEYWORDS for the one-argument data-path methods
- * that take their argument by keyword too (the seed's qp.post_send(wrs=...),
- * cq.poll(num_entries=...)): METH_VARARGS would build a tuple per call,
- * measured at about 420 more instructions per post_send or empty poll.
+ * METH_FASTCALL | METH_KEYWORDS for the data-path methods that take their
+ * arguments by keyword too (the seed's qp.post_send(wrs=...),
+ * cq.poll(num_entries=...), mr.sge(length=...); spec `keywords: true`, the
+ * generated parsers of ibp_unpack_fastcall): METH_VARARGS would build a
+ * tuple per call, measured at about 420 more instructions per post_send or
+ * empty poll.
  * The flag and its calling convention are in the stable ABI from 3.10
  * (PyMethodDef); CPython 3.7-3.9 have the same value and convention, only
  * the 3.9 limited-API headers do not show them.

@@ -1,7 +1,8 @@
 /*
  * Python -> C argument conversion with range checks.  Every integer that
  * reaches a verb goes through here: out of range is a ValueError naming the
- * argument, never a silent truncation.
+ * argument, never a silent truncation.  At the end, the runtime of the
+ * generated argument parsers (ibp_unpack_fastcall, ibp_unpack_tuple).
  */
 #include "common.h"
 
