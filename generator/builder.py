@@ -17,6 +17,7 @@ from .converters.fields import field_kind
 from .ctext import FASTCALL_KEYWORDS, is_int, py_repr_default
 from .ir import IR, Function, Type
 from .members import flat_fields, has_member, member_type
+from .impl import ImplBuilder
 from .methods import MethodBuilder
 from .model import (EnumModel, HandleModel, MethodModel, Model, StructField, StructModel,
                     SymbolModel)
@@ -357,6 +358,8 @@ class Builder:
                 # keywords: true keeps the name usable as a keyword (the
                 # seed's cq.poll(num_entries=16)) at METH_O's speed.
                 flags = FASTCALL_KEYWORDS if m.node.get("keywords") else "METH_O"
+            elif m.node.get("keywords") and "impl" in m.node:
+                flags = FASTCALL_KEYWORDS    # the generated parser: no tuple, no dict
             else:
                 flags = "METH_VARARGS | METH_KEYWORDS"
             selfpart = "$self, /" if m.owner else ""
@@ -370,6 +373,8 @@ class Builder:
             for v in verbs:
                 if self.ir.function(v) is None:
                     raise SpecError(f"{m.where('verbs')}: {label}: no function {v}")
+            if "impl" in m.node:     # a generated parser calls the hand-written _impl
+                return ImplBuilder(self, m, label, cname).build_impl(flags, doc, sig, verbs)
             return MethodModel(m.name, m.owner, f"ibp_hand_{cname}", flags, doc, hand=True,
                                verbs=verbs, signature=sig)
         return MethodBuilder(self, m, label, cname).build()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import List
 
 from .converters.composite import KwargsParam
-from .ctext import declare, indented
+from .ctext import FASTCALL_KEYWORDS, declare, indented
 from .model import MethodModel
 
 
@@ -27,6 +27,8 @@ def setter_lines(item) -> List[str]:
 
 def method_body(m: MethodModel) -> List[str]:
     """The statements of a generated wrapper's C function."""
+    if m.impl:
+        return impl_body(m)
     body = _declarations(m) + [""]
     body += _argument_parsing(m) + _open_check(m) + _symbol_checks(m)
     body += [line for p in m.params for line in p.parse()]
@@ -187,3 +189,50 @@ def _keyword_fields(m: MethodModel, kw: KwargsParam) -> List[str]:
                     "        if (rc_set == -2)",
                     f'            PyErr_Format(PyExc_TypeError, "{kw.unknown}: %R", key);',
                     "        if (rc_set < 0)", "            goto exit;", "    }", "}"]
+
+
+# --- a hand method's generated parser (spec `impl:`, generator/impl.py) ---
+
+def impl_body(m: MethodModel) -> List[str]:
+    """Unpack the arguments (no Python code runs), mark the object in flight
+    (an argument's __index__ closing it gets EBUSY), convert them, call the
+    hand-written `_impl` with the C values.  One C function per method, no
+    `__call` wrapper: a hot loop's call does no more than it must."""
+    call = f"{m.impl}({', '.join(['self'] + [p.call_arg() for p in m.params])})"
+    enter = ["if (ibp_call_enter(self) < 0)", "    return NULL;"]
+    if not m.params:
+        return enter + [f"PyObject *return_value = {call};", "ibp_call_leave(self);",
+                        "return return_value;"]
+    body = [line for p in m.params for line in p.declarations()]
+    body += ["PyObject *return_value = NULL;", ""] + _impl_arguments(m) + enter
+    converting = [line for p in m.params for line in p.parse()]
+    body += converting + [f"return_value = {call};", ""]
+    if any("goto exit" in line for line in converting):
+        body.append("exit:")
+    body += [line for p in m.params for line in p.cleanup()]
+    return body + ["ibp_call_leave(self);", "return return_value;"]
+
+
+def _impl_arguments(m: MethodModel) -> List[str]:
+    if m.flags == "METH_O":
+        return [f"{m.args[0].name}_obj = arg;"]
+    if m.flags != FASTCALL_KEYWORDS:     # PyArg_ParseTupleAndKeywords: not in flight yet
+        return _argument_parsing(m)[:-1] + ["    return NULL;"]
+    # Arguments by position only: the call a hot loop makes, with neither a
+    # tuple nor a dict; anything else goes through ibp_unpack_fastcall.
+    n = len(m.args)
+    names = ", ".join(f'"{a.name}"' for a in m.args)
+    required = sum(a.required for a in m.args)
+    fast = (f"nargs == {n}" if required == n else f"nargs <= {n}" if required == 0
+            else f"nargs >= {required} && nargs <= {n}")
+    return ([f"static const char *const kwlist[] = {{{names}, NULL}};",
+             f'static struct ibp_parser parser = {{"{m.name}", kwlist, {required}, 0, NULL}};',
+             f"PyObject *argv[{n}];",
+             f"if (kwnames == NULL && {fast}) {{"]
+            + [f"    {a.name}_obj = args[{i}];" if i < required else
+               f"    {a.name}_obj = nargs > {i} ? args[{i}] : NULL;"
+               for i, a in enumerate(m.args)]
+            + ["} else {",
+               "    if (ibp_unpack_fastcall(&parser, args, nargs, kwnames, argv) < 0)",
+               "        return NULL;"]
+            + [f"    {a.name}_obj = argv[{i}];" for i, a in enumerate(m.args)] + ["}"])

@@ -102,6 +102,9 @@ class MethodModel:
     release_gil: bool = False
     returns: Optional[ReturnConverter] = None
     result_pytype: str = "Any"              # the Python type it returns
+    # --- a hand method with a generated parser (spec `impl:`, generator/impl.py) ---
+    impl: Optional[str] = None              # the hand-written function it calls
+    impl_params: List[str] = field(default_factory=list)   # that function's C parameters
 
     # The C parameters of its function and the names passing them on, by
     # calling convention.
@@ -112,6 +115,10 @@ class MethodModel:
     @property
     def c_args(self) -> str:
         return ctext.C_ARGS.get(self.flags, "args, kwargs")
+
+    @property
+    def impl_prototype(self) -> str:
+        return f"PyObject *{self.impl}({', '.join(['PyObject *self'] + self.impl_params)})"
 
     @property
     def outputs(self) -> List[ParamConverter]:

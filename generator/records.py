@@ -32,7 +32,7 @@ SPEC_FILE = os.path.join("datapath", "records.yaml")
 DISPLAY = "spec/datapath/records.yaml"
 
 TOP_KEYS = {"helpers", "records", "types"}
-HELPER_KEYS = {"unsigned", "small_int", "parse", "argspec", "type_name"}
+HELPER_KEYS = {"unsigned", "small_int", "parse", "type_name"}
 RECORD_KEYS = {"ctype", "fields", "unions", "small_ints"}
 FIELD_KEYS = {"convert", "check", "union", "hand"}
 TYPE_KEYS = {"doc", "storage", "refs", "state", "changed", "init", "repr", "attributes",
@@ -167,7 +167,11 @@ class TypeModel:
     changed: Optional[str] = None
     guard: Optional[str] = None
     union: Optional[str] = None
-    init: Optional[str] = None            # a hand function, "keywords", or None
+    init: Optional[str] = None            # a hand function, "keywords", "impl" or None
+    # init "impl": the constructor's arguments (all objects) and how many are
+    # required; a generated parser hands them to ibp_hand_<Type>_init_impl
+    init_impl: List[str] = field(default_factory=list)
+    init_required: int = 0
     new: Optional[str] = None
     repr: Optional[str] = None
     dealloc: Optional[str] = None
@@ -198,7 +202,10 @@ class TypeModel:
     def hand_prototypes(self) -> List[str]:
         """What the generated code calls that the type's own file writes."""
         protos = []
-        for fn, sig in ((self.init if self.init != "keywords" else None,
+        if self.init == "impl":
+            protos.append(f"int ibp_hand_{self.name}_init_impl({self.name}Object *self"
+                          + "".join(f", PyObject *{a}" for a in self.init_impl) + ")")
+        for fn, sig in ((self.init if self.init not in ("keywords", "impl") else None,
                          "int {}(PyObject *op, PyObject *args, PyObject *kwargs)"),
                         (self.new, "PyObject *{}(PyTypeObject *type, PyObject *args, PyObject *kwargs)"),
                         (self.repr, "PyObject *{}(PyObject *op)"),
@@ -464,10 +471,16 @@ def _type(records, name: str, node: Node) -> TypeModel:
                      for f, fn in fms.items()]
     state = [(k, str(v)) for k, v in (node.get("state") or {}).items()]
     seq = node.get("sequence")
+    init, init_impl, init_required = node.get("init"), [], 0
+    if isinstance(init, Node):      # {args: [...], required: n}: a generated parser
+        init_impl = [str(a) for a in init["args"]]
+        init_required = int(init.get("required", 0))
+        init = "impl"
     return TypeModel(
         name, node["doc"], kind, embedded, reach, list(node.get("refs") or []), state,
         attributes, methods, field_methods, changed=node.get("changed"),
-        guard=node.get("guard"), union=node.get("union"), init=node.get("init"),
+        guard=node.get("guard"), union=node.get("union"), init=init,
+        init_impl=init_impl, init_required=init_required,
         new=node.get("new"), repr=node.get("repr"), dealloc=node.get("dealloc"),
         getattro=node.get("getattro"),
         sequence=(seq["length"], seq["item"]) if seq else None,

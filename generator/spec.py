@@ -92,6 +92,7 @@ METHOD_KEYS = {"verb", "params", "errors", "returns", "gil", "checks", "doc",
                "requires", "signature", "hand", "keywords", "verbs", "prologue", "since",
                "epilogue", "guard",
                "stub",    # stub: the typed signature of a hand method (generator/stubs.py)
+               "impl",    # impl: a hand method's generated parser (generator/impl.py)
                "python"}  # python: "module:function" of a Python-layer method
 METHOD_KEYS |= rules.METHOD_KEYS   # declarative rules (qpex, ...), expanded by generator/rules.py
 ERROR_CONVENTIONS = {"null", "errno", "negative", "none"}

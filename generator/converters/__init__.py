@@ -2,6 +2,6 @@
 kind (see registry.py).  Importing the package registers them all."""
 from __future__ import annotations
 
-from . import args, attributes, buffers, composite, fields, returns, shapes  # noqa: F401 (registers)
+from . import args, attributes, buffers, composite, fields, impl_args, returns, shapes  # noqa: F401 (registers)
 from .registry import (ATTRIBUTES, BUFFER_LIKE, FIELDS, GID_LIKE, PARAMS, REQUIRED, RETURNS,  # noqa: F401
                        Arg, AttributeConverter, FieldConverter, ParamConverter, ReturnConverter)

@@ -51,6 +51,11 @@ class ArgParam(ParamConverter):
     def when_given(self, lines: List[str]) -> List[str]:
         return if_given(self.var, lines) if self.optional else lines
 
+    @property
+    def impl_ctype(self) -> str:
+        """The C type a hand-written `_impl` takes the value as (generator/impl.py)."""
+        return self.t.spelling
+
 
 @PARAMS.register("int")
 class IntParam(ArgParam):

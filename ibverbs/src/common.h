@@ -59,10 +59,12 @@ PyAPI_FUNC(void *) PyMem_Calloc(size_t nelem, size_t elsize);
 #define IBP_HIDDEN __attribute__((visibility("hidden")))
 
 /*
- * METH_FASTCALL | METH_KEYWORDS for the one-argument data-path methods
- * that take their argument by keyword too (the seed's qp.post_send(wrs=...),
- * cq.poll(num_entries=...)): METH_VARARGS would build a tuple per call,
- * measured at about 420 more instructions per post_send or empty poll.
+ * METH_FASTCALL | METH_KEYWORDS for the data-path methods that take their
+ * arguments by keyword too (the seed's qp.post_send(wrs=...),
+ * cq.poll(num_entries=...), mr.sge(length=...); spec `keywords: true`, the
+ * generated parsers of ibp_unpack_fastcall): METH_VARARGS would build a
+ * tuple per call, measured at about 420 more instructions per post_send or
+ * empty poll.
  * The flag and its calling convention are in the stable ABI from 3.10
  * (PyMethodDef); CPython 3.7-3.9 have the same value and convention, only
  * the 3.9 limited-API headers do not show them.
@@ -298,14 +300,6 @@ IBP_HIDDEN PyObject *ibp_count_result(long n);
  * type's generated/<type>.c.h, included by the type's file. */
 #include "records.h"
 
-struct argspec {
-    const char *fname;
-    int nrequired;
-    const char *const *names;   /* NULL-terminated */
-    PyObject **interned;        /* filled by ibp_argspec_init */
-    int n;
-};
-
 enum { PL_SEND, PL_RECV };
 
 struct pl_entry {
@@ -390,28 +384,57 @@ static inline int ibp_is_atomic(uint32_t opcode)
     return opcode == IBV_WR_ATOMIC_CMP_AND_SWP || opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
 }
 
-/* The one argument of a METH_FASTCALL | METH_KEYWORDS method (common.h),
- * by position or by its keyword `name` (the seed's names). */
-static inline PyObject *ibp_one_arg(const char *fname, const char *name,
-                                    PyObject *const *args, Py_ssize_t nargs,
-                                    PyObject *kwnames)
+/*
+ * The runtime of the generated parsers (convert.c; generator/emit.py and
+ * templates/record_type.c.h.j2 emit the parser structs): each argument by
+ * position or keyword into out[] (NULL where not given), or TypeError with
+ * PyArg_ParseTupleAndKeywords's messages.  A METH_FASTCALL parser takes a
+ * call with its arguments by position inline and hands any other here.
+ */
+struct ibp_parser {
+    const char *fname;
+    const char *const *names;   /* NULL-terminated */
+    int nrequired;
+    int n;                      /* these two: set on first use */
+    PyObject **interned;
+};
+IBP_HIDDEN int ibp_unpack_fastcall(struct ibp_parser *p, PyObject *const *args, Py_ssize_t nargs,
+                                   PyObject *kwnames, PyObject **out);
+IBP_HIDDEN int ibp_unpack_tuple(struct ibp_parser *p, PyObject *args, PyObject *kwargs,
+                                PyObject **out);
+
+/* An int in 1..INT32_MAX (poll's num_entries, spec `convert: positive_int`).
+ * A polling loop passes the same int object every time (small ints are
+ * shared): the last one converted is remembered.  Exact ints only, which
+ * cannot change; anything else (IntEnum, __index__) takes the general
+ * conversion, which words the errors. */
+static inline int ibp_conv_positive_int(PyObject *arg, const char *name, int *out)
 {
-    Py_ssize_t nkw = kwnames != NULL ? PyTuple_Size(kwnames) : 0;
-    if (nargs == 1 && nkw == 0)
-        return args[0];
-    if (nargs == 0 && nkw == 1) {
-        PyObject *key = PyTuple_GetItem(kwnames, 0);
-        if (PyUnicode_CompareWithASCIIString(key, name) == 0)
-            return args[0];
-        PyErr_Format(PyExc_TypeError, "'%U' is an invalid keyword argument for %s()", key, fname);
-        return NULL;
+    static PyObject *last_arg;
+    static int last_num;
+    if (arg == last_arg) {
+        *out = last_num;
+        return 0;
     }
-    if (nargs + nkw == 0)
-        PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s' (pos 1)", fname, name);
-    else
-        PyErr_Format(PyExc_TypeError, "%s() takes exactly one argument (%zd given)", fname,
-                     nargs + nkw);
-    return NULL;
+    if (PyLong_CheckExact(arg)) {
+        long v = PyLong_AsLong(arg);
+        if (v > 0 && v <= INT32_MAX) {
+            *out = last_num = (int)v;
+            Py_XSETREF(last_arg, Py_NewRef(arg));
+            return 0;
+        }
+        if (v == -1 && PyErr_Occurred())
+            PyErr_Clear();   /* too big for a long: the general path says so */
+    }
+    uint64_t num;
+    if (ibp_conv_unsigned(arg, name, INT32_MAX, &num) < 0)
+        return -1;
+    if (num == 0) {
+        PyErr_Format(PyExc_ValueError, "%s must be positive", name);
+        return -1;
+    }
+    *out = (int)num;
+    return 0;
 }
 
 /* The data-path types, made at import by ibp_datapath_init (datapath.c);
@@ -420,15 +443,7 @@ IBP_HIDDEN int ibp_datapath_init(PyObject *module);
 extern IBP_HIDDEN PyTypeObject *PostList_Type;       /* postlist.c */
 extern IBP_HIDDEN PyType_Spec PostList_spec;
 /* What each file prepares at import before its types are made. */
-IBP_HIDDEN int ibp_sge_init(void);
 IBP_HIDDEN int ibp_wc_init(void);
-
-/* convert.c: what the data-path types' setters and constructors share. */
-/* Intern spec's keyword names (once, at import). */
-IBP_HIDDEN int ibp_argspec_init(struct argspec *spec);
-/* Constructor arguments into out[spec->n] (NULL where not given). */
-IBP_HIDDEN int ibp_parse_args(const struct argspec *spec, PyObject *args, PyObject *kwargs,
-                              PyObject **out);
 
 /* wr.c: work requests into C, for a post or a PostList. */
 IBP_HIDDEN int ibp_wr_seq_init(struct wr_seq *s, PyObject *arg, PyTypeObject *type,

@@ -1,7 +1,8 @@
 /*
  * Python -> C argument conversion with range checks.  Every integer that
  * reaches a verb goes through here: out of range is a ValueError naming the
- * argument, never a silent truncation.
+ * argument, never a silent truncation.  At the end, the runtime of the
+ * generated argument parsers (ibp_unpack_fastcall, ibp_unpack_tuple).
  */
 #include "common.h"
 
@@ -234,76 +235,149 @@ bad:
 
 /* ---- the data-path types' setters and constructors ---------------------- */
 
+/* ---- the runtime of the generated parsers (common.h) --------------------- */
+
 /*
- * Constructor arguments by position or keyword, all optional objects like
- * PyArg_ParseTupleAndKeywords("|OOO...") with its error messages, but
- * without making a str of every keyword name on every call (which is what
- * that costs): the names are interned once, and a call's keywords (interned
- * by the compiler) are matched by identity first.
+ * Arguments by position or keyword into out[] (NULL where not given), with
+ * PyArg_ParseTupleAndKeywords's messages but without making a str of every
+ * keyword name on every call (which is what that costs): the names are
+ * interned on first use, and a call's keywords (interned by the compiler)
+ * are matched by identity first.
  */
-int ibp_argspec_init(struct argspec *spec)
+static int parser_intern(struct ibp_parser *p)
 {
     int n = 0;
-    while (spec->names[n] != NULL)
+    while (p->names[n] != NULL)
         n++;
-    spec->interned = PyMem_Calloc(n ? n : 1, sizeof(PyObject *));
-    if (spec->interned == NULL) {
+    PyObject **interned = PyMem_Calloc(n ? n : 1, sizeof(PyObject *));
+    if (interned == NULL) {
         PyErr_NoMemory();
         return -1;
     }
     for (int i = 0; i < n; i++)
-        if ((spec->interned[i] = PyUnicode_InternFromString(spec->names[i])) == NULL)
+        if ((interned[i] = PyUnicode_InternFromString(p->names[i])) == NULL) {
+            while (--i >= 0)
+                Py_DECREF(interned[i]);
+            PyMem_Free(interned);
             return -1;
-    spec->n = n;
+        }
+    p->n = n;
+    p->interned = interned;
     return 0;
 }
 
-int ibp_parse_args(const struct argspec *spec, PyObject *args, PyObject *kwargs,
-                      PyObject **out)
+static inline int parser_ready(struct ibp_parser *p)
 {
-    Py_ssize_t nargs = PyTuple_Size(args);
-    if (nargs > spec->n) {
-        PyErr_Format(PyExc_TypeError, "%s() takes at most %d argument%s (%zd given)",
-                     spec->fname, spec->n, spec->n == 1 ? "" : "s", nargs);
+    return p->interned != NULL ? 0 : parser_intern(p);
+}
+
+/* The position of a keyword that is not one of the interned names itself
+ * (made at run time), or -1 with TypeError. */
+static int keyword_by_value(const struct ibp_parser *p, PyObject *key)
+{
+    if (!PyUnicode_Check(key)) {
+        PyErr_SetString(PyExc_TypeError, "keywords must be strings");
         return -1;
     }
-    for (int i = 0; i < spec->n; i++)
+    for (int j = 0; j < p->n; j++)
+        if (PyUnicode_Compare(key, p->interned[j]) == 0)
+            return j;
+    PyErr_Format(PyExc_TypeError, "'%U' is an invalid keyword argument for %s()", key, p->fname);
+    return -1;
+}
+
+/* out[<key's position>] = value; keywords the compiler interned are
+ * found by identity. */
+static inline int store_keyword(const struct ibp_parser *p, PyObject *key, PyObject *value,
+                                PyObject **out)
+{
+    int j = 0;
+    while (j < p->n && key != p->interned[j])
+        j++;
+    if (j == p->n && (j = keyword_by_value(p, key)) < 0)
+        return -1;
+    if (out[j] != NULL) {
+        PyErr_Format(PyExc_TypeError, "argument for %s() given by name ('%s') and position (%d)",
+                     p->fname, p->names[j], j + 1);
+        return -1;
+    }
+    out[j] = value;
+    return 0;
+}
+
+static inline int positional(const struct ibp_parser *p, Py_ssize_t nargs)
+{
+    if (nargs <= p->n)
+        return 0;
+    PyErr_Format(PyExc_TypeError, "%s() takes at most %d argument%s (%zd given)", p->fname, p->n,
+                 p->n == 1 ? "" : "s", nargs);
+    return -1;
+}
+
+static inline int required(const struct ibp_parser *p, PyObject **out)
+{
+    for (int i = 0; i < p->nrequired; i++)
+        if (out[i] == NULL) {
+            PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s' (pos %d)",
+                         p->fname, p->names[i], i + 1);
+            return -1;
+        }
+    return 0;
+}
+
+int ibp_unpack_tuple(struct ibp_parser *p, PyObject *args, PyObject *kwargs, PyObject **out)
+{
+    Py_ssize_t nargs = PyTuple_Size(args);
+    if (parser_ready(p) < 0 || positional(p, nargs) < 0)
+        return -1;
+    for (int i = 0; i < p->n; i++)
         out[i] = i < nargs ? PyTuple_GetItem(args, i) : NULL;
     if (kwargs != NULL) {
         Py_ssize_t pos = 0;
         PyObject *key, *value;
-        while (PyDict_Next(kwargs, &pos, &key, &value)) {
-            int j = 0;
-            while (j < spec->n && key != spec->interned[j])
-                j++;
-            if (j == spec->n) {
-                if (!PyUnicode_Check(key)) {
-                    PyErr_SetString(PyExc_TypeError, "keywords must be strings");
-                    return -1;
-                }
-                j = 0;
-                while (j < spec->n && PyUnicode_Compare(key, spec->interned[j]) != 0)
-                    j++;
-                if (j == spec->n) {
-                    PyErr_Format(PyExc_TypeError, "'%U' is an invalid keyword argument for %s()",
-                                 key, spec->fname);
-                    return -1;
-                }
-            }
-            if (out[j] != NULL) {
-                PyErr_Format(PyExc_TypeError,
-                             "argument for %s() given by name ('%s') and position (%d)",
-                             spec->fname, spec->names[j], j + 1);
+        while (PyDict_Next(kwargs, &pos, &key, &value))
+            if (store_keyword(p, key, value, out) < 0)
                 return -1;
-            }
-            out[j] = value;
-        }
     }
-    for (int i = 0; i < spec->nrequired; i++)
-        if (out[i] == NULL) {
-            PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s' (pos %d)",
-                         spec->fname, spec->names[i], i + 1);
-            return -1;
+    return required(p, out);
+}
+
+/* The one argument of a method that takes exactly one (the seed's
+ * post_send(wrs), poll(num_entries)): the seed's messages. */
+static int one_argument(const struct ibp_parser *p, PyObject *const *args, Py_ssize_t nargs,
+                        Py_ssize_t nkw, PyObject *kwnames, PyObject **out)
+{
+    if (nargs + nkw == 1) {
+        out[0] = NULL;
+        if (nargs == 1) {
+            out[0] = args[0];
+            return 0;
         }
-    return 0;
+        return store_keyword(p, PyTuple_GetItem(kwnames, 0), args[0], out);
+    }
+    if (nargs + nkw == 0)
+        PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s' (pos 1)", p->fname,
+                     p->names[0]);
+    else
+        PyErr_Format(PyExc_TypeError, "%s() takes exactly one argument (%zd given)", p->fname,
+                     nargs + nkw);
+    return -1;
+}
+
+int ibp_unpack_fastcall(struct ibp_parser *p, PyObject *const *args, Py_ssize_t nargs,
+                        PyObject *kwnames, PyObject **out)
+{
+    Py_ssize_t nkw = kwnames != NULL ? PyTuple_Size(kwnames) : 0;
+    if (parser_ready(p) < 0)
+        return -1;
+    if (p->n == 1 && p->nrequired == 1)
+        return one_argument(p, args, nargs, nkw, kwnames, out);
+    if (positional(p, nargs) < 0)
+        return -1;
+    for (int i = 0; i < p->n; i++)
+        out[i] = i < nargs ? args[i] : NULL;
+    for (Py_ssize_t k = 0; k < nkw; k++)
+        if (store_keyword(p, PyTuple_GetItem(kwnames, k), args[nargs + k], out) < 0)
+            return -1;
+    return required(p, out);
 }

@@ -6,12 +6,10 @@
 
 #include "asyncevent.c.h"
 
-PyObject *ibp_hand_CQ_req_notify(PyObject *self, PyObject *args, PyObject *kwargs)
+/* The arguments of these methods are parsed by their generated wrappers
+ * (generated/cq.c.h, compchannel.c.h, context.c.h; spec `impl:`). */
+PyObject *ibp_hand_CQ_req_notify_impl(PyObject *self, int solicited_only)
 {
-    static char *kwlist[] = {"solicited_only", NULL};
-    int solicited_only = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|p:req_notify", kwlist, &solicited_only))
-        return NULL;
     if (ibp_check_open(self) < 0)
         return NULL;
     int rc = ibv_req_notify_cq(CQ_PTR(self), solicited_only);
@@ -28,16 +26,8 @@ PyObject *ibp_hand_CQ_req_notify(PyObject *self, PyObject *args, PyObject *kwarg
  * strong reference, which is what the ack protects in C.  ack_events()
  * keeps the verbs contract visible: it accounts for what was received.
  */
-PyObject *ibp_hand_CQ_ack_events(PyObject *self, PyObject *args, PyObject *kwargs)
+PyObject *ibp_hand_CQ_ack_events_impl(PyObject *self, uint32_t nevents)
 {
-    static char *kwlist[] = {"nevents", NULL};
-    PyObject *nevents_obj = NULL;
-    uint64_t nevents = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O:ack_events", kwlist, &nevents_obj))
-        return NULL;
-    if (nevents_obj != NULL &&
-        ibp_conv_unsigned(nevents_obj, "nevents", UINT32_MAX, &nevents) < 0)
-        return NULL;
     if (nevents == 0) {
         PyErr_SetString(PyExc_ValueError, "nevents must be positive");
         return NULL;
@@ -47,35 +37,56 @@ PyObject *ibp_hand_CQ_ack_events(PyObject *self, PyObject *args, PyObject *kwarg
     struct CQObject *cq = (struct CQObject *)self;
     if (nevents > cq->events_received) {
         PyErr_Format(PyExc_ValueError,
-                     "cannot ack %llu: more CQ events than received (%u unacked)",
-                     (unsigned long long)nevents, cq->events_received);
+                     "cannot ack %u: more CQ events than received (%u unacked)",
+                     nevents, cq->events_received);
         return NULL;
     }
-    cq->events_received -= (unsigned int)nevents;
+    cq->events_received -= nevents;
     Py_RETURN_NONE;
 }
 
-PyObject *ibp_hand_CompChannel_get_cq_event(PyObject *self, PyObject *unused)
+/*
+ * wait(arg) with the GIL released and self in flight (a close() meanwhile
+ * refuses with EBUSY): 0, or the errno it failed with (EIO when none).
+ */
+static int without_gil(PyObject *self, int (*wait)(void *), void *arg)
 {
-    (void)unused;
+    int rc, err;
+    ibp_busy_enter(self);
+    Py_BEGIN_ALLOW_THREADS
+    errno = 0;
+    rc = wait(arg);
+    err = errno;
+    Py_END_ALLOW_THREADS
+    ibp_busy_leave(self);
+    return rc == 0 ? 0 : err ? err : EIO;
+}
+
+struct cq_event_wait {
+    struct ibv_comp_channel *channel;
+    struct ibv_cq *cq;
+};
+
+static int read_cq_event(void *arg)
+{
+    struct cq_event_wait *w = arg;
+    void *cq_context = NULL;
+    int rc = ibv_get_cq_event(w->channel, &w->cq, &cq_context);
+    if (rc == 0)
+        ibv_ack_cq_events(w->cq, 1);
+    return rc;
+}
+
+PyObject *ibp_hand_CompChannel_get_cq_event_impl(PyObject *self)
+{
     for (;;) {
-        struct ibv_cq *cq = NULL;
-        void *cq_context = NULL;
-        int rc, err = 0;
         if (ibp_check_open(self) < 0)
             return NULL;
-        struct ibv_comp_channel *channel = CompChannel_PTR(self);
-        ibp_busy_enter(self);
-        Py_BEGIN_ALLOW_THREADS
-        errno = 0;
-        rc = ibv_get_cq_event(channel, &cq, &cq_context);
-        err = errno;
-        if (rc == 0)
-            ibv_ack_cq_events(cq, 1);
-        Py_END_ALLOW_THREADS
-        ibp_busy_leave(self);
-        if (rc != 0)
-            return ibp_raise("ibv_get_cq_event", err ? err : EIO);
+        struct cq_event_wait w = {CompChannel_PTR(self), NULL};
+        int err = without_gil(self, read_cq_event, &w);
+        if (err != 0)
+            return ibp_raise("ibv_get_cq_event", err);
+        struct ibv_cq *cq = w.cq;
         PyObject *obj = ibp_registry_get(cq);
         if (obj != NULL && !PyObject_TypeCheck(obj, CQ_Type))
             Py_CLEAR(obj);   /* the registry maps QPs, SRQs, CM IDs too */
@@ -150,25 +161,29 @@ static void *event_element(const struct ibv_async_event *ev)
  * AsyncEvent holds a strong reference to the object it names instead.
  * ack_async_event() is therefore idempotent bookkeeping.
  */
-PyObject *ibp_hand_Context_get_async_event(PyObject *self, PyObject *unused)
-{
+struct async_event_wait {
+    struct ibv_context *context;
     struct ibv_async_event event;
-    int rc, err = 0;
-    (void)unused;
+};
+
+static int read_async_event(void *arg)
+{
+    struct async_event_wait *w = arg;
+    int rc = ibv_get_async_event(w->context, &w->event);
+    if (rc == 0)
+        ibv_ack_async_event(&w->event);
+    return rc;
+}
+
+PyObject *ibp_hand_Context_get_async_event_impl(PyObject *self)
+{
     if (ibp_check_open(self) < 0)
         return NULL;
-    struct ibv_context *ctx = Context_PTR(self);
-    ibp_busy_enter(self);
-    Py_BEGIN_ALLOW_THREADS
-    errno = 0;
-    rc = ibv_get_async_event(ctx, &event);
-    err = errno;
-    if (rc == 0)
-        ibv_ack_async_event(&event);
-    Py_END_ALLOW_THREADS
-    ibp_busy_leave(self);
-    if (rc != 0)
-        return ibp_raise("ibv_get_async_event", err ? err : EIO);
+    struct async_event_wait w = {.context = Context_PTR(self)};
+    int err = without_gil(self, read_async_event, &w);
+    if (err != 0)
+        return ibp_raise("ibv_get_async_event", err);
+    struct ibv_async_event event = w.event;
     PyObject *op = PyType_GenericAlloc(AsyncEvent_Type, 0);
     if (op == NULL)
         return NULL;
@@ -180,17 +195,9 @@ PyObject *ibp_hand_Context_get_async_event(PyObject *self, PyObject *unused)
     return op;
 }
 
-PyObject *ibp_hand_Context_ack_async_event(PyObject *self, PyObject *const *args,
-                                           Py_ssize_t nargs, PyObject *kwnames)
+PyObject *ibp_hand_Context_ack_async_event_impl(PyObject *self, AsyncEventObject *ev)
 {
-    PyObject *arg = ibp_one_arg("ack_async_event", "ev", args, nargs, kwnames);
     (void)self;
-    if (arg == NULL)
-        return NULL;
-    if (!PyObject_TypeCheck(arg, AsyncEvent_Type)) {
-        PyErr_Format(PyExc_TypeError, "expected an AsyncEvent, not %s", ibp_type_name(arg));
-        return NULL;
-    }
-    ((AsyncEventObject *)arg)->acked = 1;
+    ev->acked = 1;
     Py_RETURN_NONE;
 }

@@ -36,6 +36,30 @@ static int chain_alloc(struct chain *c, Py_ssize_t nwr, size_t wr_size, Py_ssize
     return 0;
 }
 
+/*
+ * The requests of a list or iterable into s, and room for their chain in
+ * c: 1 when there is a chain to build and post, 0 for no request (nothing
+ * to post), -1 with an exception.  chain_end frees both.
+ */
+static int chain_start(struct wr_seq *s, struct chain *c, PyObject *arg, PyTypeObject *type,
+                       const char *what, size_t wr_size)
+{
+    if (ibp_wr_seq_init(s, arg, type, what) < 0)
+        return -1;
+    if (s->n > 0 && chain_alloc(c, s->n, wr_size, s->nsge) == 0)
+        return 1;
+    ibp_wr_seq_done(s);
+    return s->n == 0 ? 0 : -1;
+}
+
+static PyObject *chain_end(struct wr_seq *s, struct chain *c, PyObject *result)
+{
+    if (c->heap != NULL)
+        PyMem_Free(c->heap);
+    ibp_wr_seq_done(s);
+    return result;
+}
+
 /* An INLINE request's SGEs must not name a closed MR (its buffer export is
  * gone, so the memory may be too). */
 static int check_inline_mrs(PyObject *sg_list, const struct ibv_send_wr *wr)
@@ -105,14 +129,11 @@ static PyObject *post_recv_one(PyObject *self, RecvWRObject *w, int srq)
     Py_RETURN_NONE;
 }
 
-PyObject *ibp_hand_QP_post_send(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
-                                PyObject *kwnames)
+/* QP.post_send(wrs): generated/qp.c.h parses the argument. */
+PyObject *ibp_hand_QP_post_send_impl(PyObject *self, PyObject *arg)
 {
     struct wr_seq s;
     struct chain c;
-    PyObject *arg = ibp_one_arg("post_send", "wrs", args, nargs, kwnames);
-    if (arg == NULL)
-        return NULL;
     if (ibp_check_open(self) < 0 || ibp_qp_send_idle(self, "post_send") < 0)
         return NULL;
     if (Py_IS_TYPE(arg, PostList_Type))
@@ -120,15 +141,10 @@ PyObject *ibp_hand_QP_post_send(PyObject *self, PyObject *const *args, Py_ssize_
     PyObject *one = single_wr(arg, SendWR_Type);
     if (one != NULL && ibp_sg_count(((SendWRObject *)one)->sg_list) <= STACK_SGES)
         return post_send_one(self, (SendWRObject *)one);
-    if (ibp_wr_seq_init(&s, arg, SendWR_Type, "SendWR") < 0)
-        return NULL;
-    if (s.n == 0) {
-        ibp_wr_seq_done(&s);
-        Py_RETURN_NONE;
-    }
+    int started = chain_start(&s, &c, arg, SendWR_Type, "SendWR", sizeof(struct ibv_send_wr));
+    if (started <= 0)
+        return started == 0 ? Py_NewRef(Py_None) : NULL;
     PyObject *result = NULL;
-    if (chain_alloc(&c, s.n, sizeof(struct ibv_send_wr), s.nsge) < 0)
-        goto done;
     struct ibv_send_wr *wrs = c.wrs;
     struct ibv_sge *sge = c.sges;
     for (Py_ssize_t i = 0; i < s.n; i++) {
@@ -150,13 +166,14 @@ PyObject *ibp_hand_QP_post_send(PyObject *self, PyObject *const *args, Py_ssize_
     }
     result = Py_NewRef(Py_None);
 done:
-    if (c.heap != NULL)
-        PyMem_Free(c.heap);
-    ibp_wr_seq_done(&s);
-    return result;
+    return chain_end(&s, &c, result);
 }
 
-/* srq: 0 a QP, 1 an SRQ, 2 a WQ (ibv_post_wq_recv) */
+/* srq: 0 a QP, 1 an SRQ, 2 a WQ (ibv_post_wq_recv).  Its chain loop has
+ * the shape of post_send's on purpose (duplicates reports the pair): each
+ * is typed for its struct (ibv_send_wr / ibv_recv_wr) and its fill
+ * function, which LTO inlines; one shared loop would need a function
+ * pointer per request. */
 static PyObject *post_recv(PyObject *self, PyObject *arg, int srq)
 {
     struct wr_seq s;
@@ -172,15 +189,10 @@ static PyObject *post_recv(PyObject *self, PyObject *arg, int srq)
     PyObject *one = single_wr(arg, RecvWR_Type);
     if (one != NULL && ibp_sg_count(((RecvWRObject *)one)->sg_list) <= STACK_SGES)
         return post_recv_one(self, (RecvWRObject *)one, srq);
-    if (ibp_wr_seq_init(&s, arg, RecvWR_Type, "RecvWR") < 0)
-        return NULL;
-    if (s.n == 0) {
-        ibp_wr_seq_done(&s);
-        Py_RETURN_NONE;
-    }
+    int started = chain_start(&s, &c, arg, RecvWR_Type, "RecvWR", sizeof(struct ibv_recv_wr));
+    if (started <= 0)
+        return started == 0 ? Py_NewRef(Py_None) : NULL;
     PyObject *result = NULL;
-    if (chain_alloc(&c, s.n, sizeof(struct ibv_recv_wr), s.nsge) < 0)
-        goto done;
     struct ibv_recv_wr *wrs = c.wrs;
     struct ibv_sge *sge = c.sges;
     for (Py_ssize_t i = 0; i < s.n; i++) {
@@ -204,29 +216,21 @@ static PyObject *post_recv(PyObject *self, PyObject *arg, int srq)
     }
     result = Py_NewRef(Py_None);
 done:
-    if (c.heap != NULL)
-        PyMem_Free(c.heap);
-    ibp_wr_seq_done(&s);
-    return result;
+    return chain_end(&s, &c, result);
 }
 
-PyObject *ibp_hand_QP_post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
-                                PyObject *kwnames)
+/* post_recv(wrs) of a QP, an SRQ, a WQ: generated/{qp,srq,wq}.c.h parse the argument. */
+PyObject *ibp_hand_QP_post_recv_impl(PyObject *self, PyObject *wrs)
 {
-    PyObject *arg = ibp_one_arg("post_recv", "wrs", args, nargs, kwnames);
-    return arg == NULL ? NULL : post_recv(self, arg, 0);
+    return post_recv(self, wrs, 0);
 }
 
-PyObject *ibp_hand_SRQ_post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
-                                 PyObject *kwnames)
+PyObject *ibp_hand_SRQ_post_recv_impl(PyObject *self, PyObject *wrs)
 {
-    PyObject *arg = ibp_one_arg("post_recv", "wrs", args, nargs, kwnames);
-    return arg == NULL ? NULL : post_recv(self, arg, 1);
+    return post_recv(self, wrs, 1);
 }
 
-PyObject *ibp_hand_WQ_post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
-                                PyObject *kwnames)
+PyObject *ibp_hand_WQ_post_recv_impl(PyObject *self, PyObject *wrs)
 {
-    PyObject *arg = ibp_one_arg("post_recv", "wrs", args, nargs, kwnames);
-    return arg == NULL ? NULL : post_recv(self, arg, 2);
+    return post_recv(self, wrs, 2);
 }

@@ -9,9 +9,6 @@
 
 #include "sge.c.h"
 
-static const char *const SGE_names[] = {"target", "length", "lkey", "offset", NULL};
-static struct argspec SGE_args = {"SGE", 2, SGE_names, NULL, 0};
-
 /* SGE(target, length, lkey, offset) into self (lkey_obj, offset_obj may be NULL). */
 static int sge_set(SGEObject *self, PyObject *target, PyObject *length_obj,
                    PyObject *lkey_obj, PyObject *offset_obj)
@@ -86,12 +83,12 @@ static int sge_set(SGEObject *self, PyObject *target, PyObject *length_obj,
     return 0;
 }
 
-static int SGE_init(PyObject *op, PyObject *args, PyObject *kwargs)
+/* SGE(target, length, lkey=0, offset=0): generated/sge.c.h parses the
+ * arguments (lkey, offset NULL when not given). */
+static int ibp_hand_SGE_init_impl(SGEObject *self, PyObject *target, PyObject *length,
+                                  PyObject *lkey, PyObject *offset)
 {
-    PyObject *v[4];
-    if (ibp_parse_args(&SGE_args, args, kwargs, v) < 0)
-        return -1;
-    return sge_set((SGEObject *)op, v[0], v[1], v[2], v[3]);
+    return sge_set(self, target, length, lkey, offset);
 }
 
 static PyObject *SGE_keepalive(PyObject *op, PyObject *owner)
@@ -120,17 +117,13 @@ int ibp_sge_from_py(PyObject *obj, struct ibv_sge *out)
     return 0;
 }
 
-static const char *const MR_sge_names[] = {"length", "offset", NULL};
-static struct argspec MR_sge_args = {"sge", 0, MR_sge_names, NULL, 0};
-
 /* MR.sge(length=None, offset=0): SGE(mr, length, None, offset), made
- * directly (no argument tuple, no type call). */
-PyObject *ibp_hand_MR_sge(PyObject *self, PyObject *args, PyObject *kwargs)
+ * directly (no argument tuple, no type call); generated/mr.c.h parses the
+ * arguments (NULL when not given). */
+PyObject *ibp_hand_MR_sge_impl(PyObject *self, PyObject *length, PyObject *offset)
 {
-    PyObject *v[2];
-    if (ibp_parse_args(&MR_sge_args, args, kwargs, v) < 0)
-        return NULL;
-    PyObject *length = v[0] ? v[0] : Py_None, *offset = v[1];
+    if (length == NULL)
+        length = Py_None;
     if (ibp_check_open(self) < 0)
         return NULL;
     PyObject *offset_obj = offset ? Py_NewRef(offset) : PyLong_FromLong(0);
@@ -157,9 +150,4 @@ PyObject *ibp_hand_MR_sge(PyObject *self, PyObject *args, PyObject *kwargs)
     Py_XDECREF(length_obj);
     Py_DECREF(offset_obj);
     return sge;
-}
-
-int ibp_sge_init(void)
-{
-    return ibp_argspec_init(&SGE_args) < 0 || ibp_argspec_init(&MR_sge_args) < 0 ? -1 : 0;
 }

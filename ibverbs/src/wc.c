@@ -114,40 +114,6 @@ int ibp_wc_to_c(PyObject *obj, struct ibv_wc *out)
 
 #define STACK_WCS 64
 
-/* num_entries of poll(): an int in 1..INT32_MAX.  Plain ints take a short
- * path; anything else (IntEnum, __index__) the general conversion. */
-static int num_entries_arg(PyObject *arg, int *out)
-{
-    /* A polling loop passes the same int object every time (small ints are
-     * shared): remember the last one converted.  Exact ints only, which
-     * cannot change. */
-    static PyObject *last_arg;
-    static int last_num;
-    if (arg == last_arg) {
-        *out = last_num;
-        return 0;
-    }
-    if (PyLong_CheckExact(arg)) {
-        long v = PyLong_AsLong(arg);
-        if (v > 0 && v <= INT32_MAX) {
-            *out = last_num = (int)v;
-            Py_XSETREF(last_arg, Py_NewRef(arg));
-            return 0;
-        }
-        if (v == -1 && PyErr_Occurred())
-            PyErr_Clear();   /* too big for a long: the general path says so */
-    }
-    uint64_t num;
-    if (ibp_conv_unsigned(arg, "num_entries", INT32_MAX, &num) < 0)
-        return -1;
-    if (num == 0) {
-        PyErr_SetString(PyExc_ValueError, "num_entries must be positive");
-        return -1;
-    }
-    *out = (int)num;
-    return 0;
-}
-
 /*
  * A busy-polling loop drops each result before the next poll, and making
  * and freeing the list (and its WC objects) is most of what a poll costs
@@ -219,17 +185,11 @@ static PyObject *poll_result(const struct ibv_wc *wcs, int n)
 
 /* poll and poll_into keep the GIL: ibv_poll_cq never blocks and costs tens
  * of nanoseconds, less than releasing and retaking the GIL. */
-PyObject *ibp_hand_CQ_poll(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
-                           PyObject *kwnames)
+/* CQ.poll(num_entries): generated/cq.c.h converts num_entries first (an
+ * __index__ may close the CQ). */
+PyObject *ibp_hand_CQ_poll_impl(PyObject *self, int num)
 {
-    int num;
     struct ibv_wc stack[STACK_WCS], *wcs = stack;
-    PyObject *arg = ibp_one_arg("poll", "num_entries", args, nargs, kwnames);
-    if (arg == NULL)
-        return NULL;
-    /* Converted first: an __index__ may close the CQ. */
-    if (num_entries_arg(arg, &num) < 0)
-        return NULL;
     if (ibp_check_open(self) < 0 || ibp_cq_check_not_polling(self) < 0)
         return NULL;
     /* More than the CQ holds cannot come back: no larger buffer. */

@@ -165,15 +165,11 @@ static PyObject *WCBuffer_repr(PyObject *op)
                                 b->raise_on_error ? ", raise_on_error=True" : "", b->count);
 }
 
-PyObject *ibp_hand_CQ_poll_into(PyObject *self, PyObject *arg)
+/* CQ.poll_into(buffer): generated/cq.c.h checks that it is a WCBuffer. */
+PyObject *ibp_hand_CQ_poll_into_impl(PyObject *self, WCBufferObject *b)
 {
     if (ibp_check_open(self) < 0 || ibp_cq_check_not_polling(self) < 0)
         return NULL;
-    if (!Py_IS_TYPE(arg, WCBuffer_Type)) {
-        PyErr_Format(PyExc_TypeError, "poll_into needs a WCBuffer, not %s", ibp_type_name(arg));
-        return NULL;
-    }
-    WCBufferObject *b = (WCBufferObject *)arg;
     int n = ibv_poll_cq(CQ_PTR(self), b->capacity, b->wc);
     if (n < 0) {
         b->count = 0;

@@ -247,6 +247,27 @@ def test_one_argument_data_path_methods_take_the_seeds_keywords():
         ib.Context().ack_async_event(ev=None)
 
 
+def test_generated_parsers_word_their_errors_like_pyarg():
+    """mr.sge() (METH_FASTCALL) and SGE() (tp_init) are parsed by generated
+    code over one runtime (convert.c): arguments by position or keyword,
+    PyArg_ParseTupleAndKeywords's messages for the rest."""
+    import errno
+    mr = ib.MR()
+    for args, kwargs in (((), {}), ((1,), {}), ((None, 0), {}), ((), {"offset": 0})):
+        with pytest.raises(ib.VerbsError) as info:
+            mr.sge(*args, **kwargs)
+        assert info.value.errno == errno.EBADF
+    cases = [(mr.sge, (1, 2, 3), {}, r"sge\(\) takes at most 2 arguments \(3 given\)"),
+             (mr.sge, (1,), {"length": 2}, r"given by name \('length'\) and position \(1\)"),
+             (mr.sge, (), {"x": 1}, "'x' is an invalid keyword argument for sge()"),
+             (ib.SGE, (1,), {}, r"SGE\(\) missing required argument 'length' \(pos 2\)"),
+             (ib.SGE, (1, 2, 3, 4, 5), {}, r"takes at most 4 arguments \(5 given\)"),
+             (ib.SGE, (1, 2), {"bogus": 1}, "'bogus' is an invalid keyword argument for SGE()")]
+    for call, args, kwargs, message in cases:
+        with pytest.raises(TypeError, match=message):
+            call(*args, **kwargs)
+
+
 SEED_NAMES = ("__version__", "AH", "CQ", "MR", "PD", "QP", "SRQ", "AHAttr", "AsyncEvent", "CompChannel",
               "Context", "Device", "DeviceAttr", "Gid", "PortAttr", "QPCap", "QPInitAttr", "RecvWR",
               "SendWR", "SGE", "VerbsError", "CompletionError", "WC", "get_device_list",

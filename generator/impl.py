@@ -1,0 +1,72 @@
+"""A hand-written method with a generated parser (spec `impl:`), after
+Argument Clinic's split: the generated wrapper parses its arguments with
+the converters of generator/converters/ (the same registry as the verbs')
+and calls `ibp_hand_<Class>_<name>_impl(self, <C values>)`, whose body is
+written by hand in ibverbs/src/ (the data path's hot loops).
+
+    poll:
+      hand: "poll(num_entries)"      # names and defaults, as the docstring shows them
+      keywords: true                 # METH_FASTCALL | METH_KEYWORDS
+      impl: {num_entries: {convert: positive_int}}
+
+Each `impl:` entry is a verb parameter's spec without `arg:` (the name) or
+`default:` (from the signature); `ctype:` gives the C type of a plain int.
+"""
+from __future__ import annotations
+
+import ast
+from typing import List, Tuple
+
+from .converters import REQUIRED
+from .ir import Type, UNKNOWN
+from .methods import MethodBuilder
+from .model import MethodModel
+from .spec import Node
+
+#: the C types a plain-int `impl:` argument may name
+INT_CTYPES = {"int": Type("int", "int", 4, True), "uint32_t": Type("uint32_t", "int", 4, False),
+              "uint64_t": Type("uint64_t", "int", 8, False)}
+
+
+def signature_params(sig: str) -> List[Tuple[str, object]]:
+    """("name", default or REQUIRED) of a `hand:` signature."""
+    inner = sig[sig.index("(") + 1:sig.rindex(")")].strip()
+    out: List[Tuple[str, object]] = []
+    for part in (p.strip() for p in inner.split(",") if p.strip()):
+        name, eq, default = part.partition("=")
+        out.append((name.strip(), ast.literal_eval(default.strip()) if eq else REQUIRED))
+    return out
+
+
+class ImplBuilder(MethodBuilder):
+    """The model of a hand method's generated wrapper; `ctx` of its converters."""
+
+    def build_impl(self, flags: str, doc: str, signature: str, verbs: List[str]) -> MethodModel:
+        if not self.m.owner:
+            self.fail("impl: is for methods (the wrapper marks self in flight)", "impl")
+        node = self.m.node["impl"] or Node()
+        params = signature_params(self.m.hand or "")
+        names = [n for n, _ in params]
+        for key in node:
+            if key not in names:
+                self.fail(f"impl: {key!r} is not an argument of {self.m.hand}", "impl")
+        converters = []
+        for name, default in params:
+            if name not in node:
+                self.fail(f"impl: argument {name!r} needs a converter", "impl")
+            pspec = dict(node[name] or {}, arg=name)
+            if default is not REQUIRED:
+                pspec["default"] = "None" if default is None else default
+            ctype = pspec.pop("ctype", None)
+            if ctype is not None and ctype not in INT_CTYPES:
+                self.fail(f"impl: {name}: ctype must be one of {', '.join(INT_CTYPES)}", "impl")
+            converters.append(self.param(name, INT_CTYPES.get(ctype, UNKNOWN), pspec))
+        impl = f"ibp_hand_{self.cname}_impl"
+        return MethodModel(self.m.name, self.m.owner, self.cname, flags, doc, hand=True,
+                           verbs=verbs, signature=signature, args=self.args, params=converters,
+                           impl=impl, impl_params=[_decl(p.impl_ctype, p.name)
+                                                   for p in converters])
+
+
+def _decl(ctype: str, name: str) -> str:
+    return f"{ctype}{name}" if ctype.endswith("*") else f"{ctype} {name}"
