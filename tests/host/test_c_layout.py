@@ -266,13 +266,8 @@ BLOCK_LINES = 6
 #: comment at one of its places.  Blocks alike but for their names (what a
 #: duplicate finder shows, not this test) carry such a comment where they
 #: are kept: qpex.c's wr_id/wr_flags accessors, postlist.c's sequence
-#: slots, repr.c's reference-counting steps.
+#: slots, repr.c's reference-counting steps, post.c's send/receive chain loops.
 REPEATED_ON_PURPOSE: Dict[Tuple[str, str], str] = {}
-#: Blocks another round-2 branch of issue #16 removes (r2-impl: post.c's
-#: send/receive halves); tolerated while present, nothing to do once gone.
-REPEATED_PENDING: Dict[Tuple[str, str], str] = {
-    ("post.c", "post.c"): "r2-impl factors post_send/post_recv's shared steps",
-}
 _COMMENT_OR_STRING = re.compile(
     r'/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
 _TRIVIAL = re.compile(r"[{}();,\s]*|\} else \{|else|#.*")
@@ -324,7 +319,7 @@ def test_no_block_repeated_in_the_hand_written_c():
     files = {p.name: p.read_text() for p in sorted(SRC.glob("*.[ch]"))}
     found = _repeated_blocks(files)
     bad = [f"{place}" for pair, where in sorted(found.items())
-           if pair not in REPEATED_ON_PURPOSE and pair not in REPEATED_PENDING
+           if pair not in REPEATED_ON_PURPOSE
            for place in where[:1]]
     assert not bad, (f"blocks of {BLOCK_LINES}+ lines written twice (factor them into one "
                      "function, or comment why and list them in REPEATED_ON_PURPOSE):\n"
