@@ -2,8 +2,8 @@
 # (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
 # and the spec/ YAML files (sha256 d058999ce2cfebde6a6830678ae4c6a5d39e3a9d7b81b62c8ade6aa03e1b83ec).
 # Do not edit: change the spec or templates/ and run `make generate`.
-# Made by templates/ and generator/ (sha256 2de81d32e1e472edde82e99d90b027db576049120ddd748b5a371c2e6497a854);
-# this file's own sha256, this number read as zeros: a9072c229a6d783697437df4e7d4c85060b25560d3a71ba7d6e59861d7a345bd
+# Made by templates/ and generator/ (sha256 1155c6d4768a39200232aa8eaf765deda09d6362865676a42b1e1b6d48444fb2);
+# this file's own sha256, this number read as zeros: 3ade8447935a5c068aec27ae5ec5c394087fd1c2aa22b0e60772dc1dba73b600
 """The rdma-core enums as Python IntEnum / IntFlag classes (all values of
 each C enum; see spec/enums.yaml for which enums and their prefixes)."""
 from enum import IntEnum, IntFlag

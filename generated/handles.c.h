@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d058999ce2cfebde6a6830678ae4c6a5d39e3a9d7b81b62c8ade6aa03e1b83ec).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 2de81d32e1e472edde82e99d90b027db576049120ddd748b5a371c2e6497a854);
- * this file's own sha256, this number read as zeros: e8581d1ff2e4863cccd5bfb3d297e2216a8bd512dea5a23245bcb3ad5245b291 */
+ * Made by templates/ and generator/ (sha256 1155c6d4768a39200232aa8eaf765deda09d6362865676a42b1e1b6d48444fb2);
+ * this file's own sha256, this number read as zeros: bd6e7105ab1d385b570cb07ad2cab9881c000d71313fda9073006f61301b80bc */
 
 /* One file per handle class. */
 #include "compcntr.c.h"

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d058999ce2cfebde6a6830678ae4c6a5d39e3a9d7b81b62c8ade6aa03e1b83ec).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 2de81d32e1e472edde82e99d90b027db576049120ddd748b5a371c2e6497a854);
- * this file's own sha256, this number read as zeros: cb1cf8d7d858a456a2e45b502166291d2c8f22d41b32565d631b7967a7321f93 */
+ * Made by templates/ and generator/ (sha256 1155c6d4768a39200232aa8eaf765deda09d6362865676a42b1e1b6d48444fb2);
+ * this file's own sha256, this number read as zeros: e8c61eb8e304fcbc1012bfe4248297b2383efa943411d675ab95f4cf108f2aea */
 
 /*
  * MW: A memory window (ibv_alloc_mw).

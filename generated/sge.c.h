@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 c14003d5a2325a348cc2dcbc01fae69c4b600576e1aae60b0b39e43e54036a03).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 2de81d32e1e472edde82e99d90b027db576049120ddd748b5a371c2e6497a854);
- * this file's own sha256, this number read as zeros: 6610502a90dbc1e695eb54e90384cf64810183920031f26e9c30e296ab567934 */
+ * Made by templates/ and generator/ (sha256 1155c6d4768a39200232aa8eaf765deda09d6362865676a42b1e1b6d48444fb2);
+ * this file's own sha256, this number read as zeros: f0a6b159b0309bc99ac474a1d4cde0f6b1a386b5c8e96a95b421ad0145049227 */
 
 /*
  * SGE: its accessors and type shell, from spec/datapath/records.yaml.

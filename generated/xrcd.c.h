@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d058999ce2cfebde6a6830678ae4c6a5d39e3a9d7b81b62c8ade6aa03e1b83ec).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 2de81d32e1e472edde82e99d90b027db576049120ddd748b5a371c2e6497a854);
- * this file's own sha256, this number read as zeros: aac050e30ae57ccbe89192b6e10c16e714822837d7536fa0933becc464b76c73 */
+ * Made by templates/ and generator/ (sha256 1155c6d4768a39200232aa8eaf765deda09d6362865676a42b1e1b6d48444fb2);
+ * this file's own sha256, this number read as zeros: 21b4f9efe0b938eee53f332258f4fdf6f09aed1b940e3a2c8de3d4a290aa63ab */
 
 /*
  * XRCD: An XRC domain (ibv_open_xrcd).

@@ -80,40 +80,41 @@ class IntParam(ArgParam):
         return self.local
 
 
-@PARAMS.register("address")
-class AddressParam(ArgParam):
-    """A `void *` from an int (an address in this process)."""
+class UnsignedParam(ArgParam):
+    """An unsigned integer held in a C variable of type `held`, passed to
+    the verb as `call_format` makes it (a cast, a byte swap)."""
+    held: Type = UINT64
+    meaning = ""
+    call_format = "{}"
 
     @classmethod
     def describe(cls, convert: str) -> str:
-        return "an address (int)"
+        return cls.meaning
 
     def own_declarations(self) -> List[str]:
-        return [f"uint64_t {self.local} = 0;"]
+        return [f"{self.held.spelling} {self.local} = 0;"]
 
     def parse(self) -> List[str]:
-        return self.when_given(int_convert(self.var, self.local, UINT64, self.name))
+        return self.when_given(int_convert(self.var, self.local, self.held, self.name))
 
     def call_arg(self) -> str:
-        return f"(void *)(uintptr_t){self.local}"
+        return self.call_format.format(self.local)
+
+
+@PARAMS.register("address")
+class AddressParam(UnsignedParam):
+    """A `void *` from an int (an address in this process)."""
+    held = UINT64
+    meaning = "an address (int)"
+    call_format = "(void *)(uintptr_t){}"
 
 
 @PARAMS.register("be32")
-class Be32Param(ArgParam):
+class Be32Param(UnsignedParam):
     """Host order in Python, network order in C (imm_data)."""
-
-    @classmethod
-    def describe(cls, convert: str) -> str:
-        return "a 32-bit int, in host order"
-
-    def own_declarations(self) -> List[str]:
-        return [f"uint32_t {self.local} = 0;"]
-
-    def parse(self) -> List[str]:
-        return self.when_given(int_convert(self.var, self.local, UINT32, self.name))
-
-    def call_arg(self) -> str:
-        return f"htobe32({self.local})"
+    held = UINT32
+    meaning = "a 32-bit int, in host order"
+    call_format = "htobe32({})"
 
 
 @PARAMS.register("handle")
