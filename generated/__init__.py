@@ -2,6 +2,6 @@
 # (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
 # and the spec/ YAML files (sha256 d058999ce2cfebde6a6830678ae4c6a5d39e3a9d7b81b62c8ade6aa03e1b83ec).
 # Do not edit: change the spec or templates/ and run `make generate`.
-# Made by templates/ and generator/ (sha256 1155c6d4768a39200232aa8eaf765deda09d6362865676a42b1e1b6d48444fb2);
-# this file's own sha256, this number read as zeros: e61c176642dea72ac498bcfcef312349a27a707521686a87db9bda1888bfac5b
+# Made by templates/ and generator/ (sha256 ff1053c2126e39d87f4b519665cdbe7e66e04febacfc40c5d02057906651de4c);
+# this file's own sha256, this number read as zeros: 85ace96a87ee322165ba77b56a1daceeec559a31a1e86b3ab4dff234b0d8c547
 """Generator output that ships inside the package as ibverbs._generated."""

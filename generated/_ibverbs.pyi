@@ -2,8 +2,8 @@
 # (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
 # and the spec/ YAML files (sha256 22e20065784b8f07d0b7015edd3a4ad51611788724d53ac6a412d79bb60461f9).
 # Do not edit: change the spec or templates/ and run `make generate`.
-# Made by templates/ and generator/ (sha256 1155c6d4768a39200232aa8eaf765deda09d6362865676a42b1e1b6d48444fb2);
-# this file's own sha256, this number read as zeros: 42c2c8a667f6cb0a3feda66d777e1907094047fc7fead425e980237527d0a9a2
+# Made by templates/ and generator/ (sha256 ff1053c2126e39d87f4b519665cdbe7e66e04febacfc40c5d02057906651de4c);
+# this file's own sha256, this number read as zeros: 43a1ed47ae7cba4799d6bb150ec04d6df45466c30d8e8b9e9c440fe4ebff984e
 
 """Type stubs of the extension ibverbs._ibverbs (generator/stubs.py)."""
 

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 c14003d5a2325a348cc2dcbc01fae69c4b600576e1aae60b0b39e43e54036a03).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 1155c6d4768a39200232aa8eaf765deda09d6362865676a42b1e1b6d48444fb2);
- * this file's own sha256, this number read as zeros: 49a28e188f083785586c2fcb05be08edc2b43106f6df4ae2eaed7e6d8581f9ac */
+ * Made by templates/ and generator/ (sha256 ff1053c2126e39d87f4b519665cdbe7e66e04febacfc40c5d02057906651de4c);
+ * this file's own sha256, this number read as zeros: f2c980f4f97e5b8cf83464fbb5efb830f94d134c9d1098e3775102b6c56a7484 */
 
 /*
  * AsyncEvent: its accessors and type shell, from spec/datapath/records.yaml.
@@ -98,14 +98,5 @@ static PyType_Spec AsyncEvent_spec = {
 int
 AsyncEvent_type_init(PyObject *module)
 {
-    PyObject *type = PyType_FromSpec(&AsyncEvent_spec);
-    if (type == NULL)
-        return -1;
-    AsyncEvent_Type = (PyTypeObject *)type;
-    Py_INCREF(type);
-    if (PyModule_AddObject(module, "AsyncEvent", type) < 0) {
-        Py_DECREF(type);
-        return -1;
-    }
-    return 0;
+    return ibp_add_type(module, "AsyncEvent", &AsyncEvent_spec, NULL, &AsyncEvent_Type);
 }

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d058999ce2cfebde6a6830678ae4c6a5d39e3a9d7b81b62c8ade6aa03e1b83ec).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 1155c6d4768a39200232aa8eaf765deda09d6362865676a42b1e1b6d48444fb2);
- * this file's own sha256, this number read as zeros: 5a9dca7a356deff066e8a484b28fe43d3e77caefb1bd0772a9c8fb8313e891a7 */
+ * Made by templates/ and generator/ (sha256 ff1053c2126e39d87f4b519665cdbe7e66e04febacfc40c5d02057906651de4c);
+ * this file's own sha256, this number read as zeros: 1d17bec3bf62119456c848bbf5c97516ec84d8f6ce2176a50cae47bfcdb1d19c */
 
 /*
  * ImportedPD: A PD imported from another context on the same command FD (Context.import_pd); a PD, but close() unimports it (ibv_unimport_pd) instead of deallocating it: its owner still holds it.

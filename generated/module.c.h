@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d058999ce2cfebde6a6830678ae4c6a5d39e3a9d7b81b62c8ade6aa03e1b83ec).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 1155c6d4768a39200232aa8eaf765deda09d6362865676a42b1e1b6d48444fb2);
- * this file's own sha256, this number read as zeros: 7a82f2eb38ba17ff1a57ceb6a31fdaca5d75dd539ad478bbe2bdf12682adcc9d */
+ * Made by templates/ and generator/ (sha256 ff1053c2126e39d87f4b519665cdbe7e66e04febacfc40c5d02057906651de4c);
+ * this file's own sha256, this number read as zeros: 24eaa2c93a17833db22224564492bdf0c1dee5cf56e18cda41fc4f0581b634d9 */
 
 /* Module-level functions and the registration of every generated class. */
 
@@ -737,25 +737,9 @@ ibp_register_generated_types(PyObject *module)
         {&XRCD_Type, &XRCD_spec, "XRCD", NULL},
         {&QPEx_Type, &QPEx_spec, "QPEx", &QP_Type},
     };
-    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
-        PyObject *type;
-        if (types[i].base != NULL) {
-            PyObject *bases = PyTuple_Pack(1, (PyObject *)*types[i].base);
-            if (bases == NULL)
-                return -1;
-            type = PyType_FromSpecWithBases(types[i].spec, bases);
-            Py_DECREF(bases);
-        } else {
-            type = PyType_FromSpec(types[i].spec);
-        }
-        if (type == NULL)
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
+        if (ibp_add_type(module, types[i].name, types[i].spec,
+                         types[i].base ? *types[i].base : NULL, types[i].type) < 0)
             return -1;
-        *types[i].type = (PyTypeObject *)type;
-        Py_INCREF(type);  /* one for the module, one for the C global */
-        if (PyModule_AddObject(module, types[i].name, type) < 0) {
-            Py_DECREF(type);
-            return -1;
-        }
-    }
     return 0;
 }

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 c14003d5a2325a348cc2dcbc01fae69c4b600576e1aae60b0b39e43e54036a03).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 1155c6d4768a39200232aa8eaf765deda09d6362865676a42b1e1b6d48444fb2);
- * this file's own sha256, this number read as zeros: 9040a18b15e643c9f015e71999b5af3afe2ef110496dee11a69d5542c00ec66b */
+ * Made by templates/ and generator/ (sha256 ff1053c2126e39d87f4b519665cdbe7e66e04febacfc40c5d02057906651de4c);
+ * this file's own sha256, this number read as zeros: d644093580e6868bca8582ecab67acb41595d9eccdf6fa1e94a6929e0d0dcf8b */
 
 /*
  * PostListEntry: its accessors and type shell, from spec/datapath/records.yaml.
@@ -424,14 +424,5 @@ static PyType_Spec PostListEntry_spec = {
 int
 PostListEntry_type_init(PyObject *module)
 {
-    PyObject *type = PyType_FromSpec(&PostListEntry_spec);
-    if (type == NULL)
-        return -1;
-    PostListEntry_Type = (PyTypeObject *)type;
-    Py_INCREF(type);
-    if (PyModule_AddObject(module, "PostListEntry", type) < 0) {
-        Py_DECREF(type);
-        return -1;
-    }
-    return 0;
+    return ibp_add_type(module, "PostListEntry", &PostListEntry_spec, NULL, &PostListEntry_Type);
 }

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d058999ce2cfebde6a6830678ae4c6a5d39e3a9d7b81b62c8ade6aa03e1b83ec).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 1155c6d4768a39200232aa8eaf765deda09d6362865676a42b1e1b6d48444fb2);
- * this file's own sha256, this number read as zeros: 66354e6d473049e2b1b8c7a5844e13fa4815604b2d4c5aa0ba284dcffdbaae3d */
+ * Made by templates/ and generator/ (sha256 ff1053c2126e39d87f4b519665cdbe7e66e04febacfc40c5d02057906651de4c);
+ * this file's own sha256, this number read as zeros: ff6f090c91525af71c07bfa3812a5b430c6768d61438479d1736c35d4e6b08be */
 
 /*
  * QP: A queue pair (ibv_create_qp).

@@ -2,8 +2,8 @@
  * (sha256 20a4c73c476a689f172b05ec1def2bc9a14a8fa61b91043e691a57b06d920789, rdma-core 65.0)
  * and the spec/ YAML files (sha256 c4db299f5a793b176d01fe95e1476b5dd6841cb445e0e27f943b5af68f024d95).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 1155c6d4768a39200232aa8eaf765deda09d6362865676a42b1e1b6d48444fb2);
- * this file's own sha256, this number read as zeros: c06118989a4db3f6ac82d6fddca68c2eee6191f09ebc8a41344663ca48507ac5 */
+ * Made by templates/ and generator/ (sha256 ff1053c2126e39d87f4b519665cdbe7e66e04febacfc40c5d02057906651de4c);
+ * this file's own sha256, this number read as zeros: e23714b10d4bc6a770b941c7902ea37fc12d5ee19ceb327e7bb440f1031d3fe2 */
 
 /*
  * The rdma_cm classes, from spec/rdmacm/cm.yaml through the verbs handle
@@ -813,32 +813,22 @@ PyDoc_STRVAR(ibp_hand_module__set_cmid_class__doc__,
 "\n"
 "The class of the CMIDs made from now on (ibverbs.CMID).");
 
-#define RDMACM_GENERATED_FUNCTIONS \
-    {"create_event_channel", (PyCFunction)(void (*)(void))ibp_hand_module_create_event_channel, METH_NOARGS, ibp_hand_module_create_event_channel__doc__}, \
-    {"cm_event_str", (PyCFunction)(void (*)(void))ibp_hand_module_cm_event_str, METH_O, ibp_hand_module_cm_event_str__doc__}, \
-    {"_rdmacm_available", (PyCFunction)(void (*)(void))ibp_hand_module__rdmacm_available, METH_NOARGS, ibp_hand_module__rdmacm_available__doc__}, \
-    {"_has_rdmacm", (PyCFunction)(void (*)(void))ibp_hand_module__has_rdmacm, METH_NOARGS, ibp_hand_module__has_rdmacm__doc__}, \
-    {"_set_cmid_class", (PyCFunction)(void (*)(void))ibp_hand_module__set_cmid_class, METH_O, ibp_hand_module__set_cmid_class__doc__}, \
-/* end of RDMACM_GENERATED_FUNCTIONS */
+static PyMethodDef ibp_rdmacm_functions[] = {
+    {"create_event_channel", (PyCFunction)(void (*)(void))ibp_hand_module_create_event_channel, METH_NOARGS, ibp_hand_module_create_event_channel__doc__},
+    {"cm_event_str", (PyCFunction)(void (*)(void))ibp_hand_module_cm_event_str, METH_O, ibp_hand_module_cm_event_str__doc__},
+    {"_rdmacm_available", (PyCFunction)(void (*)(void))ibp_hand_module__rdmacm_available, METH_NOARGS, ibp_hand_module__rdmacm_available__doc__},
+    {"_has_rdmacm", (PyCFunction)(void (*)(void))ibp_hand_module__has_rdmacm, METH_NOARGS, ibp_hand_module__has_rdmacm__doc__},
+    {"_set_cmid_class", (PyCFunction)(void (*)(void))ibp_hand_module__set_cmid_class, METH_O, ibp_hand_module__set_cmid_class__doc__},
+    {NULL, NULL, 0, NULL},
+};
 
-/* Create the rdma_cm classes and add them to the module. */
+/* Add the rdma_cm classes and functions to the module. */
 static int
-ibp_rdmacm_add_types(PyObject *module)
+ibp_rdmacm_init(PyObject *module)
 {
-    struct { PyTypeObject **type; PyType_Spec *spec; const char *name; } types[] = {
-        {&EventChannel_Type, &EventChannel_spec, "EventChannel"},
-        {&CMID_Type, &CMID_spec, "CMID"},
-    };
-    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
-        PyObject *type = PyType_FromSpec(types[i].spec);
-        if (type == NULL)
-            return -1;
-        *types[i].type = (PyTypeObject *)type;
-        Py_INCREF(type);  /* one for the module, one for the C global */
-        if (PyModule_AddObject(module, types[i].name, type) < 0) {
-            Py_DECREF(type);
-            return -1;
-        }
-    }
-    return 0;
+    if (ibp_add_type(module, "EventChannel", &EventChannel_spec, NULL, &EventChannel_Type) < 0)
+        return -1;
+    if (ibp_add_type(module, "CMID", &CMID_spec, NULL, &CMID_Type) < 0)
+        return -1;
+    return PyModule_AddFunctions(module, ibp_rdmacm_functions);
 }

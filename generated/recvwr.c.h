@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 c14003d5a2325a348cc2dcbc01fae69c4b600576e1aae60b0b39e43e54036a03).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 1155c6d4768a39200232aa8eaf765deda09d6362865676a42b1e1b6d48444fb2);
- * this file's own sha256, this number read as zeros: 447070a35d439f8d6ec9563f9c09c8ab4d3c1d271e34f050e3a6bf024e64b4d6 */
+ * Made by templates/ and generator/ (sha256 ff1053c2126e39d87f4b519665cdbe7e66e04febacfc40c5d02057906651de4c);
+ * this file's own sha256, this number read as zeros: 070517f9643be491b01fb915a29b9184dc8f3bcb6ff0b9ee77ba54e01a54c979 */
 
 /*
  * RecvWR: its accessors and type shell, from spec/datapath/records.yaml.
@@ -125,14 +125,5 @@ static PyType_Spec RecvWR_spec = {
 int
 RecvWR_type_init(PyObject *module)
 {
-    PyObject *type = PyType_FromSpec(&RecvWR_spec);
-    if (type == NULL)
-        return -1;
-    RecvWR_Type = (PyTypeObject *)type;
-    Py_INCREF(type);
-    if (PyModule_AddObject(module, "RecvWR", type) < 0) {
-        Py_DECREF(type);
-        return -1;
-    }
-    return 0;
+    return ibp_add_type(module, "RecvWR", &RecvWR_spec, NULL, &RecvWR_Type);
 }

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 c14003d5a2325a348cc2dcbc01fae69c4b600576e1aae60b0b39e43e54036a03).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 1155c6d4768a39200232aa8eaf765deda09d6362865676a42b1e1b6d48444fb2);
- * this file's own sha256, this number read as zeros: f0a6b159b0309bc99ac474a1d4cde0f6b1a386b5c8e96a95b421ad0145049227 */
+ * Made by templates/ and generator/ (sha256 ff1053c2126e39d87f4b519665cdbe7e66e04febacfc40c5d02057906651de4c);
+ * this file's own sha256, this number read as zeros: 391cc6b649f6735fc9f988d457a1e52132e825b8286d5403f0a770d01e0bc832 */
 
 /*
  * SGE: its accessors and type shell, from spec/datapath/records.yaml.
@@ -175,14 +175,5 @@ static PyType_Spec SGE_spec = {
 int
 SGE_type_init(PyObject *module)
 {
-    PyObject *type = PyType_FromSpec(&SGE_spec);
-    if (type == NULL)
-        return -1;
-    SGE_Type = (PyTypeObject *)type;
-    Py_INCREF(type);
-    if (PyModule_AddObject(module, "SGE", type) < 0) {
-        Py_DECREF(type);
-        return -1;
-    }
-    return 0;
+    return ibp_add_type(module, "SGE", &SGE_spec, NULL, &SGE_Type);
 }

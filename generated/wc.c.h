@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 c14003d5a2325a348cc2dcbc01fae69c4b600576e1aae60b0b39e43e54036a03).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 1155c6d4768a39200232aa8eaf765deda09d6362865676a42b1e1b6d48444fb2);
- * this file's own sha256, this number read as zeros: 041b3e96b8b37a346767f26ab3670bb790582020b3242fc13fe9306ea16dff8f */
+ * Made by templates/ and generator/ (sha256 ff1053c2126e39d87f4b519665cdbe7e66e04febacfc40c5d02057906651de4c);
+ * this file's own sha256, this number read as zeros: 00de6fc2ca355ada9ab5a323f9c3f1a25f60b4c830ed9f162aaef77a6238781b */
 
 /*
  * WC: its accessors and type shell, from spec/datapath/records.yaml.
@@ -181,14 +181,5 @@ static PyType_Spec WC_spec = {
 int
 WC_type_init(PyObject *module)
 {
-    PyObject *type = PyType_FromSpec(&WC_spec);
-    if (type == NULL)
-        return -1;
-    WC_Type = (PyTypeObject *)type;
-    Py_INCREF(type);
-    if (PyModule_AddObject(module, "WC", type) < 0) {
-        Py_DECREF(type);
-        return -1;
-    }
-    return 0;
+    return ibp_add_type(module, "WC", &WC_spec, NULL, &WC_Type);
 }

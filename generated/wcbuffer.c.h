@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 c14003d5a2325a348cc2dcbc01fae69c4b600576e1aae60b0b39e43e54036a03).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 1155c6d4768a39200232aa8eaf765deda09d6362865676a42b1e1b6d48444fb2);
- * this file's own sha256, this number read as zeros: a0a6bf1b43beed4586301ab185d812ca030e000eeee3d2519dbc6f920cd3368d */
+ * Made by templates/ and generator/ (sha256 ff1053c2126e39d87f4b519665cdbe7e66e04febacfc40c5d02057906651de4c);
+ * this file's own sha256, this number read as zeros: 282cfbbd71846e6f3925df8595d51845ec4ca79d03441672b5a7d971afd33650 */
 
 /*
  * WCBuffer: its accessors and type shell, from spec/datapath/records.yaml.
@@ -171,14 +171,5 @@ static PyType_Spec WCBuffer_spec = {
 int
 WCBuffer_type_init(PyObject *module)
 {
-    PyObject *type = PyType_FromSpec(&WCBuffer_spec);
-    if (type == NULL)
-        return -1;
-    WCBuffer_Type = (PyTypeObject *)type;
-    Py_INCREF(type);
-    if (PyModule_AddObject(module, "WCBuffer", type) < 0) {
-        Py_DECREF(type);
-        return -1;
-    }
-    return 0;
+    return ibp_add_type(module, "WCBuffer", &WCBuffer_spec, NULL, &WCBuffer_Type);
 }

@@ -54,12 +54,6 @@ static int rdmacm_load(void)
 
 /* ---- EventChannel --------------------------------------------------------------- */
 
-/* The librdmacm object of an open handle; NULL with EBADF when closed. */
-static void *cm_ptr(PyObject *self)
-{
-    return ibp_check_open(self) < 0 ? NULL : IBP_HANDLE(self)->ptr;
-}
-
 PyObject *ibp_hand_EventChannel_repr(PyObject *op)
 {
     if (IBP_HANDLE(op)->ptr == NULL)
@@ -76,7 +70,7 @@ PyObject *ibp_hand_EventChannel_create_id(PyObject *self, PyObject *args, PyObje
     if (ps != RDMA_PS_TCP && ps != RDMA_PS_UDP && ps != RDMA_PS_IPOIB && ps != RDMA_PS_IB)
         return PyErr_Format(PyExc_ValueError, "ps must be a PortSpace (TCP, UDP, IPOIB "
                             "or IB), got %d", ps);
-    struct rdma_event_channel *channel = cm_ptr(self);
+    struct rdma_event_channel *channel = ibp_open_ptr(self);
     if (channel == NULL)
         return NULL;
     struct rdma_cm_id *id = NULL;
@@ -102,7 +96,7 @@ PyObject *ibp_hand_EventChannel_get_cm_event(PyObject *self, PyObject *unused)
     (void)unused;
     if (make_event == NULL && (make_event = ibp_import_attr("ibverbs.cm", "_make_event")) == NULL)
         return NULL;
-    struct rdma_event_channel *channel = cm_ptr(self);
+    struct rdma_event_channel *channel = ibp_open_ptr(self);
     if (channel == NULL)
         return NULL;
     PyObject *held_qps = ibp_cm_qps_hold(self);

@@ -33,12 +33,6 @@
 
 #include "rdmacm_objects.h"
 
-/* The librdmacm object of an open handle; NULL with EBADF when closed. */
-static void *cm_ptr(PyObject *self)
-{
-    return ibp_check_open(self) < 0 ? NULL : IBP_HANDLE(self)->ptr;
-}
-
 /* What a librdmacm call that returned rc (0 or -1 with errno) gives Python:
  * None, or VerbsError naming the verb. */
 static PyObject *cm_result(const char *verb, int rc)
@@ -316,7 +310,7 @@ static PyObject *cmid_conn(PyObject *op, PyObject *args, PyObject *kwargs, int a
     PyObject *data = NULL;
     if (conn_param_from_args(accept ? "accept" : "connect", args, kwargs, &param, &data) < 0)
         return NULL;
-    struct rdma_cm_id *id = cm_ptr(op);
+    struct rdma_cm_id *id = ibp_open_ptr(op);
     if (id == NULL) {
         Py_XDECREF(data);
         return NULL;
@@ -356,7 +350,7 @@ PyObject *ibp_hand_CMID_reject(PyObject *self, PyObject *args, PyObject *kwargs)
             return PyErr_Format(PyExc_ValueError, "private_data is at most 255 bytes");
         }
     }
-    struct rdma_cm_id *id = cm_ptr(self);
+    struct rdma_cm_id *id = ibp_open_ptr(self);
     if (id == NULL) {
         Py_XDECREF(data);
         return NULL;
@@ -375,7 +369,7 @@ PyObject *ibp_hand_CMID_reject(PyObject *self, PyObject *args, PyObject *kwargs)
 /* A call taking only the ID: rdma_disconnect, rdma_establish. */
 static PyObject *cmid_simple(PyObject *op, int (*fn)(struct rdma_cm_id *), const char *verb)
 {
-    struct rdma_cm_id *id = cm_ptr(op);
+    struct rdma_cm_id *id = ibp_open_ptr(op);
     if (id == NULL)
         return NULL;
     cmid_sync_qp((struct CMIDObject *)op);
@@ -405,7 +399,7 @@ PyObject *ibp_hand_CMID_bind_addr(PyObject *self, PyObject *arg)
     int set;
     if (ibp_cm_conv_addr(arg, "addr", &addr, 0, &set) < 0)
         return NULL;
-    struct rdma_cm_id *id = cm_ptr(self);
+    struct rdma_cm_id *id = ibp_open_ptr(self);
     if (id == NULL)
         return NULL;
     errno = 0;
@@ -427,7 +421,7 @@ static int conv_timeout(int timeout_ms)
 static PyObject *cm_resolve(PyObject *self, struct sockaddr *dst, struct sockaddr *src,
                             int timeout_ms)
 {
-    struct rdma_cm_id *id = cm_ptr(self);
+    struct rdma_cm_id *id = ibp_open_ptr(self);
     if (id == NULL)
         return NULL;
     int rc;
@@ -473,7 +467,7 @@ PyObject *ibp_hand_CMID_listen(PyObject *self, PyObject *args, PyObject *kwargs)
         return NULL;
     if (backlog < 0)
         return PyErr_Format(PyExc_ValueError, "backlog must be non-negative, got %d", backlog);
-    struct rdma_cm_id *id = cm_ptr(self);
+    struct rdma_cm_id *id = ibp_open_ptr(self);
     if (id == NULL)
         return NULL;
     errno = 0;
@@ -513,7 +507,7 @@ PyObject *ibp_hand_CMID_create_qp(PyObject *op, PyObject *args, PyObject *kwargs
         PyErr_SetString(PyExc_TypeError, "CMID.create_qp: init_attr.send_cq and recv_cq must be CQs, not None");
         return NULL;
     }
-    struct rdma_cm_id *id = cm_ptr(op);
+    struct rdma_cm_id *id = ibp_open_ptr(op);
     if (id == NULL)
         return NULL;
     PyObject *result = NULL;
@@ -588,7 +582,7 @@ PyObject *ibp_hand_CMID_migrate(PyObject *op, PyObject *arg)
     PyObject *channel;
     if (ibp_conv_handle(arg, "channel", EventChannel_Type, 0, &channel) < 0)
         return NULL;
-    struct rdma_cm_id *id = cm_ptr(op);
+    struct rdma_cm_id *id = ibp_open_ptr(op);
     if (id == NULL)
         return NULL;
     /* The target channel is in use too while the GIL is released: its
@@ -651,7 +645,7 @@ PyObject *ibp_hand_CMID_set_option(PyObject *self, PyObject *args, PyObject *kwa
         return PyErr_Format(PyExc_ValueError, "optname must be a CMIDOption (TOS, REUSEADDR, "
                             "AFONLY, ACK_TIMEOUT), got %d", optname);
     }
-    struct rdma_cm_id *id = cm_ptr(self);
+    struct rdma_cm_id *id = ibp_open_ptr(self);
     if (id == NULL)
         return NULL;
     errno = 0;
@@ -662,7 +656,7 @@ PyObject *ibp_hand_CMID_set_option(PyObject *self, PyObject *args, PyObject *kwa
 PyObject *ibp_hand_CMID__ports(PyObject *self, PyObject *unused)
 {
     (void)unused;
-    struct rdma_cm_id *id = cm_ptr(self);
+    struct rdma_cm_id *id = ibp_open_ptr(self);
     if (id == NULL)
         return NULL;
     /* Both return the port in network order (0 when unset). */

@@ -164,6 +164,13 @@ static inline int ibp_check_open(PyObject *obj)
     return 0;
 }
 
+/* The verbs (or librdmacm) object of an open handle; NULL with EBADF when
+ * closed. */
+static inline void *ibp_open_ptr(PyObject *obj)
+{
+    return ibp_check_open(obj) < 0 ? NULL : IBP_HANDLE(obj)->ptr;
+}
+
 /* cqex.c: RuntimeError (-1) when cq is a CQEx between start_poll() and
  * end_poll(), whose provider lock a poll/resize would deadlock on. */
 IBP_HIDDEN int ibp_cq_check_not_polling(PyObject *cq);
@@ -440,6 +447,11 @@ static inline int ibp_conv_positive_int(PyObject *arg, const char *name, int *ou
 /* The data-path types, made at import by ibp_datapath_init (datapath.c);
  * all but PostList are declared in generated/records.h. */
 IBP_HIDDEN int ibp_datapath_init(PyObject *module);
+/* Make a class from spec (deriving from base when not NULL), store it in
+ * *out and add it to the module as name (module.c; every generated and
+ * hand-written class goes through it). */
+IBP_HIDDEN int ibp_add_type(PyObject *module, const char *name, PyType_Spec *spec,
+                            PyTypeObject *base, PyTypeObject **out);
 extern IBP_HIDDEN PyTypeObject *PostList_Type;       /* postlist.c */
 extern IBP_HIDDEN PyType_Spec PostList_spec;
 /* What each file prepares at import before its types are made. */

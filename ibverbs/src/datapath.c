@@ -29,15 +29,8 @@ int ibp_datapath_init(PyObject *module)
         RecvWR_type_init(module) < 0 || WC_type_init(module) < 0 ||
         WCBuffer_type_init(module) < 0)
         return -1;
-    PyObject *type = PyType_FromSpec(&PostList_spec);
-    if (type == NULL)
+    if (ibp_add_type(module, "PostList", &PostList_spec, NULL, &PostList_Type) < 0)
         return -1;
-    PostList_Type = (PyTypeObject *)type;
-    Py_INCREF(type);
-    if (PyModule_AddObject(module, "PostList", type) < 0) {
-        Py_DECREF(type);
-        return -1;
-    }
     if (PostListEntry_type_init(module) < 0 || AsyncEvent_type_init(module) < 0)
         return -1;
     return 0;

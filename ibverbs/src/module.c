@@ -23,19 +23,6 @@
 #include "rdmacm_objects.h"
 #include "rdmacm_methods.c.h"
 
-static PyMethodDef rdmacm_functions[] = {
-    RDMACM_GENERATED_FUNCTIONS
-    {NULL, NULL, 0, NULL},
-};
-
-/* Add EventChannel, CMID and the rdma_cm functions to the module. */
-static int rdmacm_init(PyObject *module)
-{
-    if (ibp_rdmacm_add_types(module) < 0)
-        return -1;
-    return PyModule_AddFunctions(module, rdmacm_functions);
-}
-
 static void *libibverbs;
 static int dmabuf_available;
 
@@ -215,6 +202,30 @@ static int module_set_all(PyObject *module)
     return rc;
 }
 
+int ibp_add_type(PyObject *module, const char *name, PyType_Spec *spec, PyTypeObject *base,
+                 PyTypeObject **out)
+{
+    PyObject *type;
+    if (base != NULL) {
+        PyObject *bases = PyTuple_Pack(1, (PyObject *)base);
+        if (bases == NULL)
+            return -1;
+        type = PyType_FromSpecWithBases(spec, bases);
+        Py_DECREF(bases);
+    } else {
+        type = PyType_FromSpec(spec);
+    }
+    if (type == NULL)
+        return -1;
+    *out = (PyTypeObject *)type;
+    Py_INCREF(type);  /* one for the module, one for the C global */
+    if (PyModule_AddObject(module, name, type) < 0) {
+        Py_DECREF(type);
+        return -1;
+    }
+    return 0;
+}
+
 /* PyModule_AddObjectRef joined the Limited API in 3.10. */
 static int add_ref(PyObject *module, const char *name, PyObject *value)
 {
@@ -252,7 +263,7 @@ PyMODINIT_FUNC PyInit__ibverbs(void)
         ibp_errors_init() < 0 ||
         ibp_register_generated_types(module) < 0 ||
         ibp_datapath_init(module) < 0 ||
-        rdmacm_init(module) < 0 ||
+        ibp_rdmacm_init(module) < 0 ||
         ibp_test_hooks_init(module) < 0 ||
         add_ref(module, "VerbsError", ibp_VerbsError) < 0 ||
         add_ref(module, "CompletionError", ibp_CompletionError) < 0 ||
