@@ -2,8 +2,8 @@
 # (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
 # and the spec/ YAML files (sha256 22e20065784b8f07d0b7015edd3a4ad51611788724d53ac6a412d79bb60461f9).
 # Do not edit: change the spec or templates/ and run `make generate`.
-# Made by templates/ and generator/ (sha256 ff1053c2126e39d87f4b519665cdbe7e66e04febacfc40c5d02057906651de4c);
-# this file's own sha256, this number read as zeros: 43a1ed47ae7cba4799d6bb150ec04d6df45466c30d8e8b9e9c440fe4ebff984e
+# Made by templates/ and generator/ (sha256 5563084bdab4cfd81f78f25ef130183993c8c9bb73e3b724d5147d2c179d084f);
+# this file's own sha256, this number read as zeros: 49dbb739b367086f46024fd1d0c2e2d0fe68bb53917072909a899162b6286c4b
 
 """Type stubs of the extension ibverbs._ibverbs (generator/stubs.py)."""
 

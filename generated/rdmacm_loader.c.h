@@ -2,8 +2,8 @@
  * (sha256 20a4c73c476a689f172b05ec1def2bc9a14a8fa61b91043e691a57b06d920789, rdma-core 65.0)
  * and the spec/ YAML files (sha256 c4db299f5a793b176d01fe95e1476b5dd6841cb445e0e27f943b5af68f024d95).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 ff1053c2126e39d87f4b519665cdbe7e66e04febacfc40c5d02057906651de4c);
- * this file's own sha256, this number read as zeros: 519f6a36213f191cdfd8fd737e05943fcf6bb689285227b5e23ae908059514dd */
+ * Made by templates/ and generator/ (sha256 5563084bdab4cfd81f78f25ef130183993c8c9bb73e3b724d5147d2c179d084f);
+ * this file's own sha256, this number read as zeros: 68c05975c8e33d25a15452bc432239c7871ccb1552bc9855a86adba4a42d5598 */
 
 /*
  * librdmacm is dlopen'ed on first use (ibverbs/src/cm.c), never linked

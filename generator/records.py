@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from .ir import IR, Record, Type
-from .spec import Node, SpecError, _load_file
+from .spec import Node, SpecError, load_file
 
 SPEC_FILE = os.path.join("datapath", "records.yaml")
 DISPLAY = "spec/datapath/records.yaml"
@@ -533,7 +533,7 @@ def _hand_type(records, name: str, node: Node) -> HandType:
 
 def build(ir: IR, spec_root: str) -> RecordsModel:
     path = os.path.join(spec_root, SPEC_FILE)
-    data = _keys(_load_file(path, DISPLAY), TOP_KEYS | {HAND_TYPES}, DISPLAY)
+    data = _keys(load_file(path, DISPLAY), TOP_KEYS | {HAND_TYPES}, DISPLAY)
     with open(path, "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()
     helpers = dict(_keys(data["helpers"], HELPER_KEYS, "helpers"))

@@ -57,7 +57,7 @@ _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
                         _construct_mapping)
 
 
-def _load_file(path: str, display: str) -> Node:
+def load_file(path: str, display: str) -> Node:
     with open(path, encoding="utf-8") as f:
         text = f.read()
     loader = _Loader(text)
@@ -217,7 +217,7 @@ def load(spec_dir: str) -> Spec:
         with open(path, "rb") as f:
             digest.update(name.encode() + b"\0" + f.read() + b"\0")
         spec.files.append(display)
-        data = _load_file(path, display)
+        data = load_file(path, display)
         _check_keys(data, TOP_KEYS, display)
         for cls, node in (data.get("handles") or {}).items():
             _check_keys(node, HANDLE_KEYS, cls)
