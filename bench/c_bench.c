@@ -21,6 +21,10 @@
  *                   thread driving both sides, PP_RECVS receives
  *                   pre-posted per side; each side polls 16 at a time and
  *                   reposts the receives it consumed                 (us)
+ *   pingpong_post N the ping-pong, timed around each ibv_post_send: the
+ *                   microseconds per round trip spent inside the two posts
+ *                   (rxe runs the whole transfer in the post's doorbell
+ *                   system call)                                       (us)
  *   poll_empty N    ibv_poll_cq(cq, 16, wc) on an empty CQ            (ns)
  *   bw SIZE N       RDMA_WRITE of SIZE bytes, loopback, SWEEP_WINDOW in
  *                   flight, every WR signaled                      (MB/s)
@@ -292,6 +296,28 @@ static int pp_wait(struct pp_end *e)
     return got;
 }
 
+static void pp_post_send(struct pp_end *e, double *in_post)
+{
+    struct ibv_send_wr *bad;
+    double t0 = now();
+    if (ibv_post_send(e->qp, &e->send, &bad))
+        DIE("ibv_post_send");
+    *in_post += now() - t0;
+}
+
+/* Microseconds per round trip spent inside ibv_post_send. */
+static double pingpong_post(struct pp_end *a, struct pp_end *b, long iters)
+{
+    double in_post = 0;
+    for (long i = 0; i < iters; i++) {
+        pp_post_send(a, &in_post);
+        pp_repost(b, pp_wait(b));
+        pp_post_send(b, &in_post);
+        pp_repost(a, pp_wait(a));
+    }
+    return in_post / iters * 1e6;
+}
+
 /* Microseconds per round trip. */
 static double pingpong(struct pp_end *a, struct pp_end *b, long iters)
 {
@@ -367,6 +393,8 @@ int main(int argc, char **argv)
                                   (uintptr_t)s0.buf + 2048, s0.mr->rkey, WINDOW, n));
         } else if (strcmp(cmd, "pingpong") == 0) {
             printf("RESULT %s %.3f\n", cmd, pingpong(&ea, &eb, n));
+        } else if (strcmp(cmd, "pingpong_post") == 0) {
+            printf("RESULT %s %.3f\n", cmd, pingpong_post(&ea, &eb, n));
         } else if (strcmp(cmd, "poll_empty") == 0) {
             struct ibv_wc wc[16];
             double t0 = now();

@@ -218,6 +218,47 @@ def pingpong_hot(a, b, iters):
     return (time.perf_counter() - t0) / iters * 1e6
 
 
+def pingpong_post(a, b, iters, hot):
+    """Microseconds per round trip spent inside post_send, the ping-pong
+    otherwise as pingpong_plain/pingpong_hot run it (rxe runs the whole
+    transfer in the post's doorbell system call: c_bench's pingpong_post
+    times the same calls)."""
+    (send_a, recv_a, qa, cqa), (send_b, recv_b, qb, cqb) = a, b
+    if hot:
+        send_a, recv_a, send_b, recv_b = (ib.PostList([w], release_gil=RELEASE_GIL)
+                                          for w in (send_a, recv_a, send_b, recv_b))
+    buf = ib.WCBuffer(16, raise_on_error=True)
+    clock = time.perf_counter
+    in_post = 0.0
+
+    def wait(cq):
+        got = 0
+        while not got:
+            if hot:
+                if cq.poll_into(buf):
+                    got = buf.count_opcode(WC_RECV)
+                continue
+            for wc in cq.poll(16):
+                if wc.status:
+                    raise RuntimeError(f"completion status {wc.status}")
+                if wc.opcode == WC_RECV:
+                    got += 1
+        return got
+
+    for _ in range(iters):
+        t = clock()
+        qa.post_send(send_a)
+        in_post += clock() - t
+        for _ in range(wait(cqb)):
+            qb.post_recv(recv_b)
+        t = clock()
+        qb.post_send(send_b)
+        in_post += clock() - t
+        for _ in range(wait(cqa)):
+            qa.post_recv(recv_a)
+    return in_post / iters * 1e6
+
+
 def poll_empty(cq, iters, hot):
     """Nanoseconds per empty poll of 16, the loop's own cost subtracted."""
     if hot:
@@ -304,6 +345,8 @@ def main(argv):
             value = write_windowed(qa, wcq, window_wr, WINDOW, n)
         elif cmd == "pingpong":
             value = pingpong(ea, eb, n)
+        elif cmd == "pingpong_post":
+            value = pingpong_post(ea, eb, n, hot)
         elif cmd == "poll_empty":
             value = poll_empty(empty_cq, n, hot)
         elif cmd == "call_floor":

@@ -144,6 +144,27 @@ Implementations:
 {chr(10).join(main_table)}
 ```
 
+### Where the rest of the time goes
+
+Two lines of the table measure what no binding can take away here:
+
+- **poll floor**: `call_floor` (a one-argument builtin called from a Python
+  loop, `abs(16)`) plus C's own empty poll, as a multiple of C's poll: what
+  an empty poll from a Python loop costs before any binding code runs. The
+  hot-loop `poll_into` adds a few tens of instructions of its own to it
+  (`bench/host_micro.py`), so a goal at or below this floor cannot be met
+  on this machine by any Python binding.
+- **in post_send**: the ping-pong's time inside the two `post_send` calls
+  per round trip, timed around each call in C and in Python alike. rxe runs
+  the whole transfer (requester, loopback, responder, the completions) in
+  the doorbell system call of the post, so this is mostly the kernel's
+  work, the same verb on the same path, yet under TCG it takes longer when
+  the process around it is a Python interpreter. The likeliest cause, not
+  proven: the interpreter's emulated code evicts the kernel's from QEMU's
+  translation caches between the calls. Most of the ping-pong's gap to C is
+  here, not in the binding's own code, which costs a few hundred
+  instructions per post (`bench/host_micro.py`).
+
 ## Message-size sweep
 
 ![RDMA_WRITE bandwidth by message size](bench/plots/bandwidth.svg)

@@ -159,13 +159,16 @@ def rfmt(r):
 
 
 def measure_rounds(servers, items, rounds, t0, what):
-    """items: [(key, {impl: command})]; returns {key: {impl: [values]}}."""
+    """items: [(key, {impl: command})] (an implementation without a command
+    for a key is not asked); returns {key: {impl: [values]}}."""
     impls = list(servers)
     samples = {key: {impl: [] for impl in impls} for key, _ in items}
     for r in range(rounds):
         for k, (key, cmds) in enumerate(items):
             shift = (r + k) % len(impls)
             for impl in impls[shift:] + impls[:shift]:
+                if impl not in cmds:
+                    continue
                 srv = servers[impl][r % len(servers[impl])]
                 samples[key][impl].append(srv.measure(cmds[impl]))
         print(f"bench: {what} round {r + 1}/{rounds} done ({time.monotonic() - t0:.0f} s)",
@@ -206,6 +209,12 @@ def main(argv):
         # the floor under any poll from a Python loop.
         floor = [servers["plain"][r % procs].measure(f"call_floor {WORKLOADS['poll_empty'][0]}")
                  for r in range(rounds)]
+        # Where a ping-pong's time goes: inside the two post_send calls (rxe
+        # runs the whole transfer in the doorbell system call) or around them.
+        pp_cmd = f"pingpong_post {WORKLOADS['pingpong'][0]}"
+        in_post = measure_rounds(servers, [("pingpong_post", {
+            impl: pp_cmd for impl in ("C", "plain", "hot") if impl in impls})],
+            rounds, t0, "pingpong_post")["pingpong_post"]
         sweep = measure_rounds(servers, sweep_items, sweep_rounds, t0, "sweep")
     finally:
         for group in servers.values():
@@ -242,6 +251,14 @@ def main(argv):
         print(line)
     print(f"{'call_floor':<13} {'ns':<5} {statistics.median(floor):>9.0f}   "
           f"(abs(16) from a Python loop: the cost of any one-argument call here)")
+    c_poll = med["poll_empty"].get("C")
+    if c_poll:
+        print(f"{'poll floor':<13} {'x C':<5} {(statistics.median(floor) + c_poll) / c_poll:>9.1f}   "
+              f"(call_floor + C's poll: an empty poll from a Python loop, before any binding code)")
+    print(f"{'in post_send':<13} {'us':<5}" + "".join(
+        f" {fmt(statistics.median(in_post[c]), 'us') if in_post.get(c) else '':>9}" for c in impls)
+        + "   (per ping-pong round trip: rxe runs the transfer inside the")
+    print(f"{'':<19}{'':>{10 * len(impls)}}   doorbell system call; timed around each post_send)")
     print("values: medians; ratios: median of the per-round ratios, higher is better")
     print("(rates ours/theirs, times theirs/ours)")
     for w, (_, _, _, desc) in WORKLOADS.items():
@@ -256,7 +273,7 @@ def main(argv):
         for w, goal in goals.items():
             r = paired(samples[w], impl, "C", WORKLOADS[w][2])
             if w == "poll_empty":
-                shown = "n/a" if not r else f"{1 / r:.1f}x"
+                shown = "n/a" if not r else f"{1 / r:.2f}x"
                 text = f"{impl} poll_empty time <= {1 / goal:.0f}x C: {shown}"
             else:
                 text = f"{impl} {w} {impl}/C >= {goal}: {rfmt(r)}"

@@ -462,9 +462,12 @@ IBP_HIDDEN int ibp_wr_seq_init(struct wr_seq *s, PyObject *arg, PyTypeObject *ty
                                const char *what);
 IBP_HIDDEN void ibp_wr_seq_done(struct wr_seq *s);
 IBP_HIDDEN int ibp_check_inline_sges(const struct ibv_send_wr *wr);
-IBP_HIDDEN int ibp_send_wr_fill(SendWRObject *w, PyObject *sg_list, struct ibv_send_wr *wr);
+/* A request into *wr, its SGEs into wr->sg_list (room for `room`): 0, 1
+ * when the SGEs do not fit (nothing raised), -1 with an exception. */
+IBP_HIDDEN int ibp_send_wr_fill(SendWRObject *w, PyObject *sg_list, struct ibv_send_wr *wr,
+                                Py_ssize_t room);
 IBP_HIDDEN int ibp_recv_wr_fill(const RecvWRObject *w, PyObject *sg_list,
-                                struct ibv_recv_wr *wr);
+                                struct ibv_recv_wr *wr, Py_ssize_t room);
 IBP_HIDDEN PyObject *ibp_post_failed(const char *verb, int rc, Py_ssize_t index, uint64_t wr_id);
 IBP_HIDDEN int ibp_check_ah_fits_qp(PyObject *qp, int has_ah, Py_ssize_t index);
 

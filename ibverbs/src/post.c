@@ -98,13 +98,21 @@ static inline PyObject *single_wr(PyObject *arg, PyTypeObject *type)
     return PyObject_TypeCheck(arg, type) ? arg : NULL;
 }
 
-static PyObject *post_send_one(PyObject *self, SendWRObject *w)
+/* The single request's SGEs fit on the stack (1: they do not, and the
+ * caller takes a chain's way; nothing was posted). */
+static PyObject *post_send_one(PyObject *self, SendWRObject *w, int *no_room)
 {
     struct ibv_send_wr wr, *bad = NULL;
     struct ibv_sge sges[STACK_SGES];
     wr.sg_list = sges;
-    if (ibp_check_ah_fits_qp(self, w->ah != NULL, 0) < 0 ||
-        ibp_send_wr_fill(w, w->sg_list, &wr) < 0 || check_inline_mrs(w->sg_list, &wr) < 0)
+    if (ibp_check_ah_fits_qp(self, w->ah != NULL, 0) < 0)
+        return NULL;
+    int filled = ibp_send_wr_fill(w, w->sg_list, &wr, STACK_SGES);
+    if (filled != 0) {
+        *no_room = filled > 0;
+        return NULL;
+    }
+    if (check_inline_mrs(w->sg_list, &wr) < 0)
         return NULL;
     wr.next = NULL;
     int rc = ibv_post_send(QP_PTR(self), &wr, &bad);
@@ -113,13 +121,16 @@ static PyObject *post_send_one(PyObject *self, SendWRObject *w)
     Py_RETURN_NONE;
 }
 
-static PyObject *post_recv_one(PyObject *self, RecvWRObject *w, int srq)
+static PyObject *post_recv_one(PyObject *self, RecvWRObject *w, int srq, int *no_room)
 {
     struct ibv_recv_wr wr, *bad = NULL;
     struct ibv_sge sges[STACK_SGES];
     wr.sg_list = sges;
-    if (ibp_recv_wr_fill(w, w->sg_list, &wr) < 0)
+    int filled = ibp_recv_wr_fill(w, w->sg_list, &wr, STACK_SGES);
+    if (filled != 0) {
+        *no_room = filled > 0;
         return NULL;
+    }
     int rc = srq == 2 ? ibv_post_wq_recv(WQ_PTR(self), &wr, &bad)
            : srq ? ibv_post_srq_recv(SRQ_PTR(self), &wr, &bad)
                  : ibv_post_recv(QP_PTR(self), &wr, &bad);
@@ -129,18 +140,146 @@ static PyObject *post_recv_one(PyObject *self, RecvWRObject *w, int srq)
     Py_RETURN_NONE;
 }
 
+static Py_ssize_t bad_item(Py_ssize_t i, const char *what, PyObject *item)
+{
+    PyErr_Format(PyExc_TypeError, "item %zd must be a %s, not %s", i, what, ibp_type_name(item));
+    return -1;
+}
+
+/* An exact list or tuple of at most STACK_WRS requests: how many (0 for
+ * anything else, or more). */
+static Py_ssize_t stack_batch_size(PyObject *arg, int *is_list)
+{
+    *is_list = PyList_CheckExact(arg);
+    if (!*is_list && !PyTuple_CheckExact(arg))
+        return 0;
+    Py_ssize_t n = *is_list ? PyList_Size(arg) : PyTuple_Size(arg);
+    return n > STACK_WRS ? 0 : n;
+}
+
+static inline PyObject *batch_item(PyObject *arg, int is_list, Py_ssize_t i)
+{
+    return is_list ? PyList_GetItem(arg, i) : PyTuple_GetItem(arg, i);
+}
+
+/* c holds the n requests filled into its stack storage. */
+static Py_ssize_t chain_on_stack(struct chain *c, void *wrs, Py_ssize_t n)
+{
+    c->heap = NULL;
+    c->wrs = wrs;
+    c->sges = c->stack_sges;
+    return n;
+}
+
+/*
+ * An exact list or tuple of up to STACK_WRS requests whose SGEs fit in
+ * STACK_SGES (the plain API's batches) is read once: each item is checked
+ * and converted as it comes, without the counting pass of chain_start.
+ * Returns how many requests are in c's stack storage, chained; 0 when they
+ * do not fit or there are none (the caller then takes chain_start's way;
+ * nothing was posted), -1 with an exception.  No Python code runs here, so
+ * the list cannot change under it.
+ */
+static Py_ssize_t send_chain_on_stack(PyObject *self, PyObject *arg, struct chain *c)
+{
+    int is_list;
+    Py_ssize_t n = stack_batch_size(arg, &is_list);
+    struct ibv_send_wr *wrs = c->stack_wrs.send;
+    struct ibv_sge *sge = c->stack_sges;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = batch_item(arg, is_list, i);
+        if (!PyObject_TypeCheck(item, SendWR_Type))
+            return bad_item(i, "SendWR", item);
+        SendWRObject *w = (SendWRObject *)item;
+        struct ibv_send_wr *wr = &wrs[i];
+        wr->sg_list = sge;
+        if (ibp_check_ah_fits_qp(self, w->ah != NULL, i) < 0)
+            return -1;
+        int filled = ibp_send_wr_fill(w, w->sg_list, wr, c->stack_sges + STACK_SGES - sge);
+        if (filled != 0)
+            return filled > 0 ? 0 : -1;
+        if (check_inline_mrs(w->sg_list, wr) < 0)
+            return -1;
+        wr->next = i + 1 < n ? &wrs[i + 1] : NULL;
+        sge += wr->num_sge;
+    }
+    return chain_on_stack(c, wrs, n);
+}
+
+/* post_recv's twin of send_chain_on_stack (typed for ibv_recv_wr). */
+static Py_ssize_t recv_chain_on_stack(PyObject *arg, struct chain *c)
+{
+    int is_list;
+    Py_ssize_t n = stack_batch_size(arg, &is_list);
+    struct ibv_recv_wr *wrs = c->stack_wrs.recv;
+    struct ibv_sge *sge = c->stack_sges;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = batch_item(arg, is_list, i);
+        if (!PyObject_TypeCheck(item, RecvWR_Type))
+            return bad_item(i, "RecvWR", item);
+        struct ibv_recv_wr *wr = &wrs[i];
+        wr->sg_list = sge;
+        int filled = ibp_recv_wr_fill((RecvWRObject *)item, ((RecvWRObject *)item)->sg_list, wr,
+                                      c->stack_sges + STACK_SGES - sge);
+        if (filled != 0)
+            return filled > 0 ? 0 : -1;
+        wr->next = i + 1 < n ? &wrs[i + 1] : NULL;
+        sge += wr->num_sge;
+    }
+    return chain_on_stack(c, wrs, n);
+}
+
+static PyObject *send_chain_post(PyObject *self, struct ibv_send_wr *wrs)
+{
+    struct ibv_send_wr *bad = NULL;
+    int rc = ibv_post_send(QP_PTR(self), wrs, &bad);
+    if (rc != 0)
+        return ibp_post_failed("ibv_post_send", rc, bad ? bad - wrs : 0, bad ? bad->wr_id : 0);
+    Py_RETURN_NONE;
+}
+
+static PyObject *recv_chain_post(PyObject *self, struct ibv_recv_wr *wrs, int srq)
+{
+    struct ibv_recv_wr *bad = NULL;
+    int rc = srq == 2 ? ibv_post_wq_recv(WQ_PTR(self), wrs, &bad)
+           : srq ? ibv_post_srq_recv(SRQ_PTR(self), wrs, &bad)
+                 : ibv_post_recv(QP_PTR(self), wrs, &bad);
+    if (rc != 0)
+        return ibp_post_failed(srq == 2 ? "ibv_post_wq_recv" : srq ? "ibv_post_srq_recv"
+                               : "ibv_post_recv", rc, bad ? bad - wrs : 0,
+                               bad ? bad->wr_id : 0);
+    Py_RETURN_NONE;
+}
+
+/* A counted chain's SGEs no longer fit: only a list changed between the
+ * count and the fill could do that, and no Python code runs in between. */
+static int chain_overflow(int filled)
+{
+    if (filled > 0)
+        PyErr_SetString(PyExc_RuntimeError, "sg_list changed while it was converted");
+    return -1;
+}
+
 /* QP.post_send(wrs): generated/qp.c.h parses the argument. */
 PyObject *ibp_hand_QP_post_send_impl(PyObject *self, PyObject *arg)
 {
     struct wr_seq s;
     struct chain c;
+    int no_room = 0;
     if (ibp_check_open(self) < 0 || ibp_qp_send_idle(self, "post_send") < 0)
         return NULL;
     if (Py_IS_TYPE(arg, PostList_Type))
         return ibp_postlist_post(self, arg, POST_SEND);
     PyObject *one = single_wr(arg, SendWR_Type);
-    if (one != NULL && ibp_sg_count(((SendWRObject *)one)->sg_list) <= STACK_SGES)
-        return post_send_one(self, (SendWRObject *)one);
+    if (one != NULL) {
+        PyObject *result = post_send_one(self, (SendWRObject *)one, &no_room);
+        if (!no_room)
+            return result;
+    } else {
+        Py_ssize_t n = send_chain_on_stack(self, arg, &c);
+        if (n != 0)
+            return n < 0 ? NULL : send_chain_post(self, c.wrs);
+    }
     int started = chain_start(&s, &c, arg, SendWR_Type, "SendWR", sizeof(struct ibv_send_wr));
     if (started <= 0)
         return started == 0 ? Py_NewRef(Py_None) : NULL;
@@ -151,20 +290,19 @@ PyObject *ibp_hand_QP_post_send_impl(PyObject *self, PyObject *arg)
         struct ibv_send_wr *wr = &wrs[i];
         SendWRObject *w = (SendWRObject *)ibp_wr_seq_item(&s, i);
         wr->sg_list = sge;
-        if (ibp_check_ah_fits_qp(self, w->ah != NULL, i) < 0 ||
-            ibp_send_wr_fill(w, w->sg_list, wr) < 0 || check_inline_mrs(w->sg_list, wr) < 0)
+        if (ibp_check_ah_fits_qp(self, w->ah != NULL, i) < 0)
+            goto done;
+        int filled = ibp_send_wr_fill(w, w->sg_list, wr, s.nsge - (sge - c.sges));
+        if (filled != 0) {
+            chain_overflow(filled);
+            goto done;
+        }
+        if (check_inline_mrs(w->sg_list, wr) < 0)
             goto done;
         wr->next = i + 1 < s.n ? &wrs[i + 1] : NULL;
         sge += wr->num_sge;
     }
-    struct ibv_send_wr *bad = NULL;
-    int rc = ibv_post_send(QP_PTR(self), wrs, &bad);
-    if (rc != 0) {
-        Py_ssize_t index = bad ? bad - wrs : 0;
-        ibp_post_failed("ibv_post_send", rc, index, bad ? bad->wr_id : 0);
-        goto done;
-    }
-    result = Py_NewRef(Py_None);
+    result = send_chain_post(self, wrs);
 done:
     return chain_end(&s, &c, result);
 }
@@ -178,6 +316,7 @@ static PyObject *post_recv(PyObject *self, PyObject *arg, int srq)
 {
     struct wr_seq s;
     struct chain c;
+    int no_room = 0;
     if (ibp_check_open(self) < 0)
         return NULL;
     if (Py_IS_TYPE(arg, PostList_Type) && srq == 2) {
@@ -187,8 +326,15 @@ static PyObject *post_recv(PyObject *self, PyObject *arg, int srq)
     if (Py_IS_TYPE(arg, PostList_Type))
         return ibp_postlist_post(self, arg, srq ? POST_SRQ_RECV : POST_RECV);
     PyObject *one = single_wr(arg, RecvWR_Type);
-    if (one != NULL && ibp_sg_count(((RecvWRObject *)one)->sg_list) <= STACK_SGES)
-        return post_recv_one(self, (RecvWRObject *)one, srq);
+    if (one != NULL) {
+        PyObject *result = post_recv_one(self, (RecvWRObject *)one, srq, &no_room);
+        if (!no_room)
+            return result;
+    } else {
+        Py_ssize_t n = recv_chain_on_stack(arg, &c);
+        if (n != 0)
+            return n < 0 ? NULL : recv_chain_post(self, c.wrs, srq);
+    }
     int started = chain_start(&s, &c, arg, RecvWR_Type, "RecvWR", sizeof(struct ibv_recv_wr));
     if (started <= 0)
         return started == 0 ? Py_NewRef(Py_None) : NULL;
@@ -199,22 +345,15 @@ static PyObject *post_recv(PyObject *self, PyObject *arg, int srq)
         struct ibv_recv_wr *wr = &wrs[i];
         RecvWRObject *w = (RecvWRObject *)ibp_wr_seq_item(&s, i);
         wr->sg_list = sge;
-        if (ibp_recv_wr_fill(w, w->sg_list, wr) < 0)
+        int filled = ibp_recv_wr_fill(w, w->sg_list, wr, s.nsge - (sge - c.sges));
+        if (filled != 0) {
+            chain_overflow(filled);
             goto done;
+        }
         wr->next = i + 1 < s.n ? &wrs[i + 1] : NULL;
         sge += wr->num_sge;
     }
-    struct ibv_recv_wr *bad = NULL;
-    int rc = srq == 2 ? ibv_post_wq_recv(WQ_PTR(self), wrs, &bad)
-           : srq ? ibv_post_srq_recv(SRQ_PTR(self), wrs, &bad)
-                 : ibv_post_recv(QP_PTR(self), wrs, &bad);
-    if (rc != 0) {
-        Py_ssize_t index = bad ? bad - wrs : 0;
-        ibp_post_failed(srq == 2 ? "ibv_post_wq_recv" : srq ? "ibv_post_srq_recv" : "ibv_post_recv", rc, index,
-                    bad ? bad->wr_id : 0);
-        goto done;
-    }
-    result = Py_NewRef(Py_None);
+    result = recv_chain_post(self, wrs, srq);
 done:
     return chain_end(&s, &c, result);
 }

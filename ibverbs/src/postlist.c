@@ -61,11 +61,11 @@ static int pl_fill(PostListObject *pl, Py_ssize_t i, PyObject *w)
     }
     if (pl->kind == PL_SEND) {
         tmp.send.sg_list = sges;
-        if (ibp_send_wr_fill((SendWRObject *)w, sg_list, &tmp.send) < 0)
+        if (ibp_send_wr_fill((SendWRObject *)w, sg_list, &tmp.send, nsge) != 0)
             goto done;
     } else {
         tmp.recv.sg_list = sges;
-        if (ibp_recv_wr_fill((RecvWRObject *)w, sg_list, &tmp.recv) < 0)
+        if (ibp_recv_wr_fill((RecvWRObject *)w, sg_list, &tmp.recv, nsge) != 0)
             goto done;
     }
     Py_ssize_t k = 0;

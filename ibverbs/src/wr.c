@@ -139,12 +139,17 @@ int ibp_wr_seq_init(struct wr_seq *s, PyObject *arg, PyTypeObject *type, const c
     return 0;
 }
 
-static int fill_sges(PyObject *list, struct ibv_sge *out, int *num)
+/* The SGEs of list into out, which has room for `room`: 1 (and nothing
+ * written) when they do not fit, so that a caller can read a request once
+ * before it knows how many SGEs the whole chain has. */
+static inline int fill_sges(PyObject *list, struct ibv_sge *out, Py_ssize_t room, int *num)
 {
     *num = 0;
     if (list == NULL)
         return 0;
     Py_ssize_t n = PyList_Size(list);
+    if (n > room)
+        return 1;
     if (n > INT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "too many SGEs");
         return -1;
@@ -200,10 +205,34 @@ static void send_wr_prepare(const SendWRObject *w, struct ibv_send_wr *wr)
     }
 }
 
+/*
+ * The prepared fields into *wr.  The common opcodes take only opcode
+ * through the qp_type union (wr_id, next, sg_list and num_sge are the
+ * post's to fill, and only BIND_MW and TSO read the union after it): under
+ * emulation every load and store costs, and a post converts 32 requests
+ * per call.  Any other opcode gets the whole request, zeroes included.
+ */
+#define PREPARED_FROM offsetof(struct ibv_send_wr, opcode)
+#define PREPARED_TO offsetof(struct ibv_send_wr, bind_mw)
+static inline void copy_prepared(const SendWRObject *w, struct ibv_send_wr *wr)
+{
+    switch (w->opcode) {
+    case IBV_WR_RDMA_WRITE: case IBV_WR_RDMA_WRITE_WITH_IMM: case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_IMM: case IBV_WR_RDMA_READ: case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD: case IBV_WR_LOCAL_INV: case IBV_WR_SEND_WITH_INV:
+        memcpy((char *)wr + PREPARED_FROM, (const char *)&w->prepared + PREPARED_FROM,
+               PREPARED_TO - PREPARED_FROM);
+        return;
+    default:
+        *wr = w->prepared;
+    }
+}
+
 /* One SendWR into *wr, its SGEs from sg_list (w's, or a reference to it
- * the caller holds); wr->sg_list must point at room for them.  The caller
- * sets next afterwards.  Allocates nothing (so runs no Python code). */
-int ibp_send_wr_fill(SendWRObject *w, PyObject *sg_list, struct ibv_send_wr *wr)
+ * the caller holds) into wr->sg_list, which has room for `room`: 1 when
+ * they do not fit.  The caller sets next afterwards.  Allocates nothing
+ * (so runs no Python code). */
+int ibp_send_wr_fill(SendWRObject *w, PyObject *sg_list, struct ibv_send_wr *wr, Py_ssize_t room)
 {
     struct ibv_sge *sg = wr->sg_list;
     if (w->opcode == IBV_WR_BIND_MW) {
@@ -219,12 +248,13 @@ int ibp_send_wr_fill(SendWRObject *w, PyObject *sg_list, struct ibv_send_wr *wr)
             send_wr_prepare(w, &w->prepared);
             w->ready = 1;
         }
-        *wr = w->prepared;
+        copy_prepared(w, wr);
     }
     wr->wr_id = w->wr_id;
     wr->sg_list = sg;
-    if (fill_sges(sg_list, sg, &wr->num_sge) < 0)
-        return -1;
+    int rc = fill_sges(sg_list, sg, room, &wr->num_sge);
+    if (rc != 0)
+        return rc;
     if ((wr->send_flags & IBV_SEND_INLINE) && ibp_check_inline_sges(wr) < 0)
         return -1;
     if (w->opcode == IBV_WR_BIND_MW) {
@@ -249,11 +279,12 @@ int ibp_send_wr_fill(SendWRObject *w, PyObject *sg_list, struct ibv_send_wr *wr)
     return 0;
 }
 
-int ibp_recv_wr_fill(const RecvWRObject *w, PyObject *sg_list, struct ibv_recv_wr *wr)
+int ibp_recv_wr_fill(const RecvWRObject *w, PyObject *sg_list, struct ibv_recv_wr *wr,
+                     Py_ssize_t room)
 {
     wr->wr_id = w->wr_id;
     wr->next = NULL;
-    return fill_sges(sg_list, wr->sg_list, &wr->num_sge);
+    return fill_sges(sg_list, wr->sg_list, room, &wr->num_sge);
 }
 
 PyObject *ibp_post_failed(const char *verb, int rc, Py_ssize_t index, uint64_t wr_id)

@@ -171,3 +171,34 @@ def test_posting_more_than_the_queue_holds_fails_and_the_queue_stays_usable(
         assert wc.is_success and bytes(dst.array) == b"\x09" * 8
     finally:
         pair.close()
+
+
+def test_lists_whose_sges_outgrow_the_stack_chain_are_posted_whole(
+        ib, pd, port, gid_index, access, make_buffer):
+    # Up to 32 requests with up to 64 SGEs in all are converted in one pass
+    # on the stack; three requests of 30 SGEs each overflow it in the third
+    # request, and the post starts over with a counted heap chain.
+    from conftest import RCPair
+    pair = RCPair(ib, pd, pd, port, gid_index, gid_index, access, max_sge=30)
+    try:
+        src, dst = make_buffer(3 * 30 * 4, fill=0), make_buffer(3 * 30 * 4)
+        src.array[:] = [i % 251 for i in range(len(src.array))]
+        recvs = [ib.RecvWR(wr_id=100 + r, sg_list=[dst.mr.sge(4, 4 * (30 * r + j)) for j in range(30)])
+                 for r in range(3)]
+        pair.qp_b.post_recv(tuple(recvs))
+        sends = [ib.SendWR(wr_id=r, sg_list=[src.mr.sge(4, 4 * (30 * r + j)) for j in range(30)],
+                           opcode=ib.WROpcode.SEND, send_flags=ib.SendFlags.SIGNALED)
+                 for r in range(3)]
+        pair.qp_a.post_send(sends)
+        assert [wc.wr_id for wc in poll_until(pair.cq_a, 3)] == [0, 1, 2]
+        got = poll_until(pair.cq_b, 3)
+        assert [(wc.wr_id, wc.byte_len) for wc in got] == [(100, 120), (101, 120), (102, 120)]
+        assert bytes(dst.array) == bytes(src.array)
+        # a wrong item after requests already converted on the stack
+        with pytest.raises(TypeError, match="item 2 must be a SendWR, not int"):
+            pair.qp_a.post_send(sends[:2] + [7])
+        with pytest.raises(TypeError, match="item 1 must be a RecvWR, not SendWR"):
+            pair.qp_b.post_recv((recvs[0], sends[0]))
+        assert pair.cq_a.poll(4) == [] and pair.cq_b.poll(4) == []
+    finally:
+        pair.close()
