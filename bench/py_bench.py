@@ -219,10 +219,11 @@ def pingpong_hot(a, b, iters):
 
 
 def pingpong_post(a, b, iters, hot):
-    """Microseconds per round trip spent inside post_send, the ping-pong
-    otherwise as pingpong_plain/pingpong_hot run it (rxe runs the whole
-    transfer in the post's doorbell system call: c_bench's pingpong_post
-    times the same calls)."""
+    """"<in>:<total>": microseconds per round trip spent inside post_send,
+    and the whole round trip of the same loop; the ping-pong otherwise as
+    pingpong_plain/pingpong_hot run it (rxe runs the whole transfer in the
+    post's doorbell system call: c_bench's pingpong_post times the same
+    calls)."""
     (send_a, recv_a, qa, cqa), (send_b, recv_b, qb, cqb) = a, b
     if hot:
         send_a, recv_a, send_b, recv_b = (ib.PostList([w], release_gil=RELEASE_GIL)
@@ -230,6 +231,7 @@ def pingpong_post(a, b, iters, hot):
     buf = ib.WCBuffer(16, raise_on_error=True)
     clock = time.perf_counter
     in_post = 0.0
+    t0 = clock()
 
     def wait(cq):
         got = 0
@@ -256,7 +258,8 @@ def pingpong_post(a, b, iters, hot):
         in_post += clock() - t
         for _ in range(wait(cqa)):
             qa.post_recv(recv_a)
-    return in_post / iters * 1e6
+    total = clock() - t0
+    return f"{in_post / iters * 1e6:.3f}:{total / iters * 1e6:.3f}"
 
 
 def poll_empty(cq, iters, hot):
@@ -359,7 +362,7 @@ def main(argv):
             value = pingpong(pp_end(s0, sa, pcq0, True, size), pp_end(s1, sb, pcq1, True, size), n)
         else:
             raise SystemExit(f"unknown command {cmd}")
-        print(f"RESULT {cmd} {value:.3f}", flush=True)
+        print(f"RESULT {cmd} {value if isinstance(value, str) else f'{value:.3f}'}", flush=True)
     return 0
 
 

@@ -154,8 +154,9 @@ Two lines of the table measure what no binding can take away here:
   hot-loop `poll_into` adds a few tens of instructions of its own to it
   (`bench/host_micro.py`), so a goal at or below this floor cannot be met
   on this machine by any Python binding.
-- **in post_send**: the ping-pong's time inside the two `post_send` calls
-  per round trip, timed around each call in C and in Python alike. rxe runs
+- **pp in post** and **pp whole**: a ping-pong loop timed around each
+  `post_send` call, in C and in Python alike: the time per round trip
+  inside the two calls, and the whole round trip of that loop. rxe runs
   the whole transfer (requester, loopback, responder, the completions) in
   the doorbell system call of the post, so this is mostly the kernel's
   work, the same verb on the same path, yet under TCG it takes longer when
