@@ -216,23 +216,9 @@ IBP_HIDDEN int ibp_handle_foreign(PyObject *obj);
 /* obj was closed: forget where it was made. */
 IBP_HIDDEN void ibp_handle_closed(PyObject *obj);
 /* Calls in flight (see handles.c): a method call holds its object busy from
- * entry to return; -1 with VerbsError EBADF for a parent's object after
- * fork().  Inline: every data-path call makes both, and under emulation a
- * call and its return cost more than the counter. */
-IBP_HIDDEN extern int ibp_forked;       /* this process is a fork() child */
-IBP_HIDDEN int ibp_call_enter_after_fork(PyObject *self);
-static inline int ibp_call_enter(PyObject *self)
-{
-    if (ibp_forked)
-        return ibp_call_enter_after_fork(self);
-    IBP_HANDLE(self)->busy++;
-    return 0;
-}
-
-static inline void ibp_call_leave(PyObject *self)
-{
-    IBP_HANDLE(self)->busy--;
-}
+ * entry to return; -1 with VerbsError EBADF for a parent's object after fork(). */
+IBP_HIDDEN int ibp_call_enter(PyObject *self);
+IBP_HIDDEN void ibp_call_leave(PyObject *self);
 /* The same for self and the handles among args/kwargs: returns how many
  * were held into held[max] (to pass to ibp_call_leave_args), or -1. */
 IBP_HIDDEN int ibp_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,

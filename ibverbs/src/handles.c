@@ -48,7 +48,7 @@ int ibp_check_closable(PyObject *obj, const char *verb)
  * collection forget them without destroying anything, and calling a verb on
  * them raises VerbsError.
  */
-int ibp_forked;                    /* this process is a fork() child */
+static int forked;                 /* this process is a fork() child */
 static pid_t current_pid;          /* getpid(), refreshed in the child */
 static PyObject *origins;          /* dict: object address -> creating pid */
 static PyTypeObject **handle_types;
@@ -57,7 +57,7 @@ static int nhandle_types, handle_types_room;
 static void atfork_child(void)
 {
     /* Async-signal-safe only: a flag and getpid(). */
-    ibp_forked = 1;
+    forked = 1;
     current_pid = getpid();
 }
 
@@ -106,7 +106,7 @@ int ibp_handle_borrow(PyObject *obj)
 
 int ibp_handle_foreign(PyObject *obj)
 {
-    if ((!ibp_forked && !any_borrowed) || origins == NULL)
+    if ((!forked && !any_borrowed) || origins == NULL)
         return 0;
     PyObject *exc_type, *exc_value, *exc_tb;
     PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
@@ -115,7 +115,7 @@ int ibp_handle_foreign(PyObject *obj)
     PyObject *pid = key ? PyDict_GetItem(origins, key) : NULL;   /* borrowed */
     if (pid != NULL) {
         long origin = PyLong_AsLong(pid);
-        foreign = origin == 0 || (ibp_forked && origin != (long)current_pid);
+        foreign = origin == 0 || (forked && origin != (long)current_pid);
     }
     Py_XDECREF(key);
     PyErr_Clear();
@@ -174,14 +174,19 @@ static int is_handle_type(PyTypeObject *type)
     return 0;
 }
 
-int ibp_call_enter_after_fork(PyObject *self)
+int ibp_call_enter(PyObject *self)
 {
-    if (IBP_HANDLE(self)->ptr != NULL && ibp_handle_foreign(self)) {
+    if (forked && IBP_HANDLE(self)->ptr != NULL && ibp_handle_foreign(self)) {
         raise_foreign(self);
         return -1;
     }
     IBP_HANDLE(self)->busy++;
     return 0;
+}
+
+void ibp_call_leave(PyObject *self)
+{
+    IBP_HANDLE(self)->busy--;
 }
 
 static int hold(PyObject *obj, PyObject **held, int *n, int max)
@@ -197,7 +202,7 @@ static int hold(PyObject *obj, PyObject **held, int *n, int max)
         PyErr_Format(PyExc_TypeError, "more than %d verbs objects given to one call", max - 1);
         return -1;
     }
-    if (ibp_forked && IBP_HANDLE(obj)->ptr != NULL && ibp_handle_foreign(obj)) {
+    if (forked && IBP_HANDLE(obj)->ptr != NULL && ibp_handle_foreign(obj)) {
         raise_foreign(obj);
         return -1;
     }
