@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d058999ce2cfebde6a6830678ae4c6a5d39e3a9d7b81b62c8ade6aa03e1b83ec).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 5563084bdab4cfd81f78f25ef130183993c8c9bb73e3b724d5147d2c179d084f);
- * this file's own sha256, this number read as zeros: 9bfd71132d48ad7376640e3a47c3446de50c0409cde29ee341aca530b0926cf8 */
+ * Made by templates/ and generator/ (sha256 1f1e977a0c2dfdcbab817da3e2151c5b8c322e87f6db23a95f37e7c68599d65f);
+ * this file's own sha256, this number read as zeros: b136a7c5de87048ac5b25ed40d3de63e64c683a90aeeccecf76a71e35a9905af */
 
 /* Module-level functions and the registration of every generated class. */
 

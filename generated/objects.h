@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d058999ce2cfebde6a6830678ae4c6a5d39e3a9d7b81b62c8ade6aa03e1b83ec).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 5563084bdab4cfd81f78f25ef130183993c8c9bb73e3b724d5147d2c179d084f);
- * this file's own sha256, this number read as zeros: 8f1d8dbc2786b2d5cba5654295c5ba2adec3f4b8ca48b5334390e0ab1a480466 */
+ * Made by templates/ and generator/ (sha256 1f1e977a0c2dfdcbab817da3e2151c5b8c322e87f6db23a95f37e7c68599d65f);
+ * this file's own sha256, this number read as zeros: cffb0277bbed63636be40d700900805630cf31bda44a2b291cbadc8e13aa23dd */
 
 #ifndef IBVERBS_GENERATED_OBJECTS_H
 #define IBVERBS_GENERATED_OBJECTS_H

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d058999ce2cfebde6a6830678ae4c6a5d39e3a9d7b81b62c8ade6aa03e1b83ec).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 5563084bdab4cfd81f78f25ef130183993c8c9bb73e3b724d5147d2c179d084f);
- * this file's own sha256, this number read as zeros: 4ff822cf6d383b6bf246188df57b41c87f0db769fa2e80f0b11b1183a72a09af */
+ * Made by templates/ and generator/ (sha256 1f1e977a0c2dfdcbab817da3e2151c5b8c322e87f6db23a95f37e7c68599d65f);
+ * this file's own sha256, this number read as zeros: 60d3dd37e23b7b13138f1c11cc54d126b1a755d8edd43b3ca6d6860002c25893 */
 
 /*
  * TD: A thread domain (ibv_alloc_td).

@@ -14,7 +14,9 @@
  *   released, so an unacknowledged event never blocks rdma_destroy_id
  *   (which waits for them).
  * Every method runs inside its generated wrapper, which holds the object in
- * flight (busy: close() raises EBUSY) until it returns.
+ * flight (busy: close() raises EBUSY) until it returns; the wrapper of a
+ * CMID method with arguments also converts them (spec `impl:`) and calls
+ * its ibp_hand_<Class>_<name>_impl with the C values.
  */
 #include "common.h"
 
