@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d058999ce2cfebde6a6830678ae4c6a5d39e3a9d7b81b62c8ade6aa03e1b83ec).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 1f1e977a0c2dfdcbab817da3e2151c5b8c322e87f6db23a95f37e7c68599d65f);
- * this file's own sha256, this number read as zeros: 3bb41aa79405c44a3ab11d281d5b573e068f5978b6dffb5b9b245321a3472d1a */
+ * Made by templates/ and generator/ (sha256 fd07aa536cff3875d1eb364c2c45969f26c1985d131fdf8518f098a3d1e92fd5);
+ * this file's own sha256, this number read as zeros: 159857f854ccb8cbeef82ba0f8d68dc73c6edc1fba4a489df2daacb3737ab7a3 */
 
 /*
  * CQEx: An extended completion queue (ibv_create_cq_ex), polled one completion at a time with start_poll()/next_poll()/end_poll() and the read_* readers; a CQ everywhere else.

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d058999ce2cfebde6a6830678ae4c6a5d39e3a9d7b81b62c8ade6aa03e1b83ec).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 1f1e977a0c2dfdcbab817da3e2151c5b8c322e87f6db23a95f37e7c68599d65f);
- * this file's own sha256, this number read as zeros: cffb0277bbed63636be40d700900805630cf31bda44a2b291cbadc8e13aa23dd */
+ * Made by templates/ and generator/ (sha256 fd07aa536cff3875d1eb364c2c45969f26c1985d131fdf8518f098a3d1e92fd5);
+ * this file's own sha256, this number read as zeros: 80859153008ddd3c8c595268339bf075c3edb705c40b83247cbd1f8bebd5f6c4 */
 
 #ifndef IBVERBS_GENERATED_OBJECTS_H
 #define IBVERBS_GENERATED_OBJECTS_H

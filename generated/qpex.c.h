@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d058999ce2cfebde6a6830678ae4c6a5d39e3a9d7b81b62c8ade6aa03e1b83ec).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 1f1e977a0c2dfdcbab817da3e2151c5b8c322e87f6db23a95f37e7c68599d65f);
- * this file's own sha256, this number read as zeros: 04065c1d03082f1bcd85609bebcf079ebc7bbe985dba2b9f755cbeb001f4fc34 */
+ * Made by templates/ and generator/ (sha256 fd07aa536cff3875d1eb364c2c45969f26c1985d131fdf8518f098a3d1e92fd5);
+ * this file's own sha256, this number read as zeros: b4a94384b21d4405d64eb670acc4b6729e26542fe1a2a1a44749de823fc26b3e */
 
 /*
  * QPEx: A queue pair with the extended post API (ibv_create_qp_ex, ibv_qp_ex): a QP (modify, query, to_init/to_rtr/to_rts, post_recv, post_send work on it) plus wr_start/wr_* /wr_complete.

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 c14003d5a2325a348cc2dcbc01fae69c4b600576e1aae60b0b39e43e54036a03).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 1f1e977a0c2dfdcbab817da3e2151c5b8c322e87f6db23a95f37e7c68599d65f);
- * this file's own sha256, this number read as zeros: 11a7a13ea55514e98a167fffaff98279d0c35f003c33df73ad50b0dcafa3007e */
+ * Made by templates/ and generator/ (sha256 fd07aa536cff3875d1eb364c2c45969f26c1985d131fdf8518f098a3d1e92fd5);
+ * this file's own sha256, this number read as zeros: d75422e9fe3aa007a0be4c598845c5314eb8dfe493e0dc122432d9e86759775f */
 
 /*
  * RecvWR: its accessors and type shell, from spec/datapath/records.yaml.

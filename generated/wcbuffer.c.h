@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 c14003d5a2325a348cc2dcbc01fae69c4b600576e1aae60b0b39e43e54036a03).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 1f1e977a0c2dfdcbab817da3e2151c5b8c322e87f6db23a95f37e7c68599d65f);
- * this file's own sha256, this number read as zeros: 8f993c76a8b222ce1ced7c4a51b5c8c8587a8fdd81adb84a666de3b86539863f */
+ * Made by templates/ and generator/ (sha256 fd07aa536cff3875d1eb364c2c45969f26c1985d131fdf8518f098a3d1e92fd5);
+ * this file's own sha256, this number read as zeros: b1d5782d4d03dc83cd30153693e392b3623eb5b5e6208b25beb8b7ffb9f2a45f */
 
 /*
  * WCBuffer: its accessors and type shell, from spec/datapath/records.yaml.

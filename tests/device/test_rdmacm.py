@@ -436,6 +436,10 @@ def test_argument_errors_name_the_argument(ib, cm, channel, ctx):
             cm_id.migrate("channel")
         with pytest.raises(TypeError, match="addr: the host must be a str"):
             cm_id.bind_addr(1234)
+    with pytest.raises(TypeError, match="ps must be an int, not str"):
+        channel.create_id(ps="TCP")
+    with pytest.raises(ValueError, match="ps must be a PortSpace"):
+        channel.create_id(12345)
 
 
 def test_create_qp_checks_the_context_and_is_single(ib, cm, channel, ctx):

@@ -376,12 +376,14 @@ def test_the_cm_methods_arguments_are_converted_by_the_generated_parsers(generat
                  'ibp_conv_signed(retry_count_obj, "retry_count", 0, INT32_MAX, &v)',
                  'ibp_conv_signed(timeout_ms_obj, "timeout_ms", 1, INT32_MAX, &v)',
                  'ibp_conv_signed(backlog_obj, "backlog", 0, INT32_MAX, &v)',
-                 "int timeout_ms_c = 2000;", "int backlog_c = 16;"):
+                 "int ps_c = RDMA_PS_TCP;", "int timeout_ms_c = 2000;", "int backlog_c = 16;",
+                 "return_value = ibp_hand_EventChannel_create_id_impl(self, ps_c);"):
         assert part in text, part
     for name in CM_IMPL_METHODS:
         assert f"return_value = ibp_hand_CMID_{name}_impl(self, " in text, name
-    # no hand-written C parses the arguments of a CMID method any more
-    assert "PyArg_Parse" not in (ROOT / "ibverbs" / "src" / "cm_id.c").read_text()
+    # no hand-written C parses the arguments of an rdma_cm method any more
+    for path in (ROOT / "ibverbs" / "src").glob("cm*.c"):
+        assert "PyArg_Parse" not in path.read_text(), path.name
 
 
 def test_the_cm_methods_keep_their_python_signatures():
@@ -392,3 +394,17 @@ def test_the_cm_methods_keep_their_python_signatures():
     assert CMID.listen.__text_signature__ == "($self, /, backlog=16)"
     assert CMID.set_option.__text_signature__ == "($self, /, optname, value)"
     assert CMID.create_qp.__text_signature__ == "($self, /, pd, init_attr)"
+    assert ibverbs._ibverbs.EventChannel.create_id.__text_signature__ == "($self, /, ps=PortSpace.TCP)"
+
+
+def test_a_default_shown_by_name_needs_its_c_value(generator, tmp_path):
+    g = generator
+    root = _cm_spec_with(tmp_path, g, "{ps: {ctype: int, c_default: RDMA_PS_TCP}}", "{ps: {ctype: int}}")
+    with pytest.raises(g["spec"].SpecError, match=r"cm.yaml:\d+: EventChannel.create_id: impl: ps: "
+                                                  r"the default PortSpace.TCP is a name"):
+        g["rdmacm"].load(prefix(BASELINE), root)
+    root = _cm_spec_with(tmp_path / "2", g, "timeout_ms: {ctype: int, min: 1}}",
+                         "timeout_ms: {ctype: int, min: 1, c_default: 7}}")
+    with pytest.raises(g["spec"].SpecError, match=r"cm.yaml:\d+: CMID.resolve_addr: impl: timeout_ms: "
+                                                  r"c_default is only for a default shown by name"):
+        g["rdmacm"].load(prefix(BASELINE), root)
