@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d058999ce2cfebde6a6830678ae4c6a5d39e3a9d7b81b62c8ade6aa03e1b83ec).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 fd07aa536cff3875d1eb364c2c45969f26c1985d131fdf8518f098a3d1e92fd5);
- * this file's own sha256, this number read as zeros: 10a3277102ba213dd7f3c929f38f7f36bd3d18f25b51464518d4e98734c74017 */
+ * Made by templates/ and generator/ (sha256 639c9b8c4b49072375e0d1fa47322cca18288a2b7fcbe19f14deefe0f8e32a28);
+ * this file's own sha256, this number read as zeros: a9f1b58037ee7b5010abfd0c592ce76afe313236e0e5c08e3d5585b103a2187e */
 
 /*
  * QP: A queue pair (ibv_create_qp).

@@ -121,6 +121,7 @@ class HandleObjectParam(ArgParam):
     NULL, when the default is None.  ibp_conv_handle: a TypeError naming
     the argument, EBADF when it is closed.  Unlike `handle:`, no context is
     checked: the `_impl` function knows which one it must be."""
+    impl_ctype = "PyObject *"
 
     def __init__(self, ctx, cname: str, t, pspec):
         self.cls = pspec["convert"].split(":", 1)[1]
@@ -132,8 +133,6 @@ class HandleObjectParam(ArgParam):
     @classmethod
     def describe(cls, convert: str) -> str:
         return f"a {convert.split(':', 1)[1]}"
-
-    impl_ctype = "PyObject *"
 
     def own_declarations(self) -> List[str]:
         return [f"PyObject *{self.local} = NULL;"]
