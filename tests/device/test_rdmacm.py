@@ -420,7 +420,9 @@ def test_argument_errors_name_the_argument(ib, cm, channel, ctx):
         with pytest.raises(ValueError, match="flow_control must be at most 1, got 2"):
             cm_id.connect(flow_control=2)
         with pytest.raises(ValueError, match="rnr_retry_count must be in 0"):
-            cm_id.connect(b"", 1, 1, 1, 7, -1)
+            cm_id.connect(b"", rnr_retry_count=-1)
+        with pytest.raises(ValueError, match="initiator_depth must be at most 255, got 256"):
+            ib._ibverbs.CMID.accept(cm_id, None, 1, 256)   # the C method, by position
         with pytest.raises(TypeError, match="optname must be an int, not str"):
             cm_id.set_option("TOS", 1)
         with pytest.raises(TypeError, match="pd must be PD, not NoneType"):
