@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 c14003d5a2325a348cc2dcbc01fae69c4b600576e1aae60b0b39e43e54036a03).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 5563084bdab4cfd81f78f25ef130183993c8c9bb73e3b724d5147d2c179d084f);
- * this file's own sha256, this number read as zeros: 6b2253161cabf446ed56568ac862ad394a3130e2a53aa59b1835dcbfd78aebdc */
+ * Made by templates/ and generator/ (sha256 639c9b8c4b49072375e0d1fa47322cca18288a2b7fcbe19f14deefe0f8e32a28);
+ * this file's own sha256, this number read as zeros: fa10212adfed2aec7b2ed635e8a3122c097146ea0eab9e6a362291f93b7737ee */
 
 /*
  * The C structs of the data path, one converter pair per field: every

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d058999ce2cfebde6a6830678ae4c6a5d39e3a9d7b81b62c8ade6aa03e1b83ec).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 5563084bdab4cfd81f78f25ef130183993c8c9bb73e3b724d5147d2c179d084f);
- * this file's own sha256, this number read as zeros: f29648106e36b364e1dd8af3593001f59065f1d777d10201de3e0e84afb63d75 */
+ * Made by templates/ and generator/ (sha256 639c9b8c4b49072375e0d1fa47322cca18288a2b7fcbe19f14deefe0f8e32a28);
+ * this file's own sha256, this number read as zeros: d7e1dc8ec4ae2c598ae33aa4503692c5468ecb4f0720ee3f0060c715971bc081 */
 
 /*
  * WQ: A receive work queue (ibv_create_wq), for RSS with raw packet QPs.

@@ -11,6 +11,8 @@ written by hand in ibverbs/src/ (the data path's hot loops).
 
 Each `impl:` entry is a verb parameter's spec without `arg:` (the name) or
 `default:` (from the signature); `ctype:` gives the C type of a plain int.
+A default the signature shows by name, not as a literal (`ps=PortSpace.TCP`),
+needs its C value as `c_default:` (RDMA_PS_TCP).
 """
 from __future__ import annotations
 
@@ -28,13 +30,24 @@ INT_CTYPES = {"int": Type("int", "int", 4, True), "uint32_t": Type("uint32_t", "
               "uint64_t": Type("uint64_t", "int", 8, False)}
 
 
+class Named(str):
+    """A signature default that is a name (PortSpace.TCP), not a literal."""
+
+
+def _default(text: str) -> object:
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return Named(text)
+
+
 def signature_params(sig: str) -> List[Tuple[str, object]]:
     """("name", default or REQUIRED) of a `hand:` signature."""
     inner = sig[sig.index("(") + 1:sig.rindex(")")].strip()
     out: List[Tuple[str, object]] = []
     for part in (p.strip() for p in inner.split(",") if p.strip()):
         name, eq, default = part.partition("=")
-        out.append((name.strip(), ast.literal_eval(default.strip()) if eq else REQUIRED))
+        out.append((name.strip(), _default(default.strip()) if eq else REQUIRED))
     return out
 
 
@@ -55,8 +68,16 @@ class ImplBuilder(MethodBuilder):
             if name not in node:
                 self.fail(f"impl: argument {name!r} needs a converter", "impl")
             pspec = dict(node[name] or {}, arg=name)
+            c_value = pspec.pop("c_default", None)
+            if isinstance(default, Named) and c_value is None:
+                self.fail(f"impl: {name}: the default {default} is a name: give its C "
+                          "value as c_default", "impl")
+            if c_value is not None and not isinstance(default, Named):
+                self.fail(f"impl: {name}: c_default is only for a default shown by name",
+                          "impl")
             if default is not REQUIRED:
-                pspec["default"] = "None" if default is None else default
+                pspec["default"] = ("None" if default is None else
+                                    c_value if c_value is not None else default)
             ctype = pspec.pop("ctype", None)
             if ctype is not None and ctype not in INT_CTYPES:
                 self.fail(f"impl: {name}: ctype must be one of {', '.join(INT_CTYPES)}", "impl")

@@ -17,7 +17,9 @@ gets emitted:
                                 GC, getters from struct rdma_cm_id's fields,
                                 method tables), with their librdmacm rules
                                 as spec keys (generator/handle_rules.py); every
-                                method is hand-written (ibverbs/src/cm*.c)
+                                method is hand-written (ibverbs/src/cm*.c),
+                                its arguments parsed by generated code
+                                where the spec says `impl:` (impl.py)
   generated/rdmacm_enums.py     the CM enums (event types, port spaces)
 
 Nothing here changes the verbs output: the verbs model, spec and templates

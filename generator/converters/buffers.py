@@ -23,6 +23,7 @@ class BytesParam(ArgParam):
     def __init__(self, ctx, cname: str, t: Type, pspec):
         super().__init__(ctx, cname, t, pspec)
         self.max = pspec.get("max")
+        self.hint = pspec.get("hint")     # why the bound, in the error: "(<hint>)"
 
     def own_declarations(self) -> List[str]:
         return [f"PyObject *{self.local}_bytes = NULL;", f"Py_ssize_t {self.local}_size = 0;"]
@@ -34,9 +35,10 @@ class BytesParam(ArgParam):
                  f"{local}_size = PyBytes_Size({local}_bytes);",
                  f"(void){local}_size;   /* for the parameters and checks that want it */"]
         if self.max is not None:
+            hint = f" ({self.hint})" if self.hint else ""
             lines += [f"if ({local}_size > (Py_ssize_t)({self.max})) {{",
                       f'    PyErr_Format(PyExc_ValueError, "{self.name} must be at most %lld '
-                      f'bytes, got %zd", (long long)({self.max}), {local}_size);',
+                      f'bytes{hint}, got %zd", (long long)({self.max}), {local}_size);',
                       "    goto exit;", "}"]
         return lines
 

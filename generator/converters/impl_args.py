@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from typing import List
 
+from ..ctext import indented
 from .args import ArgParam
+from .buffers import BytesParam
 from .registry import PARAMS
 
 
@@ -76,11 +78,16 @@ class InstanceParam(ArgParam):
         return self.cls
 
     @property
+    def object_ctype(self) -> str:
+        """The C type of its object struct (the data-path records' typedef)."""
+        return f"{self.cls}Object"
+
+    @property
     def impl_ctype(self) -> str:
-        return f"{self.cls}Object *"
+        return f"{self.object_ctype} *"
 
     def own_declarations(self) -> List[str]:
-        return [f"{self.cls}Object *{self.local} = NULL;"]
+        return [f"{self.object_ctype} *{self.local} = NULL;"]
 
     def parse(self) -> List[str]:
         test = (f"Py_IS_TYPE({self.var}, {self.cls}_Type)" if self.exact
@@ -88,7 +95,93 @@ class InstanceParam(ArgParam):
         return [f"if (!{test}) {{",
                 f'    PyErr_Format(PyExc_TypeError, "{self.message}, not %s", '
                 f"ibp_type_name({self.var}));",
-                "    goto exit;", "}", f"{self.local} = ({self.cls}Object *){self.var};"]
+                "    goto exit;", "}", f"{self.local} = ({self.object_ctype} *){self.var};"]
 
     def call_arg(self) -> str:
         return self.local
+
+
+@PARAMS.register("struct_instance")
+class StructInstanceParam(InstanceParam):
+    """An object of a verbs struct class (`struct_instance:QPInitAttr`),
+    passed on as its `struct <Class>Object *` (objects.h); for hand
+    functions outside the verbs spec (rdma_cm's create_qp), which have no
+    struct model for the `struct:` converter.  The `_impl` function
+    prepares it (`<Class>_prepare`) when it needs its handle members."""
+
+    @property
+    def object_ctype(self) -> str:
+        return f"struct {self.cls}Object"
+
+
+@PARAMS.register("handle_object")
+class HandleObjectParam(ArgParam):
+    """An open object of a handle class (`handle_object:PD`), passed on as
+    the object (the `_impl` function may keep it as a parent); None too, as
+    NULL, when the default is None.  ibp_conv_handle: a TypeError naming
+    the argument, EBADF when it is closed.  Unlike `handle:`, no context is
+    checked: the `_impl` function knows which one it must be."""
+    impl_ctype = "PyObject *"
+
+    def __init__(self, ctx, cname: str, t, pspec):
+        self.cls = pspec["convert"].split(":", 1)[1]
+        super().__init__(ctx, cname, t, pspec)
+
+    def pytype_of(self, pspec) -> str:
+        return self.cls
+
+    @classmethod
+    def describe(cls, convert: str) -> str:
+        return f"a {convert.split(':', 1)[1]}"
+
+    def own_declarations(self) -> List[str]:
+        return [f"PyObject *{self.local} = NULL;"]
+
+    def parse(self) -> List[str]:
+        none_ok = 1 if self.default is None else 0
+        return self.when_given([f'if (ibp_conv_handle({self.var}, "{self.name}", '
+                                f'{self.cls}_Type, {none_ok}, &{self.local}) < 0)',
+                                "    goto exit;"])
+
+    def call_arg(self) -> str:
+        return self.local
+
+
+@PARAMS.register("sockaddr")
+class SockaddrParam(ArgParam):
+    """An rdma_cm address, (host, port) or host, the host numeric IPv4 or
+    IPv6 ('' for any) (ibp_cm_conv_addr, cm_addr.c), passed on as a
+    `struct sockaddr *`; None too, as NULL, when the default is None."""
+    base_pytype = "_Addr"
+    impl_ctype = "struct sockaddr *"
+
+    @classmethod
+    def describe(cls, convert: str) -> str:
+        return "an address: (host, port) or host"
+
+    def own_declarations(self) -> List[str]:
+        return [f"struct sockaddr_storage {self.local};", f"int {self.local}_set = 0;"]
+
+    def parse(self) -> List[str]:
+        none_ok = 1 if self.default is None else 0
+        return self.when_given([f'if (ibp_cm_conv_addr({self.var}, "{self.name}", '
+                                f'&{self.local}, {none_ok}, &{self.local}_set) < 0)',
+                                "    goto exit;"])
+
+    def call_arg(self) -> str:
+        return f"{self.local}_set ? (struct sockaddr *)&{self.local} : NULL"
+
+
+@PARAMS.register("data")
+class DataParam(BytesParam):
+    """Bytes-like data or None (rdma_cm's private_data), copied into a bytes
+    object that the `_impl` function gets as it is: NULL when not given or
+    None.  `max` bounds its size and `hint` says why, as for `bytes`."""
+    impl_ctype = "PyObject *"
+
+    def parse(self) -> List[str]:
+        return ([f"if ({self.var} != NULL && {self.var} != Py_None) {{"]
+                + indented(super().parse()) + ["}"])
+
+    def call_arg(self) -> str:
+        return f"{self.local}_bytes"

@@ -14,7 +14,9 @@
  *   released, so an unacknowledged event never blocks rdma_destroy_id
  *   (which waits for them).
  * Every method runs inside its generated wrapper, which holds the object in
- * flight (busy: close() raises EBUSY) until it returns.
+ * flight (busy: close() raises EBUSY) until it returns; the wrapper of a
+ * method with arguments also converts them (spec `impl:`) and calls its
+ * ibp_hand_<Class>_<name>_impl with the C values.
  */
 #include "common.h"
 
@@ -61,12 +63,8 @@ PyObject *ibp_hand_EventChannel_repr(PyObject *op)
     return PyUnicode_FromFormat("<ibverbs.EventChannel fd=%d>", EventChannel_PTR(op)->fd);
 }
 
-PyObject *ibp_hand_EventChannel_create_id(PyObject *self, PyObject *args, PyObject *kwargs)
+PyObject *ibp_hand_EventChannel_create_id_impl(PyObject *self, int ps)
 {
-    static char *keywords[] = {"ps", NULL};
-    int ps = RDMA_PS_TCP;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|i:create_id", keywords, &ps))
-        return NULL;
     if (ps != RDMA_PS_TCP && ps != RDMA_PS_UDP && ps != RDMA_PS_IPOIB && ps != RDMA_PS_IB)
         return PyErr_Format(PyExc_ValueError, "ps must be a PortSpace (TCP, UDP, IPOIB "
                             "or IB), got %d", ps);

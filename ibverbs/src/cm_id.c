@@ -16,13 +16,13 @@
  * - cm_id.context is a *borrowed* Context: the ibv_context is librdmacm's,
  *   so closing or collecting that object never closes the device.
  * The methods run inside their generated wrappers (calls in flight: see
- * cm.c).
+ * cm.c), which convert their arguments (spec `impl:`: addresses, handles,
+ * ranges, private_data) before the _impl functions here get them.
  */
 #include "common.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <stdio.h>
 #include <sys/socket.h>
 
 #include "objects.h"
@@ -254,166 +254,102 @@ PyObject *ibp_hand_CMID_get_context(PyObject *op, void *closure)
 
 /* ---- methods --------------------------------------------------------------------- */
 
-/* Parse the rdma_conn_param keywords of connect/accept. */
-static int conn_param_from_args(const char *method, PyObject *args, PyObject *kwargs,
-                                struct rdma_conn_param *param, PyObject **data)
+/* The bytes of private_data (NULL: none) as librdmacm takes them; the
+ * generated parser bounded its size (spec/rdmacm/cm.yaml). */
+static const void *private_bytes(PyObject *data, uint8_t *len)
 {
-    static char *keywords[] = {"private_data", "responder_resources", "initiator_depth",
-                               "flow_control", "retry_count", "rnr_retry_count", NULL};
-    PyObject *private_data = NULL;
-    int values[5] = {1, 1, 1, 7, 7};
-    static const char *names[5] = {"responder_resources", "initiator_depth",
-                                   "flow_control", "retry_count", "rnr_retry_count"};
-    static const int maxima[5] = {255, 255, 1, 7, 7};
-    char format[32];
-    snprintf(format, sizeof(format), "|Oiiiii:%s", method);
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, format, keywords, &private_data,
-                                     &values[0], &values[1], &values[2], &values[3],
-                                     &values[4]))
-        return -1;
-    for (int i = 0; i < 5; i++) {
-        if (values[i] < 0 || values[i] > maxima[i]) {
-            PyErr_Format(PyExc_ValueError, "%s must be in [0, %d], got %d",
-                         names[i], maxima[i], values[i]);
-            return -1;
-        }
-    }
-    memset(param, 0, sizeof(*param));
-    *data = NULL;
-    if (private_data != NULL && private_data != Py_None) {
-        *data = PyBytes_FromObject(private_data);
-        if (*data == NULL)
-            return -1;
-        if (PyBytes_Size(*data) > 255) {
-            PyErr_Format(PyExc_ValueError, "private_data is at most 255 bytes (the "
-                         "transport allows less: 56 for connect, 196 for accept on "
-                         "InfiniBand/RoCE), got %zd", PyBytes_Size(*data));
-            Py_CLEAR(*data);
-            return -1;
-        }
-        param->private_data = PyBytes_AsString(*data);
-        param->private_data_len = (uint8_t)PyBytes_Size(*data);
-    }
-    param->responder_resources = (uint8_t)values[0];
-    param->initiator_depth = (uint8_t)values[1];
-    param->flow_control = (uint8_t)values[2];
-    param->retry_count = (uint8_t)values[3];
-    param->rnr_retry_count = (uint8_t)values[4];
-    return 0;
+    *len = data ? (uint8_t)PyBytes_Size(data) : 0;
+    return data ? PyBytes_AsString(data) : NULL;
 }
 
-/* connect/accept: rdma_connect / rdma_accept with the GIL released. */
-static PyObject *cmid_conn(PyObject *op, PyObject *args, PyObject *kwargs, int accept)
+/* A call that may move the ID's QP, with the GIL released: fn(id)
+ * (rdma_disconnect, rdma_establish) or fn_conn(id, param) (rdma_connect,
+ * rdma_accept). */
+static PyObject *cmid_call(PyObject *op, const char *verb, int (*fn)(struct rdma_cm_id *),
+                           int (*fn_conn)(struct rdma_cm_id *, struct rdma_conn_param *),
+                           struct rdma_conn_param *param)
 {
-    const char *verb = accept ? "rdma_accept" : "rdma_connect";
-    struct rdma_conn_param param;
-    PyObject *data = NULL;
-    if (conn_param_from_args(accept ? "accept" : "connect", args, kwargs, &param, &data) < 0)
-        return NULL;
     struct rdma_cm_id *id = ibp_open_ptr(op);
-    if (id == NULL) {
-        Py_XDECREF(data);
+    if (id == NULL)
         return NULL;
-    }
     cmid_sync_qp((struct CMIDObject *)op);
     int rc;
     Py_BEGIN_ALLOW_THREADS
     errno = 0;
-    rc = accept ? rdma_accept(id, &param) : rdma_connect(id, &param);
+    rc = fn ? fn(id) : fn_conn(id, param);
     Py_END_ALLOW_THREADS
-    Py_XDECREF(data);
     return cm_result(verb, rc);
 }
 
-PyObject *ibp_hand_CMID_connect(PyObject *self, PyObject *args, PyObject *kwargs)
+/* connect/accept: the generated parser checked each field's range
+ * (spec/rdmacm/cm.yaml). */
+static PyObject *cmid_conn(PyObject *op, int accept, PyObject *data, int responder_resources,
+                           int initiator_depth, int flow_control, int retry_count,
+                           int rnr_retry_count)
 {
-    return cmid_conn(self, args, kwargs, 0);
+    struct rdma_conn_param param;
+    memset(&param, 0, sizeof(param));
+    param.private_data = private_bytes(data, &param.private_data_len);
+    param.responder_resources = (uint8_t)responder_resources;
+    param.initiator_depth = (uint8_t)initiator_depth;
+    param.flow_control = (uint8_t)flow_control;
+    param.retry_count = (uint8_t)retry_count;
+    param.rnr_retry_count = (uint8_t)rnr_retry_count;
+    return cmid_call(op, accept ? "rdma_accept" : "rdma_connect", NULL,
+                     accept ? rdma_accept : rdma_connect, &param);
 }
 
-PyObject *ibp_hand_CMID_accept(PyObject *self, PyObject *args, PyObject *kwargs)
+PyObject *ibp_hand_CMID_connect_impl(PyObject *self, PyObject *private_data,
+                                     int responder_resources, int initiator_depth,
+                                     int flow_control, int retry_count, int rnr_retry_count)
 {
-    return cmid_conn(self, args, kwargs, 1);
+    return cmid_conn(self, 0, private_data, responder_resources, initiator_depth,
+                     flow_control, retry_count, rnr_retry_count);
 }
 
-PyObject *ibp_hand_CMID_reject(PyObject *self, PyObject *args, PyObject *kwargs)
+PyObject *ibp_hand_CMID_accept_impl(PyObject *self, PyObject *private_data,
+                                    int responder_resources, int initiator_depth,
+                                    int flow_control, int retry_count, int rnr_retry_count)
 {
-    static char *keywords[] = {"private_data", NULL};
-    PyObject *private_data = NULL, *data = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O:reject", keywords, &private_data))
-        return NULL;
-    if (private_data != NULL && private_data != Py_None) {
-        data = PyBytes_FromObject(private_data);
-        if (data == NULL)
-            return NULL;
-        if (PyBytes_Size(data) > 255) {
-            Py_DECREF(data);
-            return PyErr_Format(PyExc_ValueError, "private_data is at most 255 bytes");
-        }
-    }
+    return cmid_conn(self, 1, private_data, responder_resources, initiator_depth,
+                     flow_control, retry_count, rnr_retry_count);
+}
+
+PyObject *ibp_hand_CMID_reject_impl(PyObject *self, PyObject *private_data)
+{
     struct rdma_cm_id *id = ibp_open_ptr(self);
-    if (id == NULL) {
-        Py_XDECREF(data);
+    if (id == NULL)
         return NULL;
-    }
-    const void *bytes = data ? PyBytes_AsString(data) : NULL;
-    uint8_t len = data ? (uint8_t)PyBytes_Size(data) : 0;
+    uint8_t len;
+    const void *bytes = private_bytes(private_data, &len);
     int rc;
     Py_BEGIN_ALLOW_THREADS
     errno = 0;
     rc = rdma_reject(id, bytes, len);
     Py_END_ALLOW_THREADS
-    Py_XDECREF(data);
     return cm_result("rdma_reject", rc);
-}
-
-/* A call taking only the ID: rdma_disconnect, rdma_establish. */
-static PyObject *cmid_simple(PyObject *op, int (*fn)(struct rdma_cm_id *), const char *verb)
-{
-    struct rdma_cm_id *id = ibp_open_ptr(op);
-    if (id == NULL)
-        return NULL;
-    cmid_sync_qp((struct CMIDObject *)op);
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    errno = 0;
-    rc = fn(id);
-    Py_END_ALLOW_THREADS
-    return cm_result(verb, rc);
 }
 
 PyObject *ibp_hand_CMID_disconnect(PyObject *self, PyObject *unused)
 {
     (void)unused;
-    return cmid_simple(self, rdma_disconnect, "rdma_disconnect");
+    return cmid_call(self, "rdma_disconnect", rdma_disconnect, NULL, NULL);
 }
 
 PyObject *ibp_hand_CMID_establish(PyObject *self, PyObject *unused)
 {
     (void)unused;
-    return cmid_simple(self, rdma_establish, "rdma_establish");
+    return cmid_call(self, "rdma_establish", rdma_establish, NULL, NULL);
 }
 
-PyObject *ibp_hand_CMID_bind_addr(PyObject *self, PyObject *arg)
+PyObject *ibp_hand_CMID_bind_addr_impl(PyObject *self, struct sockaddr *addr)
 {
-    struct sockaddr_storage addr;
-    int set;
-    if (ibp_cm_conv_addr(arg, "addr", &addr, 0, &set) < 0)
-        return NULL;
     struct rdma_cm_id *id = ibp_open_ptr(self);
     if (id == NULL)
         return NULL;
     errno = 0;
-    int rc = rdma_bind_addr(id, (struct sockaddr *)&addr);
+    int rc = rdma_bind_addr(id, addr);
     return cm_result("rdma_bind_addr", rc);
-}
-
-static int conv_timeout(int timeout_ms)
-{
-    if (timeout_ms <= 0) {
-        PyErr_Format(PyExc_ValueError, "timeout_ms must be positive, got %d", timeout_ms);
-        return -1;
-    }
-    return 0;
 }
 
 /* resolve_addr (dst given) or resolve_route: with the GIL released, as
@@ -432,41 +368,19 @@ static PyObject *cm_resolve(PyObject *self, struct sockaddr *dst, struct sockadd
     return cm_result(dst ? "rdma_resolve_addr" : "rdma_resolve_route", rc);
 }
 
-PyObject *ibp_hand_CMID_resolve_addr(PyObject *self, PyObject *args, PyObject *kwargs)
+PyObject *ibp_hand_CMID_resolve_addr_impl(PyObject *self, struct sockaddr *dst,
+                                          struct sockaddr *src, int timeout_ms)
 {
-    static char *keywords[] = {"dst", "src", "timeout_ms", NULL};
-    PyObject *dst_obj, *src_obj = Py_None;
-    int timeout_ms = 2000;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|Oi:resolve_addr", keywords,
-                                     &dst_obj, &src_obj, &timeout_ms))
-        return NULL;
-    struct sockaddr_storage dst, src;
-    int dst_set, src_set;
-    if (conv_timeout(timeout_ms) < 0 || ibp_cm_conv_addr(dst_obj, "dst", &dst, 0, &dst_set) < 0 ||
-        ibp_cm_conv_addr(src_obj, "src", &src, 1, &src_set) < 0)
-        return NULL;
-    return cm_resolve(self, (struct sockaddr *)&dst, src_set ? (struct sockaddr *)&src : NULL,
-                      timeout_ms);
+    return cm_resolve(self, dst, src, timeout_ms);
 }
 
-PyObject *ibp_hand_CMID_resolve_route(PyObject *self, PyObject *args, PyObject *kwargs)
+PyObject *ibp_hand_CMID_resolve_route_impl(PyObject *self, int timeout_ms)
 {
-    static char *keywords[] = {"timeout_ms", NULL};
-    int timeout_ms = 2000;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|i:resolve_route", keywords, &timeout_ms) ||
-        conv_timeout(timeout_ms) < 0)
-        return NULL;
     return cm_resolve(self, NULL, NULL, timeout_ms);
 }
 
-PyObject *ibp_hand_CMID_listen(PyObject *self, PyObject *args, PyObject *kwargs)
+PyObject *ibp_hand_CMID_listen_impl(PyObject *self, int backlog)
 {
-    static char *keywords[] = {"backlog", NULL};
-    int backlog = 16;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|i:listen", keywords, &backlog))
-        return NULL;
-    if (backlog < 0)
-        return PyErr_Format(PyExc_ValueError, "backlog must be non-negative, got %d", backlog);
     struct rdma_cm_id *id = ibp_open_ptr(self);
     if (id == NULL)
         return NULL;
@@ -487,19 +401,10 @@ static int same_context(PyObject *obj, const char *name, struct ibv_context *min
     return 0;
 }
 
-PyObject *ibp_hand_CMID_create_qp(PyObject *op, PyObject *args, PyObject *kwargs)
+PyObject *ibp_hand_CMID_create_qp_impl(PyObject *op, PyObject *pd,
+                                       struct QPInitAttrObject *attr)
 {
-    static char *keywords[] = {"pd", "init_attr", NULL};
     struct CMIDObject *self = (struct CMIDObject *)op;
-    PyObject *pd_arg, *attr_arg, *pd;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO:create_qp", keywords, &pd_arg, &attr_arg))
-        return NULL;
-    if (ibp_conv_handle(pd_arg, "pd", PD_Type, 0, &pd) < 0)
-        return NULL;
-    if (!PyObject_TypeCheck(attr_arg, QPInitAttr_Type))
-        return PyErr_Format(PyExc_TypeError, "init_attr must be a QPInitAttr, not %s",
-                            ibp_type_name(attr_arg));
-    struct QPInitAttrObject *attr = (struct QPInitAttrObject *)attr_arg;
     if (QPInitAttr_prepare(attr) < 0)
         return NULL;
     if (attr->ref_send_cq == NULL || attr->ref_recv_cq == NULL) {
@@ -576,12 +481,9 @@ PyObject *ibp_hand_CMID_destroy_qp(PyObject *op, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-PyObject *ibp_hand_CMID_migrate(PyObject *op, PyObject *arg)
+PyObject *ibp_hand_CMID_migrate_impl(PyObject *op, PyObject *channel)
 {
     struct CMIDObject *self = (struct CMIDObject *)op;
-    PyObject *channel;
-    if (ibp_conv_handle(arg, "channel", EventChannel_Type, 0, &channel) < 0)
-        return NULL;
     struct rdma_cm_id *id = ibp_open_ptr(op);
     if (id == NULL)
         return NULL;
@@ -605,14 +507,8 @@ PyObject *ibp_hand_CMID_migrate(PyObject *op, PyObject *arg)
     Py_RETURN_NONE;
 }
 
-PyObject *ibp_hand_CMID_set_option(PyObject *self, PyObject *args, PyObject *kwargs)
+PyObject *ibp_hand_CMID_set_option_impl(PyObject *self, int optname, PyObject *value_obj)
 {
-    static char *keywords[] = {"optname", "value", NULL};
-    int optname;
-    PyObject *value_obj;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iO:set_option", keywords, &optname,
-                                     &value_obj))
-        return NULL;
     /* Each option has its own C type (rdma_cma.h): a uint8_t or an int.
      * The IB path record option (level RDMA_OPTION_IB) takes structs and is
      * not offered. */

@@ -396,6 +396,54 @@ def test_bad_arguments_raise_python_errors(ib, cm, channel, ctx):
         ib.EventChannel()
 
 
+def test_argument_errors_name_the_argument(ib, cm, channel, ctx):
+    """The CM methods' arguments go through the generated parsers (spec
+    impl:, spec/rdmacm/cm.yaml): a wrong type is a TypeError naming the
+    argument, out of range a ValueError, keywords work as they did."""
+    with channel.create_id() as cm_id:
+        with pytest.raises(TypeError, match="timeout_ms must be an int, not str"):
+            cm_id.resolve_route(timeout_ms="1")
+        with pytest.raises(ValueError, match="timeout_ms must be in 1"):
+            cm_id.resolve_addr(SERVER_IP, None, 0)
+        with pytest.raises(TypeError, match="backlog must be an int, not str"):
+            cm_id.listen("16")
+        with pytest.raises(ValueError, match="backlog must be in 0"):
+            cm_id.listen(backlog=-1)
+        with pytest.raises(TypeError, match="blacklog"):
+            cm_id.listen(blacklog=3)
+        with pytest.raises(ValueError, match=r"private_data must be at most 255 bytes \(the transport"):
+            cm_id.accept(b"x" * 256)
+        with pytest.raises(ValueError, match="private_data must be at most 255 bytes"):
+            cm_id.reject(private_data=bytearray(256))
+        with pytest.raises(TypeError):
+            cm_id.reject(12)
+        with pytest.raises(ValueError, match="flow_control must be at most 1, got 2"):
+            cm_id.connect(flow_control=2)
+        with pytest.raises(ValueError, match="rnr_retry_count must be in 0"):
+            cm_id.connect(b"", rnr_retry_count=-1)
+        with pytest.raises(ValueError, match="initiator_depth must be at most 255, got 256"):
+            ib._ibverbs.CMID.accept(cm_id, None, 1, 256)   # the C method, by position
+        with pytest.raises(TypeError, match="optname must be an int, not str"):
+            cm_id.set_option("TOS", 1)
+        with pytest.raises(TypeError, match="pd must be PD, not NoneType"):
+            cm_id.create_qp(None, None)
+        with ctx.alloc_pd() as pd:
+            with pytest.raises(TypeError, match="init_attr must be a QPInitAttr, not NoneType"):
+                cm_id.create_qp(pd, init_attr=None)
+        with pytest.raises(TypeError, match="dst: the host must be a str"):
+            cm_id.resolve_addr((1, 2))
+        with pytest.raises(TypeError, match="src: the host must be a str"):
+            cm_id.resolve_addr(SERVER_IP, src=5)
+        with pytest.raises(TypeError, match="channel must be EventChannel, not str"):
+            cm_id.migrate("channel")
+        with pytest.raises(TypeError, match="addr: the host must be a str"):
+            cm_id.bind_addr(1234)
+    with pytest.raises(TypeError, match="ps must be an int, not str"):
+        channel.create_id(ps="TCP")
+    with pytest.raises(ValueError, match="ps must be a PortSpace"):
+        channel.create_id(12345)
+
+
 def test_create_qp_checks_the_context_and_is_single(ib, cm, channel, ctx):
     with channel.create_id() as cm_id:
         cm_id.bind_addr(SERVER_IP)

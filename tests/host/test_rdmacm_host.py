@@ -355,3 +355,56 @@ def test_docs_of_an_unknown_getter_name_their_line(generator, tmp_path):
     root = _cm_spec_with(tmp_path, g, "      port_num: The device port", "      port_nr: The device port")
     with pytest.raises(g["spec"].SpecError, match=r"cm.yaml:\d+: CMID: docs for port_nr"):
         g["rdmacm"].load(prefix(BASELINE), root)
+
+
+# --- the CM methods' arguments are parsed by generated code (spec impl:) ----------
+
+CM_IMPL_METHODS = ("bind_addr", "resolve_addr", "resolve_route", "listen", "connect", "accept",
+                   "reject", "create_qp", "migrate", "set_option")
+
+
+def test_the_cm_methods_arguments_are_converted_by_the_generated_parsers(generator):
+    m = cm_model(generator, BASELINE)
+    text = generator["rdmacm"].render(m, generator["TEMPLATE_DIR"])["rdmacm_methods.c.h"]
+    for part in ('ibp_cm_conv_addr(dst_obj, "dst", &dst_c, 0, &dst_c_set)',
+                 'ibp_cm_conv_addr(src_obj, "src", &src_c, 1, &src_c_set)',
+                 'ibp_conv_handle(pd_obj, "pd", PD_Type, 0, &pd_c)',
+                 'ibp_conv_handle(channel_obj, "channel", EventChannel_Type, 0, &channel_c)',
+                 '"init_attr must be a QPInitAttr, not %s"',
+                 "if (private_data_obj != NULL && private_data_obj != Py_None) {",
+                 "bytes (the transport allows less: 56 for connect, 196 for accept",
+                 'ibp_conv_signed(retry_count_obj, "retry_count", 0, INT32_MAX, &v)',
+                 'ibp_conv_signed(timeout_ms_obj, "timeout_ms", 1, INT32_MAX, &v)',
+                 'ibp_conv_signed(backlog_obj, "backlog", 0, INT32_MAX, &v)',
+                 "int ps_c = RDMA_PS_TCP;", "int timeout_ms_c = 2000;", "int backlog_c = 16;",
+                 "return_value = ibp_hand_EventChannel_create_id_impl(self, ps_c);"):
+        assert part in text, part
+    for name in CM_IMPL_METHODS:
+        assert f"return_value = ibp_hand_CMID_{name}_impl(self, " in text, name
+    # no hand-written C parses the arguments of an rdma_cm method any more
+    for path in (ROOT / "ibverbs" / "src").glob("cm*.c"):
+        assert "PyArg_Parse" not in path.read_text(), path.name
+
+
+def test_the_cm_methods_keep_their_python_signatures():
+    import ibverbs
+    CMID = ibverbs._ibverbs.CMID
+    assert CMID.resolve_addr.__text_signature__ == "($self, /, dst, src=None, timeout_ms=2000)"
+    assert CMID.reject.__text_signature__ == "($self, /, private_data=b'')"
+    assert CMID.listen.__text_signature__ == "($self, /, backlog=16)"
+    assert CMID.set_option.__text_signature__ == "($self, /, optname, value)"
+    assert CMID.create_qp.__text_signature__ == "($self, /, pd, init_attr)"
+    assert ibverbs._ibverbs.EventChannel.create_id.__text_signature__ == "($self, /, ps=PortSpace.TCP)"
+
+
+def test_a_default_shown_by_name_needs_its_c_value(generator, tmp_path):
+    g = generator
+    root = _cm_spec_with(tmp_path, g, "{ps: {ctype: int, c_default: RDMA_PS_TCP}}", "{ps: {ctype: int}}")
+    with pytest.raises(g["spec"].SpecError, match=r"cm.yaml:\d+: EventChannel.create_id: impl: ps: "
+                                                  r"the default PortSpace.TCP is a name"):
+        g["rdmacm"].load(prefix(BASELINE), root)
+    root = _cm_spec_with(tmp_path / "2", g, "timeout_ms: {ctype: int, min: 1}}",
+                         "timeout_ms: {ctype: int, min: 1, c_default: 7}}")
+    with pytest.raises(g["spec"].SpecError, match=r"cm.yaml:\d+: CMID.resolve_addr: impl: timeout_ms: "
+                                                  r"c_default is only for a default shown by name"):
+        g["rdmacm"].load(prefix(BASELINE), root)
