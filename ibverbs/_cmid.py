@@ -198,42 +198,45 @@ class CMID(_ibverbs.CMID):
 
     # --- connecting -----------------------------------------------------------------
 
-    def connect(self, private_data: "Any" = b"", *args: int, responder_resources: int = 1,  # type: ignore[override]
-                initiator_depth: int = 1, retry_count: int = 7, rnr_retry_count: int = 7,
-                **kwargs: int) -> "Optional[bytes]":
+    def connect(self, private_data: "Any" = b"", responder_resources: int = 1,  # type: ignore[override]
+                initiator_depth: int = 1, flow_control: int = 1, retry_count: int = 7,
+                rnr_retry_count: int = 7) -> "Optional[bytes]":
         """Blocking CMID: connect the QP made by ``create_qp``, wait until
         the connection is ESTABLISHED and return the peer's private data
         (the transport may pad it).  A refusal raises VerbsError
         ECONNREFUSED, no answer ETIMEDOUT.  Other CMIDs: ``rdma_connect``,
-        its outcome an event on their channel (see ibverbs.cm)."""
-        params = dict(responder_resources=responder_resources, initiator_depth=initiator_depth,
-                      retry_count=retry_count, rnr_retry_count=rnr_retry_count, **kwargs)
+        its outcome an event on their channel (see ibverbs.cm).  The
+        parameters are the C method's, by position or by name."""
+        params = (responder_resources, initiator_depth, flow_control, retry_count, rnr_retry_count)
         channel = self._channel
         if channel is None:
-            super().connect(private_data, *args, **params)
+            super().connect(private_data, *params)
             return None
         from ._generated.rdmacm_enums import CMEventType as E
 
         if self.qp is None:
             raise VerbsError("rdma_connect", _errno.EBADF,
                              "rdma_connect failed: create a QP before connecting")
-        super().connect(bytes(private_data), *args, **params)
+        super().connect(bytes(private_data), *params)
         ev = _wait(channel, (E.ESTABLISHED,), "rdma_connect", self._timeout)
         self._connected = True
         return ev.private_data or b""
 
-    def accept(self, private_data: "Any" = b"", *args: int,  # type: ignore[override]
-               **kwargs: int) -> "Optional[bytes]":
+    def accept(self, private_data: "Any" = b"", responder_resources: int = 1,  # type: ignore[override]
+               initiator_depth: int = 1, flow_control: int = 1, retry_count: int = 7,
+               rnr_retry_count: int = 7) -> "Optional[bytes]":
         """Blocking CMID (from ``get_request``): accept, wait until
         ESTABLISHED and return the client's private data.  Other CMIDs:
-        ``rdma_accept``, as in ibverbs.cm."""
+        ``rdma_accept``, as in ibverbs.cm.  The parameters are the C
+        method's, by position or by name."""
+        params = (responder_resources, initiator_depth, flow_control, retry_count, rnr_retry_count)
         channel = self._channel
         if channel is None:
-            super().accept(private_data, *args, **kwargs)
+            super().accept(private_data, *params)
             return None
         from ._generated.rdmacm_enums import CMEventType as E
 
-        super().accept(private_data, *args, **kwargs)
+        super().accept(private_data, *params)
         _wait(channel, (E.ESTABLISHED,), "rdma_accept", self._timeout)
         self._connected = True
         return self.request_data

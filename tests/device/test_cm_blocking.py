@@ -70,7 +70,7 @@ SERVER_SCRIPT = textwrap.dedent("""
         buf = np.zeros(32, dtype=np.uint8)
         mr = ib.reg_tensor(pd, buf, ib.AccessFlags.LOCAL_WRITE)
         qp.post_recv(ib.RecvWR(wr_id=5, sg_list=[mr.sge()]))
-        hello = conn.accept(b"world")
+        hello = conn.accept(b"world", initiator_depth=1, rnr_retry_count=7)
         print("accepted", conn.connected, hello[:5].decode(), conn.context.name, flush=True)
         while not (wcs := cq.poll(1)):
             pass
@@ -106,7 +106,9 @@ def test_client_and_server_in_two_processes(ib, cm, tmp_path):
             pd = cm_id.context.alloc_pd()
             cq = cm_id.context.create_cq(8)
             qp = cm_id.create_qp(pd, ib.QPInitAttr(cq, cq))
-            reply = cm_id.connect(b"hello", retry_count=6, rnr_retry_count=7)
+            # by position, as the C method takes them (responder_resources,
+            # initiator_depth, flow_control, retry_count, rnr_retry_count)
+            reply = cm_id.connect(b"hello", 1, 1, 1, 6, 7)
             assert reply[:5] == b"world" and cm_id.connected
             assert server.stdout.readline().split() == ["accepted", "True", "hello", "rxe0"]
             payload = np.arange(16, dtype=np.uint8) + 100

@@ -298,10 +298,16 @@ def test_cmid_is_the_c_class_with_the_blocking_api():
     from ibverbs import cm
     assert ib.CMID is cm.CMID and issubclass(ib.CMID, ib._ibverbs.CMID)
     assert repr(ib.CMID) == "<class 'ibverbs.CMID'>"
-    params = inspect.signature(ib.CMID.connect).parameters
-    assert list(params)[:2] == ["self", "private_data"] and params["private_data"].default == b""
-    for name in ("responder_resources", "initiator_depth", "retry_count", "rnr_retry_count"):
-        assert params[name].kind is params[name].KEYWORD_ONLY
+    # the blocking connect/accept take the C methods' parameters, in their
+    # order, by position or by name (the C signature is the reference)
+    c_order = ["private_data", "responder_resources", "initiator_depth", "flow_control",
+               "retry_count", "rnr_retry_count"]
+    for name in ("connect", "accept"):
+        c_params = list(inspect.signature(getattr(ib._ibverbs.CMID, name)).parameters)
+        params = inspect.signature(getattr(ib.CMID, name)).parameters
+        assert c_params == ["self"] + c_order and list(params) == ["self"] + c_order
+        assert params["private_data"].default == b""
+        assert all(p.kind is p.POSITIONAL_OR_KEYWORD for p in params.values())
     assert list(inspect.signature(ib.CMID.resolve).parameters)[:3] == ["host", "port", "source"]
     assert inspect.signature(ib.CMID.resolve).parameters["port"].default == 4420
 
