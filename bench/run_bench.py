@@ -2,8 +2,8 @@
 
     /usr/bin/python3 bench/run_bench.py [--rounds N] [--sweep-rounds M]
 
-Environment: BENCH_ROUNDS (default 15), BENCH_SWEEP_ROUNDS (default 3; 0
-skips the size sweep), BENCH_PROCS (default 3), BENCH_GIL=1 (one more column: the hot-loop API with
+Environment: BENCH_ROUNDS (default 18), BENCH_SWEEP_ROUNDS (default 3; 0
+skips the size sweep), BENCH_PROCS (default 6), BENCH_GIL=1 (one more column: the hot-loop API with
 PostList(release_gil=True)).
 
 Runs the workloads of bench/c_bench.c through
@@ -178,7 +178,7 @@ def measure_rounds(servers, items, rounds, t0, what):
 
 
 def main(argv):
-    rounds = int(os.environ.get("BENCH_ROUNDS") or 15)
+    rounds = int(os.environ.get("BENCH_ROUNDS") or 18)
     sweep_rounds = int(os.environ.get("BENCH_SWEEP_ROUNDS") or 3)
     if "--rounds" in argv:
         rounds = int(argv[argv.index("--rounds") + 1])
@@ -192,7 +192,7 @@ def main(argv):
     if not os.path.exists("/usr/lib/python3/dist-packages/pyverbs"):
         print("bench: python3-pyverbs is not installed; pyverbs column skipped", file=sys.stderr)
         del cmds["pyverbs"]
-    procs = int(os.environ.get("BENCH_PROCS") or 3)
+    procs = int(os.environ.get("BENCH_PROCS") or 6)
     t0 = time.monotonic()
     servers = {impl: [Server(impl, cmd) for _ in range(procs)] for impl, cmd in cmds.items()}
     for group in servers.values():
