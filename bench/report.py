@@ -128,6 +128,12 @@ separate process set up once, every workload is measured by each in turn
 (the order rotated round by round), and a ratio is the median of the
 per-round ratios of two measurements taken back to back.
 
+Even so a ratio moves by a few hundredths from one run to the next: under
+TCG a process's memory layout alone sets its speed for its whole life, C's
+as much as Python's (one boot measured four C processes at 62k and 71k
+one-in-flight writes/s), which is why each implementation runs in several
+processes taking turns. Read a goal met or missed by 0.01-0.02 as a tie.
+
 Implementations:
 
 - **C**: `bench/c_bench.c`, libibverbs linked normally.
