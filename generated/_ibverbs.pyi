@@ -2,8 +2,8 @@
 # (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
 # and the spec/ YAML files (sha256 0ea2e288d1e0e4cd7ff27e6ddecefdff376ce3da68c9b17023e3bc612dd1472f).
 # Do not edit: change the spec or templates/ and run `make generate`.
-# Made by templates/ and generator/ (sha256 639c9b8c4b49072375e0d1fa47322cca18288a2b7fcbe19f14deefe0f8e32a28);
-# this file's own sha256, this number read as zeros: 01fb881b7bf84ae6ef76b69bfe0ba4a9061ce92a4291923245e8313c183d34eb
+# Made by templates/ and generator/ (sha256 a377444a009e12c5282d14f193e3051425328cb87f84cad8122758a4ecfea5ac);
+# this file's own sha256, this number read as zeros: f219dc1c6a6373c906dcfecff2bce68cb5e15e9bd25f8afa9883156fc0ccd602
 
 """Type stubs of the extension ibverbs._ibverbs (generator/stubs.py)."""
 

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 c14003d5a2325a348cc2dcbc01fae69c4b600576e1aae60b0b39e43e54036a03).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 639c9b8c4b49072375e0d1fa47322cca18288a2b7fcbe19f14deefe0f8e32a28);
- * this file's own sha256, this number read as zeros: 53ac32249eeb70c7f5b61bb07880b6199c1bf81a8d7856ed267c153e21bb2255 */
+ * Made by templates/ and generator/ (sha256 a377444a009e12c5282d14f193e3051425328cb87f84cad8122758a4ecfea5ac);
+ * this file's own sha256, this number read as zeros: af6d38f475e0a10deeced732a19561048f506be627cf3ad0a1a5e081107ed4b9 */
 
 /*
  * AsyncEvent: its accessors and type shell, from spec/datapath/records.yaml.

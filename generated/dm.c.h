@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d058999ce2cfebde6a6830678ae4c6a5d39e3a9d7b81b62c8ade6aa03e1b83ec).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 639c9b8c4b49072375e0d1fa47322cca18288a2b7fcbe19f14deefe0f8e32a28);
- * this file's own sha256, this number read as zeros: 75c64d6810a36ff3c5bd641940df0da3ca152c0e4557a68b792cabe491f19007 */
+ * Made by templates/ and generator/ (sha256 a377444a009e12c5282d14f193e3051425328cb87f84cad8122758a4ecfea5ac);
+ * this file's own sha256, this number read as zeros: 1be9a3f03f0f8f2d9dfe259457fdda956130151c2c88ff13d20860b09da43add */
 
 /*
  * DM: On-device memory (ibv_alloc_dm, or ibv_import_dm of another process's).

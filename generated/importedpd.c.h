@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d058999ce2cfebde6a6830678ae4c6a5d39e3a9d7b81b62c8ade6aa03e1b83ec).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 639c9b8c4b49072375e0d1fa47322cca18288a2b7fcbe19f14deefe0f8e32a28);
- * this file's own sha256, this number read as zeros: 41431c18424a6cb5c1933345c16d19763728060a40666727b40a79042ca16f3b */
+ * Made by templates/ and generator/ (sha256 a377444a009e12c5282d14f193e3051425328cb87f84cad8122758a4ecfea5ac);
+ * this file's own sha256, this number read as zeros: 130face1b9e2b6df2b5dee55bd2bde265b937197df4dad40060f6c4a1af07f88 */
 
 /*
  * ImportedPD: A PD imported from another context on the same command FD (Context.import_pd); a PD, but close() unimports it (ibv_unimport_pd) instead of deallocating it: its owner still holds it.

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d058999ce2cfebde6a6830678ae4c6a5d39e3a9d7b81b62c8ade6aa03e1b83ec).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 639c9b8c4b49072375e0d1fa47322cca18288a2b7fcbe19f14deefe0f8e32a28);
- * this file's own sha256, this number read as zeros: 22bc19d540ed67c52373b07139d8b9a2b241feef0c3fa00b7d99bfd765167e67 */
+ * Made by templates/ and generator/ (sha256 a377444a009e12c5282d14f193e3051425328cb87f84cad8122758a4ecfea5ac);
+ * this file's own sha256, this number read as zeros: 0ab3e5e23ed4ec31cf1b82b821f1c9fa6878803d27dba42a28dd7104a83f6b8e */
 
 /*
  * QPEx: A queue pair with the extended post API (ibv_create_qp_ex, ibv_qp_ex): a QP (modify, query, to_init/to_rtr/to_rts, post_recv, post_send work on it) plus wr_start/wr_* /wr_complete.

@@ -2,8 +2,8 @@
  * (sha256 20a4c73c476a689f172b05ec1def2bc9a14a8fa61b91043e691a57b06d920789, rdma-core 65.0)
  * and the spec/ YAML files (sha256 575d83ea9c4cf1aa5c3ff8170b9d54fb4e25798eeadcf51dc767ba8593d2b07f).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 639c9b8c4b49072375e0d1fa47322cca18288a2b7fcbe19f14deefe0f8e32a28);
- * this file's own sha256, this number read as zeros: a30c9595e8be6c581dc68a0778f8c80b7dcd01913e72507477c2bd408ed5cadf */
+ * Made by templates/ and generator/ (sha256 a377444a009e12c5282d14f193e3051425328cb87f84cad8122758a4ecfea5ac);
+ * this file's own sha256, this number read as zeros: ed12df334b67d7c36aeeb8332ea7fb5c58d2af8843d166b81bfe1a1976f4366b */
 
 /*
  * librdmacm is dlopen'ed on first use (ibverbs/src/cm.c), never linked

@@ -2,8 +2,8 @@
  * (sha256 20a4c73c476a689f172b05ec1def2bc9a14a8fa61b91043e691a57b06d920789, rdma-core 65.0)
  * and the spec/ YAML files (sha256 575d83ea9c4cf1aa5c3ff8170b9d54fb4e25798eeadcf51dc767ba8593d2b07f).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 639c9b8c4b49072375e0d1fa47322cca18288a2b7fcbe19f14deefe0f8e32a28);
- * this file's own sha256, this number read as zeros: cc56b192ccff6258302e36ddd3d418be4ec5470373572c610a273cbea0c30c72 */
+ * Made by templates/ and generator/ (sha256 a377444a009e12c5282d14f193e3051425328cb87f84cad8122758a4ecfea5ac);
+ * this file's own sha256, this number read as zeros: e9e49614f74f88c3ba6ac08bf58c87c8c228f0ee25be2eb9a5877475b304567b */
 
 /*
  * The declarations of the rdma_cm classes (objects.h's counterpart for

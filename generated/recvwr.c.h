@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 c14003d5a2325a348cc2dcbc01fae69c4b600576e1aae60b0b39e43e54036a03).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 639c9b8c4b49072375e0d1fa47322cca18288a2b7fcbe19f14deefe0f8e32a28);
- * this file's own sha256, this number read as zeros: cd3a9769b38aa89de0f81d19960ec057035e6783ce591e82475e4deccda0174b */
+ * Made by templates/ and generator/ (sha256 a377444a009e12c5282d14f193e3051425328cb87f84cad8122758a4ecfea5ac);
+ * this file's own sha256, this number read as zeros: fca93ecbe13a0414469cd7d5ae5cf5034e78248197dc0d557713e22cc8426d3f */
 
 /*
  * RecvWR: its accessors and type shell, from spec/datapath/records.yaml.

@@ -117,24 +117,32 @@ class Be32Param(UnsignedParam):
     call_format = "htobe32({})"
 
 
-@PARAMS.register("handle")
-class HandleParam(ArgParam):
-    """A verbs object from its handle class (`handle:PD`), None allowed when
-    the default is None; it must belong to the owner's device context."""
+class ClassArgParam(ArgParam):
+    """An argument whose `convert:` names one of our classes (`kind:Class`):
+    that class is its Python type and what its docstring says it takes."""
 
     def __init__(self, ctx, cname: str, t: Type, pspec):
         self.cls = pspec["convert"].split(":", 1)[1]
         super().__init__(ctx, cname, t, pspec)
-        self.hctype = ctx.handle_ctype(self.cls)
-        self.context_owner = ctx.context_owner(self.hctype)
-        self.label = ctx.label
 
     def pytype_of(self, pspec) -> str:
         return self.cls
 
     @classmethod
-    def describe(cls, convert: str) -> str:
+    def describe(cls, convert: str) -> Optional[str]:
         return f"a {convert.split(':', 1)[1]}"
+
+
+@PARAMS.register("handle")
+class HandleParam(ClassArgParam):
+    """A verbs object from its handle class (`handle:PD`), None allowed when
+    the default is None; it must belong to the owner's device context."""
+
+    def __init__(self, ctx, cname: str, t: Type, pspec):
+        super().__init__(ctx, cname, t, pspec)
+        self.hctype = ctx.handle_ctype(self.cls)
+        self.context_owner = ctx.context_owner(self.hctype)
+        self.label = ctx.label
 
     def own_declarations(self) -> List[str]:
         return [f"PyObject *{self.name} = NULL;", f"{self.hctype} *{self.local} = NULL;"]
@@ -163,24 +171,16 @@ def context_check(owner_ctx: Optional[str], label: str, name: str, local: str) -
 
 
 @PARAMS.register("struct")
-class StructObjectParam(ArgParam):
+class StructObjectParam(ClassArgParam):
     """A struct class object (`struct:QPAttr`), passed as a pointer to its C
     struct; its handle members are written in just before the call."""
 
     def __init__(self, ctx, cname: str, t: Type, pspec):
-        self.cls = pspec["convert"].split(":", 1)[1]
         super().__init__(ctx, cname, t, pspec)
         model = ctx.struct_model(self.cls)
         if model is None:
             ctx.fail(f"unknown struct class {self.cls}")
         self.has_handles = model.has_handles
-
-    def pytype_of(self, pspec) -> str:
-        return self.cls
-
-    @classmethod
-    def describe(cls, convert: str) -> str:
-        return f"a {convert.split(':', 1)[1]}"
 
     def own_declarations(self) -> List[str]:
         return [f"struct {self.cls}Object *{self.name} = NULL;"]

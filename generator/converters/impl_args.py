@@ -5,10 +5,10 @@ argument with one of these (or with a verb parameter's converter, such as
 the `_impl` function takes it as."""
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
 from ..ctext import indented
-from .args import ArgParam
+from .args import ArgParam, ClassArgParam
 from .buffers import BytesParam
 from .registry import PARAMS
 
@@ -62,20 +62,20 @@ class BoolParam(ArgParam):
 
 
 @PARAMS.register("instance")
-class InstanceParam(ArgParam):
+class InstanceParam(ClassArgParam):
     """An object of one of our types (`instance:WCBuffer`), passed on as
     its object struct; `exact: true` refuses subclasses, `message:` begins
     the TypeError ("<message>, not <type>"; default "expected a <Type>")."""
 
     def __init__(self, ctx, cname: str, t, pspec):
-        self.cls = pspec["convert"].split(":", 1)[1]
+        super().__init__(ctx, cname, t, pspec)
         self.exact = bool(pspec.get("exact", False))
         article = "an" if self.cls[0] in "AEIOU" else "a"
         self.message = str(pspec.get("message") or f"expected {article} {self.cls}")
-        super().__init__(ctx, cname, t, pspec)
 
-    def pytype_of(self, pspec) -> str:
-        return self.cls
+    @classmethod
+    def describe(cls, convert: str) -> Optional[str]:
+        return None     # the TypeError's message says it
 
     @property
     def object_ctype(self) -> str:
@@ -115,24 +115,13 @@ class StructInstanceParam(InstanceParam):
 
 
 @PARAMS.register("handle_object")
-class HandleObjectParam(ArgParam):
+class HandleObjectParam(ClassArgParam):
     """An open object of a handle class (`handle_object:PD`), passed on as
     the object (the `_impl` function may keep it as a parent); None too, as
     NULL, when the default is None.  ibp_conv_handle: a TypeError naming
     the argument, EBADF when it is closed.  Unlike `handle:`, no context is
     checked: the `_impl` function knows which one it must be."""
     impl_ctype = "PyObject *"
-
-    def __init__(self, ctx, cname: str, t, pspec):
-        self.cls = pspec["convert"].split(":", 1)[1]
-        super().__init__(ctx, cname, t, pspec)
-
-    def pytype_of(self, pspec) -> str:
-        return self.cls
-
-    @classmethod
-    def describe(cls, convert: str) -> str:
-        return f"a {convert.split(':', 1)[1]}"
 
     def own_declarations(self) -> List[str]:
         return [f"PyObject *{self.local} = NULL;"]
