@@ -2,8 +2,8 @@
 # (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
 # and the spec/ YAML files (sha256 0ea2e288d1e0e4cd7ff27e6ddecefdff376ce3da68c9b17023e3bc612dd1472f).
 # Do not edit: change the spec or templates/ and run `make generate`.
-# Made by templates/ and generator/ (sha256 a377444a009e12c5282d14f193e3051425328cb87f84cad8122758a4ecfea5ac);
-# this file's own sha256, this number read as zeros: f219dc1c6a6373c906dcfecff2bce68cb5e15e9bd25f8afa9883156fc0ccd602
+# Made by templates/ and generator/ (sha256 120380eeaea7938447cdfa3ba016ce75b1f0dada4fed9d7d6964bae25a269a16);
+# this file's own sha256, this number read as zeros: 26f65077e20d40d08916d09d4cfe58c5cc0c9dcfe9c5653217bfc24bcf2231fa
 
 """Type stubs of the extension ibverbs._ibverbs (generator/stubs.py)."""
 

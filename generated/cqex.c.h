@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d058999ce2cfebde6a6830678ae4c6a5d39e3a9d7b81b62c8ade6aa03e1b83ec).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 a377444a009e12c5282d14f193e3051425328cb87f84cad8122758a4ecfea5ac);
- * this file's own sha256, this number read as zeros: a283e50ef8c620236dd1cd8ed3c2b8e33e07919c9afab9a76bceeeff3569d78b */
+ * Made by templates/ and generator/ (sha256 120380eeaea7938447cdfa3ba016ce75b1f0dada4fed9d7d6964bae25a269a16);
+ * this file's own sha256, this number read as zeros: 148bba9a3bc2d21c4ad8c733cf36a6251f7771b6fa0a377b3f09007fa5a9a6b5 */
 
 /*
  * CQEx: An extended completion queue (ibv_create_cq_ex), polled one completion at a time with start_poll()/next_poll()/end_poll() and the read_* readers; a CQ everywhere else.

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d058999ce2cfebde6a6830678ae4c6a5d39e3a9d7b81b62c8ade6aa03e1b83ec).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 a377444a009e12c5282d14f193e3051425328cb87f84cad8122758a4ecfea5ac);
- * this file's own sha256, this number read as zeros: a1d726bdcdbc0e25ff8a012b7ee3ba7a8e59a4c204811252db28ca6ca7a5f034 */
+ * Made by templates/ and generator/ (sha256 120380eeaea7938447cdfa3ba016ce75b1f0dada4fed9d7d6964bae25a269a16);
+ * this file's own sha256, this number read as zeros: 3c1edc55a3ebd87d127058c5a2b0839a56fcb127aee4f8ff8347374f11ab269f */
 
 /*
  * libibverbs is dlopen'ed, never linked.  Each exported verb gets a slot,

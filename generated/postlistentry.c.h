@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 c14003d5a2325a348cc2dcbc01fae69c4b600576e1aae60b0b39e43e54036a03).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 a377444a009e12c5282d14f193e3051425328cb87f84cad8122758a4ecfea5ac);
- * this file's own sha256, this number read as zeros: 5a6daabd0f98348d1c442818bc97510d2370b839332d0bb504c125849966daec */
+ * Made by templates/ and generator/ (sha256 120380eeaea7938447cdfa3ba016ce75b1f0dada4fed9d7d6964bae25a269a16);
+ * this file's own sha256, this number read as zeros: 83466c0111288e29d7327229af880f0e637d953506646600e9e438c7101649b1 */
 
 /*
  * PostListEntry: its accessors and type shell, from spec/datapath/records.yaml.

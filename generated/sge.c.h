@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 c14003d5a2325a348cc2dcbc01fae69c4b600576e1aae60b0b39e43e54036a03).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 a377444a009e12c5282d14f193e3051425328cb87f84cad8122758a4ecfea5ac);
- * this file's own sha256, this number read as zeros: 16d441b76440596918ef520867dd4877cec601560049983b701dd860448fe36a */
+ * Made by templates/ and generator/ (sha256 120380eeaea7938447cdfa3ba016ce75b1f0dada4fed9d7d6964bae25a269a16);
+ * this file's own sha256, this number read as zeros: a0d77bf8e58ddf74d614244c9fc0f80bdb8232a6c1405fa8ccae4d38b3da8e10 */
 
 /*
  * SGE: its accessors and type shell, from spec/datapath/records.yaml.

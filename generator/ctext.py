@@ -19,6 +19,16 @@ UINT32 = Type("uint32_t", "int", 4, False)
 UINT64 = Type("uint64_t", "int", 8, False)
 
 
+def c_text(text: str) -> str:
+    """*text* for inside a C string literal."""
+    return str(text).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def c_format_text(text: str) -> str:
+    """*text* for inside a printf-style format literal (PyErr_Format's)."""
+    return c_text(text).replace("%", "%%")
+
+
 def declare(spelling: str, name: str) -> str:
     """`name` declared with the C type *spelling* ("uint8_t [16]" puts the
     array bound after the name; a pointer needs no space)."""

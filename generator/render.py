@@ -10,14 +10,10 @@ from typing import Dict
 import jinja2
 
 from . import checksum, emit
+from .ctext import c_text
 from .model import Model
 
 COMMAND = "python -m generator generate"
-
-
-def _cstring(text: str) -> str:
-    return (str(text).replace("\\", "\\\\").replace('"', '\\"')
-            .replace("\n", "\\n"))
 
 
 def _init_format(fields) -> str:
@@ -36,7 +32,7 @@ def environment(template_dir: str) -> jinja2.Environment:
         loader=jinja2.FileSystemLoader(template_dir),
         trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
         undefined=jinja2.StrictUndefined, autoescape=False)
-    env.filters["cstring"] = _cstring
+    env.filters["cstring"] = c_text
     env.globals["init_format"] = _init_format
     # the C of the model's converters and wrappers (generator/emit.py)
     env.filters["c_body"] = emit.method_body

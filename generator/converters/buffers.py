@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import List
 
+from ..ctext import c_format_text
 from ..ir import Type
 from .args import ArgParam
 from .registry import BUFFER_LIKE, PARAMS
@@ -35,7 +36,7 @@ class BytesParam(ArgParam):
                  f"{local}_size = PyBytes_Size({local}_bytes);",
                  f"(void){local}_size;   /* for the parameters and checks that want it */"]
         if self.max is not None:
-            hint = f" ({self.hint})" if self.hint else ""
+            hint = f" ({c_format_text(self.hint)})" if self.hint else ""
             lines += [f"if ({local}_size > (Py_ssize_t)({self.max})) {{",
                       f'    PyErr_Format(PyExc_ValueError, "{self.name} must be at most %lld '
                       f'bytes{hint}, got %zd", (long long)({self.max}), {local}_size);',

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-from ..ctext import indented
+from ..ctext import c_format_text, indented
 from .args import ArgParam, ClassArgParam
 from .buffers import BytesParam
 from .registry import PARAMS
@@ -93,7 +93,7 @@ class InstanceParam(ClassArgParam):
         test = (f"Py_IS_TYPE({self.var}, {self.cls}_Type)" if self.exact
                 else f"PyObject_TypeCheck({self.var}, {self.cls}_Type)")
         return [f"if (!{test}) {{",
-                f'    PyErr_Format(PyExc_TypeError, "{self.message}, not %s", '
+                f'    PyErr_Format(PyExc_TypeError, "{c_format_text(self.message)}, not %s", '
                 f"ibp_type_name({self.var}));",
                 "    goto exit;", "}", f"{self.local} = ({self.object_ctype} *){self.var};"]
 

@@ -192,3 +192,15 @@ def test_cli_check_reports_a_stale_file(tmp_path, monkeypatch, capsys, ir):
     monkeypatch.setattr(cli, "GENERATED_DIR", GENERATED_DIR)
     assert main(["check"]) == 0
 
+
+
+def test_spec_texts_are_escaped_for_the_c_literals_they_land_in():
+    # a spec `message:`/`hint:`/doc with a quote, a backslash, a newline or
+    # a percent sign must still compile and print as written
+    from generator.ctext import c_format_text, c_text
+    text = 'say "hi" \\ 50%\nnext'
+    assert c_text(text) == 'say \\"hi\\" \\\\ 50%\\nnext'
+    assert c_format_text(text) == 'say \\"hi\\" \\\\ 50%%\\nnext'
+    from generator.converters import buffers, impl_args
+    assert "c_format_text(self.message)" in pathlib.Path(impl_args.__file__).read_text()
+    assert "c_format_text(self.hint)" in pathlib.Path(buffers.__file__).read_text()
