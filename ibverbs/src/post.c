@@ -98,8 +98,9 @@ static inline PyObject *single_wr(PyObject *arg, PyTypeObject *type)
     return PyObject_TypeCheck(arg, type) ? arg : NULL;
 }
 
-/* The single request's SGEs fit on the stack (1: they do not, and the
- * caller takes a chain's way; nothing was posted). */
+/* Post one request with its SGEs on the stack.  When they do not fit,
+ * NULL without an exception and *no_room set: nothing was posted, and the
+ * caller takes a chain's way. */
 static PyObject *post_send_one(PyObject *self, SendWRObject *w, int *no_room)
 {
     struct ibv_send_wr wr, *bad = NULL;
@@ -121,6 +122,7 @@ static PyObject *post_send_one(PyObject *self, SendWRObject *w, int *no_room)
     Py_RETURN_NONE;
 }
 
+/* The same for a receive (srq as for post_recv). */
 static PyObject *post_recv_one(PyObject *self, RecvWRObject *w, int srq, int *no_room)
 {
     struct ibv_recv_wr wr, *bad = NULL;
