@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d058999ce2cfebde6a6830678ae4c6a5d39e3a9d7b81b62c8ade6aa03e1b83ec).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 120380eeaea7938447cdfa3ba016ce75b1f0dada4fed9d7d6964bae25a269a16);
- * this file's own sha256, this number read as zeros: 75ce217f05564ec678034b91330f596416bafc04151b9a6ae5636dc990376aee */
+ * Made by templates/ and generator/ (sha256 137b82921ad7bd94067f8eae03d562dd12df1b670459de538875d580ba477fea);
+ * this file's own sha256, this number read as zeros: b786959248d17a06e73746b082d5f39fe719ff0ac04fb41e74b9170b4ea98ac8 */
 
 /*
  * Context: An open RDMA device (ibv_open_device).

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d058999ce2cfebde6a6830678ae4c6a5d39e3a9d7b81b62c8ade6aa03e1b83ec).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 120380eeaea7938447cdfa3ba016ce75b1f0dada4fed9d7d6964bae25a269a16);
- * this file's own sha256, this number read as zeros: 15ce358b4ac6accc197ee9844b4fbd07aeab3ed2f193c2b86fbabd3b20b525b4 */
+ * Made by templates/ and generator/ (sha256 137b82921ad7bd94067f8eae03d562dd12df1b670459de538875d580ba477fea);
+ * this file's own sha256, this number read as zeros: d83142efaa6408a565f6ed62c90795c5c0c86e0afc36cbd7ed1adaa819315266 */
 
 /*
  * Counters: Flow counters (ibv_create_counters), attached to flows.

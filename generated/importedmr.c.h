@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d058999ce2cfebde6a6830678ae4c6a5d39e3a9d7b81b62c8ade6aa03e1b83ec).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 120380eeaea7938447cdfa3ba016ce75b1f0dada4fed9d7d6964bae25a269a16);
- * this file's own sha256, this number read as zeros: ff29777917c1afb23581c2b347ebd3ee6f4ec7b43e39cd85cc2f89144e42dde7 */
+ * Made by templates/ and generator/ (sha256 137b82921ad7bd94067f8eae03d562dd12df1b670459de538875d580ba477fea);
+ * this file's own sha256, this number read as zeros: 3cbb2a755f6921a49f3e380fffee37edd8d0bf0822d8d2da2f587bf14a222eba */
 
 /*
  * ImportedMR: An MR imported from another context on the same command FD (PD.import_mr); an MR, but close() unimports it (ibv_unimport_mr) instead of deregistering it.

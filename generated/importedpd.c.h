@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d058999ce2cfebde6a6830678ae4c6a5d39e3a9d7b81b62c8ade6aa03e1b83ec).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 120380eeaea7938447cdfa3ba016ce75b1f0dada4fed9d7d6964bae25a269a16);
- * this file's own sha256, this number read as zeros: b33b564b1444f48fcaf15a9ceb20be8a9602a05a82009656510ab4ccc32b98d4 */
+ * Made by templates/ and generator/ (sha256 137b82921ad7bd94067f8eae03d562dd12df1b670459de538875d580ba477fea);
+ * this file's own sha256, this number read as zeros: f43a5b2c9ee07841a863b1886ec2fbd4adb516d46e1d58f69c673d29208e945f */
 
 /*
  * ImportedPD: A PD imported from another context on the same command FD (Context.import_pd); a PD, but close() unimports it (ibv_unimport_pd) instead of deallocating it: its owner still holds it.

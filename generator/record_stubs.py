@@ -11,8 +11,7 @@ constructor of a ``init: keywords`` type takes its writable attributes as
 keywords, in spec order; hand-written special methods (``SGE.__init__``,
 ``WCBuffer.__new__``, ``__getitem__``) and methods take the ``stub:``
 signatures of the spec, and field methods (``WCBuffer.wr_id(i)``) read an
-int.  Types whose C is all hand-written (``hand_types``: PostList) are
-described the same way, from their spec entry alone.
+int.
 """
 from __future__ import annotations
 
@@ -26,10 +25,7 @@ UNTYPED = "(self, *args: Any, **kwargs: Any) -> Any"
 
 
 def classes(m: RecordsModel) -> List[StubClass]:
-    out = [_type_class(t) for t in m.types]
-    out += [_members(StubClass(h.name, h.doc), h.attributes, h.stubs)
-            for h in m.hand_types]
-    return out
+    return [_type_class(t) for t in m.types]
 
 
 def _type_class(t: TypeModel) -> StubClass:

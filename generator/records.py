@@ -37,13 +37,11 @@ RECORD_KEYS = {"ctype", "fields", "unions", "small_ints"}
 FIELD_KEYS = {"convert", "check", "union", "hand"}
 TYPE_KEYS = {"doc", "storage", "refs", "state", "changed", "init", "repr", "attributes",
              "methods", "guard", "union", "clear", "new", "basetype", "gc", "dealloc",
-             "getattro", "sequence", "field_methods", "readonly", "stub"}
+             "traverse", "getattro", "sequence", "field_methods", "readonly", "stub"}
+SEQUENCE_KEYS = {"length", "item", "set_item"}
 ATTR_KEYS = {"field", "readonly", "ref", "hand", "slot", "flag", "check", "prepared", "doc",
              "too_big", "stub"}
 METHOD_KEYS = {"function", "flags", "doc", "stub"}
-# types whose C is all hand-written (PostList): only their stubs come from here
-HAND_TYPES = "hand_types"
-HAND_TYPE_KEYS = {"doc", "attributes", "stub"}
 FLAGS = {"METH_O", "METH_NOARGS"}
 UNSIGNED_MAX = {1: "UINT8_MAX", 2: "UINT16_MAX", 4: "UINT32_MAX", 8: "UINT64_MAX"}
 
@@ -156,7 +154,7 @@ class FieldMethod:
 class TypeModel:
     name: str
     doc: str
-    storage: str                          # embedded | members | reach
+    storage: str                          # embedded | members | reach | state
     embedded: Optional[Tuple[str, str]]   # (member, C struct)
     reach: Dict[str, Reach]
     refs: List[str]
@@ -176,10 +174,15 @@ class TypeModel:
     repr: Optional[str] = None
     dealloc: Optional[str] = None
     getattro: Optional[str] = None
-    sequence: Optional[Tuple[str, str]] = None
+    # (len, [i], [i] = v): the sequence slots' hand-written functions (the last may be None)
+    sequence: Optional[Tuple[str, str, Optional[str]]] = None
     gc: bool = True
     basetype: bool = True
     clear: bool = True
+    # hand-written GC slots of a type whose references are no `refs`
+    # (PostList's are in its entries): traverse and clear name functions
+    traverse: Optional[str] = None
+    clear_function: Optional[str] = None
     # stub signatures of hand-written special methods ("__init__": "(self, ...)")
     stubs: Dict[str, str] = field(default_factory=dict)
 
@@ -193,6 +196,18 @@ class TypeModel:
     def state_decls(self) -> List[str]:
         return [f"{ctype}{name}" if ctype.endswith("*") else f"{ctype} {name}"
                 for name, ctype in self.state]
+
+    @property
+    def traverse_slot(self) -> Optional[str]:
+        """The tp_traverse function: the hand-written one, or the generated one over refs."""
+        return self.traverse or (f"{self.name}_traverse" if self.refs else None)
+
+    @property
+    def clear_slot(self) -> Optional[str]:
+        """The tp_clear function (None: the type has none)."""
+        if self.clear_function:
+            return self.clear_function
+        return f"{self.name}_clear" if self.clear and self.refs else None
 
     @property
     def init_args(self) -> List[Attribute]:
@@ -210,6 +225,8 @@ class TypeModel:
                         (self.new, "PyObject *{}(PyTypeObject *type, PyObject *args, PyObject *kwargs)"),
                         (self.repr, "PyObject *{}(PyObject *op)"),
                         (self.dealloc, "void {}(PyObject *op)"),
+                        (self.traverse, "int {}(PyObject *op, visitproc visit, void *arg)"),
+                        (self.clear_function, "int {}(PyObject *op)"),
                         (self.getattro, "PyObject *{}(PyObject *op, PyObject *name)"),
                         (self.guard, "int {}(PyObject *op)"),
                         (self.changed, "void {}(" + self.name + "Object *self)"),
@@ -223,6 +240,9 @@ class TypeModel:
         if self.sequence:
             protos.append(f"Py_ssize_t {self.sequence[0]}(PyObject *op)")
             protos.append(f"PyObject *{self.sequence[1]}(PyObject *op, Py_ssize_t i)")
+            if self.sequence[2]:
+                protos.append(f"int {self.sequence[2]}(PyObject *op, Py_ssize_t i, "
+                              f"PyObject *value)")
         for a in self.attributes:
             protos += _attribute_prototypes(self, a)
         for m in self.methods:
@@ -243,22 +263,12 @@ def _attribute_prototypes(t: TypeModel, a: Attribute) -> List[str]:
 
 
 @dataclass
-class HandType:
-    """A type whose C is all hand-written (spec `hand_types`): its stub."""
-    name: str
-    doc: str
-    attributes: List[Attribute]
-    stubs: Dict[str, str]
-
-
-@dataclass
 class RecordsModel:
     ir: IR
     spec: "RecordsSpec"
     helpers: Dict[str, str]
     records: List[RecordModel]
     types: List[TypeModel]
-    hand_types: List[HandType] = field(default_factory=list)
 
 
 @dataclass
@@ -424,7 +434,9 @@ def _attribute(records, name: str, node: Node, where: str, readonly: bool) -> At
 
 
 def _storage(records, node: Node, name: str):
-    storage = node["storage"]
+    storage = node.get("storage")
+    if storage is None:        # the object keeps its `state` (and refs) only
+        return "state", None, {}
     if storage == "members":
         return "members", None, {}
     storage = _keys(storage, {"embedded", "reach"}, f"{name}.storage")
@@ -451,6 +463,9 @@ def _type(records, name: str, node: Node) -> TypeModel:
     attributes = [_attribute(records, a, anode, attrs.where(a), bool(node.get("readonly")))
                   for a, anode in attrs.items()]
     embedded = None
+    if kind == "state" and any(a.conv for a in attributes):
+        raise SpecError(f"{attrs.where(next(a.name for a in attributes if a.conv))}: "
+                        f"{name}: a field attribute needs a storage")
     if kind == "embedded":
         ctypes = {a.conv.record for a in attributes if a.conv}
         if len(ctypes) != 1:
@@ -470,7 +485,8 @@ def _type(records, name: str, node: Node) -> TypeModel:
     field_methods = [FieldMethod(f, _field_ref(records, fn["field"], fms.where(f)), fn["doc"])
                      for f, fn in fms.items()]
     state = [(k, str(v)) for k, v in (node.get("state") or {}).items()]
-    seq = node.get("sequence")
+    seq = _sequence(node, name)
+    traverse, clear = _gc_functions(node, name)
     init, init_impl, init_required = node.get("init"), [], 0
     if isinstance(init, Node):      # {args: [...], required: n}: a generated parser
         init_impl = [str(a) for a in init["args"]]
@@ -483,9 +499,38 @@ def _type(records, name: str, node: Node) -> TypeModel:
         init_impl=init_impl, init_required=init_required,
         new=node.get("new"), repr=node.get("repr"), dealloc=node.get("dealloc"),
         getattro=node.get("getattro"),
-        sequence=(seq["length"], seq["item"]) if seq else None,
-        gc=node.get("gc", True), basetype=node.get("basetype", True),
-        clear=node.get("clear", True), stubs=_special_stubs(node, name))
+        sequence=seq, gc=node.get("gc", True), basetype=node.get("basetype", True),
+        clear=bool(node.get("clear", True)), traverse=traverse, clear_function=clear,
+        stubs=_special_stubs(node, name))
+
+
+def _sequence(node: Node, name: str) -> Optional[Tuple[str, str, Optional[str]]]:
+    """`sequence: {length: f, item: f, set_item: f}` (set_item optional)."""
+    seq = node.get("sequence")
+    if seq is None:
+        return None
+    seq = _keys(seq, SEQUENCE_KEYS, f"{name}.sequence")
+    if "length" not in seq or "item" not in seq:
+        raise SpecError(f"{node.where('sequence')}: {name}.sequence: needs length and item")
+    return str(seq["length"]), str(seq["item"]), seq.get("set_item")
+
+
+def _gc_functions(node: Node, name: str) -> Tuple[Optional[str], Optional[str]]:
+    """`traverse: f` and `clear: f`: hand-written GC slots, for a collected
+    type that keeps its references elsewhere than in `refs`."""
+    traverse = node.get("traverse")
+    clear = node.get("clear")
+    clear = clear if isinstance(clear, str) else None
+    for key, fn in (("traverse", traverse), ("clear", clear)):
+        if fn is None:
+            continue
+        if node.get("refs") or not node.get("gc", True):
+            raise SpecError(f"{node.where(key)}: {name}: a hand-written {key} is for a "
+                            f"collected type without refs (the generated one visits refs)")
+    if clear and not traverse:
+        raise SpecError(f"{node.where('clear')}: {name}: a hand-written clear needs a "
+                        f"hand-written traverse")
+    return traverse, clear
 
 
 def _attribute_stub(a: Attribute, node: Node) -> None:
@@ -522,27 +567,16 @@ def _special_stubs(node: Node, name: str) -> Dict[str, str]:
     return out
 
 
-def _hand_type(records, name: str, node: Node) -> HandType:
-    node = _keys(node, HAND_TYPE_KEYS, name)
-    attrs = node.get("attributes") or Node()
-    attributes = [_attribute(records, a, anode, attrs.where(a), False) for a, anode in attrs.items()]
-    for a in attributes:
-        _attribute_stub(a, attrs[a.name])
-    return HandType(name, str(node["doc"]), attributes, _special_stubs(node, name))
-
-
 def build(ir: IR, spec_root: str) -> RecordsModel:
     path = os.path.join(spec_root, SPEC_FILE)
-    data = _keys(load_file(path, DISPLAY), TOP_KEYS | {HAND_TYPES}, DISPLAY)
+    data = _keys(load_file(path, DISPLAY), TOP_KEYS, DISPLAY)
     with open(path, "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()
     helpers = dict(_keys(data["helpers"], HELPER_KEYS, "helpers"))
     records = _records(ir, data)
     by_key = {r.key: r for r in records}
     types = [_type(by_key, name, node) for name, node in (data.get("types") or {}).items()]
-    hand_types = [_hand_type(by_key, name, node)
-                  for name, node in (data.get(HAND_TYPES) or {}).items()]
-    return RecordsModel(ir, RecordsSpec(digest, [DISPLAY]), helpers, records, types, hand_types)
+    return RecordsModel(ir, RecordsSpec(digest, [DISPLAY]), helpers, records, types)
 
 
 def render(m: RecordsModel, template_dir: str) -> Dict[str, str]:

@@ -301,12 +301,7 @@ static inline int ibp_conv_u64(PyObject *v, const char *name, uint64_t max, uint
 /* A small int from a cache made once (counts, statuses, opcodes; wc.c). */
 IBP_HIDDEN PyObject *ibp_count_result(long n);
 
-/* The data-path objects (SGE, SendWR, RecvWR, PostListEntry, WC, WCBuffer,
- * AsyncEvent) and the converters of the C struct fields they show, from
- * spec/datapath/records.yaml; their accessors and type shells are each
- * type's generated/<type>.c.h, included by the type's file. */
-#include "records.h"
-
+/* A PostList's entries (its PostListObject, in records.h, points to them). */
 enum { PL_SEND, PL_RECV };
 
 struct pl_entry {
@@ -315,16 +310,11 @@ struct pl_entry {
     PyObject *owners;    /* tuple of what the SGEs keep alive, or NULL */
 };
 
-typedef struct {
-    PyObject_HEAD
-    int kind;                  /* PL_SEND or PL_RECV */
-    int release_gil;           /* post with the GIL released */
-    Py_ssize_t n;
-    Py_ssize_t n_ah;           /* entries with an AH */
-    Py_ssize_t posting;        /* posts in flight with the GIL released */
-    void *wrs;                 /* n work requests, then their SGEs (one block) */
-    struct pl_entry *entries;
-} PostListObject;
+/* The data-path objects (SGE, SendWR, RecvWR, PostList, PostListEntry, WC,
+ * WCBuffer, AsyncEvent) and the converters of the C struct fields they
+ * show, from spec/datapath/records.yaml; their accessors and type shells
+ * are each type's generated/<type>.c.h, included by the type's file. */
+#include "records.h"
 
 #define PL_SEND_WR(pl, i) (&((struct ibv_send_wr *)(pl)->wrs)[i])
 #define PL_RECV_WR(pl, i) (&((struct ibv_recv_wr *)(pl)->wrs)[i])
@@ -445,15 +435,13 @@ static inline int ibp_conv_positive_int(PyObject *arg, const char *name, int *ou
 }
 
 /* The data-path types, made at import by ibp_datapath_init (datapath.c);
- * all but PostList are declared in generated/records.h. */
+ * declared in generated/records.h. */
 IBP_HIDDEN int ibp_datapath_init(PyObject *module);
 /* Make a class from spec (deriving from base when not NULL), store it in
  * *out and add it to the module as name (module.c; every generated and
  * hand-written class goes through it). */
 IBP_HIDDEN int ibp_add_type(PyObject *module, const char *name, PyType_Spec *spec,
                             PyTypeObject *base, PyTypeObject **out);
-extern IBP_HIDDEN PyTypeObject *PostList_Type;       /* postlist.c */
-extern IBP_HIDDEN PyType_Spec PostList_spec;
 /* What each file prepares at import before its types are made. */
 IBP_HIDDEN int ibp_wc_init(void);
 

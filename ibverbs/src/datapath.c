@@ -27,9 +27,7 @@ int ibp_datapath_init(PyObject *module)
         return -1;
     if (SGE_type_init(module) < 0 || SendWR_type_init(module) < 0 ||
         RecvWR_type_init(module) < 0 || WC_type_init(module) < 0 ||
-        WCBuffer_type_init(module) < 0)
-        return -1;
-    if (ibp_add_type(module, "PostList", &PostList_spec, NULL, &PostList_Type) < 0)
+        WCBuffer_type_init(module) < 0 || PostList_type_init(module) < 0)
         return -1;
     if (PostListEntry_type_init(module) < 0 || AsyncEvent_type_init(module) < 0)
         return -1;

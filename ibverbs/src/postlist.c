@@ -6,13 +6,15 @@
  * through views (plist[i].wr_id = ..., .addr, .length, .remote_addr, ...)
  * or replaced whole (plist[i] = SendWR(...)).  What the requests name (the
  * MRs of their SGEs, AHs) is kept alive with the list; AHs are checked to
- * be open at each post.
+ * be open at each post.  The type shell is generated (generated/postlist.c.h,
+ * from spec/datapath/records.yaml); here are the constructor, the GC slots,
+ * the conversion of an entry, the post and the sequence slots.
  */
 #include "common.h"
 
 #include "objects.h"
 
-PyTypeObject *PostList_Type;
+#include "postlist.c.h"
 
 /* Convert request w (of the list's kind, type-checked) into entry i, whose
  * sg_list pointer is already set.  On failure entry i is left as it was.
@@ -390,26 +392,6 @@ static int PostList_ass_item(PyObject *op, Py_ssize_t i, PyObject *value)
     return pl_fill(pl, i, value);
 }
 
-static PyObject *PostList_get_release_gil(PyObject *op, void *c)
-{
-    (void)c;
-    return PyBool_FromLong(((PostListObject *)op)->release_gil);
-}
-
-static int PostList_set_release_gil(PyObject *op, PyObject *v, void *c)
-{
-    (void)c;
-    if (v == NULL) {
-        PyErr_SetString(PyExc_AttributeError, "cannot delete release_gil");
-        return -1;
-    }
-    int truth = PyObject_IsTrue(v);
-    if (truth < 0)
-        return -1;
-    ((PostListObject *)op)->release_gil = truth;
-    return 0;
-}
-
 static PyObject *PostList_get_kind(PyObject *op, void *c)
 {
     (void)c;
@@ -423,44 +405,3 @@ static PyObject *PostList_repr(PyObject *op)
     return PyUnicode_FromFormat("PostList(%zd %s%s)", pl->n, ibp_pl_what(pl),
                                 pl->release_gil ? ", release_gil=True" : "");
 }
-
-static PyGetSetDef PostList_getset[] = {
-    {"release_gil", PostList_get_release_gil, PostList_set_release_gil,
-     "Post with the GIL released (default False; see the class doc).", NULL},
-    {"kind", PostList_get_kind, NULL, "SendWR or RecvWR: what the list holds.", NULL},
-    {NULL, NULL, NULL, NULL, NULL},
-};
-
-static PyType_Slot PostList_slots[] = {
-    {Py_tp_doc, (void *)
-     "PostList(wrs, *, release_gil=False)\n--\n\n"
-     "A chain of work requests converted once into C and posted many times.\n\n"
-     "wrs is a SendWR or RecvWR, or a non-empty list of them (all of one kind).  "
-     "qp.post_send(plist) (or qp.post_recv / srq.post_recv for RecvWR) posts the whole "
-     "chain in one verb call, with no conversion and no allocation.\n\n"
-     "plist[i] is a live view of entry i (PostListEntry): setting its wr_id, "
-     "send_flags, remote_addr, rkey, imm_data, compare_add, swap, remote_qpn, "
-     "remote_qkey, or addr / length / lkey (of its first SGE) writes the C request "
-     "directly.  plist[i] = wr converts a whole new request into entry i (as many "
-     "SGEs as the entry was built with, or fewer).  The MRs and AHs the requests "
-     "name are kept alive with the list; an AH closed since, or the MR of an INLINE "
-     "entry's SGE, is reported at the next post (VerbsError EBADF).\n\n"
-     "release_gil: post with the GIL released.  Off by default: on most providers a "
-     "post is a few stores and a doorbell, cheaper than giving up the GIL.  Turn it "
-     "on where a post is a slow system call (rxe, siw) and other Python threads must "
-     "run meanwhile; while such a post is in flight the QP refuses close() (EBUSY) "
-     "and the list refuses updates (RuntimeError)."},
-    {Py_tp_new, (void *)PostList_new},
-    {Py_tp_dealloc, (void *)PostList_dealloc},
-    {Py_tp_traverse, (void *)PostList_traverse},
-    {Py_tp_clear, (void *)PostList_clear},
-    {Py_tp_repr, (void *)PostList_repr},
-    {Py_tp_getset, PostList_getset},
-    {Py_sq_length, (void *)PostList_length},
-    {Py_sq_item, (void *)PostList_item},
-    {Py_sq_ass_item, (void *)PostList_ass_item},
-    {0, NULL},
-};
-
-PyType_Spec PostList_spec = {"ibverbs.PostList", sizeof(PostListObject), 0,
-                                    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, PostList_slots};

@@ -103,3 +103,74 @@ def test_a_stub_that_is_no_signature_is_named_with_its_file_and_line(tmp_path):
     with pytest.raises(SpecError, match=r"^spec/datapath/records\.yaml:\d+: "
                                         r"WCBuffer\.count_opcode: stub must be a typed signature"):
         records.build(parse.parse(None), str(tmp_path))
+
+
+def _build_changed(tmp_path, old: str, new: str):
+    """records.build over the spec with old replaced by new (once)."""
+    from generator import parse, records
+    text = (ROOT / "spec" / "datapath" / "records.yaml").read_text(encoding="utf-8")
+    assert old in text, old
+    (tmp_path / "datapath").mkdir()
+    (tmp_path / "datapath" / "records.yaml").write_text(text.replace(old, new, 1),
+                                                        encoding="utf-8")
+    return records.build(parse.parse(None), str(tmp_path))
+
+
+def test_a_sequence_key_mistake_is_named_with_its_file_and_line(tmp_path):
+    import pytest
+    pytest.importorskip("clang.cindex", reason="libclang is not installed")
+    from generator.spec import SpecError
+    with pytest.raises(SpecError, match=r"^spec/datapath/records\.yaml:\d+: "
+                                        r"PostList\.sequence: unknown key 'set_items'"):
+        _build_changed(tmp_path, "set_item: PostList_ass_item", "set_items: PostList_ass_item")
+
+
+def test_a_sequence_without_item_is_named_with_its_file_and_line(tmp_path):
+    import pytest
+    pytest.importorskip("clang.cindex", reason="libclang is not installed")
+    from generator.spec import SpecError
+    with pytest.raises(SpecError, match=r"^spec/datapath/records\.yaml:\d+: "
+                                        r"PostList\.sequence: needs length and item"):
+        _build_changed(tmp_path, "item: PostList_item, ", "")
+
+
+def test_a_hand_traverse_beside_refs_is_named_with_its_file_and_line(tmp_path):
+    import pytest
+    pytest.importorskip("clang.cindex", reason="libclang is not installed")
+    from generator.spec import SpecError
+    with pytest.raises(SpecError, match=r"^spec/datapath/records\.yaml:\d+: "
+                                        r"PostList: a hand-written traverse is for a "
+                                        r"collected type without refs"):
+        _build_changed(tmp_path, "    traverse: PostList_traverse\n",
+                       "    traverse: PostList_traverse\n    refs: [x]\n")
+
+
+def test_a_hand_clear_without_hand_traverse_is_named_with_its_file_and_line(tmp_path):
+    import pytest
+    pytest.importorskip("clang.cindex", reason="libclang is not installed")
+    from generator.spec import SpecError
+    with pytest.raises(SpecError, match=r"^spec/datapath/records\.yaml:\d+: "
+                                        r"PostList: a hand-written clear needs a "
+                                        r"hand-written traverse"):
+        _build_changed(tmp_path, "    traverse: PostList_traverse\n", "")
+
+
+def test_a_field_without_storage_is_named_with_its_file_and_line(tmp_path):
+    import pytest
+    pytest.importorskip("clang.cindex", reason="libclang is not installed")
+    from generator.spec import SpecError
+    with pytest.raises(SpecError, match=r"^spec/datapath/records\.yaml:\d+: "
+                                        r"PostList: a field attribute needs a storage"):
+        _build_changed(tmp_path, "      kind: {hand: {get: PostList_get_kind}",
+                       "      wr_id: {field: send_wr.wr_id}\n"
+                       "      kind: {hand: {get: PostList_get_kind}")
+
+
+def test_postlist_shell_is_generated():
+    """PostList's slots and tables come from the spec, not from postlist.c."""
+    text = (SRC / "postlist.c").read_text(encoding="utf-8")
+    for hand in ("PyType_Slot", "PyType_Spec", "PyGetSetDef", "{Py_tp_"):
+        assert hand not in text, hand
+    gen = (ROOT / "generated" / "postlist.c.h").read_text(encoding="utf-8")
+    assert "{Py_sq_ass_item, (void *)PostList_ass_item}" in gen
+    assert "Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC," in gen
