@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d058999ce2cfebde6a6830678ae4c6a5d39e3a9d7b81b62c8ade6aa03e1b83ec).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 137b82921ad7bd94067f8eae03d562dd12df1b670459de538875d580ba477fea);
- * this file's own sha256, this number read as zeros: b786959248d17a06e73746b082d5f39fe719ff0ac04fb41e74b9170b4ea98ac8 */
+ * Made by templates/ and generator/ (sha256 e5c83176cca75d9cc2f24efb2d6c7df96cdd94a3009930f7914de3b920d0919e);
+ * this file's own sha256, this number read as zeros: 16c5ab577bbce86b4f0332c10901b8e4499c7fa856182cdb3136d01d6638899d */
 
 /*
  * Context: An open RDMA device (ibv_open_device).
@@ -1248,7 +1248,7 @@ Context_ack_async_event(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
     PyObject *return_value = NULL;
 
     static const char *const kwlist[] = {"ev", NULL};
-    static struct ibp_parser parser = {"ack_async_event", kwlist, 1, 0, NULL};
+    static struct ibp_parser parser = {"ack_async_event", kwlist, 1, 0, 0, NULL};
     PyObject *argv[1];
     if (kwnames == NULL && nargs == 1) {
         ev_obj = args[0];

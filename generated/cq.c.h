@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d058999ce2cfebde6a6830678ae4c6a5d39e3a9d7b81b62c8ade6aa03e1b83ec).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 137b82921ad7bd94067f8eae03d562dd12df1b670459de538875d580ba477fea);
- * this file's own sha256, this number read as zeros: 93923a5137e65b718709a17319d1dd3846d074e234694f253c8ab791606a3608 */
+ * Made by templates/ and generator/ (sha256 e5c83176cca75d9cc2f24efb2d6c7df96cdd94a3009930f7914de3b920d0919e);
+ * this file's own sha256, this number read as zeros: 69da18727ffb7781e78aca5cb621d2fb97502ac8a1083e50abbf5f3f0f2ab420 */
 
 /*
  * CQ: A completion queue (ibv_create_cq).
@@ -347,7 +347,7 @@ CQ_poll(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnam
     PyObject *return_value = NULL;
 
     static const char *const kwlist[] = {"num_entries", NULL};
-    static struct ibp_parser parser = {"poll", kwlist, 1, 0, NULL};
+    static struct ibp_parser parser = {"poll", kwlist, 1, 0, 0, NULL};
     PyObject *argv[1];
     if (kwnames == NULL && nargs == 1) {
         num_entries_obj = args[0];

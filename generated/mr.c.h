@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d058999ce2cfebde6a6830678ae4c6a5d39e3a9d7b81b62c8ade6aa03e1b83ec).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 137b82921ad7bd94067f8eae03d562dd12df1b670459de538875d580ba477fea);
- * this file's own sha256, this number read as zeros: 363cc9a97ac4f66ada3bcada75b776d0bbb6dd8a603bb9cf6f6038295070a8a7 */
+ * Made by templates/ and generator/ (sha256 e5c83176cca75d9cc2f24efb2d6c7df96cdd94a3009930f7914de3b920d0919e);
+ * this file's own sha256, this number read as zeros: c3effd57600eb0d5bb3f7431865e5b4807e42f86eb914db324ff6c5625715d3f */
 
 /*
  * MR: A registered memory region (ibv_reg_mr and friends).
@@ -423,7 +423,7 @@ MR_sge(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwname
     PyObject *return_value = NULL;
 
     static const char *const kwlist[] = {"length", "offset", NULL};
-    static struct ibp_parser parser = {"sge", kwlist, 0, 0, NULL};
+    static struct ibp_parser parser = {"sge", kwlist, 0, 0, 0, NULL};
     PyObject *argv[2];
     if (kwnames == NULL && nargs <= 2) {
         length_obj = nargs > 0 ? args[0] : NULL;

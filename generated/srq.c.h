@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d058999ce2cfebde6a6830678ae4c6a5d39e3a9d7b81b62c8ade6aa03e1b83ec).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 137b82921ad7bd94067f8eae03d562dd12df1b670459de538875d580ba477fea);
- * this file's own sha256, this number read as zeros: b06ce7ab1ffc8fbd442b8268177aaed28382826f366943b1467ad3cb882c39c6 */
+ * Made by templates/ and generator/ (sha256 e5c83176cca75d9cc2f24efb2d6c7df96cdd94a3009930f7914de3b920d0919e);
+ * this file's own sha256, this number read as zeros: 41e01e58c8352940dddf585ea7e6e553db55d2eecd6824b594bffbf297a32a6d */
 
 /*
  * SRQ: A shared receive queue (ibv_create_srq).
@@ -451,7 +451,7 @@ SRQ_post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject 
     PyObject *return_value = NULL;
 
     static const char *const kwlist[] = {"wrs", NULL};
-    static struct ibp_parser parser = {"post_recv", kwlist, 1, 0, NULL};
+    static struct ibp_parser parser = {"post_recv", kwlist, 1, 0, 0, NULL};
     PyObject *argv[1];
     if (kwnames == NULL && nargs == 1) {
         wrs_obj = args[0];

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d058999ce2cfebde6a6830678ae4c6a5d39e3a9d7b81b62c8ade6aa03e1b83ec).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 137b82921ad7bd94067f8eae03d562dd12df1b670459de538875d580ba477fea);
- * this file's own sha256, this number read as zeros: 822dbcfefe8d9b7f904517cc4c20c853c29c24af16738da4341688b04b3487a6 */
+ * Made by templates/ and generator/ (sha256 e5c83176cca75d9cc2f24efb2d6c7df96cdd94a3009930f7914de3b920d0919e);
+ * this file's own sha256, this number read as zeros: b26efd277a28656797ccfd9433642d0be2f6201208afcc513acccf04e865249c */
 
 /*
  * WQ: A receive work queue (ibv_create_wq), for RSS with raw packet QPs.
@@ -278,7 +278,7 @@ WQ_post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *
     PyObject *return_value = NULL;
 
     static const char *const kwlist[] = {"wrs", NULL};
-    static struct ibp_parser parser = {"post_recv", kwlist, 1, 0, NULL};
+    static struct ibp_parser parser = {"post_recv", kwlist, 1, 0, 0, NULL};
     PyObject *argv[1];
     if (kwnames == NULL && nargs == 1) {
         wrs_obj = args[0];

@@ -226,7 +226,7 @@ def _impl_arguments(m: MethodModel) -> List[str]:
     fast = (f"nargs == {n}" if required == n else f"nargs <= {n}" if required == 0
             else f"nargs >= {required} && nargs <= {n}")
     return ([f"static const char *const kwlist[] = {{{names}, NULL}};",
-             f'static struct ibp_parser parser = {{"{m.name}", kwlist, {required}, 0, NULL}};',
+             f'static struct ibp_parser parser = {{"{m.name}", kwlist, {required}, 0, 0, NULL}};',
              f"PyObject *argv[{n}];",
              f"if (kwnames == NULL && {fast}) {{"]
             + [f"    {a.name}_obj = args[{i}];" if i < required else

@@ -42,6 +42,8 @@ SEQUENCE_KEYS = {"length", "item", "set_item"}
 ATTR_KEYS = {"field", "readonly", "ref", "hand", "slot", "flag", "check", "prepared", "doc",
              "too_big", "stub"}
 METHOD_KEYS = {"function", "flags", "doc", "stub"}
+# init: {...} / new: {...}: a generated parser of the constructor's arguments
+PARSER_KEYS = {"args", "required", "keyword_only"}
 FLAGS = {"METH_O", "METH_NOARGS"}
 UNSIGNED_MAX = {1: "UINT8_MAX", 2: "UINT16_MAX", 4: "UINT32_MAX", 8: "UINT64_MAX"}
 
@@ -151,6 +153,17 @@ class FieldMethod:
 
 
 @dataclass
+class ArgParser:
+    """A generated constructor parser (spec `init:` or `new:` as a mapping):
+    the arguments, all objects (NULL where not given), by position or
+    keyword but the last keyword_only ones, by keyword only; the
+    hand-written ibp_hand_<Type>_<init|new>_impl converts them."""
+    args: List[str]
+    required: int = 0
+    keyword_only: int = 0
+
+
+@dataclass
 class TypeModel:
     name: str
     doc: str
@@ -166,11 +179,11 @@ class TypeModel:
     guard: Optional[str] = None
     union: Optional[str] = None
     init: Optional[str] = None            # a hand function, "keywords", "impl" or None
-    # init "impl": the constructor's arguments (all objects) and how many are
-    # required; a generated parser hands them to ibp_hand_<Type>_init_impl
-    init_impl: List[str] = field(default_factory=list)
-    init_required: int = 0
-    new: Optional[str] = None
+    # init "impl": a generated parser hands the arguments to ibp_hand_<Type>_init_impl
+    init_parser: Optional[ArgParser] = None
+    new: Optional[str] = None             # a hand function, "impl" or None
+    # new "impl": a generated parser hands the arguments to ibp_hand_<Type>_new_impl
+    new_parser: Optional[ArgParser] = None
     repr: Optional[str] = None
     dealloc: Optional[str] = None
     getattro: Optional[str] = None
@@ -217,12 +230,16 @@ class TypeModel:
     def hand_prototypes(self) -> List[str]:
         """What the generated code calls that the type's own file writes."""
         protos = []
-        if self.init == "impl":
+        if self.init_parser:
             protos.append(f"int ibp_hand_{self.name}_init_impl({self.name}Object *self"
-                          + "".join(f", PyObject *{a}" for a in self.init_impl) + ")")
+                          + "".join(f", PyObject *{a}" for a in self.init_parser.args) + ")")
+        if self.new_parser:
+            protos.append(f"PyObject *ibp_hand_{self.name}_new_impl(PyTypeObject *type"
+                          + "".join(f", PyObject *{a}" for a in self.new_parser.args) + ")")
         for fn, sig in ((self.init if self.init not in ("keywords", "impl") else None,
                          "int {}(PyObject *op, PyObject *args, PyObject *kwargs)"),
-                        (self.new, "PyObject *{}(PyTypeObject *type, PyObject *args, PyObject *kwargs)"),
+                        (self.new if self.new != "impl" else None,
+                         "PyObject *{}(PyTypeObject *type, PyObject *args, PyObject *kwargs)"),
                         (self.repr, "PyObject *{}(PyObject *op)"),
                         (self.dealloc, "void {}(PyObject *op)"),
                         (self.traverse, "int {}(PyObject *op, visitproc visit, void *arg)"),
@@ -487,21 +504,36 @@ def _type(records, name: str, node: Node) -> TypeModel:
     state = [(k, str(v)) for k, v in (node.get("state") or {}).items()]
     seq = _sequence(node, name)
     traverse, clear = _gc_functions(node, name)
-    init, init_impl, init_required = node.get("init"), [], 0
-    if isinstance(init, Node):      # {args: [...], required: n}: a generated parser
-        init_impl = [str(a) for a in init["args"]]
-        init_required = int(init.get("required", 0))
-        init = "impl"
+    init, new = node.get("init"), node.get("new")
+    init_parser = _arg_parser(node, "init", name) if isinstance(init, Node) else None
+    new_parser = _arg_parser(node, "new", name) if isinstance(new, Node) else None
     return TypeModel(
         name, node["doc"], kind, embedded, reach, list(node.get("refs") or []), state,
         attributes, methods, field_methods, changed=node.get("changed"),
-        guard=node.get("guard"), union=node.get("union"), init=init,
-        init_impl=init_impl, init_required=init_required,
-        new=node.get("new"), repr=node.get("repr"), dealloc=node.get("dealloc"),
+        guard=node.get("guard"), union=node.get("union"),
+        init="impl" if init_parser else init, init_parser=init_parser,
+        new="impl" if new_parser else new, new_parser=new_parser,
+        repr=node.get("repr"), dealloc=node.get("dealloc"),
         getattro=node.get("getattro"),
         sequence=seq, gc=node.get("gc", True), basetype=node.get("basetype", True),
         clear=bool(node.get("clear", True)), traverse=traverse, clear_function=clear,
         stubs=_special_stubs(node, name))
+
+
+def _arg_parser(node: Node, key: str, name: str) -> ArgParser:
+    """`{args: [names], required: n, keyword_only: [names]}`: the first n
+    args are required; keyword_only ones follow the args, optional."""
+    p = _keys(node[key], PARSER_KEYS, f"{name}.{key}")
+    args = [str(a) for a in p.get("args") or []]
+    kwonly = [str(a) for a in p.get("keyword_only") or []]
+    required = int(p.get("required", 0))
+    if not 0 <= required <= len(args):
+        raise SpecError(f"{p.where('required')}: {name}.{key}: required must be 0..{len(args)} "
+                        f"(the number of args; keyword_only ones are optional)")
+    if len(set(args + kwonly)) != len(args + kwonly) or not args + kwonly:
+        raise SpecError(f"{node.where(key)}: {name}.{key}: the argument names must be "
+                        f"distinct, and one at least")
+    return ArgParser(args + kwonly, required, len(kwonly))
 
 
 def _sequence(node: Node, name: str) -> Optional[Tuple[str, str, Optional[str]]]:

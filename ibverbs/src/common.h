@@ -392,6 +392,7 @@ struct ibp_parser {
     const char *fname;
     const char *const *names;   /* NULL-terminated */
     int nrequired;
+    int nkwonly;                /* the last nkwonly names: by keyword only */
     int n;                      /* these two: set on first use */
     PyObject **interned;
 };

@@ -271,6 +271,21 @@ static inline int parser_ready(struct ibp_parser *p)
     return p->interned != NULL ? 0 : parser_intern(p);
 }
 
+/* The position of str key among the names, or -1 (no error set). */
+static int keyword_position(const struct ibp_parser *p, PyObject *key)
+{
+    for (int j = 0; j < p->n; j++)
+        if (key == p->interned[j] || PyUnicode_Compare(key, p->interned[j]) == 0)
+            return j;
+    return -1;
+}
+
+static int invalid_keyword(const struct ibp_parser *p, PyObject *key)
+{
+    PyErr_Format(PyExc_TypeError, "'%U' is an invalid keyword argument for %s()", key, p->fname);
+    return -1;
+}
+
 /* The position of a keyword that is not one of the interned names itself
  * (made at run time), or -1 with TypeError. */
 static int keyword_by_value(const struct ibp_parser *p, PyObject *key)
@@ -279,11 +294,8 @@ static int keyword_by_value(const struct ibp_parser *p, PyObject *key)
         PyErr_SetString(PyExc_TypeError, "keywords must be strings");
         return -1;
     }
-    for (int j = 0; j < p->n; j++)
-        if (PyUnicode_Compare(key, p->interned[j]) == 0)
-            return j;
-    PyErr_Format(PyExc_TypeError, "'%U' is an invalid keyword argument for %s()", key, p->fname);
-    return -1;
+    int j = keyword_position(p, key);
+    return j >= 0 ? j : invalid_keyword(p, key);
 }
 
 /* out[<key's position>] = value; keywords the compiler interned are
@@ -305,12 +317,28 @@ static inline int store_keyword(const struct ibp_parser *p, PyObject *key, PyObj
     return 0;
 }
 
-static inline int positional(const struct ibp_parser *p, Py_ssize_t nargs)
+/* Too many arguments by position; with keyword-only names, too many in
+ * all first (PyArg_ParseTupleAndKeywords's checks of a "...|...$..." format,
+ * in its order). */
+static int positional(const struct ibp_parser *p, Py_ssize_t nargs, Py_ssize_t nkw)
 {
-    if (nargs <= p->n)
+    int max = p->n - p->nkwonly;
+    if (p->nkwonly == 0 && nargs > p->n) {
+        PyErr_Format(PyExc_TypeError, "%s() takes at most %d argument%s (%zd given)", p->fname,
+                     p->n, p->n == 1 ? "" : "s", nargs);
+        return -1;
+    }
+    if (p->nkwonly == 0 || (nargs + nkw <= p->n && nargs <= max))
         return 0;
-    PyErr_Format(PyExc_TypeError, "%s() takes at most %d argument%s (%zd given)", p->fname, p->n,
-                 p->n == 1 ? "" : "s", nargs);
+    if (nargs + nkw > p->n)
+        PyErr_Format(PyExc_TypeError, "%s() takes at most %d %sargument%s (%zd given)",
+                     p->fname, p->n, nargs == 0 ? "keyword " : "", p->n == 1 ? "" : "s",
+                     nargs + nkw);
+    else if (max == 0)
+        PyErr_Format(PyExc_TypeError, "%s() takes no positional arguments", p->fname);
+    else    /* "at most": the keyword-only arguments are optional (a "|" before the "$") */
+        PyErr_Format(PyExc_TypeError, "%s() takes at most %d positional argument%s (%zd given)",
+                     p->fname, max, max == 1 ? "" : "s", nargs);
     return -1;
 }
 
@@ -328,18 +356,31 @@ static inline int required(const struct ibp_parser *p, PyObject **out)
 int ibp_unpack_tuple(struct ibp_parser *p, PyObject *args, PyObject *kwargs, PyObject **out)
 {
     Py_ssize_t nargs = PyTuple_Size(args);
-    if (parser_ready(p) < 0 || positional(p, nargs) < 0)
+    if (parser_ready(p) < 0 ||
+        positional(p, nargs, kwargs != NULL ? PyDict_Size(kwargs) : 0) < 0)
         return -1;
     for (int i = 0; i < p->n; i++)
         out[i] = i < nargs ? PyTuple_GetItem(args, i) : NULL;
+    /* A parser with keyword-only names stands for a "...|...$..." format of
+     * PyArg_ParseTupleAndKeywords (the constructors of WCBuffer and
+     * PostList), which names a missing argument before an unknown keyword. */
+    PyObject *unknown = NULL;
     if (kwargs != NULL) {
         Py_ssize_t pos = 0;
         PyObject *key, *value;
-        while (PyDict_Next(kwargs, &pos, &key, &value))
+        while (PyDict_Next(kwargs, &pos, &key, &value)) {
+            if (p->nkwonly && PyUnicode_Check(key) && keyword_position(p, key) < 0) {
+                if (unknown == NULL)
+                    unknown = key;
+                continue;
+            }
             if (store_keyword(p, key, value, out) < 0)
                 return -1;
+        }
     }
-    return required(p, out);
+    if (required(p, out) < 0)
+        return -1;
+    return unknown != NULL ? invalid_keyword(p, unknown) : 0;
 }
 
 /* The one argument of a method that takes exactly one (the seed's
@@ -370,9 +411,9 @@ int ibp_unpack_fastcall(struct ibp_parser *p, PyObject *const *args, Py_ssize_t 
     Py_ssize_t nkw = kwnames != NULL ? PyTuple_Size(kwnames) : 0;
     if (parser_ready(p) < 0)
         return -1;
-    if (p->n == 1 && p->nrequired == 1)
+    if (p->n == 1 && p->nrequired == 1 && p->nkwonly == 0)
         return one_argument(p, args, nargs, nkw, kwnames, out);
-    if (positional(p, nargs) < 0)
+    if (positional(p, nargs, nkw) < 0)
         return -1;
     for (int i = 0; i < p->n; i++)
         out[i] = i < nargs ? args[i] : NULL;

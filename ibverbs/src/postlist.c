@@ -117,13 +117,14 @@ done:
     return rc;
 }
 
-static PyObject *PostList_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+/* PostList(wrs, *, release_gil=False): the generated parser passes NULL
+ * for what was not given. */
+static PyObject *ibp_hand_PostList_new_impl(PyTypeObject *type, PyObject *arg,
+                                            PyObject *release_gil_obj)
 {
-    static char *kwlist[] = {"wrs", "release_gil", NULL};
-    PyObject *arg;
-    int release_gil = 0;
+    int release_gil = release_gil_obj != NULL ? PyObject_IsTrue(release_gil_obj) : 0;
     struct wr_seq s;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$p:PostList", kwlist, &arg, &release_gil))
+    if (release_gil < 0)
         return NULL;
     int kind;
     if (PyObject_TypeCheck(arg, SendWR_Type)) {

@@ -12,14 +12,15 @@
 
 #define WCBUF_MAX (1 << 20)
 
-static PyObject *WCBuffer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+/* WCBuffer(capacity=16, *, raise_on_error=False): the generated parser
+ * passes NULL for what was not given. */
+static PyObject *ibp_hand_WCBuffer_new_impl(PyTypeObject *type, PyObject *cap_obj,
+                                            PyObject *roe_obj)
 {
-    static char *kwlist[] = {"capacity", "raise_on_error", NULL};
-    PyObject *cap_obj = NULL;
     uint64_t cap = 16;
-    int raise_on_error = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O$p:WCBuffer", kwlist, &cap_obj,
-                                     &raise_on_error))
+    /* the truth first, as the parser's "p" took it before the capacity */
+    int raise_on_error = roe_obj != NULL ? PyObject_IsTrue(roe_obj) : 0;
+    if (raise_on_error < 0)
         return NULL;
     if (cap_obj != NULL && ibp_conv_unsigned(cap_obj, "capacity", WCBUF_MAX, &cap) < 0)
         return NULL;

@@ -99,3 +99,52 @@ def test_handle_types_past_the_first_32_are_still_held():
     objects = [cls() for cls in classes]        # closed handles, one per new type
     with pytest.raises(TypeError, match="more than 7 verbs objects"):
         ib.PD().reg_mr_iova(*objects[-8:])
+
+
+class _NoTruth:
+    def __bool__(self):
+        raise ZeroDivisionError("bool")
+
+
+# The constructors' generated parsers (keyword-only arguments) say what
+# PyArg_ParseTupleAndKeywords said for "|O$p:WCBuffer" and "O|$p:PostList".
+@pytest.mark.parametrize("call, exc, message", [
+    (lambda: ib.WCBuffer(4, True), TypeError,
+     "WCBuffer() takes at most 1 positional argument (2 given)"),
+    (lambda: ib.WCBuffer(4, 5, 6), TypeError, "WCBuffer() takes at most 2 arguments (3 given)"),
+    (lambda: ib.WCBuffer(raise_on_error=1, capacity=2, x=3), TypeError,
+     "WCBuffer() takes at most 2 keyword arguments (3 given)"),
+    (lambda: ib.WCBuffer(4, capacity=4), TypeError,
+     "argument for WCBuffer() given by name ('capacity') and position (1)"),
+    (lambda: ib.WCBuffer(foo=1), TypeError, "'foo' is an invalid keyword argument for WCBuffer()"),
+    (lambda: ib.WCBuffer(0), ValueError, "capacity must be positive"),
+    (lambda: ib.WCBuffer(None), TypeError, "capacity must be an int, not NoneType"),
+    (lambda: ib.WCBuffer("x", raise_on_error=_NoTruth()), ZeroDivisionError, "bool"),
+    (lambda: ib.PostList(), TypeError, "PostList() missing required argument 'wrs' (pos 1)"),
+    (lambda: ib.PostList(foo=1), TypeError, "PostList() missing required argument 'wrs' (pos 1)"),
+    (lambda: ib.PostList(release_gil=True), TypeError,
+     "PostList() missing required argument 'wrs' (pos 1)"),
+    (lambda: ib.PostList(ib.SendWR(), True), TypeError,
+     "PostList() takes at most 1 positional argument (2 given)"),
+    (lambda: ib.PostList(ib.SendWR(), 1, 2), TypeError,
+     "PostList() takes at most 2 arguments (3 given)"),
+    (lambda: ib.PostList(ib.SendWR(), foo=1), TypeError,
+     "'foo' is an invalid keyword argument for PostList()"),
+    (lambda: ib.PostList(ib.SendWR(), release_gil=_NoTruth()), ZeroDivisionError, "bool"),
+    (lambda: ib.PostList([]), ValueError, "a PostList needs at least one work request"),
+])
+def test_constructor_arguments_are_refused_as_before(call, exc, message):
+    with pytest.raises(exc) as e:
+        call()
+    assert str(e.value) == message
+
+
+def test_constructor_arguments_by_keyword_and_defaults():
+    assert ib.WCBuffer().capacity == 16 and ib.WCBuffer().raise_on_error is False
+    b = ib.WCBuffer(capacity=3, raise_on_error=[1])
+    assert (b.capacity, b.raise_on_error) == (3, True)
+    p = ib.PostList(wrs=[ib.SendWR(wr_id=1)], release_gil=2)
+    assert (len(p), p.release_gil, p.kind) == (1, True, ib.SendWR)
+    assert ib.PostList(ib.RecvWR()).release_gil is False
+    assert ib.WCBuffer.__text_signature__ == "(capacity=16, *, raise_on_error=False)"
+    assert ib.PostList.__text_signature__ == "(wrs, *, release_gil=False)"

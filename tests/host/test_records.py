@@ -174,3 +174,35 @@ def test_postlist_shell_is_generated():
     gen = (ROOT / "generated" / "postlist.c.h").read_text(encoding="utf-8")
     assert "{Py_sq_ass_item, (void *)PostList_ass_item}" in gen
     assert "Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC," in gen
+    # and the constructors' argument parsing (PostList's, WCBuffer's) too
+    for name in ("postlist", "wcbuffer"):
+        assert "PyArg_Parse" not in (SRC / f"{name}.c").read_text(encoding="utf-8"), name
+        gen = (ROOT / "generated" / f"{name}.c.h").read_text(encoding="utf-8")
+        assert "_new_parser, args, kwargs, v) < 0" in gen, name
+
+
+def test_a_constructor_parser_key_mistake_is_named_with_its_file_and_line(tmp_path):
+    import pytest
+    pytest.importorskip("clang.cindex", reason="libclang is not installed")
+    from generator.spec import SpecError
+    with pytest.raises(SpecError, match=r"^spec/datapath/records\.yaml:\d+: "
+                                        r"PostList\.new: unknown key 'keyword'"):
+        _build_changed(tmp_path, "keyword_only: [release_gil]", "keyword: [release_gil]")
+
+
+def test_a_constructor_parser_requiring_too_many_is_named_with_its_file_and_line(tmp_path):
+    import pytest
+    pytest.importorskip("clang.cindex", reason="libclang is not installed")
+    from generator.spec import SpecError
+    with pytest.raises(SpecError, match=r"^spec/datapath/records\.yaml:\d+: "
+                                        r"PostList\.new: required must be 0\.\.1"):
+        _build_changed(tmp_path, "new: {args: [wrs], required: 1,", "new: {args: [wrs], required: 2,")
+
+
+def test_a_constructor_parser_naming_one_twice_is_named_with_its_file_and_line(tmp_path):
+    import pytest
+    pytest.importorskip("clang.cindex", reason="libclang is not installed")
+    from generator.spec import SpecError
+    with pytest.raises(SpecError, match=r"^spec/datapath/records\.yaml:\d+: "
+                                        r"WCBuffer\.new: the argument names must be distinct"):
+        _build_changed(tmp_path, "keyword_only: [raise_on_error]", "keyword_only: [capacity]")
