@@ -8,6 +8,8 @@ from __future__ import annotations
 import pathlib
 import re
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SRC = ROOT / "ibverbs" / "src"
 GENERATED = ROOT / "generated"
@@ -116,54 +118,40 @@ def _build_changed(tmp_path, old: str, new: str):
     return records.build(parse.parse(None), str(tmp_path))
 
 
-def test_a_sequence_key_mistake_is_named_with_its_file_and_line(tmp_path):
-    import pytest
+# (spec text, its replacement, the error after "records.yaml:<line>: ")
+SPEC_MISTAKES = {
+    "sequence_key": ("set_item: PostList_ass_item", "set_items: PostList_ass_item",
+                     r"PostList\.sequence: unknown key 'set_items'"),
+    "sequence_without_item": ("item: PostList_item, ", "",
+                              r"PostList\.sequence: needs length and item"),
+    "hand_traverse_beside_refs": ("    traverse: PostList_traverse\n",
+                                  "    traverse: PostList_traverse\n    refs: [x]\n",
+                                  r"PostList: a hand-written traverse is for a collected type "
+                                  r"without refs"),
+    "hand_clear_without_traverse": ("    traverse: PostList_traverse\n", "",
+                                    r"PostList: a hand-written clear needs a hand-written "
+                                    r"traverse"),
+    "field_without_storage": ("      kind: {hand: {get: PostList_get_kind}",
+                              "      wr_id: {field: send_wr.wr_id}\n"
+                              "      kind: {hand: {get: PostList_get_kind}",
+                              r"PostList: a field attribute needs a storage"),
+    "constructor_key": ("keyword_only: [release_gil]", "keyword: [release_gil]",
+                        r"PostList\.new: unknown key 'keyword'"),
+    "constructor_requiring_too_many": ("new: {args: [wrs], required: 1,",
+                                       "new: {args: [wrs], required: 2,",
+                                       r"PostList\.new: required must be 0\.\.1"),
+    "constructor_naming_one_twice": ("keyword_only: [raise_on_error]", "keyword_only: [capacity]",
+                                     r"WCBuffer\.new: the argument names must be distinct"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SPEC_MISTAKES))
+def test_a_type_spec_mistake_is_named_with_its_file_and_line(tmp_path, case):
     pytest.importorskip("clang.cindex", reason="libclang is not installed")
     from generator.spec import SpecError
-    with pytest.raises(SpecError, match=r"^spec/datapath/records\.yaml:\d+: "
-                                        r"PostList\.sequence: unknown key 'set_items'"):
-        _build_changed(tmp_path, "set_item: PostList_ass_item", "set_items: PostList_ass_item")
-
-
-def test_a_sequence_without_item_is_named_with_its_file_and_line(tmp_path):
-    import pytest
-    pytest.importorskip("clang.cindex", reason="libclang is not installed")
-    from generator.spec import SpecError
-    with pytest.raises(SpecError, match=r"^spec/datapath/records\.yaml:\d+: "
-                                        r"PostList\.sequence: needs length and item"):
-        _build_changed(tmp_path, "item: PostList_item, ", "")
-
-
-def test_a_hand_traverse_beside_refs_is_named_with_its_file_and_line(tmp_path):
-    import pytest
-    pytest.importorskip("clang.cindex", reason="libclang is not installed")
-    from generator.spec import SpecError
-    with pytest.raises(SpecError, match=r"^spec/datapath/records\.yaml:\d+: "
-                                        r"PostList: a hand-written traverse is for a "
-                                        r"collected type without refs"):
-        _build_changed(tmp_path, "    traverse: PostList_traverse\n",
-                       "    traverse: PostList_traverse\n    refs: [x]\n")
-
-
-def test_a_hand_clear_without_hand_traverse_is_named_with_its_file_and_line(tmp_path):
-    import pytest
-    pytest.importorskip("clang.cindex", reason="libclang is not installed")
-    from generator.spec import SpecError
-    with pytest.raises(SpecError, match=r"^spec/datapath/records\.yaml:\d+: "
-                                        r"PostList: a hand-written clear needs a "
-                                        r"hand-written traverse"):
-        _build_changed(tmp_path, "    traverse: PostList_traverse\n", "")
-
-
-def test_a_field_without_storage_is_named_with_its_file_and_line(tmp_path):
-    import pytest
-    pytest.importorskip("clang.cindex", reason="libclang is not installed")
-    from generator.spec import SpecError
-    with pytest.raises(SpecError, match=r"^spec/datapath/records\.yaml:\d+: "
-                                        r"PostList: a field attribute needs a storage"):
-        _build_changed(tmp_path, "      kind: {hand: {get: PostList_get_kind}",
-                       "      wr_id: {field: send_wr.wr_id}\n"
-                       "      kind: {hand: {get: PostList_get_kind}")
+    old, new, message = SPEC_MISTAKES[case]
+    with pytest.raises(SpecError, match=r"^spec/datapath/records\.yaml:\d+: " + message):
+        _build_changed(tmp_path, old, new)
 
 
 def test_postlist_shell_is_generated():
@@ -179,30 +167,3 @@ def test_postlist_shell_is_generated():
         assert "PyArg_Parse" not in (SRC / f"{name}.c").read_text(encoding="utf-8"), name
         gen = (ROOT / "generated" / f"{name}.c.h").read_text(encoding="utf-8")
         assert "_new_parser, args, kwargs, v) < 0" in gen, name
-
-
-def test_a_constructor_parser_key_mistake_is_named_with_its_file_and_line(tmp_path):
-    import pytest
-    pytest.importorskip("clang.cindex", reason="libclang is not installed")
-    from generator.spec import SpecError
-    with pytest.raises(SpecError, match=r"^spec/datapath/records\.yaml:\d+: "
-                                        r"PostList\.new: unknown key 'keyword'"):
-        _build_changed(tmp_path, "keyword_only: [release_gil]", "keyword: [release_gil]")
-
-
-def test_a_constructor_parser_requiring_too_many_is_named_with_its_file_and_line(tmp_path):
-    import pytest
-    pytest.importorskip("clang.cindex", reason="libclang is not installed")
-    from generator.spec import SpecError
-    with pytest.raises(SpecError, match=r"^spec/datapath/records\.yaml:\d+: "
-                                        r"PostList\.new: required must be 0\.\.1"):
-        _build_changed(tmp_path, "new: {args: [wrs], required: 1,", "new: {args: [wrs], required: 2,")
-
-
-def test_a_constructor_parser_naming_one_twice_is_named_with_its_file_and_line(tmp_path):
-    import pytest
-    pytest.importorskip("clang.cindex", reason="libclang is not installed")
-    from generator.spec import SpecError
-    with pytest.raises(SpecError, match=r"^spec/datapath/records\.yaml:\d+: "
-                                        r"WCBuffer\.new: the argument names must be distinct"):
-        _build_changed(tmp_path, "keyword_only: [raise_on_error]", "keyword_only: [capacity]")
