@@ -450,6 +450,8 @@ IBP_HIDDEN int ibp_wc_init(void);
 IBP_HIDDEN int ibp_wr_seq_init(struct wr_seq *s, PyObject *arg, PyTypeObject *type,
                                const char *what);
 IBP_HIDDEN void ibp_wr_seq_done(struct wr_seq *s);
+/* TypeError "item <i> must be a <what>, not <type>"; -1. */
+IBP_HIDDEN int ibp_bad_wr_item(Py_ssize_t i, const char *what, PyObject *item);
 IBP_HIDDEN int ibp_check_inline_sges(const struct ibv_send_wr *wr);
 /* A request into *wr, its SGEs into wr->sg_list (room for `room`): 0, 1
  * when the SGEs do not fit (nothing raised), -1 with an exception. */

@@ -319,7 +319,7 @@ static inline int store_keyword(const struct ibp_parser *p, PyObject *key, PyObj
 
 /* Too many arguments by position; with keyword-only names, too many in
  * all first (PyArg_ParseTupleAndKeywords's checks of a "...|...$..." format,
- * in its order). */
+ * in its order).  nkw counts only there: other parsers pass 0. */
 static int positional(const struct ibp_parser *p, Py_ssize_t nargs, Py_ssize_t nkw)
 {
     int max = p->n - p->nkwonly;
@@ -357,7 +357,7 @@ int ibp_unpack_tuple(struct ibp_parser *p, PyObject *args, PyObject *kwargs, PyO
 {
     Py_ssize_t nargs = PyTuple_Size(args);
     if (parser_ready(p) < 0 ||
-        positional(p, nargs, kwargs != NULL ? PyDict_Size(kwargs) : 0) < 0)
+        positional(p, nargs, kwargs != NULL && p->nkwonly ? PyDict_Size(kwargs) : 0) < 0)
         return -1;
     for (int i = 0; i < p->n; i++)
         out[i] = i < nargs ? PyTuple_GetItem(args, i) : NULL;

@@ -142,12 +142,6 @@ static PyObject *post_recv_one(PyObject *self, RecvWRObject *w, int srq, int *no
     Py_RETURN_NONE;
 }
 
-static Py_ssize_t bad_item(Py_ssize_t i, const char *what, PyObject *item)
-{
-    PyErr_Format(PyExc_TypeError, "item %zd must be a %s, not %s", i, what, ibp_type_name(item));
-    return -1;
-}
-
 /* An exact list or tuple of at most STACK_WRS requests: how many (0 for
  * anything else, or more). */
 static Py_ssize_t stack_batch_size(PyObject *arg, int *is_list)
@@ -191,7 +185,7 @@ static Py_ssize_t send_chain_on_stack(PyObject *self, PyObject *arg, struct chai
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *item = batch_item(arg, is_list, i);
         if (!PyObject_TypeCheck(item, SendWR_Type))
-            return bad_item(i, "SendWR", item);
+            return ibp_bad_wr_item(i, "SendWR", item);
         SendWRObject *w = (SendWRObject *)item;
         struct ibv_send_wr *wr = &wrs[i];
         wr->sg_list = sge;
@@ -218,7 +212,7 @@ static Py_ssize_t recv_chain_on_stack(PyObject *arg, struct chain *c)
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *item = batch_item(arg, is_list, i);
         if (!PyObject_TypeCheck(item, RecvWR_Type))
-            return bad_item(i, "RecvWR", item);
+            return ibp_bad_wr_item(i, "RecvWR", item);
         struct ibv_recv_wr *wr = &wrs[i];
         wr->sg_list = sge;
         int filled = ibp_recv_wr_fill((RecvWRObject *)item, ((RecvWRObject *)item)->sg_list, wr,

@@ -92,6 +92,12 @@ _Static_assert(offsetof(SendWRObject, sg_list) == offsetof(RecvWRObject, sg_list
                "sg_list at one offset");
 #define WR_SG_LIST(obj) (((RecvWRObject *)(obj))->sg_list)
 
+int ibp_bad_wr_item(Py_ssize_t i, const char *what, PyObject *item)
+{
+    PyErr_Format(PyExc_TypeError, "item %zd must be a %s, not %s", i, what, ibp_type_name(item));
+    return -1;
+}
+
 void ibp_wr_seq_done(struct wr_seq *s)
 {
     Py_CLEAR(s->owned);
@@ -129,10 +135,8 @@ int ibp_wr_seq_init(struct wr_seq *s, PyObject *arg, PyTypeObject *type, const c
     for (Py_ssize_t i = 0; i < s->n; i++) {
         PyObject *item = ibp_wr_seq_item(s, i);
         if (!PyObject_TypeCheck(item, type)) {
-            PyErr_Format(PyExc_TypeError, "item %zd must be a %s, not %s", i, what,
-                         ibp_type_name(item));
             ibp_wr_seq_done(s);
-            return -1;
+            return ibp_bad_wr_item(i, what, item);
         }
         s->nsge += ibp_sg_count(WR_SG_LIST(item));
     }
