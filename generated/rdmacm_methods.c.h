@@ -2,8 +2,8 @@
  * (sha256 20a4c73c476a689f172b05ec1def2bc9a14a8fa61b91043e691a57b06d920789, rdma-core 65.0)
  * and the spec/ YAML files (sha256 575d83ea9c4cf1aa5c3ff8170b9d54fb4e25798eeadcf51dc767ba8593d2b07f).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 e5c83176cca75d9cc2f24efb2d6c7df96cdd94a3009930f7914de3b920d0919e);
- * this file's own sha256, this number read as zeros: 0d602d6789423efe0493372b9cde4e3fea11e9c14f13f1a49d83e323ed04ebb3 */
+ * Made by templates/ and generator/ (sha256 5d3f4ee1c0fb9475009046257f5c60a9561b2e7d3013c05e5f20eaa4551d1663);
+ * this file's own sha256, this number read as zeros: 6622f0d048fa2726fdc9db61d4ceb316f228ba7e6603390d82b249fd5872a791 */
 
 /*
  * The rdma_cm classes, from spec/rdmacm/cm.yaml through the verbs handle

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 6d52bf621d65c270da2907ddbf360979a9b79b86980ba38c2ffe1d0636c1a9e2).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 e5c83176cca75d9cc2f24efb2d6c7df96cdd94a3009930f7914de3b920d0919e);
- * this file's own sha256, this number read as zeros: 7ced7ef5f70632ae9e83d69d8450fbd4d4477cf457ed92c1e150772cde7c8114 */
+ * Made by templates/ and generator/ (sha256 5d3f4ee1c0fb9475009046257f5c60a9561b2e7d3013c05e5f20eaa4551d1663);
+ * this file's own sha256, this number read as zeros: 80353ff260a4a687df34593c7aa7a477a0584ec59706c0683469c87d93c7de01 */
 
 /*
  * The C structs of the data path, one converter pair per field: every
@@ -24,13 +24,19 @@
 
 /* ==== struct ibv_sge ==== */
 
-/* The IR's layout, as this compiler sees the same headers. */
-_Static_assert(offsetof(struct ibv_sge, addr) == 0 &&
-               sizeof(((struct ibv_sge *)0)->addr) == 8, "struct ibv_sge.addr");
-_Static_assert(offsetof(struct ibv_sge, length) == 8 &&
-               sizeof(((struct ibv_sge *)0)->length) == 4, "struct ibv_sge.length");
-_Static_assert(offsetof(struct ibv_sge, lkey) == 12 &&
-               sizeof(((struct ibv_sge *)0)->lkey) == 4, "struct ibv_sge.lkey");
+/* What the converters take from the IR, as this compiler lays the struct out
+ * for its target: each member's C type and width (the range checks rest on
+ * them).  No offsets: the code reaches members by name, and the IR's offsets
+ * are the generating machine's (tests/host/test_layout.py checks them there). */
+_Static_assert(sizeof(((struct ibv_sge *)0)->addr) == 8 &&
+               _Generic(((struct ibv_sge *)0)->addr, uint64_t: 1, default: 0),
+               "struct ibv_sge.addr: uint64_t, 8 bytes");
+_Static_assert(sizeof(((struct ibv_sge *)0)->length) == 4 &&
+               _Generic(((struct ibv_sge *)0)->length, uint32_t: 1, default: 0),
+               "struct ibv_sge.length: uint32_t, 4 bytes");
+_Static_assert(sizeof(((struct ibv_sge *)0)->lkey) == 4 &&
+               _Generic(((struct ibv_sge *)0)->lkey, uint32_t: 1, default: 0),
+               "struct ibv_sge.lkey: uint32_t, 4 bytes");
 
 static inline PyObject *
 ibp_sge_addr_to_py(uint64_t v)
@@ -90,35 +96,52 @@ enum {
     IBP_SEND_WR_WR_UD,
 };
 
-/* The IR's layout, as this compiler sees the same headers. */
-_Static_assert(offsetof(struct ibv_send_wr, wr_id) == 0 &&
-               sizeof(((struct ibv_send_wr *)0)->wr_id) == 8, "struct ibv_send_wr.wr_id");
-_Static_assert(offsetof(struct ibv_send_wr, num_sge) == 24 &&
-               sizeof(((struct ibv_send_wr *)0)->num_sge) == 4, "struct ibv_send_wr.num_sge");
-_Static_assert(offsetof(struct ibv_send_wr, opcode) == 28 &&
-               sizeof(((struct ibv_send_wr *)0)->opcode) == 4, "struct ibv_send_wr.opcode");
-_Static_assert(offsetof(struct ibv_send_wr, send_flags) == 32 &&
-               sizeof(((struct ibv_send_wr *)0)->send_flags) == 4, "struct ibv_send_wr.send_flags");
-_Static_assert(offsetof(struct ibv_send_wr, imm_data) == 36 &&
-               sizeof(((struct ibv_send_wr *)0)->imm_data) == 4, "struct ibv_send_wr.imm_data");
-_Static_assert(offsetof(struct ibv_send_wr, invalidate_rkey) == 36 &&
-               sizeof(((struct ibv_send_wr *)0)->invalidate_rkey) == 4, "struct ibv_send_wr.invalidate_rkey");
-_Static_assert(offsetof(struct ibv_send_wr, wr.rdma.remote_addr) == 40 &&
-               sizeof(((struct ibv_send_wr *)0)->wr.rdma.remote_addr) == 8, "struct ibv_send_wr.wr.rdma.remote_addr");
-_Static_assert(offsetof(struct ibv_send_wr, wr.atomic.remote_addr) == 40 &&
-               sizeof(((struct ibv_send_wr *)0)->wr.atomic.remote_addr) == 8, "struct ibv_send_wr.wr.atomic.remote_addr");
-_Static_assert(offsetof(struct ibv_send_wr, wr.rdma.rkey) == 48 &&
-               sizeof(((struct ibv_send_wr *)0)->wr.rdma.rkey) == 4, "struct ibv_send_wr.wr.rdma.rkey");
-_Static_assert(offsetof(struct ibv_send_wr, wr.atomic.rkey) == 64 &&
-               sizeof(((struct ibv_send_wr *)0)->wr.atomic.rkey) == 4, "struct ibv_send_wr.wr.atomic.rkey");
-_Static_assert(offsetof(struct ibv_send_wr, wr.atomic.compare_add) == 48 &&
-               sizeof(((struct ibv_send_wr *)0)->wr.atomic.compare_add) == 8, "struct ibv_send_wr.wr.atomic.compare_add");
-_Static_assert(offsetof(struct ibv_send_wr, wr.atomic.swap) == 56 &&
-               sizeof(((struct ibv_send_wr *)0)->wr.atomic.swap) == 8, "struct ibv_send_wr.wr.atomic.swap");
-_Static_assert(offsetof(struct ibv_send_wr, wr.ud.remote_qpn) == 48 &&
-               sizeof(((struct ibv_send_wr *)0)->wr.ud.remote_qpn) == 4, "struct ibv_send_wr.wr.ud.remote_qpn");
-_Static_assert(offsetof(struct ibv_send_wr, wr.ud.remote_qkey) == 52 &&
-               sizeof(((struct ibv_send_wr *)0)->wr.ud.remote_qkey) == 4, "struct ibv_send_wr.wr.ud.remote_qkey");
+/* What the converters take from the IR, as this compiler lays the struct out
+ * for its target: each member's C type and width (the range checks rest on
+ * them).  No offsets: the code reaches members by name, and the IR's offsets
+ * are the generating machine's (tests/host/test_layout.py checks them there). */
+_Static_assert(sizeof(((struct ibv_send_wr *)0)->wr_id) == 8 &&
+               _Generic(((struct ibv_send_wr *)0)->wr_id, uint64_t: 1, default: 0),
+               "struct ibv_send_wr.wr_id: uint64_t, 8 bytes");
+_Static_assert(sizeof(((struct ibv_send_wr *)0)->num_sge) == 4 &&
+               _Generic(((struct ibv_send_wr *)0)->num_sge, int: 1, default: 0),
+               "struct ibv_send_wr.num_sge: int, 4 bytes");
+_Static_assert(sizeof(((struct ibv_send_wr *)0)->opcode) == 4 &&
+               _Generic(((struct ibv_send_wr *)0)->opcode, enum ibv_wr_opcode: 1, default: 0),
+               "struct ibv_send_wr.opcode: enum ibv_wr_opcode, 4 bytes");
+_Static_assert(sizeof(((struct ibv_send_wr *)0)->send_flags) == 4 &&
+               _Generic(((struct ibv_send_wr *)0)->send_flags, unsigned int: 1, default: 0),
+               "struct ibv_send_wr.send_flags: unsigned int, 4 bytes");
+_Static_assert(sizeof(((struct ibv_send_wr *)0)->imm_data) == 4 &&
+               _Generic(((struct ibv_send_wr *)0)->imm_data, __be32: 1, default: 0),
+               "struct ibv_send_wr.imm_data: __be32, 4 bytes");
+_Static_assert(sizeof(((struct ibv_send_wr *)0)->invalidate_rkey) == 4 &&
+               _Generic(((struct ibv_send_wr *)0)->invalidate_rkey, uint32_t: 1, default: 0),
+               "struct ibv_send_wr.invalidate_rkey: uint32_t, 4 bytes");
+_Static_assert(sizeof(((struct ibv_send_wr *)0)->wr.rdma.remote_addr) == 8 &&
+               _Generic(((struct ibv_send_wr *)0)->wr.rdma.remote_addr, uint64_t: 1, default: 0),
+               "struct ibv_send_wr.wr.rdma.remote_addr: uint64_t, 8 bytes");
+_Static_assert(sizeof(((struct ibv_send_wr *)0)->wr.atomic.remote_addr) == 8 &&
+               _Generic(((struct ibv_send_wr *)0)->wr.atomic.remote_addr, uint64_t: 1, default: 0),
+               "struct ibv_send_wr.wr.atomic.remote_addr: uint64_t, 8 bytes");
+_Static_assert(sizeof(((struct ibv_send_wr *)0)->wr.rdma.rkey) == 4 &&
+               _Generic(((struct ibv_send_wr *)0)->wr.rdma.rkey, uint32_t: 1, default: 0),
+               "struct ibv_send_wr.wr.rdma.rkey: uint32_t, 4 bytes");
+_Static_assert(sizeof(((struct ibv_send_wr *)0)->wr.atomic.rkey) == 4 &&
+               _Generic(((struct ibv_send_wr *)0)->wr.atomic.rkey, uint32_t: 1, default: 0),
+               "struct ibv_send_wr.wr.atomic.rkey: uint32_t, 4 bytes");
+_Static_assert(sizeof(((struct ibv_send_wr *)0)->wr.atomic.compare_add) == 8 &&
+               _Generic(((struct ibv_send_wr *)0)->wr.atomic.compare_add, uint64_t: 1, default: 0),
+               "struct ibv_send_wr.wr.atomic.compare_add: uint64_t, 8 bytes");
+_Static_assert(sizeof(((struct ibv_send_wr *)0)->wr.atomic.swap) == 8 &&
+               _Generic(((struct ibv_send_wr *)0)->wr.atomic.swap, uint64_t: 1, default: 0),
+               "struct ibv_send_wr.wr.atomic.swap: uint64_t, 8 bytes");
+_Static_assert(sizeof(((struct ibv_send_wr *)0)->wr.ud.remote_qpn) == 4 &&
+               _Generic(((struct ibv_send_wr *)0)->wr.ud.remote_qpn, uint32_t: 1, default: 0),
+               "struct ibv_send_wr.wr.ud.remote_qpn: uint32_t, 4 bytes");
+_Static_assert(sizeof(((struct ibv_send_wr *)0)->wr.ud.remote_qkey) == 4 &&
+               _Generic(((struct ibv_send_wr *)0)->wr.ud.remote_qkey, uint32_t: 1, default: 0),
+               "struct ibv_send_wr.wr.ud.remote_qkey: uint32_t, 4 bytes");
 
 static inline PyObject *
 ibp_send_wr_wr_id_to_py(uint64_t v)
@@ -308,11 +331,16 @@ ibp_send_wr_remote_qkey_from_py(PyObject *value, uint32_t *out)
 
 /* ==== struct ibv_recv_wr ==== */
 
-/* The IR's layout, as this compiler sees the same headers. */
-_Static_assert(offsetof(struct ibv_recv_wr, wr_id) == 0 &&
-               sizeof(((struct ibv_recv_wr *)0)->wr_id) == 8, "struct ibv_recv_wr.wr_id");
-_Static_assert(offsetof(struct ibv_recv_wr, num_sge) == 24 &&
-               sizeof(((struct ibv_recv_wr *)0)->num_sge) == 4, "struct ibv_recv_wr.num_sge");
+/* What the converters take from the IR, as this compiler lays the struct out
+ * for its target: each member's C type and width (the range checks rest on
+ * them).  No offsets: the code reaches members by name, and the IR's offsets
+ * are the generating machine's (tests/host/test_layout.py checks them there). */
+_Static_assert(sizeof(((struct ibv_recv_wr *)0)->wr_id) == 8 &&
+               _Generic(((struct ibv_recv_wr *)0)->wr_id, uint64_t: 1, default: 0),
+               "struct ibv_recv_wr.wr_id: uint64_t, 8 bytes");
+_Static_assert(sizeof(((struct ibv_recv_wr *)0)->num_sge) == 4 &&
+               _Generic(((struct ibv_recv_wr *)0)->num_sge, int: 1, default: 0),
+               "struct ibv_recv_wr.num_sge: int, 4 bytes");
 
 static inline PyObject *
 ibp_recv_wr_wr_id_to_py(uint64_t v)
@@ -338,35 +366,52 @@ ibp_recv_wr_num_sge_to_py(int v)
 
 /* ==== struct ibv_wc ==== */
 
-/* The IR's layout, as this compiler sees the same headers. */
-_Static_assert(offsetof(struct ibv_wc, wr_id) == 0 &&
-               sizeof(((struct ibv_wc *)0)->wr_id) == 8, "struct ibv_wc.wr_id");
-_Static_assert(offsetof(struct ibv_wc, status) == 8 &&
-               sizeof(((struct ibv_wc *)0)->status) == 4, "struct ibv_wc.status");
-_Static_assert(offsetof(struct ibv_wc, opcode) == 12 &&
-               sizeof(((struct ibv_wc *)0)->opcode) == 4, "struct ibv_wc.opcode");
-_Static_assert(offsetof(struct ibv_wc, vendor_err) == 16 &&
-               sizeof(((struct ibv_wc *)0)->vendor_err) == 4, "struct ibv_wc.vendor_err");
-_Static_assert(offsetof(struct ibv_wc, byte_len) == 20 &&
-               sizeof(((struct ibv_wc *)0)->byte_len) == 4, "struct ibv_wc.byte_len");
-_Static_assert(offsetof(struct ibv_wc, imm_data) == 24 &&
-               sizeof(((struct ibv_wc *)0)->imm_data) == 4, "struct ibv_wc.imm_data");
-_Static_assert(offsetof(struct ibv_wc, invalidated_rkey) == 24 &&
-               sizeof(((struct ibv_wc *)0)->invalidated_rkey) == 4, "struct ibv_wc.invalidated_rkey");
-_Static_assert(offsetof(struct ibv_wc, qp_num) == 28 &&
-               sizeof(((struct ibv_wc *)0)->qp_num) == 4, "struct ibv_wc.qp_num");
-_Static_assert(offsetof(struct ibv_wc, src_qp) == 32 &&
-               sizeof(((struct ibv_wc *)0)->src_qp) == 4, "struct ibv_wc.src_qp");
-_Static_assert(offsetof(struct ibv_wc, wc_flags) == 36 &&
-               sizeof(((struct ibv_wc *)0)->wc_flags) == 4, "struct ibv_wc.wc_flags");
-_Static_assert(offsetof(struct ibv_wc, pkey_index) == 40 &&
-               sizeof(((struct ibv_wc *)0)->pkey_index) == 2, "struct ibv_wc.pkey_index");
-_Static_assert(offsetof(struct ibv_wc, slid) == 42 &&
-               sizeof(((struct ibv_wc *)0)->slid) == 2, "struct ibv_wc.slid");
-_Static_assert(offsetof(struct ibv_wc, sl) == 44 &&
-               sizeof(((struct ibv_wc *)0)->sl) == 1, "struct ibv_wc.sl");
-_Static_assert(offsetof(struct ibv_wc, dlid_path_bits) == 45 &&
-               sizeof(((struct ibv_wc *)0)->dlid_path_bits) == 1, "struct ibv_wc.dlid_path_bits");
+/* What the converters take from the IR, as this compiler lays the struct out
+ * for its target: each member's C type and width (the range checks rest on
+ * them).  No offsets: the code reaches members by name, and the IR's offsets
+ * are the generating machine's (tests/host/test_layout.py checks them there). */
+_Static_assert(sizeof(((struct ibv_wc *)0)->wr_id) == 8 &&
+               _Generic(((struct ibv_wc *)0)->wr_id, uint64_t: 1, default: 0),
+               "struct ibv_wc.wr_id: uint64_t, 8 bytes");
+_Static_assert(sizeof(((struct ibv_wc *)0)->status) == 4 &&
+               _Generic(((struct ibv_wc *)0)->status, enum ibv_wc_status: 1, default: 0),
+               "struct ibv_wc.status: enum ibv_wc_status, 4 bytes");
+_Static_assert(sizeof(((struct ibv_wc *)0)->opcode) == 4 &&
+               _Generic(((struct ibv_wc *)0)->opcode, enum ibv_wc_opcode: 1, default: 0),
+               "struct ibv_wc.opcode: enum ibv_wc_opcode, 4 bytes");
+_Static_assert(sizeof(((struct ibv_wc *)0)->vendor_err) == 4 &&
+               _Generic(((struct ibv_wc *)0)->vendor_err, uint32_t: 1, default: 0),
+               "struct ibv_wc.vendor_err: uint32_t, 4 bytes");
+_Static_assert(sizeof(((struct ibv_wc *)0)->byte_len) == 4 &&
+               _Generic(((struct ibv_wc *)0)->byte_len, uint32_t: 1, default: 0),
+               "struct ibv_wc.byte_len: uint32_t, 4 bytes");
+_Static_assert(sizeof(((struct ibv_wc *)0)->imm_data) == 4 &&
+               _Generic(((struct ibv_wc *)0)->imm_data, __be32: 1, default: 0),
+               "struct ibv_wc.imm_data: __be32, 4 bytes");
+_Static_assert(sizeof(((struct ibv_wc *)0)->invalidated_rkey) == 4 &&
+               _Generic(((struct ibv_wc *)0)->invalidated_rkey, uint32_t: 1, default: 0),
+               "struct ibv_wc.invalidated_rkey: uint32_t, 4 bytes");
+_Static_assert(sizeof(((struct ibv_wc *)0)->qp_num) == 4 &&
+               _Generic(((struct ibv_wc *)0)->qp_num, uint32_t: 1, default: 0),
+               "struct ibv_wc.qp_num: uint32_t, 4 bytes");
+_Static_assert(sizeof(((struct ibv_wc *)0)->src_qp) == 4 &&
+               _Generic(((struct ibv_wc *)0)->src_qp, uint32_t: 1, default: 0),
+               "struct ibv_wc.src_qp: uint32_t, 4 bytes");
+_Static_assert(sizeof(((struct ibv_wc *)0)->wc_flags) == 4 &&
+               _Generic(((struct ibv_wc *)0)->wc_flags, unsigned int: 1, default: 0),
+               "struct ibv_wc.wc_flags: unsigned int, 4 bytes");
+_Static_assert(sizeof(((struct ibv_wc *)0)->pkey_index) == 2 &&
+               _Generic(((struct ibv_wc *)0)->pkey_index, uint16_t: 1, default: 0),
+               "struct ibv_wc.pkey_index: uint16_t, 2 bytes");
+_Static_assert(sizeof(((struct ibv_wc *)0)->slid) == 2 &&
+               _Generic(((struct ibv_wc *)0)->slid, uint16_t: 1, default: 0),
+               "struct ibv_wc.slid: uint16_t, 2 bytes");
+_Static_assert(sizeof(((struct ibv_wc *)0)->sl) == 1 &&
+               _Generic(((struct ibv_wc *)0)->sl, uint8_t: 1, default: 0),
+               "struct ibv_wc.sl: uint8_t, 1 bytes");
+_Static_assert(sizeof(((struct ibv_wc *)0)->dlid_path_bits) == 1 &&
+               _Generic(((struct ibv_wc *)0)->dlid_path_bits, uint8_t: 1, default: 0),
+               "struct ibv_wc.dlid_path_bits: uint8_t, 1 bytes");
 
 static inline PyObject *
 ibp_wc_wr_id_to_py(uint64_t v)
@@ -468,11 +513,16 @@ ibp_wc_dlid_path_bits_to_py(uint8_t v)
 
 /* ==== struct ibv_qp_ex ==== */
 
-/* The IR's layout, as this compiler sees the same headers. */
-_Static_assert(offsetof(struct ibv_qp_ex, wr_id) == 168 &&
-               sizeof(((struct ibv_qp_ex *)0)->wr_id) == 8, "struct ibv_qp_ex.wr_id");
-_Static_assert(offsetof(struct ibv_qp_ex, wr_flags) == 176 &&
-               sizeof(((struct ibv_qp_ex *)0)->wr_flags) == 4, "struct ibv_qp_ex.wr_flags");
+/* What the converters take from the IR, as this compiler lays the struct out
+ * for its target: each member's C type and width (the range checks rest on
+ * them).  No offsets: the code reaches members by name, and the IR's offsets
+ * are the generating machine's (tests/host/test_layout.py checks them there). */
+_Static_assert(sizeof(((struct ibv_qp_ex *)0)->wr_id) == 8 &&
+               _Generic(((struct ibv_qp_ex *)0)->wr_id, uint64_t: 1, default: 0),
+               "struct ibv_qp_ex.wr_id: uint64_t, 8 bytes");
+_Static_assert(sizeof(((struct ibv_qp_ex *)0)->wr_flags) == 4 &&
+               _Generic(((struct ibv_qp_ex *)0)->wr_flags, unsigned int: 1, default: 0),
+               "struct ibv_qp_ex.wr_flags: unsigned int, 4 bytes");
 
 static inline PyObject *
 ibp_qp_ex_wr_id_to_py(uint64_t v)
@@ -508,9 +558,13 @@ ibp_qp_ex_wr_flags_from_py(PyObject *value, unsigned int *out)
 
 /* ==== struct ibv_async_event ==== */
 
-/* The IR's layout, as this compiler sees the same headers. */
-_Static_assert(offsetof(struct ibv_async_event, event_type) == 8 &&
-               sizeof(((struct ibv_async_event *)0)->event_type) == 4, "struct ibv_async_event.event_type");
+/* What the converters take from the IR, as this compiler lays the struct out
+ * for its target: each member's C type and width (the range checks rest on
+ * them).  No offsets: the code reaches members by name, and the IR's offsets
+ * are the generating machine's (tests/host/test_layout.py checks them there). */
+_Static_assert(sizeof(((struct ibv_async_event *)0)->event_type) == 4 &&
+               _Generic(((struct ibv_async_event *)0)->event_type, enum ibv_event_type: 1, default: 0),
+               "struct ibv_async_event.event_type: enum ibv_event_type, 4 bytes");
 
 static inline PyObject *
 ibp_async_event_event_type_to_py(enum ibv_event_type v)

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 6d52bf621d65c270da2907ddbf360979a9b79b86980ba38c2ffe1d0636c1a9e2).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 e5c83176cca75d9cc2f24efb2d6c7df96cdd94a3009930f7914de3b920d0919e);
- * this file's own sha256, this number read as zeros: 5f6d2f6c94b73b85604d9f732a616507f16c2dbc1f21d40536e77611e30d4503 */
+ * Made by templates/ and generator/ (sha256 5d3f4ee1c0fb9475009046257f5c60a9561b2e7d3013c05e5f20eaa4551d1663);
+ * this file's own sha256, this number read as zeros: f26c56f3264f145032cc1b93fb64ecec23ae8f8430d12955b4be7a0c20db51f5 */
 
 /*
  * SGE: its accessors and type shell, from spec/datapath/records.yaml.
