@@ -3,11 +3,14 @@
 #
 # Everything a target needs is installed on first use, and only that:
 # Debian packages with apt-get (as root; otherwise the exact command is
-# printed), Python packages with pip into .venv, in three pinned sets:
-#   BUILD_PKGS  building and auditing the wheel        (make, make wheel)
-#   GEN_PKGS    the generator (libclang, Jinja2, YAML)  (make, generate, coverage, audit)
-#   TEST_PKGS   the test setup (pytest, numpy, torch, hypothesis, mypy)  (make test*)
-#   DOCS_PKGS   the API reference (Sphinx, Furo, MyST)  (make docs, make test*)
+# printed; elsewhere what to install is printed and nothing checked), Python
+# packages with pip into .venv, in four pinned sets, each behind a stamp:
+#   BUILD_PKGS  building and auditing the wheel        (make, make wheel)  .stamp-build
+#   GEN_PKGS    the generator (libclang, Jinja2, YAML)  (make, generate, coverage, audit)  .stamp-gen
+#   DOCS_PKGS   the API reference (Sphinx, Furo, MyST)  (make docs, make test*)  .stamp-docs
+#   TEST_PKGS   the test setup (pytest, numpy, torch, hypothesis, mypy)  (make test*)  .stamp-test
+# (make docs needs only BUILD_PKGS and DOCS_PKGS: no torch; the test set
+# includes the docs set, as tests/host/test_docs.py builds them)
 
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -31,9 +34,10 @@ TEST_DEBS := libibverbs1 ibverbs-providers librdmacm1 util-linux
 BASELINE := $(shell cat third_party/rdma-core/VERSION)
 baseline := third_party/rdma-core
 # Where tools/rdma-core keeps the other releases' headers and libraries.
-RDMA_CACHE := $(or $(IBVERBS_RDMA_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ibverbs-rdma-core)
+CACHE_HOME := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)
+RDMA_CACHE := $(or $(IBVERBS_RDMA_CACHE),$(CACHE_HOME)/ibverbs-rdma-core)
 
-.PHONY: all help deps venv venv-gen venv-test generate check-generated build wheel test \
+.PHONY: all help deps venv venv-gen venv-docs venv-test generate check-generated build wheel test \
         test-host test-device coverage clean distclean
 
 all: check-generated wheel
@@ -41,12 +45,14 @@ all: check-generated wheel
 help:
 	@echo 'make                  check generated/ against the vendored rdma-core $(BASELINE) headers,'
 	@echo '                      build the abi3 wheel into dist/ and audit it'
-	@echo 'make test             host tests, then every device test on Soft-RoCE in a VM'
+	@echo 'make test             host tests (here and, cross-built, the aarch64 wheel'"'"'s under'
+	@echo '                      qemu-user), then every device test on Soft-RoCE in a VM'
 	@echo 'make test-host        host tests only (no VM)'
 	@echo 'make build            the extension in place (what the tests import)'
 	@echo 'make wheel [ARCH=aarch64]  build and audit the wheel only (aarch64: cross-compiled)'
-	@echo 'make test-aarch64     the aarch64 wheel: host tests under qemu-user, device smoke tests'
-	@echo '                      on Soft-RoCE in an aarch64 VM (not part of make test)'
+	@echo 'make test-aarch64     the aarch64 wheel: host tests under qemu-user (test-aarch64-host,'
+	@echo '                      part of make test on x86_64), then device smoke tests on'
+	@echo '                      Soft-RoCE in an aarch64 VM (test-aarch64-device)'
 	@echo 'make generate         regenerate generated/ (RDMA_CORE=<prefix> for other headers)'
 	@echo 'make check-generated  fail when generated/ differs from a fresh run'
 	@echo 'make coverage         every public function of verbs.h and rdma_cma.h and its status'
@@ -62,7 +68,9 @@ help:
 	@echo '                      Soft-RoCE; RSS, verbs resources and fds per minute; fails on growth'
 	@echo 'make clean            remove build outputs; keeps .venv, the rdma-core release cache'
 	@echo '                      ($(RDMA_CACHE)) and the VM caches (kernel images, the arm64 root)'
-	@echo 'make distclean        clean, and remove .venv and the rdma-core release cache too'
+	@echo 'make distclean        clean, and remove .venv; the caches above are shared by every'
+	@echo '                      checkout and kept'
+	@echo 'make distclean CACHES=1  the same, and remove those shared caches too'
 
 deps:
 	@tools/ensure-debs $(BUILD_DEBS)
@@ -77,13 +85,18 @@ $(VENV)/.stamp-gen: Makefile $(VENV)/.stamp-build
 	$(PIP) install $(GEN_PKGS) 2>&1 | grep -v "^WARNING: Location" || true
 	@touch $@
 
-$(VENV)/.stamp-test: Makefile $(VENV)/.stamp-gen
+$(VENV)/.stamp-docs: Makefile $(VENV)/.stamp-build
+	$(PIP) install $(DOCS_PKGS) 2>&1 | grep -v "^WARNING: Location" || true
+	@touch $@
+
+$(VENV)/.stamp-test: Makefile $(VENV)/.stamp-gen $(VENV)/.stamp-docs
 	@tools/ensure-debs $(TEST_DEBS)
-	$(PIP) install $(TEST_PKGS) $(DOCS_PKGS) 2>&1 | grep -v "^WARNING: Location" || true
+	$(PIP) install $(TEST_PKGS) 2>&1 | grep -v "^WARNING: Location" || true
 	@touch $@
 
 venv: $(VENV)/.stamp-build
 venv-gen: $(VENV)/.stamp-gen
+venv-docs: $(VENV)/.stamp-docs
 venv-test: $(VENV)/.stamp-test
 
 # RDMA_CORE=<prefix> regenerates from other headers; the default is the baseline.
@@ -102,6 +115,9 @@ build: venv
 # (unpacked by tools/debian-root), and audits it the same way.
 ARCH ?= $(shell uname -m)
 HOST_ARCH := $(shell uname -m)
+# make test: the aarch64 wheel, cross-built, and its host tier under qemu-user
+# (test-aarch64-host) where this Makefile cross-builds it
+TEST_CROSS := $(if $(filter x86_64,$(HOST_ARCH)),test-aarch64-host)
 CROSS_DEBS := gcc-aarch64-linux-gnu libc6-dev-arm64-cross binutils-aarch64-linux-gnu
 arm64_python = $$(IBVERBS_DEBIAN_ARCH=arm64 tools/debian-root bookworm python3.11-dev-arm64 \
                   libpython3.11-dev python3.11-dev)
@@ -134,7 +150,7 @@ test-device: build venv-test
 	IBVERBS_REQUIRE_DEVICE=1 tests/vm/run-in-vm --timeout 1200 \
 	    $(PY) -m pytest -q --timeout 120 -p no:cacheprovider tests/device
 
-test: check-generated check-releases test-host test-device
+test: check-generated check-releases test-host $(TEST_CROSS) test-device
 
 # The rdma-core releases every change is checked against (tools/rdma-core
 # fetches each once into ~/.cache/ibverbs-rdma-core).
@@ -180,7 +196,7 @@ bench: build venv-test
 # warning fails it: a broken reference, a public name in no group of
 # docs/_ext/ibverbs_api.py.
 .PHONY: docs
-docs: build venv-test
+docs: build venv-docs
 	$(PY) -m sphinx -W -n --keep-going -q -b html docs docs/_build/html
 	@echo "docs: docs/_build/html/index.html"
 
@@ -261,33 +277,45 @@ clean:
 	@echo "clean: kept $(VENV) (make distclean removes it), the rdma-core release cache"
 	@echo "       $(RDMA_CACHE) and the VM caches ~/.cache/ibverbs-vm, ~/.cache/ibverbs-aarch64"
 
-# The venv and the rdma-core release cache are rebuilt on the next make
-# (the cache needs the network: tools/rdma-core fetches each release again).
+# The venv is rebuilt on the next make.  The caches under ~/.cache are
+# shared by every checkout of this user, so only CACHES=1 removes them (each
+# needs the network again: tools/rdma-core fetches each release, tools/
+# aarch64-root the arm64 root, tests/vm the kernel images).
+VM_CACHES := $(or $(IBVERBS_VM_CACHE),$(CACHE_HOME)/ibverbs-vm) \
+             $(or $(IBVERBS_AARCH64_CACHE),$(CACHE_HOME)/ibverbs-aarch64)
 distclean: clean
-	rm -rf $(VENV) $(RDMA_CACHE)
+	rm -rf $(VENV)
+	$(if $(CACHES),rm -rf $(RDMA_CACHE) $(VM_CACHES),@echo "distclean: kept the shared caches $(RDMA_CACHE) $(VM_CACHES) (CACHES=1 removes them)")
 
 # `make test-aarch64`: the aarch64 wheel (make wheel ARCH=aarch64), tested on
 # this x86_64 machine in a Debian bookworm arm64 root (tools/aarch64-root,
 # made once, ~/.cache/ibverbs-aarch64): the host tier in it under user-mode
-# emulation (chroot through qemu-user-static's binfmt handler), then the
-# device smoke tier (discovery, RC write/read/send with the data checked,
-# poll, completion events, rdma_cm) on Soft-RoCE in an aarch64 VM
-# (tests/vm/run-in-vm-aarch64: Debian's arm64 kernel, TCG).  Both run in a
-# copy of the tree (build/aarch64/tree) with the wheel unpacked into it.
-# Slow (emulation all the way), so not part of `make test`.
+# emulation (chroot through qemu-user-static's binfmt handler:
+# test-aarch64-host), then the device smoke tier (discovery, RC
+# write/read/send with the data checked, poll, completion events, rdma_cm) on
+# Soft-RoCE in an aarch64 VM (tests/vm/run-in-vm-aarch64: Debian's arm64
+# kernel, TCG: test-aarch64-device).  Both run in a copy of the tree
+# (build/aarch64/tree) with the wheel unpacked into it.  `make test` on an
+# x86_64 machine runs test-aarch64-host: generated C must compile for every
+# target, and a wheel that does not build is caught there, not at release.
 AARCH64_DIR := build/aarch64
 AARCH64_HOST_TESTS ?= tests/host
 AARCH64_DEVICE_TESTS ?= tests/device/test_discovery.py tests/device/test_rc_ops.py \
                         tests/device/test_cq.py tests/device/test_events.py tests/device/test_rdmacm.py
-AARCH64_DEBS := qemu-user-static binfmt-support qemu-system-arm mmdebstrap arch-test
+AARCH64_HOST_DEBS := qemu-user-static binfmt-support mmdebstrap arch-test
+AARCH64_VM_DEBS := qemu-system-arm
 # e.g. AARCH64_VM_WRAP="flock /tmp/ibverbs-vm.lock" where VMs must take turns
 AARCH64_VM_WRAP ?=
-.PHONY: test-aarch64
-test-aarch64:
+.PHONY: test-aarch64 test-aarch64-host test-aarch64-device
+test-aarch64: test-aarch64-host test-aarch64-device
+
+test-aarch64-host:
 	$(MAKE) wheel ARCH=aarch64
-	@tools/ensure-debs $(AARCH64_DEBS)
-	@test -e /proc/sys/fs/binfmt_misc/register || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
-	@test -e /proc/sys/fs/binfmt_misc/qemu-aarch64 || update-binfmts --enable qemu-aarch64
+	@tools/ensure-debs $(AARCH64_HOST_DEBS)
+	@test -e /proc/sys/fs/binfmt_misc/register || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc \
+	    || { echo "test-aarch64: binfmt_misc is not mounted (as root: mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc)" >&2; exit 1; }
+	@test -e /proc/sys/fs/binfmt_misc/qemu-aarch64 || update-binfmts --enable qemu-aarch64 \
+	    || { echo "test-aarch64: no qemu-aarch64 binfmt handler (as root: update-binfmts --enable qemu-aarch64)" >&2; exit 1; }
 	rm -rf $(AARCH64_DIR) && mkdir -p $(AARCH64_DIR)/tree
 	git ls-files -z --cached --others --exclude-standard \
 	    | tar --null --ignore-failed-read -T - -cf - 2>/dev/null | tar -xf - -C $(AARCH64_DIR)/tree
@@ -300,7 +328,13 @@ test-aarch64:
 	    exec chroot $$root /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
 	    sh -c 'cd $$tree && python3 -c \"import platform; print(platform.machine())\" && \
 	           python3 -m pytest -q -p no:cacheprovider $(AARCH64_HOST_TESTS)'" && \
-	echo "test-aarch64: host tier took $$(( $$(date +%s) - start )) s" && start=$$(date +%s) && \
+	echo "test-aarch64: host tier took $$(( $$(date +%s) - start )) s"
+
+# The tree test-aarch64-host made (build/aarch64/tree, the wheel in it).
+test-aarch64-device:
+	@test -d $(AARCH64_DIR)/tree/ibverbs || { echo "test-aarch64-device: run make test-aarch64-host first" >&2; exit 1; }
+	@tools/ensure-debs $(AARCH64_VM_DEBS)
+	@start=$$(date +%s) && \
 	IBVERBS_REQUIRE_DEVICE=1 $(AARCH64_VM_WRAP) tests/vm/run-in-vm-aarch64 --timeout 1800 $(AARCH64_DIR)/tree \
 	    sh -c 'uname -m && python3 -m pytest -q -p no:cacheprovider $(AARCH64_DEVICE_TESTS)' && \
 	echo "test-aarch64: device smoke tier took $$(( $$(date +%s) - start )) s"

@@ -1,0 +1,163 @@
+"""The Makefile and tools/ on a user's machine: `make` on a system without
+Debian's package tools, what `make docs` installs, what `make distclean`
+removes.  Everything here runs the real script or asks make what it would
+run (`make -n`, against a venv path that does not exist, so that every
+install step shows); nothing is installed or removed."""
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+ENSURE_DEBS = ROOT / "tools" / "ensure-debs"
+
+pytestmark = pytest.mark.skipif(shutil.which("make") is None or shutil.which("bash") is None,
+                                reason="needs make and bash")
+
+
+@pytest.fixture
+def no_dpkg(tmp_path):
+    """A PATH with every program of this one except dpkg-query: a
+    distribution without Debian's package database, as far as a script can
+    tell."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for d in os.environ.get("PATH", "").split(os.pathsep) + ["/usr/bin", "/bin"]:
+        if not os.path.isdir(d):
+            continue
+        for name in os.listdir(d):
+            full = os.path.join(d, name)
+            if name == "dpkg-query" or (bin_dir / name).exists() or not os.access(full, os.X_OK):
+                continue
+            (bin_dir / name).symlink_to(full)
+    assert not (bin_dir / "dpkg-query").exists()
+    return dict(os.environ, PATH=str(bin_dir))
+
+
+def _ensure_debs(env, *packages):
+    return subprocess.run(["bash", str(ENSURE_DEBS), *packages], env=env, cwd=ROOT,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+
+
+def _os_release(tmp_path, text):
+    path = tmp_path / "os-release"
+    path.write_text(text)
+    return str(path)
+
+
+def test_ensure_debs_without_dpkg_query_says_what_to_install_and_succeeds(no_dpkg, tmp_path):
+    env = dict(no_dpkg, IBVERBS_OS_RELEASE=_os_release(tmp_path, 'ID="rhel"\nID_LIKE="fedora"\n'))
+    r = _ensure_debs(env, "gcc", "make", "python3-dev", "python3-venv", "binutils",
+                     "libibverbs1", "ibverbs-providers", "librdmacm1")
+    assert r.returncode == 0, r.stderr
+    assert "no Debian package database" in r.stderr
+    assert "install them with: dnf install gcc make python3-devel binutils libibverbs librdmacm" \
+        in r.stderr, r.stderr
+    assert "apt-get" not in r.stderr.replace("(no dpkg-query or apt-get)", "")
+
+
+@pytest.mark.parametrize("release, command", [
+    ('ID="opensuse-tumbleweed"\nID_LIKE="opensuse suse"\n',
+     "zypper install gcc python3-devel libibverbs1 rdma-core"),
+    ("ID=arch\n", "pacman -S --needed gcc python rdma-core"),
+    ("ID=gentoo\n", "install their equivalents with this system's package manager"),
+])
+def test_ensure_debs_names_each_family_s_packages(no_dpkg, tmp_path, release, command):
+    env = dict(no_dpkg, IBVERBS_OS_RELEASE=_os_release(tmp_path, release))
+    r = _ensure_debs(env, "gcc", "python3-dev", "libibverbs1", "ibverbs-providers")
+    assert r.returncode == 0, r.stderr
+    assert command in r.stderr, r.stderr
+
+
+def test_make_deps_goes_on_without_dpkg_query(no_dpkg):
+    """`make`, `make build`, `make docs` and `make test-host` all start with
+    this step; it used to stop them on every non-Debian system."""
+    r = subprocess.run(["make", "-s", "deps"], env=no_dpkg, cwd=ROOT, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "not checking for the Debian packages gcc make python3-dev" in r.stderr
+
+
+def test_ibverbs_skip_debs_skips_the_step_on_debian_too():
+    r = _ensure_debs(dict(os.environ, IBVERBS_SKIP_DEBS="1"), "no-such-package-ibverbs")
+    assert r.returncode == 0, r.stderr
+    assert "IBVERBS_SKIP_DEBS is set" in r.stderr
+
+
+def _make_n(tmp_path, *args):
+    """What make would run, for a venv that does not exist yet."""
+    venv = tmp_path / "venv"
+    r = subprocess.run(["make", "-n", f"VENV={venv}", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=120,
+                       env=dict(os.environ, IBVERBS_SKIP_DEBS="1"))
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def _installed(commands: str):
+    """The packages of every `pip install` line."""
+    names = set()
+    for line in commands.splitlines():
+        m = re.search(r"-m pip .* install (.*?)(?: 2>&1|$)", line)
+        if m:
+            names |= {re.split(r"[=<>]", p)[0] for p in m.group(1).split()}
+    return names
+
+
+def test_make_docs_installs_the_docs_requirements_only(tmp_path):
+    installed = _installed(_make_n(tmp_path, "docs"))
+    assert {"sphinx", "furo", "myst-parser", "setuptools"} <= installed, installed
+    assert not installed & {"torch", "pytest", "numpy", "hypothesis", "mypy", "libclang"}, installed
+
+
+def test_the_test_setup_still_includes_the_docs_requirements(tmp_path):
+    """tests/host/test_docs.py builds the docs."""
+    installed = _installed(_make_n(tmp_path, "venv-test"))
+    assert {"sphinx", "furo", "myst-parser", "torch", "pytest"} <= installed, installed
+
+
+def _removed(commands: str):
+    return [p for line in commands.splitlines() if line.startswith("rm -rf ")
+            for p in line.split()[2:]]
+
+
+def test_distclean_keeps_the_caches_every_checkout_shares(tmp_path):
+    out = _make_n(tmp_path, "distclean")
+    removed = _removed(out)
+    assert str(tmp_path / "venv") in removed
+    assert not [p for p in removed if ".cache" in p or "ibverbs-rdma-core" in p], removed
+    assert "kept the shared caches" in out
+
+
+def test_distclean_caches_1_removes_them(tmp_path):
+    removed = _removed(_make_n(tmp_path, "distclean", "CACHES=1"))
+    for cache in ("ibverbs-rdma-core", "ibverbs-vm", "ibverbs-aarch64"):
+        assert any(p.endswith("/" + cache) for p in removed), (cache, removed)
+
+
+def test_make_help_documents_caches_1():
+    r = subprocess.run(["make", "-s", "help"], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                       timeout=60)
+    assert "make distclean CACHES=1" in r.stdout
+
+
+def test_make_test_builds_the_aarch64_wheel_and_runs_its_host_tier(tmp_path):
+    """Generated C must compile for every target: `make test` on x86_64
+    cross-builds the aarch64 wheel and runs the host tier under qemu-user
+    (test-aarch64-host) before the device tier."""
+    r = subprocess.run(["make", "-s", "-p", "-n", "-q", "HOST_ARCH=x86_64", "help"], cwd=ROOT,
+                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=60)
+    test_rule = re.search(r"^test: (.*)$", r.stdout, re.M)
+    assert test_rule, "no test rule"
+    prereqs = test_rule.group(1).split()
+    assert "test-aarch64-host" in prereqs, prereqs
+    assert prereqs.index("test-host") < prereqs.index("test-aarch64-host") \
+        < prereqs.index("test-device"), prereqs
+    out = _make_n(tmp_path, "test-aarch64-host")
+    assert "make wheel ARCH=aarch64" in out or "wheel ARCH=aarch64" in out
+    assert "chroot" in out and "pytest" in out
