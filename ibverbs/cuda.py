@@ -215,7 +215,9 @@ def _reg_dmabuf_mr(pd, ptr: int, nbytes: int, access):
 
 def register_tensor(pd, tensor, access) -> GpuMR:
     """Register a contiguous, non-empty CUDA tensor with ``pd``; the returned
-    GpuMR retains the tensor until ``close()``.
+    GpuMR retains the tensor until ``close()``, and so does its MR
+    (``gmr.mr.owner`` is the tensor, as ``ibverbs.reg_tensor`` does): keeping
+    only ``gmr.mr``, or an SGE of it, keeps the device memory alive.
 
     dma-buf first; when that raises (RuntimeError, OSError, VerbsError) the
     raw device pointer is registered with ``pd.reg_mr(ptr, nbytes, access)``.
@@ -235,6 +237,9 @@ def register_tensor(pd, tensor, access) -> GpuMR:
         except Exception as reg_mr_error:
             raise RuntimeError(f"GPUDirect registration failed. dma-buf path: {dmabuf_error}; "
                                f"reg_mr path: {reg_mr_error}") from reg_mr_error
+    # The MR, not only the GpuMR, keeps the memory it covers alive: a caller
+    # may keep gmr.mr (or an SGE or RemoteBuffer of it) and drop the GpuMR.
+    mr.owner = tensor
     return GpuMR(mr, ptr, nbytes, tensor)
 
 

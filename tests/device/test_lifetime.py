@@ -6,6 +6,8 @@ import random
 import numpy as np
 import pytest
 
+from conftest import poll_until
+
 
 def test_closing_a_parent_with_children_raises_and_keeps_everything_usable(ib, ctx, access):
     pd = ctx.alloc_pd()
@@ -92,3 +94,44 @@ def test_mr_owner_is_released_with_the_mr(ib, pd, access):
     del h, mr
     gc.collect()
     assert ref() is None
+
+
+def test_register_tensor_s_mr_keeps_the_tensor_alive_without_the_gpumr(ib, pd, access, rc_pair,
+                                                                       make_buffer, monkeypatch):
+    """ibverbs.cuda.register_tensor's MR owns the tensor (as reg_tensor's):
+    a caller that keeps gmr.mr and drops the GpuMR and the tensor still has
+    the memory registered alive, and an RDMA write through that MR lands in
+    it.  No GPU here: the "tensor" is host pages shown through
+    __cuda_array_interface__ (as CuPy shows device memory), and the dma-buf
+    export is refused, so register_tensor takes its pd.reg_mr path on a real MR."""
+    import weakref
+
+    import ibverbs.cuda as cuda
+
+    def no_dmabuf(ptr, length):
+        raise RuntimeError("no dma-buf export without a GPU")
+    monkeypatch.setattr(cuda, "dmabuf_fd", no_dmabuf)
+
+    class DeviceArray:
+        def __init__(self, n):
+            self.mem = np.zeros(n, dtype=np.uint8)
+            self.__cuda_array_interface__ = dict(data=(self.mem.ctypes.data, False), shape=(n,),
+                                                 typestr="|u1", version=3)
+    t = DeviceArray(4096)
+    gmr = cuda.register_tensor(pd, t, access)
+    mr, addr = gmr.mr, gmr.addr
+    assert mr.owner is t
+    alive = weakref.ref(t)
+    del gmr, t
+    gc.collect()
+    assert alive() is not None, "the tensor was freed while its MR is registered"
+    src = make_buffer(4096, fill=0xC3)
+    rc_pair.qp_a.post_send(ib.SendWR(sg_list=[src.mr.sge()], opcode=ib.WROpcode.RDMA_WRITE,
+                                     send_flags=ib.SendFlags.SIGNALED, remote_addr=addr,
+                                     rkey=mr.rkey))
+    (wc,) = poll_until(rc_pair.cq_a, 1)
+    assert wc.status == ib.WCStatus.SUCCESS
+    assert bytes(alive().mem) == b"\xc3" * 4096
+    mr.close()
+    gc.collect()
+    assert alive() is None, "closing the MR releases the tensor"

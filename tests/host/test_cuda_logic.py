@@ -283,6 +283,27 @@ def test_register_tensor_does_not_hide_programming_errors(fake_fd):
     assert is_closed(fake_fd.fds[0])
 
 
+# --- register_tensor: what keeps the tensor alive ---------------------------------------
+
+@pytest.mark.parametrize("path", ["dmabuf", "reg_mr"])
+def test_register_tensor_s_mr_owns_the_tensor(monkeypatch, fake_fd, path):
+    """Keeping only gmr.mr (the GpuMR dropped) keeps the tensor alive, as
+    reg_tensor's MR does; tests/device/test_lifetime.py checks it on a real MR."""
+    import gc
+    import weakref
+    if path == "reg_mr":
+        monkeypatch.setattr(cuda, "dmabuf_fd", FakeDmabufFd(RuntimeError("no dma-buf")))
+    t = FakeCudaTensor()
+    gmr = cuda.register_tensor(FakePD(), t, ACCESS)
+    mr = gmr.mr
+    assert mr.kind == path
+    assert mr.owner is t and gmr.tensor is t
+    alive = weakref.ref(t)
+    del gmr, t
+    gc.collect()
+    assert alive() is not None and mr.owner is alive()
+
+
 # --- register_tensor / tensor_ptr_len: what they accept ------------------------------------
 
 @pytest.mark.parametrize("t", [FakeCudaTensor(device="cpu"), np.zeros(16)])
