@@ -118,7 +118,10 @@ HOST_ARCH := $(shell uname -m)
 # make test: the aarch64 wheel, cross-built, and its host tier under qemu-user
 # (test-aarch64-host) where this Makefile cross-builds it
 TEST_CROSS := $(if $(filter x86_64,$(HOST_ARCH)),test-aarch64-host)
-CROSS_DEBS := gcc-aarch64-linux-gnu libc6-dev-arm64-cross binutils-aarch64-linux-gnu
+# debian-archive-keyring: tools/debian-root and mmdebstrap check bookworm's
+# signatures with it (an Ubuntu CI runner lacks it)
+CROSS_DEBS := gcc-aarch64-linux-gnu libc6-dev-arm64-cross binutils-aarch64-linux-gnu \
+              debian-archive-keyring
 arm64_python = $$(IBVERBS_DEBIAN_ARCH=arm64 tools/debian-root bookworm python3.11-dev-arm64 \
                   libpython3.11-dev python3.11-dev)
 ifeq ($(ARCH),$(HOST_ARCH))
@@ -302,7 +305,7 @@ AARCH64_DIR := build/aarch64
 AARCH64_HOST_TESTS ?= tests/host
 AARCH64_DEVICE_TESTS ?= tests/device/test_discovery.py tests/device/test_rc_ops.py \
                         tests/device/test_cq.py tests/device/test_events.py tests/device/test_rdmacm.py
-AARCH64_HOST_DEBS := qemu-user-static binfmt-support mmdebstrap arch-test
+AARCH64_HOST_DEBS := qemu-user-static binfmt-support mmdebstrap arch-test debian-archive-keyring
 AARCH64_VM_DEBS := qemu-system-arm
 # e.g. AARCH64_VM_WRAP="flock /tmp/ibverbs-vm.lock" where VMs must take turns
 AARCH64_VM_WRAP ?=
