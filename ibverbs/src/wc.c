@@ -304,6 +304,7 @@ PyObject *ibp_hand_CQ_poll_impl(PyObject *self, int num)
         if (wcs == NULL)
             return PyErr_NoMemory();
     }
+    errno = 0;      /* a provider may fail without setting it: no stale value */
     int n = ibv_poll_cq(CQ_PTR(self), num, wcs);
     PyObject *list = NULL;
     if (n < 0) {
@@ -315,6 +316,71 @@ done:
     if (wcs != stack)
         PyMem_Free(wcs);
     return list;
+}
+
+/* ---- fault injection for the tests (IBVERBS_TEST_HOOKS=1, as handles.c's) ---- */
+
+/* A provider's poll_cq may fail without setting errno, and may leave errno
+ * set by a call that succeeded.  _poll_fault(cq, rc) makes the next two
+ * polls of cq through its provider do both: the first returns no
+ * completion and sets errno to EAGAIN, the second returns rc (negative)
+ * and leaves errno alone; then the provider's own poll_cq is back.  Other
+ * CQs of the context poll through the provider meanwhile. */
+static struct {
+    struct ibv_cq *cq;
+    int (*real)(struct ibv_cq *, int, struct ibv_wc *);
+    int step, rc;
+} poll_fault;
+
+static int faulty_poll_cq(struct ibv_cq *cq, int num, struct ibv_wc *wc)
+{
+    if (cq != poll_fault.cq)
+        return poll_fault.real(cq, num, wc);
+    if (poll_fault.step++ == 0) {
+        errno = EAGAIN;
+        return 0;
+    }
+    cq->context->ops.poll_cq = poll_fault.real;
+    poll_fault.cq = NULL;
+    return poll_fault.rc;
+}
+
+static PyObject *poll_fault_hook(PyObject *module, PyObject *args)
+{
+    (void)module;
+    PyObject *cq;
+    int rc;
+    if (!PyArg_ParseTuple(args, "Oi:_poll_fault", &cq, &rc))
+        return NULL;
+    if (!PyObject_TypeCheck(cq, CQ_Type) || rc >= 0) {
+        PyErr_SetString(PyExc_ValueError, "_poll_fault takes a CQ and a negative rc");
+        return NULL;
+    }
+    if (ibp_check_open(cq) < 0)
+        return NULL;
+    if (poll_fault.cq != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "a _poll_fault is pending");
+        return NULL;
+    }
+    struct ibv_context *ctx = CQ_PTR(cq)->context;
+    poll_fault.real = ctx->ops.poll_cq;
+    poll_fault.cq = CQ_PTR(cq);
+    poll_fault.step = 0;
+    poll_fault.rc = rc;
+    ctx->ops.poll_cq = faulty_poll_cq;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef wc_test_hooks[] = {
+    {"_poll_fault", poll_fault_hook, METH_VARARGS,
+     "_poll_fault($module, cq, rc, /)\n--\n\n"
+     "Test hook: cq's next two polls leave errno set, then fail with rc."},
+    {NULL, NULL, 0, NULL},
+};
+
+int ibp_wc_test_hooks_init(PyObject *module)
+{
+    return ibp_test_hooks_enabled() ? PyModule_AddFunctions(module, wc_test_hooks) : 0;
 }
 
 int ibp_wc_init(void)

@@ -1,5 +1,6 @@
 """Completion queues and completion channels."""
 import contextlib
+import errno
 import gc
 import threading
 import weakref
@@ -191,3 +192,24 @@ def test_poll_results_keep_nothing_the_program_added(ib, ctx, pd, port):
             assert cq.poll(16) == []
         gc.collect()
         assert gone[1]() is None
+
+
+@pytest.mark.parametrize("into", [False, True])
+def test_a_failed_poll_reports_its_own_error_not_a_stale_errno(ib, ctx, into):
+    """23.13: errno was not cleared before ibv_poll_cq, and a provider that
+    fails without setting it had its error reported as whatever errno held
+    (_poll_fault: the first poll leaves errno EAGAIN, the second returns
+    -EIO and leaves errno alone)."""
+    from ibverbs import _ibverbs
+    buf = ib.WCBuffer(4)
+
+    def poll():
+        return cq.poll_into(buf) if into else len(cq.poll(4))
+
+    with ctx.create_cq(16) as cq:
+        _ibverbs._poll_fault(cq, -errno.EIO)
+        assert poll() == 0
+        with pytest.raises(ib.VerbsError) as e:
+            poll()
+        assert e.value.errno == errno.EIO, e.value
+        assert poll() == 0                       # the provider's own poll_cq again
