@@ -131,12 +131,14 @@ int ibp_wc_to_c(PyObject *obj, struct ibv_wc *out)
  *   once the result is complete and held (struct drops): dropping may run
  *   a finalizer, which may poll again (it then gets another list) or
  *   change the result (it is the caller's list by then).
- * - A cached list never keeps what a caller added.  One whose length
- *   changed (append, pop, ...) is evicted at the next poll that looks at
- *   its slot (every poll of its length looks at both), one with a foreign
- *   item when refilled, and every garbage collection evicts both kinds
- *   from every slot (wc_cache_purge, in gc.callbacks), so that a program
- *   that stops polling frees them too.
+ * - A cached list never keeps what a caller added for long.  One whose
+ *   length changed (append, pop, ...) is evicted by the next poll of its
+ *   length that finds no list free, one with a foreign item when it is
+ *   refilled, and every garbage collection (automatic or gc.collect())
+ *   evicts both kinds from every slot (wc_cache_purge, in gc.callbacks),
+ *   so that a program that stops polling, or polls other lengths, frees
+ *   them too.  The fast path (a free list of the length) checks nothing
+ *   more than it did.
  *
  * Two per length, so that `wcs = cq.poll(n)` in a loop (the previous
  * result still held during the next call) finds one free as well.
