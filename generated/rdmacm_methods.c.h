@@ -2,8 +2,8 @@
  * (sha256 20a4c73c476a689f172b05ec1def2bc9a14a8fa61b91043e691a57b06d920789, rdma-core 65.0)
  * and the spec/ YAML files (sha256 575d83ea9c4cf1aa5c3ff8170b9d54fb4e25798eeadcf51dc767ba8593d2b07f).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 5d3f4ee1c0fb9475009046257f5c60a9561b2e7d3013c05e5f20eaa4551d1663);
- * this file's own sha256, this number read as zeros: 6622f0d048fa2726fdc9db61d4ceb316f228ba7e6603390d82b249fd5872a791 */
+ * Made by templates/ and generator/ (sha256 8d5dd21711f23ba75a93aead7c1467740317865f840968fc5a2244a6b6d9023e);
+ * this file's own sha256, this number read as zeros: 5b2b30ee6c396a6c943ace84299020e6f10f40c0415c45d83371ee5fd3ce476f */
 
 /*
  * The rdma_cm classes, from spec/rdmacm/cm.yaml through the verbs handle

@@ -94,12 +94,17 @@ class Converter:
 class RecordModel:
     key: str
     ctype: str
-    union_name: Optional[str]          # "wr" (one union per record at most)
-    union_members: List[str]
+    # its unions in order, each with its members: ("wr", ["rdma", ...]); one
+    # enum numbers the members of all of them, so that a type's union
+    # function tells them apart in one mask
+    unions: List[Tuple[str, List[str]]]
     converters: Dict[str, Converter]
 
+    def union_of(self, member: str) -> str:
+        return next(name for name, members in self.unions if member in members)
+
     def member_enum(self, member: str) -> str:
-        return f"IBP_{self.key.upper()}_{self.union_name.upper()}_{member.upper()}"
+        return f"IBP_{self.key.upper()}_{self.union_of(member).upper()}_{member.upper()}"
 
 
 @dataclass
@@ -383,20 +388,26 @@ def _records(ir: IR, data: Node) -> List[RecordModel]:
         if rec is None or not rec.complete:
             raise SpecError(f"{node.where('ctype')}: {key}: no complete {node['ctype']} "
                             f"in {ir.source}")
-        unions = node.get("unions") or {}
-        if len(unions) > 1:
-            raise SpecError(f"{node.where('unions')}: {key}: one union per record")
-        uname, members = next(iter(unions.items()), (None, []))
+        unions = [(str(u), [str(m) for m in ms]) for u, ms in (node.get("unions") or {}).items()]
+        every = [m for _, ms in unions for m in ms]
+        if len(set(every)) != len(every):
+            raise SpecError(f"{node.where('unions')}: {key}: a member name in two unions")
         fields = node["fields"]
         convs = {name: _converter(ir, rec, key, name, fnode, bool(node.get("small_ints")),
                                   fields.where(name))
                  for name, fnode in fields.items()}
         for c in convs.values():
+            owners = set()
             for m, _ in c.union:
-                if m not in members:
+                found = [u for u, ms in unions if m in ms]
+                if not found:
                     raise SpecError(f"{fields.where(c.name)}: {key}.{c.name}: {m} is not "
-                                    f"a member of union {uname}")
-        out.append(RecordModel(key, node["ctype"], uname, list(members), convs))
+                                    f"a member of a union of {key}")
+                owners.add(found[0])
+            if len(owners) > 1:
+                raise SpecError(f"{fields.where(c.name)}: {key}.{c.name}: members of "
+                                f"two unions ({', '.join(sorted(owners))})")
+        out.append(RecordModel(key, node["ctype"], unions, convs))
     return out
 
 

@@ -63,13 +63,13 @@ class BoolParam(ArgParam):
 
 @PARAMS.register("instance")
 class InstanceParam(ClassArgParam):
-    """An object of one of our types (`instance:WCBuffer`), passed on as
-    its object struct; `exact: true` refuses subclasses, `message:` begins
-    the TypeError ("<message>, not <type>"; default "expected a <Type>")."""
+    """An object of one of our types (`instance:WCBuffer`) or of a subclass
+    (the seed's classes can be subclassed, and a subclass's object has the
+    same struct), passed on as its object struct; `message:` begins the
+    TypeError ("<message>, not <type>"; default "expected a <Type>")."""
 
     def __init__(self, ctx, cname: str, t, pspec):
         super().__init__(ctx, cname, t, pspec)
-        self.exact = bool(pspec.get("exact", False))
         article = "an" if self.cls[0] in "AEIOU" else "a"
         self.message = str(pspec.get("message") or f"expected {article} {self.cls}")
 
@@ -90,9 +90,7 @@ class InstanceParam(ClassArgParam):
         return [f"{self.object_ctype} *{self.local} = NULL;"]
 
     def parse(self) -> List[str]:
-        test = (f"Py_IS_TYPE({self.var}, {self.cls}_Type)" if self.exact
-                else f"PyObject_TypeCheck({self.var}, {self.cls}_Type)")
-        return [f"if (!{test}) {{",
+        return [f"if (!PyObject_TypeCheck({self.var}, {self.cls}_Type)) {{",
                 f'    PyErr_Format(PyExc_TypeError, "{c_format_text(self.message)}, not %s", '
                 f"ibp_type_name({self.var}));",
                 "    goto exit;", "}", f"{self.local} = ({self.object_ctype} *){self.var};"]

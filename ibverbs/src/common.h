@@ -198,6 +198,8 @@ IBP_HIDDEN void ibp_registry_remove(void *ptr);
 IBP_HIDDEN PyObject *ibp_registry_get(void *ptr);
 /* Adds the test hooks (_registry_alias) when IBVERBS_TEST_HOOKS=1. */
 IBP_HIDDEN int ibp_test_hooks_init(PyObject *module);
+/* Whether IBVERBS_TEST_HOOKS=1 was set at import (other files add hooks of their own). */
+IBP_HIDDEN int ibp_test_hooks_enabled(void);
 
 /* repr() and _asdict() of struct classes, from their field names. */
 IBP_HIDDEN PyObject *ibp_repr_fields(PyObject *obj, const char *const *names);
@@ -445,6 +447,8 @@ IBP_HIDDEN int ibp_add_type(PyObject *module, const char *name, PyType_Spec *spe
                             PyTypeObject *base, PyTypeObject **out);
 /* What each file prepares at import before its types are made. */
 IBP_HIDDEN int ibp_wc_init(void);
+/* wc.c's test hooks (_poll_fault), with IBVERBS_TEST_HOOKS=1 only. */
+IBP_HIDDEN int ibp_wc_test_hooks_init(PyObject *module);
 
 /* wr.c: work requests into C, for a post or a PostList. */
 IBP_HIDDEN int ibp_wr_seq_init(struct wr_seq *s, PyObject *arg, PyTypeObject *type,

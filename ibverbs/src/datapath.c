@@ -23,7 +23,7 @@
 
 int ibp_datapath_init(PyObject *module)
 {
-    if (ibp_wc_init() < 0)
+    if (ibp_wc_init() < 0 || ibp_wc_test_hooks_init(module) < 0)
         return -1;
     if (SGE_type_init(module) < 0 || SendWR_type_init(module) < 0 ||
         RecvWR_type_init(module) < 0 || WC_type_init(module) < 0 ||

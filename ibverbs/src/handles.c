@@ -380,10 +380,13 @@ static PyMethodDef test_hook_functions[] = {
     {NULL, NULL, 0, NULL},
 };
 
-int ibp_test_hooks_init(PyObject *module)
+int ibp_test_hooks_enabled(void)
 {
     const char *on = getenv("IBVERBS_TEST_HOOKS");
-    if (on == NULL || strcmp(on, "1") != 0)
-        return 0;
-    return PyModule_AddFunctions(module, test_hook_functions);
+    return on != NULL && strcmp(on, "1") == 0;
+}
+
+int ibp_test_hooks_init(PyObject *module)
+{
+    return ibp_test_hooks_enabled() ? PyModule_AddFunctions(module, test_hook_functions) : 0;
 }

@@ -126,35 +126,38 @@ static PyObject *ibp_hand_PostList_new_impl(PyTypeObject *type, PyObject *arg,
     struct wr_seq s;
     if (release_gil < 0)
         return NULL;
-    int kind;
-    if (PyObject_TypeCheck(arg, SendWR_Type)) {
-        kind = PL_SEND;
-    } else if (PyObject_TypeCheck(arg, RecvWR_Type)) {
-        kind = PL_RECV;
-    } else {
-        PyObject *first = NULL;
-        if ((PyList_Check(arg) && PyList_Size(arg) > 0 && (first = PyList_GetItem(arg, 0))) ||
-            (PyTuple_Check(arg) && PyTuple_Size(arg) > 0 && (first = PyTuple_GetItem(arg, 0)))) {
-            kind = PyObject_TypeCheck(first, RecvWR_Type) ? PL_RECV : PL_SEND;
-        } else if (PyList_Check(arg) || PyTuple_Check(arg)) {
+    /* A list or tuple (subclasses included) is read once, into a tuple:
+     * building allocates (and may so run finalizers), and a subclass's
+     * __len__ and __iter__ need not agree with its storage.  Everything
+     * after, the kind and the count included, comes from what was read. */
+    PyObject *snapshot = NULL;
+    if (PyList_Check(arg) || PyTuple_Check(arg)) {
+        if ((snapshot = PySequence_Tuple(arg)) == NULL)
+            return NULL;
+        if (PyTuple_Size(snapshot) == 0) {
+            Py_DECREF(snapshot);
             PyErr_SetString(PyExc_ValueError, "a PostList needs at least one work request");
             return NULL;
-        } else {
-            PyErr_Format(PyExc_TypeError, "PostList needs SendWR or RecvWR objects (one, or a "
-                         "list of them), not %s", ibp_type_name(arg));
-            return NULL;
         }
+        arg = snapshot;
+    }
+    int kind;
+    PyObject *first = snapshot != NULL ? PyTuple_GetItem(snapshot, 0) : arg;
+    if (PyObject_TypeCheck(first, RecvWR_Type)) {
+        kind = PL_RECV;
+    } else if (snapshot != NULL || PyObject_TypeCheck(arg, SendWR_Type)) {
+        kind = PL_SEND;     /* a list whose first item is neither: ibp_wr_seq_init says so */
+    } else {
+        PyErr_Format(PyExc_TypeError, "PostList needs SendWR or RecvWR objects (one, or a "
+                     "list of them), not %s", ibp_type_name(arg));
+        return NULL;
     }
     if (ibp_wr_seq_init(&s, arg, kind == PL_SEND ? SendWR_Type : RecvWR_Type,
-                        kind == PL_SEND ? "SendWR" : "RecvWR") < 0)
+                        kind == PL_SEND ? "SendWR" : "RecvWR") < 0) {
+        Py_XDECREF(snapshot);
         return NULL;
-    if (s.seq != NULL && s.owned == NULL) {
-        /* Building allocates (and may so run finalizers): read a snapshot. */
-        s.owned = s.seq = PySequence_Tuple(s.seq);
-        s.is_list = 0;
-        if (s.seq == NULL)
-            return NULL;
     }
+    s.owned = snapshot;     /* s reads it in place (an exact tuple) and now owns it */
     allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
     PostListObject *pl = (PostListObject *)alloc(type, 0);
     if (pl == NULL)

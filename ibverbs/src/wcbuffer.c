@@ -171,6 +171,7 @@ PyObject *ibp_hand_CQ_poll_into_impl(PyObject *self, WCBufferObject *b)
 {
     if (ibp_check_open(self) < 0 || ibp_cq_check_not_polling(self) < 0)
         return NULL;
+    errno = 0;      /* a provider may fail without setting it: no stale value */
     int n = ibv_poll_cq(CQ_PTR(self), b->capacity, b->wc);
     if (n < 0) {
         b->count = 0;

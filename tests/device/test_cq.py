@@ -1,5 +1,9 @@
 """Completion queues and completion channels."""
+import contextlib
+import errno
+import gc
 import threading
+import weakref
 
 import pytest
 
@@ -104,3 +108,108 @@ def test_poll_results_stay_the_programs_own(ib, ctx, pd, port):
             assert held_empty == [] and cq.poll(4) == [] and cq.poll(4) is not held_empty
         finally:
             qp.close()
+
+
+@contextlib.contextmanager
+def flushed_receives(ib, pd, cq, port, wr_ids):
+    """A QP on cq whose receives wr_ids were flushed (QP to ERR): their
+    completions, in order, are on cq."""
+    qp = pd.create_qp(ib.QPInitAttr(cq, cq, max_recv_wr=len(wr_ids)))
+    buf = bytearray(64)
+    try:
+        qp.to_init(port, ib.AccessFlags.LOCAL_WRITE)
+        with pd.reg_mr(buf, ib.AccessFlags.LOCAL_WRITE) as mr:
+            for wr_id in wr_ids:
+                qp.post_recv(ib.RecvWR(wr_id=wr_id, sg_list=[mr.sge(8)]))
+            qp.modify(ib.QPAttrMask.STATE, qp_state=ib.QPState.ERR)
+        yield qp
+    finally:
+        qp.close()
+
+
+def plant(cq, n, make):
+    """Put make() in every list poll() keeps for results of n completions:
+    three results of n held at once are all of them (it keeps two)."""
+    held = [cq.poll(n) for _ in range(3)]
+    assert [len(x) for x in held] == [n] * 3
+    for x in held:
+        x[0] = make()
+
+
+@pytest.mark.parametrize("then_clear", [False, True])
+def test_a_finalizer_that_polls_during_poll_gets_a_list_of_its_own(ib, ctx, pd, port, then_clear):
+    """23.2: poll() refilled a kept list it found free, and replacing an
+    object the program had put there ran its finalizer mid-refill: a poll
+    from that finalizer got the same list (both callers one list, the outer
+    completions lost), and clear()ing it crashed the outer refill."""
+    inner = []
+    armed = []
+
+    class PollsWhenDropped:
+        def __del__(self):
+            if armed:
+                armed.pop()
+                inner.append(cq_b.poll(2))
+                if then_clear:
+                    inner[0].clear()
+
+    with ctx.create_cq(16) as cq_a, ctx.create_cq(16) as cq_b, \
+            flushed_receives(ib, pd, cq_a, port, range(1, 9)), \
+            flushed_receives(ib, pd, cq_b, port, range(101, 103)):
+        plant(cq_a, 2, PollsWhenDropped)          # completions 1-6
+        armed.append(True)
+        outer = cq_a.poll(2)                      # replaces a planted object
+        assert not armed and len(inner) == 1
+        assert outer is not inner[0]
+        assert [wc.wr_id for wc in outer] == [7, 8]
+        assert inner[0] == [] if then_clear else [wc.wr_id for wc in inner[0]] == [101, 102]
+        assert cq_a.poll(16) == [] and cq_b.poll(16) == []
+
+
+def test_poll_results_keep_nothing_the_program_added(ib, ctx, pd, port):
+    """23.8: a list poll() returned and keeps for reuse held what the
+    program appended to it (or stored in it) for the life of the process."""
+    class Payload:
+        pass
+
+    appended, stored = Payload(), Payload()
+    gone = [weakref.ref(appended), weakref.ref(stored)]
+    with ctx.create_cq(16) as cq:
+        empty = cq.poll(16)
+        empty.append(appended)
+        del empty, appended
+        for _ in range(1000):
+            assert cq.poll(16) == []
+        gc.collect()
+        assert gone[0]() is None
+    with ctx.create_cq(16) as cq, flushed_receives(ib, pd, cq, port, range(1, 4)):
+        one = cq.poll(1)
+        assert [wc.wr_id for wc in one] == [1]
+        one[0] = stored
+        del one, stored
+        assert [wc.wr_id for wc in cq.poll(16)] == [2, 3]
+        for _ in range(10):
+            assert cq.poll(16) == []
+        gc.collect()
+        assert gone[1]() is None
+
+
+@pytest.mark.parametrize("into", [False, True])
+def test_a_failed_poll_reports_its_own_error_not_a_stale_errno(ib, ctx, into):
+    """23.13: errno was not cleared before ibv_poll_cq, and a provider that
+    fails without setting it had its error reported as whatever errno held
+    (_poll_fault: the first poll leaves errno EAGAIN, the second returns
+    -EIO and leaves errno alone)."""
+    from ibverbs import _ibverbs
+    buf = ib.WCBuffer(4)
+
+    def poll():
+        return cq.poll_into(buf) if into else len(cq.poll(4))
+
+    with ctx.create_cq(16) as cq:
+        _ibverbs._poll_fault(cq, -errno.EIO)
+        assert poll() == 0
+        with pytest.raises(ib.VerbsError) as e:
+            poll()
+        assert e.value.errno == errno.EIO, e.value
+        assert poll() == 0                       # the provider's own poll_cq again

@@ -334,6 +334,52 @@ def test_wcbuffer_input_checks(ib, cq):
     assert exc.value.errno == 9
 
 
+def test_poll_into_takes_a_wcbuffer_subclass(ib, rc_pair, make_buffer):
+    """23.12: poll_into refused WCBuffer subclasses (an exact type check),
+    though WCBuffer can be subclassed."""
+    class Tagged(ib.WCBuffer):
+        tag = "mine"
+
+    src, dst = make_buffer(64, fill=0x5A), make_buffer(64)
+    buf = Tagged(4, raise_on_error=True)
+    rc_pair.qp_a.post_send(write_wr(ib, src, dst, wr_id=41))
+    (wc,) = poll_into_until(rc_pair.cq_a, buf, 1)
+    assert wc.wr_id == 41 and wc.is_success and buf.tag == "mine"
+    assert bytes(dst.array) == b"\x5a" * 64
+    with pytest.raises(TypeError, match="poll_into needs a WCBuffer, not list"):
+        rc_pair.cq_a.poll_into([])
+
+
+def test_sequences_that_lie_post_what_they_iterate(ib, rc_pair, make_buffer):
+    """23.1: what a list or tuple subclass's __iter__ gives is what is
+    posted or built, whatever its storage and __len__ say; a PostList of
+    nothing is refused (it posted 128 bytes read from a 16-byte block)."""
+    src, dst = make_buffer(64, fill=0x21), make_buffer(64)
+    given = []
+
+    class Lies(list):
+        def __iter__(self):
+            return iter(given)
+
+        def __len__(self):
+            return 1000
+
+    stored = [write_wr(ib, src, dst, wr_id=900 + i) for i in range(3)]
+    with pytest.raises(ValueError, match="at least one work request"):
+        ib.PostList(Lies(stored))
+    rc_pair.qp_a.post_send(Lies(stored))                # nothing to post
+    assert rc_pair.cq_a.poll(16) == []
+    given[:] = [write_wr(ib, src, dst, wr_id=i, signaled=True) for i in (1, 2)]
+    plist = ib.PostList(Lies(stored))
+    assert [e.wr_id for e in plist] == [1, 2]
+    for post in (plist, Lies(stored)):
+        dst.array[:] = 0
+        rc_pair.qp_a.post_send(post)
+        assert sorted(wc.wr_id for wc in poll_until(rc_pair.cq_a, 2)) == [1, 2]
+        assert bytes(dst.array) == b"\x21" * 64
+    assert rc_pair.cq_a.poll(16) == []
+
+
 # ---- what the faster paths must keep ------------------------------------------------
 
 def test_post_send_takes_a_tuple_and_list_subclasses(ib, rc_pair, make_buffer):

@@ -14,8 +14,12 @@ Properties checked at every step:
   says;
 * Python code run inside a C call (an argument's `__index__` that replaces
   the PostList entry it is assigned to, or closes the object called or
-  another) and a second thread closing objects while a `release_gil`
-  PostList is posted get EBUSY or EBADF, never a freed object; UD QPs are
+  another; a finalizer, of an object put into a list poll() returned, that
+  polls, posts or closes when a later poll reuses the list) and a second
+  thread closing objects while a `release_gil` PostList is posted get
+  EBUSY or EBADF, never a freed object nor another caller's list;
+* list and tuple subclasses whose `__len__` and `__iter__` disagree with
+  their storage get what iteration gave posted or built; UD QPs are
   drawn with and without AHs (a UD send without one is a ValueError);
 and after every example, once everything is closed: the process and the
 kernel (`rdma resource show` counts) hold exactly what they held before.
@@ -678,6 +682,99 @@ class VerbsMachine(RuleBasedStateMachine):
         del pl, wrs, closers
         self.sync_closed(qp, *victims)
 
+    @rule(target=st.sampled_from(["post_send", "post_recv", "postlist", "sg_list"]),
+          base=st.sampled_from([list, tuple]), stored=st.integers(0, 4),
+          iterated=st.integers(0, 4), length=st.sampled_from([None, 0, 1, 1000]),
+          data=st.data())
+    def lying_sequence(self, target, base, stored, iterated, length, data):
+        """A list or tuple subclass whose __len__ and __iter__ disagree with
+        its storage: what is posted (or built) is what iteration gave."""
+        ib = self.ib
+        recv = target == "post_recv"
+        sg_target = target == "sg_list"
+
+        def item(i):
+            if sg_target:
+                sges = self.sges(data, 1)
+                return sges[0] if sges else ib.SGE(0x1000, 8)
+            sg_list = self.sges(data, data.draw(st.integers(0, 2), label="nsge"))
+            return (ib.RecvWR(wr_id=i, sg_list=sg_list) if recv else
+                    ib.SendWR(wr_id=i, opcode=ib.WROpcode.SEND, sg_list=sg_list))
+        given = [item(100 + i) for i in range(iterated)]
+        body = {"__iter__": lambda s: iter(given)}
+        if length is not None:
+            body["__len__"] = lambda s: length
+        seq = type("Lying", (base,), body)([item(i) for i in range(stored)])
+        if sg_target:
+            wr = ib.SendWR(sg_list=seq)
+            assert list(wr.sg_list) == given
+        elif target == "postlist":
+            pl, exc = expect(ValueError, ib.PostList, seq)
+            assert (pl is None) == (iterated == 0), (pl, exc)
+            if pl is not None:
+                assert len(pl) == iterated and [e.wr_id for e in pl] == [w.wr_id for w in given]
+                qp = self.pick(data, "QP", "qp", open_only=True)
+                if qp is not None:
+                    expect((ValueError, ib.VerbsError), qp.post_send, pl)
+        else:
+            qp = self.pick(data, "QP", "qp")
+            if qp is not None:
+                expect((ValueError, ib.VerbsError), getattr(qp, target), seq)
+
+    @rule(action=st.sampled_from(["poll", "poll_clear", "poll_into", "post", "close"]),
+          planted=st.sampled_from(["item", "append"]), data=st.data())
+    def finalizer_calls_back_during_poll(self, action, planted, data):
+        """An object the program put into a list poll() returned, whose
+        finalizer polls (and clears what it got), posts or closes an object
+        when a later poll reuses that list: each caller gets a list of its
+        own, closes get EBUSY or succeed, and nothing crashes."""
+        ib = self.ib
+        cq = self.pick(data, "CQ", "cq", open_only=True)
+        if cq is None:
+            return
+        other = self.pick(data, "CQ", "other cq", open_only=True)
+        victim = self.any_object(data, "victim") if action == "close" else None
+        qp = self.pick(data, "QP", "qp", open_only=True) if action == "post" else None
+        outcomes, inner = [], []
+        close = self.closer(victim, outcomes) if victim is not None else None
+        armed = [True]
+
+        def callback():
+            if not armed:
+                return
+            armed.clear()
+            if action in ("poll", "poll_clear"):
+                got, _ = expect(ib.VerbsError, other.poll, 4)
+                if got is not None:
+                    inner.append(got)
+                    if action == "poll_clear":
+                        got.clear()
+            elif action == "poll_into":
+                expect(ib.VerbsError, other.poll_into, ib.WCBuffer(4))
+            elif action == "post" and qp is not None:
+                expect((ValueError, ib.VerbsError), qp.post_send,
+                       ib.SendWR(opcode=ib.WROpcode.SEND))
+            elif close is not None:
+                close()
+
+        n = data.draw(st.integers(1, 16), label="n")
+        got, exc = expect(ib.VerbsError, cq.poll, n)
+        if got is not None:
+            if planted == "item" and got:
+                got[0] = Finalizer(callback)
+            else:
+                got.append(Finalizer(callback))
+            del got
+        wcs, exc = expect(ib.VerbsError, cq.poll, n)
+        if wcs is not None:
+            assert all(type(wc) is ib.WC for wc in wcs)
+            assert all(wcs is not x for x in inner)
+        armed.clear()
+        assert not outcomes, outcomes
+        del wcs, callback, close, inner
+        gc.collect()
+        self.sync_closed(cq, other, victim)
+
     # ---- invariants and cleanup ------------------------------------------------------
 
     @invariant()
@@ -711,6 +808,16 @@ class VerbsMachine(RuleBasedStateMachine):
 
 class Holder:
     pass
+
+
+class Finalizer:
+    """An object whose finalizer runs an action."""
+
+    def __init__(self, action):
+        self.action = action
+
+    def __del__(self):
+        self.action()
 
 
 class Index:

@@ -148,3 +148,70 @@ def test_constructor_arguments_by_keyword_and_defaults():
     assert ib.PostList(ib.RecvWR()).release_gil is False
     assert ib.WCBuffer.__text_signature__ == "(capacity=16, *, raise_on_error=False)"
     assert ib.PostList.__text_signature__ == "(wrs, *, release_gil=False)"
+
+
+# ---- issue 23 ---------------------------------------------------------------------------
+
+class _IteratesNothing(list):
+    __iter__ = lambda self: iter(())        # noqa: E731
+
+
+class _TupleIteratesNothing(tuple):
+    __iter__ = lambda self: iter(())        # noqa: E731
+
+
+class _LongLen(list):
+    __len__ = lambda self: 1000             # noqa: E731
+
+
+class _ShortLen(list):
+    __len__ = lambda self: 0                # noqa: E731
+
+
+def test_postlist_counts_the_requests_it_read_not_the_storage():
+    """23.1: a list or tuple subclass whose __iter__ gives nothing made a
+    PostList of 0 entries (then posted 128 bytes read from a 16-byte block);
+    what __len__ says does not count either: what was read does."""
+    for seq in (_IteratesNothing([ib.SendWR()]), _TupleIteratesNothing([ib.RecvWR()])):
+        with pytest.raises(ValueError, match="at least one work request"):
+            ib.PostList(seq)
+    assert len(ib.PostList(_LongLen([ib.SendWR(), ib.SendWR()]))) == 2
+    assert len(ib.PostList(_ShortLen([ib.RecvWR(wr_id=5)]))) == 1
+
+    class Gives(list):          # storage of one SendWR, iteration of three RecvWR
+        def __iter__(self):
+            return iter([ib.RecvWR(wr_id=i) for i in (7, 8, 9)])
+
+    pl = ib.PostList(Gives([ib.SendWR()]))
+    assert pl.kind is ib.RecvWR and [e.wr_id for e in pl] == [7, 8, 9]
+
+
+def test_postlist_entry_imm_data_and_invalidate_rkey_share_their_place():
+    """23.6: imm_data of a SEND_WITH_INV or LOCAL_INV entry read and wrote
+    its invalidate_rkey, which entries did not show."""
+    W = ib.WROpcode
+    pl = ib.PostList([ib.SendWR(opcode=W.SEND_WITH_INV, invalidate_rkey=0x1234, imm_data=7),
+                      ib.SendWR(opcode=W.LOCAL_INV, invalidate_rkey=0x99),
+                      ib.SendWR(opcode=W.SEND_WITH_IMM, imm_data=0x55, invalidate_rkey=3),
+                      ib.SendWR(opcode=W.RDMA_WRITE, imm_data=0x66)])
+    send_inv, local_inv, with_imm, write = pl
+    assert (send_inv.invalidate_rkey, local_inv.invalidate_rkey) == (0x1234, 0x99)
+    assert (with_imm.imm_data, write.imm_data) == (0x55, 0x66)
+    for entry in (send_inv, local_inv):
+        with pytest.raises(AttributeError, match="imm_data is not used by a LOCAL_INV or "
+                                                 "SEND_WITH_INV request"):
+            entry.imm_data
+        with pytest.raises(AttributeError, match="imm_data is not used"):
+            entry.imm_data = 1
+    for entry in (with_imm, write):
+        with pytest.raises(AttributeError, match="invalidate_rkey is not used by a request "
+                                                 "other than LOCAL_INV and SEND_WITH_INV"):
+            entry.invalidate_rkey
+        with pytest.raises(AttributeError, match="invalidate_rkey is not used"):
+            entry.invalidate_rkey = 1
+    send_inv.invalidate_rkey = 0xABC
+    with_imm.imm_data = 0xDEADBEEF
+    assert (send_inv.invalidate_rkey, with_imm.imm_data) == (0xABC, 0xDEADBEEF)
+    assert local_inv.invalidate_rkey == 0x99            # its own entry only
+    with pytest.raises(AttributeError, match="a RecvWR has no invalidate_rkey"):
+        ib.PostList([ib.RecvWR()])[0].invalidate_rkey

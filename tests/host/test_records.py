@@ -142,6 +142,14 @@ SPEC_MISTAKES = {
                                        r"PostList\.new: required must be 0\.\.1"),
     "constructor_naming_one_twice": ("keyword_only: [raise_on_error]", "keyword_only: [capacity]",
                                      r"WCBuffer\.new: the argument names must be distinct"),
+    "union_member_in_two_unions": ("data: [imm, inv]", "data: [imm, rdma]",
+                                   r"send_wr: a member name in two unions"),
+    "field_in_two_unions": ("invalidate_rkey: {union: {inv: invalidate_rkey}}",
+                            "invalidate_rkey: {union: {inv: invalidate_rkey, rdma: invalidate_rkey}}",
+                            r"send_wr\.invalidate_rkey: members of two unions \(data, wr\)"),
+    "field_of_no_union": ("invalidate_rkey: {union: {inv: invalidate_rkey}}",
+                          "invalidate_rkey: {union: {inval: invalidate_rkey}}",
+                          r"send_wr\.invalidate_rkey: inval is not a member of a union of send_wr"),
 }
 
 
