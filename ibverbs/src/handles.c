@@ -466,7 +466,8 @@ static PyObject *registry_alias(PyObject *module, PyObject *args)
     }
     if (ibp_check_open(obj) < 0 || ibp_check_open(other) < 0)
         return NULL;
-    uint64_t token = registry_token(IBP_HANDLE(other)->ptr);
+    void **field = context_field(IBP_HANDLE(other)->ptr, other);
+    uint64_t token = field ? (uint64_t)(uintptr_t)*field : 0;     /* other's own */
     if (token == 0) {
         PyErr_SetString(PyExc_TypeError, "_registry_alias: other is not a registered object");
         return NULL;

@@ -17,13 +17,21 @@ def test_get_async_event_on_a_nonblocking_fd_raises_eagain(ib, ctx):
     assert exc.value.errno == errno.EAGAIN
 
 
+@pytest.mark.parametrize("address_reused", [False, True])
 def test_srq_limit_reached_is_reported_as_an_async_event(ib, ctx, pd, port, gid_index, access,
-                                                       make_buffer):
+                                                       make_buffer, address_reused):
     """Arm the SRQ limit, consume receives below it: the context reports
-    SRQ_LIMIT_REACHED naming the very SRQ object."""
-    with pd.create_srq(max_wr=16) as srq, ctx.create_cq(16) as cq_a, ctx.create_cq(16) as cq_b:
+    SRQ_LIMIT_REACHED naming the very SRQ object.  address_reused: the
+    registry says the SRQ's address is another SRQ's (the test hook), as
+    when an SRQ is destroyed and another made at its address while the
+    event is read: the event still names its own SRQ (by its token)."""
+    from ibverbs import _ibverbs
+    with pd.create_srq(max_wr=16) as srq, ctx.create_cq(16) as cq_a, ctx.create_cq(16) as cq_b, \
+            pd.create_srq(max_wr=4) as other:
         a = pd.create_qp(ib.QPInitAttr(cq_a, cq_a))
         b = pd.create_qp(ib.QPInitAttr(cq_b, cq_b, srq=srq))
+        if address_reused:
+            _ibverbs._registry_alias(srq, other)
         try:
             info = lambda q: ib.local_qp_info(q, ctx.query_port(port), ctx.query_gid(port, gid_index),
                                               port=port)
@@ -51,6 +59,7 @@ def test_srq_limit_reached_is_reported_as_an_async_event(ib, ctx, pd, port, gid_
             ctx.ack_async_event(ev)          # idempotent
             assert ev.acked
         finally:
+            _ibverbs._registry_alias(srq, srq)
             a.close()
             b.close()
 

@@ -739,3 +739,244 @@ def test_a_cm_qp_is_busy_while_get_cm_event_waits_on_its_channel(ib, cm, channel
             assert client_id.qp is None
         finally:
             client.close()
+
+
+# ---- calls that release the GIL hold what librdmacm may touch -----------------------
+
+def _request(ib, cm, channel, port):
+    """listener on rxe0, client from rxe1 connecting: (listener, client Side,
+    server Side, request event) at CONNECT_REQUEST, before accept."""
+    E = cm.CMEventType
+    listener = channel.create_id(cm.PortSpace.TCP)
+    listener.bind_addr((SERVER_IP, port))
+    listener.listen()
+    client_id = channel.create_id(cm.PortSpace.TCP)
+    client_id.resolve_addr((SERVER_IP, port), src=CLIENT_IP)
+    cm.wait_event(channel, E.ADDR_RESOLVED, TIMEOUT)
+    client_id.resolve_route()
+    cm.wait_event(channel, E.ROUTE_RESOLVED, TIMEOUT)
+    client = Side(ib, client_id)
+    client_id.connect(retry_count=5, rnr_retry_count=6)
+    request = cm.wait_event(channel, E.CONNECT_REQUEST, TIMEOUT)
+    return listener, client, Side(ib, request.id), request
+
+
+def _refused_while(call, *closes):
+    """Run call in a thread, paused (the test hook) with the GIL released
+    inside its librdmacm call; meanwhile each close() must raise EBUSY."""
+    import ibverbs as ib
+    from ibverbs import _ibverbs
+    errors = []
+    _ibverbs._test_pause(1.5)
+    t = threading.Thread(target=lambda: errors.append(call()))
+    try:
+        t.start()
+        time.sleep(0.5)
+        for close in closes:
+            with pytest.raises(ib.VerbsError) as exc:
+                close()
+            assert exc.value.errno == errno.EBUSY
+    finally:
+        _ibverbs._test_pause(0)
+        t.join(TIMEOUT)
+    assert not t.is_alive() and errors == [None]
+
+
+def test_qps_are_held_while_accept_and_disconnect_run(ib, cm, channel):
+    """accept() and disconnect() release the GIL inside librdmacm, which
+    moves the ID's QP (ibv_modify_qp): a qp.close() from another thread
+    meanwhile (here while the call is paused by the test hook) is refused,
+    for its own QP and for any QP on the channel; it was a use after free."""
+    E = cm.CMEventType
+    listener, client, server, request = _request(ib, cm, channel, free_port())
+    try:
+        _refused_while(request.id.accept, server.qp.close, client.qp.close,
+                       request.id.destroy_qp)
+        assert not server.qp.closed and request.id.qp is server.qp
+        for _ in range(2):
+            cm.wait_event(channel, E.ESTABLISHED, TIMEOUT)
+        assert server.qp.state == ib.QPState.RTS and client.qp.state == ib.QPState.RTS
+        _refused_while(client.cm_id.disconnect, client.qp.close)
+        assert client.qp.state == ib.QPState.ERR
+        cm.wait_event(channel, E.DISCONNECTED, TIMEOUT)
+        server.cm_id.disconnect()
+        cm.wait_event(channel, E.DISCONNECTED, TIMEOUT)
+    finally:
+        client.close()
+        server.close()
+        listener.close()
+
+
+def _waiting(channel):
+    """A thread blocked in channel.get_cm_event(); join it with the returned list."""
+    events = []
+    waiter = threading.Thread(target=lambda: events.append(channel.get_cm_event()))
+    waiter.start()
+    time.sleep(1.0)                # the waiter is blocked in rdma_get_cm_event
+    assert waiter.is_alive()
+    return waiter, events
+
+
+def test_a_qp_made_while_get_cm_event_waits_is_held_too(ib, cm, channel):
+    """get_cm_event's hold covers every QP of its channel's CMIDs, also one
+    created after it began to wait (it was a snapshot at entry)."""
+    with channel.create_id() as client_id:
+        client_id.resolve_addr((SERVER_IP, free_port()), src=CLIENT_IP)
+        cm.wait_event(channel, cm.CMEventType.ADDR_RESOLVED, TIMEOUT)
+        waiter, events = _waiting(channel)
+        client = Side(ib, client_id)       # while the waiter waits
+        try:
+            with pytest.raises(ib.VerbsError) as e:
+                client.qp.close()
+            assert e.value.errno == errno.EBUSY and not client.qp.closed
+            client_id.resolve_route()      # wakes the waiter
+            waiter.join(TIMEOUT)
+            assert not waiter.is_alive() and events[0].event == cm.CMEventType.ROUTE_RESOLVED
+            client.qp.close()
+            assert client_id.qp is None
+        finally:
+            client.close()
+
+
+def test_a_cmid_migrated_onto_a_waited_channel_has_its_qp_held(ib, cm, channel):
+    with cm.create_event_channel() as other, other.create_id() as cm_id:
+        cm_id.resolve_addr((SERVER_IP, free_port()), src=CLIENT_IP)
+        cm.wait_event(other, cm.CMEventType.ADDR_RESOLVED, TIMEOUT)
+        side = Side(ib, cm_id)
+        try:
+            waiter, events = _waiting(channel)
+            cm_id.migrate(channel)
+            with pytest.raises(ib.VerbsError) as e:
+                side.qp.close()
+            assert e.value.errno == errno.EBUSY
+            cm_id.resolve_route()          # its event now arrives on channel
+            waiter.join(TIMEOUT)
+            assert not waiter.is_alive() and events[0].id is cm_id
+        finally:
+            side.close()
+
+
+# ---- a failed qp.close() leaves the QP on its ID -------------------------------------
+
+MCAST_GID = bytes.fromhex("ff0e0000000000000000000000001234")
+
+
+def test_a_cm_qp_whose_destroy_fails_stays_driven_by_its_id(ib, cm, channel):
+    """ibv_destroy_qp refuses (EBUSY) a UD QP still attached to a multicast
+    group: the QP stays open, and on its rdma_cm_id.  accept() then answers
+    the SIDR request with that QP's number (it sent 0: the ID had been told
+    it had no QP before the destroy was tried)."""
+    E = cm.CMEventType
+    port = free_port()
+    with channel.create_id(cm.PortSpace.UDP) as listener, \
+            channel.create_id(cm.PortSpace.UDP) as client_id:
+        listener.bind_addr((SERVER_IP, port))
+        listener.listen()
+        client_id.resolve_addr((SERVER_IP, port), src=CLIENT_IP)
+        cm.wait_event(channel, E.ADDR_RESOLVED, TIMEOUT)
+        client_id.resolve_route()
+        cm.wait_event(channel, E.ROUTE_RESOLVED, TIMEOUT)
+        client = Side(ib, client_id, qp_type=ib.QPType.UD)
+        server = None
+        try:
+            client_id.connect()
+            req = cm.wait_event(channel, E.CONNECT_REQUEST, TIMEOUT)
+            server = Side(ib, req.id, qp_type=ib.QPType.UD)
+            server.qp.attach_mcast(MCAST_GID, 0)
+            with pytest.raises(ib.VerbsError) as e:
+                server.qp.close()
+            assert e.value.errno == errno.EBUSY and not server.qp.closed
+            assert req.id.qp is server.qp
+            req.id.accept()
+            ev = cm.wait_event(channel, E.ESTABLISHED, TIMEOUT)
+            assert ev.id is client_id and ev.param.qp_num == server.qp.qp_num
+            server.qp.detach_mcast(MCAST_GID, 0)
+        finally:
+            client.close()
+            if server is not None:
+                server.close()
+
+
+# ---- fork() children ------------------------------------------------------------------
+
+def _in_child(body):
+    """body() in a fork() child: its text ('ok' or the error) back here."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                    # pragma: no cover - the child
+        os.close(r)
+        try:
+            msg = body()
+        except BaseException as exc:
+            msg = f"{type(exc).__name__}: {exc}"
+        os.write(w, msg.encode())
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        out = f.read()
+    os.waitpid(pid, 0)
+    return out
+
+
+def test_rdma_cm_works_in_a_fork_child_and_inherited_ids_stay_the_parents(ib, cm, channel):
+    """A pre-fork server's worker: the CMIDs it makes and their borrowed
+    contexts are its own (connect, accept, a send, disconnect); the ones
+    inherited from the parent stay the parent's (EBADF, never destroyed)."""
+    with channel.create_id() as parent_id:
+        parent_id.bind_addr(SERVER_IP)
+        parent_ctx = parent_id.context
+
+        def child():
+            for inherited in (lambda: parent_ctx.alloc_pd(), lambda: parent_id.listen()):
+                with pytest.raises(ib.VerbsError) as exc:
+                    inherited()
+                assert exc.value.errno == errno.EBADF, exc.value
+            with cm.create_event_channel() as ch:
+                listener, client, server, _, _ = connect_pair(ib, cm, ch, free_port() + 500)
+                try:
+                    src, src_mr = client.buffer(ib, 16, 0x5A)
+                    dst, dst_mr = server.buffer(ib, 16, 0)
+                    server.qp.post_recv(ib.RecvWR(wr_id=1, sg_list=[dst_mr.sge()]))
+                    client.qp.post_send(ib.SendWR(wr_id=2, sg_list=[src_mr.sge()],
+                                                  opcode=ib.WROpcode.SEND,
+                                                  send_flags=ib.SendFlags.SIGNALED))
+                    poll_until(client.cq)[0].raise_for_status()
+                    poll_until(server.cq)[0].raise_for_status()
+                    assert (dst == 0x5A).all()
+                    disconnect_both(cm, ch, client, server)
+                finally:
+                    client.close()
+                    server.close()
+                    listener.close()
+            return "ok"
+
+        assert _in_child(child) == "ok"
+        with parent_ctx.alloc_pd():            # still the parent's, and usable here
+            pass
+
+
+# ---- events name their own CMID ------------------------------------------------------
+
+def test_a_cm_event_finds_its_cmid_when_the_address_names_another(ib, cm, channel):
+    """The registry says the ID's address is another CMID's (the test hook:
+    as when an ID is destroyed and another made at its address while the
+    event is read): the event still names its own CMID (by its token)."""
+    from ibverbs import _ibverbs
+    with channel.create_id() as cm_id, channel.create_id() as other:
+        _ibverbs._registry_alias(cm_id, other)
+        try:
+            cm_id.resolve_addr((SERVER_IP, free_port()), src=CLIENT_IP)
+            ev = cm.wait_event(channel, cm.CMEventType.ADDR_RESOLVED, TIMEOUT)
+            assert ev.id is cm_id
+        finally:
+            _ibverbs._registry_alias(cm_id, cm_id)
+
+
+def test_wait_event_takes_a_channel_fd_above_1023(ib, cm, fds_above_1023):
+    with cm.create_event_channel() as ch:
+        assert ch.fd >= 1024
+        with pytest.raises(TimeoutError):
+            cm.wait_event(ch, timeout=0.2)
+        with ch.create_id() as cm_id:
+            cm_id.resolve_addr((SERVER_IP, free_port()), src=CLIENT_IP)
+            assert cm.wait_event(ch, cm.CMEventType.ADDR_RESOLVED, TIMEOUT).id is cm_id

@@ -414,3 +414,19 @@ def test_a_default_shown_by_name_needs_its_c_value(generator, tmp_path):
     with pytest.raises(g["spec"].SpecError, match=r"cm.yaml:\d+: CMID.resolve_addr: impl: timeout_ms: "
                                                   r"c_default is only for a default shown by name"):
         g["rdmacm"].load(prefix(BASELINE), root)
+
+
+def test_the_rdma_cm_modules_import_each_other_one_way():
+    """ibverbs.cm imports ibverbs._cmid (CMID) and both import what they
+    share (CMEvent, the fd wait) from ibverbs._cmevents, which imports
+    neither: no circle, counting every import (typing-only ones and those
+    inside functions too)."""
+    import ast
+    names = {"cm", "_cmid", "_cmevents"}
+    graph = {}
+    for name in names:
+        tree = ast.parse((ROOT / "ibverbs" / f"{name}.py").read_text())
+        graph[name] = {node.module for node in ast.walk(tree)
+                       if isinstance(node, ast.ImportFrom) and node.level == 1
+                       and node.module in names}
+    assert graph == {"cm": {"_cmid", "_cmevents"}, "_cmid": {"_cmevents"}, "_cmevents": set()}
