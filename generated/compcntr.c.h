@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d058999ce2cfebde6a6830678ae4c6a5d39e3a9d7b81b62c8ade6aa03e1b83ec).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 e5c83176cca75d9cc2f24efb2d6c7df96cdd94a3009930f7914de3b920d0919e);
- * this file's own sha256, this number read as zeros: 99428531e74623625e59d3c5e9aeb9da548f0951aaf59910b8bc7d2e0a5ff023 */
+ * Made by templates/ and generator/ (sha256 f7bee5606842af7b2fd45422e3b17dda5b0be661e04d6fa4e0df789738747823);
+ * this file's own sha256, this number read as zeros: 7afdea2a77da4af9da683e6480aab20ae0296e949da5855c70e1ee015b67d404 */
 
 /*
  * CompCntr: A completion counter (Context.create_comp_cntr; rdma-core 65).

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 6d52bf621d65c270da2907ddbf360979a9b79b86980ba38c2ffe1d0636c1a9e2).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 e5c83176cca75d9cc2f24efb2d6c7df96cdd94a3009930f7914de3b920d0919e);
- * this file's own sha256, this number read as zeros: 6d59cbcd44070b2cf42000479b61e37c8dc92db825e4b9c411fee1ed6c262908 */
+ * Made by templates/ and generator/ (sha256 f7bee5606842af7b2fd45422e3b17dda5b0be661e04d6fa4e0df789738747823);
+ * this file's own sha256, this number read as zeros: 2dbc3d74368fdcfddd90fcb55a5f64a1f980b6a7124794bd613f609905318bd2 */
 
 /*
  * PostListEntry: its accessors and type shell, from spec/datapath/records.yaml.

@@ -214,8 +214,10 @@ static void cm_unhold(struct cm_hold *h)
 
 /* ---- lifetime hooks (spec/rdmacm/cm.yaml) ---------------------------------------- */
 
-/* Whenever the CMID lets go of its rdma_cm_id (fork-inherited ones too):
- * the map must not outlive this CMID. */
+/* Once the CMID has let go of its rdma_cm_id (destroyed, fork-inherited,
+ * or leaked by a dealloc whose destroy failed): the map must not outlive
+ * this CMID.  Never before rdma_destroy_id, so that a destroy that fails
+ * (a GC clear keeps the CMID then) leaves its QP in the map. */
 void ibp_cmid_detach(struct CMIDObject *self)
 {
     if (self->qp != NULL)
