@@ -18,6 +18,7 @@ host with a real NIC) it is skipped, not failed.
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib.util
 import json
@@ -210,8 +211,8 @@ def skip_if_unsupported(ib, what, make):
         obj.close()
 
 
-@pytest.fixture
-def fds_above_1023():
+@contextlib.contextmanager
+def high_fds():
     """Every file descriptor below 1024 taken (RLIMIT_NOFILE raised as
     needed), so that the next one opened, an event channel's, is 1024 or
     more: select() refuses those (FD_SETSIZE), poll() does not."""
@@ -230,3 +231,9 @@ def fds_above_1023():
         for fd in fds:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+@pytest.fixture
+def fds_above_1023():
+    with high_fds():
+        yield

@@ -4,6 +4,7 @@ Connections are made across the two devices, event-driven (every wait is a
 select() on the channel's fd with a timeout, so a missing event fails the
 test instead of hanging it), in one process and across two processes.
 """
+import contextlib
 import errno
 import fcntl
 import gc
@@ -16,9 +17,10 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import rxe
-from conftest import poll_until
+from conftest import high_fds, poll_until
 
 SERVER_IP, CLIENT_IP = rxe.VM_DEVICES["rxe0"], rxe.VM_DEVICES["rxe1"]
 TIMEOUT = 20.0      # seconds per event (TCG emulation is slow)
@@ -980,3 +982,94 @@ def test_wait_event_takes_a_channel_fd_above_1023(ib, cm, fds_above_1023):
         with ch.create_id() as cm_id:
             cm_id.resolve_addr((SERVER_IP, free_port()), src=CLIENT_IP)
             assert cm.wait_event(ch, cm.CMEventType.ADDR_RESOLVED, TIMEOUT).id is cm_id
+
+
+# ---- fuzz: a thread closing CM QPs while connect/accept/disconnect run ----------------
+
+CM_FUZZ_EXAMPLES = int(os.environ.get("IBVERBS_CM_FUZZ_EXAMPLES", "4"))
+
+
+def _next_event(cm, channel, timeout):
+    """The channel's next event within timeout, or None (any kind: which ones
+    come depends on what was closed when)."""
+    try:
+        return cm.wait_event(channel, timeout=timeout)
+    except TimeoutError:
+        return None
+
+
+def _closer(sides, plan, outcome):
+    """The other thread: close the planned sides' QPs, each after its delay;
+    each close() either destroys the QP or says EBUSY, nothing else."""
+    import ibverbs as ib
+    for who, delay in plan:
+        time.sleep(delay)
+        try:
+            sides[who].qp.close()
+            outcome.append((who, "closed"))
+        except ib.VerbsError as exc:
+            outcome.append((who, exc.errno))
+
+
+@settings(max_examples=CM_FUZZ_EXAMPLES, deadline=None, database=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))
+@given(during=st.sampled_from(["connect", "accept", "disconnect"]),
+       plan=st.lists(st.tuples(st.sampled_from(["client", "server"]),
+                               st.sampled_from([0.0, 0.1, 0.4, 0.8])), min_size=1, max_size=3),
+       high=st.booleans())
+def test_fuzz_closing_cm_qps_from_a_thread_during_cm_calls(ib, cm, during, plan, high):
+    """Whatever is closed when: every close() destroys the QP or says
+    EBUSY, never frees one librdmacm is moving (connect, accept, disconnect
+    paused inside librdmacm by the test hook); a destroyed QP has left its
+    ID, an open one is still on it; channel fds above 1023 when high."""
+    from ibverbs import _ibverbs
+    E = cm.CMEventType
+    port = free_port()
+    with (high_fds() if high else contextlib.nullcontext()), cm.create_event_channel() as ch:
+        listener = ch.create_id()
+        client_id = ch.create_id()
+        sides, outcome, closer = {}, [], None
+        try:
+            listener.bind_addr((SERVER_IP, port))
+            listener.listen()
+            client_id.resolve_addr((SERVER_IP, port), src=CLIENT_IP)
+            assert cm.wait_event(ch, E.ADDR_RESOLVED, TIMEOUT).id is client_id
+            client_id.resolve_route()
+            cm.wait_event(ch, E.ROUTE_RESOLVED, TIMEOUT)
+            sides["client"] = Side(ib, client_id)
+
+            def call(name, fn):
+                nonlocal closer
+                if name != during or closer is not None:
+                    return fn()
+                mine = [(w, d) for w, d in plan if w in sides]
+                closer = threading.Thread(target=_closer, args=(sides, mine, outcome))
+                _ibverbs._test_pause(0.3)
+                try:
+                    closer.start()
+                    return fn()
+                finally:
+                    _ibverbs._test_pause(0)
+
+            call("connect", lambda: client_id.connect(retry_count=5, rnr_retry_count=6))
+            request = cm.wait_event(ch, E.CONNECT_REQUEST, TIMEOUT)
+            sides["server"] = Side(ib, request.id)
+            call("accept", request.id.accept)
+            while _next_event(cm, ch, 2.0) is not None:      # ESTABLISHED, CONNECT_RESPONSE, ...
+                pass
+            for who in ("client", "server"):
+                try:
+                    call("disconnect", sides[who].cm_id.disconnect)
+                except ib.VerbsError:
+                    pass            # not connected (what was closed decides)
+            while _next_event(cm, ch, 1.0) is not None:
+                pass
+        finally:
+            if closer is not None:
+                closer.join(TIMEOUT)
+            for side in sides.values():
+                assert side.cm_id.qp is (None if side.qp.closed else side.qp)
+                side.close()
+            client_id.close()
+            listener.close()
+    assert all(what in ("closed", errno.EBUSY) for _, what in outcome), outcome
