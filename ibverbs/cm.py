@@ -22,7 +22,12 @@ A server, in outline::
 `EventChannel` and `CMID` (also at top level) are C classes with the usual
 lifetime rules: close() and context managers, use after close raises
 VerbsError EBADF, closing a channel with open CMIDs or a CMID whose QP is
-open raises EBUSY.  Events are copied and acknowledged as they are read.
+open raises EBUSY.  So does closing a CMID's QP while librdmacm may move
+it in another thread: during a call on that CMID (connect, accept,
+disconnect, establish, migrate) or any call on its channel
+(get_cm_event waiting); retry once it returned.  Events are copied and
+acknowledged as they are read, and name their CMID by identity, never by
+an address a new CMID may have reused.
 
 Without librdmacm.so.1, `import ibverbs` and `import ibverbs.cm` work;
 create_event_channel() raises RuntimeError saying the library is missing

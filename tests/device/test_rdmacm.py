@@ -920,10 +920,7 @@ def _in_child(body):
     return out
 
 
-def test_rdma_cm_works_in_a_fork_child_and_inherited_ids_stay_the_parents(ib, cm, channel):
-    """A pre-fork server's worker: the CMIDs it makes and their borrowed
-    contexts are its own (connect, accept, a send, disconnect); the ones
-    inherited from the parent stay the parent's (EBADF, never destroyed)."""
+def test_inherited_cmids_and_their_contexts_stay_the_parents(ib, cm, channel):
     with channel.create_id() as parent_id:
         parent_id.bind_addr(SERVER_IP)
         parent_ctx = parent_id.context
@@ -933,28 +930,101 @@ def test_rdma_cm_works_in_a_fork_child_and_inherited_ids_stay_the_parents(ib, cm
                 with pytest.raises(ib.VerbsError) as exc:
                     inherited()
                 assert exc.value.errno == errno.EBADF, exc.value
-            with cm.create_event_channel() as ch:
-                listener, client, server, _, _ = connect_pair(ib, cm, ch, free_port() + 500)
-                try:
-                    src, src_mr = client.buffer(ib, 16, 0x5A)
-                    dst, dst_mr = server.buffer(ib, 16, 0)
-                    server.qp.post_recv(ib.RecvWR(wr_id=1, sg_list=[dst_mr.sge()]))
-                    client.qp.post_send(ib.SendWR(wr_id=2, sg_list=[src_mr.sge()],
-                                                  opcode=ib.WROpcode.SEND,
-                                                  send_flags=ib.SendFlags.SIGNALED))
-                    poll_until(client.cq)[0].raise_for_status()
-                    poll_until(server.cq)[0].raise_for_status()
-                    assert (dst == 0x5A).all()
-                    disconnect_both(cm, ch, client, server)
-                finally:
-                    client.close()
-                    server.close()
-                    listener.close()
             return "ok"
 
         assert _in_child(child) == "ok"
         with parent_ctx.alloc_pd():            # still the parent's, and usable here
             pass
+
+
+# A pre-fork server: the parent has verbs objects (so the fork() check is
+# armed) and an rdma_cm channel and ID, but has bound none to a device; each
+# worker then uses rdma_cm of its own.  (A parent that bound IDs has
+# librdmacm's device contexts open: a child's librdmacm hands it those,
+# and the kernel refuses a write() on the parent's device file from
+# another process, EACCES on rxe's post_send doorbell.)
+FORK_SCRIPT = textwrap.dedent("""
+    import errno, os, sys
+    import numpy as np
+    import ibverbs as ib
+    from ibverbs import cm
+
+    S, C, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    E = cm.CMEventType
+    parent_channel = cm.create_event_channel()
+    inherited = parent_channel.create_id()
+    pid = os.fork()
+    if pid:
+        _, status = os.waitpid(pid, 0)
+        inherited.close()
+        parent_channel.close()
+        sys.exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 99)
+    try:
+        try:
+            inherited.listen()
+            raise AssertionError("the parent's CMID worked in the child")
+        except ib.VerbsError as exc:
+            assert exc.errno == errno.EBADF, exc
+        wait = lambda ch, kind: cm.wait_event(ch, kind, 20)
+        with cm.create_event_channel() as ch:
+            listener = ch.create_id()
+            listener.bind_addr((S, port))
+            listener.listen()
+            client = ch.create_id()
+            client.resolve_addr((S, port), src=C)
+            wait(ch, E.ADDR_RESOLVED)
+            client.resolve_route()
+            wait(ch, E.ROUTE_RESOLVED)
+
+            def side(cm_id, fill):
+                ctx = cm_id.context            # borrowed, made in this process
+                pd, cq = ctx.alloc_pd(), ctx.create_cq(8)
+                qp = cm_id.create_qp(pd, ib.QPInitAttr(cq, cq))
+                buf = np.full(16, fill, dtype=np.uint8)
+                return [qp, ib.reg_tensor(pd, buf, ib.AccessFlags.LOCAL_WRITE), cq, pd], buf
+
+            (cqp, cmr, ccq, cpd), _ = side(client, 0x5A)
+            client.connect()
+            req = wait(ch, E.CONNECT_REQUEST)
+            (sqp, smr, scq, spd), inbox = side(req.id, 0)
+            sqp.post_recv(ib.RecvWR(wr_id=1, sg_list=[smr.sge()]))
+            req.id.accept()
+            wait(ch, E.ESTABLISHED)
+            wait(ch, E.ESTABLISHED)
+            cqp.post_send(ib.SendWR(wr_id=2, sg_list=[cmr.sge()], opcode=ib.WROpcode.SEND,
+                                    send_flags=ib.SendFlags.SIGNALED))
+            for cq in (ccq, scq):
+                while not (wcs := cq.poll(1)):
+                    pass
+                wcs[0].raise_for_status()
+            assert (inbox == 0x5A).all()
+            client.disconnect()
+            wait(ch, E.DISCONNECTED)
+            req.id.disconnect()
+            wait(ch, E.DISCONNECTED)
+            for obj in (cqp, cmr, ccq, cpd, sqp, smr, scq, spd, client, req.id, listener):
+                obj.close()
+        print("ok", flush=True)
+        os._exit(0)
+    except BaseException as exc:
+        print(f"{type(exc).__name__}: {exc}", flush=True)
+        os._exit(1)
+""")
+
+
+def test_rdma_cm_works_in_a_fork_child(ib, cm, tmp_path):
+    """A worker fork()ed from a pre-fork server connects, accepts, sends and
+    disconnects with rdma_cm: the contexts librdmacm opens for its IDs are
+    its own (they were marked the parent's: EBADF on their first use)."""
+    script = tmp_path / "cm_fork.py"
+    script.write_text(FORK_SCRIPT)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    result = subprocess.run([sys.executable, str(script), SERVER_IP, CLIENT_IP,
+                             str(free_port())], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, timeout=120)
+    assert (result.returncode, result.stdout.strip()) == (0, "ok"), result.stderr[-2000:]
 
 
 # ---- events name their own CMID ------------------------------------------------------
