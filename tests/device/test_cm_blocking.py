@@ -221,7 +221,7 @@ def test_connect_takes_private_data_as_accept_does(ib, cm):
     import threading
     port = free_port()
     ready, done, out = threading.Event(), threading.Event(), []
-    server = threading.Thread(target=_serve_one, args=(ib, port, ready, done, out))
+    server = threading.Thread(target=_serve_one, args=(ib, port, ready, done, out), daemon=True)
     server.start()
     try:
         assert ready.wait(TIMEOUT) and not out, out

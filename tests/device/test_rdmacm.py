@@ -770,7 +770,7 @@ def _refused_while(call, *closes):
     from ibverbs import _ibverbs
     errors = []
     _ibverbs._test_pause(1.5)
-    t = threading.Thread(target=lambda: errors.append(call()))
+    t = threading.Thread(target=lambda: errors.append(call()), daemon=True)
     try:
         t.start()
         time.sleep(0.5)
@@ -812,7 +812,8 @@ def test_qps_are_held_while_accept_and_disconnect_run(ib, cm, channel):
 def _waiting(channel):
     """A thread blocked in channel.get_cm_event(); join it with the returned list."""
     events = []
-    waiter = threading.Thread(target=lambda: events.append(channel.get_cm_event()))
+    # a daemon: if the test fails before it wakes the waiter, the process can still exit
+    waiter = threading.Thread(target=lambda: events.append(channel.get_cm_event()), daemon=True)
     waiter.start()
     time.sleep(1.0)                # the waiter is blocked in rdma_get_cm_event
     assert waiter.is_alive()
@@ -1113,7 +1114,7 @@ def test_fuzz_closing_cm_qps_from_a_thread_during_cm_calls(ib, cm, during, plan,
                 if name != during or closer is not None:
                     return fn()
                 mine = [(w, d) for w, d in plan if w in sides]
-                closer = threading.Thread(target=_closer, args=(sides, mine, outcome))
+                closer = threading.Thread(target=_closer, args=(sides, mine, outcome), daemon=True)
                 _ibverbs._test_pause(0.3)
                 try:
                     closer.start()
