@@ -2,8 +2,8 @@
 # (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
 # and the spec/ YAML files (sha256 5abae01eaeeb50bdb397c4954897e85cdf949f6cf4937aae84ae0bf348a1747c).
 # Do not edit: change the spec or templates/ and run `make generate`.
-# Made by templates/ and generator/ (sha256 8d5dd21711f23ba75a93aead7c1467740317865f840968fc5a2244a6b6d9023e);
-# this file's own sha256, this number read as zeros: 9514dfc8cbebfac203f97c456edc19a4920464fab8d4a3789bc01b527f99ffee
+# Made by templates/ and generator/ (sha256 e69817d862e5f4cb7d53fd41bb94790785bfb4d0675a082d73120f08f40f43c8);
+# this file's own sha256, this number read as zeros: 2f41ffa0c116779400e047fa1eba36458bc2c20baf1575702a26f91d06616f90
 
 """Type stubs of the extension ibverbs._ibverbs (generator/stubs.py)."""
 

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 dbfc8643393b7ca803995d44c1c362957daf33f45ee0b846dc3ac8375094318c).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 8d5dd21711f23ba75a93aead7c1467740317865f840968fc5a2244a6b6d9023e);
- * this file's own sha256, this number read as zeros: 498c8ba44eccc672c14251a179bfbfab9f6a04bfce8dc08f6523e0cf4f83eba8 */
+ * Made by templates/ and generator/ (sha256 e69817d862e5f4cb7d53fd41bb94790785bfb4d0675a082d73120f08f40f43c8);
+ * this file's own sha256, this number read as zeros: cfcee7e854c630d66889f5d9d4b755e5fe949c3683ee755ae57c8c2c3935cdb4 */
 
 /*
  * AsyncEvent: its accessors and type shell, from spec/datapath/records.yaml.

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d4747875187b696cc2885085f1b5b7d76c4f242daf6eeda77dc3905f88cadd63).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 8d5dd21711f23ba75a93aead7c1467740317865f840968fc5a2244a6b6d9023e);
- * this file's own sha256, this number read as zeros: a380492d25d71e02f17c1cb8476b784823aa0e3cf9667e46993bb86e7b52cc07 */
+ * Made by templates/ and generator/ (sha256 e69817d862e5f4cb7d53fd41bb94790785bfb4d0675a082d73120f08f40f43c8);
+ * this file's own sha256, this number read as zeros: f5508a814628fb23206730a2d5663f10b592bbbe7f706c415f3b04d4c57dc820 */
 
 /*
  * QPEx: A queue pair with the extended post API (ibv_create_qp_ex, ibv_qp_ex): a QP (modify, query, to_init/to_rtr/to_rts, post_recv, post_send work on it) plus wr_start/wr_* /wr_complete.

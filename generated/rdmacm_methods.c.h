@@ -2,8 +2,8 @@
  * (sha256 20a4c73c476a689f172b05ec1def2bc9a14a8fa61b91043e691a57b06d920789, rdma-core 65.0)
  * and the spec/ YAML files (sha256 575d83ea9c4cf1aa5c3ff8170b9d54fb4e25798eeadcf51dc767ba8593d2b07f).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 8d5dd21711f23ba75a93aead7c1467740317865f840968fc5a2244a6b6d9023e);
- * this file's own sha256, this number read as zeros: 5b2b30ee6c396a6c943ace84299020e6f10f40c0415c45d83371ee5fd3ce476f */
+ * Made by templates/ and generator/ (sha256 e69817d862e5f4cb7d53fd41bb94790785bfb4d0675a082d73120f08f40f43c8);
+ * this file's own sha256, this number read as zeros: 0e075277bae765a42aa20bb87c340766ace00eed71492538f3084d341e0fc6d6 */
 
 /*
  * The rdma_cm classes, from spec/rdmacm/cm.yaml through the verbs handle
@@ -284,7 +284,6 @@ static int
 CMID_destroy(struct CMIDObject *self)
 {
     int rc;
-    ibp_cmid_detach(self);   /* on every path, fork-inherited objects too */
     if (ibp_handle_foreign((PyObject *)self)) {
         /* Inherited across fork(): the verbs object is the parent's, which
          * may still use it.  Forget it without destroying it. */
@@ -298,6 +297,7 @@ CMID_destroy(struct CMIDObject *self)
     if (rc != 0)
         return ibp_error_code(rc);
 forget:
+    ibp_cmid_detach(self);   /* once the C object is gone (or not ours): a failed destroy changes nothing */
     ibp_registry_remove(self->head.ptr);
     self->head.ptr = NULL;
     CMID_open_count--;
@@ -341,6 +341,7 @@ CMID_dealloc(PyObject *op)
              * event may find it any more. */
             ibp_registry_remove(self->head.ptr);   /* before any Python code runs */
             ibp_handle_closed(op);
+            ibp_cmid_detach(self);   /* the object goes, leaked C object or not */
             ibp_report_unraisable(op, "rdma_destroy_id", err);
             self->qp = NULL;   /* leaked with it: it may still cover it */
             self->context = NULL;   /* leaked with it: it may still cover it */

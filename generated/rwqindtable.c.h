@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d4747875187b696cc2885085f1b5b7d76c4f242daf6eeda77dc3905f88cadd63).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 8d5dd21711f23ba75a93aead7c1467740317865f840968fc5a2244a6b6d9023e);
- * this file's own sha256, this number read as zeros: 5254b0ba03ef994d5fce3538c6338a9adf4598aed2f0b783154df56d8204e54a */
+ * Made by templates/ and generator/ (sha256 e69817d862e5f4cb7d53fd41bb94790785bfb4d0675a082d73120f08f40f43c8);
+ * this file's own sha256, this number read as zeros: ddb62e5cec58dce01f4fcb85171a9d3fddd53f20d7d42c6f995cd76482450841 */
 
 /*
  * RWQIndTable: A receive work queue indirection table for RSS (Context.create_rwq_ind_table).

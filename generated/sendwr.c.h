@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 dbfc8643393b7ca803995d44c1c362957daf33f45ee0b846dc3ac8375094318c).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 8d5dd21711f23ba75a93aead7c1467740317865f840968fc5a2244a6b6d9023e);
- * this file's own sha256, this number read as zeros: 2adfaf786c31d560cd1b0707ed101ed72cf4c5700eefc84276a2ed989320d4d3 */
+ * Made by templates/ and generator/ (sha256 e69817d862e5f4cb7d53fd41bb94790785bfb4d0675a082d73120f08f40f43c8);
+ * this file's own sha256, this number read as zeros: 85bc14ad84eba610050da672c90f1f6cc6bf4c385ae7d717dee552ec86d0f1b9 */
 
 /*
  * SendWR: its accessors and type shell, from spec/datapath/records.yaml.

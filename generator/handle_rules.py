@@ -3,9 +3,11 @@ handle class, read into its HandleModel; templates/handle.c.h.j2 applies
 them).  The rdma_cm classes use them (spec/rdmacm/cm.yaml): a CMID owns
 the QP made through it, and neither class can be called.
 
-  detach: f          hand-written void f(struct <Class>Object *), run first
-                     whenever the object lets go of its C object (destroyed,
-                     or forgotten because it is a fork() parent's)
+  detach: f          hand-written void f(struct <Class>Object *), run
+                     whenever the object has let go of its C object
+                     (destroyed, or forgotten because it is a fork() parent's),
+                     and when dealloc leaks one it failed to destroy; never
+                     before a destroy that may fail, which changes nothing
   before_close: f    hand-written int f(struct <Class>Object *): -1 with an
                      exception refuses close() (before the EBUSY checks)
   close_doc: text    close()'s docstring instead of the default one

@@ -19,7 +19,8 @@ A CMID made otherwise (``EventChannel.create_id``, CONNECT_REQUEST events
 of a channel the caller reads) keeps the event-driven methods unchanged.
 
 This module is imported with the package: it imports nothing else at load
-time (the enums and ``select`` on first use).
+time (the enums and ``ibverbs._cmevents`` on first use; never ``ibverbs.cm``,
+which imports this one).
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable, Iterable, Optional
 
-    from .cm import CMEvent
+    from ._cmevents import CMEvent
 
 __all__ = ["CMID"]
 
@@ -64,12 +65,10 @@ def _wait(channel: "_ibverbs.EventChannel", wanted: "Iterable[int]", operation: 
     """The next event of channel if it is one of wanted; VerbsError (the
     operation's, with an errno saying why) for a failure event or when none
     comes within timeout seconds."""
-    import select
-
+    from ._cmevents import _readable
     from ._generated.rdmacm_enums import CMEventType as E
 
-    ready, _, _ = select.select([channel.fd], [], [], timeout)
-    if not ready:
+    if not _readable(channel.fd, timeout):
         raise VerbsError(operation, _errno.ETIMEDOUT,
                          f"{operation} failed: no answer within {timeout:g} s")
     ev = channel.get_cm_event()
@@ -217,7 +216,7 @@ class CMID(_ibverbs.CMID):
         if self.qp is None:
             raise VerbsError("rdma_connect", _errno.EBADF,
                              "rdma_connect failed: create a QP before connecting")
-        super().connect(bytes(private_data), *params)
+        super().connect(private_data, *params)     # accept()'s rules: None is none
         ev = _wait(channel, (E.ESTABLISHED,), "rdma_connect", self._timeout)
         self._connected = True
         return ev.private_data or b""

@@ -22,7 +22,12 @@ A server, in outline::
 `EventChannel` and `CMID` (also at top level) are C classes with the usual
 lifetime rules: close() and context managers, use after close raises
 VerbsError EBADF, closing a channel with open CMIDs or a CMID whose QP is
-open raises EBUSY.  Events are copied and acknowledged as they are read.
+open raises EBUSY.  So does closing a CMID's QP while librdmacm may move
+it in another thread: during a call on that CMID (connect, accept,
+disconnect, establish, migrate) or any call on its channel
+(get_cm_event waiting); retry once it returned.  Events are copied and
+acknowledged as they are read, and name their CMID by identity, never by
+an address a new CMID may have reused.
 
 Without librdmacm.so.1, `import ibverbs` and `import ibverbs.cm` work;
 create_event_channel() raises RuntimeError saying the library is missing
@@ -30,17 +35,19 @@ create_event_channel() raises RuntimeError saying the library is missing
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Optional
 
 from . import _ibverbs
-from ._generated.rdmacm_enums import CMEventType, CMIDOption, CMOptionLevel, PortSpace
+from ._cmevents import CMEvent, ConnParam, UDParam, _make_event, _readable  # noqa: F401
 from ._cmid import CMID
+from ._generated.rdmacm_enums import CMEventType, CMIDOption, CMOptionLevel, PortSpace
 from ._ibverbs import EventChannel, cm_event_str, create_event_channel
 
 __all__ = ["CMEvent", "CMEventType", "CMID", "CMIDOption", "CMOptionLevel", "ConnParam",
            "EventChannel", "PortSpace", "UDParam", "available", "cm_event_str",
            "create_event_channel", "wait_event"]
+
+# _make_event: imported here too, the name the host tests (and older code) use
 
 
 def available() -> bool:
@@ -48,81 +55,13 @@ def available() -> bool:
     return _ibverbs._rdmacm_available()
 
 
-@dataclass(frozen=True)
-class ConnParam:
-    """rdma_conn_param of a connection event, as the peer sent it."""
-    responder_resources: int
-    initiator_depth: int
-    flow_control: int
-    retry_count: int
-    rnr_retry_count: int
-    srq: int
-    qp_num: int
-
-
-@dataclass(frozen=True)
-class UDParam:
-    """rdma_ud_param of a datagram (PortSpace.UDP) event: how to reach the peer."""
-    ah_attr: Any
-    qp_num: int
-    qkey: int
-
-
-@dataclass(frozen=True)
-class CMEvent:
-    """One rdma_cm_event, copied (the C event is already acknowledged).
-
-    Attributes:
-        event: CMEventType
-        status: 0, or the event's error (a negative errno for
-            ADDR_ERROR/ROUTE_ERROR/UNREACHABLE, the CM reject reason
-            for REJECTED)
-        id: the CMID it concerns; for CONNECT_REQUEST a new CMID to
-            accept() or reject()
-        listen_id: the listening CMID of a CONNECT_REQUEST, else None
-        private_data: the peer's private data (bytes; the transport pads it,
-            so it can be longer than what was sent), or None
-        param: ConnParam (connection events), UDParam (datagram events)
-            or None
-    """
-    event: Union[CMEventType, int]      # an int: an event newer than CMEventType
-    status: int
-    id: Optional[CMID]
-    listen_id: Optional[CMID]
-    private_data: Optional[bytes]
-    param: Any
-
-    @property
-    def event_str(self) -> str:
-        return cm_event_str(self.event)
-
-    def __repr__(self) -> str:
-        return (f"CMEvent({getattr(self.event, 'name', self.event)}, status={self.status}, "
-                f"private_data={self.private_data!r})")
-
-
-def _make_event(event: int, status: int, cm_id: Optional[CMID], listen_id: Optional[CMID],
-                private_data: Optional[bytes], param: Any) -> CMEvent:
-    """Called by EventChannel.get_cm_event (C) with the copied fields."""
-    kind: Union[CMEventType, int]
-    try:
-        kind = CMEventType(event)
-    except ValueError:      # a newer librdmacm's event: keep the number
-        kind = event
-    if isinstance(param, dict):
-        param = UDParam(**param) if "qkey" in param else ConnParam(**param)
-    return CMEvent(kind, status, cm_id, listen_id, private_data, param)
-
-
 def wait_event(channel: EventChannel, expected: Optional[CMEventType] = None,
                timeout: Optional[float] = None) -> CMEvent:
-    """The next event of channel, waiting at most timeout seconds (select on
-    its fd; TimeoutError after that).  With expected (a CMEventType), any
-    other event raises RuntimeError naming both."""
-    import select
+    """The next event of channel, waiting at most timeout seconds (poll on
+    its fd, any fd number; TimeoutError after that).  With expected (a
+    CMEventType), any other event raises RuntimeError naming both."""
     if timeout is not None:
-        ready, _, _ = select.select([channel.fd], [], [], timeout)
-        if not ready:
+        if not _readable(channel.fd, timeout):
             raise TimeoutError(f"no rdma_cm event within {timeout} s"
                                + (f" (waiting for {expected.name})" if expected else ""))
     ev = channel.get_cm_event()

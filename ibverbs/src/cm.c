@@ -79,7 +79,7 @@ PyObject *ibp_hand_EventChannel_create_id_impl(PyObject *self, int ps)
     return ibp_cmid_new(id, self);
 }
 
-/* ibverbs.cm._make_event, looked up once (ibverbs.cm imports this module,
+/* ibverbs._cmevents._make_event, looked up once (ibverbs imports this module,
  * so not at import time). */
 static PyObject *make_event;
 
@@ -92,14 +92,17 @@ static int is_conn_event(enum rdma_cm_event_type type)
 PyObject *ibp_hand_EventChannel_get_cm_event(PyObject *self, PyObject *unused)
 {
     (void)unused;
-    if (make_event == NULL && (make_event = ibp_import_attr("ibverbs.cm", "_make_event")) == NULL)
+    if (make_event == NULL && (make_event = ibp_import_attr("ibverbs._cmevents", "_make_event")) == NULL)
         return NULL;
     struct rdma_event_channel *channel = ibp_open_ptr(self);
     if (channel == NULL)
         return NULL;
-    PyObject *held_qps = ibp_cm_qps_hold(self);
-    if (held_qps == NULL)
+    /* While this waits, the channel is busy: the close of a QP of any CMID
+     * on it is refused (cm_id.c), whenever that QP was made.  Those closed
+     * before now leave their IDs first. */
+    if (ibp_cm_channel_sync(self) < 0)
         return NULL;
+    ibp_busy_enter(self);
     /* Everything the event says is copied out and the event acknowledged
      * before the GIL is taken back: a thread closing a CMID (rdma_destroy_id
      * waits for its events to be acknowledged, GIL held) can then never
@@ -107,7 +110,8 @@ PyObject *ibp_hand_EventChannel_get_cm_event(PyObject *self, PyObject *unused)
     struct rdma_cm_event *event = NULL;
     enum rdma_cm_event_type type = 0;
     int status = 0, rc, ack_rc = 0, err = 0;
-    struct rdma_cm_id *id = NULL, *listen_id = NULL;
+    struct rdma_cm_id *id = NULL;
+    void *id_token = NULL, *listen_token = NULL;     /* registry tokens (handles.c) */
     enum rdma_port_space ps = RDMA_PS_TCP;
     struct rdma_conn_param conn;
     struct rdma_ud_param ud;
@@ -123,7 +127,10 @@ PyObject *ibp_hand_EventChannel_get_cm_event(PyObject *self, PyObject *unused)
         type = event->event;
         status = event->status;
         id = event->id;
-        listen_id = event->listen_id;
+        /* Read before the ack, while both IDs are alive: the addresses may
+         * name other IDs by the time the GIL is back. */
+        id_token = id->context;
+        listen_token = event->listen_id ? event->listen_id->context : NULL;
         ps = id->ps;
         if (ps == RDMA_PS_UDP || ps == RDMA_PS_IPOIB) {
             ud = event->param.ud;
@@ -144,7 +151,7 @@ PyObject *ibp_hand_EventChannel_get_cm_event(PyObject *self, PyObject *unused)
         err = errno;
     }
     Py_END_ALLOW_THREADS
-    ibp_cm_qps_release(held_qps);
+    ibp_busy_leave(self);
     if (rc != 0)
         return ibp_raise("rdma_get_cm_event", ibp_error_code(err ? err : rc));
     PyObject *id_obj = NULL, *listen_obj = NULL, *data_obj = NULL, *param = NULL;
@@ -153,13 +160,13 @@ PyObject *ibp_hand_EventChannel_get_cm_event(PyObject *self, PyObject *unused)
         /* A new ID for the incoming connection, on the listener's channel. */
         id_obj = ibp_cmid_new(id, self);
     } else {
-        id_obj = ibp_registry_get(id);
+        id_obj = ibp_registry_find(id_token);
         if (id_obj == NULL)
             id_obj = Py_NewRef(Py_None);
     }
     if (id_obj == NULL)
         goto done;
-    listen_obj = listen_id ? ibp_registry_get(listen_id) : NULL;
+    listen_obj = ibp_registry_find(listen_token);
     if (listen_obj == NULL)
         listen_obj = Py_NewRef(Py_None);
     if (data_len >= 0)

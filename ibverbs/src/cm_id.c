@@ -84,10 +84,21 @@ PyObject *ibp_hand_module__set_cmid_class(PyObject *module, PyObject *cls)
 /*
  * The QPs made by CMID.create_qp: QP object address -> CMID object address
  * (both alive while listed: the CMID holds the QP, and leaves the map
- * before it goes).  librdmacm reads and modifies id->qp while it processes
- * events (rdma_get_cm_event moves the QP to RTR/RTS on CONNECT_RESPONSE,
- * to ERR on REJECTED), so a QP destroyed by qp.close() must leave its ID
- * at once, not at the CMID's next call.
+ * before it goes).  librdmacm reads and modifies id->qp in the CMID's calls
+ * (rdma_connect, rdma_accept, rdma_disconnect, rdma_establish) and while it
+ * processes events (rdma_get_cm_event moves the QP to RTR/RTS on
+ * CONNECT_RESPONSE, to ERR on REJECTED).  So:
+ * - a QP librdmacm may be using is never destroyed: qp.close() raises
+ *   EBUSY while a call on its CMID runs with the GIL released (which holds
+ *   the QP busy, and its channel, see below), and while any call on the
+ *   CMID's channel is in flight (get_cm_event waiting); checked at close
+ *   time, so a QP created on a CMID of the channel, or a CMID migrated
+ *   onto it, during the wait counts as well;
+ * - a destroyed QP leaves its rdma_cm_id only once ibv_destroy_qp has
+ *   succeeded (cmid_sync_qp, run before every librdmacm call that reads
+ *   id->qp: the CMID's own, and get_cm_event for each CMID of its
+ *   channel); a destroy that fails (EBUSY: multicast groups still
+ *   attached) leaves the QP on its ID, still driven by librdmacm.
  */
 static PyObject *cm_qps;
 
@@ -123,14 +134,16 @@ static struct CMIDObject *cm_qps_find(PyObject *qp, int drop)
     return cmid;
 }
 
-void ibp_rdmacm_qp_destroying(PyObject *qp)
+int ibp_rdmacm_qp_destroying(PyObject *qp)
 {
-    struct CMIDObject *cmid = cm_qps_find(qp, 1);
-    if (cmid != NULL && cmid->head.ptr != NULL)
-        CMID_PTR(cmid)->qp = NULL;      /* what rdma_destroy_qp does after ibv_destroy_qp */
+    struct CMIDObject *cmid = cm_qps_find(qp, 0);
+    if (cmid != NULL && cmid->channel != NULL && IBP_HANDLE(cmid->channel)->busy > 0)
+        return EBUSY;       /* librdmacm may be moving it in another thread */
+    return 0;
 }
 
-/* A QP closed through qp.close() left its rdma_cm_id then: forget it here. */
+/* A QP closed through qp.close() (destroyed: its object's pointer is NULL)
+ * leaves its rdma_cm_id here, before librdmacm can read id->qp again. */
 static void cmid_sync_qp(struct CMIDObject *self)
 {
     if (self->qp != NULL && IBP_HANDLE(self->qp)->ptr == NULL) {
@@ -141,42 +154,70 @@ static void cmid_sync_qp(struct CMIDObject *self)
     }
 }
 
-/* The open QPs of the CMIDs on channel, held busy (a new list to pass to
- * ibp_cm_qps_release): qp.close() says EBUSY while librdmacm may modify them
- * in a call with the GIL released. */
-PyObject *ibp_cm_qps_hold(PyObject *channel)
+int ibp_cm_channel_sync(PyObject *channel)
 {
-    PyObject *held = PyList_New(0);
-    if (held == NULL || cm_qps == NULL)
-        return held;
+    if (cm_qps == NULL)
+        return 0;
+    PyObject *closed = PyList_New(0);     /* the CMIDs to sync: it edits the map */
+    if (closed == NULL)
+        return -1;
     Py_ssize_t pos = 0;
     PyObject *key, *value;
     while (PyDict_Next(cm_qps, &pos, &key, &value)) {
         struct CMIDObject *cmid = PyLong_AsVoidPtr(value);
-        PyObject *qp = cmid->qp;
-        if (cmid->channel != channel || qp == NULL || IBP_HANDLE(qp)->ptr == NULL)
-            continue;
-        if (PyList_Append(held, qp) < 0) {
-            Py_DECREF(held);
-            return NULL;
+        if (cmid->channel == channel && cmid->qp != NULL && IBP_HANDLE(cmid->qp)->ptr == NULL &&
+            PyList_Append(closed, (PyObject *)cmid) < 0) {
+            Py_DECREF(closed);
+            return -1;
         }
     }
-    for (Py_ssize_t i = 0; i < PyList_Size(held); i++)
-        IBP_HANDLE(PyList_GetItem(held, i))->busy++;
-    return held;
+    for (Py_ssize_t i = 0; i < PyList_Size(closed); i++)
+        cmid_sync_qp((struct CMIDObject *)PyList_GetItem(closed, i));
+    Py_DECREF(closed);
+    return 0;
 }
 
-void ibp_cm_qps_release(PyObject *held)
+/* What a call that releases the GIL on a CMID holds busy: its QP (a
+ * concurrent qp.close() says EBUSY) and its channel (so does the close of
+ * a QP another thread creates meanwhile).  A reference to each, released
+ * by cm_unhold. */
+struct cm_hold {
+    PyObject *qp, *channel;
+};
+
+static struct cm_hold cm_hold(struct CMIDObject *self)
 {
-    for (Py_ssize_t i = 0; i < PyList_Size(held); i++)
-        IBP_HANDLE(PyList_GetItem(held, i))->busy--;
-    Py_DECREF(held);
+    cmid_sync_qp(self);
+    struct cm_hold h = {self->qp, self->channel};
+    if (h.qp != NULL) {
+        Py_INCREF(h.qp);
+        ibp_busy_enter(h.qp);
+    }
+    if (h.channel != NULL) {
+        Py_INCREF(h.channel);
+        ibp_busy_enter(h.channel);
+    }
+    return h;
+}
+
+static void cm_unhold(struct cm_hold *h)
+{
+    if (h->qp != NULL) {
+        ibp_busy_leave(h->qp);
+        Py_DECREF(h->qp);
+    }
+    if (h->channel != NULL) {
+        ibp_busy_leave(h->channel);
+        Py_DECREF(h->channel);
+    }
 }
 
 /* ---- lifetime hooks (spec/rdmacm/cm.yaml) ---------------------------------------- */
 
-/* Whenever the CMID lets go of its rdma_cm_id (fork-inherited ones too):
- * the map must not outlive this CMID. */
+/* Once the CMID has let go of its rdma_cm_id (destroyed, fork-inherited,
+ * or leaked by a dealloc whose destroy failed): the map must not outlive
+ * this CMID.  Never before rdma_destroy_id, so that a destroy that fails
+ * (a GC clear keeps the CMID then) leaves its QP in the map. */
 void ibp_cmid_detach(struct CMIDObject *self)
 {
     if (self->qp != NULL)
@@ -184,11 +225,12 @@ void ibp_cmid_detach(struct CMIDObject *self)
 }
 
 /* Only dealloc and GC get here with the QP open (close() refuses): the QP
- * outlives the ID as a plain QP, which its own object destroys. */
+ * outlives the ID as a plain QP, which its own object destroys
+ * (rdma_destroy_id never touches id->qp, so it is left as it is: a destroy
+ * that fails leaves the ID as it was). */
 int ibp_cmid_before_destroy(struct CMIDObject *self)
 {
     cmid_sync_qp(self);
-    CMID_PTR(self)->qp = NULL;
     return 0;
 }
 
@@ -272,12 +314,14 @@ static PyObject *cmid_call(PyObject *op, const char *verb, int (*fn)(struct rdma
     struct rdma_cm_id *id = ibp_open_ptr(op);
     if (id == NULL)
         return NULL;
-    cmid_sync_qp((struct CMIDObject *)op);
+    struct cm_hold held = cm_hold((struct CMIDObject *)op);
     int rc;
     Py_BEGIN_ALLOW_THREADS
+    ibp_test_pause();
     errno = 0;
     rc = fn ? fn(id) : fn_conn(id, param);
     Py_END_ALLOW_THREADS
+    cm_unhold(&held);
     return cm_result(verb, rc);
 }
 
@@ -488,14 +532,18 @@ PyObject *ibp_hand_CMID_migrate_impl(PyObject *op, PyObject *channel)
     if (id == NULL)
         return NULL;
     /* The target channel is in use too while the GIL is released: its
-     * close() from another thread must wait (EBUSY). */
+     * close() from another thread must wait (EBUSY); and the QP, whose
+     * events may start arriving on it before self->channel says so. */
+    struct cm_hold held = cm_hold(self);
     ibp_busy_enter(channel);
     int rc;
     Py_BEGIN_ALLOW_THREADS
+    ibp_test_pause();
     errno = 0;
     rc = rdma_migrate_id(id, EventChannel_PTR(channel));
     Py_END_ALLOW_THREADS
     ibp_busy_leave(channel);
+    cm_unhold(&held);
     if (rc != 0)
         return ibp_raise("rdma_migrate_id", ibp_error_code(rc));
     if (channel != self->channel) {

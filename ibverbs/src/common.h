@@ -189,17 +189,26 @@ IBP_HIDDEN void ibp_handle_release_parents(PyObject *const *parents,
 /* Report a failure that cannot be raised (dealloc). */
 IBP_HIDDEN void ibp_report_unraisable(PyObject *obj, const char *verb, int err);
 
-/* Verbs objects that events name (CQ, QP, SRQ) -> their Python objects.
- * Only touched with the GIL held; an object leaves it when destroyed, so a
- * lookup never returns a freed object. */
+/* Verbs objects that events name (CQ, QP, SRQ, CM ID) -> their Python
+ * objects.  Only touched with the GIL held; an object leaves it when
+ * destroyed, so a lookup never returns a freed object.  An object is found
+ * by the token add() writes into its verbs object's user context field
+ * (cq_context, qp_context, srq_context, rdma_cm_id's context), which an
+ * event reader copies before acknowledging the event: a new object at a
+ * freed one's address never receives the freed one's events. */
 IBP_HIDDEN int ibp_registry_add(void *ptr, PyObject *obj);
 IBP_HIDDEN void ibp_registry_remove(void *ptr);
-/* New reference, or NULL (no exception) when not registered. */
-IBP_HIDDEN PyObject *ibp_registry_get(void *ptr);
-/* Adds the test hooks (_registry_alias) when IBVERBS_TEST_HOOKS=1. */
+/* The object whose token is that context value: a new reference, or NULL
+ * (no exception) when none is registered any more. */
+IBP_HIDDEN PyObject *ibp_registry_find(const void *token);
+/* Adds the test hooks (_registry_alias, _test_pause) when IBVERBS_TEST_HOOKS=1. */
 IBP_HIDDEN int ibp_test_hooks_init(PyObject *module);
 /* Whether IBVERBS_TEST_HOOKS=1 was set at import (other files add hooks of their own). */
 IBP_HIDDEN int ibp_test_hooks_enabled(void);
+/* Without the GIL, where a call waits in librdmacm: sleeps as long as the
+ * _test_pause hook said (nothing without it), so that a test can act
+ * while the call is in flight. */
+IBP_HIDDEN void ibp_test_pause(void);
 
 /* repr() and _asdict() of struct classes, from their field names. */
 IBP_HIDDEN PyObject *ibp_repr_fields(PyObject *obj, const char *const *names);
@@ -232,16 +241,16 @@ IBP_HIDDEN void ibp_call_leave_args(PyObject **held, int n);
 struct rdma_cm_id;
 struct sockaddr;
 struct sockaddr_storage;
-/* qp is about to be destroyed: if a CMID made it, clear that rdma_cm_id's
- * qp (librdmacm modifies id->qp on connection events). */
-IBP_HIDDEN void ibp_rdmacm_qp_destroying(PyObject *qp);
+/* qp is about to be destroyed: 0, or EBUSY when a CMID made it and
+ * librdmacm may be using it in another thread (a call on the CMID's
+ * channel in flight).  The CMID lets go of it once the destroy succeeded. */
+IBP_HIDDEN int ibp_rdmacm_qp_destroying(PyObject *qp);
 /* A new CMID object for id on channel, of the registered Python class
  * (ibverbs.CMID) once there is one; destroys id on failure. */
 IBP_HIDDEN PyObject *ibp_cmid_new(struct rdma_cm_id *id, PyObject *channel);
-/* The open QPs of the CMIDs on channel, held busy while librdmacm may
- * modify them (a new list), and their release. */
-IBP_HIDDEN PyObject *ibp_cm_qps_hold(PyObject *channel);
-IBP_HIDDEN void ibp_cm_qps_release(PyObject *held);
+/* The CMIDs on channel let go of the QPs closed since (before librdmacm
+ * reads their id->qp in rdma_get_cm_event): 0, or -1 with an exception. */
+IBP_HIDDEN int ibp_cm_channel_sync(PyObject *channel);
 /* (host, port) or host -> *out; None gives an unset address (*set = 0)
  * when none_ok.  0, or -1 with an exception. */
 IBP_HIDDEN int ibp_cm_conv_addr(PyObject *obj, const char *name, struct sockaddr_storage *out,

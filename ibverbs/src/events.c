@@ -65,13 +65,13 @@ static int without_gil(PyObject *self, int (*wait)(void *), void *arg)
 struct cq_event_wait {
     struct ibv_comp_channel *channel;
     struct ibv_cq *cq;
+    void *cq_context;       /* the CQ's registry token (handles.c) */
 };
 
 static int read_cq_event(void *arg)
 {
     struct cq_event_wait *w = arg;
-    void *cq_context = NULL;
-    int rc = ibv_get_cq_event(w->channel, &w->cq, &cq_context);
+    int rc = ibv_get_cq_event(w->channel, &w->cq, &w->cq_context);
     if (rc == 0)
         ibv_ack_cq_events(w->cq, 1);
     return rc;
@@ -82,14 +82,14 @@ PyObject *ibp_hand_CompChannel_get_cq_event_impl(PyObject *self)
     for (;;) {
         if (ibp_check_open(self) < 0)
             return NULL;
-        struct cq_event_wait w = {CompChannel_PTR(self), NULL};
+        struct cq_event_wait w = {CompChannel_PTR(self), NULL, NULL};
         int err = without_gil(self, read_cq_event, &w);
         if (err != 0)
             return ibp_raise("ibv_get_cq_event", err);
-        struct ibv_cq *cq = w.cq;
-        PyObject *obj = ibp_registry_get(cq);
+        /* By the CQ's token, not its address: another CQ may have that now. */
+        PyObject *obj = ibp_registry_find(w.cq_context);
         if (obj != NULL && !PyObject_TypeCheck(obj, CQ_Type))
-            Py_CLEAR(obj);   /* the registry maps QPs, SRQs, CM IDs too */
+            Py_CLEAR(obj);   /* the registry holds QPs, SRQs, CM IDs too */
         if (obj == NULL)
             continue;   /* its CQ was destroyed meanwhile: wait for the next */
         ((struct CQObject *)obj)->events_received++;
@@ -131,16 +131,19 @@ static PyObject *AsyncEvent_repr(PyObject *op)
                                 self->element ? self->element : Py_None);
 }
 
-static void *event_element(const struct ibv_async_event *ev)
+/* The registry token (handles.c) of the object an event names, read from
+ * its user context field while the event is not yet acknowledged (so the
+ * object is alive); NULL for none.  WQs are not registered. */
+static void *event_token(const struct ibv_async_event *ev)
 {
     switch (ev->event_type) {
     case IBV_EVENT_CQ_ERR:
-        return ev->element.cq;
+        return ev->element.cq->cq_context;
     case IBV_EVENT_SRQ_ERR:
     case IBV_EVENT_SRQ_LIMIT_REACHED:
-        return ev->element.srq;
+        return ev->element.srq->srq_context;
     case IBV_EVENT_WQ_FATAL:
-        return ev->element.wq;
+        return NULL;
     case IBV_EVENT_QP_FATAL:
     case IBV_EVENT_QP_REQ_ERR:
     case IBV_EVENT_QP_ACCESS_ERR:
@@ -149,7 +152,7 @@ static void *event_element(const struct ibv_async_event *ev)
     case IBV_EVENT_PATH_MIG:
     case IBV_EVENT_PATH_MIG_ERR:
     case IBV_EVENT_QP_LAST_WQE_REACHED:
-        return ev->element.qp;
+        return ev->element.qp->qp_context;
     default:
         return NULL;
     }
@@ -164,14 +167,17 @@ static void *event_element(const struct ibv_async_event *ev)
 struct async_event_wait {
     struct ibv_context *context;
     struct ibv_async_event event;
+    void *token;
 };
 
 static int read_async_event(void *arg)
 {
     struct async_event_wait *w = arg;
     int rc = ibv_get_async_event(w->context, &w->event);
-    if (rc == 0)
+    if (rc == 0) {
+        w->token = event_token(&w->event);
         ibv_ack_async_event(&w->event);
+    }
     return rc;
 }
 
@@ -189,8 +195,8 @@ PyObject *ibp_hand_Context_get_async_event_impl(PyObject *self)
         return NULL;
     AsyncEventObject *ev = (AsyncEventObject *)op;
     ev->event = event;
-    void *element = event_element(&event);
-    ev->element = element ? ibp_registry_get(element) : NULL;
+    /* By token: the address may name another object by now (handles.c). */
+    ev->element = ibp_registry_find(w.token);
     ev->acked = 0;
     return op;
 }

@@ -15,6 +15,14 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include "objects.h"
+
+#pragma GCC visibility push(hidden)
+#include <rdma/rdma_cma.h>
+#pragma GCC visibility pop
+
+#include "rdmacm_objects.h"
+
 int ibp_check_closable(PyObject *obj, const char *verb)
 {
     IbvHandle *h = IBP_HANDLE(obj);
@@ -85,17 +93,19 @@ static int track_origin(PyObject *obj)
 /*
  * Borrowed handles: objects wrapping a verbs object that another library
  * owns (the ibv_context librdmacm opened for a CM ID).  They are recorded
- * with origin pid 0, so they count as foreign everywhere: close() and
- * garbage collection forget them without destroying anything.
+ * with the negated pid of the process that made them: close() and garbage
+ * collection forget them without destroying anything, in every process;
+ * but only the one that made them may call on them, as for any handle (a
+ * fork() child's librdmacm opens contexts of its own, which it can use).
  */
 static int any_borrowed;
 
 int ibp_handle_borrow(PyObject *obj)
 {
-    if (origins == NULL && (origins = PyDict_New()) == NULL)
+    if (track_origin(obj) < 0)
         return -1;
     PyObject *key = PyLong_FromVoidPtr(obj);
-    PyObject *value = PyLong_FromLong(0);
+    PyObject *value = PyLong_FromLong(-(long)current_pid);
     int rc = (key && value) ? PyDict_SetItem(origins, key, value) : -1;
     Py_XDECREF(key);
     Py_XDECREF(value);
@@ -104,23 +114,39 @@ int ibp_handle_borrow(PyObject *obj)
     return rc;
 }
 
-int ibp_handle_foreign(PyObject *obj)
+/* The recorded origin of obj (negative: borrowed), 0 when none. */
+static long origin_of(PyObject *obj)
 {
-    if ((!forked && !any_borrowed) || origins == NULL)
+    if (origins == NULL)
         return 0;
     PyObject *exc_type, *exc_value, *exc_tb;
     PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
-    int foreign = 0;
+    long origin = 0;
     PyObject *key = PyLong_FromVoidPtr(obj);
     PyObject *pid = key ? PyDict_GetItem(origins, key) : NULL;   /* borrowed */
-    if (pid != NULL) {
-        long origin = PyLong_AsLong(pid);
-        foreign = origin == 0 || (forked && origin != (long)current_pid);
-    }
+    if (pid != NULL)
+        origin = PyLong_AsLong(pid);
     Py_XDECREF(key);
     PyErr_Clear();
     PyErr_Restore(exc_type, exc_value, exc_tb);
-    return foreign;
+    return origin;
+}
+
+/* Made by another process (the parent, before fork()): not ours to call. */
+static int inherited(PyObject *obj)
+{
+    if (!forked)
+        return 0;
+    long origin = origin_of(obj);
+    return origin != 0 && labs(origin) != (long)current_pid;
+}
+
+int ibp_handle_foreign(PyObject *obj)
+{
+    if (!forked && !any_borrowed)
+        return 0;
+    long origin = origin_of(obj);
+    return origin < 0 || (forked && origin != 0 && labs(origin) != (long)current_pid);
 }
 
 /* Delete ptr's key from map (origins, registry) if it is there, keeping the
@@ -176,7 +202,7 @@ static int is_handle_type(PyTypeObject *type)
 
 int ibp_call_enter(PyObject *self)
 {
-    if (forked && IBP_HANDLE(self)->ptr != NULL && ibp_handle_foreign(self)) {
+    if (forked && IBP_HANDLE(self)->ptr != NULL && inherited(self)) {
         raise_foreign(self);
         return -1;
     }
@@ -202,7 +228,7 @@ static int hold(PyObject *obj, PyObject **held, int *n, int max)
         PyErr_Format(PyExc_TypeError, "more than %d verbs objects given to one call", max - 1);
         return -1;
     }
-    if (forked && IBP_HANDLE(obj)->ptr != NULL && ibp_handle_foreign(obj)) {
+    if (forked && IBP_HANDLE(obj)->ptr != NULL && inherited(obj)) {
         raise_foreign(obj);
         return -1;
     }
@@ -309,38 +335,110 @@ void ibp_report_unraisable(PyObject *obj, const char *verb, int err)
     PyErr_Restore(exc_type, exc_value, exc_tb);
 }
 
-/* ---- registry: verbs pointer -> Python object -------------------------- */
+/* ---- registry: verbs object -> Python object, by identity ---------------- */
 
-static PyObject *registry;   /* dict: int(pointer) -> int(object address) */
+/*
+ * Events name a verbs object by its address, read with the GIL released;
+ * by the time the GIL is back, another thread may have destroyed that
+ * object and made a new one of the same type at the same address.  So an
+ * object is found by a token instead: a number given to it when it is
+ * registered, never given again, and written into the verbs object's
+ * user context field (cq_context, qp_context, srq_context, the
+ * rdma_cm_id's context: we pass NULL for each, and no Python API shows
+ * them).  The event readers copy that field before they acknowledge the
+ * event, which the object's destroy waits for, so the token read is the
+ * object's own, whatever the address holds later.
+ */
+static PyObject *registry;   /* dict: int(pointer) -> int(token) */
+static PyObject *by_token;   /* dict: int(token) -> int(object address) */
+static uint64_t last_token;
 
-int ibp_registry_add(void *ptr, PyObject *obj)
+/* The user context field events copy, of a verbs object of a type
+ * registered (spec `registered: true`). */
+static void **context_field(void *ptr, PyObject *obj)
+{
+    if (PyObject_TypeCheck(obj, CQ_Type))       /* CQEx too: ptr is its ibv_cq */
+        return &((struct ibv_cq *)ptr)->cq_context;
+    if (PyObject_TypeCheck(obj, QP_Type))
+        return &((struct ibv_qp *)ptr)->qp_context;
+    if (PyObject_TypeCheck(obj, SRQ_Type))
+        return &((struct ibv_srq *)ptr)->srq_context;
+    if (CMID_Type != NULL && PyObject_TypeCheck(obj, CMID_Type))
+        return &((struct rdma_cm_id *)ptr)->context;
+    return NULL;
+}
+
+/* registry[ptr] = token, by_token[token] = obj. */
+static int registry_set(void *ptr, uint64_t token, PyObject *obj)
 {
     if (registry == NULL && (registry = PyDict_New()) == NULL)
         return -1;
+    if (by_token == NULL && (by_token = PyDict_New()) == NULL)
+        return -1;
     PyObject *key = PyLong_FromVoidPtr(ptr);
-    PyObject *value = PyLong_FromVoidPtr(obj);
-    int rc = (key && value) ? PyDict_SetItem(registry, key, value) : -1;
+    PyObject *tok = PyLong_FromUnsignedLongLong(token);
+    PyObject *addr = PyLong_FromVoidPtr(obj);
+    int rc = (key && tok && addr && PyDict_SetItem(registry, key, tok) == 0 &&
+              PyDict_SetItem(by_token, tok, addr) == 0) ? 0 : -1;
     Py_XDECREF(key);
-    Py_XDECREF(value);
+    Py_XDECREF(tok);
+    Py_XDECREF(addr);
     return rc;
+}
+
+int ibp_registry_add(void *ptr, PyObject *obj)
+{
+    void **field = context_field(ptr, obj);
+    if (field == NULL) {
+        PyErr_Format(PyExc_SystemError, "%s is not a type events name", ibp_type_name(obj));
+        return -1;
+    }
+    uint64_t token = ++last_token;
+    if (registry_set(ptr, token, obj) < 0)
+        return -1;
+    *field = (void *)(uintptr_t)token;
+    return 0;
+}
+
+/* The token registered for ptr, 0 if none (no exception either way). */
+static uint64_t registry_token(void *ptr)
+{
+    if (registry == NULL)
+        return 0;
+    PyObject *key = PyLong_FromVoidPtr(ptr);
+    PyObject *tok = key ? PyDict_GetItem(registry, key) : NULL;   /* borrowed */
+    Py_XDECREF(key);
+    uint64_t token = tok ? PyLong_AsUnsignedLongLong(tok) : 0;
+    PyErr_Clear();
+    return token == (uint64_t)-1 ? 0 : token;
 }
 
 void ibp_registry_remove(void *ptr)
 {
+    uint64_t token = registry_token(ptr);
     forget_pointer(registry, ptr);
+    if (token != 0 && by_token != NULL) {
+        PyObject *exc_type, *exc_value, *exc_tb;
+        PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
+        PyObject *tok = PyLong_FromUnsignedLongLong(token);
+        if (tok == NULL || PyDict_DelItem(by_token, tok) < 0)
+            PyErr_Clear();
+        Py_XDECREF(tok);
+        PyErr_Restore(exc_type, exc_value, exc_tb);
+    }
 }
 
-PyObject *ibp_registry_get(void *ptr)
+PyObject *ibp_registry_find(const void *token)
 {
-    if (registry == NULL)
+    if (by_token == NULL || token == NULL)
         return NULL;
-    PyObject *key = PyLong_FromVoidPtr(ptr);
-    if (key == NULL) {
+    PyObject *tok = PyLong_FromUnsignedLongLong((uint64_t)(uintptr_t)token);
+    if (tok == NULL) {
         PyErr_Clear();
         return NULL;
     }
-    PyObject *value = PyDict_GetItem(registry, key);   /* borrowed */
-    Py_DECREF(key);
+    PyObject *value = PyDict_GetItem(by_token, tok);   /* borrowed */
+    Py_DECREF(tok);
     if (value == NULL)
         return NULL;
     PyObject *obj = (PyObject *)PyLong_AsVoidPtr(value);
@@ -350,10 +448,10 @@ PyObject *ibp_registry_get(void *ptr)
 
 /* ---- fault injection for the tests ------------------------------------------ */
 
-/* _registry_alias(obj, other): events naming obj's verbs object are mapped
- * to other from now on, as if obj's memory had been freed and reused by
- * other's provider (an address the registry maps to an object of another
- * type).  Only tests/device/test_c_defects.py calls it, and it is only
+/* _registry_alias(obj, other): the registry says from now on that obj's
+ * verbs pointer is other's, as if obj's memory had been freed and reused
+ * for other (an address-keyed lookup would hand obj's events to other;
+ * the tokens do not).  Only the device tests call it, and it is only
  * there with IBVERBS_TEST_HOOKS=1 in the environment at import: a program
  * that calls it can make the registry lie. */
 static PyObject *registry_alias(PyObject *module, PyObject *args)
@@ -368,12 +466,48 @@ static PyObject *registry_alias(PyObject *module, PyObject *args)
     }
     if (ibp_check_open(obj) < 0 || ibp_check_open(other) < 0)
         return NULL;
-    if (ibp_registry_add(IBP_HANDLE(obj)->ptr, other) < 0)
+    void **field = context_field(IBP_HANDLE(other)->ptr, other);
+    uint64_t token = field ? (uint64_t)(uintptr_t)*field : 0;     /* other's own */
+    if (token == 0) {
+        PyErr_SetString(PyExc_TypeError, "_registry_alias: other is not a registered object");
+        return NULL;
+    }
+    if (registry_set(IBP_HANDLE(obj)->ptr, token, other) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
 
+/* _test_pause(seconds): calls that wait in librdmacm without the GIL
+ * (ibp_test_pause) sleep that long first, so that another thread can
+ * try to close what they hold meanwhile; 0 turns it off.  Read without the
+ * GIL: one int. */
+static volatile int test_pause_us;
+
+void ibp_test_pause(void)
+{
+    int us = test_pause_us;
+    if (us > 0)
+        usleep((useconds_t)us);
+}
+
+static PyObject *test_pause(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    double seconds = PyFloat_AsDouble(arg);
+    if (seconds == -1.0 && PyErr_Occurred())
+        return NULL;
+    if (!(seconds >= 0.0 && seconds <= 10.0)) {
+        PyErr_SetString(PyExc_ValueError, "_test_pause takes 0 to 10 seconds");
+        return NULL;
+    }
+    test_pause_us = (int)(seconds * 1e6);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef test_hook_functions[] = {
+    {"_test_pause", test_pause, METH_O,
+     "_test_pause($module, seconds, /)\n--\n\n"
+     "Test hook: librdmacm calls sleep this long first (IBVERBS_TEST_HOOKS=1 only)."},
     {"_registry_alias", registry_alias, METH_VARARGS,
      "_registry_alias($module, obj, other, /)\n--\n\n"
      "Test hook: map events naming obj to other (IBVERBS_TEST_HOOKS=1 only)."},

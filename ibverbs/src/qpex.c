@@ -130,11 +130,14 @@ int ibp_qp_send_idle(PyObject *self, const char *what)
 }
 
 /* QP close() or garbage collection with a batch open: drop the batch, so
- * that the provider releases its send queue before the QP is destroyed. */
+ * that the provider releases its send queue before the QP is destroyed.
+ * Not while librdmacm may be moving a CM QP (EBUSY, cm_id.c). */
 int ibp_qp_before_destroy(struct QPObject *self)
 {
     PyObject *op = (PyObject *)self;
-    ibp_rdmacm_qp_destroying(op);
+    int busy = ibp_rdmacm_qp_destroying(op);
+    if (busy != 0)
+        return busy;
     if (QPEx_Type != NULL && PyObject_TypeCheck(op, QPEx_Type)) {
         struct QPExObject *q = (struct QPExObject *)op;
         if (q->in_batch && q->qpx != NULL)

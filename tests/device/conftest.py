@@ -18,6 +18,7 @@ host with a real NIC) it is skipped, not failed.
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib.util
 import json
@@ -208,3 +209,31 @@ def skip_if_unsupported(ib, what, make):
         pytest.skip(f"this provider has no {what}: {exc}")
     else:
         obj.close()
+
+
+@contextlib.contextmanager
+def high_fds():
+    """Every file descriptor below 1024 taken (RLIMIT_NOFILE raised as
+    needed), so that the next one opened, an event channel's, is 1024 or
+    more: select() refuses those (FD_SETSIZE), poll() does not."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 1200
+    if hard != resource.RLIM_INFINITY and hard < want:
+        pytest.skip(f"RLIMIT_NOFILE's hard limit is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, want), hard))
+    fds = [os.open(os.devnull, os.O_RDONLY)]
+    try:
+        while fds[-1] < 1023:
+            fds.append(os.dup(fds[0]))     # the lowest free one: below 1024 until all are taken
+        yield
+    finally:
+        for fd in fds:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+@pytest.fixture
+def fds_above_1023():
+    with high_fds():
+        yield

@@ -181,3 +181,66 @@ def test_the_event_driven_api_is_unchanged_on_the_same_class(ib, cm):
         cm_id.resolve_addr((SERVER_IP, 1), src=CLIENT_IP)       # returns at once
         ev = cm.wait_event(ch, cm.CMEventType.ADDR_RESOLVED, TIMEOUT)
         assert ev.id is cm_id
+
+
+def test_the_blocking_api_takes_channel_fds_above_1023(ib, cm, fds_above_1023):
+    """A server with a thousand connections has channel fds of 1024 and
+    more: each wait polls them (select() raised ValueError)."""
+    with ib.CMID.resolve(SERVER_IP, free_port(), source=CLIENT_IP, timeout=TIMEOUT) as cm_id:
+        assert cm_id._channel.fd >= 1024 and cm_id.context.name == "rxe1"
+    with ib.CMID.listen_on(SERVER_IP, free_port()) as listener:
+        assert listener._channel.fd >= 1024
+        with pytest.raises(ib.VerbsError) as late:
+            listener.get_request(timeout=0.3)
+        assert late.value.errno == errno.ETIMEDOUT
+
+
+def _serve_one(ib, port, ready, done, out):
+    """A blocking server in a thread: accept one connection with b"world",
+    keep it until done is set."""
+    try:
+        with ib.CMID.listen_on(SERVER_IP, port, timeout=TIMEOUT) as listener:
+            ready.set()
+            conn = listener.get_request()
+            pd = conn.context.alloc_pd()
+            cq = conn.context.create_cq(8)
+            qp = conn.create_qp(pd, ib.QPInitAttr(cq, cq))
+            out.append(conn.accept(b"world"))
+            done.wait(TIMEOUT)
+            conn.disconnect()
+            for obj in (qp, cq, pd, conn):
+                obj.close()
+    except BaseException as exc:     # reported by the test
+        out.append(exc)
+        ready.set()
+
+
+def test_connect_takes_private_data_as_accept_does(ib, cm):
+    """connect(None) sends none (it raised TypeError), connect(16) is a
+    TypeError before anything is sent (it sent 16 zero bytes), as accept()."""
+    import threading
+    port = free_port()
+    ready, done, out = threading.Event(), threading.Event(), []
+    server = threading.Thread(target=_serve_one, args=(ib, port, ready, done, out), daemon=True)
+    server.start()
+    try:
+        assert ready.wait(TIMEOUT) and not out, out
+        with ib.CMID.resolve(SERVER_IP, port, source=CLIENT_IP, timeout=TIMEOUT) as cm_id:
+            pd = cm_id.context.alloc_pd()
+            cq = cm_id.context.create_cq(8)
+            qp = cm_id.create_qp(pd, ib.QPInitAttr(cq, cq))
+            with pytest.raises(TypeError):
+                cm_id.connect(16)
+            assert not cm_id.connected
+            reply = cm_id.connect(None)
+            assert reply[:5] == b"world" and cm_id.connected
+            done.set()
+            cm_id.disconnect()
+            for obj in (qp, cq, pd):
+                obj.close()
+    finally:
+        done.set()
+        server.join(TIMEOUT)
+    assert not server.is_alive()
+    assert len(out) == 1 and isinstance(out[0], bytes), out     # the request data, padded
+    assert out[0] == bytes(len(out[0]))

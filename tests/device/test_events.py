@@ -5,6 +5,7 @@ import os
 import threading
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import poll_until
 
@@ -17,13 +18,21 @@ def test_get_async_event_on_a_nonblocking_fd_raises_eagain(ib, ctx):
     assert exc.value.errno == errno.EAGAIN
 
 
+@pytest.mark.parametrize("address_reused", [False, True])
 def test_srq_limit_reached_is_reported_as_an_async_event(ib, ctx, pd, port, gid_index, access,
-                                                       make_buffer):
+                                                       make_buffer, address_reused):
     """Arm the SRQ limit, consume receives below it: the context reports
-    SRQ_LIMIT_REACHED naming the very SRQ object."""
-    with pd.create_srq(max_wr=16) as srq, ctx.create_cq(16) as cq_a, ctx.create_cq(16) as cq_b:
+    SRQ_LIMIT_REACHED naming the very SRQ object.  address_reused: the
+    registry says the SRQ's address is another SRQ's (the test hook), as
+    when an SRQ is destroyed and another made at its address while the
+    event is read: the event still names its own SRQ (by its token)."""
+    from ibverbs import _ibverbs
+    with pd.create_srq(max_wr=16) as srq, ctx.create_cq(16) as cq_a, ctx.create_cq(16) as cq_b, \
+            pd.create_srq(max_wr=4) as other:
         a = pd.create_qp(ib.QPInitAttr(cq_a, cq_a))
         b = pd.create_qp(ib.QPInitAttr(cq_b, cq_b, srq=srq))
+        if address_reused:
+            _ibverbs._registry_alias(srq, other)
         try:
             info = lambda q: ib.local_qp_info(q, ctx.query_port(port), ctx.query_gid(port, gid_index),
                                               port=port)
@@ -51,6 +60,7 @@ def test_srq_limit_reached_is_reported_as_an_async_event(ib, ctx, pd, port, gid_
             ctx.ack_async_event(ev)          # idempotent
             assert ev.acked
         finally:
+            _ibverbs._registry_alias(srq, srq)
             a.close()
             b.close()
 
@@ -130,3 +140,59 @@ def test_closing_a_context_while_another_thread_waits_is_refused(ib, device_name
             obj.close()
     ctx.close()
     assert ctx.closed
+
+
+# ---- fuzz: events of CQs closed while another thread reads them ----------------------
+
+EVENT_FUZZ_EXAMPLES = int(os.environ.get("IBVERBS_EVENT_FUZZ_EXAMPLES", "5"))
+
+
+@settings(max_examples=EVENT_FUZZ_EXAMPLES, deadline=None, database=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))
+@given(plan=st.lists(st.sampled_from(["keep", "close", "close"]), min_size=2, max_size=8))
+def test_fuzz_cq_events_while_cqs_are_closed_and_others_made(ib, ctx, pd, port, make_buffer,
+                                                              plan):
+    """A thread reads CQ events while this one makes CQs on the channel,
+    gives each a completion event, and closes some at once (their events
+    may be read after: a new CQ can then be at the address).  Every CQ the
+    reader gets had its completion before: never a CQ made since at a freed
+    one's address.  The last CQ's event ends the reader."""
+    buf = make_buffer(16)
+    notified, got, wrong, last = set(), [], [], []
+    with ctx.create_comp_channel() as ch:
+        def reader():
+            while True:
+                cq = ch.get_cq_event()
+                if id(cq) not in notified:
+                    wrong.append(cq)
+                got.append(cq)
+                try:
+                    cq.ack_events(1)
+                except ib.VerbsError:
+                    pass            # closed meanwhile
+                if last and cq is last[0]:
+                    return
+
+        t = threading.Thread(target=reader, daemon=True)
+        t.start()
+        kept = []
+        for i, what in enumerate(plan + ["last"]):
+            cq = ctx.create_cq(4, channel=ch)
+            qp = pd.create_qp(ib.QPInitAttr(cq, cq))
+            cq.req_notify()
+            qp.to_init(port, ib.AccessFlags.LOCAL_WRITE)
+            qp.post_recv(ib.RecvWR(wr_id=i, sg_list=[buf.mr.sge(16)]))
+            if what == "last":
+                last.append(cq)
+            notified.add(id(cq))        # ids stay unique: every CQ object is kept alive
+            qp.modify(ib.QPAttrMask.STATE, qp_state=ib.QPState.ERR)
+            poll_until(cq, 1)
+            qp.close()
+            kept.append(cq)
+            if what == "close":
+                cq.close()
+        t.join(20)
+        assert not t.is_alive(), "the last CQ's event never came"
+        for cq in kept:
+            cq.close()
+    assert wrong == [] and got[-1] is last[0]

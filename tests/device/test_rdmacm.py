@@ -4,6 +4,7 @@ Connections are made across the two devices, event-driven (every wait is a
 select() on the channel's fd with a timeout, so a missing event fails the
 test instead of hanging it), in one process and across two processes.
 """
+import contextlib
 import errno
 import fcntl
 import gc
@@ -16,9 +17,10 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import rxe
-from conftest import poll_until
+from conftest import high_fds, poll_until
 
 SERVER_IP, CLIENT_IP = rxe.VM_DEVICES["rxe0"], rxe.VM_DEVICES["rxe1"]
 TIMEOUT = 20.0      # seconds per event (TCG emulation is slow)
@@ -739,3 +741,406 @@ def test_a_cm_qp_is_busy_while_get_cm_event_waits_on_its_channel(ib, cm, channel
             assert client_id.qp is None
         finally:
             client.close()
+
+
+# ---- calls that release the GIL hold what librdmacm may touch -----------------------
+
+def _request(ib, cm, channel, port):
+    """listener on rxe0, client from rxe1 connecting: (listener, client Side,
+    server Side, request event) at CONNECT_REQUEST, before accept."""
+    E = cm.CMEventType
+    listener = channel.create_id(cm.PortSpace.TCP)
+    listener.bind_addr((SERVER_IP, port))
+    listener.listen()
+    client_id = channel.create_id(cm.PortSpace.TCP)
+    client_id.resolve_addr((SERVER_IP, port), src=CLIENT_IP)
+    cm.wait_event(channel, E.ADDR_RESOLVED, TIMEOUT)
+    client_id.resolve_route()
+    cm.wait_event(channel, E.ROUTE_RESOLVED, TIMEOUT)
+    client = Side(ib, client_id)
+    client_id.connect(retry_count=5, rnr_retry_count=6)
+    request = cm.wait_event(channel, E.CONNECT_REQUEST, TIMEOUT)
+    return listener, client, Side(ib, request.id), request
+
+
+def _refused_while(call, *closes):
+    """Run call in a thread, paused (the test hook) with the GIL released
+    inside its librdmacm call; meanwhile each close() must raise EBUSY."""
+    import ibverbs as ib
+    from ibverbs import _ibverbs
+    errors = []
+    _ibverbs._test_pause(1.5)
+    t = threading.Thread(target=lambda: errors.append(call()), daemon=True)
+    try:
+        t.start()
+        time.sleep(0.5)
+        for close in closes:
+            with pytest.raises(ib.VerbsError) as exc:
+                close()
+            assert exc.value.errno == errno.EBUSY
+    finally:
+        _ibverbs._test_pause(0)
+        t.join(TIMEOUT)
+    assert not t.is_alive() and errors == [None]
+
+
+def test_qps_are_held_while_accept_and_disconnect_run(ib, cm, channel):
+    """accept() and disconnect() release the GIL inside librdmacm, which
+    moves the ID's QP (ibv_modify_qp): a qp.close() from another thread
+    meanwhile (here while the call is paused by the test hook) is refused,
+    for its own QP and for any QP on the channel; it was a use after free."""
+    E = cm.CMEventType
+    listener, client, server, request = _request(ib, cm, channel, free_port())
+    try:
+        _refused_while(request.id.accept, server.qp.close, client.qp.close,
+                       request.id.destroy_qp)
+        assert not server.qp.closed and request.id.qp is server.qp
+        for _ in range(2):
+            cm.wait_event(channel, E.ESTABLISHED, TIMEOUT)
+        assert server.qp.state == ib.QPState.RTS and client.qp.state == ib.QPState.RTS
+        _refused_while(client.cm_id.disconnect, client.qp.close)
+        assert client.qp.state == ib.QPState.ERR
+        cm.wait_event(channel, E.DISCONNECTED, TIMEOUT)
+        server.cm_id.disconnect()
+        cm.wait_event(channel, E.DISCONNECTED, TIMEOUT)
+    finally:
+        client.close()
+        server.close()
+        listener.close()
+
+
+def _waiting(channel):
+    """A thread blocked in channel.get_cm_event(); join it with the returned list."""
+    events = []
+    # a daemon: if the test fails before it wakes the waiter, the process can still exit
+    waiter = threading.Thread(target=lambda: events.append(channel.get_cm_event()), daemon=True)
+    waiter.start()
+    time.sleep(1.0)                # the waiter is blocked in rdma_get_cm_event
+    assert waiter.is_alive()
+    return waiter, events
+
+
+def test_a_qp_made_while_get_cm_event_waits_is_held_too(ib, cm, channel):
+    """get_cm_event's hold covers every QP of its channel's CMIDs, also one
+    created after it began to wait (it was a snapshot at entry)."""
+    with channel.create_id() as client_id:
+        client_id.resolve_addr((SERVER_IP, free_port()), src=CLIENT_IP)
+        cm.wait_event(channel, cm.CMEventType.ADDR_RESOLVED, TIMEOUT)
+        waiter, events = _waiting(channel)
+        client = Side(ib, client_id)       # while the waiter waits
+        try:
+            with pytest.raises(ib.VerbsError) as e:
+                client.qp.close()
+            assert e.value.errno == errno.EBUSY and not client.qp.closed
+            client_id.resolve_route()      # wakes the waiter
+            waiter.join(TIMEOUT)
+            assert not waiter.is_alive() and events[0].event == cm.CMEventType.ROUTE_RESOLVED
+            client.qp.close()
+            assert client_id.qp is None
+        finally:
+            client.close()
+
+
+def test_a_cmid_migrated_onto_a_waited_channel_has_its_qp_held(ib, cm, channel):
+    with cm.create_event_channel() as other, other.create_id() as cm_id:
+        cm_id.resolve_addr((SERVER_IP, free_port()), src=CLIENT_IP)
+        cm.wait_event(other, cm.CMEventType.ADDR_RESOLVED, TIMEOUT)
+        side = Side(ib, cm_id)
+        try:
+            waiter, events = _waiting(channel)
+            cm_id.migrate(channel)
+            with pytest.raises(ib.VerbsError) as e:
+                side.qp.close()
+            assert e.value.errno == errno.EBUSY
+            cm_id.resolve_route()          # its event now arrives on channel
+            waiter.join(TIMEOUT)
+            assert not waiter.is_alive() and events[0].id is cm_id
+        finally:
+            side.close()
+
+
+# ---- a failed qp.close() leaves the QP on its ID -------------------------------------
+
+MCAST_GID = bytes.fromhex("ff0e0000000000000000000000001234")
+
+
+def test_a_cm_qp_whose_destroy_fails_stays_driven_by_its_id(ib, cm, channel):
+    """ibv_destroy_qp refuses (EBUSY) a UD QP still attached to a multicast
+    group: the QP stays open, and on its rdma_cm_id.  accept() then answers
+    the SIDR request with that QP's number (it sent 0: the ID had been told
+    it had no QP before the destroy was tried)."""
+    E = cm.CMEventType
+    port = free_port()
+    with channel.create_id(cm.PortSpace.UDP) as listener, \
+            channel.create_id(cm.PortSpace.UDP) as client_id:
+        listener.bind_addr((SERVER_IP, port))
+        listener.listen()
+        client_id.resolve_addr((SERVER_IP, port), src=CLIENT_IP)
+        cm.wait_event(channel, E.ADDR_RESOLVED, TIMEOUT)
+        client_id.resolve_route()
+        cm.wait_event(channel, E.ROUTE_RESOLVED, TIMEOUT)
+        client = Side(ib, client_id, qp_type=ib.QPType.UD)
+        server = None
+        try:
+            client_id.connect()
+            req = cm.wait_event(channel, E.CONNECT_REQUEST, TIMEOUT)
+            server = Side(ib, req.id, qp_type=ib.QPType.UD)
+            server.qp.attach_mcast(MCAST_GID, 0)
+            with pytest.raises(ib.VerbsError) as e:
+                server.qp.close()
+            assert e.value.errno == errno.EBUSY and not server.qp.closed
+            assert req.id.qp is server.qp
+            req.id.accept()
+            ev = cm.wait_event(channel, E.ESTABLISHED, TIMEOUT)
+            assert ev.id is client_id and ev.param.qp_num == server.qp.qp_num
+            server.qp.detach_mcast(MCAST_GID, 0)
+        finally:
+            client.close()
+            if server is not None:
+                server.close()
+
+
+# ---- fork() children ------------------------------------------------------------------
+
+def _in_child(body):
+    """body() in a fork() child: its text ('ok' or the error) back here."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                    # pragma: no cover - the child
+        os.close(r)
+        try:
+            msg = body()
+        except BaseException as exc:
+            msg = f"{type(exc).__name__}: {exc}"
+        os.write(w, msg.encode())
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        out = f.read()
+    os.waitpid(pid, 0)
+    return out
+
+
+def test_inherited_cmids_and_their_contexts_stay_the_parents(ib, cm, channel):
+    with channel.create_id() as parent_id:
+        parent_id.bind_addr(SERVER_IP)
+        parent_ctx = parent_id.context
+
+        def child():
+            for inherited in (lambda: parent_ctx.alloc_pd(), lambda: parent_id.listen()):
+                with pytest.raises(ib.VerbsError) as exc:
+                    inherited()
+                assert exc.value.errno == errno.EBADF, exc.value
+            return "ok"
+
+        assert _in_child(child) == "ok"
+        with parent_ctx.alloc_pd():            # still the parent's, and usable here
+            pass
+
+
+# A pre-fork server: the parent has verbs objects (so the fork() check is
+# armed) and an rdma_cm channel and ID, but has bound none to a device; each
+# worker then uses rdma_cm of its own.  (A parent that bound IDs has
+# librdmacm's device contexts open: a child's librdmacm hands it those,
+# and the kernel refuses a write() on the parent's device file from
+# another process, EACCES on rxe's post_send doorbell.)
+FORK_SCRIPT = textwrap.dedent("""
+    import errno, os, sys
+    import numpy as np
+    import ibverbs as ib
+    from ibverbs import cm
+
+    S, C, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    E = cm.CMEventType
+    parent_channel = cm.create_event_channel()
+    inherited = parent_channel.create_id()
+    pid = os.fork()
+    if pid:
+        _, status = os.waitpid(pid, 0)
+        inherited.close()
+        parent_channel.close()
+        sys.exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 99)
+    try:
+        try:
+            inherited.listen()
+            raise AssertionError("the parent's CMID worked in the child")
+        except ib.VerbsError as exc:
+            assert exc.errno == errno.EBADF, exc
+        wait = lambda ch, kind: cm.wait_event(ch, kind, 20)
+        with cm.create_event_channel() as ch:
+            listener = ch.create_id()
+            listener.bind_addr((S, port))
+            listener.listen()
+            client = ch.create_id()
+            client.resolve_addr((S, port), src=C)
+            wait(ch, E.ADDR_RESOLVED)
+            client.resolve_route()
+            wait(ch, E.ROUTE_RESOLVED)
+
+            def side(cm_id, fill):
+                ctx = cm_id.context            # borrowed, made in this process
+                pd, cq = ctx.alloc_pd(), ctx.create_cq(8)
+                qp = cm_id.create_qp(pd, ib.QPInitAttr(cq, cq))
+                buf = np.full(16, fill, dtype=np.uint8)
+                return [qp, ib.reg_tensor(pd, buf, ib.AccessFlags.LOCAL_WRITE), cq, pd], buf
+
+            (cqp, cmr, ccq, cpd), _ = side(client, 0x5A)
+            client.connect()
+            req = wait(ch, E.CONNECT_REQUEST)
+            (sqp, smr, scq, spd), inbox = side(req.id, 0)
+            sqp.post_recv(ib.RecvWR(wr_id=1, sg_list=[smr.sge()]))
+            req.id.accept()
+            wait(ch, E.ESTABLISHED)
+            wait(ch, E.ESTABLISHED)
+            cqp.post_send(ib.SendWR(wr_id=2, sg_list=[cmr.sge()], opcode=ib.WROpcode.SEND,
+                                    send_flags=ib.SendFlags.SIGNALED))
+            for cq in (ccq, scq):
+                while not (wcs := cq.poll(1)):
+                    pass
+                wcs[0].raise_for_status()
+            assert (inbox == 0x5A).all()
+            client.disconnect()
+            wait(ch, E.DISCONNECTED)
+            req.id.disconnect()
+            wait(ch, E.DISCONNECTED)
+            for obj in (cqp, cmr, ccq, cpd, sqp, smr, scq, spd, client, req.id, listener):
+                obj.close()
+        print("ok", flush=True)
+        os._exit(0)
+    except BaseException as exc:
+        print(f"{type(exc).__name__}: {exc}", flush=True)
+        os._exit(1)
+""")
+
+
+def test_rdma_cm_works_in_a_fork_child(ib, cm, tmp_path):
+    """A worker fork()ed from a pre-fork server connects, accepts, sends and
+    disconnects with rdma_cm: the contexts librdmacm opens for its IDs are
+    its own (they were marked the parent's: EBADF on their first use)."""
+    script = tmp_path / "cm_fork.py"
+    script.write_text(FORK_SCRIPT)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    result = subprocess.run([sys.executable, str(script), SERVER_IP, CLIENT_IP,
+                             str(free_port())], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, timeout=120)
+    assert (result.returncode, result.stdout.strip()) == (0, "ok"), result.stderr[-2000:]
+
+
+# ---- events name their own CMID ------------------------------------------------------
+
+def test_a_cm_event_finds_its_cmid_when_the_address_names_another(ib, cm, channel):
+    """The registry says the ID's address is another CMID's (the test hook:
+    as when an ID is destroyed and another made at its address while the
+    event is read): the event still names its own CMID (by its token)."""
+    from ibverbs import _ibverbs
+    with channel.create_id() as cm_id, channel.create_id() as other:
+        _ibverbs._registry_alias(cm_id, other)
+        try:
+            cm_id.resolve_addr((SERVER_IP, free_port()), src=CLIENT_IP)
+            ev = cm.wait_event(channel, cm.CMEventType.ADDR_RESOLVED, TIMEOUT)
+            assert ev.id is cm_id
+        finally:
+            _ibverbs._registry_alias(cm_id, cm_id)
+
+
+def test_wait_event_takes_a_channel_fd_above_1023(ib, cm, fds_above_1023):
+    with cm.create_event_channel() as ch:
+        assert ch.fd >= 1024
+        with pytest.raises(TimeoutError):
+            cm.wait_event(ch, timeout=0.2)
+        with ch.create_id() as cm_id:
+            cm_id.resolve_addr((SERVER_IP, free_port()), src=CLIENT_IP)
+            assert cm.wait_event(ch, cm.CMEventType.ADDR_RESOLVED, TIMEOUT).id is cm_id
+
+
+# ---- fuzz: a thread closing CM QPs while connect/accept/disconnect run ----------------
+
+CM_FUZZ_EXAMPLES = int(os.environ.get("IBVERBS_CM_FUZZ_EXAMPLES", "4"))
+
+
+def _next_event(cm, channel, timeout):
+    """The channel's next event within timeout, or None (any kind: which ones
+    come depends on what was closed when)."""
+    try:
+        return cm.wait_event(channel, timeout=timeout)
+    except TimeoutError:
+        return None
+
+
+def _closer(sides, plan, outcome):
+    """The other thread: close the planned sides' QPs, each after its delay;
+    each close() either destroys the QP or says EBUSY, nothing else."""
+    import ibverbs as ib
+    for who, delay in plan:
+        time.sleep(delay)
+        try:
+            sides[who].qp.close()
+            outcome.append((who, "closed"))
+        except ib.VerbsError as exc:
+            outcome.append((who, exc.errno))
+
+
+@settings(max_examples=CM_FUZZ_EXAMPLES, deadline=None, database=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))
+@given(during=st.sampled_from(["connect", "accept", "disconnect"]),
+       plan=st.lists(st.tuples(st.sampled_from(["client", "server"]),
+                               st.sampled_from([0.0, 0.1, 0.4, 0.8])), min_size=1, max_size=3),
+       high=st.booleans())
+def test_fuzz_closing_cm_qps_from_a_thread_during_cm_calls(ib, cm, during, plan, high):
+    """Whatever is closed when: every close() destroys the QP or says
+    EBUSY, never frees one librdmacm is moving (connect, accept, disconnect
+    paused inside librdmacm by the test hook); a destroyed QP has left its
+    ID, an open one is still on it; channel fds above 1023 when high."""
+    from ibverbs import _ibverbs
+    E = cm.CMEventType
+    port = free_port()
+    with (high_fds() if high else contextlib.nullcontext()), cm.create_event_channel() as ch:
+        listener = ch.create_id()
+        client_id = ch.create_id()
+        sides, outcome, closer = {}, [], None
+        try:
+            listener.bind_addr((SERVER_IP, port))
+            listener.listen()
+            client_id.resolve_addr((SERVER_IP, port), src=CLIENT_IP)
+            assert cm.wait_event(ch, E.ADDR_RESOLVED, TIMEOUT).id is client_id
+            client_id.resolve_route()
+            cm.wait_event(ch, E.ROUTE_RESOLVED, TIMEOUT)
+            sides["client"] = Side(ib, client_id)
+
+            def call(name, fn):
+                nonlocal closer
+                if name != during or closer is not None:
+                    return fn()
+                mine = [(w, d) for w, d in plan if w in sides]
+                closer = threading.Thread(target=_closer, args=(sides, mine, outcome), daemon=True)
+                _ibverbs._test_pause(0.3)
+                try:
+                    closer.start()
+                    return fn()
+                finally:
+                    _ibverbs._test_pause(0)
+
+            call("connect", lambda: client_id.connect(retry_count=5, rnr_retry_count=6))
+            request = cm.wait_event(ch, E.CONNECT_REQUEST, TIMEOUT)
+            sides["server"] = Side(ib, request.id)
+            call("accept", request.id.accept)
+            while _next_event(cm, ch, 2.0) is not None:      # ESTABLISHED, CONNECT_RESPONSE, ...
+                pass
+            for who in ("client", "server"):
+                try:
+                    call("disconnect", sides[who].cm_id.disconnect)
+                except ib.VerbsError:
+                    pass            # not connected (what was closed decides)
+            while _next_event(cm, ch, 1.0) is not None:
+                pass
+        finally:
+            if closer is not None:
+                closer.join(TIMEOUT)
+            for side in sides.values():
+                assert side.cm_id.qp is (None if side.qp.closed else side.qp)
+                side.close()
+            client_id.close()
+            listener.close()
+    assert all(what in ("closed", errno.EBUSY) for _, what in outcome), outcome

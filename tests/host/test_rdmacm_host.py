@@ -414,3 +414,41 @@ def test_a_default_shown_by_name_needs_its_c_value(generator, tmp_path):
     with pytest.raises(g["spec"].SpecError, match=r"cm.yaml:\d+: CMID.resolve_addr: impl: timeout_ms: "
                                                   r"c_default is only for a default shown by name"):
         g["rdmacm"].load(prefix(BASELINE), root)
+
+
+def test_the_rdma_cm_modules_import_each_other_one_way():
+    """ibverbs.cm imports ibverbs._cmid (CMID) and both import what they
+    share (CMEvent, the fd wait) from ibverbs._cmevents, which imports
+    neither: no circle, counting every import (typing-only ones and those
+    inside functions too)."""
+    import ast
+    names = {"cm", "_cmid", "_cmevents"}
+    graph = {}
+    for name in names:
+        tree = ast.parse((ROOT / "ibverbs" / f"{name}.py").read_text())
+        graph[name] = {node.module for node in ast.walk(tree)
+                       if isinstance(node, ast.ImportFrom) and node.level == 1
+                       and node.module in names}
+    assert graph == {"cm": {"_cmid", "_cmevents"}, "_cmid": {"_cmevents"}, "_cmevents": set()}
+
+
+def test_a_failed_rdma_destroy_id_leaves_the_cmid_on_its_qp():
+    """CMID_destroy lets the QP map go only once rdma_destroy_id succeeded
+    (or the ID is a fork parent's): before, it detached first and set
+    id->qp = NULL, so a destroy that failed (a GC clear then keeps the CMID)
+    left an open CMID whose QP librdmacm no longer drove.  Dealloc, whose
+    object goes regardless, detaches on failure too."""
+    text = (ROOT / "generated" / "rdmacm_methods.c.h").read_text()
+    destroy = text[text.index("CMID_destroy(struct CMIDObject *self)\n{"):]
+    destroy = destroy[:destroy.index("\n}\n")]
+    assert destroy.count("ibp_cmid_detach(self)") == 1
+    assert destroy.index("rc = rdma_destroy_id(") < destroy.index("forget:") \
+        < destroy.index("ibp_cmid_detach(self)")
+    dealloc = text[text.index("CMID_dealloc(PyObject *op)\n{"):]
+    dealloc = dealloc[:dealloc.index("\n}\n")]
+    failed = dealloc[dealloc.index("if (err != 0)"):]
+    assert "ibp_cmid_detach(self)" in failed
+    source = (ROOT / "ibverbs" / "src" / "cm_id.c").read_text()
+    before = source[source.index("int ibp_cmid_before_destroy("):]
+    before = before[:before.index("\n}\n")]
+    assert "->qp = NULL" not in before
