@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 6d52bf621d65c270da2907ddbf360979a9b79b86980ba38c2ffe1d0636c1a9e2).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 e5c83176cca75d9cc2f24efb2d6c7df96cdd94a3009930f7914de3b920d0919e);
- * this file's own sha256, this number read as zeros: 5e674d9822b6c29fe48caffab0acd4f06b12e37c3ebcd74085752bbcdc8d3787 */
+ * Made by templates/ and generator/ (sha256 45647294f3bb7312ca35b3e879b14707d8c730646f94da7eab3e39c7de35cc1d);
+ * this file's own sha256, this number read as zeros: 164b9ca72176acf03504b455e544c56504b082aee85452243f540dd492b88d7d */
 
 /*
  * AsyncEvent: its accessors and type shell, from spec/datapath/records.yaml.
@@ -42,6 +42,10 @@ AsyncEvent_get_acked(PyObject *op, void *closure)
 static int
 AsyncEvent_traverse(PyObject *op, visitproc visit, void *arg)
 {
+    /* An instance holds its (heap) type, a Python subclass too: visited,
+     * or a cycle through the class (an instance in a class attribute) is
+     * never collected. */
+    Py_VISIT(Py_TYPE(op));
     Py_VISIT(((AsyncEventObject *)op)->element);
     return 0;
 }

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d058999ce2cfebde6a6830678ae4c6a5d39e3a9d7b81b62c8ade6aa03e1b83ec).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 e5c83176cca75d9cc2f24efb2d6c7df96cdd94a3009930f7914de3b920d0919e);
- * this file's own sha256, this number read as zeros: 08b2d4fd027c10c12045d604391d2845ca74a7048e733cdf3051a86b32b79ee8 */
+ * Made by templates/ and generator/ (sha256 45647294f3bb7312ca35b3e879b14707d8c730646f94da7eab3e39c7de35cc1d);
+ * this file's own sha256, this number read as zeros: a0182c3853cdc0ecae0cdc057a3efebbbb06e85124cfba636d39d6c127f7c334 */
 
 /*
  * ImportedMR: An MR imported from another context on the same command FD (PD.import_mr); an MR, but close() unimports it (ibv_unimport_mr) instead of deregistering it.
@@ -107,6 +107,9 @@ static int
 ImportedMR_traverse(PyObject *op, visitproc visit, void *arg)
 {
     struct ImportedMRObject *self = (struct ImportedMRObject *)op;
+    /* An instance holds its (heap) type, a Python subclass too: visited,
+     * or a cycle through the class is never collected. */
+    Py_VISIT(Py_TYPE(op));
     Py_VISIT(self->owner);
     Py_VISIT(self->_buffer_export);
     return 0;

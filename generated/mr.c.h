@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d058999ce2cfebde6a6830678ae4c6a5d39e3a9d7b81b62c8ade6aa03e1b83ec).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 e5c83176cca75d9cc2f24efb2d6c7df96cdd94a3009930f7914de3b920d0919e);
- * this file's own sha256, this number read as zeros: c3effd57600eb0d5bb3f7431865e5b4807e42f86eb914db324ff6c5625715d3f */
+ * Made by templates/ and generator/ (sha256 45647294f3bb7312ca35b3e879b14707d8c730646f94da7eab3e39c7de35cc1d);
+ * this file's own sha256, this number read as zeros: 3b051c63c447de4f195636cd7f92483b3687c502ef95cde3b8487a2b5eea936b */
 
 /*
  * MR: A registered memory region (ibv_reg_mr and friends).
@@ -115,6 +115,9 @@ static int
 MR_traverse(PyObject *op, visitproc visit, void *arg)
 {
     struct MRObject *self = (struct MRObject *)op;
+    /* An instance holds its (heap) type, a Python subclass too: visited,
+     * or a cycle through the class is never collected. */
+    Py_VISIT(Py_TYPE(op));
     Py_VISIT(self->owner);
     Py_VISIT(self->_buffer_export);
     return 0;

@@ -2,8 +2,8 @@
  * (sha256 20a4c73c476a689f172b05ec1def2bc9a14a8fa61b91043e691a57b06d920789, rdma-core 65.0)
  * and the spec/ YAML files (sha256 575d83ea9c4cf1aa5c3ff8170b9d54fb4e25798eeadcf51dc767ba8593d2b07f).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 e5c83176cca75d9cc2f24efb2d6c7df96cdd94a3009930f7914de3b920d0919e);
- * this file's own sha256, this number read as zeros: 70ded3559ef4ceb861e3d2b7c0d5ad6b807cb7c261550a5107828ccb4f689839 */
+ * Made by templates/ and generator/ (sha256 45647294f3bb7312ca35b3e879b14707d8c730646f94da7eab3e39c7de35cc1d);
+ * this file's own sha256, this number read as zeros: eb166626ae199e2358b0bfe66dd6b1999c77ec9737c74d085ed0746424825fb1 */
 
 /*
  * librdmacm is dlopen'ed on first use (ibverbs/src/cm.c), never linked

@@ -2,8 +2,8 @@
  * (sha256 20a4c73c476a689f172b05ec1def2bc9a14a8fa61b91043e691a57b06d920789, rdma-core 65.0)
  * and the spec/ YAML files (sha256 575d83ea9c4cf1aa5c3ff8170b9d54fb4e25798eeadcf51dc767ba8593d2b07f).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 e5c83176cca75d9cc2f24efb2d6c7df96cdd94a3009930f7914de3b920d0919e);
- * this file's own sha256, this number read as zeros: 0d602d6789423efe0493372b9cde4e3fea11e9c14f13f1a49d83e323ed04ebb3 */
+ * Made by templates/ and generator/ (sha256 45647294f3bb7312ca35b3e879b14707d8c730646f94da7eab3e39c7de35cc1d);
+ * this file's own sha256, this number read as zeros: cdec1b6f23f6c1568290aa1aa5ff72c4892644841c450af78881a4e25e239a28 */
 
 /*
  * The rdma_cm classes, from spec/rdmacm/cm.yaml through the verbs handle
@@ -358,6 +358,9 @@ static int
 CMID_traverse(PyObject *op, visitproc visit, void *arg)
 {
     struct CMIDObject *self = (struct CMIDObject *)op;
+    /* An instance holds its (heap) type, a Python subclass too: visited,
+     * or a cycle through the class is never collected. */
+    Py_VISIT(Py_TYPE(op));
     Py_VISIT(self->qp);
     Py_VISIT(self->context);
     return 0;

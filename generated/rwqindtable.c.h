@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d058999ce2cfebde6a6830678ae4c6a5d39e3a9d7b81b62c8ade6aa03e1b83ec).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 e5c83176cca75d9cc2f24efb2d6c7df96cdd94a3009930f7914de3b920d0919e);
- * this file's own sha256, this number read as zeros: 660c1f6c08ff06c21860be88c8a60a2e828535219b275f996e0553dd52336a4e */
+ * Made by templates/ and generator/ (sha256 45647294f3bb7312ca35b3e879b14707d8c730646f94da7eab3e39c7de35cc1d);
+ * this file's own sha256, this number read as zeros: f109996f54558755d95fd5bbb6e7b3487c8551d30b361cb72a05b9a54a268b30 */
 
 /*
  * RWQIndTable: A receive work queue indirection table for RSS (Context.create_rwq_ind_table).
@@ -102,6 +102,9 @@ static int
 RWQIndTable_traverse(PyObject *op, visitproc visit, void *arg)
 {
     struct RWQIndTableObject *self = (struct RWQIndTableObject *)op;
+    /* An instance holds its (heap) type, a Python subclass too: visited,
+     * or a cycle through the class is never collected. */
+    Py_VISIT(Py_TYPE(op));
     Py_VISIT(self->wqs);
     return 0;
 }

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 6d52bf621d65c270da2907ddbf360979a9b79b86980ba38c2ffe1d0636c1a9e2).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 e5c83176cca75d9cc2f24efb2d6c7df96cdd94a3009930f7914de3b920d0919e);
- * this file's own sha256, this number read as zeros: 817359bb03f1633e905c542123b236236f34c769b3b53143e111b4760abf91bb */
+ * Made by templates/ and generator/ (sha256 45647294f3bb7312ca35b3e879b14707d8c730646f94da7eab3e39c7de35cc1d);
+ * this file's own sha256, this number read as zeros: c71c82abe80a884fcd1b8a13ee10cc5c19ccacc418061f0fb0cd0e01d878a04d */
 
 /*
  * SendWR: its accessors and type shell, from spec/datapath/records.yaml.
@@ -387,6 +387,10 @@ SendWR_init(PyObject *op, PyObject *args, PyObject *kwargs)
 static int
 SendWR_traverse(PyObject *op, visitproc visit, void *arg)
 {
+    /* An instance holds its (heap) type, a Python subclass too: visited,
+     * or a cycle through the class (an instance in a class attribute) is
+     * never collected. */
+    Py_VISIT(Py_TYPE(op));
     Py_VISIT(((SendWRObject *)op)->sg_list);
     Py_VISIT(((SendWRObject *)op)->ah);
     Py_VISIT(((SendWRObject *)op)->mw);

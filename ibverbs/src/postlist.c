@@ -209,6 +209,7 @@ fail:
 static int PostList_traverse(PyObject *op, visitproc visit, void *arg)
 {
     PostListObject *pl = (PostListObject *)op;
+    Py_VISIT(Py_TYPE(op));      /* its heap type, which it holds */
     if (pl->entries != NULL)
         for (Py_ssize_t i = 0; i < pl->n; i++) {
             Py_VISIT(pl->entries[i].ah);
