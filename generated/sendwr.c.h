@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 6d52bf621d65c270da2907ddbf360979a9b79b86980ba38c2ffe1d0636c1a9e2).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 45647294f3bb7312ca35b3e879b14707d8c730646f94da7eab3e39c7de35cc1d);
- * this file's own sha256, this number read as zeros: c71c82abe80a884fcd1b8a13ee10cc5c19ccacc418061f0fb0cd0e01d878a04d */
+ * Made by templates/ and generator/ (sha256 95c788c220bc4ad8b60efe103b04fc395a84ed92ea42dbf0666d3731d17c7543);
+ * this file's own sha256, this number read as zeros: 0c7052859a6ae72e9899d0678279f7e93102bc894f8c26e256e749f3e1918810 */
 
 /*
  * SendWR: its accessors and type shell, from spec/datapath/records.yaml.

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
 int ibp_check_closable(PyObject *obj, const char *verb)
@@ -189,59 +190,26 @@ void ibp_call_leave(PyObject *self)
     IBP_HANDLE(self)->busy--;
 }
 
-static int hold(PyObject *obj, PyObject **held, int *n, int max)
+int ibp_hold(PyObject *obj, PyTypeObject *type, PyObject **held)
 {
-    /* held[0] is the method's own object, held whatever its type. */
-    if (*n > 0 && !is_handle_type(Py_TYPE(obj)))
+    /* Not one of type: not held, and its conversion raises TypeError. */
+    if (obj == NULL || (type != NULL && !PyObject_TypeCheck(obj, type)))
         return 0;
-    for (int i = 0; i < *n; i++)
-        if (held[i] == obj)
-            return 0;
-    if (*n >= max) {
-        /* Unheld, one could be closed under the call: refuse instead. */
-        PyErr_Format(PyExc_TypeError, "more than %d verbs objects given to one call", max - 1);
-        return -1;
-    }
     if (forked && IBP_HANDLE(obj)->ptr != NULL && ibp_handle_foreign(obj)) {
         raise_foreign(obj);
         return -1;
     }
     Py_INCREF(obj);
     IBP_HANDLE(obj)->busy++;
-    held[(*n)++] = obj;
+    *held = obj;
     return 0;
 }
 
-int ibp_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
-                        PyObject **held, int max)
+void ibp_unhold(PyObject *held)
 {
-    int n = 0;
-    if (hold(self, held, &n, max) < 0)
-        goto fail;
-    if (args != NULL) {
-        Py_ssize_t size = PyTuple_Size(args);
-        for (Py_ssize_t i = 0; i < size; i++)
-            if (hold(PyTuple_GetItem(args, i), held, &n, max) < 0)
-                goto fail;
-    }
-    if (kwargs != NULL) {
-        Py_ssize_t pos = 0;
-        PyObject *key, *value;
-        while (PyDict_Next(kwargs, &pos, &key, &value))
-            if (hold(value, held, &n, max) < 0)
-                goto fail;
-    }
-    return n;
-fail:
-    ibp_call_leave_args(held, n);
-    return -1;
-}
-
-void ibp_call_leave_args(PyObject **held, int n)
-{
-    for (int i = 0; i < n; i++) {
-        IBP_HANDLE(held[i])->busy--;
-        Py_DECREF(held[i]);
+    if (held != NULL) {
+        IBP_HANDLE(held)->busy--;
+        Py_DECREF(held);
     }
 }
 
@@ -373,10 +341,78 @@ static PyObject *registry_alias(PyObject *module, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* _test_pause(on) and _test_paused(timeout): while on, every generated call
+ * that releases the GIL (and close() of a class whose destroy does) stops
+ * inside its released section, holding what it holds, until _test_pause(False);
+ * _test_paused waits for one to stop and says how many have.  This makes a
+ * close() from another thread during such a call deterministic
+ * (tests/device/test_gil.py). */
+static pthread_mutex_t pause_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t pause_changed = PTHREAD_COND_INITIALIZER;
+volatile int ibp_test_pausing;
+static int npaused;
+
+void ibp_test_pause(void)
+{
+    /* GIL released: pthread calls only */
+    pthread_mutex_lock(&pause_lock);
+    npaused++;
+    pthread_cond_broadcast(&pause_changed);
+    while (ibp_test_pausing)
+        pthread_cond_wait(&pause_changed, &pause_lock);
+    npaused--;
+    pthread_cond_broadcast(&pause_changed);
+    pthread_mutex_unlock(&pause_lock);
+}
+
+static PyObject *test_pause(PyObject *module, PyObject *on)
+{
+    (void)module;
+    int truth = PyObject_IsTrue(on);
+    if (truth < 0)
+        return NULL;
+    pthread_mutex_lock(&pause_lock);
+    ibp_test_pausing = truth;
+    pthread_cond_broadcast(&pause_changed);
+    pthread_mutex_unlock(&pause_lock);
+    Py_RETURN_NONE;
+}
+
+static PyObject *test_paused(PyObject *module, PyObject *timeout)
+{
+    (void)module;
+    double seconds = PyFloat_AsDouble(timeout);
+    if (seconds == -1.0 && PyErr_Occurred())
+        return NULL;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += (time_t)seconds;
+    until.tv_nsec += (long)((seconds - (double)(time_t)seconds) * 1e9);
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    int n;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&pause_lock);
+    while (npaused == 0 && pthread_cond_timedwait(&pause_changed, &pause_lock, &until) == 0)
+        ;
+    n = npaused;
+    pthread_mutex_unlock(&pause_lock);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(n);
+}
+
 static PyMethodDef test_hook_functions[] = {
     {"_registry_alias", registry_alias, METH_VARARGS,
      "_registry_alias($module, obj, other, /)\n--\n\n"
      "Test hook: map events naming obj to other (IBVERBS_TEST_HOOKS=1 only)."},
+    {"_test_pause", test_pause, METH_O,
+     "_test_pause($module, on, /)\n--\n\n"
+     "Test hook: stop calls in their GIL-released section while on (IBVERBS_TEST_HOOKS=1 only)."},
+    {"_test_paused", test_paused, METH_O,
+     "_test_paused($module, timeout, /)\n--\n\n"
+     "Test hook: wait up to timeout seconds for a stopped call; how many are (IBVERBS_TEST_HOOKS=1 only)."},
     {NULL, NULL, 0, NULL},
 };
 
