@@ -341,12 +341,12 @@ static PyObject *registry_alias(PyObject *module, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* _test_pause(on) and _test_paused(timeout): while on, every generated call
- * that releases the GIL (and close() of a class whose destroy does) stops
- * inside its released section, holding what it holds, until _test_pause(False);
- * _test_paused waits for one to stop and says how many have.  This makes a
- * close() from another thread during such a call deterministic
- * (tests/device/test_gil.py). */
+/* _test_pause(on) and _test_paused(timeout): once on, the next generated call
+ * that releases the GIL (or close() of a class whose destroy does, or a
+ * PostList post with release_gil) stops inside its released section,
+ * holding what it holds, until _test_pause(False); calls after it pass.
+ * _test_paused waits for it to stop.  A close() from another thread during
+ * such a call is then deterministic (tests/device/test_gil.py). */
 static pthread_mutex_t pause_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t pause_changed = PTHREAD_COND_INITIALIZER;
 volatile int ibp_test_pausing;
@@ -356,12 +356,13 @@ void ibp_test_pause(void)
 {
     /* GIL released: pthread calls only */
     pthread_mutex_lock(&pause_lock);
-    npaused++;
-    pthread_cond_broadcast(&pause_changed);
-    while (ibp_test_pausing)
-        pthread_cond_wait(&pause_changed, &pause_lock);
-    npaused--;
-    pthread_cond_broadcast(&pause_changed);
+    if (ibp_test_pausing) {
+        ibp_test_pausing = 0;
+        npaused = 1;
+        pthread_cond_broadcast(&pause_changed);
+        while (npaused)
+            pthread_cond_wait(&pause_changed, &pause_lock);
+    }
     pthread_mutex_unlock(&pause_lock);
 }
 
@@ -373,6 +374,8 @@ static PyObject *test_pause(PyObject *module, PyObject *on)
         return NULL;
     pthread_mutex_lock(&pause_lock);
     ibp_test_pausing = truth;
+    if (!truth)
+        npaused = 0;
     pthread_cond_broadcast(&pause_changed);
     pthread_mutex_unlock(&pause_lock);
     Py_RETURN_NONE;

@@ -91,10 +91,16 @@ PyObject *ibp_hand_module__open_device(PyObject *module, PyObject *arg)
     if (name_bytes == NULL)
         return NULL;
     PyObject *result = NULL;
+    struct ibv_device **list;
+    int err;
+    /* Both enter the kernel (sysfs, the uverbs device): other threads run. */
+    Py_BEGIN_ALLOW_THREADS
     errno = 0;
-    struct ibv_device **list = ibv_get_device_list(&n);
+    list = ibv_get_device_list(&n);
+    err = errno;
+    Py_END_ALLOW_THREADS
     if (list == NULL) {
-        ibp_raise("ibv_get_device_list", ibp_error_code(0));
+        ibp_raise("ibv_get_device_list", ibp_error_code(-err));
         goto done;
     }
     struct ibv_device *device = NULL;
@@ -105,10 +111,15 @@ PyObject *ibp_hand_module__open_device(PyObject *module, PyObject *arg)
         ibp_raise_detail("ibv_open_device", ENODEV,
                          "ibv_open_device failed: no RDMA device named '%s'", name);
     } else {
+        struct ibv_context *ctx;
+        Py_BEGIN_ALLOW_THREADS
+        ibp_test_pause_point();   /* IBVERBS_TEST_HOOKS */
         errno = 0;
-        struct ibv_context *ctx = ibv_open_device(device);
+        ctx = ibv_open_device(device);
+        err = errno;
+        Py_END_ALLOW_THREADS
         if (ctx == NULL)
-            ibp_raise("ibv_open_device", ibp_error_code(0));
+            ibp_raise("ibv_open_device", ibp_error_code(-err));
         else
             result = Context_wrap(ctx);
     }

@@ -329,6 +329,7 @@ PyObject *ibp_postlist_post(PyObject *self, PyObject *list, enum post_target tar
         pl->posting++;
         pl_hold(pl, 1);
         Py_BEGIN_ALLOW_THREADS
+        ibp_test_pause_point();   /* IBVERBS_TEST_HOOKS */
         rc = target == POST_SEND ? ibv_post_send(handle, pl->wrs, &bad_send)
            : target == POST_RECV ? ibv_post_recv(handle, pl->wrs, &bad_recv)
            : ibv_post_srq_recv(handle, pl->wrs, &bad_recv);
