@@ -2,6 +2,6 @@
 # (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
 # and the spec/ YAML files (sha256 4e23ead90928e3f2c1fb20eaa477153734cff09d4acd47186764a9d7b96fbfdc).
 # Do not edit: change the spec or templates/ and run `make generate`.
-# Made by templates/ and generator/ (sha256 95c788c220bc4ad8b60efe103b04fc395a84ed92ea42dbf0666d3731d17c7543);
-# this file's own sha256, this number read as zeros: 8e8048cc36d06745136e4bf14ef1c131ace5e950aa07efc217296271817ca083
+# Made by templates/ and generator/ (sha256 b234bd6f5983330edb66fe7554f32b43afb6f75a77d3c07d43426de7b85d8277);
+# this file's own sha256, this number read as zeros: 6bb659e5d39b18432946707a73aaa22f21b41ec61fba6ff2657e41c1564adae6
 """Generator output that ships inside the package as ibverbs._generated."""

@@ -2,8 +2,8 @@
 # (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
 # and the spec/ YAML files (sha256 4dd7a02742c8223b94f9d000cfc45c3b5730eb286161a2d882b874582ca88812).
 # Do not edit: change the spec or templates/ and run `make generate`.
-# Made by templates/ and generator/ (sha256 95c788c220bc4ad8b60efe103b04fc395a84ed92ea42dbf0666d3731d17c7543);
-# this file's own sha256, this number read as zeros: da1c54af6eef30c85a752ca1c23df23ff7896216c5b8e14a26136fc604d502e2
+# Made by templates/ and generator/ (sha256 b234bd6f5983330edb66fe7554f32b43afb6f75a77d3c07d43426de7b85d8277);
+# this file's own sha256, this number read as zeros: 53f6e495f11f1dbc5c49f56b2f4d287708278835e8ace536b97b2a16635a062c
 
 """Type stubs of the extension ibverbs._ibverbs (generator/stubs.py)."""
 

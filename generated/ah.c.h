@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 4e23ead90928e3f2c1fb20eaa477153734cff09d4acd47186764a9d7b96fbfdc).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 95c788c220bc4ad8b60efe103b04fc395a84ed92ea42dbf0666d3731d17c7543);
- * this file's own sha256, this number read as zeros: 0b7418c7e34b3b106b401da6e4163604e8f1ec77ea46bed333ae31723f4f22f5 */
+ * Made by templates/ and generator/ (sha256 b234bd6f5983330edb66fe7554f32b43afb6f75a77d3c07d43426de7b85d8277);
+ * this file's own sha256, this number read as zeros: d03b1353749724a3ec5f39775b9c8e0926d82904d985fb49ce00d0788c40847b */
 
 /*
  * AH: An address handle (ibv_create_ah).
@@ -56,13 +56,17 @@ AH_destroy(struct AHObject *self, int from_close)
         rc = ibv_destroy_ah(ptr);
         Py_END_ALLOW_THREADS
         self->head.ptr = ptr;
-    } else {
-        errno = 0;
-        rc = ibv_destroy_ah((struct ibv_ah *)self->head.ptr);
+        if (rc != 0) {
+            return ibp_error_code(rc);
+        }
+        goto forgotten;
     }
+    errno = 0;
+    rc = ibv_destroy_ah((struct ibv_ah *)self->head.ptr);
     if (rc != 0)
         return ibp_error_code(rc);
 forget:
+forgotten:
     self->head.ptr = NULL;
     AH_open_count--;
     ibp_handle_closed((PyObject *)self);

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 4e23ead90928e3f2c1fb20eaa477153734cff09d4acd47186764a9d7b96fbfdc).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 95c788c220bc4ad8b60efe103b04fc395a84ed92ea42dbf0666d3731d17c7543);
- * this file's own sha256, this number read as zeros: 1ded5d58d34a9fcd2143f37afd813caeb79410e20cea9c2506fd65f023418a38 */
+ * Made by templates/ and generator/ (sha256 b234bd6f5983330edb66fe7554f32b43afb6f75a77d3c07d43426de7b85d8277);
+ * this file's own sha256, this number read as zeros: 1b0338cc87bbb64a85e19baa2b6c6e50b513c59b2d863b56c4aac91565964c1f */
 
 /*
  * CompChannel: A completion event channel (ibv_create_comp_channel).
@@ -56,13 +56,17 @@ CompChannel_destroy(struct CompChannelObject *self, int from_close)
         rc = ibv_destroy_comp_channel(ptr);
         Py_END_ALLOW_THREADS
         self->head.ptr = ptr;
-    } else {
-        errno = 0;
-        rc = ibv_destroy_comp_channel((struct ibv_comp_channel *)self->head.ptr);
+        if (rc != 0) {
+            return ibp_error_code(rc);
+        }
+        goto forgotten;
     }
+    errno = 0;
+    rc = ibv_destroy_comp_channel((struct ibv_comp_channel *)self->head.ptr);
     if (rc != 0)
         return ibp_error_code(rc);
 forget:
+forgotten:
     self->head.ptr = NULL;
     CompChannel_open_count--;
     ibp_handle_closed((PyObject *)self);

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 4e23ead90928e3f2c1fb20eaa477153734cff09d4acd47186764a9d7b96fbfdc).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 95c788c220bc4ad8b60efe103b04fc395a84ed92ea42dbf0666d3731d17c7543);
- * this file's own sha256, this number read as zeros: e6c6b2fa7682fc7d3183dcbbaab14b4d00a7d4d8713fb1f41a9eeedea54e5a38 */
+ * Made by templates/ and generator/ (sha256 b234bd6f5983330edb66fe7554f32b43afb6f75a77d3c07d43426de7b85d8277);
+ * this file's own sha256, this number read as zeros: b93d494de667e83744b850e9ae82e9f56a1a4650b3206bb343c6eb6cc20d977b */
 
 /*
  * CompCntr: A completion counter (Context.create_comp_cntr; rdma-core 65).
@@ -56,13 +56,17 @@ CompCntr_destroy(struct CompCntrObject *self, int from_close)
         rc = ibv_destroy_comp_cntr(ptr);
         Py_END_ALLOW_THREADS
         self->head.ptr = ptr;
-    } else {
-        errno = 0;
-        rc = ibv_destroy_comp_cntr((struct ibv_comp_cntr *)self->head.ptr);
+        if (rc != 0) {
+            return ibp_error_code(rc);
+        }
+        goto forgotten;
     }
+    errno = 0;
+    rc = ibv_destroy_comp_cntr((struct ibv_comp_cntr *)self->head.ptr);
     if (rc != 0)
         return ibp_error_code(rc);
 forget:
+forgotten:
     self->head.ptr = NULL;
     CompCntr_open_count--;
     ibp_handle_closed((PyObject *)self);

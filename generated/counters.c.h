@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 4e23ead90928e3f2c1fb20eaa477153734cff09d4acd47186764a9d7b96fbfdc).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 95c788c220bc4ad8b60efe103b04fc395a84ed92ea42dbf0666d3731d17c7543);
- * this file's own sha256, this number read as zeros: 38ce2d98057a536fa8ead52f181131ab4b51c82045c0024294cfe8d114703c1c */
+ * Made by templates/ and generator/ (sha256 b234bd6f5983330edb66fe7554f32b43afb6f75a77d3c07d43426de7b85d8277);
+ * this file's own sha256, this number read as zeros: 72c7e9e6413fac2b31a773a23b4fcaa213f4f071ab40aecac1250c792d468b20 */
 
 /*
  * Counters: Flow counters (ibv_create_counters), attached to flows.
@@ -56,13 +56,17 @@ Counters_destroy(struct CountersObject *self, int from_close)
         rc = ibv_destroy_counters(ptr);
         Py_END_ALLOW_THREADS
         self->head.ptr = ptr;
-    } else {
-        errno = 0;
-        rc = ibv_destroy_counters((struct ibv_counters *)self->head.ptr);
+        if (rc != 0) {
+            return ibp_error_code(rc);
+        }
+        goto forgotten;
     }
+    errno = 0;
+    rc = ibv_destroy_counters((struct ibv_counters *)self->head.ptr);
     if (rc != 0)
         return ibp_error_code(rc);
 forget:
+forgotten:
     self->head.ptr = NULL;
     Counters_open_count--;
     ibp_handle_closed((PyObject *)self);

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 4e23ead90928e3f2c1fb20eaa477153734cff09d4acd47186764a9d7b96fbfdc).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 95c788c220bc4ad8b60efe103b04fc395a84ed92ea42dbf0666d3731d17c7543);
- * this file's own sha256, this number read as zeros: eae507bc07e91cf434d645dc31754832c3063fe8e21bc5544661ffa23d931fd6 */
+ * Made by templates/ and generator/ (sha256 b234bd6f5983330edb66fe7554f32b43afb6f75a77d3c07d43426de7b85d8277);
+ * this file's own sha256, this number read as zeros: 25f5db2773c08bceb9b44c86978180e0d3e8d3f4a706388d531ddd34e95b4c52 */
 
 /*
  * CQ: A completion queue (ibv_create_cq).
@@ -63,20 +63,28 @@ CQ_destroy(struct CQObject *self, int from_close)
          * object closed (EBADF) until it is destroyed, or open again. */
         struct ibv_cq *ptr = self->head.ptr;
         self->head.ptr = NULL;
+        /* before its address can be another object's (a create meanwhile) */
+        ibp_registry_remove(ptr);
         Py_BEGIN_ALLOW_THREADS
         ibp_test_pause_point();   /* IBVERBS_TEST_HOOKS */
         errno = 0;
         rc = ibv_destroy_cq(ptr);
         Py_END_ALLOW_THREADS
         self->head.ptr = ptr;
-    } else {
-        errno = 0;
-        rc = ibv_destroy_cq((struct ibv_cq *)self->head.ptr);
+        if (rc != 0) {
+            if (ibp_registry_add(ptr, (PyObject *)self) < 0)
+                PyErr_Clear();      /* its events then name no object */
+            return ibp_error_code(rc);
+        }
+        goto forgotten;
     }
+    errno = 0;
+    rc = ibv_destroy_cq((struct ibv_cq *)self->head.ptr);
     if (rc != 0)
         return ibp_error_code(rc);
 forget:
     ibp_registry_remove(self->head.ptr);
+forgotten:
     self->head.ptr = NULL;
     CQ_open_count--;
     ibp_handle_closed((PyObject *)self);

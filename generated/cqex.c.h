@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 4e23ead90928e3f2c1fb20eaa477153734cff09d4acd47186764a9d7b96fbfdc).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 95c788c220bc4ad8b60efe103b04fc395a84ed92ea42dbf0666d3731d17c7543);
- * this file's own sha256, this number read as zeros: 6bb67f3449dcbff61b6566c20f8c6573ef58d4cce8c4b3755189ad3b1a8ee686 */
+ * Made by templates/ and generator/ (sha256 b234bd6f5983330edb66fe7554f32b43afb6f75a77d3c07d43426de7b85d8277);
+ * this file's own sha256, this number read as zeros: 6eba19a77bde040dbc41f81866b7e7f7d41003f4847adf9b46805dcb30c50654 */
 
 /*
  * CQEx: An extended completion queue (ibv_create_cq_ex), polled one completion at a time with start_poll()/next_poll()/end_poll() and the read_* readers; a CQ everywhere else.

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 4e23ead90928e3f2c1fb20eaa477153734cff09d4acd47186764a9d7b96fbfdc).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 95c788c220bc4ad8b60efe103b04fc395a84ed92ea42dbf0666d3731d17c7543);
- * this file's own sha256, this number read as zeros: d4d2d3e4b5a5e435932c97e82e19f9c4cccd495ed270b8617a300106ba6f06ac */
+ * Made by templates/ and generator/ (sha256 b234bd6f5983330edb66fe7554f32b43afb6f75a77d3c07d43426de7b85d8277);
+ * this file's own sha256, this number read as zeros: 700a7cb328d3732592b48a0a1d7cef2b5703fb0590414e1d5878fbeae96c3e98 */
 
 /*
  * DM: On-device memory (ibv_alloc_dm, or ibv_import_dm of another process's).
@@ -62,13 +62,17 @@ DM_destroy(struct DMObject *self, int from_close)
         rc = ibv_free_dm(ptr);
         Py_END_ALLOW_THREADS
         self->head.ptr = ptr;
-    } else {
-        errno = 0;
-        rc = ibv_free_dm((struct ibv_dm *)self->head.ptr);
+        if (rc != 0) {
+            return ibp_error_code(rc);
+        }
+        goto forgotten;
     }
+    errno = 0;
+    rc = ibv_free_dm((struct ibv_dm *)self->head.ptr);
     if (rc != 0)
         return ibp_error_code(rc);
 forget:
+forgotten:
     self->head.ptr = NULL;
     DM_open_count--;
     ibp_handle_closed((PyObject *)self);

@@ -2,8 +2,8 @@
 # (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
 # and the spec/ YAML files (sha256 4e23ead90928e3f2c1fb20eaa477153734cff09d4acd47186764a9d7b96fbfdc).
 # Do not edit: change the spec or templates/ and run `make generate`.
-# Made by templates/ and generator/ (sha256 95c788c220bc4ad8b60efe103b04fc395a84ed92ea42dbf0666d3731d17c7543);
-# this file's own sha256, this number read as zeros: 9e8bcbb49df49f9ee46a6566daa58714e4efe027e88a611893c502a07a0d114b
+# Made by templates/ and generator/ (sha256 b234bd6f5983330edb66fe7554f32b43afb6f75a77d3c07d43426de7b85d8277);
+# this file's own sha256, this number read as zeros: df92e96a3362c6775654a8faa8dcb6cc1b4fff73fe4b937969c97d7443f10464
 """The rdma-core enums as Python IntEnum / IntFlag classes (all values of
 each C enum; see spec/enums.yaml for which enums and their prefixes)."""
 from enum import IntEnum, IntFlag

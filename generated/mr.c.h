@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 4e23ead90928e3f2c1fb20eaa477153734cff09d4acd47186764a9d7b96fbfdc).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 95c788c220bc4ad8b60efe103b04fc395a84ed92ea42dbf0666d3731d17c7543);
- * this file's own sha256, this number read as zeros: cd2f627a1babf374b27dad2b50ba7c54fc1d72d82236ad5ad9e5a0f64041c1e6 */
+ * Made by templates/ and generator/ (sha256 b234bd6f5983330edb66fe7554f32b43afb6f75a77d3c07d43426de7b85d8277);
+ * this file's own sha256, this number read as zeros: 9270c6b03ae9c45bf610b83a33628842bb95819f4c7ed01c1d1a3cf154448ee3 */
 
 /*
  * MR: A registered memory region (ibv_reg_mr and friends).
@@ -64,13 +64,17 @@ MR_destroy(struct MRObject *self, int from_close)
         rc = ibv_dereg_mr(ptr);
         Py_END_ALLOW_THREADS
         self->head.ptr = ptr;
-    } else {
-        errno = 0;
-        rc = ibv_dereg_mr((struct ibv_mr *)self->head.ptr);
+        if (rc != 0) {
+            return ibp_error_code(rc);
+        }
+        goto forgotten;
     }
+    errno = 0;
+    rc = ibv_dereg_mr((struct ibv_mr *)self->head.ptr);
     if (rc != 0)
         return ibp_error_code(rc);
 forget:
+forgotten:
     self->head.ptr = NULL;
     MR_open_count--;
     ibp_handle_closed((PyObject *)self);

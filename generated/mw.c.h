@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 4e23ead90928e3f2c1fb20eaa477153734cff09d4acd47186764a9d7b96fbfdc).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 95c788c220bc4ad8b60efe103b04fc395a84ed92ea42dbf0666d3731d17c7543);
- * this file's own sha256, this number read as zeros: 6ec16d91f578cefc398a786f473416e3a25b7a9c646bc84399c999228bdd5aa5 */
+ * Made by templates/ and generator/ (sha256 b234bd6f5983330edb66fe7554f32b43afb6f75a77d3c07d43426de7b85d8277);
+ * this file's own sha256, this number read as zeros: 06b698bd70683d91971f1af3ffc77d7493d9bc0b36dc68a198e67b0971fc7135 */
 
 /*
  * MW: A memory window (ibv_alloc_mw).
@@ -56,13 +56,17 @@ MW_destroy(struct MWObject *self, int from_close)
         rc = ibv_dealloc_mw(ptr);
         Py_END_ALLOW_THREADS
         self->head.ptr = ptr;
-    } else {
-        errno = 0;
-        rc = ibv_dealloc_mw((struct ibv_mw *)self->head.ptr);
+        if (rc != 0) {
+            return ibp_error_code(rc);
+        }
+        goto forgotten;
     }
+    errno = 0;
+    rc = ibv_dealloc_mw((struct ibv_mw *)self->head.ptr);
     if (rc != 0)
         return ibp_error_code(rc);
 forget:
+forgotten:
     self->head.ptr = NULL;
     MW_open_count--;
     ibp_handle_closed((PyObject *)self);

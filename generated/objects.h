@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 4e23ead90928e3f2c1fb20eaa477153734cff09d4acd47186764a9d7b96fbfdc).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 95c788c220bc4ad8b60efe103b04fc395a84ed92ea42dbf0666d3731d17c7543);
- * this file's own sha256, this number read as zeros: 0a0bcf7fd653fc22decc52b3c886fb022bba54868db5a4727eccc3fd80a47a52 */
+ * Made by templates/ and generator/ (sha256 b234bd6f5983330edb66fe7554f32b43afb6f75a77d3c07d43426de7b85d8277);
+ * this file's own sha256, this number read as zeros: 42795de25c8a616e8b31e680009d8ddee6a09cee0d2177dd9a8111a99fc18429 */
 
 #ifndef IBVERBS_GENERATED_OBJECTS_H
 #define IBVERBS_GENERATED_OBJECTS_H

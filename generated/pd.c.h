@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 4e23ead90928e3f2c1fb20eaa477153734cff09d4acd47186764a9d7b96fbfdc).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 95c788c220bc4ad8b60efe103b04fc395a84ed92ea42dbf0666d3731d17c7543);
- * this file's own sha256, this number read as zeros: 4985da6f8e58e6b50b7349f20d388a5dc03b1c6fc27f3055d643a1ee16dab5dd */
+ * Made by templates/ and generator/ (sha256 b234bd6f5983330edb66fe7554f32b43afb6f75a77d3c07d43426de7b85d8277);
+ * this file's own sha256, this number read as zeros: dfb4ade8fc9cded863e71668058dd23bc288f585f6a3ad2c73f01e7a5de96942 */
 
 /*
  * PD: Protection domain (ibv_alloc_pd).
@@ -62,13 +62,17 @@ PD_destroy(struct PDObject *self, int from_close)
         rc = ibv_dealloc_pd(ptr);
         Py_END_ALLOW_THREADS
         self->head.ptr = ptr;
-    } else {
-        errno = 0;
-        rc = ibv_dealloc_pd((struct ibv_pd *)self->head.ptr);
+        if (rc != 0) {
+            return ibp_error_code(rc);
+        }
+        goto forgotten;
     }
+    errno = 0;
+    rc = ibv_dealloc_pd((struct ibv_pd *)self->head.ptr);
     if (rc != 0)
         return ibp_error_code(rc);
 forget:
+forgotten:
     self->head.ptr = NULL;
     PD_open_count--;
     ibp_handle_closed((PyObject *)self);

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 6d52bf621d65c270da2907ddbf360979a9b79b86980ba38c2ffe1d0636c1a9e2).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 95c788c220bc4ad8b60efe103b04fc395a84ed92ea42dbf0666d3731d17c7543);
- * this file's own sha256, this number read as zeros: cef50e851455c9cc1bedb9047db8ff5c04af06450922ab078b9c6de9a9927cf4 */
+ * Made by templates/ and generator/ (sha256 b234bd6f5983330edb66fe7554f32b43afb6f75a77d3c07d43426de7b85d8277);
+ * this file's own sha256, this number read as zeros: 2da26efaa01b59639f277d92b2d5a531317d2c9570ed669e5d11ab790b3890d2 */
 
 /*
  * PostList: its accessors and type shell, from spec/datapath/records.yaml.

@@ -2,8 +2,8 @@
  * (sha256 20a4c73c476a689f172b05ec1def2bc9a14a8fa61b91043e691a57b06d920789, rdma-core 65.0)
  * and the spec/ YAML files (sha256 858488907533621b844601bf63492522a99c0a3ef05f3285937085e93203fed9).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 95c788c220bc4ad8b60efe103b04fc395a84ed92ea42dbf0666d3731d17c7543);
- * this file's own sha256, this number read as zeros: 3132b2e0093d964e255eec1e2a85e824fc2aead4d2f60c9705b1eecd57e30d88 */
+ * Made by templates/ and generator/ (sha256 b234bd6f5983330edb66fe7554f32b43afb6f75a77d3c07d43426de7b85d8277);
+ * this file's own sha256, this number read as zeros: f49785166ff0598e91d8fbbd95c9dab163630b8a941feadf8e8ea603c0d9894d */
 
 /*
  * librdmacm is dlopen'ed on first use (ibverbs/src/cm.c), never linked

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 6d52bf621d65c270da2907ddbf360979a9b79b86980ba38c2ffe1d0636c1a9e2).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 95c788c220bc4ad8b60efe103b04fc395a84ed92ea42dbf0666d3731d17c7543);
- * this file's own sha256, this number read as zeros: d771b326d743c792c9995ca8a2f1e9584a25e165dfd3c09556ffadf88825e824 */
+ * Made by templates/ and generator/ (sha256 b234bd6f5983330edb66fe7554f32b43afb6f75a77d3c07d43426de7b85d8277);
+ * this file's own sha256, this number read as zeros: df095932fab63300d6a129f0e15dc2edfbbbea8f1171b3c517baf5b8ce67778a */
 
 /*
  * The C structs of the data path, one converter pair per field: every

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 4e23ead90928e3f2c1fb20eaa477153734cff09d4acd47186764a9d7b96fbfdc).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 95c788c220bc4ad8b60efe103b04fc395a84ed92ea42dbf0666d3731d17c7543);
- * this file's own sha256, this number read as zeros: cc38819b31d10232a631dc2f55a9c38d97a9de035e8dab2764924c985a90d146 */
+ * Made by templates/ and generator/ (sha256 b234bd6f5983330edb66fe7554f32b43afb6f75a77d3c07d43426de7b85d8277);
+ * this file's own sha256, this number read as zeros: e14f4471467a177a239e6043d3ca6db09ffc0a074209ff71c09d7cb18a9b1487 */
 
 /*
  * RWQIndTable: A receive work queue indirection table for RSS (Context.create_rwq_ind_table).
@@ -57,13 +57,17 @@ RWQIndTable_destroy(struct RWQIndTableObject *self, int from_close)
         rc = ibv_destroy_rwq_ind_table(ptr);
         Py_END_ALLOW_THREADS
         self->head.ptr = ptr;
-    } else {
-        errno = 0;
-        rc = ibv_destroy_rwq_ind_table((struct ibv_rwq_ind_table *)self->head.ptr);
+        if (rc != 0) {
+            return ibp_error_code(rc);
+        }
+        goto forgotten;
     }
+    errno = 0;
+    rc = ibv_destroy_rwq_ind_table((struct ibv_rwq_ind_table *)self->head.ptr);
     if (rc != 0)
         return ibp_error_code(rc);
 forget:
+forgotten:
     self->head.ptr = NULL;
     RWQIndTable_open_count--;
     ibp_handle_closed((PyObject *)self);

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 4e23ead90928e3f2c1fb20eaa477153734cff09d4acd47186764a9d7b96fbfdc).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 95c788c220bc4ad8b60efe103b04fc395a84ed92ea42dbf0666d3731d17c7543);
- * this file's own sha256, this number read as zeros: 99d92d55eb1e7114dacc68c438c2026d6b2258f646a9b6a410dcd7b15ca9eb7f */
+ * Made by templates/ and generator/ (sha256 b234bd6f5983330edb66fe7554f32b43afb6f75a77d3c07d43426de7b85d8277);
+ * this file's own sha256, this number read as zeros: 0808899193e6f8faff5b907d5c559d8211c99e1d78aa13eeb9129daf761e7cfc */
 
 /*
  * TD: A thread domain (ibv_alloc_td).
@@ -56,13 +56,17 @@ TD_destroy(struct TDObject *self, int from_close)
         rc = ibv_dealloc_td(ptr);
         Py_END_ALLOW_THREADS
         self->head.ptr = ptr;
-    } else {
-        errno = 0;
-        rc = ibv_dealloc_td((struct ibv_td *)self->head.ptr);
+        if (rc != 0) {
+            return ibp_error_code(rc);
+        }
+        goto forgotten;
     }
+    errno = 0;
+    rc = ibv_dealloc_td((struct ibv_td *)self->head.ptr);
     if (rc != 0)
         return ibp_error_code(rc);
 forget:
+forgotten:
     self->head.ptr = NULL;
     TD_open_count--;
     ibp_handle_closed((PyObject *)self);

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 4e23ead90928e3f2c1fb20eaa477153734cff09d4acd47186764a9d7b96fbfdc).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 95c788c220bc4ad8b60efe103b04fc395a84ed92ea42dbf0666d3731d17c7543);
- * this file's own sha256, this number read as zeros: 88627b471de3114cb9be499b5883505c7e7cac9fdbda4e3f7bcb82f77f82ba52 */
+ * Made by templates/ and generator/ (sha256 b234bd6f5983330edb66fe7554f32b43afb6f75a77d3c07d43426de7b85d8277);
+ * this file's own sha256, this number read as zeros: d5a916c8dc3addfd4d28ebf8cd6bb9e070727cc9c59e02f3d45a8f364678c3dc */
 
 /*
  * WQ: A receive work queue (ibv_create_wq), for RSS with raw packet QPs.
@@ -57,13 +57,17 @@ WQ_destroy(struct WQObject *self, int from_close)
         rc = ibv_destroy_wq(ptr);
         Py_END_ALLOW_THREADS
         self->head.ptr = ptr;
-    } else {
-        errno = 0;
-        rc = ibv_destroy_wq((struct ibv_wq *)self->head.ptr);
+        if (rc != 0) {
+            return ibp_error_code(rc);
+        }
+        goto forgotten;
     }
+    errno = 0;
+    rc = ibv_destroy_wq((struct ibv_wq *)self->head.ptr);
     if (rc != 0)
         return ibp_error_code(rc);
 forget:
+forgotten:
     self->head.ptr = NULL;
     WQ_open_count--;
     ibp_handle_closed((PyObject *)self);
