@@ -60,6 +60,7 @@ rwr = ib.RecvWR(wr_id=1, sg_list=[sge])
 has_fast = hasattr(ib, "PostList")
 if has_fast:
     pl1 = ib.PostList([wr1])
+    pl1r = ib.PostList([wr1], release_gil=True)   # what releasing the GIL costs a post
     pl32 = ib.PostList(wrs32)
     buf = ib.WCBuffer(16)
     poll_into0, poll_into16 = cq0.poll_into, cq16.poll_into
@@ -82,6 +83,7 @@ OPS = {
     "post_recv_1":        (1, "WR", "post_recv(rwr)"),
     "postlist_build_32":  (32, "WR", "ib.PostList(wrs32)"),
     "postlist_post_1":    (1, "WR", "post_send(pl1)"),
+    "postlist_post_1_gil_released": (1, "WR", "post_send(pl1r)"),
     "postlist_post_32":   (32, "WR", "post_send(pl32)"),
     "entry_set_wr_id":    (1, "call", "e5.wr_id = 7"),
     "entry_set_addr":     (1, "call", "e5.addr = addr"),
@@ -96,7 +98,7 @@ OPS = {
     "wcbuf_wr_id":        (1, "call", "full.wr_id(3)"),
     "wcbuf_check":        (1, "call", "full.raise_for_status()"),
 }
-FAST_OPS = {"postlist_build_32", "postlist_post_1", "postlist_post_32", "entry_set_wr_id",
+FAST_OPS = {"postlist_build_32", "postlist_post_1", "postlist_post_1_gil_released", "postlist_post_32", "entry_set_wr_id",
             "entry_set_addr", "poll_into_empty", "poll_into_16", "wcbuf_wr_id", "wcbuf_check", "count_opcode"}
 
 C_REF = r"""

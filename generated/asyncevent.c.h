@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 dbfc8643393b7ca803995d44c1c362957daf33f45ee0b846dc3ac8375094318c).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 e69817d862e5f4cb7d53fd41bb94790785bfb4d0675a082d73120f08f40f43c8);
- * this file's own sha256, this number read as zeros: cfcee7e854c630d66889f5d9d4b755e5fe949c3683ee755ae57c8c2c3935cdb4 */
+ * Made by templates/ and generator/ (sha256 bd32ee2c7a94cda84b0193d03d09da0d0c26cca897179fc5b40b55c6f71e92e1);
+ * this file's own sha256, this number read as zeros: 1f5daa50f3ca696f5fade013ba65d90e08ff63225cbab6fa5f0aea6bf9835998 */
 
 /*
  * AsyncEvent: its accessors and type shell, from spec/datapath/records.yaml.
@@ -42,6 +42,10 @@ AsyncEvent_get_acked(PyObject *op, void *closure)
 static int
 AsyncEvent_traverse(PyObject *op, visitproc visit, void *arg)
 {
+    /* An instance holds its (heap) type, a Python subclass too: visited,
+     * or a cycle through the class (an instance in a class attribute) is
+     * never collected. */
+    Py_VISIT(Py_TYPE(op));
     Py_VISIT(((AsyncEventObject *)op)->element);
     return 0;
 }

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 dbfc8643393b7ca803995d44c1c362957daf33f45ee0b846dc3ac8375094318c).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 e69817d862e5f4cb7d53fd41bb94790785bfb4d0675a082d73120f08f40f43c8);
- * this file's own sha256, this number read as zeros: 82372eed4bde1c6c5fc1d20d81ae35f130b802f5978aab27fe5b95b791111198 */
+ * Made by templates/ and generator/ (sha256 bd32ee2c7a94cda84b0193d03d09da0d0c26cca897179fc5b40b55c6f71e92e1);
+ * this file's own sha256, this number read as zeros: d8381ba6b1dc4a3b81f09d5cbf4c0535e9d9128d7cc285e48ff6f88a013e4553 */
 
 /*
  * RecvWR: its accessors and type shell, from spec/datapath/records.yaml.
@@ -73,6 +73,10 @@ RecvWR_init(PyObject *op, PyObject *args, PyObject *kwargs)
 static int
 RecvWR_traverse(PyObject *op, visitproc visit, void *arg)
 {
+    /* An instance holds its (heap) type, a Python subclass too: visited,
+     * or a cycle through the class (an instance in a class attribute) is
+     * never collected. */
+    Py_VISIT(Py_TYPE(op));
     Py_VISIT(((RecvWRObject *)op)->sg_list);
     return 0;
 }

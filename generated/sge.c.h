@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 dbfc8643393b7ca803995d44c1c362957daf33f45ee0b846dc3ac8375094318c).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 e69817d862e5f4cb7d53fd41bb94790785bfb4d0675a082d73120f08f40f43c8);
- * this file's own sha256, this number read as zeros: 0a2d1f8fe5c85f2b06ed55f547df96810d34e43308818daa782e4b7b1d91407e */
+ * Made by templates/ and generator/ (sha256 bd32ee2c7a94cda84b0193d03d09da0d0c26cca897179fc5b40b55c6f71e92e1);
+ * this file's own sha256, this number read as zeros: 9a00dbd873ce59b0688c2470ba89cea06a6d5b004eb47f9c31f9294837f44a49 */
 
 /*
  * SGE: its accessors and type shell, from spec/datapath/records.yaml.
@@ -112,6 +112,10 @@ SGE_init(PyObject *op, PyObject *args, PyObject *kwargs)
 static int
 SGE_traverse(PyObject *op, visitproc visit, void *arg)
 {
+    /* An instance holds its (heap) type, a Python subclass too: visited,
+     * or a cycle through the class (an instance in a class attribute) is
+     * never collected. */
+    Py_VISIT(Py_TYPE(op));
     Py_VISIT(((SGEObject *)op)->owner);
     return 0;
 }

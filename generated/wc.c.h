@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 dbfc8643393b7ca803995d44c1c362957daf33f45ee0b846dc3ac8375094318c).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 e69817d862e5f4cb7d53fd41bb94790785bfb4d0675a082d73120f08f40f43c8);
- * this file's own sha256, this number read as zeros: fb75f870f0c28d516789ca526058a866cc8eae9f2442fea2c5d6c10e53c24d6f */
+ * Made by templates/ and generator/ (sha256 bd32ee2c7a94cda84b0193d03d09da0d0c26cca897179fc5b40b55c6f71e92e1);
+ * this file's own sha256, this number read as zeros: 41895a3dc068abe89075daaa7963f0c5772742ca2f7c25a44a487bb39970ab0e */
 
 /*
  * WC: its accessors and type shell, from spec/datapath/records.yaml.

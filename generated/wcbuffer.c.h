@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 dbfc8643393b7ca803995d44c1c362957daf33f45ee0b846dc3ac8375094318c).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 e69817d862e5f4cb7d53fd41bb94790785bfb4d0675a082d73120f08f40f43c8);
- * this file's own sha256, this number read as zeros: d3b0f758a4849940562eea4d8d295c1c7ac984d27f6137d82b3a8a5863149e61 */
+ * Made by templates/ and generator/ (sha256 bd32ee2c7a94cda84b0193d03d09da0d0c26cca897179fc5b40b55c6f71e92e1);
+ * this file's own sha256, this number read as zeros: 68db7fc7e612b6dcff22b4a10cbb6da6e501923cf6b4a8c2e32514fde1e1be58 */
 
 /*
  * WCBuffer: its accessors and type shell, from spec/datapath/records.yaml.

@@ -10,7 +10,7 @@ import fnmatch
 import keyword
 from typing import Dict, List, Optional, Tuple
 
-from . import handle_rules
+from . import gil, handle_rules
 from .converters import ATTRIBUTES, FIELDS, REQUIRED, AttributeConverter
 from .converters.args import spec_default
 from .converters.fields import field_kind
@@ -200,7 +200,8 @@ class Builder:
                             release=self.release(h),
                             hand_attributes=hand_attributes,
                             own_destroy=same_object and "destroy" in node,
-                            destroy_void=dfunc is not None and dfunc.result.kind == "void")
+                            destroy_void=dfunc is not None and dfunc.result.kind == "void",
+                            destroy_releases_gil=self.destroy_releases_gil(node, destroy))
         slot_specs = (node.get("slots") or {}).items()
         model.clear_on_close = (list(base.clear_on_close) if same_object
                                 else [sname for sname, sspec in slot_specs
@@ -210,6 +211,15 @@ class Builder:
                                  if sspec.get("keepalive")])
         handle_rules.apply(model, node)
         return model
+
+    def destroy_releases_gil(self, node, destroy: Optional[str]) -> bool:
+        """close()'s GIL rule: its destroy verb's kind (spec/gil.yaml)."""
+        if not destroy:
+            return False
+        try:
+            return gil.releases(self.spec.gil_kinds, destroy, node.where("destroy"))
+        except gil.GilError as exc:
+            raise SpecError(str(exc)) from None
 
     def _parents(self, h) -> List[Tuple[str, str, bool]]:
         node = h.node

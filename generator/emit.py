@@ -30,7 +30,7 @@ def method_body(m: MethodModel) -> List[str]:
     if m.impl:
         return impl_body(m)
     body = _declarations(m) + [""]
-    body += _argument_parsing(m) + _open_check(m) + _symbol_checks(m)
+    body += _argument_parsing(m) + _hold_on_entry(m) + _open_check(m) + _symbol_checks(m)
     body += [line for p in m.params for line in p.parse()]
     body += [line for p in m.params for line in p.post_parse()]
     body += _checks(m)
@@ -39,7 +39,9 @@ def method_body(m: MethodModel) -> List[str]:
         body += [f"if (({m.guard}) < 0)", "    goto exit;"]
     if m.prologue:
         body.append(m.prologue)
-    body += _call(m) + _error_check(m)
+    body += [line for p in m.params for line in p.hold_for_call(m.release_gil)]
+    body += _call(m) + [line for p in m.params for line in p.after_call(m.release_gil)]
+    body += _error_check(m)
     body += m.returns.lines([p.output() for p in m.outputs])
     if m.epilogue:
         # runs once the result exists (e.g. records how a new object was made)
@@ -50,7 +52,24 @@ def method_body(m: MethodModel) -> List[str]:
         at = next(i for i, line in enumerate(body) if line.startswith("self_ptr = "))
         body.insert(at + 1, "(void)self_ptr;")
     body += ["", "exit:"] + [line for p in m.params for line in p.cleanup()]
+    body += [f"ibp_unhold({held});" for held in reversed(_holds(m))]
     return body + ["return return_value;"]
+
+
+def _holds(m: MethodModel) -> List[str]:
+    """What a call holds in flight, generated from its parameters: self,
+    each handle argument, each handle a struct argument names."""
+    return (["self_held"] if m.owner else []) + [h for p in m.params for h in p.holds()]
+
+
+def _hold_on_entry(m: MethodModel) -> List[str]:
+    """Held before anything is converted: from here to its return, close()
+    of self or of a handle argument raises EBUSY (a conversion may run
+    Python code; with the GIL released, so may any other thread)."""
+    lines = [line for p in m.params for line in p.hold_on_entry()]
+    if m.owner:
+        lines = ["if (ibp_hold(self, NULL, &self_held) < 0)", "    goto exit;"] + lines
+    return lines
 
 
 def _label(m: MethodModel) -> str:
@@ -60,6 +79,9 @@ def _label(m: MethodModel) -> str:
 def _declarations(m: MethodModel) -> List[str]:
     lines = [f"{m.owner_ctype} *self_ptr;"] if m.owner else []
     lines += [line for p in m.params for line in p.declarations()]
+    lines += [f"PyObject *{held} = NULL;" for held in _holds(m)]
+    if m.release_gil:
+        lines += [line for p in m.params for line in p.released_declarations()]
     lines.append("PyObject *return_value = NULL;")
     if m.result_spelling is not None:
         lines.append(declare(m.result_spelling, "rc") + ";")
@@ -114,16 +136,18 @@ def _checks(m: MethodModel) -> List[str]:
 
 
 def _call(m: MethodModel) -> List[str]:
-    call = f"{m.verb}({', '.join(p.call_arg() for p in m.params)})"
+    """The call; with the GIL released when its rule says so (spec/gil.yaml):
+    everything it is handed is held (_holds) and no Python object is read
+    from the time the GIL is given up until it is taken back."""
+    args = [p.released_call_arg() if m.release_gil else p.call_arg() for p in m.params]
+    call = f"{m.verb}({', '.join(args)})"
     has_result = m.result_spelling is not None
     stmt = f"rc = {call};" if has_result else f"{call};"
     lines = ["errno = 0;"] if m.errors != "none" and has_result else []
     if not m.release_gil:
         return lines + [stmt]
-    busy = bool(m.owner)
-    return (lines + (["ibp_busy_enter(self);"] if busy else [])
-            + ["Py_BEGIN_ALLOW_THREADS", stmt, "Py_END_ALLOW_THREADS"]
-            + (["ibp_busy_leave(self);"] if busy else []))
+    return (["Py_BEGIN_ALLOW_THREADS", "ibp_test_pause_point();   /* IBVERBS_TEST_HOOKS */"]
+            + lines + [stmt, "Py_END_ALLOW_THREADS"])
 
 
 _FAILED = {"null": "rc == NULL", "errno": "rc != 0", "negative": "rc < 0"}

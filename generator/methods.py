@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import List, NoReturn, Optional, Tuple
 
-from . import docstrings
+from . import docstrings, gil
 from .converters import PARAMS, REQUIRED, RETURNS, Arg, ParamConverter, ReturnConverter
 from .converters.args import ArgParam
 from .ctext import is_int, py_repr_default
@@ -135,7 +135,7 @@ class MethodBuilder:
                     for chk in m.node.get("checks", []) or []],
             guard=m.node.get("guard"), prologue=m.node.get("prologue"),
             epilogue=m.node.get("epilogue"), errors=m.node["errors"],
-            release_gil=m.node.get("gil", "hold") == "release", returns=returns)
+            release_gil=self.releases_gil(f.name), returns=returns)
         mm.result_pytype = returns.pytype([p.output_pytype or "Any" for p in mm.outputs])
         mm.signature = m.node.get("signature") or self.signature()
         try:
@@ -145,6 +145,15 @@ class MethodBuilder:
             self.fail(str(exc).split(": ", 1)[1], "doc")
         mm.doc = f"{mm.signature}\n--\n\n{text}"
         return mm
+
+    def releases_gil(self, verb: str) -> bool:
+        """The verb's GIL rule: the method's own `gil:`, else its kind's
+        (spec/gil.yaml)."""
+        try:
+            return gil.releases(self.b.spec.gil_kinds, verb, self.where("verb"),
+                                self.m.node.get("gil"))
+        except gil.GilError as exc:
+            raise SpecError(f"{exc}") from None
 
     def signature(self) -> str:
         parts = ["$self", "/"] if self.m.owner else []
@@ -230,7 +239,7 @@ class MethodBuilder:
                 parents.append("self")
             elif "." in src:
                 obj, fld = src.split(".", 1)
-                parents.append(f"{obj}->ref_{fld}")
+                parents.append(f"{obj}_{fld}_held")   # as the call was handed it
             else:
                 parents.append(src)
         for pname in given:

@@ -158,6 +158,8 @@ class HandleModel:
     # ibv_unimport_pd) is a whole handle class again, with the base's layout.
     own_destroy: bool = False
     destroy_void: bool = False     # the destroy verb returns nothing
+    # close() runs the destroy verb with the GIL released (spec/gil.yaml)
+    destroy_releases_gil: bool = False
     # Slots dropped as soon as the verbs object is destroyed (spec:
     # `clear_on_close: true`), e.g. a buffer export that pins memory.
     clear_on_close: List[str] = field(default_factory=list)

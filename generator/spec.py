@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional
 
 import yaml
 
-from . import rules
+from . import gil, rules
 
 
 class SpecError(Exception):
@@ -79,7 +79,8 @@ def load_file(path: str, display: str) -> Node:
 # --- the validated spec ------------------------------------------------------
 
 TOP_KEYS = {"handles", "structs", "enums", "functions", "symbols", "exclusions",
-            "methods", "docs"}
+            "methods", "docs",
+            "gil"}    # spec/gil.yaml: the GIL rule of each verb, by kind (generator/gil.py)
 HANDLE_KEYS = {"ctype", "doc", "destroy", "parents", "attributes", "methods",
                "slots", "state", "before_destroy", "registered",
                "base", "before_dealloc", "release", "hand_attributes", "since",
@@ -151,6 +152,8 @@ class Spec:
     doc_arguments: Dict[str, str] = field(default_factory=dict)  # argument name -> meaning
     doc_methods: Dict[str, Any] = field(default_factory=dict)    # "Class.method" -> summary
     exclusion_where: Dict[str, str] = field(default_factory=dict)
+    # spec/gil.yaml: which verbs run with the GIL released (generator/gil.py)
+    gil_kinds: List[gil.GilKind] = field(default_factory=list)
 
     def handle(self, name: str) -> Optional[Handle]:
         return next((h for h in self.handles if h.name == name), None)
@@ -255,6 +258,11 @@ def load(spec_dir: str) -> Spec:
             spec.optional[sym] = str(release)
             spec.optional_where[sym] = symbols["optional"].where(sym)
         _load_docs(spec, data.get("docs") or Node(), display)
+        if "gil" in data:
+            try:
+                spec.gil_kinds += gil.load(data["gil"])
+            except gil.GilError as exc:
+                raise SpecError(str(exc)) from None
         exclusions = data.get("exclusions") or {}
         for fname, reason in exclusions.items():
             if not isinstance(reason, str) or len(reason.strip()) < 8:

@@ -147,6 +147,12 @@ class HandleParam(ClassArgParam):
     def own_declarations(self) -> List[str]:
         return [f"PyObject *{self.name} = NULL;", f"{self.hctype} *{self.local} = NULL;"]
 
+    def holds(self) -> List[str]:
+        return [f"{self.name}_held"]
+
+    def hold_on_entry(self) -> List[str]:
+        return hold_argument(self.var, self.cls, f"{self.name}_held")
+
     def parse(self) -> List[str]:
         none_ok = 1 if self.default is None else 0
         return [f"if ({self.var} != NULL) {{",
@@ -159,6 +165,12 @@ class HandleParam(ClassArgParam):
 
     def call_arg(self) -> str:
         return self.local
+
+
+def hold_argument(var: str, cls: str, held: str) -> List[str]:
+    """Hold a handle argument (when it is one of cls; anything else fails
+    its conversion) for the whole call."""
+    return [f"if (ibp_hold({var}, {cls}_Type, &{held}) < 0)", "    goto exit;"]
 
 
 def context_check(owner_ctx: Optional[str], label: str, name: str, local: str) -> List[str]:
@@ -181,9 +193,40 @@ class StructObjectParam(ClassArgParam):
         if model is None:
             ctx.fail(f"unknown struct class {self.cls}")
         self.has_handles = model.has_handles
+        self.ctype = model.ctype
+        self.handle_fields = [f.name for f in model.handle_fields]
 
     def own_declarations(self) -> List[str]:
         return [f"struct {self.cls}Object *{self.name} = NULL;"]
+
+    def released_declarations(self) -> List[str]:
+        return [f"{self.ctype} {self.name}_c;"]
+
+    def holds(self) -> List[str]:
+        return [f"{self.name}_{f}_held" for f in self.handle_fields]
+
+    def hold_for_call(self, released: bool) -> List[str]:
+        """Its handles as they are now (a later argument's conversion may
+        have set them again), written into its struct and held."""
+        lines: List[str] = []
+        if self.handle_fields:
+            lines += [f"/* {self.name}'s handles, held as they are now */",
+                      f"if ({self.cls}_prepare({self.name}) < 0)", "    goto exit;"]
+            for f in self.handle_fields:
+                lines += [f"if (ibp_hold({self.name}->ref_{f}, NULL, &{self.name}_{f}_held) < 0)",
+                          "    goto exit;"]
+        if released:
+            # another thread may set its fields (or prepare it for a call
+            # of its own) while this one runs
+            lines.append(f"{self.name}_c = {self.name}->c;")
+        return lines
+
+    def after_call(self, released: bool) -> List[str]:
+        # what the verb wrote back (ibv_create_qp's actual capabilities)
+        return [f"{self.name}->c = {self.name}_c;"] if released else []
+
+    def released_call_arg(self) -> str:
+        return f"&{self.name}_c"
 
     def parse(self) -> List[str]:
         cls, name, var = self.cls, self.name, self.var

@@ -7,7 +7,7 @@ from typing import List
 
 from ..ctext import c_default, if_given, indented, int_convert
 from ..ir import Type
-from .args import context_check, spec_default
+from .args import context_check, hold_argument, spec_default
 from .registry import PARAMS, REQUIRED, ParamConverter, describe, optional_type
 
 
@@ -80,6 +80,12 @@ class _HandleMember(_ArgMember):
     def own_declarations(self) -> List[str]:
         return [f"PyObject *{self.name} = NULL;"]
 
+    def holds(self) -> List[str]:
+        return [f"{self.name}_held"]
+
+    def hold_on_entry(self) -> List[str]:
+        return hold_argument(self.var, self.cls, f"{self.name}_held")
+
     def parse(self) -> List[str]:
         none_ok = 1 if self.default is None else 0
         name = self.name
@@ -137,6 +143,13 @@ class StructFieldsParam(ParamConverter):
 
     def call_arg(self) -> str:
         return f"&{self.local}"
+
+    def holds(self) -> List[str]:
+        return [h for m in self.members if isinstance(m, _HandleMember) for h in m.holds()]
+
+    def hold_on_entry(self) -> List[str]:
+        return [line for m in self.members if isinstance(m, _HandleMember)
+                for line in m.hold_on_entry()]
 
 
 @PARAMS.register("kwargs")

@@ -95,6 +95,36 @@ class ParamConverter:
     def call_arg(self) -> str:
         raise NotImplementedError
 
+    # -- calls in flight: what the call holds busy (ibverbs/src/handles.c) --
+    def holds(self) -> List[str]:
+        """The locals holding (busy and referenced) the handles this
+        parameter hands the verb; declared NULL, released at exit."""
+        return []
+
+    def hold_on_entry(self) -> List[str]:
+        """Statements holding the handle arguments as given, before any of
+        them is converted (no Python code has run yet)."""
+        return []
+
+    def hold_for_call(self, released: bool) -> List[str]:
+        """Statements just before the call: hold what the verb is handed
+        through other objects (a struct's handles, as they are now), and,
+        for a call with the GIL released, take a private copy of what
+        another thread could change meanwhile."""
+        return []
+
+    def after_call(self, released: bool) -> List[str]:
+        """Statements right after the call (the GIL held again)."""
+        return []
+
+    def released_declarations(self) -> List[str]:
+        """Declarations of a call with the GIL released (its copies)."""
+        return []
+
+    def released_call_arg(self) -> str:
+        """call_arg() of a call with the GIL released."""
+        return self.call_arg()
+
     def cleanup(self) -> List[str]:
         return []
 

@@ -317,7 +317,8 @@ static PyObject *cmid_call(PyObject *op, const char *verb, int (*fn)(struct rdma
     struct cm_hold held = cm_hold((struct CMIDObject *)op);
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    ibp_test_pause();
+    ibp_test_delay();
+    ibp_test_pause_point();
     errno = 0;
     rc = fn ? fn(id) : fn_conn(id, param);
     Py_END_ALLOW_THREADS
@@ -538,7 +539,8 @@ PyObject *ibp_hand_CMID_migrate_impl(PyObject *op, PyObject *channel)
     ibp_busy_enter(channel);
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    ibp_test_pause();
+    ibp_test_delay();
+    ibp_test_pause_point();
     errno = 0;
     rc = rdma_migrate_id(id, EventChannel_PTR(channel));
     Py_END_ALLOW_THREADS

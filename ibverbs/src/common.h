@@ -201,14 +201,14 @@ IBP_HIDDEN void ibp_registry_remove(void *ptr);
 /* The object whose token is that context value: a new reference, or NULL
  * (no exception) when none is registered any more. */
 IBP_HIDDEN PyObject *ibp_registry_find(const void *token);
-/* Adds the test hooks (_registry_alias, _test_pause) when IBVERBS_TEST_HOOKS=1. */
+/* Adds the test hooks (_registry_alias, _test_delay, _test_pause) when IBVERBS_TEST_HOOKS=1. */
 IBP_HIDDEN int ibp_test_hooks_init(PyObject *module);
 /* Whether IBVERBS_TEST_HOOKS=1 was set at import (other files add hooks of their own). */
 IBP_HIDDEN int ibp_test_hooks_enabled(void);
 /* Without the GIL, where a call waits in librdmacm: sleeps as long as the
- * _test_pause hook said (nothing without it), so that a test can act
+ * _test_delay hook said (nothing without it), so that a test can act
  * while the call is in flight. */
-IBP_HIDDEN void ibp_test_pause(void);
+IBP_HIDDEN void ibp_test_delay(void);
 
 /* repr() and _asdict() of struct classes, from their field names. */
 IBP_HIDDEN PyObject *ibp_repr_fields(PyObject *obj, const char *const *names);
@@ -230,11 +230,21 @@ IBP_HIDDEN void ibp_handle_closed(PyObject *obj);
  * entry to return; -1 with VerbsError EBADF for a parent's object after fork(). */
 IBP_HIDDEN int ibp_call_enter(PyObject *self);
 IBP_HIDDEN void ibp_call_leave(PyObject *self);
-/* The same for self and the handles among args/kwargs: returns how many
- * were held into held[max] (to pass to ibp_call_leave_args), or -1. */
-IBP_HIDDEN int ibp_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
-                                   PyObject **held, int max);
-IBP_HIDDEN void ibp_call_leave_args(PyObject **held, int n);
+/* A generated verb's holds (generator/emit.py, from the spec): obj, when it
+ * is an instance of type (any handle when type is NULL; NULL obj: none),
+ * referenced and in flight until ibp_unhold(*held); *held stays NULL when
+ * not held.  -1 with VerbsError EBADF for a parent's object after fork(). */
+IBP_HIDDEN int ibp_hold(PyObject *obj, PyTypeObject *type, PyObject **held);
+IBP_HIDDEN void ibp_unhold(PyObject *held);
+/* Tests only (IBVERBS_TEST_HOOKS=1, handles.c): a call with the GIL
+ * released stops here while a test says so (_test_pause). */
+extern IBP_HIDDEN volatile int ibp_test_pausing;
+IBP_HIDDEN void ibp_test_pause(void);
+static inline void ibp_test_pause_point(void)
+{
+    if (ibp_test_pausing)
+        ibp_test_pause();
+}
 
 /* ---- rdma_cm (cm.c, cm_id.c, cm_addr.c; librdmacm dlopen'ed on first use) */
 

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "objects.h"
@@ -215,59 +216,26 @@ void ibp_call_leave(PyObject *self)
     IBP_HANDLE(self)->busy--;
 }
 
-static int hold(PyObject *obj, PyObject **held, int *n, int max)
+int ibp_hold(PyObject *obj, PyTypeObject *type, PyObject **held)
 {
-    /* held[0] is the method's own object, held whatever its type. */
-    if (*n > 0 && !is_handle_type(Py_TYPE(obj)))
+    /* Not one of type: not held, and its conversion raises TypeError. */
+    if (obj == NULL || (type != NULL && !PyObject_TypeCheck(obj, type)))
         return 0;
-    for (int i = 0; i < *n; i++)
-        if (held[i] == obj)
-            return 0;
-    if (*n >= max) {
-        /* Unheld, one could be closed under the call: refuse instead. */
-        PyErr_Format(PyExc_TypeError, "more than %d verbs objects given to one call", max - 1);
-        return -1;
-    }
     if (forked && IBP_HANDLE(obj)->ptr != NULL && inherited(obj)) {
         raise_foreign(obj);
         return -1;
     }
     Py_INCREF(obj);
     IBP_HANDLE(obj)->busy++;
-    held[(*n)++] = obj;
+    *held = obj;
     return 0;
 }
 
-int ibp_call_enter_args(PyObject *self, PyObject *args, PyObject *kwargs,
-                        PyObject **held, int max)
+void ibp_unhold(PyObject *held)
 {
-    int n = 0;
-    if (hold(self, held, &n, max) < 0)
-        goto fail;
-    if (args != NULL) {
-        Py_ssize_t size = PyTuple_Size(args);
-        for (Py_ssize_t i = 0; i < size; i++)
-            if (hold(PyTuple_GetItem(args, i), held, &n, max) < 0)
-                goto fail;
-    }
-    if (kwargs != NULL) {
-        Py_ssize_t pos = 0;
-        PyObject *key, *value;
-        while (PyDict_Next(kwargs, &pos, &key, &value))
-            if (hold(value, held, &n, max) < 0)
-                goto fail;
-    }
-    return n;
-fail:
-    ibp_call_leave_args(held, n);
-    return -1;
-}
-
-void ibp_call_leave_args(PyObject **held, int n)
-{
-    for (int i = 0; i < n; i++) {
-        IBP_HANDLE(held[i])->busy--;
-        Py_DECREF(held[i]);
+    if (held != NULL) {
+        IBP_HANDLE(held)->busy--;
+        Py_DECREF(held);
     }
 }
 
@@ -477,40 +445,111 @@ static PyObject *registry_alias(PyObject *module, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* _test_pause(seconds): calls that wait in librdmacm without the GIL
- * (ibp_test_pause) sleep that long first, so that another thread can
+/* _test_delay(seconds): calls that wait in librdmacm without the GIL
+ * (ibp_test_delay) sleep that long first, so that another thread can
  * try to close what they hold meanwhile; 0 turns it off.  Read without the
  * GIL: one int. */
-static volatile int test_pause_us;
+static volatile int test_delay_us;
 
-void ibp_test_pause(void)
+void ibp_test_delay(void)
 {
-    int us = test_pause_us;
+    int us = test_delay_us;
     if (us > 0)
         usleep((useconds_t)us);
 }
 
-static PyObject *test_pause(PyObject *module, PyObject *arg)
+static PyObject *test_delay(PyObject *module, PyObject *arg)
 {
     (void)module;
     double seconds = PyFloat_AsDouble(arg);
     if (seconds == -1.0 && PyErr_Occurred())
         return NULL;
     if (!(seconds >= 0.0 && seconds <= 10.0)) {
-        PyErr_SetString(PyExc_ValueError, "_test_pause takes 0 to 10 seconds");
+        PyErr_SetString(PyExc_ValueError, "_test_delay takes 0 to 10 seconds");
         return NULL;
     }
-    test_pause_us = (int)(seconds * 1e6);
+    test_delay_us = (int)(seconds * 1e6);
     Py_RETURN_NONE;
 }
 
+/* _test_pause(on) and _test_paused(timeout): once on, the next generated call
+ * that releases the GIL (or close() of a class whose destroy does, or a
+ * PostList post with release_gil) stops inside its released section,
+ * holding what it holds, until _test_pause(False); calls after it pass.
+ * _test_paused waits for it to stop.  A close() from another thread during
+ * such a call is then deterministic (tests/device/test_gil.py). */
+static pthread_mutex_t pause_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t pause_changed = PTHREAD_COND_INITIALIZER;
+volatile int ibp_test_pausing;
+static int npaused;
+
+void ibp_test_pause(void)
+{
+    /* GIL released: pthread calls only */
+    pthread_mutex_lock(&pause_lock);
+    if (ibp_test_pausing) {
+        ibp_test_pausing = 0;
+        npaused = 1;
+        pthread_cond_broadcast(&pause_changed);
+        while (npaused)
+            pthread_cond_wait(&pause_changed, &pause_lock);
+    }
+    pthread_mutex_unlock(&pause_lock);
+}
+
+static PyObject *test_pause(PyObject *module, PyObject *on)
+{
+    (void)module;
+    int truth = PyObject_IsTrue(on);
+    if (truth < 0)
+        return NULL;
+    pthread_mutex_lock(&pause_lock);
+    ibp_test_pausing = truth;
+    if (!truth)
+        npaused = 0;
+    pthread_cond_broadcast(&pause_changed);
+    pthread_mutex_unlock(&pause_lock);
+    Py_RETURN_NONE;
+}
+
+static PyObject *test_paused(PyObject *module, PyObject *timeout)
+{
+    (void)module;
+    double seconds = PyFloat_AsDouble(timeout);
+    if (seconds == -1.0 && PyErr_Occurred())
+        return NULL;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += (time_t)seconds;
+    until.tv_nsec += (long)((seconds - (double)(time_t)seconds) * 1e9);
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    int n;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&pause_lock);
+    while (npaused == 0 && pthread_cond_timedwait(&pause_changed, &pause_lock, &until) == 0)
+        ;
+    n = npaused;
+    pthread_mutex_unlock(&pause_lock);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(n);
+}
+
 static PyMethodDef test_hook_functions[] = {
-    {"_test_pause", test_pause, METH_O,
-     "_test_pause($module, seconds, /)\n--\n\n"
+    {"_test_delay", test_delay, METH_O,
+     "_test_delay($module, seconds, /)\n--\n\n"
      "Test hook: librdmacm calls sleep this long first (IBVERBS_TEST_HOOKS=1 only)."},
     {"_registry_alias", registry_alias, METH_VARARGS,
      "_registry_alias($module, obj, other, /)\n--\n\n"
      "Test hook: map events naming obj to other (IBVERBS_TEST_HOOKS=1 only)."},
+    {"_test_pause", test_pause, METH_O,
+     "_test_pause($module, on, /)\n--\n\n"
+     "Test hook: stop calls in their GIL-released section while on (IBVERBS_TEST_HOOKS=1 only)."},
+    {"_test_paused", test_paused, METH_O,
+     "_test_paused($module, timeout, /)\n--\n\n"
+     "Test hook: wait up to timeout seconds for a stopped call; how many are (IBVERBS_TEST_HOOKS=1 only)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -53,13 +53,27 @@ int ibp_load_library(void)
 
 /* ---- hand-written module functions -------------------------------------- */
 
+/* ibv_get_device_list with the GIL released (it reads sysfs); NULL with
+ * errno set when it fails. */
+static struct ibv_device **device_list(int *n)
+{
+    struct ibv_device **list;
+    int err;
+    Py_BEGIN_ALLOW_THREADS
+    errno = 0;
+    list = ibv_get_device_list(n);
+    err = errno;
+    Py_END_ALLOW_THREADS
+    errno = err;
+    return list;
+}
+
 PyObject *ibp_hand_module__device_list(PyObject *module, PyObject *unused)
 {
     int n = 0;
     (void)module;
     (void)unused;
-    errno = 0;
-    struct ibv_device **list = ibv_get_device_list(&n);
+    struct ibv_device **list = device_list(&n);
     if (list == NULL && errno == ENOSYS)
         return PyList_New(0);   /* no verbs support in this kernel: no devices */
     if (list == NULL)
@@ -91,8 +105,8 @@ PyObject *ibp_hand_module__open_device(PyObject *module, PyObject *arg)
     if (name_bytes == NULL)
         return NULL;
     PyObject *result = NULL;
-    errno = 0;
-    struct ibv_device **list = ibv_get_device_list(&n);
+    int err;
+    struct ibv_device **list = device_list(&n);
     if (list == NULL) {
         ibp_raise("ibv_get_device_list", ibp_error_code(0));
         goto done;
@@ -105,10 +119,16 @@ PyObject *ibp_hand_module__open_device(PyObject *module, PyObject *arg)
         ibp_raise_detail("ibv_open_device", ENODEV,
                          "ibv_open_device failed: no RDMA device named '%s'", name);
     } else {
+        struct ibv_context *ctx;
+        /* it enters the kernel (opens the uverbs device): other threads run */
+        Py_BEGIN_ALLOW_THREADS
+        ibp_test_pause_point();   /* IBVERBS_TEST_HOOKS */
         errno = 0;
-        struct ibv_context *ctx = ibv_open_device(device);
+        ctx = ibv_open_device(device);
+        err = errno;
+        Py_END_ALLOW_THREADS
         if (ctx == NULL)
-            ibp_raise("ibv_open_device", ibp_error_code(0));
+            ibp_raise("ibv_open_device", ibp_error_code(-err));
         else
             result = Context_wrap(ctx);
     }

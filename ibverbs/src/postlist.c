@@ -212,6 +212,7 @@ fail:
 static int PostList_traverse(PyObject *op, visitproc visit, void *arg)
 {
     PostListObject *pl = (PostListObject *)op;
+    Py_VISIT(Py_TYPE(op));      /* its heap type, which it holds */
     if (pl->entries != NULL)
         for (Py_ssize_t i = 0; i < pl->n; i++) {
             Py_VISIT(pl->entries[i].ah);
@@ -331,6 +332,7 @@ PyObject *ibp_postlist_post(PyObject *self, PyObject *list, enum post_target tar
         pl->posting++;
         pl_hold(pl, 1);
         Py_BEGIN_ALLOW_THREADS
+        ibp_test_pause_point();   /* IBVERBS_TEST_HOOKS */
         rc = target == POST_SEND ? ibv_post_send(handle, pl->wrs, &bad_send)
            : target == POST_RECV ? ibv_post_recv(handle, pl->wrs, &bad_recv)
            : ibv_post_srq_recv(handle, pl->wrs, &bad_recv);

@@ -769,7 +769,7 @@ def _refused_while(call, *closes):
     import ibverbs as ib
     from ibverbs import _ibverbs
     errors = []
-    _ibverbs._test_pause(1.5)
+    _ibverbs._test_delay(1.5)
     t = threading.Thread(target=lambda: errors.append(call()), daemon=True)
     try:
         t.start()
@@ -779,7 +779,7 @@ def _refused_while(call, *closes):
                 close()
             assert exc.value.errno == errno.EBUSY
     finally:
-        _ibverbs._test_pause(0)
+        _ibverbs._test_delay(0)
         t.join(TIMEOUT)
     assert not t.is_alive() and errors == [None]
 
@@ -1115,12 +1115,12 @@ def test_fuzz_closing_cm_qps_from_a_thread_during_cm_calls(ib, cm, during, plan,
                     return fn()
                 mine = [(w, d) for w, d in plan if w in sides]
                 closer = threading.Thread(target=_closer, args=(sides, mine, outcome), daemon=True)
-                _ibverbs._test_pause(0.3)
+                _ibverbs._test_delay(0.3)
                 try:
                     closer.start()
                     return fn()
                 finally:
-                    _ibverbs._test_pause(0)
+                    _ibverbs._test_delay(0)
 
             call("connect", lambda: client_id.connect(retry_count=5, rnr_retry_count=6))
             request = cm.wait_event(ch, E.CONNECT_REQUEST, TIMEOUT)

@@ -1,0 +1,43 @@
+"""The classes of tests/host/test_gc_subclass.py that only a device can
+make: a Python subclass's instance in a cycle through its class is
+collected (the type's tp_traverse visits the type, issue 23 point 7)."""
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+
+from ibverbs import _ibverbs
+
+
+def _collected(cls, obj) -> bool:
+    cls.keep = obj                  # obj -> cls (its type) -> cls.__dict__ -> obj
+    ref = weakref.ref(obj)
+    del obj, cls
+    gc.collect()
+    return ref() is None
+
+
+@pytest.mark.parametrize("name", ["MWBind", "MWBindInfo"])
+def test_a_mw_bind_subclass_in_a_cycle_through_its_class_is_collected(ib, pd, name):
+    buf = bytearray(4096)
+    with pd.reg_mr(buf, ib.AccessFlags.LOCAL_WRITE) as mr:
+        cls = type("Sub" + name, (getattr(ib, name),), {})
+        assert _collected(cls, cls(mr, 0, 16))
+
+
+def test_a_cmid_subclass_in_a_cycle_through_its_class_is_collected(ib):
+    from ibverbs import cm
+    if not cm.available():
+        pytest.skip("no librdmacm")
+    cls = type("SubCMID", (ib.CMID,), {})
+    with cm.create_event_channel() as ch:
+        _ibverbs._set_cmid_class(cls)
+        try:
+            cm_id = ch.create_id()
+        finally:
+            _ibverbs._set_cmid_class(ib.CMID)
+        assert type(cm_id) is cls
+        cm_id.close()
+        assert _collected(cls, cm_id)
