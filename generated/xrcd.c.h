@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d058999ce2cfebde6a6830678ae4c6a5d39e3a9d7b81b62c8ade6aa03e1b83ec).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 e5c83176cca75d9cc2f24efb2d6c7df96cdd94a3009930f7914de3b920d0919e);
- * this file's own sha256, this number read as zeros: a5411375fdeb7a5aee0f79d088818d72c336f6ede7a9856f28609e160c3c7908 */
+ * Made by templates/ and generator/ (sha256 cb6627337c70bae591342416ec85c8a0fe43a2f47a8b7ed2b36b3307ad303cb2);
+ * this file's own sha256, this number read as zeros: cc967670110c7a61f233baa7d139f0c40108cf0713113015cd5b1a7a620e6ff1 */
 
 /*
  * XRCD: An XRC domain (ibv_open_xrcd).

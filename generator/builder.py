@@ -21,7 +21,13 @@ from .impl import ImplBuilder
 from .methods import MethodBuilder
 from .model import (EnumModel, HandleModel, MethodModel, Model, StructField, StructModel,
                     SymbolModel)
-from .spec import Method, Node, Spec, SpecError
+from .spec import Method, Node, Spec, SpecError, check_keys
+
+#: every key a struct class's field may carry, whatever its kind
+FIELD_KEYS = frozenset().union(*(c.keys for c in FIELDS.by_kind.values()))
+#: the keys of a handle class's `slots:` and `hand_attributes:` entries
+SLOT_KEYS = frozenset({"writable", "doc", "clear_on_close", "keepalive"})
+HAND_ATTRIBUTE_KEYS = frozenset({"writable", "doc", "stub"})
 
 
 class Builder:
@@ -103,6 +109,8 @@ class Builder:
                     where = spec_fields.where(pyname)
                     if isinstance(fspec, str):
                         fspec = {"path": fspec}
+                    # every kind's keys first: a field skipped on older headers is checked too
+                    check_keys(fspec, FIELD_KEYS, f"{s.name}.{pyname}", where)
                     path = fspec.get("path", pyname)
                     if "since" in fspec and not has_member(self.ir, record, path):
                         continue    # a field newer than these headers
@@ -132,6 +140,8 @@ class Builder:
             if strict:
                 raise SpecError(f"{where}: {cls}.{pyname}: cannot convert {t.spelling}")
             return None
+        if fspec:
+            check_keys(fspec, FIELDS[kind].keys, f"{cls}.{pyname} ({kind})", where)
         member = f"c->{path}"
         if kind == "handle":
             handle = convert.split(":", 1)[1]
@@ -180,6 +190,10 @@ class Builder:
             parents = list(base.parents)
             destroy = base.destroy
         attributes = self._attributes(h, record)
+        for group, keys in (("slots", SLOT_KEYS), ("hand_attributes", HAND_ATTRIBUTE_KEYS)):
+            entries = node.get(group) or Node()
+            for sname, sspec in entries.items():
+                check_keys(sspec, keys, f"{h.name}.{sname}", entries.where(sname))
         slots = [(sname, bool(sspec.get("writable", False)), sspec.get("doc", ""))
                  for sname, sspec in (node.get("slots") or {}).items()]
         state = list((node.get("state") or {}).items())
@@ -250,6 +264,16 @@ class Builder:
         attributes = []
         for aname, aspec in (h.node.get("attributes") or {}).items():
             where = h.node["attributes"].where(aname)
+            if isinstance(aspec, dict):
+                kind = ("int" if "checks" in aspec else "member" if "path" in aspec
+                        and "convert" not in aspec else str(aspec.get("convert"))
+                        if "path" in aspec else "str" if aspec.get("convert") == "str"
+                        else "int")
+                converter = ATTRIBUTES.get(kind)
+                check_keys(aspec, converter.keys if converter else {"path", "convert"},
+                           f"{h.name}.{aname}", where)
+                if "path" not in aspec and "expr" not in aspec:
+                    raise SpecError(f"{where}: {h.name}.{aname}: needs 'path' or 'expr'")
             if isinstance(aspec, Node) and "checks" in aspec:
                 checks = [(chk["expr"], chk.get("error", "ValueError"), chk["message"])
                           for chk in aspec["checks"]]

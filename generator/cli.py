@@ -10,7 +10,7 @@ import argparse
 import difflib
 import os
 import sys
-from typing import List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from .paths import GENERATED_DIR, ROOT, SPEC_DIR, TEMPLATE_DIR  # noqa: F401 (tests import them here)
 
@@ -25,15 +25,19 @@ def _model(args):
     return builder.build(ir, spec.load(SPEC_DIR))
 
 
-def render_all(prefix: Optional[str]):
+def render_all(prefix: Optional[str], spec_root: str = SPEC_DIR,
+               irs: Optional[Tuple[Any, Any]] = None) -> Tuple[Dict[str, str], Any, Any]:
     """Every generated file from the headers at prefix (None: the baseline):
     verbs.h's, the data-path types' (records), rdma_cma.h's (rdmacm_*), then
-    the stub of them all (_ibverbs.pyi).
+    the stub of them all (_ibverbs.pyi).  *irs*: verbs.h's and rdma_cma.h's
+    IR, parsed before (tests/host/test_spec_keys.py renders many specs).
     Returns (files, the verbs model, the rdma_cm model)."""
     from . import builder, parse, rdmacm, records, render, spec, stubs
-    model = builder.build(parse.parse(prefix), spec.load(SPEC_DIR))
-    cm = rdmacm.load(prefix, SPEC_DIR)
-    record_types = records.build(model.ir, SPEC_DIR)
+    ir, cm_ir = irs if irs is not None else (parse.parse(prefix),
+                                             parse.parse(prefix, rdmacm.HEADER))
+    model = builder.build(ir, spec.load(spec_root))
+    cm = rdmacm.build(cm_ir, spec.load(rdmacm.spec_dir(spec_root)))
+    record_types = records.build(model.ir, spec_root)
     files = render.render(model, TEMPLATE_DIR)
     files.update(records.render(record_types, TEMPLATE_DIR))
     files.update(rdmacm.render(cm, TEMPLATE_DIR))

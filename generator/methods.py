@@ -8,7 +8,7 @@ as data; generator/emit.py writes the C.
 """
 from __future__ import annotations
 
-from typing import List, NoReturn, Optional, Tuple
+from typing import AbstractSet, Any, List, NoReturn, Optional, Tuple
 
 from . import docstrings
 from .converters import PARAMS, REQUIRED, RETURNS, Arg, ParamConverter, ReturnConverter
@@ -17,11 +17,16 @@ from .ctext import is_int, py_repr_default
 from .ir import Function, Record, Type
 from .members import find_field, member_type
 from .model import Check, MethodModel, StructModel
-from .spec import Method, Node, SpecError
+from .spec import Method, Node, SpecError, check_keys
 
 #: `convert:` kinds the parameter's C type decides (an int, or an address
 #: for a `void *`) rather than the kind's own converter
 BY_TYPE = ("int", "address")
+#: the keys of `returns: {new: Class, parents: {...}}` (`set:` is
+#: generator/rules.py's, gone by now)
+NEW_RETURN_KEYS = frozenset({"new", "parents"})
+#: every key a parameter's spec entry may carry, whatever its kind
+PARAM_KEYS = frozenset().union(*(c.keys for c in PARAMS.by_kind.values()))
 #: parameters written as a plain word in the spec
 WORD_KINDS = ("self", "out", "scratch", "mask")
 
@@ -44,6 +49,9 @@ class MethodBuilder:
     def fail(self, msg: str, key=None) -> NoReturn:
         raise SpecError(f"{self.where(key)}: {self.label}: {msg}")
 
+    def fail_at(self, where: str, msg: str) -> NoReturn:
+        raise SpecError(f"{where}: {self.label}: {msg}")
+
     # -- what converters ask for (ctx) --
     def add_arg(self, name: str, default, pytype: str, meaning: Optional[str] = None) -> Arg:
         required = default == REQUIRED
@@ -53,6 +61,11 @@ class MethodBuilder:
         arg = Arg(name, required, None if required else py_repr_default(default), pytype, meaning)
         self.args.append(arg)
         return arg
+
+    def check_keys(self, node: Any, keys: AbstractSet[str], what: str, where: str) -> None:
+        """Refuse a key of the spec entry *node* that its converter does not
+        declare (generator/converters/: `keys`)."""
+        check_keys(node, keys, f"{self.label}: {what}", where)
 
     def claim_mask(self) -> bool:
         """True for the first member that adds to the mask (it declares it)."""
@@ -111,7 +124,7 @@ class MethodBuilder:
         for p in params:
             if p.name not in spec_params:
                 self.fail(f"parameter {p.name!r} of {f.name} is not mapped", "params")
-            out.append(self.param(p.name, p.type, spec_params[p.name]))
+            out.append(self.param(p.name, p.type, spec_params[p.name], spec_params.where(p.name)))
         return out
 
     def build(self) -> MethodModel:
@@ -165,7 +178,7 @@ class MethodBuilder:
         return syms
 
     # -- parameters --
-    def param_kind(self, cname: str, t: Type, pspec) -> str:
+    def param_kind(self, cname: str, t: Type, pspec, where: str) -> str:
         """The PARAMS kind of a spec parameter entry (a word or a mapping)."""
         if isinstance(pspec, str):
             return pspec
@@ -174,10 +187,10 @@ class MethodBuilder:
                 return kind
         if "out" in pspec:
             if f"out:{pspec['out']}" not in PARAMS:
-                self.fail(f"unknown out kind {pspec['out']!r}")
+                self.fail_at(where, f"unknown out kind {pspec['out']!r}")
             return f"out:{pspec['out']}"
         if pspec.get("arg") is None:
-            self.fail(f"parameter {cname}: needs arg, value, struct, out, self or scratch")
+            self.fail_at(where, f"parameter {cname}: needs arg, value, struct, out, self or scratch")
         convert = pspec.get("convert") or ""
         kind = convert.split(":", 1)[0]
         if kind in PARAMS and kind not in BY_TYPE and issubclass(PARAMS[kind], ArgParam):
@@ -187,17 +200,25 @@ class MethodBuilder:
             return "address"
         if is_int(t):
             return "int"
-        self.fail(f"parameter {cname}: cannot convert {t.spelling}")
+        self.fail_at(where, f"parameter {cname}: cannot convert {t.spelling}")
 
-    def param(self, cname: str, t: Type, pspec) -> ParamConverter:
+    def param(self, cname: str, t: Type, pspec, where: str) -> ParamConverter:
         if isinstance(pspec, str) and pspec not in WORD_KINDS:
             pspec = {"arg": pspec}
-        kind = self.param_kind(cname, t, pspec)
+        if not isinstance(pspec, str):
+            # every kind's keys first, so that a typo is named as one (not as
+            # the kind it no longer selects)
+            self.check_keys(pspec, PARAM_KEYS, f"parameter {cname}", where)
+        kind = self.param_kind(cname, t, pspec, where)
+        if not isinstance(pspec, str):
+            self.check_keys(pspec, PARAMS[kind].keys, f"parameter {cname} ({kind})", where)
         return PARAMS[kind].from_spec(self, cname, t, pspec)
 
     # -- the result --
     def returns(self, result_t: Type) -> ReturnConverter:
         ret = self.m.node.get("returns")
+        if isinstance(ret, Node):
+            check_keys(ret, NEW_RETURN_KEYS, f"{self.label}: returns", self.where("returns"))
         if isinstance(ret, Node) and "new" in ret:
             return self.new_handle(ret)
         if ret == "result":

@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import AbstractSet, Dict, List, Optional, Tuple
 
 from .ir import IR, Record, Type
 from .spec import Node, SpecError, load_file
@@ -42,6 +42,7 @@ SEQUENCE_KEYS = {"length", "item", "set_item"}
 ATTR_KEYS = {"field", "readonly", "ref", "hand", "slot", "flag", "check", "prepared", "doc",
              "too_big", "stub"}
 METHOD_KEYS = {"function", "flags", "doc", "stub"}
+FIELD_METHOD_KEYS = {"field", "doc"}
 # init: {...} / new: {...}: a generated parser of the constructor's arguments
 PARSER_KEYS = {"args", "required", "keyword_only"}
 FLAGS = {"METH_O", "METH_NOARGS"}
@@ -54,6 +55,14 @@ def _keys(node, allowed: set, what: str) -> Node:
     for key in node:
         if key not in allowed:
             raise SpecError(f"{node.where(key)}: {what}: unknown key {key!r}")
+    return node
+
+
+def _needs(node: Node, keys: AbstractSet[str], what: str) -> Node:
+    """Refuse *node* without one of *keys*."""
+    for key in sorted(keys):
+        if key not in node:
+            raise SpecError(f"{node.where()}: {what}: needs {key!r}")
     return node
 
 
@@ -500,7 +509,9 @@ def _type(records, name: str, node: Node) -> TypeModel:
                             f"must be one of {sorted(FLAGS)}")
     fms = node.get("field_methods") or Node()
     field_methods = [FieldMethod(f, _field_ref(records, fn["field"], fms.where(f)), fn["doc"])
-                     for f, fn in fms.items()]
+                     for f, fn in ((f, _needs(_keys(fn, FIELD_METHOD_KEYS, f"{name}.{f}"),
+                                              FIELD_METHOD_KEYS, f"{name}.{f}"))
+                                   for f, fn in fms.items())]
     state = [(k, str(v)) for k, v in (node.get("state") or {}).items()]
     seq = _sequence(node, name)
     traverse, clear = _gc_functions(node, name)

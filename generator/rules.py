@@ -67,6 +67,8 @@ from typing import Any, Dict, List, NoReturn, Optional, Tuple
 
 # method-level keys of this module (spec.METHOD_KEYS accepts them)
 METHOD_KEYS = {"qpex", "posts_send", "not_polling"}
+# parameter and `struct:` member keys of this module (lowered to `value:`/`max:`)
+PARAM_KEYS = {"flags", "size_of", "sge_of", "below", "comp_mask_bit"}
 
 
 
@@ -349,6 +351,9 @@ def expand_checks(scope: Scope, checks: Any, where: str) -> List[Any]:
         if not hasattr(entry, "get"):
             scope.fail(where, f"a check is a mapping, got {entry!r}")
         if "expr" in entry:
+            unknown = [k for k in entry if k not in {"expr"} | CHECK_EXTRA]
+            if unknown:
+                scope.fail(_where(entry, unknown[0]), f"a raw C check: unknown key {unknown[0]!r}")
             out.append(entry)
             continue
         here = _where(entry)
@@ -359,7 +364,7 @@ def expand_checks(scope: Scope, checks: Any, where: str) -> List[Any]:
         allowed = {rule.key} | CHECK_EXTRA | ({"provider_op"} if rule is CHECKS["wc_flag"] else set())
         unknown = [k for k in entry if k not in allowed]
         if unknown:
-            scope.fail(here, f"{rule.key}: unknown key {unknown[0]!r}")
+            scope.fail(_where(entry, unknown[0]), f"{rule.key}: unknown key {unknown[0]!r}")
         message = entry.get("message") or rule.message(scope, entry, here)
         if not message:
             scope.fail(here, f"{rule.key}: needs a `message:`")
@@ -454,6 +459,10 @@ class Values:
             return pspec
         if "flags" in pspec:
             return {"value": self.flags(scope, pspec, where)}
+        for key in ("size_of", "sge_of"):
+            if key in pspec and set(pspec) != {key}:
+                extra = sorted(set(pspec) - {key})[0]
+                scope.fail(_where(pspec, extra), f"{key}: alone, got also {extra!r}")
         if "size_of" in pspec:
             ccname, path, arg = scope.arg(pspec["size_of"], where)
             if arg.get("convert") != "bytes" or path is not None:

@@ -20,6 +20,7 @@ def spec_default(node, key: str = "default"):
 class ArgParam(ParamConverter):
     """A parameter taken from the Python argument `name` (PyObject *name_obj)."""
     base_pytype = "int"
+    keys = frozenset({"arg", "default", "convert"})
 
     def __init__(self, ctx, cname: str, t: Type, pspec):
         self.cname = cname
@@ -61,6 +62,7 @@ class ArgParam(ParamConverter):
 class IntParam(ArgParam):
     """An integer of the parameter's C type, range-checked (spec `min`/`max`
     may be C expressions)."""
+    keys = ArgParam.keys | {"min", "max"}
 
     def __init__(self, ctx, cname: str, t: Type, pspec):
         super().__init__(ctx, cname, t, pspec)

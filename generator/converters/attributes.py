@@ -11,8 +11,10 @@ from .registry import ATTRIBUTES, AttributeConverter
 
 @ATTRIBUTES.register("member")
 class MemberAttribute(AttributeConverter):
-    """An integer member of the verbs object ("cap.max_send_wr")."""
+    """An integer member of the verbs object ("cap.max_send_wr"); a mapping
+    {path, since} for a member newer than some headers."""
     pytype = "int"
+    keys = frozenset({"path", "since"})
 
     def __init__(self, path: str, t: Type):
         self.path, self.t = path, t
@@ -26,6 +28,7 @@ class IntExprAttribute(AttributeConverter):
     """An unsigned integer expression, after optional checks (each: a C
     condition, the exception and message when it does not hold)."""
     pytype = "int"
+    keys = frozenset({"expr", "checks", "convert"})
 
     def __init__(self, expr: str, label: str = "", checks: Sequence[Tuple[str, str, str]] = ()):
         self.expr, self.label, self.checks = expr, label, list(checks)
@@ -43,6 +46,7 @@ class IntExprAttribute(AttributeConverter):
 class StrExprAttribute(AttributeConverter):
     """A `const char *` expression; NULL is None."""
     pytype = "str | None"
+    keys = frozenset({"expr", "convert"})
 
     def __init__(self, expr: str):
         self.expr = expr
@@ -59,6 +63,7 @@ class SockaddrMemberAttribute(AttributeConverter):
     None when unset."""
     pytype = "tuple[str, int] | None"
     ctype = "struct sockaddr"
+    keys = frozenset({"path", "convert"})
 
     def __init__(self, path: str):
         self.path = path

@@ -16,6 +16,7 @@ class BytesParam(ArgParam):
     it as {cname}_c_bytes and its size as {cname}_c_size (QP._create_flow:
     struct ibv_flow_attr and its specs)."""
     base_pytype = BUFFER_LIKE
+    keys = ArgParam.keys | {"max", "hint"}
 
     @classmethod
     def describe(cls, convert: str) -> str:

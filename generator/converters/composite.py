@@ -3,7 +3,7 @@ by member (spec `struct: {member: arg}`), and a struct class's fields by
 keyword (spec `kwargs: Class`)."""
 from __future__ import annotations
 
-from typing import List
+from typing import FrozenSet, List
 
 from ..ctext import c_default, if_given, indented, int_convert
 from ..ir import Type
@@ -14,6 +14,8 @@ from .registry import PARAMS, REQUIRED, ParamConverter, describe, optional_type
 class _Member:
     """One member of the struct: a constant, or a Python argument."""
     arg = None
+    #: the keys of its spec entry (checked by StructFieldsParam.from_spec)
+    keys: FrozenSet[str] = frozenset()
 
     def declarations(self) -> List[str]:
         return []
@@ -23,6 +25,8 @@ class _Member:
 
 
 class _ConstantMember(_Member):
+    keys = frozenset({"value"})
+
     def __init__(self, target: str, value):
         self.target, self.value = target, value
 
@@ -51,6 +55,8 @@ class _ArgMember(_Member):
 
 
 class _IntMember(_ArgMember):
+    keys = frozenset({"arg", "default", "convert", "min", "max", "mask"})
+
     def __init__(self, ctx, target: str, t: Type, fspec):
         super().__init__(ctx, target, fspec, "int")
         lo, hi = fspec.get("min"), fspec.get("max")
@@ -69,6 +75,7 @@ class _IntMember(_ArgMember):
 class _HandleMember(_ArgMember):
     """A member pointing to a verbs object, from a handle argument (its
     Python object is `name`, usable as a parent in `returns`)."""
+    keys = frozenset({"arg", "default", "convert", "mask"})
 
     def __init__(self, ctx, target: str, fspec, where: str):
         self.cls = fspec["convert"].split(":", 1)[1]
@@ -98,6 +105,7 @@ class _HandleMember(_ArgMember):
 class StructFieldsParam(ParamConverter):
     """A C struct on the stack, zeroed, its members from constants (`value:`)
     and Python arguments; passed by address."""
+    keys = frozenset({"struct"})
 
     def __init__(self, local: str, ctype: str, members: List[_Member]):
         self.local, self.ctype, self.members = local, ctype, members
@@ -120,9 +128,12 @@ class StructFieldsParam(ParamConverter):
             if isinstance(fspec, str):
                 fspec = {"arg": fspec}
             convert = fspec.get("convert") or ""
-            if "value" in fspec:
+            kind = (_ConstantMember if "value" in fspec else
+                    _HandleMember if convert.startswith("handle:") else _IntMember)
+            ctx.check_keys(fspec, kind.keys, f"{cname}.{path}", where)
+            if kind is _ConstantMember:
                 members.append(_ConstantMember(target, fspec["value"]))
-            elif convert.startswith("handle:"):
+            elif kind is _HandleMember:
                 members.append(_HandleMember(ctx, target, fspec, where))
             else:
                 members.append(_IntMember(ctx, target, ft, fspec))
@@ -145,6 +156,7 @@ class KwargsParam(ParamConverter):
     emit.py parses them together with the method's other arguments.
     `positional`: fields also taken by position after the arguments, where
     None means not given (the seed's modify(mask, ah_attr=None))."""
+    keys = frozenset({"kwargs", "unknown", "positional"})
 
     def __init__(self, local: str, ctype: str, cls: str, unknown: str, positional: List[str]):
         self.local, self.ctype, self.cls = local, ctype, cls
@@ -165,3 +177,7 @@ class KwargsParam(ParamConverter):
     def call_arg(self) -> str:
         return f"&{self.local}"
 
+
+
+#: every key a `struct:` member's entry may carry, whatever its kind
+MEMBER_KEYS = _ConstantMember.keys | _IntMember.keys | _HandleMember.keys

@@ -13,6 +13,7 @@ from .registry import FIELDS, FieldConverter
 class HandleField(FieldConverter):
     """A member pointing to a verbs object, kept as a Python reference
     (self->ref_<name>) and written into the struct by X_prepare()."""
+    keys = FieldConverter.keys | {"none_ok"}
 
     def __init__(self, pyname: str, member: str, writable: bool, cls: str, none_ok: bool):
         super().__init__(pyname, member, writable)

@@ -66,6 +66,7 @@ class InstanceParam(ClassArgParam):
     """An object of one of our types (`instance:WCBuffer`), passed on as
     its object struct; `exact: true` refuses subclasses, `message:` begins
     the TypeError ("<message>, not <type>"; default "expected a <Type>")."""
+    keys = ClassArgParam.keys | {"exact", "message"}
 
     def __init__(self, ctx, cname: str, t, pspec):
         super().__init__(ctx, cname, t, pspec)

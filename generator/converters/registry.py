@@ -19,7 +19,7 @@ that converters/__init__.py imports: nothing else dispatches on kinds.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, TypeVar
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, TypeVar
 
 GID_LIKE = "_GidLike"
 BUFFER_LIKE = "_BufferLike"
@@ -74,6 +74,11 @@ class Arg:
 class ParamConverter:
     """One C parameter of a verb: the base says "nothing to do"."""
     kind = ""
+    #: The keys a spec entry of this kind may carry, as Argument Clinic's
+    #: converters declare their keyword-only parameters: generator/methods.py
+    #: refuses any other key, naming its file and line.  A new option is one
+    #: name added here (and read in __init__).
+    keys: FrozenSet[str] = frozenset()
 
     @classmethod
     def describe(cls, convert: str) -> Optional[str]:
@@ -112,6 +117,9 @@ class FieldConverter:
     kind = ""
     pytype = "Any"
     has_setter = True
+    #: The keys a spec/structs.yaml field of this kind may carry
+    #: (generator/builder.py refuses any other).
+    keys: FrozenSet[str] = frozenset({"path", "convert", "default", "since"})
 
     def __init__(self, pyname: str, member: str, writable: bool):
         self.pyname = pyname
@@ -134,6 +142,9 @@ class AttributeConverter:
     from `self_ptr`."""
     kind = ""
     pytype = "Any"
+    #: The keys of its spec mapping, once generator/rules.py expanded it
+    #: (generator/builder.py refuses any other).
+    keys: FrozenSet[str] = frozenset()
 
     def getter(self) -> List[str]:
         raise NotImplementedError

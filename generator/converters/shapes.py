@@ -37,6 +37,7 @@ class MaskParam(ParamConverter):
 @PARAMS.register("value")
 class ValueParam(ParamConverter):
     """A constant (spec `value:`)."""
+    keys = frozenset({"value"})
 
     def __init__(self, value: str):
         self.value = value
@@ -81,6 +82,7 @@ class ScratchParam(_Local):
 class OutParam(_Local):
     """What the verb writes, returned as a struct class, a Gid or an int."""
     suffix = "out"
+    keys = frozenset({"out"})
 
     def __init__(self, cname: str, pointee: Type, struct_class: Optional[str], reader: str):
         super().__init__(cname, pointee.spelling)
@@ -138,6 +140,7 @@ class OutDictParam(OutParam):
 @PARAMS.register("out:bytes")
 class OutBytesParam(ParamConverter):
     """A fixed-size byte buffer the verb fills, returned as bytes."""
+    keys = frozenset({"out", "size"})
 
     def __init__(self, cname: str, size: int):
         self.buf = f"{cname}_buf"
@@ -166,6 +169,7 @@ class OutBytesParam(ParamConverter):
 class OutListParam(ParamConverter):
     """An array the verb fills: `count` entries allocated, the first `rc`
     (struct entries) or all of them (integers) returned as a list."""
+    keys = frozenset({"out", "count"})
 
     def __init__(self, cname: str, pointee: Type, count: str, struct_class: Optional[str]):
         self.list = f"{cname}_list"
