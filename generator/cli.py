@@ -96,7 +96,7 @@ def cmd_check(args) -> int:
 
 
 def cmd_stamps(args) -> int:
-    """The header checksums alone (generator/checksum.py): no libclang."""
+    """The files' own checksums alone (generator/checksum.py): a hand edit; no libclang."""
     from . import checksum
     found = checksum.verify(GENERATED_DIR)
     for lines in found.values():
@@ -141,8 +141,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.set_defaults(func=cmd_generate)
     p = sub.add_parser("check", help="fail when generated/ differs from a fresh run")
     p.set_defaults(func=cmd_check)
-    p = sub.add_parser("stamps", help="check the checksums in generated/'s headers "
-                       "(a hand edit, a generator change without regeneration); no libclang")
+    p = sub.add_parser("stamps", help="check the checksum in each generated file's header "
+                       "(a hand edit); no libclang (`check` compares with a fresh run)")
     p.set_defaults(func=cmd_stamps)
     p = sub.add_parser("coverage", help="every public function of verbs.h and its status")
     p.add_argument("-q", "--quiet", action="store_true", help="only unhandled rows and the total")

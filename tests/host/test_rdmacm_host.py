@@ -94,10 +94,10 @@ def test_rdmacm_files_are_fresh_and_headed_by_their_header(generator):
     files = generator["rdmacm"].render(m, generator["TEMPLATE_DIR"])
     assert sorted(files) == ["rdmacm_enums.py", "rdmacm_loader.c.h", "rdmacm_methods.c.h",
                             "rdmacm_objects.h"]
+    assert m.ir.sha256 in files["rdmacm_loader.c.h"]    # the headers, said once
     for name, text in files.items():
         head = "\n".join(text.splitlines()[:4])
-        assert "from rdma/rdma_cma.h" in head and m.ir.sha256 in head, name
-        assert m.spec.sha256 in head, name
+        assert "from rdma/rdma_cma.h and spec/" in head, name
         assert (ROOT / "generated" / name).read_text() == text, f"generated/{name} is stale"
 
 
