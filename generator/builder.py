@@ -10,7 +10,7 @@ import fnmatch
 import keyword
 from typing import Dict, List, Optional, Tuple
 
-from . import handle_rules
+from . import handle_rules, pyimpl
 from .converters import ATTRIBUTES, FIELDS, REQUIRED, AttributeConverter
 from .converters.args import spec_default
 from .converters.fields import field_kind
@@ -18,6 +18,7 @@ from .ctext import FASTCALL_KEYWORDS, is_int, py_repr_default
 from .ir import IR, Function, Type
 from .members import flat_fields, has_member, member_type
 from .impl import ImplBuilder
+from .pyimpl import PyImplError
 from .methods import MethodBuilder
 from .model import (EnumModel, HandleModel, MethodModel, Model, StructField, StructModel,
                     SymbolModel)
@@ -365,10 +366,17 @@ class Builder:
         cname = f"{prefix}{m.name.lstrip('_')}" if not m.name.startswith("_") else f"{prefix}_{m.name.lstrip('_')}"
         if m.python is not None:
             module, func = m.python.split(":")
-            sig = str(m.node["signature"])
-            if not sig.startswith(f"{m.name}("):
-                raise SpecError(f"{m.where('signature')}: {label}: the signature must "
-                                f"start with {m.name}(")
+            try:
+                sig = pyimpl.signature(m.name, module, func)
+            except PyImplError as exc:
+                raise SpecError(f"{m.where('python')}: {label}: {exc}") from None
+            stub = m.node["stub"]
+            # overloads (a list) of a def taking *args: nothing to compare
+            stub_names = pyimpl.stub_names(str(stub)) if isinstance(stub, str) else None
+            if stub_names is not None and stub_names != pyimpl.names(
+                    sig[sig.index("(") + 1:-1].split(", ")):
+                raise SpecError(f"{m.where('stub')}: {label}: the stub's parameters "
+                                f"({', '.join(stub_names)}) are not those of {m.python}: {sig}")
             doc = f"{sig}\n--\n\n{str(m.node['doc']).strip()}"
             return MethodModel(m.name, m.owner, f"ibp_py_{cname}", "METH_VARARGS | METH_KEYWORDS",
                                doc, hand=True, python=(module, func), signature=sig)

@@ -523,11 +523,20 @@ class Values:
 
 # --- returns: set ----------------------------------------------------------------------
 
+#: the keys of `returns: {new: Class, parents: {...}, set: {...}}`
+RETURN_KEYS = {"new", "parents", "set"}
+
+
 class SetOnResult:
     """`returns: {new: Class, ..., set: {FIELD: VALUE}}`: stored on the new object."""
 
     def apply(self, scope: Scope, node: Any) -> None:
         ret = node.get("returns")
+        if hasattr(ret, "get"):
+            unknown = [k for k in ret if k not in RETURN_KEYS]
+            if unknown:
+                scope.fail(_where(ret, unknown[0]), f"returns: unknown key {unknown[0]!r} "
+                           f"(expected one of: {', '.join(sorted(RETURN_KEYS))})")
         if not hasattr(ret, "get") or "set" not in ret:
             return
         where = ret.where("set")

@@ -98,7 +98,7 @@ HAND_METHOD_KEYS = {"hand", "doc", "verbs", "keywords", "since",
                     "stub",    # the typed signature (generator/stubs.py)
                     "impl"}    # a generated parser of the arguments (generator/impl.py)
 PYTHON_METHOD_KEYS = {"python",     # "module:function" of a Python-layer method
-                      "signature", "stub", "doc"}
+                      "stub", "doc"}  # (the signature: the function's def, generator/pyimpl.py)
 METHOD_KEYS = VERB_METHOD_KEYS | HAND_METHOD_KEYS | PYTHON_METHOD_KEYS
 SYMBOLS_KEYS = {"optional"}
 BASE_KEYS = {"class", "upcast"}    # base: {class, upcast} (a base: Class is a name)
@@ -202,7 +202,7 @@ def _method(name: str, owner: str, node: Any, where: str) -> Method:
         if not re.fullmatch(r"[\w.]+:\w+", target):
             raise SpecError(f"{node.where('python')}: {label}: 'python' must be "
                             f"'module:function', got {target!r}")
-        for key in ("signature", "stub", "doc"):
+        for key in ("stub", "doc"):
             if key not in node:
                 raise SpecError(f"{node.where()}: {label}: a Python-layer method needs {key!r}")
         return Method(name, owner, node, python=target)
@@ -244,6 +244,17 @@ def _param_keys() -> AbstractSet[str]:
     from .converters.composite import MEMBER_KEYS
     return (frozenset().union(*(c.keys for c in PARAMS.by_kind.values())) | MEMBER_KEYS
             | rules.PARAM_KEYS)
+
+
+def _check_field_keys(cls: str, fields: Any) -> None:
+    """Refuse an unknown key of a struct class's field before the rules read
+    the fields (`same_context: attr.pd`); generator/builder.py checks each
+    against its converter's own keys."""
+    from .converters import FIELDS
+    allowed = frozenset().union(*(c.keys for c in FIELDS.by_kind.values()))
+    for name, fspec in (fields.items() if isinstance(fields, Node) else ()):
+        if isinstance(fspec, Node):
+            _check_keys(fspec, allowed, f"{cls}.{name}")
 
 
 def _check_param_keys(node: Node, label: str) -> None:
@@ -292,6 +303,7 @@ def load(spec_dir: str) -> Spec:
             _check_keys(node, STRUCT_KEYS, cls)
             if "ctype" not in node or "fields" not in node:
                 raise SpecError(f"{node.where()}: {cls}: needs 'ctype' and 'fields'")
+            _check_field_keys(cls, node["fields"])
             spec.structs.append(Struct(cls, node))
         for cls, node in (data.get("enums") or {}).items():
             _check_keys(node, ENUM_KEYS, cls)
