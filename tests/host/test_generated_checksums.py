@@ -42,11 +42,13 @@ def test_a_hand_edit_is_caught(tmp_path):
 
 
 def _generate(tmp_path: pathlib.Path, edit) -> dict:
-    """generated/ as a copy of generator/, templates/ and spec/ makes it
-    after edit(copy root): {name: text}."""
+    """generated/ as a copy of generator/, templates/, spec/ and the
+    package's Python (the python: methods' defs) makes it after edit(copy
+    root): {name: text}."""
     root = tmp_path / "tree"
-    for top in ("generator", "templates", "spec"):
-        shutil.copytree(ROOT / top, root / top, ignore=shutil.ignore_patterns("__pycache__"))
+    for top in ("generator", "templates", "spec", "ibverbs"):
+        shutil.copytree(ROOT / top, root / top,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.so", "src"))
     edit(root)
     out = tmp_path / "out"
     run = subprocess.run([sys.executable, "-m", "generator", "--rdma-core",
