@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import fnmatch
 import keyword
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple, cast
 
 from . import handle_rules, pyimpl
 from .converters import ATTRIBUTES, FIELDS, REQUIRED, AttributeConverter
@@ -32,7 +32,7 @@ HAND_ATTRIBUTE_KEYS = frozenset({"writable", "doc", "stub"})
 
 
 class Builder:
-    def __init__(self, ir: IR, spec: Spec):
+    def __init__(self, ir: IR, spec: Spec) -> None:
         self.ir = ir
         self.spec = spec
         self.struct_by_ctype: Dict[str, str] = {}
@@ -118,6 +118,7 @@ class Builder:
                     t = member_type(self.ir, record, path, where)
                     f = self._struct_field(s.name, pyname, path, t, fspec, writable,
                                            where, strict=True)
+                    assert f is not None     # strict: None raised instead
                     fields.append(f)
             else:
                 raise SpecError(f"{node.where('fields')}: {s.name}: fields must be "
@@ -128,7 +129,7 @@ class Builder:
             out.append(model)
         return out
 
-    def _struct_field(self, cls: str, pyname: str, path: str, t: Type, fspec,
+    def _struct_field(self, cls: str, pyname: str, path: str, t: Type, fspec: Any,
                       writable: bool, where: str, strict: bool) -> Optional[StructField]:
         convert = fspec.get("convert") if fspec else None
         default = spec_default(fspec) if fspec else REQUIRED
@@ -145,6 +146,7 @@ class Builder:
             check_keys(fspec, FIELDS[kind].keys, f"{cls}.{pyname} ({kind})", where)
         member = f"c->{path}"
         if kind == "handle":
+            assert convert is not None       # field_kind: "handle" from `convert: handle:X`
             handle = convert.split(":", 1)[1]
             if handle not in self.handle_names:
                 raise SpecError(f"{where}: {cls}.{pyname}: unknown handle class {handle}")
@@ -174,7 +176,7 @@ class Builder:
                 out.append(model)
         return out
 
-    def _handle(self, h, out: List[HandleModel], bases) -> Optional[HandleModel]:
+    def _handle(self, h: Any, out: List[HandleModel], bases: Set[str]) -> Optional[HandleModel]:
         node = h.node
         record = self.ir.record(node["ctype"])
         if record is None and "since" in node:
@@ -217,7 +219,7 @@ class Builder:
                             own_destroy=same_object and "destroy" in node,
                             destroy_void=dfunc is not None and dfunc.result.kind == "void")
         slot_specs = (node.get("slots") or {}).items()
-        model.clear_on_close = (list(base.clear_on_close) if same_object
+        model.clear_on_close = (list(base.clear_on_close) if same_object and base is not None
                                 else [sname for sname, sspec in slot_specs
                                       if sspec.get("clear_on_close")])
         model.keepalive = ([] if same_object
@@ -226,7 +228,7 @@ class Builder:
         handle_rules.apply(model, node)
         return model
 
-    def _parents(self, h) -> List[Tuple[str, str, bool]]:
+    def _parents(self, h: Any) -> List[Tuple[str, str, bool]]:
         node = h.node
         parents = []
         for pname, pcls in (node.get("parents") or {}).items():
@@ -238,7 +240,7 @@ class Builder:
             parents.append((pname, pcls, optional))
         return parents
 
-    def _upcast_base(self, h, out: List[HandleModel], own_parents_or_destroy: bool):
+    def _upcast_base(self, h: Any, out: List[HandleModel], own_parents_or_destroy: bool) -> Tuple[HandleModel, str]:
         """`base: {class, upcast}`: the base class (defined before) and the
         function converting this class's C type to the base's."""
         node = h.node
@@ -261,7 +263,7 @@ class Builder:
                             f"and destroy verb from its base {base.name}")
         return base, upcast
 
-    def _attributes(self, h, record) -> List[Tuple[str, AttributeConverter]]:
+    def _attributes(self, h: Any, record: Any) -> List[Tuple[str, AttributeConverter]]:
         attributes = []
         for aname, aspec in (h.node.get("attributes") or {}).items():
             where = h.node["attributes"].where(aname)
@@ -300,7 +302,7 @@ class Builder:
                 attributes.append((aname, ATTRIBUTES["int"](aspec["expr"])))
         return attributes
 
-    def _member_attribute(self, h, record, aname: str, aspec, where: str) -> AttributeConverter:
+    def _member_attribute(self, h: Any, record: Any, aname: str, aspec: Any, where: str) -> AttributeConverter:
         """{path, convert: kind}: a member read by a hand-written C converter."""
         kind = aspec["convert"]
         converter = ATTRIBUTES.get(kind) if kind not in ("int", "member", "str") else None
@@ -310,9 +312,9 @@ class Builder:
         if t.spelling != converter.ctype:
             raise SpecError(f"{where}: {h.name}.{aname}: {aspec['path']} is a {t.spelling}, "
                             f"not a {converter.ctype}")
-        return converter(aspec["path"])
+        return cast(AttributeConverter, converter(aspec["path"]))
 
-    def release(self, h) -> Optional[Tuple[str, str]]:
+    def release(self, h: Any) -> Optional[Tuple[str, str]]:
         rel = h.node.get("release")
         if rel is None:
             return None
@@ -327,7 +329,7 @@ class Builder:
             raise SpecError(f"{rel.where('verb')}: {h.name}: no function {rel['verb']}")
         return (rel["when"], rel["verb"])
 
-    def base_of(self, name: str, node, done: List[HandleModel]):
+    def base_of(self, name: str, node: Any, done: List[HandleModel]) -> Tuple[Any, ...]:
         """A same-object subclass (`base: QP`) takes its base's parents,
         destroy and registration; the base must come first in the spec and
         own the same C type (its methods run on the subclass's objects

@@ -15,11 +15,11 @@ from typing import Any, Dict, List, Optional, Tuple
 from .paths import GENERATED_DIR, ROOT, SPEC_DIR, TEMPLATE_DIR  # noqa: F401 (tests import them here)
 
 
-def _prefix(args) -> Optional[str]:
+def _prefix(args: Any) -> Optional[str]:
     return args.rdma_core or os.environ.get("RDMA_CORE") or None
 
 
-def _model(args):
+def _model(args: Any) -> Any:
     from . import builder, parse, spec
     ir = parse.parse(_prefix(args))
     return builder.build(ir, spec.load(SPEC_DIR))
@@ -45,11 +45,11 @@ def render_all(prefix: Optional[str], spec_root: str = SPEC_DIR,
     return files, model, cm
 
 
-def _render_all(args):
+def _render_all(args: Any) -> Dict[str, str]:
     return render_all(_prefix(args))[0]
 
 
-def cmd_ir(args) -> int:
+def cmd_ir(args: Any) -> int:
     from . import irjson, parse
     ir = parse.parse(_prefix(args), args.header)
     text = irjson.dump(ir) if args.json else parse.summary(ir) + "\n"
@@ -61,7 +61,7 @@ def cmd_ir(args) -> int:
     return 0
 
 
-def cmd_generate(args) -> int:
+def cmd_generate(args: Any) -> int:
     from . import render
     files = _render_all(args)
     out = args.out or GENERATED_DIR
@@ -70,7 +70,7 @@ def cmd_generate(args) -> int:
     return 0
 
 
-def cmd_check(args) -> int:
+def cmd_check(args: Any) -> int:
     files = _render_all(args)
     stale: List[str] = []
     on_disk = {n for n in os.listdir(GENERATED_DIR)
@@ -95,7 +95,7 @@ def cmd_check(args) -> int:
     return 0
 
 
-def cmd_stamps(args) -> int:
+def cmd_stamps(args: Any) -> int:
     """The files' own checksums alone (generator/checksum.py): a hand edit; no libclang."""
     from . import checksum
     found = checksum.verify(GENERATED_DIR)
@@ -108,7 +108,7 @@ def cmd_stamps(args) -> int:
     return 0
 
 
-def cmd_coverage(args) -> int:
+def cmd_coverage(args: Any) -> int:
     if args.rdmacm:
         from . import rdmacm
         m = rdmacm.load(_prefix(args), SPEC_DIR)
@@ -159,7 +159,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     from .parse import ParseError
     from .spec import SpecError
     try:
-        return args.func(args)
+        return int(args.func(args))
     except (SpecError, ParseError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

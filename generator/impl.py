@@ -95,7 +95,7 @@ class ImplBuilder(MethodBuilder):
         impl = f"ibp_hand_{self.cname}_impl"
         return MethodModel(self.m.name, self.m.owner, self.cname, flags, doc, hand=True,
                            verbs=verbs, signature=signature, args=self.args, params=converters,
-                           impl=impl, impl_params=[_decl(p.impl_ctype, p.name)
+                           impl=impl, impl_params=[_decl(p.impl_ctype, p.name)  # type: ignore[attr-defined]
                                                    for p in converters])
 
 

@@ -8,13 +8,13 @@ as data; generator/emit.py writes the C.
 """
 from __future__ import annotations
 
-from typing import AbstractSet, Any, List, NoReturn, Optional, Tuple
+from typing import AbstractSet, Any, List, NoReturn, Optional, Tuple, cast
 
 from . import docstrings
 from .converters import PARAMS, REQUIRED, RETURNS, Arg, ParamConverter, ReturnConverter
 from .converters.args import ArgParam
 from .ctext import is_int, py_repr_default
-from .ir import Function, Record, Type
+from .ir import Function, Param, Record, Type
 from .members import find_field, member_type
 from .model import Check, MethodModel, StructModel
 from .spec import Method, Node, SpecError, check_keys
@@ -34,7 +34,7 @@ WORD_KINDS = ("self", "out", "scratch", "mask")
 class MethodBuilder:
     """The model of one generated verb wrapper."""
 
-    def __init__(self, b, m: Method, label: str, cname: str):
+    def __init__(self, b: Any, m: Method, label: str, cname: str) -> None:
         self.b = b              # the generator.builder.Builder
         self.ir = b.ir
         self.m = m
@@ -43,17 +43,17 @@ class MethodBuilder:
         self.args: List[Arg] = []
         self.mask_claimed = False
 
-    def where(self, key=None):
+    def where(self, key: Optional[str]=None) -> str:
         return self.m.where(key)
 
-    def fail(self, msg: str, key=None) -> NoReturn:
+    def fail(self, msg: str, key: Optional[str]=None) -> NoReturn:
         raise SpecError(f"{self.where(key)}: {self.label}: {msg}")
 
     def fail_at(self, where: str, msg: str) -> NoReturn:
         raise SpecError(f"{where}: {self.label}: {msg}")
 
     # -- what converters ask for (ctx) --
-    def add_arg(self, name: str, default, pytype: str, meaning: Optional[str] = None) -> Arg:
+    def add_arg(self, name: str, default: Any, pytype: str, meaning: Optional[str] = None) -> Arg:
         required = default == REQUIRED
         if required and any(not a.required for a in self.args):
             self.fail(f"required argument {name!r} follows an argument with a default "
@@ -78,13 +78,13 @@ class MethodBuilder:
             if where is not None:
                 raise SpecError(f"{where}: {self.label}: unknown handle class {cls}")
             self.fail(f"unknown handle class {cls}")
-        return self.b.spec.handle(cls).node["ctype"]
+        return str(self.b.spec.handle(cls).node["ctype"])
 
     def struct_model(self, cls: str) -> Optional[StructModel]:
-        return self.b.struct_models.get(cls)
+        return cast(Optional[StructModel], self.b.struct_models.get(cls))
 
     def struct_class_of(self, ctype: str) -> Optional[str]:
-        return self.b.struct_by_ctype.get(ctype)
+        return cast(Optional[str], self.b.struct_by_ctype.get(ctype))
 
     def member_type(self, record: Record, path: str, where: str) -> Type:
         return member_type(self.ir, record, path, where)
@@ -101,7 +101,7 @@ class MethodBuilder:
         return "self_ptr" if owner_ctype == "struct ibv_context" else "self_ptr->context"
 
     # -- the model --
-    def verb_function(self) -> Tuple[Function, List]:
+    def verb_function(self) -> Tuple[Function, List[Param]]:
         verb = self.m.verb
         f = self.ir.function(verb)
         if f is None:
@@ -113,7 +113,7 @@ class MethodBuilder:
                 params = target.params
         return f, params
 
-    def converters(self, f: Function, params) -> List[ParamConverter]:
+    def converters(self, f: Function, params: Any) -> List[ParamConverter]:
         spec_params = self.m.node["params"] or Node()
         names = [p.name for p in params]
         for key in spec_params:
@@ -178,7 +178,7 @@ class MethodBuilder:
         return syms
 
     # -- parameters --
-    def param_kind(self, cname: str, t: Type, pspec, where: str) -> str:
+    def param_kind(self, cname: str, t: Type, pspec: Any, where: str) -> str:
         """The PARAMS kind of a spec parameter entry (a word or a mapping)."""
         if isinstance(pspec, str):
             return pspec
@@ -202,7 +202,7 @@ class MethodBuilder:
             return "int"
         self.fail_at(where, f"parameter {cname}: cannot convert {t.spelling}")
 
-    def param(self, cname: str, t: Type, pspec, where: str) -> ParamConverter:
+    def param(self, cname: str, t: Type, pspec: Any, where: str) -> ParamConverter:
         if isinstance(pspec, str) and pspec not in WORD_KINDS:
             pspec = {"arg": pspec}
         if not isinstance(pspec, str):
@@ -212,7 +212,7 @@ class MethodBuilder:
         kind = self.param_kind(cname, t, pspec, where)
         if not isinstance(pspec, str):
             self.check_keys(pspec, PARAMS[kind].keys, f"parameter {cname} ({kind})", where)
-        return PARAMS[kind].from_spec(self, cname, t, pspec)
+        return cast(ParamConverter, PARAMS[kind].from_spec(self, cname, t, pspec))
 
     # -- the result --
     def returns(self, result_t: Type) -> ReturnConverter:
@@ -222,14 +222,14 @@ class MethodBuilder:
         if isinstance(ret, Node) and "new" in ret:
             return self.new_handle(ret)
         if ret == "result":
-            return RETURNS["result"](result_t)
+            return cast(ReturnConverter, RETURNS["result"](result_t))
         if ret in ("bool", "be32", "str"):
-            return RETURNS[ret]()
+            return cast(ReturnConverter, RETURNS[ret]())
         if ret not in (None, "out", "none"):
             self.fail(f"unknown returns {ret!r}", "returns")
-        return RETURNS["out"](none=ret == "none")
+        return cast(ReturnConverter, RETURNS["out"](none=ret == "none"))
 
-    def new_handle(self, ret) -> ReturnConverter:
+    def new_handle(self, ret: Any) -> ReturnConverter:
         """`returns: {new: Class, parents: {...}}`: the parents as C, in the
         order the class (or its base) declares them."""
         cls = ret["new"]
@@ -257,4 +257,4 @@ class MethodBuilder:
         for pname in given:
             if pname not in declared:
                 self.fail(f"{cls} has no parent {pname!r}", "returns")
-        return RETURNS["new"](cls, parents)
+        return cast(ReturnConverter, RETURNS["new"](cls, parents))

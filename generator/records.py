@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass, field
-from typing import AbstractSet, Dict, List, Optional, Tuple
+from typing import AbstractSet, Any, Dict, List, Optional, Tuple
 
 from .ir import IR, Record, Type
 from .spec import Node, SpecError, load_file
@@ -49,7 +49,7 @@ FLAGS = {"METH_O", "METH_NOARGS"}
 UNSIGNED_MAX = {1: "UINT8_MAX", 2: "UINT16_MAX", 4: "UINT32_MAX", 8: "UINT64_MAX"}
 
 
-def _keys(node, allowed: set, what: str) -> Node:
+def _keys(node: Any, allowed: AbstractSet[str], what: str) -> Node:
     if not isinstance(node, Node):
         raise SpecError(f"{DISPLAY}: {what}: expected a mapping")
     for key in node:
@@ -104,7 +104,7 @@ class RecordModel:
     converters: Dict[str, Converter]
 
     def member_enum(self, member: str) -> str:
-        return f"IBP_{self.key.upper()}_{self.union_name.upper()}_{member.upper()}"
+        return f"IBP_{self.key.upper()}_{str(self.union_name).upper()}_{member.upper()}"
 
 
 @dataclass
@@ -212,7 +212,7 @@ class TypeModel:
     def members(self) -> List[Tuple[str, str]]:
         """(member, C type) of the values a `members` object keeps."""
         return [(a.name, a.conv.ctype) for a in self.attributes
-                if self.storage == "members" and a.kind == "field"]
+                if self.storage == "members" and a.kind == "field" and a.conv is not None]
 
     @property
     def state_decls(self) -> List[str]:
@@ -309,7 +309,7 @@ class RecordsSpec:
 
 def _member(ir: IR, record: Record, path: str, where: str) -> Type:
     """The type of a dotted member path, through named and anonymous members."""
-    rec = record
+    rec: Optional[Record] = record
     t: Optional[Type] = None
     for part in path.split("."):
         t = _find(ir, rec, part)
@@ -317,6 +317,7 @@ def _member(ir: IR, record: Record, path: str, where: str) -> Type:
             raise SpecError(f"{where}: {record.name} has no member {path!r}")
         if t.kind in ("struct", "union"):
             rec = ir.record(t.decl or t.spelling)
+    assert t is not None     # a path has one part at least
     return t
 
 
@@ -341,9 +342,12 @@ def _find_field(ir: IR, rec: Optional[Record], name: str) -> Optional[Tuple[Type
 
 def _offset(ir: IR, record: Record, path: str) -> int:
     """The byte offset of a dotted member path (checked by _member first)."""
-    rec, total = record, 0
+    rec: Optional[Record] = record
+    total = 0
     for part in path.split("."):
-        t, off = _find_field(ir, rec, part)
+        found = _find_field(ir, rec, part)
+        assert found is not None     # checked by _member first
+        t, off = found
         total += off
         if t.kind in ("struct", "union"):
             rec = ir.record(t.decl or t.spelling)
@@ -428,7 +432,7 @@ def _field_ref(records: Dict[str, RecordModel], ref: str, where: str) -> Convert
     return records[key].converters[name]
 
 
-def _attribute(records, name: str, node: Node, where: str, readonly: bool) -> Attribute:
+def _attribute(records: Any, name: str, node: Node, where: str, readonly: bool) -> Attribute:
     node = _keys(node, ATTR_KEYS, f"attribute {name}")
     doc = str(node.get("doc", ""))
     readonly = readonly or bool(node.get("readonly"))
@@ -459,7 +463,7 @@ def _attribute(records, name: str, node: Node, where: str, readonly: bool) -> At
     raise SpecError(f"{where}: {name}: needs field, ref, flag or hand")
 
 
-def _storage(records, node: Node, name: str):
+def _storage(records: Any, node: Node, name: str) -> Tuple[str, Any, Dict[str, Any]]:
     storage = node.get("storage")
     if storage is None:        # the object keeps its `state` (and refs) only
         return "state", None, {}
@@ -482,7 +486,7 @@ def _storage(records, node: Node, name: str):
     return "reach", None, reach
 
 
-def _type(records, name: str, node: Node) -> TypeModel:
+def _type(records: Any, name: str, node: Node) -> TypeModel:
     node = _keys(node, TYPE_KEYS, name)
     kind, member, reach = _storage(records, node, name)
     attrs = node.get("attributes") or Node()
@@ -587,7 +591,7 @@ def _attribute_stub(a: Attribute, node: Node) -> None:
         a.stub = a.stub_set = str(stub)
 
 
-def _signature(where: str, label: str, sig) -> str:
+def _signature(where: str, label: str, sig: Any) -> str:
     text = str(sig)
     if not (text.startswith("(") and ") -> " in text):
         raise SpecError(f"{where}: {label}: stub must be a typed signature, "

@@ -11,7 +11,7 @@ import hashlib
 import os
 import re
 from dataclasses import dataclass, field
-from typing import AbstractSet, Any, Dict, List, Optional
+from typing import AbstractSet, Any, Dict, List, Optional, Tuple
 
 import yaml
 
@@ -22,7 +22,7 @@ class SpecError(Exception):
     """A mistake in the spec, with its location."""
 
 
-class Node(dict):
+class Node(Dict[str, Any]):
     """A YAML mapping that remembers where it (and each key) came from."""
 
     file: str = "?"
@@ -288,7 +288,7 @@ def load(spec_dir: str) -> Spec:
     spec = Spec(files=[], sha256="")
     # `methods: {Class: {...}}` adds methods to a class of another file
     # (Context.create_cq_ex lives in spec/cqex.yaml with the rest of CQEx).
-    extra_methods: List[tuple] = []
+    extra_methods: List[Tuple[str, Method, str]] = []
     for name in names:
         path = os.path.join(spec_dir, name)
         display = f"{prefix}/{name}"
@@ -321,7 +321,7 @@ def load(spec_dir: str) -> Spec:
             for m, mnode in mnodes.items():
                 extra_methods.append((cls, _method(m, cls, mnode, mnodes.where(m)),
                                       data["methods"].where(cls)))
-        functions = data.get("functions") or {}
+        functions = data.get("functions") or Node()
         for fname, node in functions.items():
             spec.functions.append(_method(fname, "", node, functions.where(fname)))
         symbols = data.get("symbols") or Node()
@@ -330,7 +330,7 @@ def load(spec_dir: str) -> Spec:
             spec.optional[sym] = str(release)
             spec.optional_where[sym] = symbols["optional"].where(sym)
         _load_docs(spec, data.get("docs") or Node(), display)
-        exclusions = data.get("exclusions") or {}
+        exclusions = data.get("exclusions") or Node()
         for fname, reason in exclusions.items():
             if not isinstance(reason, str) or len(reason.strip()) < 8:
                 raise SpecError(f"{exclusions.where(fname)}: exclusion of {fname} "

@@ -16,7 +16,7 @@ class MemberAttribute(AttributeConverter):
     pytype = "int"
     keys = frozenset({"path", "since"})
 
-    def __init__(self, path: str, t: Type):
+    def __init__(self, path: str, t: Type) -> None:
         self.path, self.t = path, t
 
     def getter(self) -> List[str]:
@@ -30,7 +30,7 @@ class IntExprAttribute(AttributeConverter):
     pytype = "int"
     keys = frozenset({"expr", "checks", "convert"})
 
-    def __init__(self, expr: str, label: str = "", checks: Sequence[Tuple[str, str, str]] = ()):
+    def __init__(self, expr: str, label: str = "", checks: Sequence[Tuple[str, str, str]] = ()) -> None:
         self.expr, self.label, self.checks = expr, label, list(checks)
 
     def getter(self) -> List[str]:
@@ -48,7 +48,7 @@ class StrExprAttribute(AttributeConverter):
     pytype = "str | None"
     keys = frozenset({"expr", "convert"})
 
-    def __init__(self, expr: str):
+    def __init__(self, expr: str) -> None:
         self.expr = expr
 
     def getter(self) -> List[str]:
@@ -65,7 +65,7 @@ class SockaddrMemberAttribute(AttributeConverter):
     ctype = "struct sockaddr"
     keys = frozenset({"path", "convert"})
 
-    def __init__(self, path: str):
+    def __init__(self, path: str) -> None:
         self.path = path
 
     def getter(self) -> List[str]:

@@ -3,17 +3,17 @@ by member (spec `struct: {member: arg}`), and a struct class's fields by
 keyword (spec `kwargs: Class`)."""
 from __future__ import annotations
 
-from typing import FrozenSet, List
+from typing import Any, FrozenSet, List, Optional
 
 from ..ctext import c_default, if_given, indented, int_convert
 from ..ir import Type
 from .args import context_check, spec_default
-from .registry import PARAMS, REQUIRED, ParamConverter, describe, optional_type
+from .registry import Arg, Context, PARAMS, ParamConverter, REQUIRED, describe, optional_type
 
 
 class _Member:
     """One member of the struct: a constant, or a Python argument."""
-    arg = None
+    arg: Optional[Arg] = None
     #: the keys of its spec entry (checked by StructFieldsParam.from_spec)
     keys: FrozenSet[str] = frozenset()
 
@@ -27,7 +27,7 @@ class _Member:
 class _ConstantMember(_Member):
     keys = frozenset({"value"})
 
-    def __init__(self, target: str, value):
+    def __init__(self, target: str, value: Any) -> None:
         self.target, self.value = target, value
 
     def parse(self) -> List[str]:
@@ -35,7 +35,7 @@ class _ConstantMember(_Member):
 
 
 class _ArgMember(_Member):
-    def __init__(self, ctx, target: str, fspec, pytype: str):
+    def __init__(self, ctx: Context, target: str, fspec: Any, pytype: str) -> None:
         self.target = target
         self.name = fspec["arg"]
         self.default = spec_default(fspec)
@@ -57,7 +57,7 @@ class _ArgMember(_Member):
 class _IntMember(_ArgMember):
     keys = frozenset({"arg", "default", "convert", "min", "max", "mask"})
 
-    def __init__(self, ctx, target: str, t: Type, fspec):
+    def __init__(self, ctx: Context, target: str, t: Type, fspec: Any) -> None:
         super().__init__(ctx, target, fspec, "int")
         lo, hi = fspec.get("min"), fspec.get("max")
         self.conv = int_convert(self.var, target, t, self.name,
@@ -77,7 +77,7 @@ class _HandleMember(_ArgMember):
     Python object is `name`, usable as a parent in `returns`)."""
     keys = frozenset({"arg", "default", "convert", "mask"})
 
-    def __init__(self, ctx, target: str, fspec, where: str):
+    def __init__(self, ctx: Context, target: str, fspec: Any, where: str) -> None:
         self.cls = fspec["convert"].split(":", 1)[1]
         super().__init__(ctx, target, fspec, self.cls)
         self.hctype = ctx.handle_ctype(self.cls, where)
@@ -107,11 +107,11 @@ class StructFieldsParam(ParamConverter):
     and Python arguments; passed by address."""
     keys = frozenset({"struct"})
 
-    def __init__(self, local: str, ctype: str, members: List[_Member]):
+    def __init__(self, local: str, ctype: str, members: List[_Member]) -> None:
         self.local, self.ctype, self.members = local, ctype, members
 
     @classmethod
-    def from_spec(cls, ctx, cname: str, t: Type, pspec) -> "StructFieldsParam":
+    def from_spec(cls, ctx: Context, cname: str, t: Type, pspec: Any) -> "StructFieldsParam":
         fields = pspec["struct"]
         pointee = t.pointee
         if pointee is None:
@@ -158,12 +158,12 @@ class KwargsParam(ParamConverter):
     None means not given (the seed's modify(mask, ah_attr=None))."""
     keys = frozenset({"kwargs", "unknown", "positional"})
 
-    def __init__(self, local: str, ctype: str, cls: str, unknown: str, positional: List[str]):
+    def __init__(self, local: str, ctype: str, cls: str, unknown: str, positional: List[str]) -> None:
         self.local, self.ctype, self.cls = local, ctype, cls
         self.unknown, self.positional = unknown, positional
 
     @classmethod
-    def from_spec(cls, ctx, cname: str, t: Type, pspec) -> "KwargsParam":
+    def from_spec(cls, ctx: Context, cname: str, t: Type, pspec: Any) -> "KwargsParam":
         struct_class = pspec["kwargs"]
         model = ctx.struct_model(struct_class)
         if model is None or not model.writable:

@@ -5,12 +5,12 @@ argument with one of these (or with a verb parameter's converter, such as
 the `_impl` function takes it as."""
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Any, List, Optional
 
 from ..ctext import c_format_text, indented
 from .args import ArgParam, ClassArgParam
 from .buffers import BytesParam
-from .registry import PARAMS
+from .registry import Context, PARAMS
 
 
 @PARAMS.register("object")
@@ -68,7 +68,7 @@ class InstanceParam(ClassArgParam):
     the TypeError ("<message>, not <type>"; default "expected a <Type>")."""
     keys = ClassArgParam.keys | {"exact", "message"}
 
-    def __init__(self, ctx, cname: str, t, pspec):
+    def __init__(self, ctx: Context, cname: str, t: Any, pspec: Any) -> None:
         super().__init__(ctx, cname, t, pspec)
         self.exact = bool(pspec.get("exact", False))
         article = "an" if self.cls[0] in "AEIOU" else "a"

@@ -19,7 +19,11 @@ that converters/__init__.py imports: nothing else dispatches on kinds.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, FrozenSet, List, Optional, TypeVar
+from typing import (TYPE_CHECKING, AbstractSet, Any, Callable, Dict, FrozenSet, List, NoReturn,
+                    Optional, Protocol, TypeVar)
+
+if TYPE_CHECKING:
+    from ..ir import IR, Record, Type
 
 GID_LIKE = "_GidLike"
 BUFFER_LIKE = "_BufferLike"
@@ -33,7 +37,7 @@ T = TypeVar("T")
 class Registry:
     """Converter classes by kind."""
 
-    def __init__(self, what: str):
+    def __init__(self, what: str) -> None:
         self.what = what
         self.by_kind: Dict[str, Any] = {}
 
@@ -53,6 +57,24 @@ class Registry:
 
     def __contains__(self, kind: str) -> bool:
         return kind in self.by_kind
+
+
+class Context(Protocol):
+    """What a converter asks the method it is made for (generator/methods.py's
+    MethodBuilder)."""
+    ir: "IR"
+    label: str
+
+    def fail(self, msg: str, key: Optional[str] = None) -> NoReturn: ...
+    def add_arg(self, name: str, default: Any, pytype: str,
+                meaning: Optional[str] = None) -> "Arg": ...
+    def claim_mask(self) -> bool: ...
+    def check_keys(self, node: Any, keys: AbstractSet[str], what: str, where: str) -> None: ...
+    def handle_ctype(self, cls: str, where: Optional[str] = None) -> str: ...
+    def struct_model(self, cls: str) -> Any: ...   # a model.StructModel (model imports us)
+    def struct_class_of(self, ctype: str) -> Optional[str]: ...
+    def member_type(self, record: "Record", path: str, where: str) -> "Type": ...
+    def context_owner(self, hctype: str) -> Optional[str]: ...
 
 
 PARAMS = Registry("parameter")
@@ -121,7 +143,7 @@ class FieldConverter:
     #: (generator/builder.py refuses any other).
     keys: FrozenSet[str] = frozenset({"path", "convert", "default", "since"})
 
-    def __init__(self, pyname: str, member: str, writable: bool):
+    def __init__(self, pyname: str, member: str, writable: bool) -> None:
         self.pyname = pyname
         self.member = member            # the C lvalue, "c->grh.dgid"
         self.writable = writable

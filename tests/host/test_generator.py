@@ -129,9 +129,9 @@ def write_spec(tmp_path, name, text):
      "spec/zz.yaml:2: methods of NoSuchClass: no handle class NoSuchClass"),
     ("methods:\n  Context:\n    alloc_pd: {hand: \"alloc_pd()\", doc: x}\n",
      "Context.alloc_pd is already defined"),
-    ("methods:\n  Context:\n    f: {python: \"no colon\", signature: \"f($self)\", stub: \"(self) -> None\", doc: x}\n",
+    ("methods:\n  Context:\n    f: {python: \"no colon\", stub: \"(self) -> None\", doc: x}\n",
      "spec/zz.yaml:3: Context.f: 'python' must be 'module:function'"),
-    ("methods:\n  Context:\n    f: {python: \"m:f\", signature: \"f($self)\", doc: x}\n",
+    ("methods:\n  Context:\n    f: {python: \"m:f\", doc: x}\n",
      "Context.f: a Python-layer method needs 'stub'"),
 ])
 def test_spec_errors_name_the_file_and_line(tmp_path, text, message):
