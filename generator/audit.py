@@ -48,7 +48,7 @@ import re
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
-from typing import Dict, Iterable, List, Optional, Set, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple, cast
 
 from .ir import IR, Enum, Function, Record, Type
 from .members import find_field
@@ -175,7 +175,7 @@ class SpecRefs:
     hand_c: Dict[str, List[str]] = field(default_factory=dict)      # record -> files
 
 
-def spec_refs(spec, ir_new: IR, ir_old: IR) -> SpecRefs:
+def spec_refs(spec: Any, ir_new: IR, ir_old: IR) -> SpecRefs:
     refs = SpecRefs()
     refs.excluded = dict(spec.exclusions)
     refs.optional = dict(spec.optional)
@@ -333,8 +333,8 @@ class Report:
             out[i.status] += 1
         return out
 
-    def to_dict(self) -> dict:
-        def src(s: Source) -> dict:
+    def to_dict(self) -> Dict[str, Any]:
+        def src(s: Source) -> Dict[str, Any]:
             return {"ref": s.ref, "kind": s.kind, "path": s.path, "rdma_core": s.ir.rdma_core,
                     "sha256": s.ir.sha256, "source": s.ir.source}
         return {"old": src(self.old), "new": src(self.new), "spec_sha256": self.spec_sha256,
@@ -343,7 +343,7 @@ class Report:
 
 
 class Auditor:
-    def __init__(self, old: IR, new: IR, spec):
+    def __init__(self, old: IR, new: IR, spec: Any) -> None:
         self.old, self.new, self.spec = old, new, spec
         self.refs = spec_refs(spec, new, old)
         self.items: List[Item] = []
@@ -713,7 +713,7 @@ class Auditor:
                                    [self._macro(a), "-> " + self._macro(b)], st, how))
 
     @staticmethod
-    def _macro(m) -> str:
+    def _macro(m: Any) -> str:
         params = f"({', '.join(m.params)})" if m.params is not None else ""
         return f"#define {m.name}{params} {m.tokens}"
 
@@ -748,7 +748,7 @@ class Auditor:
         return out
 
 
-def audit(old: Source, new: Source, spec) -> Report:
+def audit(old: Source, new: Source, spec: Any) -> Report:
     a = Auditor(old.ir, new.ir, spec)
     items = a.run()
     return Report(old, new, items, spec.sha256, newer=a.newer_spec_items())
@@ -804,7 +804,7 @@ def render_text(report: Report, verbose: bool = False) -> str:
 # --- command line ------------------------------------------------------------
 
 
-def cmd_audit(args) -> int:
+def cmd_audit(args: Any) -> int:
     from . import spec as spec_mod
     from .paths import SPEC_DIR
     try:
@@ -824,7 +824,7 @@ def cmd_audit(args) -> int:
     return report.exit_status
 
 
-def add_parser(sub) -> argparse.ArgumentParser:
+def add_parser(sub: Any) -> argparse.ArgumentParser:
     p = sub.add_parser("audit", help="what changed in verbs.h between two releases, "
                        "and what the spec does about it",
                        description=__doc__.split("\n\n")[0])
@@ -836,4 +836,4 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="write the report there")
     p.add_argument("--spec", help="another spec directory (default: spec/)")
     p.set_defaults(func=cmd_audit)
-    return p
+    return cast(argparse.ArgumentParser, p)

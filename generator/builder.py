@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import fnmatch
 import keyword
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple, cast
 
-from . import gil, handle_rules
+from . import gil, handle_rules, pyimpl
 from .converters import ATTRIBUTES, FIELDS, REQUIRED, AttributeConverter
 from .converters.args import spec_default
 from .converters.fields import field_kind
@@ -18,14 +18,21 @@ from .ctext import FASTCALL_KEYWORDS, is_int, py_repr_default
 from .ir import IR, Function, Type
 from .members import flat_fields, has_member, member_type
 from .impl import ImplBuilder
+from .pyimpl import PyImplError
 from .methods import MethodBuilder
 from .model import (EnumModel, HandleModel, MethodModel, Model, StructField, StructModel,
                     SymbolModel)
-from .spec import Method, Node, Spec, SpecError
+from .spec import Method, Node, Spec, SpecError, check_keys
+
+#: every key a struct class's field may carry, whatever its kind
+FIELD_KEYS = frozenset().union(*(c.keys for c in FIELDS.by_kind.values()))
+#: the keys of a handle class's `slots:` and `hand_attributes:` entries
+SLOT_KEYS = frozenset({"writable", "doc", "clear_on_close", "keepalive"})
+HAND_ATTRIBUTE_KEYS = frozenset({"writable", "doc", "stub"})
 
 
 class Builder:
-    def __init__(self, ir: IR, spec: Spec):
+    def __init__(self, ir: IR, spec: Spec) -> None:
         self.ir = ir
         self.spec = spec
         self.struct_by_ctype: Dict[str, str] = {}
@@ -103,12 +110,15 @@ class Builder:
                     where = spec_fields.where(pyname)
                     if isinstance(fspec, str):
                         fspec = {"path": fspec}
+                    # every kind's keys first: a field skipped on older headers is checked too
+                    check_keys(fspec, FIELD_KEYS, f"{s.name}.{pyname}", where)
                     path = fspec.get("path", pyname)
                     if "since" in fspec and not has_member(self.ir, record, path):
                         continue    # a field newer than these headers
                     t = member_type(self.ir, record, path, where)
                     f = self._struct_field(s.name, pyname, path, t, fspec, writable,
                                            where, strict=True)
+                    assert f is not None     # strict: None raised instead
                     fields.append(f)
             else:
                 raise SpecError(f"{node.where('fields')}: {s.name}: fields must be "
@@ -119,7 +129,7 @@ class Builder:
             out.append(model)
         return out
 
-    def _struct_field(self, cls: str, pyname: str, path: str, t: Type, fspec,
+    def _struct_field(self, cls: str, pyname: str, path: str, t: Type, fspec: Any,
                       writable: bool, where: str, strict: bool) -> Optional[StructField]:
         convert = fspec.get("convert") if fspec else None
         default = spec_default(fspec) if fspec else REQUIRED
@@ -132,8 +142,11 @@ class Builder:
             if strict:
                 raise SpecError(f"{where}: {cls}.{pyname}: cannot convert {t.spelling}")
             return None
+        if fspec:
+            check_keys(fspec, FIELDS[kind].keys, f"{cls}.{pyname} ({kind})", where)
         member = f"c->{path}"
         if kind == "handle":
+            assert convert is not None       # field_kind: "handle" from `convert: handle:X`
             handle = convert.split(":", 1)[1]
             if handle not in self.handle_names:
                 raise SpecError(f"{where}: {cls}.{pyname}: unknown handle class {handle}")
@@ -163,7 +176,7 @@ class Builder:
                 out.append(model)
         return out
 
-    def _handle(self, h, out: List[HandleModel], bases) -> Optional[HandleModel]:
+    def _handle(self, h: Any, out: List[HandleModel], bases: Set[str]) -> Optional[HandleModel]:
         node = h.node
         record = self.ir.record(node["ctype"])
         if record is None and "since" in node:
@@ -180,6 +193,10 @@ class Builder:
             parents = list(base.parents)
             destroy = base.destroy
         attributes = self._attributes(h, record)
+        for group, keys in (("slots", SLOT_KEYS), ("hand_attributes", HAND_ATTRIBUTE_KEYS)):
+            entries = node.get(group) or Node()
+            for sname, sspec in entries.items():
+                check_keys(sspec, keys, f"{h.name}.{sname}", entries.where(sname))
         slots = [(sname, bool(sspec.get("writable", False)), sspec.get("doc", ""))
                  for sname, sspec in (node.get("slots") or {}).items()]
         state = list((node.get("state") or {}).items())
@@ -203,7 +220,7 @@ class Builder:
                             destroy_void=dfunc is not None and dfunc.result.kind == "void",
                             destroy_releases_gil=self.destroy_releases_gil(node, destroy))
         slot_specs = (node.get("slots") or {}).items()
-        model.clear_on_close = (list(base.clear_on_close) if same_object
+        model.clear_on_close = (list(base.clear_on_close) if same_object and base is not None
                                 else [sname for sname, sspec in slot_specs
                                       if sspec.get("clear_on_close")])
         model.keepalive = ([] if same_object
@@ -212,7 +229,7 @@ class Builder:
         handle_rules.apply(model, node)
         return model
 
-    def destroy_releases_gil(self, node, destroy: Optional[str]) -> bool:
+    def destroy_releases_gil(self, node: Any, destroy: Optional[str]) -> bool:
         """close()'s GIL rule: its destroy verb's kind (spec/gil.yaml)."""
         if not destroy:
             return False
@@ -221,7 +238,7 @@ class Builder:
         except gil.GilError as exc:
             raise SpecError(str(exc)) from None
 
-    def _parents(self, h) -> List[Tuple[str, str, bool]]:
+    def _parents(self, h: Any) -> List[Tuple[str, str, bool]]:
         node = h.node
         parents = []
         for pname, pcls in (node.get("parents") or {}).items():
@@ -233,7 +250,7 @@ class Builder:
             parents.append((pname, pcls, optional))
         return parents
 
-    def _upcast_base(self, h, out: List[HandleModel], own_parents_or_destroy: bool):
+    def _upcast_base(self, h: Any, out: List[HandleModel], own_parents_or_destroy: bool) -> Tuple[HandleModel, str]:
         """`base: {class, upcast}`: the base class (defined before) and the
         function converting this class's C type to the base's."""
         node = h.node
@@ -256,10 +273,20 @@ class Builder:
                             f"and destroy verb from its base {base.name}")
         return base, upcast
 
-    def _attributes(self, h, record) -> List[Tuple[str, AttributeConverter]]:
+    def _attributes(self, h: Any, record: Any) -> List[Tuple[str, AttributeConverter]]:
         attributes = []
         for aname, aspec in (h.node.get("attributes") or {}).items():
             where = h.node["attributes"].where(aname)
+            if isinstance(aspec, dict):
+                kind = ("int" if "checks" in aspec else "member" if "path" in aspec
+                        and "convert" not in aspec else str(aspec.get("convert"))
+                        if "path" in aspec else "str" if aspec.get("convert") == "str"
+                        else "int")
+                converter = ATTRIBUTES.get(kind)
+                check_keys(aspec, converter.keys if converter else {"path", "convert"},
+                           f"{h.name}.{aname}", where)
+                if "path" not in aspec and "expr" not in aspec:
+                    raise SpecError(f"{where}: {h.name}.{aname}: needs 'path' or 'expr'")
             if isinstance(aspec, Node) and "checks" in aspec:
                 checks = [(chk["expr"], chk.get("error", "ValueError"), chk["message"])
                           for chk in aspec["checks"]]
@@ -285,7 +312,7 @@ class Builder:
                 attributes.append((aname, ATTRIBUTES["int"](aspec["expr"])))
         return attributes
 
-    def _member_attribute(self, h, record, aname: str, aspec, where: str) -> AttributeConverter:
+    def _member_attribute(self, h: Any, record: Any, aname: str, aspec: Any, where: str) -> AttributeConverter:
         """{path, convert: kind}: a member read by a hand-written C converter."""
         kind = aspec["convert"]
         converter = ATTRIBUTES.get(kind) if kind not in ("int", "member", "str") else None
@@ -295,9 +322,9 @@ class Builder:
         if t.spelling != converter.ctype:
             raise SpecError(f"{where}: {h.name}.{aname}: {aspec['path']} is a {t.spelling}, "
                             f"not a {converter.ctype}")
-        return converter(aspec["path"])
+        return cast(AttributeConverter, converter(aspec["path"]))
 
-    def release(self, h) -> Optional[Tuple[str, str]]:
+    def release(self, h: Any) -> Optional[Tuple[str, str]]:
         rel = h.node.get("release")
         if rel is None:
             return None
@@ -312,7 +339,7 @@ class Builder:
             raise SpecError(f"{rel.where('verb')}: {h.name}: no function {rel['verb']}")
         return (rel["when"], rel["verb"])
 
-    def base_of(self, name: str, node, done: List[HandleModel]):
+    def base_of(self, name: str, node: Any, done: List[HandleModel]) -> Tuple[Any, ...]:
         """A same-object subclass (`base: QP`) takes its base's parents,
         destroy and registration; the base must come first in the spec and
         own the same C type (its methods run on the subclass's objects
@@ -351,10 +378,17 @@ class Builder:
         cname = f"{prefix}{m.name.lstrip('_')}" if not m.name.startswith("_") else f"{prefix}_{m.name.lstrip('_')}"
         if m.python is not None:
             module, func = m.python.split(":")
-            sig = str(m.node["signature"])
-            if not sig.startswith(f"{m.name}("):
-                raise SpecError(f"{m.where('signature')}: {label}: the signature must "
-                                f"start with {m.name}(")
+            try:
+                sig = pyimpl.signature(m.name, module, func)
+            except PyImplError as exc:
+                raise SpecError(f"{m.where('python')}: {label}: {exc}") from None
+            stub = m.node["stub"]
+            # overloads (a list) of a def taking *args: nothing to compare
+            stub_names = pyimpl.stub_names(str(stub)) if isinstance(stub, str) else None
+            if stub_names is not None and stub_names != pyimpl.names(
+                    sig[sig.index("(") + 1:-1].split(", ")):
+                raise SpecError(f"{m.where('stub')}: {label}: the stub's parameters "
+                                f"({', '.join(stub_names)}) are not those of {m.python}: {sig}")
             doc = f"{sig}\n--\n\n{str(m.node['doc']).strip()}"
             return MethodModel(m.name, m.owner, f"ibp_py_{cname}", "METH_VARARGS | METH_KEYWORDS",
                                doc, hand=True, python=(module, func), signature=sig)

@@ -10,30 +10,34 @@ import argparse
 import difflib
 import os
 import sys
-from typing import List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from .paths import GENERATED_DIR, ROOT, SPEC_DIR, TEMPLATE_DIR  # noqa: F401 (tests import them here)
 
 
-def _prefix(args) -> Optional[str]:
+def _prefix(args: Any) -> Optional[str]:
     return args.rdma_core or os.environ.get("RDMA_CORE") or None
 
 
-def _model(args):
+def _model(args: Any) -> Any:
     from . import builder, parse, spec
     ir = parse.parse(_prefix(args))
     return builder.build(ir, spec.load(SPEC_DIR))
 
 
-def render_all(prefix: Optional[str]):
+def render_all(prefix: Optional[str], spec_root: str = SPEC_DIR,
+               irs: Optional[Tuple[Any, Any]] = None) -> Tuple[Dict[str, str], Any, Any]:
     """Every generated file from the headers at prefix (None: the baseline):
     verbs.h's, the data-path types' (records), rdma_cma.h's (rdmacm_*), then
-    the stub of them all (_ibverbs.pyi).
+    the stub of them all (_ibverbs.pyi).  *irs*: verbs.h's and rdma_cma.h's
+    IR, parsed before (tests/host/test_spec_keys.py renders many specs).
     Returns (files, the verbs model, the rdma_cm model)."""
     from . import builder, parse, rdmacm, records, render, spec, stubs
-    model = builder.build(parse.parse(prefix), spec.load(SPEC_DIR))
-    cm = rdmacm.load(prefix, SPEC_DIR)
-    record_types = records.build(model.ir, SPEC_DIR)
+    ir, cm_ir = irs if irs is not None else (parse.parse(prefix),
+                                             parse.parse(prefix, rdmacm.HEADER))
+    model = builder.build(ir, spec.load(spec_root))
+    cm = rdmacm.build(cm_ir, spec.load(rdmacm.spec_dir(spec_root)))
+    record_types = records.build(model.ir, spec_root)
     files = render.render(model, TEMPLATE_DIR)
     files.update(records.render(record_types, TEMPLATE_DIR))
     files.update(rdmacm.render(cm, TEMPLATE_DIR))
@@ -41,11 +45,11 @@ def render_all(prefix: Optional[str]):
     return files, model, cm
 
 
-def _render_all(args):
+def _render_all(args: Any) -> Dict[str, str]:
     return render_all(_prefix(args))[0]
 
 
-def cmd_ir(args) -> int:
+def cmd_ir(args: Any) -> int:
     from . import irjson, parse
     ir = parse.parse(_prefix(args), args.header)
     text = irjson.dump(ir) if args.json else parse.summary(ir) + "\n"
@@ -57,7 +61,7 @@ def cmd_ir(args) -> int:
     return 0
 
 
-def cmd_generate(args) -> int:
+def cmd_generate(args: Any) -> int:
     from . import render
     files = _render_all(args)
     out = args.out or GENERATED_DIR
@@ -66,7 +70,7 @@ def cmd_generate(args) -> int:
     return 0
 
 
-def cmd_check(args) -> int:
+def cmd_check(args: Any) -> int:
     files = _render_all(args)
     stale: List[str] = []
     on_disk = {n for n in os.listdir(GENERATED_DIR)
@@ -91,8 +95,8 @@ def cmd_check(args) -> int:
     return 0
 
 
-def cmd_stamps(args) -> int:
-    """The header checksums alone (generator/checksum.py): no libclang."""
+def cmd_stamps(args: Any) -> int:
+    """The files' own checksums alone (generator/checksum.py): a hand edit; no libclang."""
     from . import checksum
     found = checksum.verify(GENERATED_DIR)
     for lines in found.values():
@@ -104,7 +108,7 @@ def cmd_stamps(args) -> int:
     return 0
 
 
-def cmd_coverage(args) -> int:
+def cmd_coverage(args: Any) -> int:
     if args.rdmacm:
         from . import rdmacm
         m = rdmacm.load(_prefix(args), SPEC_DIR)
@@ -137,8 +141,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.set_defaults(func=cmd_generate)
     p = sub.add_parser("check", help="fail when generated/ differs from a fresh run")
     p.set_defaults(func=cmd_check)
-    p = sub.add_parser("stamps", help="check the checksums in generated/'s headers "
-                       "(a hand edit, a generator change without regeneration); no libclang")
+    p = sub.add_parser("stamps", help="check the checksum in each generated file's header "
+                       "(a hand edit); no libclang (`check` compares with a fresh run)")
     p.set_defaults(func=cmd_stamps)
     p = sub.add_parser("coverage", help="every public function of verbs.h and its status")
     p.add_argument("-q", "--quiet", action="store_true", help="only unhandled rows and the total")
@@ -155,7 +159,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     from .parse import ParseError
     from .spec import SpecError
     try:
-        return args.func(args)
+        return int(args.func(args))
     except (SpecError, ParseError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -4,7 +4,7 @@ getter of an integer.  No knowledge of the spec or of the model here.
 """
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Any, List, Optional
 
 from .ir import Type
 
@@ -97,7 +97,7 @@ def if_given(var: str, lines: List[str]) -> List[str]:
     return [f"if ({var} != NULL) {{"] + indented(lines) + ["}"]
 
 
-def c_default(value) -> str:
+def c_default(value: Any) -> str:
     """A spec default as a C initializer."""
     if value is None:
         return "0"
@@ -106,7 +106,7 @@ def c_default(value) -> str:
     return str(value)
 
 
-def py_repr_default(value) -> str:
+def py_repr_default(value: Any) -> str:
     """A spec default as Python shows it (signatures, stubs)."""
     if value is None:
         return "None"

@@ -8,21 +8,23 @@ result, the epilogue, and the cleanup every path goes through (`exit:`).
 """
 from __future__ import annotations
 
-from typing import List
+from typing import Any, List
 
 from .converters.composite import KwargsParam
 from .ctext import FASTCALL_KEYWORDS, declare, indented
 from .model import MethodModel
 
 
-def getter_lines(item) -> List[str]:
+def getter_lines(item: Any) -> List[str]:
     """A struct field's or a handle attribute's getter statements."""
-    return getattr(item, "converter", item).getter()
+    lines: List[str] = getattr(item, "converter", item).getter()
+    return lines
 
 
-def setter_lines(item) -> List[str]:
+def setter_lines(item: Any) -> List[str]:
     """A struct field's setter statements."""
-    return item.converter.setter()
+    lines: List[str] = item.converter.setter()
+    return lines
 
 
 def method_body(m: MethodModel) -> List[str]:
@@ -42,7 +44,8 @@ def method_body(m: MethodModel) -> List[str]:
     body += [line for p in m.params for line in p.hold_for_call(m.release_gil)]
     body += _call(m) + [line for p in m.params for line in p.after_call(m.release_gil)]
     body += _error_check(m)
-    body += m.returns.lines([p.output() for p in m.outputs])
+    assert m.returns is not None
+    body += m.returns.lines([p.output() or [] for p in m.outputs])
     if m.epilogue:
         # runs once the result exists (e.g. records how a new object was made)
         body += ["if (return_value != NULL) {", "    " + m.epilogue, "}"]

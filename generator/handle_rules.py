@@ -19,13 +19,15 @@ the QP made through it, and neither class can be called.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from .spec import SpecError
 
 #: Keys copied as they are (strings) onto the HandleModel field of that name.
 TEXT_RULES = ("detach", "before_close", "close_doc", "no_new", "repr")
 
 
-def apply(h, node) -> None:
+def apply(h: Any, node: Any) -> None:
     """Set the rules of spec node on HandleModel h."""
     for key in TEXT_RULES:
         if key in node:

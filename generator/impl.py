@@ -23,7 +23,7 @@ from .converters import REQUIRED
 from .ir import Type, UNKNOWN
 from .methods import MethodBuilder
 from .model import MethodModel
-from .spec import Node
+from .spec import Node, SpecError
 
 #: the C types a plain-int `impl:` argument may name
 INT_CTYPES = {"int": Type("int", "int", 4, True), "uint32_t": Type("uint32_t", "int", 4, False),
@@ -67,7 +67,17 @@ class ImplBuilder(MethodBuilder):
         for name, default in params:
             if name not in node:
                 self.fail(f"impl: argument {name!r} needs a converter", "impl")
-            pspec = dict(node[name] or {}, arg=name)
+            entry = node[name] if node[name] is not None else Node()
+            where = node.where(name)
+            if not isinstance(entry, Node):
+                self.fail(f"impl: {name}: a mapping of converter keys", "impl")
+            for key in ("arg", "default"):
+                if key in entry:
+                    raise SpecError(f"{entry.where(key)}: {self.label}: impl: {name}: {key} "
+                                    "comes from the signature")
+            pspec = Node(entry, arg=name)
+            pspec.file, pspec.line = entry.file or node.file, entry.line or node.line
+            pspec.key_lines = dict(getattr(entry, "key_lines", {}))
             c_value = pspec.pop("c_default", None)
             if isinstance(default, Named) and c_value is None:
                 self.fail(f"impl: {name}: the default {default} is a name: give its C "
@@ -81,11 +91,11 @@ class ImplBuilder(MethodBuilder):
             ctype = pspec.pop("ctype", None)
             if ctype is not None and ctype not in INT_CTYPES:
                 self.fail(f"impl: {name}: ctype must be one of {', '.join(INT_CTYPES)}", "impl")
-            converters.append(self.param(name, INT_CTYPES.get(ctype, UNKNOWN), pspec))
+            converters.append(self.param(name, INT_CTYPES.get(ctype, UNKNOWN), pspec, where))
         impl = f"ibp_hand_{self.cname}_impl"
         return MethodModel(self.m.name, self.m.owner, self.cname, flags, doc, hand=True,
                            verbs=verbs, signature=signature, args=self.args, params=converters,
-                           impl=impl, impl_params=[_decl(p.impl_ctype, p.name)
+                           impl=impl, impl_params=[_decl(p.impl_ctype, p.name)  # type: ignore[attr-defined]
                                                    for p in converters])
 
 

@@ -37,6 +37,12 @@ def _type(d: Optional[Dict[str, Any]]) -> Optional[Type]:
     return Type(**d)
 
 
+def _required_type(d: Dict[str, Any]) -> Type:
+    t = _type(d)
+    assert t is not None
+    return t
+
+
 def from_dict(d: Dict[str, Any]) -> IR:
     fmt = d.get("format", FORMAT)
     if fmt != FORMAT:
@@ -44,8 +50,8 @@ def from_dict(d: Dict[str, Any]) -> IR:
                          f"(expected {FORMAT}); regenerate the dump")
     return IR(
         source=d["source"], sha256=d["sha256"], rdma_core=d.get("rdma_core"),
-        functions=[Function(name=f["name"], result=_type(f["result"]),
-                            params=[Param(p["name"], _type(p["type"]))
+        functions=[Function(name=f["name"], result=_required_type(f["result"]),
+                            params=[Param(p["name"], _required_type(p["type"]))
                                     for p in f["params"]],
                             variadic=f["variadic"], storage=f["storage"],
                             macro_target=f.get("macro_target"),
@@ -54,7 +60,7 @@ def from_dict(d: Dict[str, Any]) -> IR:
                    for f in d.get("functions", [])],
         records=[Record(name=r["name"], kind=r["kind"], size=r.get("size"),
                         align=r.get("align"),
-                        fields=[Field(name=x["name"], type=_type(x["type"]),
+                        fields=[Field(name=x["name"], type=_required_type(x["type"]),
                                       offset=x["offset"],
                                       bit_offset=x.get("bit_offset"),
                                       bit_width=x.get("bit_width"))
@@ -66,7 +72,7 @@ def from_dict(d: Dict[str, Any]) -> IR:
                              for m in e["members"]],
                     header=e["header"], signed=e["signed"], size=e["size"])
                for e in d.get("enums", [])],
-        typedefs=[Typedef(name=t["name"], target=_type(t["target"]),
+        typedefs=[Typedef(name=t["name"], target=_required_type(t["target"]),
                           header=t["header"])
                   for t in d.get("typedefs", [])],
         macros=[Macro(name=m["name"], params=m.get("params"),

@@ -8,20 +8,25 @@ as data; generator/emit.py writes the C.
 """
 from __future__ import annotations
 
-from typing import List, NoReturn, Optional, Tuple
+from typing import AbstractSet, Any, List, NoReturn, Optional, Tuple, cast
 
 from . import docstrings, gil
 from .converters import PARAMS, REQUIRED, RETURNS, Arg, ParamConverter, ReturnConverter
 from .converters.args import ArgParam
 from .ctext import is_int, py_repr_default
-from .ir import Function, Record, Type
+from .ir import Function, Param, Record, Type
 from .members import find_field, member_type
 from .model import Check, MethodModel, StructModel
-from .spec import Method, Node, SpecError
+from .spec import Method, Node, SpecError, check_keys
 
 #: `convert:` kinds the parameter's C type decides (an int, or an address
 #: for a `void *`) rather than the kind's own converter
 BY_TYPE = ("int", "address")
+#: the keys of `returns: {new: Class, parents: {...}}` (`set:` is
+#: generator/rules.py's, gone by now)
+NEW_RETURN_KEYS = frozenset({"new", "parents"})
+#: every key a parameter's spec entry may carry, whatever its kind
+PARAM_KEYS = frozenset().union(*(c.keys for c in PARAMS.by_kind.values()))
 #: parameters written as a plain word in the spec
 WORD_KINDS = ("self", "out", "scratch", "mask")
 
@@ -29,7 +34,7 @@ WORD_KINDS = ("self", "out", "scratch", "mask")
 class MethodBuilder:
     """The model of one generated verb wrapper."""
 
-    def __init__(self, b, m: Method, label: str, cname: str):
+    def __init__(self, b: Any, m: Method, label: str, cname: str) -> None:
         self.b = b              # the generator.builder.Builder
         self.ir = b.ir
         self.m = m
@@ -38,14 +43,17 @@ class MethodBuilder:
         self.args: List[Arg] = []
         self.mask_claimed = False
 
-    def where(self, key=None):
+    def where(self, key: Optional[str]=None) -> str:
         return self.m.where(key)
 
-    def fail(self, msg: str, key=None) -> NoReturn:
+    def fail(self, msg: str, key: Optional[str]=None) -> NoReturn:
         raise SpecError(f"{self.where(key)}: {self.label}: {msg}")
 
+    def fail_at(self, where: str, msg: str) -> NoReturn:
+        raise SpecError(f"{where}: {self.label}: {msg}")
+
     # -- what converters ask for (ctx) --
-    def add_arg(self, name: str, default, pytype: str, meaning: Optional[str] = None) -> Arg:
+    def add_arg(self, name: str, default: Any, pytype: str, meaning: Optional[str] = None) -> Arg:
         required = default == REQUIRED
         if required and any(not a.required for a in self.args):
             self.fail(f"required argument {name!r} follows an argument with a default "
@@ -53,6 +61,11 @@ class MethodBuilder:
         arg = Arg(name, required, None if required else py_repr_default(default), pytype, meaning)
         self.args.append(arg)
         return arg
+
+    def check_keys(self, node: Any, keys: AbstractSet[str], what: str, where: str) -> None:
+        """Refuse a key of the spec entry *node* that its converter does not
+        declare (generator/converters/: `keys`)."""
+        check_keys(node, keys, f"{self.label}: {what}", where)
 
     def claim_mask(self) -> bool:
         """True for the first member that adds to the mask (it declares it)."""
@@ -65,13 +78,13 @@ class MethodBuilder:
             if where is not None:
                 raise SpecError(f"{where}: {self.label}: unknown handle class {cls}")
             self.fail(f"unknown handle class {cls}")
-        return self.b.spec.handle(cls).node["ctype"]
+        return str(self.b.spec.handle(cls).node["ctype"])
 
     def struct_model(self, cls: str) -> Optional[StructModel]:
-        return self.b.struct_models.get(cls)
+        return cast(Optional[StructModel], self.b.struct_models.get(cls))
 
     def struct_class_of(self, ctype: str) -> Optional[str]:
-        return self.b.struct_by_ctype.get(ctype)
+        return cast(Optional[str], self.b.struct_by_ctype.get(ctype))
 
     def member_type(self, record: Record, path: str, where: str) -> Type:
         return member_type(self.ir, record, path, where)
@@ -88,7 +101,7 @@ class MethodBuilder:
         return "self_ptr" if owner_ctype == "struct ibv_context" else "self_ptr->context"
 
     # -- the model --
-    def verb_function(self) -> Tuple[Function, List]:
+    def verb_function(self) -> Tuple[Function, List[Param]]:
         verb = self.m.verb
         f = self.ir.function(verb)
         if f is None:
@@ -100,7 +113,7 @@ class MethodBuilder:
                 params = target.params
         return f, params
 
-    def converters(self, f: Function, params) -> List[ParamConverter]:
+    def converters(self, f: Function, params: Any) -> List[ParamConverter]:
         spec_params = self.m.node["params"] or Node()
         names = [p.name for p in params]
         for key in spec_params:
@@ -111,7 +124,7 @@ class MethodBuilder:
         for p in params:
             if p.name not in spec_params:
                 self.fail(f"parameter {p.name!r} of {f.name} is not mapped", "params")
-            out.append(self.param(p.name, p.type, spec_params[p.name]))
+            out.append(self.param(p.name, p.type, spec_params[p.name], spec_params.where(p.name)))
         return out
 
     def build(self) -> MethodModel:
@@ -174,7 +187,7 @@ class MethodBuilder:
         return syms
 
     # -- parameters --
-    def param_kind(self, cname: str, t: Type, pspec) -> str:
+    def param_kind(self, cname: str, t: Type, pspec: Any, where: str) -> str:
         """The PARAMS kind of a spec parameter entry (a word or a mapping)."""
         if isinstance(pspec, str):
             return pspec
@@ -183,10 +196,10 @@ class MethodBuilder:
                 return kind
         if "out" in pspec:
             if f"out:{pspec['out']}" not in PARAMS:
-                self.fail(f"unknown out kind {pspec['out']!r}")
+                self.fail_at(where, f"unknown out kind {pspec['out']!r}")
             return f"out:{pspec['out']}"
         if pspec.get("arg") is None:
-            self.fail(f"parameter {cname}: needs arg, value, struct, out, self or scratch")
+            self.fail_at(where, f"parameter {cname}: needs arg, value, struct, out, self or scratch")
         convert = pspec.get("convert") or ""
         kind = convert.split(":", 1)[0]
         if kind in PARAMS and kind not in BY_TYPE and issubclass(PARAMS[kind], ArgParam):
@@ -196,28 +209,36 @@ class MethodBuilder:
             return "address"
         if is_int(t):
             return "int"
-        self.fail(f"parameter {cname}: cannot convert {t.spelling}")
+        self.fail_at(where, f"parameter {cname}: cannot convert {t.spelling}")
 
-    def param(self, cname: str, t: Type, pspec) -> ParamConverter:
+    def param(self, cname: str, t: Type, pspec: Any, where: str) -> ParamConverter:
         if isinstance(pspec, str) and pspec not in WORD_KINDS:
             pspec = {"arg": pspec}
-        kind = self.param_kind(cname, t, pspec)
-        return PARAMS[kind].from_spec(self, cname, t, pspec)
+        if not isinstance(pspec, str):
+            # every kind's keys first, so that a typo is named as one (not as
+            # the kind it no longer selects)
+            self.check_keys(pspec, PARAM_KEYS, f"parameter {cname}", where)
+        kind = self.param_kind(cname, t, pspec, where)
+        if not isinstance(pspec, str):
+            self.check_keys(pspec, PARAMS[kind].keys, f"parameter {cname} ({kind})", where)
+        return cast(ParamConverter, PARAMS[kind].from_spec(self, cname, t, pspec))
 
     # -- the result --
     def returns(self, result_t: Type) -> ReturnConverter:
         ret = self.m.node.get("returns")
+        if isinstance(ret, Node):
+            check_keys(ret, NEW_RETURN_KEYS, f"{self.label}: returns", self.where("returns"))
         if isinstance(ret, Node) and "new" in ret:
             return self.new_handle(ret)
         if ret == "result":
-            return RETURNS["result"](result_t)
+            return cast(ReturnConverter, RETURNS["result"](result_t))
         if ret in ("bool", "be32", "str"):
-            return RETURNS[ret]()
+            return cast(ReturnConverter, RETURNS[ret]())
         if ret not in (None, "out", "none"):
             self.fail(f"unknown returns {ret!r}", "returns")
-        return RETURNS["out"](none=ret == "none")
+        return cast(ReturnConverter, RETURNS["out"](none=ret == "none"))
 
-    def new_handle(self, ret) -> ReturnConverter:
+    def new_handle(self, ret: Any) -> ReturnConverter:
         """`returns: {new: Class, parents: {...}}`: the parents as C, in the
         order the class (or its base) declares them."""
         cls = ret["new"]
@@ -245,4 +266,4 @@ class MethodBuilder:
         for pname in given:
             if pname not in declared:
                 self.fail(f"{cls} has no parent {pname!r}", "returns")
-        return RETURNS["new"](cls, parents)
+        return cast(ReturnConverter, RETURNS["new"](cls, parents))

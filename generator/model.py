@@ -10,7 +10,7 @@ knows its C and its Python type.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from . import ctext
 from .converters import (Arg, AttributeConverter, FieldConverter, ParamConverter,  # noqa: F401

@@ -17,7 +17,7 @@ import re
 import shutil
 import subprocess
 import sys
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from .ir import (IR, Enum, EnumMember, Field, Function, Macro, Param, Record,
                  Type, Typedef, UNKNOWN)
@@ -48,7 +48,7 @@ class ParseError(RuntimeError):
 # environment
 # --------------------------------------------------------------------------
 
-def _cindex():
+def _cindex() -> Any:
     try:
         import clang.cindex as ci
     except ImportError as e:  # pragma: no cover - depends on environment
@@ -165,7 +165,7 @@ def detect_release(inc: str) -> Optional[str]:
 # --------------------------------------------------------------------------
 
 class _Parser:
-    def __init__(self, ci, tu, roots: List[str]):
+    def __init__(self, ci: Any, tu: Any, roots: List[str]) -> None:
         self.ci = ci
         self.tu = tu
         self.roots = roots
@@ -195,7 +195,7 @@ class _Parser:
         self.referenced: Dict[str, Optional[str]] = {}
 
     # -- locations ---------------------------------------------------------
-    def header_of(self, cursor) -> Optional[str]:
+    def header_of(self, cursor: Any) -> Optional[str]:
         f = cursor.location.file
         if f is None:
             return None
@@ -217,17 +217,17 @@ class _Parser:
         return None
 
     @staticmethod
-    def key(cursor) -> Tuple[str, int]:
+    def key(cursor: Any) -> Tuple[str, int]:
         loc = cursor.location
         return (loc.file.name if loc.file else "", loc.offset)
 
     # -- naming ------------------------------------------------------------
-    def _kw(self, cursor) -> str:
+    def _kw(self, cursor: Any) -> str:
         C = self.C
         return {C.STRUCT_DECL: "struct", C.UNION_DECL: "union",
                 C.ENUM_DECL: "enum"}.get(cursor.kind, "struct")
 
-    def _assign(self, cursor, name: str) -> str:
+    def _assign(self, cursor: Any, name: str) -> str:
         k = self.key(cursor)
         if k in self.names:
             return self.names[k]
@@ -239,10 +239,10 @@ class _Parser:
         self.used_names[name] = k
         return name
 
-    def _first_named(self, rec) -> Optional[str]:
+    def _first_named(self, rec: Any) -> Optional[str]:
         for f in rec.type.get_fields():
             if _IDENT.match(f.spelling):
-                return f.spelling
+                return str(f.spelling)
             d = f.type.get_canonical().get_declaration()
             if d.kind in self.record_decls:
                 n = self._first_named(d)
@@ -250,7 +250,7 @@ class _Parser:
                     return n
         return None
 
-    def decl_name(self, d) -> str:
+    def decl_name(self, d: Any) -> str:
         """Name of a struct/union/enum declaration cursor."""
         k = self.key(d)
         if k in self.names:
@@ -268,9 +268,9 @@ class _Parser:
         canon = d.type.get_canonical().spelling
         if canon.startswith(kw + " "):
             return f"{kw} {d.spelling}"
-        return d.spelling  # typedef name of an anonymous record/enum
+        return str(d.spelling)  # typedef name of an anonymous record/enum
 
-    def _strip_arrays(self, t):
+    def _strip_arrays(self, t: Any) -> Any:
         while True:
             u = self._desugar(t)
             if u.kind in self.array_kinds:
@@ -278,7 +278,7 @@ class _Parser:
             else:
                 return t
 
-    def collect_record(self, cur, name: str) -> None:
+    def collect_record(self, cur: Any, name: str) -> None:
         """Register record definition *cur* named *name* and its nested
         record/enum definitions."""
         self._assign(cur, name)
@@ -322,14 +322,14 @@ class _Parser:
                 else:
                     self.enum_cursors.append((ch, self.decl_name(ch)))
 
-    def note_declaration(self, cur) -> None:
+    def note_declaration(self, cur: Any) -> None:
         """A record declaration that is not a definition."""
         if cur.get_definition() is None and not cur.is_anonymous():
             self.referenced.setdefault(self.decl_name(cur),
                                        self.header_of(cur))
 
     # -- types -------------------------------------------------------------
-    def _desugar(self, t):
+    def _desugar(self, t: Any) -> Any:
         K = self.K
         for _ in range(64):
             if t.kind == K.TYPEDEF:
@@ -347,8 +347,8 @@ class _Parser:
                 return t
         return t
 
-    def spell(self, t) -> str:
-        s = t.spelling
+    def spell(self, t: Any) -> str:
+        s: str = t.spelling
         if "(unnamed" not in s and "(anonymous" not in s:
             return s
         K = self.K
@@ -368,7 +368,7 @@ class _Parser:
             return f"{self.spell(u.element_type)}[]"
         return _ANON_PATH.sub("(anonymous)", s)
 
-    def conv(self, t) -> Type:
+    def conv(self, t: Any) -> Type:
         K = self.K
         can = t.get_canonical()
         k = can.kind
@@ -416,7 +416,7 @@ class _Parser:
         return Type(spelling, "other", size, const=const)
 
     # -- declarations ------------------------------------------------------
-    def record(self, cur, name: str) -> Record:
+    def record(self, cur: Any, name: str) -> Record:
         fields = []
         for f in cur.type.get_fields():
             fname = f.spelling if _IDENT.match(f.spelling) else ""
@@ -436,7 +436,7 @@ class _Parser:
                       fields=fields, header=self.header_of(cur) or "",
                       complete=True)
 
-    def enum(self, cur, name: str) -> Enum:
+    def enum(self, cur: Any, name: str) -> Enum:
         members = [EnumMember(c.spelling, c.enum_value)
                    for c in cur.get_children()
                    if c.kind == self.C.ENUM_CONSTANT_DECL]
@@ -445,7 +445,7 @@ class _Parser:
                     header=self.header_of(cur) or "", signed=signed,
                     size=cur.type.get_size())
 
-    def deprecated(self, cur) -> bool:
+    def deprecated(self, cur: Any) -> bool:
         AK = self.ci.AvailabilityKind
         try:
             if cur.availability == AK.DEPRECATED:
@@ -458,7 +458,7 @@ class _Parser:
                 return True
         return False
 
-    def function(self, cur) -> Function:
+    def function(self, cur: Any) -> Function:
         t = cur.type
         variadic = (t.kind == self.K.FUNCTIONPROTO
                     and t.is_function_variadic())
@@ -471,7 +471,7 @@ class _Parser:
                         macro_target=None, header=self.header_of(cur) or "",
                         deprecated=self.deprecated(cur))
 
-    def macro(self, cur) -> Macro:
+    def macro(self, cur: Any) -> Macro:
         toks = list(cur.get_tokens())
         end = cur.extent.end.offset
         toks = [t for t in toks if t.extent.start.offset < end] or toks
@@ -491,7 +491,7 @@ class _Parser:
                      header=self.header_of(cur) or "")
 
     # -- driver ------------------------------------------------------------
-    def run(self) -> Tuple[list, list, list, list, list]:
+    def run(self) -> Tuple[List[Function], List[Record], List[Enum], List[Typedef], List[Macro]]:
         C = self.C
         top = [c for c in self.tu.cursor.get_children()
                if self.header_of(c) is not None]
@@ -520,7 +520,7 @@ class _Parser:
         for cur, name in self.enum_cursors:
             enums.setdefault(name, self.enum(cur, name))
 
-        funcs: Dict[str, object] = {}
+        funcs: Dict[str, Any] = {}
         typedefs: Dict[str, Typedef] = {}
         macros: Dict[str, Macro] = {}
         for c in top:
@@ -547,7 +547,7 @@ class _Parser:
                     else "struct", size=None, align=None, fields=[],
                     header=hdr, complete=False)
 
-        def srt(d):
+        def srt(d: Any) -> Any:
             return [d[k] for k in sorted(d)]
         return (srt(functions), srt(records), srt(enums), srt(typedefs),
                 srt(macros))
@@ -635,7 +635,7 @@ def parse(prefix: Optional[str] = None, header: str = DEFAULT_HEADER) -> IR:
 # --------------------------------------------------------------------------
 
 def summary(ir: IR) -> str:
-    by = {}
+    by: Dict[str, int] = {}
     for f in ir.functions:
         by[f.storage] = by.get(f.storage, 0) + 1
     comp = sum(1 for r in ir.records if r.complete)

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from .converters.registry import BUFFER_LIKE, GID_LIKE  # noqa: F401 (stubs use them)
+from .converters.registry import BUFFER_LIKE, GID_LIKE
+
+__all__ = ["BUFFER_LIKE", "GID_LIKE", "arg_specs"]
 
 
-def arg_specs(node) -> Dict[str, Any]:
+def arg_specs(node: Any) -> Dict[str, Any]:
     """Python argument name -> its spec node (a str for plain ones), for a
     spec method node; "**" for a keyword struct."""
     out: Dict[str, Any] = {}
 
-    def visit(pspec) -> None:
+    def visit(pspec: Any) -> None:
         if isinstance(pspec, str):
             if pspec not in ("self", "out", "scratch", "mask"):
                 out[pspec] = pspec

@@ -111,7 +111,7 @@ def render(m: CMModel, template_dir: str) -> Dict[str, str]:
     return {name: vrender.finish(text) for name, text in files.items()}
 
 
-def load(prefix: Optional[str], spec_root: str):
+def load(prefix: Optional[str], spec_root: str) -> CMModel:
     """Parse rdma_cma.h at *prefix* and load spec/rdmacm/: the CMModel."""
     from . import parse, spec as vspec
     return build(parse.parse(prefix, HEADER), vspec.load(spec_dir(spec_root)))

@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import AbstractSet, Any, Dict, List, Optional, Tuple
 
 from .ir import IR, Record, Type
 from .spec import Node, SpecError, load_file
@@ -42,18 +42,27 @@ SEQUENCE_KEYS = {"length", "item", "set_item"}
 ATTR_KEYS = {"field", "readonly", "ref", "hand", "slot", "flag", "check", "prepared", "doc",
              "too_big", "stub"}
 METHOD_KEYS = {"function", "flags", "doc", "stub"}
+FIELD_METHOD_KEYS = {"field", "doc"}
 # init: {...} / new: {...}: a generated parser of the constructor's arguments
 PARSER_KEYS = {"args", "required", "keyword_only"}
 FLAGS = {"METH_O", "METH_NOARGS"}
 UNSIGNED_MAX = {1: "UINT8_MAX", 2: "UINT16_MAX", 4: "UINT32_MAX", 8: "UINT64_MAX"}
 
 
-def _keys(node, allowed: set, what: str) -> Node:
+def _keys(node: Any, allowed: AbstractSet[str], what: str) -> Node:
     if not isinstance(node, Node):
         raise SpecError(f"{DISPLAY}: {what}: expected a mapping")
     for key in node:
         if key not in allowed:
             raise SpecError(f"{node.where(key)}: {what}: unknown key {key!r}")
+    return node
+
+
+def _needs(node: Node, keys: AbstractSet[str], what: str) -> Node:
+    """Refuse *node* without one of *keys*."""
+    for key in sorted(keys):
+        if key not in node:
+            raise SpecError(f"{node.where()}: {what}: needs {key!r}")
     return node
 
 
@@ -212,7 +221,7 @@ class TypeModel:
     def members(self) -> List[Tuple[str, str]]:
         """(member, C type) of the values a `members` object keeps."""
         return [(a.name, a.conv.ctype) for a in self.attributes
-                if self.storage == "members" and a.kind == "field"]
+                if self.storage == "members" and a.kind == "field" and a.conv is not None]
 
     @property
     def state_decls(self) -> List[str]:
@@ -309,7 +318,7 @@ class RecordsSpec:
 
 def _member(ir: IR, record: Record, path: str, where: str) -> Type:
     """The type of a dotted member path, through named and anonymous members."""
-    rec = record
+    rec: Optional[Record] = record
     t: Optional[Type] = None
     for part in path.split("."):
         t = _find(ir, rec, part)
@@ -317,6 +326,7 @@ def _member(ir: IR, record: Record, path: str, where: str) -> Type:
             raise SpecError(f"{where}: {record.name} has no member {path!r}")
         if t.kind in ("struct", "union"):
             rec = ir.record(t.decl or t.spelling)
+    assert t is not None     # a path has one part at least
     return t
 
 
@@ -418,7 +428,7 @@ def _field_ref(records: Dict[str, RecordModel], ref: str, where: str) -> Convert
     return records[key].converters[name]
 
 
-def _attribute(records, name: str, node: Node, where: str, readonly: bool) -> Attribute:
+def _attribute(records: Any, name: str, node: Node, where: str, readonly: bool) -> Attribute:
     node = _keys(node, ATTR_KEYS, f"attribute {name}")
     doc = str(node.get("doc", ""))
     readonly = readonly or bool(node.get("readonly"))
@@ -449,7 +459,7 @@ def _attribute(records, name: str, node: Node, where: str, readonly: bool) -> At
     raise SpecError(f"{where}: {name}: needs field, ref, flag or hand")
 
 
-def _storage(records, node: Node, name: str):
+def _storage(records: Any, node: Node, name: str) -> Tuple[str, Any, Dict[str, Any]]:
     storage = node.get("storage")
     if storage is None:        # the object keeps its `state` (and refs) only
         return "state", None, {}
@@ -472,7 +482,7 @@ def _storage(records, node: Node, name: str):
     return "reach", None, reach
 
 
-def _type(records, name: str, node: Node) -> TypeModel:
+def _type(records: Any, name: str, node: Node) -> TypeModel:
     node = _keys(node, TYPE_KEYS, name)
     kind, member, reach = _storage(records, node, name)
     attrs = node.get("attributes") or Node()
@@ -499,7 +509,9 @@ def _type(records, name: str, node: Node) -> TypeModel:
                             f"must be one of {sorted(FLAGS)}")
     fms = node.get("field_methods") or Node()
     field_methods = [FieldMethod(f, _field_ref(records, fn["field"], fms.where(f)), fn["doc"])
-                     for f, fn in fms.items()]
+                     for f, fn in ((f, _needs(_keys(fn, FIELD_METHOD_KEYS, f"{name}.{f}"),
+                                              FIELD_METHOD_KEYS, f"{name}.{f}"))
+                                   for f, fn in fms.items())]
     state = [(k, str(v)) for k, v in (node.get("state") or {}).items()]
     seq = _sequence(node, name)
     traverse, clear = _gc_functions(node, name)
@@ -575,7 +587,7 @@ def _attribute_stub(a: Attribute, node: Node) -> None:
         a.stub = a.stub_set = str(stub)
 
 
-def _signature(where: str, label: str, sig) -> str:
+def _signature(where: str, label: str, sig: Any) -> str:
     text = str(sig)
     if not (text.startswith("(") and ") -> " in text):
         raise SpecError(f"{where}: {label}: stub must be a typed signature, "

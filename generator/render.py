@@ -5,7 +5,7 @@ Output is deterministic: the same IR and spec give byte-identical files.
 from __future__ import annotations
 
 import os
-from typing import Dict
+from typing import Any, Dict, List
 
 import jinja2
 
@@ -16,7 +16,7 @@ from .model import Model
 COMMAND = "python -m generator generate"
 
 
-def _init_format(fields) -> str:
+def _init_format(fields: Any) -> str:
     fmt = ""
     optional = False
     for f in fields:
@@ -38,13 +38,13 @@ def environment(template_dir: str) -> jinja2.Environment:
     env.filters["c_body"] = emit.method_body
     env.filters["c_getter"] = emit.getter_lines
     env.filters["c_setter"] = emit.setter_lines
-    # the header's checksums (generator/checksum.py)
-    env.globals["generator_sha256"] = checksum.generator_digest()
+    # the header's stamp (generator/checksum.py)
+    env.globals["output_sha256_mark"] = checksum.OWN_MARK
     env.globals["output_sha256_zeros"] = checksum.ZEROS
     return env
 
 
-def _handle_template(h) -> str:
+def _handle_template(h: Any) -> str:
     """A plain handle class, a subclass over the same verbs object (QPEx of
     QP), or a subclass holding another C type that converts to its base's
     (CQEx of CQ through ibv_cq_ex_to_cq)."""
@@ -65,7 +65,7 @@ def render(model: Model, template_dir: str) -> Dict[str, str]:
                   symbols=model.symbols)
     files: Dict[str, str] = {}
 
-    def emit(name: str, template: str, comment=c_comment, **extra):
+    def emit(name: str, template: str, comment: Dict[str, str]=c_comment, **extra: Any) -> None:
         files[name] = env.get_template(template).render(**common, **comment, **extra)
 
     from .loader import VERBS
@@ -91,7 +91,7 @@ def finish(text: str) -> str:
 
 def _tidy(text: str) -> str:
     lines = [line.rstrip() for line in text.split("\n")]
-    out = []
+    out: List[str] = []
     for line in lines:
         if line == "" and out and out[-1] == "" :
             continue

@@ -67,6 +67,8 @@ from typing import Any, Dict, List, NoReturn, Optional, Tuple
 
 # method-level keys of this module (spec.METHOD_KEYS accepts them)
 METHOD_KEYS = {"qpex", "posts_send", "not_polling"}
+# parameter and `struct:` member keys of this module (lowered to `value:`/`max:`)
+PARAM_KEYS = {"flags", "size_of", "sge_of", "below", "comp_mask_bit"}
 
 
 
@@ -81,7 +83,7 @@ def _is_name(text: str) -> bool:
 
 def _where(node: Any, key: Optional[str] = None) -> str:
     if hasattr(node, "where"):
-        return node.where(key)
+        return str(node.where(key))
     return "spec"
 
 
@@ -121,7 +123,7 @@ def _self_field(value: Any, where: str, what: str) -> Optional[str]:
 class Scope:
     """A method (or attribute) of a class: what rules may refer to."""
 
-    def __init__(self, spec: Any, owner: str, name: str, node: Any):
+    def __init__(self, spec: Any, owner: str, name: str, node: Any) -> None:
         self.spec, self.owner, self.name, self.node = spec, owner, name, node
         self.label = f"{owner}.{name}" if owner else name
         self.prologue: List[str] = []
@@ -245,24 +247,24 @@ class CheckRule:
 class SameContext(CheckRule):
     key = "same_context"
 
-    def expr(self, scope, entry, where):
+    def expr(self, scope: Scope, entry: Any, where: str) -> str:
         obj, ctype, _ = scope.handle_ref(entry[self.key], where)
         own = "self_ptr" if scope.owner_ctype(where) == "struct ibv_context" else "self_ptr->context"
         return f"{obj} == NULL || (({ctype} *)IBP_HANDLE({obj})->ptr)->context == {own}"
 
-    def message(self, scope, entry, where):
+    def message(self, scope: Scope, entry: Any, where: str) -> Optional[str]:
         return f"{scope.handle_ref(entry[self.key], where)[2]} belongs to another context"
 
 
 class SamePD(CheckRule):
     key = "same_pd"
 
-    def expr(self, scope, entry, where):
+    def expr(self, scope: Scope, entry: Any, where: str) -> str:
         obj, ctype, _ = scope.handle_ref(entry[self.key], where)
         own = "self_ptr" if scope.owner_ctype(where) == "struct ibv_pd" else "self_ptr->pd"
         return f"{obj} == NULL || (({ctype} *)IBP_HANDLE({obj})->ptr)->pd == {own}"
 
-    def message(self, scope, entry, where):
+    def message(self, scope: Scope, entry: Any, where: str) -> Optional[str]:
         return f"{scope.handle_ref(entry[self.key], where)[2]} belongs to another PD"
 
 
@@ -270,7 +272,7 @@ class NotNone(CheckRule):
     key = "not_none"
     error = "TypeError"
 
-    def expr(self, scope, entry, where):
+    def expr(self, scope: Scope, entry: Any, where: str) -> str:
         refs = entry[self.key]
         if not isinstance(refs, list) or not refs:
             scope.fail(where, "not_none: a list of arguments")
@@ -280,7 +282,7 @@ class NotNone(CheckRule):
 class IsNone(CheckRule):
     key = "is_none"
 
-    def expr(self, scope, entry, where):
+    def expr(self, scope: Scope, entry: Any, where: str) -> str:
         return f"{scope.handle_ref(entry[self.key], where)[0]} == NULL"
 
 
@@ -288,7 +290,7 @@ class State(CheckRule):
     key = "state"
     error = "RuntimeError"
 
-    def expr(self, scope, entry, where):
+    def expr(self, scope: Scope, entry: Any, where: str) -> str:
         field = _ident(entry[self.key], where, "state")
         if not scope.has_state(scope.owner, field):
             scope.fail(where, f"{scope.owner} has no state {field!r}")
@@ -299,12 +301,12 @@ class ProviderOp(CheckRule):
     key = "provider_op"
     error = "RuntimeError"
 
-    def expr(self, scope, entry, where):
+    def expr(self, scope: Scope, entry: Any, where: str) -> str:
         op = _ident(entry[self.key], where, "provider_op")
         scope.owner_ctype(where)
         return f"self_ptr->{op} != NULL"
 
-    def message(self, scope, entry, where):
+    def message(self, scope: Scope, entry: Any, where: str) -> Optional[str]:
         return f"the provider does not offer {entry[self.key]}"
 
 
@@ -315,13 +317,13 @@ class WCFlag(CheckRule):
     error = "RuntimeError"
     enum = "CreateCQWCFlags"
 
-    def prefix(self, scope, where) -> str:
+    def prefix(self, scope: Scope, where: str) -> str:
         e: Any = next((e for e in scope.spec.enums if e.name == self.enum), None)
         if e is None:
             scope.fail(where, f"wc_flag needs the enum {self.enum}")
         return str(e.node["prefix"])
 
-    def expr(self, scope, entry, where):
+    def expr(self, scope: Scope, entry: Any, where: str) -> str:
         flag = _ident(entry[self.key], where, "wc_flag")
         if not scope.has_state(scope.owner, "wc_flags"):
             scope.fail(where, f"wc_flag: {scope.owner} has no state 'wc_flags'")
@@ -329,7 +331,7 @@ class WCFlag(CheckRule):
         return (f"(((struct {scope.owner}Object *)self)->wc_flags & {self.prefix(scope, where)}{flag})"
                 f" && self_ptr->{op} != NULL")
 
-    def message(self, scope, entry, where):
+    def message(self, scope: Scope, entry: Any, where: str) -> Optional[str]:
         field = scope.name[len("read_"):] if scope.name.startswith("read_") else scope.name
         return (f"{field} was not requested: create the {scope.owner} with wc_flags "
                 f"including {self.enum}.{entry[self.key]}")
@@ -349,6 +351,9 @@ def expand_checks(scope: Scope, checks: Any, where: str) -> List[Any]:
         if not hasattr(entry, "get"):
             scope.fail(where, f"a check is a mapping, got {entry!r}")
         if "expr" in entry:
+            unknown = [k for k in entry if k not in {"expr"} | CHECK_EXTRA]
+            if unknown:
+                scope.fail(_where(entry, unknown[0]), f"a raw C check: unknown key {unknown[0]!r}")
             out.append(entry)
             continue
         here = _where(entry)
@@ -359,7 +364,7 @@ def expand_checks(scope: Scope, checks: Any, where: str) -> List[Any]:
         allowed = {rule.key} | CHECK_EXTRA | ({"provider_op"} if rule is CHECKS["wc_flag"] else set())
         unknown = [k for k in entry if k not in allowed]
         if unknown:
-            scope.fail(here, f"{rule.key}: unknown key {unknown[0]!r}")
+            scope.fail(_where(entry, unknown[0]), f"{rule.key}: unknown key {unknown[0]!r}")
         message = entry.get("message") or rule.message(scope, entry, here)
         if not message:
             scope.fail(here, f"{rule.key}: needs a `message:`")
@@ -454,6 +459,10 @@ class Values:
             return pspec
         if "flags" in pspec:
             return {"value": self.flags(scope, pspec, where)}
+        for key in ("size_of", "sge_of"):
+            if key in pspec and set(pspec) != {key}:
+                extra = sorted(set(pspec) - {key})[0]
+                scope.fail(_where(pspec, extra), f"{key}: alone, got also {extra!r}")
         if "size_of" in pspec:
             ccname, path, arg = scope.arg(pspec["size_of"], where)
             if arg.get("convert") != "bytes" or path is not None:
@@ -514,11 +523,20 @@ class Values:
 
 # --- returns: set ----------------------------------------------------------------------
 
+#: the keys of `returns: {new: Class, parents: {...}, set: {...}}`
+RETURN_KEYS = {"new", "parents", "set"}
+
+
 class SetOnResult:
     """`returns: {new: Class, ..., set: {FIELD: VALUE}}`: stored on the new object."""
 
     def apply(self, scope: Scope, node: Any) -> None:
         ret = node.get("returns")
+        if hasattr(ret, "get"):
+            unknown = [k for k in ret if k not in RETURN_KEYS]
+            if unknown:
+                scope.fail(_where(ret, unknown[0]), f"returns: unknown key {unknown[0]!r} "
+                           f"(expected one of: {', '.join(sorted(RETURN_KEYS))})")
         if not hasattr(ret, "get") or "set" not in ret:
             return
         where = ret.where("set")

@@ -11,7 +11,7 @@ import hashlib
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import AbstractSet, Any, Dict, List, Optional, Tuple
 
 import yaml
 
@@ -22,7 +22,7 @@ class SpecError(Exception):
     """A mistake in the spec, with its location."""
 
 
-class Node(dict):
+class Node(Dict[str, Any]):
     """A YAML mapping that remembers where it (and each key) came from."""
 
     file: str = "?"
@@ -34,8 +34,9 @@ class Node(dict):
         return f"{self.file}:{line}"
 
 
-class _Loader(yaml.SafeLoader):
-    pass
+# libyaml's parser when PyYAML has it (about 9x faster, the same nodes and marks)
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    name: str
 
 
 def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> Node:
@@ -89,13 +90,21 @@ HANDLE_KEYS = {"ctype", "doc", "destroy", "parents", "attributes", "methods",
                "subclassed"}
 STRUCT_KEYS = {"ctype", "doc", "fields", "writable", "since"}
 ENUM_KEYS = {"c", "match", "kind", "prefix", "since", "members"}
-METHOD_KEYS = {"verb", "params", "errors", "returns", "gil", "checks", "doc",
-               "requires", "signature", "hand", "keywords", "verbs", "prologue", "since",
-               "epilogue", "guard",
-               "stub",    # stub: the typed signature of a hand method (generator/stubs.py)
-               "impl",    # impl: a hand method's generated parser (generator/impl.py)
-               "python"}  # python: "module:function" of a Python-layer method
-METHOD_KEYS |= rules.METHOD_KEYS   # declarative rules (qpex, ...), expanded by generator/rules.py
+#: The keys of a method, by its kind (one declaration each: a new key is
+#: added to the set of the kind that reads it).
+VERB_METHOD_KEYS = {"verb", "params", "errors", "returns", "gil", "checks", "doc",
+                    "requires", "signature", "verbs", "prologue", "epilogue", "guard",
+                    "since"} | rules.METHOD_KEYS   # declarative rules, expanded by generator/rules.py
+HAND_METHOD_KEYS = {"hand", "doc", "verbs", "keywords", "since",
+                    "stub",    # the typed signature (generator/stubs.py)
+                    "impl"}    # a generated parser of the arguments (generator/impl.py)
+PYTHON_METHOD_KEYS = {"python",     # "module:function" of a Python-layer method
+                      "stub", "doc"}  # (the signature: the function's def, generator/pyimpl.py)
+METHOD_KEYS = VERB_METHOD_KEYS | HAND_METHOD_KEYS | PYTHON_METHOD_KEYS
+SYMBOLS_KEYS = {"optional"}
+BASE_KEYS = {"class", "upcast"}    # base: {class, upcast} (a base: Class is a name)
+DOCS_KEYS = {"arguments", "methods"}
+DOC_ENTRY_KEYS = {"summary", "args"}
 ERROR_CONVENTIONS = {"null", "errno", "negative", "none"}
 ENUM_KINDS = {"IntEnum", "IntFlag"}
 
@@ -165,31 +174,42 @@ class Spec:
         return [m for h in self.handles for m in h.methods] + self.functions
 
 
-def _check_keys(node: Any, allowed: set, what: str) -> None:
-    if not isinstance(node, Node):
-        raise SpecError(f"{what}: expected a mapping, got {node!r}")
+def check_keys(node: Any, allowed: AbstractSet[str], what: str, where: str = "spec") -> None:
+    """Refuse a key of *node* that is not in *allowed*, naming its file and
+    line (*where* for a mapping that is no loaded Node: one a rule made)."""
+    if not isinstance(node, dict):
+        raise SpecError(f"{where}: {what}: expected a mapping, got {node!r}")
     for key in node:
         if key not in allowed:
-            raise SpecError(f"{node.where(key)}: {what}: unknown key {key!r} "
+            at = node.where(key) if isinstance(node, Node) else where
+            raise SpecError(f"{at}: {what}: unknown key {key!r} "
                             f"(expected one of: {', '.join(sorted(allowed))})")
+
+
+def _check_keys(node: Any, allowed: AbstractSet[str], what: str) -> None:
+    if not isinstance(node, Node):
+        raise SpecError(f"{what}: expected a mapping, got {node!r}")
+    check_keys(node, allowed, what)
 
 
 def _method(name: str, owner: str, node: Any, where: str) -> Method:
     label = f"{owner}.{name}" if owner else name
     if not isinstance(node, Node):
         raise SpecError(f"{where}: {label}: expected a mapping")
-    _check_keys(node, METHOD_KEYS, label)
     if "hand" in node:
+        _check_keys(node, HAND_METHOD_KEYS, f"{label} (a hand-written method)")
         return Method(name, owner, node, hand=str(node["hand"]))
     if "python" in node:
+        _check_keys(node, PYTHON_METHOD_KEYS, f"{label} (a Python-layer method)")
         target = str(node["python"])
         if not re.fullmatch(r"[\w.]+:\w+", target):
             raise SpecError(f"{node.where('python')}: {label}: 'python' must be "
                             f"'module:function', got {target!r}")
-        for key in ("signature", "stub", "doc"):
+        for key in ("stub", "doc"):
             if key not in node:
                 raise SpecError(f"{node.where()}: {label}: a Python-layer method needs {key!r}")
         return Method(name, owner, node, python=target)
+    _check_keys(node, VERB_METHOD_KEYS, label)
     if "verb" not in node:
         raise SpecError(f"{node.where()}: {label}: needs 'verb' (or 'hand')")
     if "params" not in node:
@@ -199,9 +219,64 @@ def _method(name: str, owner: str, node: Any, where: str) -> Method:
         raise SpecError(f"{node.where('errors') if 'errors' in node else node.where()}: "
                         f"{label}: 'errors' must be one of "
                         f"{', '.join(sorted(ERROR_CONVENTIONS))}, got {errors!r}")
+    _check_param_keys(node, label)
     if node.get("gil", "hold") not in ("hold", "release"):
         raise SpecError(f"{node.where('gil')}: {label}: 'gil' must be hold or release")
     return Method(name, owner, node)
+
+
+def _handle(cls: str, node: Any) -> Handle:
+    _check_keys(node, HANDLE_KEYS, cls)
+    if "ctype" not in node:
+        raise SpecError(f"{node.where()}: {cls}: needs 'ctype'")
+    if isinstance(node.get("base"), Node):
+        _check_keys(node["base"], BASE_KEYS, f"{cls}: base")
+        if set(node["base"]) != BASE_KEYS:
+            raise SpecError(f"{node.where('base')}: {cls}: base needs exactly "
+                            "'class' and 'upcast'")
+    methods = [_method(m, cls, mnode, node.where("methods"))
+               for m, mnode in (node.get("methods") or {}).items()]
+    return Handle(cls, node, methods)
+
+
+def _param_keys() -> AbstractSet[str]:
+    """Every key a verb parameter's (or a `struct:` member's) entry may carry
+    before generator/rules.py lowers it: the converters' and the rules'."""
+    # the converters import nothing of the spec: no circle
+    from .converters import PARAMS
+    from .converters.composite import MEMBER_KEYS
+    return (frozenset().union(*(c.keys for c in PARAMS.by_kind.values())) | MEMBER_KEYS
+            | rules.PARAM_KEYS)
+
+
+def _check_field_keys(cls: str, fields: Any) -> None:
+    """Refuse an unknown key of a struct class's field before the rules read
+    the fields (`same_context: attr.pd`); generator/builder.py checks each
+    against its converter's own keys."""
+    from .converters import FIELDS
+    allowed = frozenset().union(*(c.keys for c in FIELDS.by_kind.values()))
+    for name, fspec in (fields.items() if isinstance(fields, Node) else ()):
+        if isinstance(fspec, Node):
+            _check_keys(fspec, allowed, f"{cls}.{name}")
+
+
+def _check_param_keys(node: Node, label: str) -> None:
+    """Refuse an unknown key of a parameter or `struct:` member before the
+    rules read the arguments (a renamed `arg:` is named as such, not as the
+    argument a check no longer finds); generator/methods.py checks each
+    against its converter's own keys."""
+    params = node.get("params")
+    if not isinstance(params, Node):
+        return
+    allowed = _param_keys()
+    for cname, pspec in params.items():
+        if not isinstance(pspec, Node):
+            continue
+        _check_keys(pspec, allowed, f"{label}: parameter {cname}")
+        members = pspec.get("struct")
+        for path, fspec in (members.items() if isinstance(members, Node) else ()):
+            if isinstance(fspec, Node):
+                _check_keys(fspec, allowed, f"{label}: {cname}.{path}")
 
 
 def load(spec_dir: str) -> Spec:
@@ -210,29 +285,28 @@ def load(spec_dir: str) -> Spec:
     if not names:
         raise SpecError(f"{spec_dir}: no *.yaml files")
     digest = hashlib.sha256()
+    # spec/x.yaml, or spec/rdmacm/x.yaml for a set of its own
+    sub = os.path.basename(os.path.normpath(spec_dir))
+    prefix = "spec" if sub == "spec" else f"spec/{sub}"
     spec = Spec(files=[], sha256="")
     # `methods: {Class: {...}}` adds methods to a class of another file
     # (Context.create_cq_ex lives in spec/cqex.yaml with the rest of CQEx).
-    extra_methods: List[tuple] = []
+    extra_methods: List[Tuple[str, Method, str]] = []
     for name in names:
         path = os.path.join(spec_dir, name)
-        display = f"spec/{name}"
+        display = f"{prefix}/{name}"
         with open(path, "rb") as f:
             digest.update(name.encode() + b"\0" + f.read() + b"\0")
         spec.files.append(display)
         data = load_file(path, display)
         _check_keys(data, TOP_KEYS, display)
         for cls, node in (data.get("handles") or {}).items():
-            _check_keys(node, HANDLE_KEYS, cls)
-            if "ctype" not in node:
-                raise SpecError(f"{node.where()}: {cls}: needs 'ctype'")
-            methods = [_method(m, cls, mnode, node.where("methods"))
-                       for m, mnode in (node.get("methods") or {}).items()]
-            spec.handles.append(Handle(cls, node, methods))
+            spec.handles.append(_handle(cls, node))
         for cls, node in (data.get("structs") or {}).items():
             _check_keys(node, STRUCT_KEYS, cls)
             if "ctype" not in node or "fields" not in node:
                 raise SpecError(f"{node.where()}: {cls}: needs 'ctype' and 'fields'")
+            _check_field_keys(cls, node["fields"])
             spec.structs.append(Struct(cls, node))
         for cls, node in (data.get("enums") or {}).items():
             _check_keys(node, ENUM_KEYS, cls)
@@ -250,10 +324,11 @@ def load(spec_dir: str) -> Spec:
             for m, mnode in mnodes.items():
                 extra_methods.append((cls, _method(m, cls, mnode, mnodes.where(m)),
                                       data["methods"].where(cls)))
-        functions = data.get("functions") or {}
+        functions = data.get("functions") or Node()
         for fname, node in functions.items():
             spec.functions.append(_method(fname, "", node, functions.where(fname)))
-        symbols = data.get("symbols") or {}
+        symbols = data.get("symbols") or Node()
+        _check_keys(symbols, SYMBOLS_KEYS, f"{display}: symbols")
         for sym, release in (symbols.get("optional") or {}).items():
             spec.optional[sym] = str(release)
             spec.optional_where[sym] = symbols["optional"].where(sym)
@@ -263,7 +338,7 @@ def load(spec_dir: str) -> Spec:
                 spec.gil_kinds += gil.load(data["gil"])
             except gil.GilError as exc:
                 raise SpecError(str(exc)) from None
-        exclusions = data.get("exclusions") or {}
+        exclusions = data.get("exclusions") or Node()
         for fname, reason in exclusions.items():
             if not isinstance(reason, str) or len(reason.strip()) < 8:
                 raise SpecError(f"{exclusions.where(fname)}: exclusion of {fname} "
@@ -288,12 +363,12 @@ def load(spec_dir: str) -> Spec:
 
 def _load_docs(spec: Spec, docs: Node, display: str) -> None:
     """A file's `docs:` (spec/docs.yaml): argument glossary, method texts."""
-    _check_keys(docs, {"arguments", "methods"}, f"{display}: docs")
+    _check_keys(docs, DOCS_KEYS, f"{display}: docs")
     for arg, text in (docs.get("arguments") or {}).items():
         spec.doc_arguments[str(arg)] = str(text).strip()
     for label, entry in (docs.get("methods") or {}).items():
         if isinstance(entry, Node):
-            _check_keys(entry, {"summary", "args"}, f"docs of {label}")
+            _check_keys(entry, DOC_ENTRY_KEYS, f"docs of {label}")
         elif not isinstance(entry, str):
             raise SpecError(f"{docs['methods'].where(label)}: docs of {label}: "
                             "a summary or {summary:, args:}")

@@ -37,7 +37,7 @@ from __future__ import annotations
 import ast
 import hashlib
 from dataclasses import dataclass
-from typing import Dict, List, Set
+from typing import Any, Dict, List, Optional, Set
 
 from . import record_stubs
 from . import render as vrender
@@ -106,7 +106,7 @@ def _typed_params(params: List[str], types: Dict[str, str]) -> str:
     return ", ".join(out)
 
 
-def _method_def(m: MethodModel, node, handles: Set[str], is_method: bool) -> str:
+def _method_def(m: MethodModel, node: Any, handles: Set[str], is_method: bool) -> str:
     stub = node.get("stub") if node is not None else None
     if m.hand and isinstance(stub, list):
         # several call forms (PD.reg_mr(addr, length, access) / (buffer, access))
@@ -150,7 +150,7 @@ def _struct_class(s: StructModel, handles: Set[str]) -> StubClass:
     return c
 
 
-def _handle_class(h: HandleModel, spec, handles: Set[str]) -> StubClass:
+def _handle_class(h: HandleModel, spec: Any, handles: Set[str]) -> StubClass:
     # a class the Python layer subclasses (ibverbs.CMID) is not @final
     c = StubClass(h.name, h.doc, final=not h.subclassed)
     c.lines.append(read_only("closed", "bool", "True once close() has run."))
@@ -178,14 +178,14 @@ def _handle_class(h: HandleModel, spec, handles: Set[str]) -> StubClass:
 _OPEN_COUNT_DOC = "How many {} objects of this process are open (leak checks)."
 
 
-def _hand_attribute_lines(h: HandleModel, spec) -> List[str]:
+def _hand_attribute_lines(h: HandleModel, spec: Any) -> List[str]:
     """Attributes of hand-written getters/setters (spec ``hand_attributes``),
     typed by their ``stub:`` key (``stub: int``), else Any."""
     hspec = spec.handle(h.name)
     nodes = (hspec.node.get("hand_attributes") or {}) if hspec else {}
     lines = []
     for aname, writable, doc in h.hand_attributes:
-        anode = nodes.get(aname)
+        anode: Any = nodes.get(aname)
         t = (anode.get("stub") if hasattr(anode, "get") else None) or "Any"
         lines.append(f"{aname}: {t}" if writable else read_only(aname, t, doc))
     return lines
@@ -219,7 +219,7 @@ def _derive(cls: StubClass, base: StubClass) -> None:
     cls.lines = [line for m in own for line in m]
 
 
-def build(model: Model, records, cm) -> Stubs:
+def build(model: Model, records: Any, cm: Any) -> Stubs:
     """The classes and functions of the extension: the data-path types'
     (a records.RecordsModel), the verbs model's, rdma_cm's (a
     rdmacm.CMModel, whose classes are handle classes too)."""
@@ -241,7 +241,7 @@ def build(model: Model, records, cm) -> Stubs:
     return Stubs(classes, functions)
 
 
-def _function_defs(functions: List[MethodModel], spec, handles: Set[str]) -> List[str]:
+def _function_defs(functions: List[MethodModel], spec: Any, handles: Set[str]) -> List[str]:
     nodes = {m.name: m.node for m in spec.functions}
     return [_method_def(m, nodes.get(m.name), handles, False) for m in functions]
 
@@ -265,7 +265,7 @@ class _Inputs:
     sha256: str
 
 
-def render(model: Model, records, cm, template_dir: str) -> Dict[str, str]:
+def render(model: Model, records: Any, cm: Any, template_dir: str) -> Dict[str, str]:
     """{OUTPUT: text}: the stub of the whole extension, from the verbs model,
     the data-path types (records.RecordsModel) and rdma_cm's (rdmacm.CMModel)."""
     env = vrender.environment(template_dir)

@@ -60,8 +60,9 @@ def _is_index(value: Any) -> bool:
 
 
 def reg_mr_any(pd: Any, *args: Any, **kwargs: Any) -> Any:
-    """``PD.reg_mr``: ``(addr, length, access)`` goes to the generated
-    ``PD._reg_mr`` (ibv_reg_mr), ``(buffer, access)`` to ``reg_mr``."""
+    # PD.reg_mr: its docstring is the spec's (spec/pd.yaml), its signature this def.
+    # ``PD.reg_mr``: ``(addr, length, access)`` goes to the generated
+    # ``PD._reg_mr`` (ibv_reg_mr), ``(buffer, access)`` to ``reg_mr``.
     first = args[0] if args else kwargs.get("buffer", kwargs.get("addr"))
     if "buffer" in kwargs or (args and not isinstance(first, int) and not _is_index(first)):
         if "buffer" in kwargs:

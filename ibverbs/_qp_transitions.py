@@ -169,21 +169,22 @@ def _modify(qp, state: str, mask, fields) -> None:
 
 
 def to_init(qp, port, access=0, pkey_index=0, qkey=0):
-    """RESET -> INIT on local ``port``. ``access`` (AccessFlags) is used by
-    RC/UC QPs, ``qkey`` by UD QPs."""
+    # QP.to_init: its docstring is the spec's (spec/qp.yaml), its signature this def.
+    # RESET -> INIT on local ``port``. ``access`` (AccessFlags) is used by
+    # RC/UC QPs, ``qkey`` by UD QPs.
     mask, fields = _init_request(_qp_kind(qp, "to_init"), port, access, pkey_index, qkey)
     _modify(qp, "INIT", mask, fields)
 
 
 def to_rtr(qp, remote, sgid_index, mtu=None, hop_limit=1, min_rnr_timer=12,
            max_dest_rd_atomic=1, sl=0, traffic_class=0):
-    """INIT -> RTR towards ``remote`` (a QPInfo), addressed through the local
-    GID at ``sgid_index`` of the port ``to_init`` chose.
-
-    ``mtu=None`` takes ``remote.mtu`` (the seed's rule; ``connect_rc`` takes
-    the smaller of it and the local port's active MTU).
-    UD and RAW_PACKET QPs only change state (``remote`` is not used).
-    """
+    # QP.to_rtr: its docstring is the spec's (spec/qp.yaml), its signature this def.
+    # INIT -> RTR towards ``remote`` (a QPInfo), addressed through the local
+    # GID at ``sgid_index`` of the port ``to_init`` chose.
+    #
+    # ``mtu=None`` takes ``remote.mtu`` (the seed's rule; ``connect_rc`` takes
+    # the smaller of it and the local port's active MTU).
+    # UD and RAW_PACKET QPs only change state (``remote`` is not used).
     kind = _qp_kind(qp, "to_rtr")
     port = None
     if kind in ("RC", "UC"):
@@ -203,33 +204,35 @@ def to_rtr(qp, remote, sgid_index, mtu=None, hop_limit=1, min_rnr_timer=12,
 
 
 def to_rts(qp, psn, timeout=14, retry_cnt=7, rnr_retry=7, max_rd_atomic=1):
-    """RTR -> RTS with send PSN ``psn``. ``timeout``, ``retry_cnt``,
-    ``rnr_retry`` and ``max_rd_atomic`` apply to RC QPs only."""
+    # QP.to_rts: its docstring is the spec's (spec/qp.yaml), its signature this def.
+    # RTR -> RTS with send PSN ``psn``. ``timeout``, ``retry_cnt``,
+    # ``rnr_retry`` and ``max_rd_atomic`` apply to RC QPs only.
     mask, fields = _rts_request(_qp_kind(qp, "to_rts"), psn, timeout, retry_cnt, rnr_retry, max_rd_atomic)
     _modify(qp, "RTS", mask, fields)
 
 
 def query(qp, attr_mask=0x1FFFFF):
-    """``QP.query(attr_mask=all) -> (dict, QPCap)`` (ibv_query_qp)."""
+    # QP.query: its docstring is the spec's (spec/qp.yaml), its signature this def.
+    # ``QP.query(attr_mask=all) -> (dict, QPCap)`` (ibv_query_qp).
     attr = qp._query(attr_mask)
     return attr._asdict(), attr.cap
 
 
 def reset(qp):
-    """Any state -> RESET: the first step of recovering a QP in place.
-
-    A QP that met a fatal error (a dead peer, a retry or RNR limit, a remote
-    access error) sits in ERR and stays there; from RESET, ``to_init``,
-    ``to_rtr`` and ``to_rts`` (or ``connect_rc``) bring it back with a fresh
-    PSN, towards the same peer or a new one. The peer's QP must be
-    reconnected too: an RC connection resynchronises both ends.
-
-    RESET discards the work requests still queued, without completions, and
-    may drop the completions still in the CQ for this QP. To account for
-    every request, wait for the ERR state's flush completions
-    (``WCStatus.WR_FLUSH_ERR``: one per outstanding request) and poll them
-    before calling this.
-    """
+    # QP.reset: its docstring is the spec's (spec/qp.yaml), its signature this def.
+    # Any state -> RESET: the first step of recovering a QP in place.
+    #
+    # A QP that met a fatal error (a dead peer, a retry or RNR limit, a remote
+    # access error) sits in ERR and stays there; from RESET, ``to_init``,
+    # ``to_rtr`` and ``to_rts`` (or ``connect_rc``) bring it back with a fresh
+    # PSN, towards the same peer or a new one. The peer's QP must be
+    # reconnected too: an RC connection resynchronises both ends.
+    #
+    # RESET discards the work requests still queued, without completions, and
+    # may drop the completions still in the CQ for this QP. To account for
+    # every request, wait for the ERR state's flush completions
+    # (``WCStatus.WR_FLUSH_ERR``: one per outstanding request) and poll them
+    # before calling this.
     from .enums import QPAttrMask, QPState
 
     qp.modify(QPAttrMask.STATE, qp_state=QPState.RESET)

@@ -160,8 +160,9 @@ class RemoteBuffer:
 
 
 def mr_remote(mr, offset: int = 0, length: int | None = None) -> RemoteBuffer:
-    """``MR.remote(offset=0, length=None)``: the RemoteBuffer a peer needs to
-    reach ``[offset, offset + length)`` of the MR (all of it by default)."""
+    # MR.remote: its docstring is the spec's (spec/mr.yaml), its signature this def.
+    # ``MR.remote(offset=0, length=None)``: the RemoteBuffer a peer needs to
+    # reach ``[offset, offset + length)`` of the MR (all of it by default).
     return RemoteBuffer(mr.addr, mr.rkey, mr.length).slice(offset, length)
 
 
@@ -379,9 +380,10 @@ def _gid_family(raw: bytes) -> int:
 
 
 def find_gid(ctx, port: int, *, gid_type=2, family="ipv4", netdev=None):
-    """``Context.find_gid(port, *, gid_type=GIDType.ROCE_V2, family="ipv4",
-    netdev=None) -> (index, Gid)``: the GID table index to connect with
-    (``sgid_index``) and its GID."""
+    # Context.find_gid: its docstring is the spec's (spec/context.yaml), its signature this def.
+    # ``Context.find_gid(port, *, gid_type=GIDType.ROCE_V2, family="ipv4",
+    # netdev=None) -> (index, Gid)``: the GID table index to connect with
+    # (``sgid_index``) and its GID.
     from ._gid import Gid
     from ._gid_table import GID_TYPE_NAMES, sysfs_gid_entries, verbs_gid_entries
 
@@ -413,8 +415,9 @@ def find_gid(ctx, port: int, *, gid_type=2, family="ipv4", netdev=None):
 
 def cq_wait(cq, n: int = 1, timeout: float | None = None, *, raise_on_error: bool = True,
             sleep: bool = False):
-    """``CQ.wait(n=1, timeout=None, *, raise_on_error=True, sleep=False)``:
-    the next ``n`` completions of the CQ, as a list of WC."""
+    # CQ.wait: its docstring is the spec's (spec/cq.yaml), its signature this def.
+    # ``CQ.wait(n=1, timeout=None, *, raise_on_error=True, sleep=False)``:
+    # the next ``n`` completions of the CQ, as a list of WC.
     import time
 
     n = _check_int("n", n, 1, 1 << 31)

@@ -3,5 +3,8 @@ kind (see registry.py).  Importing the package registers them all."""
 from __future__ import annotations
 
 from . import args, attributes, buffers, composite, fields, impl_args, returns, shapes  # noqa: F401 (registers)
-from .registry import (ATTRIBUTES, BUFFER_LIKE, FIELDS, GID_LIKE, PARAMS, REQUIRED, RETURNS,  # noqa: F401
+from .registry import (ATTRIBUTES, BUFFER_LIKE, FIELDS, GID_LIKE, PARAMS, REQUIRED, RETURNS,
                        Arg, AttributeConverter, FieldConverter, ParamConverter, ReturnConverter)
+
+__all__ = ["ATTRIBUTES", "BUFFER_LIKE", "FIELDS", "GID_LIKE", "PARAMS", "REQUIRED", "RETURNS",
+           "Arg", "AttributeConverter", "FieldConverter", "ParamConverter", "ReturnConverter"]

@@ -2,14 +2,14 @@
 kind (none: an int, or an address for a `void *`)."""
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Any, List, Optional
 
 from ..ctext import UINT32, UINT64, c_default, if_given, int_convert
 from ..ir import Type
-from .registry import GID_LIKE, PARAMS, REQUIRED, ParamConverter, describe, optional_type
+from .registry import Context, GID_LIKE, PARAMS, ParamConverter, REQUIRED, describe, optional_type
 
 
-def spec_default(node, key: str = "default"):
+def spec_default(node: Any, key: str = "default") -> Any:
     """A spec default: absent -> REQUIRED; "None" (YAML has no None) -> None."""
     if node is None or key not in node:
         return REQUIRED
@@ -20,8 +20,9 @@ def spec_default(node, key: str = "default"):
 class ArgParam(ParamConverter):
     """A parameter taken from the Python argument `name` (PyObject *name_obj)."""
     base_pytype = "int"
+    keys = frozenset({"arg", "default", "convert"})
 
-    def __init__(self, ctx, cname: str, t: Type, pspec):
+    def __init__(self, ctx: Context, cname: str, t: Type, pspec: Any) -> None:
         self.cname = cname
         self.t = t
         self.name = pspec["arg"]
@@ -32,15 +33,15 @@ class ArgParam(ParamConverter):
                                describe(pspec.get("convert")))
 
     @classmethod
-    def from_spec(cls, ctx, cname: str, t: Type, pspec) -> "ArgParam":
+    def from_spec(cls, ctx: Context, cname: str, t: Type, pspec: Any) -> "ArgParam":
         return cls(ctx, cname, t, pspec)
 
-    def pytype_of(self, pspec) -> str:
+    def pytype_of(self, pspec: Any) -> str:
         return self.base_pytype
 
     @property
     def optional(self) -> bool:
-        return self.default != REQUIRED
+        return bool(self.default != REQUIRED)
 
     def declarations(self) -> List[str]:
         return [f"PyObject *{self.var} = NULL;"] + self.own_declarations()
@@ -61,8 +62,9 @@ class ArgParam(ParamConverter):
 class IntParam(ArgParam):
     """An integer of the parameter's C type, range-checked (spec `min`/`max`
     may be C expressions)."""
+    keys = ArgParam.keys | {"min", "max"}
 
-    def __init__(self, ctx, cname: str, t: Type, pspec):
+    def __init__(self, ctx: Context, cname: str, t: Type, pspec: Any) -> None:
         super().__init__(ctx, cname, t, pspec)
         lo, hi = pspec.get("min"), pspec.get("max")
         self.lo: Optional[str] = None if lo is None else str(lo)
@@ -121,12 +123,12 @@ class ClassArgParam(ArgParam):
     """An argument whose `convert:` names one of our classes (`kind:Class`):
     that class is its Python type and what its docstring says it takes."""
 
-    def __init__(self, ctx, cname: str, t: Type, pspec):
+    def __init__(self, ctx: Context, cname: str, t: Type, pspec: Any) -> None:
         self.cls = pspec["convert"].split(":", 1)[1]
         super().__init__(ctx, cname, t, pspec)
 
-    def pytype_of(self, pspec) -> str:
-        return self.cls
+    def pytype_of(self, pspec: Any) -> str:
+        return str(self.cls)
 
     @classmethod
     def describe(cls, convert: str) -> Optional[str]:
@@ -138,7 +140,7 @@ class HandleParam(ClassArgParam):
     """A verbs object from its handle class (`handle:PD`), None allowed when
     the default is None; it must belong to the owner's device context."""
 
-    def __init__(self, ctx, cname: str, t: Type, pspec):
+    def __init__(self, ctx: Context, cname: str, t: Type, pspec: Any) -> None:
         super().__init__(ctx, cname, t, pspec)
         self.hctype = ctx.handle_ctype(self.cls)
         self.context_owner = ctx.context_owner(self.hctype)
@@ -187,7 +189,7 @@ class StructObjectParam(ClassArgParam):
     """A struct class object (`struct:QPAttr`), passed as a pointer to its C
     struct; its handle members are written in just before the call."""
 
-    def __init__(self, ctx, cname: str, t: Type, pspec):
+    def __init__(self, ctx: Context, cname: str, t: Type, pspec: Any) -> None:
         super().__init__(ctx, cname, t, pspec)
         model = ctx.struct_model(self.cls)
         if model is None:

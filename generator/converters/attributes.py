@@ -11,10 +11,12 @@ from .registry import ATTRIBUTES, AttributeConverter
 
 @ATTRIBUTES.register("member")
 class MemberAttribute(AttributeConverter):
-    """An integer member of the verbs object ("cap.max_send_wr")."""
+    """An integer member of the verbs object ("cap.max_send_wr"); a mapping
+    {path, since} for a member newer than some headers."""
     pytype = "int"
+    keys = frozenset({"path", "since"})
 
-    def __init__(self, path: str, t: Type):
+    def __init__(self, path: str, t: Type) -> None:
         self.path, self.t = path, t
 
     def getter(self) -> List[str]:
@@ -26,8 +28,9 @@ class IntExprAttribute(AttributeConverter):
     """An unsigned integer expression, after optional checks (each: a C
     condition, the exception and message when it does not hold)."""
     pytype = "int"
+    keys = frozenset({"expr", "checks", "convert"})
 
-    def __init__(self, expr: str, label: str = "", checks: Sequence[Tuple[str, str, str]] = ()):
+    def __init__(self, expr: str, label: str = "", checks: Sequence[Tuple[str, str, str]] = ()) -> None:
         self.expr, self.label, self.checks = expr, label, list(checks)
 
     def getter(self) -> List[str]:
@@ -43,8 +46,9 @@ class IntExprAttribute(AttributeConverter):
 class StrExprAttribute(AttributeConverter):
     """A `const char *` expression; NULL is None."""
     pytype = "str | None"
+    keys = frozenset({"expr", "convert"})
 
-    def __init__(self, expr: str):
+    def __init__(self, expr: str) -> None:
         self.expr = expr
 
     def getter(self) -> List[str]:
@@ -59,8 +63,9 @@ class SockaddrMemberAttribute(AttributeConverter):
     None when unset."""
     pytype = "tuple[str, int] | None"
     ctype = "struct sockaddr"
+    keys = frozenset({"path", "convert"})
 
-    def __init__(self, path: str):
+    def __init__(self, path: str) -> None:
         self.path = path
 
     def getter(self) -> List[str]:

@@ -2,12 +2,12 @@
 with an optional `max`) or exactly N bytes (`buffer:N`)."""
 from __future__ import annotations
 
-from typing import List
+from typing import Any, List
 
 from ..ctext import c_format_text
 from ..ir import Type
 from .args import ArgParam
-from .registry import BUFFER_LIKE, PARAMS
+from .registry import BUFFER_LIKE, Context, PARAMS
 
 
 @PARAMS.register("bytes")
@@ -16,12 +16,13 @@ class BytesParam(ArgParam):
     it as {cname}_c_bytes and its size as {cname}_c_size (QP._create_flow:
     struct ibv_flow_attr and its specs)."""
     base_pytype = BUFFER_LIKE
+    keys = ArgParam.keys | {"max", "hint"}
 
     @classmethod
     def describe(cls, convert: str) -> str:
         return "bytes-like data"
 
-    def __init__(self, ctx, cname: str, t: Type, pspec):
+    def __init__(self, ctx: Context, cname: str, t: Type, pspec: Any) -> None:
         super().__init__(ctx, cname, t, pspec)
         self.max = pspec.get("max")
         self.hint = pspec.get("hint")     # why the bound, in the error: "(<hint>)"
@@ -61,7 +62,7 @@ class BufferParam(ArgParam):
     def describe(cls, convert: str) -> str:
         return f"{convert.split(':', 1)[1]} bytes (bytes-like)"
 
-    def __init__(self, ctx, cname: str, t: Type, pspec):
+    def __init__(self, ctx: Context, cname: str, t: Type, pspec: Any) -> None:
         super().__init__(ctx, cname, t, pspec)
         self.size = int(pspec["convert"].split(":", 1)[1])
 

@@ -3,17 +3,19 @@ by member (spec `struct: {member: arg}`), and a struct class's fields by
 keyword (spec `kwargs: Class`)."""
 from __future__ import annotations
 
-from typing import List
+from typing import Any, FrozenSet, List, Optional
 
 from ..ctext import c_default, if_given, indented, int_convert
 from ..ir import Type
 from .args import context_check, hold_argument, spec_default
-from .registry import PARAMS, REQUIRED, ParamConverter, describe, optional_type
+from .registry import Arg, Context, PARAMS, ParamConverter, REQUIRED, describe, optional_type
 
 
 class _Member:
     """One member of the struct: a constant, or a Python argument."""
-    arg = None
+    arg: Optional[Arg] = None
+    #: the keys of its spec entry (checked by StructFieldsParam.from_spec)
+    keys: FrozenSet[str] = frozenset()
 
     def declarations(self) -> List[str]:
         return []
@@ -23,7 +25,9 @@ class _Member:
 
 
 class _ConstantMember(_Member):
-    def __init__(self, target: str, value):
+    keys = frozenset({"value"})
+
+    def __init__(self, target: str, value: Any) -> None:
         self.target, self.value = target, value
 
     def parse(self) -> List[str]:
@@ -31,7 +35,7 @@ class _ConstantMember(_Member):
 
 
 class _ArgMember(_Member):
-    def __init__(self, ctx, target: str, fspec, pytype: str):
+    def __init__(self, ctx: Context, target: str, fspec: Any, pytype: str) -> None:
         self.target = target
         self.name = fspec["arg"]
         self.default = spec_default(fspec)
@@ -51,7 +55,9 @@ class _ArgMember(_Member):
 
 
 class _IntMember(_ArgMember):
-    def __init__(self, ctx, target: str, t: Type, fspec):
+    keys = frozenset({"arg", "default", "convert", "min", "max", "mask"})
+
+    def __init__(self, ctx: Context, target: str, t: Type, fspec: Any) -> None:
         super().__init__(ctx, target, fspec, "int")
         lo, hi = fspec.get("min"), fspec.get("max")
         self.conv = int_convert(self.var, target, t, self.name,
@@ -69,8 +75,9 @@ class _IntMember(_ArgMember):
 class _HandleMember(_ArgMember):
     """A member pointing to a verbs object, from a handle argument (its
     Python object is `name`, usable as a parent in `returns`)."""
+    keys = frozenset({"arg", "default", "convert", "mask"})
 
-    def __init__(self, ctx, target: str, fspec, where: str):
+    def __init__(self, ctx: Context, target: str, fspec: Any, where: str) -> None:
         self.cls = fspec["convert"].split(":", 1)[1]
         super().__init__(ctx, target, fspec, self.cls)
         self.hctype = ctx.handle_ctype(self.cls, where)
@@ -104,12 +111,13 @@ class _HandleMember(_ArgMember):
 class StructFieldsParam(ParamConverter):
     """A C struct on the stack, zeroed, its members from constants (`value:`)
     and Python arguments; passed by address."""
+    keys = frozenset({"struct"})
 
-    def __init__(self, local: str, ctype: str, members: List[_Member]):
+    def __init__(self, local: str, ctype: str, members: List[_Member]) -> None:
         self.local, self.ctype, self.members = local, ctype, members
 
     @classmethod
-    def from_spec(cls, ctx, cname: str, t: Type, pspec) -> "StructFieldsParam":
+    def from_spec(cls, ctx: Context, cname: str, t: Type, pspec: Any) -> "StructFieldsParam":
         fields = pspec["struct"]
         pointee = t.pointee
         if pointee is None:
@@ -126,9 +134,12 @@ class StructFieldsParam(ParamConverter):
             if isinstance(fspec, str):
                 fspec = {"arg": fspec}
             convert = fspec.get("convert") or ""
-            if "value" in fspec:
+            kind = (_ConstantMember if "value" in fspec else
+                    _HandleMember if convert.startswith("handle:") else _IntMember)
+            ctx.check_keys(fspec, kind.keys, f"{cname}.{path}", where)
+            if kind is _ConstantMember:
                 members.append(_ConstantMember(target, fspec["value"]))
-            elif convert.startswith("handle:"):
+            elif kind is _HandleMember:
                 members.append(_HandleMember(ctx, target, fspec, where))
             else:
                 members.append(_IntMember(ctx, target, ft, fspec))
@@ -158,13 +169,14 @@ class KwargsParam(ParamConverter):
     emit.py parses them together with the method's other arguments.
     `positional`: fields also taken by position after the arguments, where
     None means not given (the seed's modify(mask, ah_attr=None))."""
+    keys = frozenset({"kwargs", "unknown", "positional"})
 
-    def __init__(self, local: str, ctype: str, cls: str, unknown: str, positional: List[str]):
+    def __init__(self, local: str, ctype: str, cls: str, unknown: str, positional: List[str]) -> None:
         self.local, self.ctype, self.cls = local, ctype, cls
         self.unknown, self.positional = unknown, positional
 
     @classmethod
-    def from_spec(cls, ctx, cname: str, t: Type, pspec) -> "KwargsParam":
+    def from_spec(cls, ctx: Context, cname: str, t: Type, pspec: Any) -> "KwargsParam":
         struct_class = pspec["kwargs"]
         model = ctx.struct_model(struct_class)
         if model is None or not model.writable:
@@ -178,3 +190,7 @@ class KwargsParam(ParamConverter):
     def call_arg(self) -> str:
         return f"&{self.local}"
 
+
+
+#: every key a `struct:` member's entry may carry, whatever its kind
+MEMBER_KEYS = _ConstantMember.keys | _IntMember.keys | _HandleMember.keys

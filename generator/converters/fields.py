@@ -13,8 +13,9 @@ from .registry import FIELDS, FieldConverter
 class HandleField(FieldConverter):
     """A member pointing to a verbs object, kept as a Python reference
     (self->ref_<name>) and written into the struct by X_prepare()."""
+    keys = FieldConverter.keys | {"none_ok"}
 
-    def __init__(self, pyname: str, member: str, writable: bool, cls: str, none_ok: bool):
+    def __init__(self, pyname: str, member: str, writable: bool, cls: str, none_ok: bool) -> None:
         super().__init__(pyname, member, writable)
         self.cls = cls
         # a required field that may hold None until the struct is used (the
@@ -22,7 +23,7 @@ class HandleField(FieldConverter):
         self.none_ok = none_ok
 
     @property
-    def pytype(self) -> str:
+    def pytype(self) -> str:  # type: ignore[override]  # a class attribute in the base
         return f"{self.cls} | None"
 
     def getter(self) -> List[str]:
@@ -101,7 +102,7 @@ class ByteArrayField(FieldConverter):
 class IntField(FieldConverter):
     pytype = "int"
 
-    def __init__(self, pyname: str, member: str, writable: bool, t: Type):
+    def __init__(self, pyname: str, member: str, writable: bool, t: Type) -> None:
         super().__init__(pyname, member, writable)
         self.t = t
 
@@ -118,12 +119,12 @@ class IntField(FieldConverter):
 class NestedStructField(FieldConverter):
     """A nested struct of another struct class, copied in and out."""
 
-    def __init__(self, pyname: str, member: str, writable: bool, cls: str):
+    def __init__(self, pyname: str, member: str, writable: bool, cls: str) -> None:
         super().__init__(pyname, member, writable)
         self.cls = cls
 
     @property
-    def pytype(self) -> str:
+    def pytype(self) -> str:  # type: ignore[override]  # a class attribute in the base
         return self.cls
 
     def getter(self) -> List[str]:

@@ -5,12 +5,12 @@ argument with one of these (or with a verb parameter's converter, such as
 the `_impl` function takes it as."""
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Any, List, Optional
 
 from ..ctext import c_format_text, indented
 from .args import ArgParam, ClassArgParam
 from .buffers import BytesParam
-from .registry import PARAMS
+from .registry import Context, PARAMS
 
 
 @PARAMS.register("object")
@@ -67,8 +67,9 @@ class InstanceParam(ClassArgParam):
     (the seed's classes can be subclassed, and a subclass's object has the
     same struct), passed on as its object struct; `message:` begins the
     TypeError ("<message>, not <type>"; default "expected a <Type>")."""
+    keys = ClassArgParam.keys | {"message"}
 
-    def __init__(self, ctx, cname: str, t, pspec):
+    def __init__(self, ctx: Context, cname: str, t: Any, pspec: Any) -> None:
         super().__init__(ctx, cname, t, pspec)
         article = "an" if self.cls[0] in "AEIOU" else "a"
         self.message = str(pspec.get("message") or f"expected {article} {self.cls}")

@@ -19,7 +19,11 @@ that converters/__init__.py imports: nothing else dispatches on kinds.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, TypeVar
+from typing import (TYPE_CHECKING, AbstractSet, Any, Callable, Dict, FrozenSet, List, NoReturn,
+                    Optional, Protocol, TypeVar)
+
+if TYPE_CHECKING:
+    from ..ir import IR, Record, Type
 
 GID_LIKE = "_GidLike"
 BUFFER_LIKE = "_BufferLike"
@@ -33,7 +37,7 @@ T = TypeVar("T")
 class Registry:
     """Converter classes by kind."""
 
-    def __init__(self, what: str):
+    def __init__(self, what: str) -> None:
         self.what = what
         self.by_kind: Dict[str, Any] = {}
 
@@ -55,6 +59,24 @@ class Registry:
         return kind in self.by_kind
 
 
+class Context(Protocol):
+    """What a converter asks the method it is made for (generator/methods.py's
+    MethodBuilder)."""
+    ir: "IR"
+    label: str
+
+    def fail(self, msg: str, key: Optional[str] = None) -> NoReturn: ...
+    def add_arg(self, name: str, default: Any, pytype: str,
+                meaning: Optional[str] = None) -> "Arg": ...
+    def claim_mask(self) -> bool: ...
+    def check_keys(self, node: Any, keys: AbstractSet[str], what: str, where: str) -> None: ...
+    def handle_ctype(self, cls: str, where: Optional[str] = None) -> str: ...
+    def struct_model(self, cls: str) -> Any: ...   # a model.StructModel (model imports us)
+    def struct_class_of(self, ctype: str) -> Optional[str]: ...
+    def member_type(self, record: "Record", path: str, where: str) -> "Type": ...
+    def context_owner(self, hctype: str) -> Optional[str]: ...
+
+
 PARAMS = Registry("parameter")
 FIELDS = Registry("struct field")
 ATTRIBUTES = Registry("handle attribute")
@@ -74,6 +96,11 @@ class Arg:
 class ParamConverter:
     """One C parameter of a verb: the base says "nothing to do"."""
     kind = ""
+    #: The keys a spec entry of this kind may carry, as Argument Clinic's
+    #: converters declare their keyword-only parameters: generator/methods.py
+    #: refuses any other key, naming its file and line.  A new option is one
+    #: name added here (and read in __init__).
+    keys: FrozenSet[str] = frozenset()
 
     @classmethod
     def describe(cls, convert: str) -> Optional[str]:
@@ -142,8 +169,11 @@ class FieldConverter:
     kind = ""
     pytype = "Any"
     has_setter = True
+    #: The keys a spec/structs.yaml field of this kind may carry
+    #: (generator/builder.py refuses any other).
+    keys: FrozenSet[str] = frozenset({"path", "convert", "default", "since"})
 
-    def __init__(self, pyname: str, member: str, writable: bool):
+    def __init__(self, pyname: str, member: str, writable: bool) -> None:
         self.pyname = pyname
         self.member = member            # the C lvalue, "c->grh.dgid"
         self.writable = writable
@@ -164,6 +194,9 @@ class AttributeConverter:
     from `self_ptr`."""
     kind = ""
     pytype = "Any"
+    #: The keys of its spec mapping, once generator/rules.py expanded it
+    #: (generator/builder.py refuses any other).
+    keys: FrozenSet[str] = frozenset()
 
     def getter(self) -> List[str]:
         raise NotImplementedError

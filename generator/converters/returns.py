@@ -14,7 +14,7 @@ from .registry import RETURNS, ReturnConverter
 class NewHandleReturn(ReturnConverter):
     """A new object of a handle class, with its parents (C expressions)."""
 
-    def __init__(self, cls: str, parents: List[str]):
+    def __init__(self, cls: str, parents: List[str]) -> None:
         self.cls, self.parents = cls, parents
 
     def lines(self, outputs: List[List[str]]) -> List[str]:
@@ -40,7 +40,7 @@ class IntReturn(_Simple):
     """The verb's integer result."""
     type_name = "int"
 
-    def __init__(self, t: Type):
+    def __init__(self, t: Type) -> None:
         self.line = int_getter("rc", t, "return_value")
 
 
@@ -68,7 +68,7 @@ class OutputsReturn(ReturnConverter):
     """None, the one out parameter's item, or a tuple of them; `none`
     returns None even with out parameters."""
 
-    def __init__(self, none: bool = False):
+    def __init__(self, none: bool = False) -> None:
         self.none = none
 
     def lines(self, outputs: List[List[str]]) -> List[str]:

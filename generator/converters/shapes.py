@@ -3,11 +3,11 @@
 `out`, `out: dict|bytes|list`)."""
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Any, List, Optional
 
 from ..ctext import int_getter, is_int
 from ..ir import Type
-from .registry import PARAMS, ParamConverter
+from .registry import Context, PARAMS, ParamConverter
 
 
 @PARAMS.register("self")
@@ -15,7 +15,7 @@ class SelfParam(ParamConverter):
     """The verbs object of the method's own handle."""
 
     @classmethod
-    def from_spec(cls, ctx, cname: str, t: Type, pspec) -> "SelfParam":
+    def from_spec(cls, ctx: Context, cname: str, t: Type, pspec: Any) -> "SelfParam":
         return cls()
 
     def call_arg(self) -> str:
@@ -27,7 +27,7 @@ class MaskParam(ParamConverter):
     """The attribute mask the struct members given by keyword add up to."""
 
     @classmethod
-    def from_spec(cls, ctx, cname: str, t: Type, pspec) -> "MaskParam":
+    def from_spec(cls, ctx: Context, cname: str, t: Type, pspec: Any) -> "MaskParam":
         return cls()
 
     def call_arg(self) -> str:
@@ -37,12 +37,13 @@ class MaskParam(ParamConverter):
 @PARAMS.register("value")
 class ValueParam(ParamConverter):
     """A constant (spec `value:`)."""
+    keys = frozenset({"value"})
 
-    def __init__(self, value: str):
+    def __init__(self, value: str) -> None:
         self.value = value
 
     @classmethod
-    def from_spec(cls, ctx, cname: str, t: Type, pspec) -> "ValueParam":
+    def from_spec(cls, ctx: Context, cname: str, t: Type, pspec: Any) -> "ValueParam":
         return cls(str(pspec["value"]))
 
     def call_arg(self) -> str:
@@ -53,7 +54,7 @@ class _Local(ParamConverter):
     """A zeroed local of the pointee type, passed by address."""
     suffix = ""
 
-    def __init__(self, cname: str, spelling: str):
+    def __init__(self, cname: str, spelling: str) -> None:
         self.local = f"{cname}_{self.suffix}"
         self.spelling = spelling
 
@@ -73,7 +74,9 @@ class ScratchParam(_Local):
     suffix = "scratch"
 
     @classmethod
-    def from_spec(cls, ctx, cname: str, t: Type, pspec) -> "ScratchParam":
+    def from_spec(cls, ctx: Context, cname: str, t: Type, pspec: Any) -> "ScratchParam":
+        if t.pointee is None:
+            ctx.fail(f"scratch parameter {cname} is not a pointer")
         return cls(cname, t.pointee.spelling)
 
 
@@ -81,15 +84,16 @@ class ScratchParam(_Local):
 class OutParam(_Local):
     """What the verb writes, returned as a struct class, a Gid or an int."""
     suffix = "out"
+    keys = frozenset({"out"})
 
-    def __init__(self, cname: str, pointee: Type, struct_class: Optional[str], reader: str):
+    def __init__(self, cname: str, pointee: Type, struct_class: Optional[str], reader: str) -> None:
         super().__init__(cname, pointee.spelling)
         self.pointee = pointee
         self.struct_class = struct_class
         self.reader = reader            # struct | gid | int
 
     @classmethod
-    def from_spec(cls, ctx, cname: str, t: Type, pspec) -> "OutParam":
+    def from_spec(cls, ctx: Context, cname: str, t: Type, pspec: Any) -> "OutParam":
         pointee = t.pointee
         if pointee is None:
             ctx.fail(f"out parameter {cname} is not a pointer")
@@ -111,8 +115,8 @@ class OutParam(_Local):
         return [int_getter(self.local, self.pointee, "item")]
 
     @property
-    def output_pytype(self) -> str:
-        return {"struct": self.struct_class, "gid": "Gid"}.get(self.reader, "int")
+    def output_pytype(self) -> str:  # type: ignore[override]  # a class attribute in the base
+        return {"struct": self.struct_class or "Any", "gid": "Gid"}.get(self.reader, "int")
 
 
 @PARAMS.register("out:dict")
@@ -120,7 +124,7 @@ class OutDictParam(OutParam):
     """A struct's fields as a plain dict (the seed's SRQ.query)."""
 
     @classmethod
-    def from_spec(cls, ctx, cname: str, t: Type, pspec) -> "OutDictParam":
+    def from_spec(cls, ctx: Context, cname: str, t: Type, pspec: Any) -> "OutDictParam":
         out = OutParam.from_spec(ctx, cname, t, pspec)
         if out.reader != "struct":
             ctx.fail(f"out: dict needs a struct class for {cname}")
@@ -138,13 +142,14 @@ class OutDictParam(OutParam):
 @PARAMS.register("out:bytes")
 class OutBytesParam(ParamConverter):
     """A fixed-size byte buffer the verb fills, returned as bytes."""
+    keys = frozenset({"out", "size"})
 
-    def __init__(self, cname: str, size: int):
+    def __init__(self, cname: str, size: int) -> None:
         self.buf = f"{cname}_buf"
         self.size = size
 
     @classmethod
-    def from_spec(cls, ctx, cname: str, t: Type, pspec) -> "OutBytesParam":
+    def from_spec(cls, ctx: Context, cname: str, t: Type, pspec: Any) -> "OutBytesParam":
         return cls(cname, int(pspec["size"]))
 
     def declarations(self) -> List[str]:
@@ -166,18 +171,19 @@ class OutBytesParam(ParamConverter):
 class OutListParam(ParamConverter):
     """An array the verb fills: `count` entries allocated, the first `rc`
     (struct entries) or all of them (integers) returned as a list."""
+    keys = frozenset({"out", "count"})
 
-    def __init__(self, cname: str, pointee: Type, count: str, struct_class: Optional[str]):
+    def __init__(self, cname: str, pointee: Type, count: str, struct_class: Optional[str]) -> None:
         self.list = f"{cname}_list"
         self.pointee = pointee
         self.count = count
         self.struct_class = struct_class
 
     @classmethod
-    def from_spec(cls, ctx, cname: str, t: Type, pspec) -> "OutListParam":
+    def from_spec(cls, ctx: Context, cname: str, t: Type, pspec: Any) -> "OutListParam":
         pointee = t.pointee
         struct_class = ctx.struct_class_of(pointee.decl or pointee.spelling) if pointee else None
-        if struct_class is None and not (pointee is not None and is_int(pointee)):
+        if pointee is None or (struct_class is None and not is_int(pointee)):
             ctx.fail(f"out list {cname}: no struct class for {t.spelling}")
         return cls(cname, pointee, f"{pspec['count']}_c", struct_class)
 
@@ -208,5 +214,5 @@ class OutListParam(ParamConverter):
                 "        Py_CLEAR(item);", "    Py_XDECREF(entry);", "}"]
 
     @property
-    def output_pytype(self) -> str:
+    def output_pytype(self) -> str:  # type: ignore[override]  # a class attribute in the base
         return f"list[{self.struct_class or 'Any'}]"

@@ -297,28 +297,10 @@ IBP_HIDDEN int ibp_sge_from_py(PyObject *obj, struct ibv_sge *out);
  * ----- postlist_entry.c, wc.c, wcbuffer.c, events.c) ----------------------- */
 
 /* What the generated converters of generated/records.h call. */
-/* A Python int in [0, max] for a setter (AttributeError for deletion).
- * Inline: every data-path setter starts with it. */
-static inline int ibp_conv_u64(PyObject *v, const char *name, uint64_t max, uint64_t *out)
-{
-    if (v == NULL) {
-        PyErr_Format(PyExc_AttributeError, "cannot delete %s", name);
-        return -1;
-    }
-    if (PyLong_Check(v)) {
-        /* The common case in one call; anything else (negative, too big)
-         * goes the general way, which words the error. */
-        int overflow;
-        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-        if (overflow == 0 && x >= 0 && (unsigned long long)x <= max) {
-            *out = (uint64_t)x;
-            return 0;
-        }
-        if (x == -1 && PyErr_Occurred())
-            return -1;
-    }
-    return ibp_conv_unsigned(v, name, max, out);
-}
+/* A Python int in [0, max] for a setter (AttributeError for deletion;
+ * convert.c).  Every data-path setter starts with it: link-time
+ * optimisation inlines it there (setup.py). */
+IBP_HIDDEN int ibp_conv_u64(PyObject *v, const char *name, uint64_t max, uint64_t *out);
 /* A small int from a cache made once (counts, statuses, opcodes; wc.c). */
 IBP_HIDDEN PyObject *ibp_count_result(long n);
 
@@ -427,34 +409,7 @@ IBP_HIDDEN int ibp_unpack_tuple(struct ibp_parser *p, PyObject *args, PyObject *
  * shared): the last one converted is remembered.  Exact ints only, which
  * cannot change; anything else (IntEnum, __index__) takes the general
  * conversion, which words the errors. */
-static inline int ibp_conv_positive_int(PyObject *arg, const char *name, int *out)
-{
-    static PyObject *last_arg;
-    static int last_num;
-    if (arg == last_arg) {
-        *out = last_num;
-        return 0;
-    }
-    if (PyLong_CheckExact(arg)) {
-        long v = PyLong_AsLong(arg);
-        if (v > 0 && v <= INT32_MAX) {
-            *out = last_num = (int)v;
-            Py_XSETREF(last_arg, Py_NewRef(arg));
-            return 0;
-        }
-        if (v == -1 && PyErr_Occurred())
-            PyErr_Clear();   /* too big for a long: the general path says so */
-    }
-    uint64_t num;
-    if (ibp_conv_unsigned(arg, name, INT32_MAX, &num) < 0)
-        return -1;
-    if (num == 0) {
-        PyErr_Format(PyExc_ValueError, "%s must be positive", name);
-        return -1;
-    }
-    *out = (int)num;
-    return 0;
-}
+IBP_HIDDEN int ibp_conv_positive_int(PyObject *arg, const char *name, int *out);
 
 /* The data-path types, made at import by ibp_datapath_init (datapath.c);
  * declared in generated/records.h. */

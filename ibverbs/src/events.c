@@ -99,13 +99,13 @@ PyObject *ibp_hand_CompChannel_get_cq_event_impl(PyObject *self)
 
 /* ==== async events ======================================================= */
 
-static PyObject *AsyncEvent_get_event_type_str(PyObject *op, void *c)
+static PyObject *ibp_AsyncEvent_get_event_type_str(PyObject *op, void *c)
 {
     (void)c;
     return PyUnicode_FromString(ibv_event_type_str(((AsyncEventObject *)op)->event.event_type));
 }
 
-static PyObject *AsyncEvent_get_port_num(PyObject *op, void *c)
+static PyObject *ibp_AsyncEvent_get_port_num(PyObject *op, void *c)
 {
     const struct ibv_async_event *ev = &((AsyncEventObject *)op)->event;
     (void)c;
@@ -123,7 +123,7 @@ static PyObject *AsyncEvent_get_port_num(PyObject *op, void *c)
     }
 }
 
-static PyObject *AsyncEvent_repr(PyObject *op)
+static PyObject *ibp_AsyncEvent_repr(PyObject *op)
 {
     AsyncEventObject *self = (AsyncEventObject *)op;
     return PyUnicode_FromFormat("AsyncEvent(%s, element=%R)",

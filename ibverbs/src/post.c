@@ -122,8 +122,31 @@ static PyObject *post_send_one(PyObject *self, SendWRObject *w, int *no_room)
     Py_RETURN_NONE;
 }
 
-/* The same for a receive (srq as for post_recv). */
-static PyObject *post_recv_one(PyObject *self, RecvWRObject *w, int srq, int *no_room)
+/* Which receive queue a post_recv posts to: self is a QP, an SRQ or a WQ. */
+enum recv_queue { RECV_QP, RECV_SRQ, RECV_WQ };
+
+static int recv_verb(PyObject *self, enum recv_queue q, struct ibv_recv_wr *wrs,
+                     struct ibv_recv_wr **bad)
+{
+    switch (q) {
+    case RECV_WQ:
+        return ibv_post_wq_recv(WQ_PTR(self), wrs, bad);
+    case RECV_SRQ:
+        return ibv_post_srq_recv(SRQ_PTR(self), wrs, bad);
+    default:
+        return ibv_post_recv(QP_PTR(self), wrs, bad);
+    }
+}
+
+static const char *recv_verb_name(enum recv_queue q)
+{
+    return q == RECV_WQ ? "ibv_post_wq_recv" : q == RECV_SRQ ? "ibv_post_srq_recv"
+                                                            : "ibv_post_recv";
+}
+
+/* The same for a receive. */
+static PyObject *post_recv_one(PyObject *self, RecvWRObject *w, enum recv_queue q,
+                               int *no_room)
 {
     struct ibv_recv_wr wr, *bad = NULL;
     struct ibv_sge sges[STACK_SGES];
@@ -133,12 +156,9 @@ static PyObject *post_recv_one(PyObject *self, RecvWRObject *w, int srq, int *no
         *no_room = filled > 0;
         return NULL;
     }
-    int rc = srq == 2 ? ibv_post_wq_recv(WQ_PTR(self), &wr, &bad)
-           : srq ? ibv_post_srq_recv(SRQ_PTR(self), &wr, &bad)
-                 : ibv_post_recv(QP_PTR(self), &wr, &bad);
+    int rc = recv_verb(self, q, &wr, &bad);
     if (rc != 0)
-        return ibp_post_failed(srq == 2 ? "ibv_post_wq_recv" : srq ? "ibv_post_srq_recv"
-                           : "ibv_post_recv", rc, 0, bad ? bad->wr_id : 0);
+        return ibp_post_failed(recv_verb_name(q), rc, 0, bad ? bad->wr_id : 0);
     Py_RETURN_NONE;
 }
 
@@ -234,15 +254,12 @@ static PyObject *send_chain_post(PyObject *self, struct ibv_send_wr *wrs)
     Py_RETURN_NONE;
 }
 
-static PyObject *recv_chain_post(PyObject *self, struct ibv_recv_wr *wrs, int srq)
+static PyObject *recv_chain_post(PyObject *self, struct ibv_recv_wr *wrs, enum recv_queue q)
 {
     struct ibv_recv_wr *bad = NULL;
-    int rc = srq == 2 ? ibv_post_wq_recv(WQ_PTR(self), wrs, &bad)
-           : srq ? ibv_post_srq_recv(SRQ_PTR(self), wrs, &bad)
-                 : ibv_post_recv(QP_PTR(self), wrs, &bad);
+    int rc = recv_verb(self, q, wrs, &bad);
     if (rc != 0)
-        return ibp_post_failed(srq == 2 ? "ibv_post_wq_recv" : srq ? "ibv_post_srq_recv"
-                               : "ibv_post_recv", rc, bad ? bad - wrs : 0,
+        return ibp_post_failed(recv_verb_name(q), rc, bad ? bad - wrs : 0,
                                bad ? bad->wr_id : 0);
     Py_RETURN_NONE;
 }
@@ -303,33 +320,33 @@ done:
     return chain_end(&s, &c, result);
 }
 
-/* srq: 0 a QP, 1 an SRQ, 2 a WQ (ibv_post_wq_recv).  Its chain loop has
+/* Its chain loop has
  * the shape of post_send's on purpose (duplicates reports the pair): each
  * is typed for its struct (ibv_send_wr / ibv_recv_wr) and its fill
  * function, which LTO inlines; one shared loop would need a function
  * pointer per request. */
-static PyObject *post_recv(PyObject *self, PyObject *arg, int srq)
+static PyObject *post_recv(PyObject *self, PyObject *arg, enum recv_queue q)
 {
     struct wr_seq s;
     struct chain c;
     int no_room = 0;
     if (ibp_check_open(self) < 0)
         return NULL;
-    if (Py_IS_TYPE(arg, PostList_Type) && srq == 2) {
+    if (Py_IS_TYPE(arg, PostList_Type) && q == RECV_WQ) {
         PyErr_SetString(PyExc_TypeError, "WQ.post_recv takes a RecvWR or a list of them, not a PostList");
         return NULL;
     }
     if (Py_IS_TYPE(arg, PostList_Type))
-        return ibp_postlist_post(self, arg, srq ? POST_SRQ_RECV : POST_RECV);
+        return ibp_postlist_post(self, arg, q == RECV_SRQ ? POST_SRQ_RECV : POST_RECV);
     PyObject *one = single_wr(arg, RecvWR_Type);
     if (one != NULL) {
-        PyObject *result = post_recv_one(self, (RecvWRObject *)one, srq, &no_room);
+        PyObject *result = post_recv_one(self, (RecvWRObject *)one, q, &no_room);
         if (!no_room)
             return result;
     } else {
         Py_ssize_t n = recv_chain_on_stack(arg, &c);
         if (n != 0)
-            return n < 0 ? NULL : recv_chain_post(self, c.wrs, srq);
+            return n < 0 ? NULL : recv_chain_post(self, c.wrs, q);
     }
     int started = chain_start(&s, &c, arg, RecvWR_Type, "RecvWR", sizeof(struct ibv_recv_wr));
     if (started <= 0)
@@ -349,7 +366,7 @@ static PyObject *post_recv(PyObject *self, PyObject *arg, int srq)
         wr->next = i + 1 < s.n ? &wrs[i + 1] : NULL;
         sge += wr->num_sge;
     }
-    result = recv_chain_post(self, wrs, srq);
+    result = recv_chain_post(self, wrs, q);
 done:
     return chain_end(&s, &c, result);
 }
@@ -357,15 +374,15 @@ done:
 /* post_recv(wrs) of a QP, an SRQ, a WQ: generated/{qp,srq,wq}.c.h parse the argument. */
 PyObject *ibp_hand_QP_post_recv_impl(PyObject *self, PyObject *wrs)
 {
-    return post_recv(self, wrs, 0);
+    return post_recv(self, wrs, RECV_QP);
 }
 
 PyObject *ibp_hand_SRQ_post_recv_impl(PyObject *self, PyObject *wrs)
 {
-    return post_recv(self, wrs, 1);
+    return post_recv(self, wrs, RECV_SRQ);
 }
 
 PyObject *ibp_hand_WQ_post_recv_impl(PyObject *self, PyObject *wrs)
 {
-    return post_recv(self, wrs, 2);
+    return post_recv(self, wrs, RECV_WQ);
 }

@@ -209,7 +209,7 @@ fail:
     return NULL;
 }
 
-static int PostList_traverse(PyObject *op, visitproc visit, void *arg)
+static int ibp_PostList_traverse(PyObject *op, visitproc visit, void *arg)
 {
     PostListObject *pl = (PostListObject *)op;
     Py_VISIT(Py_TYPE(op));      /* its heap type, which it holds */
@@ -221,7 +221,7 @@ static int PostList_traverse(PyObject *op, visitproc visit, void *arg)
     return 0;
 }
 
-static int PostList_clear(PyObject *op)
+static int ibp_PostList_clear(PyObject *op)
 {
     PostListObject *pl = (PostListObject *)op;
     if (pl->entries != NULL)
@@ -234,11 +234,11 @@ static int PostList_clear(PyObject *op)
     return 0;
 }
 
-static void PostList_dealloc(PyObject *op)
+static void ibp_PostList_dealloc(PyObject *op)
 {
     PostListObject *pl = (PostListObject *)op;
     PyObject_GC_UnTrack(op);
-    PostList_clear(op);
+    ibp_PostList_clear(op);
     PyMem_Free(pl->entries);
     PyMem_Free(pl->wrs);
     ibp_generic_dealloc(op);
@@ -356,12 +356,12 @@ PyObject *ibp_postlist_post(PyObject *self, PyObject *list, enum post_target tar
 /* len() and [i]: the same two slots as WCBuffer's (wcbuffer.c), written
  * out on purpose: two lines each over the type's own count, clearer than a
  * helper shared across the two types. */
-static Py_ssize_t PostList_length(PyObject *op)
+static Py_ssize_t ibp_PostList_length(PyObject *op)
 {
     return ((PostListObject *)op)->n;
 }
 
-static PyObject *PostList_item(PyObject *op, Py_ssize_t i)
+static PyObject *ibp_PostList_item(PyObject *op, Py_ssize_t i)
 {
     PostListObject *pl = (PostListObject *)op;
     if (i < 0 || i >= pl->n) {
@@ -376,7 +376,7 @@ static PyObject *PostList_item(PyObject *op, Py_ssize_t i)
     return (PyObject *)e;
 }
 
-static int PostList_ass_item(PyObject *op, Py_ssize_t i, PyObject *value)
+static int ibp_PostList_ass_item(PyObject *op, Py_ssize_t i, PyObject *value)
 {
     PostListObject *pl = (PostListObject *)op;
     if (i < 0 || i >= pl->n) {
@@ -398,14 +398,14 @@ static int PostList_ass_item(PyObject *op, Py_ssize_t i, PyObject *value)
     return pl_fill(pl, i, value);
 }
 
-static PyObject *PostList_get_kind(PyObject *op, void *c)
+static PyObject *ibp_PostList_get_kind(PyObject *op, void *c)
 {
     (void)c;
     return Py_NewRef((PyObject *)(((PostListObject *)op)->kind == PL_SEND ? SendWR_Type
                                                                           : RecvWR_Type));
 }
 
-static PyObject *PostList_repr(PyObject *op)
+static PyObject *ibp_PostList_repr(PyObject *op)
 {
     PostListObject *pl = (PostListObject *)op;
     return PyUnicode_FromFormat("PostList(%zd %s%s)", pl->n, ibp_pl_what(pl),

@@ -13,7 +13,7 @@
 #define ENTRY_PL(op) ((PostListObject *)((PostListEntryObject *)(op))->list)
 #define ENTRY_I(op) (((PostListEntryObject *)(op))->index)
 
-static PyObject *PostListEntry_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+static PyObject *ibp_PostListEntry_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     PyErr_SetString(PyExc_TypeError, "PostListEntry objects come from PostList[i]");
     return NULL;
@@ -32,19 +32,19 @@ static inline int entry_is(PyObject *op, int kind, const char *name)
 }
 
 /* The send request of a view; NULL for a receive list (see entry_is). */
-static inline struct ibv_send_wr *entry_send(PyObject *op, const char *name)
+static inline struct ibv_send_wr *ibp_entry_send(PyObject *op, const char *name)
 {
     return entry_is(op, PL_SEND, name) ? PL_SEND_WR(ENTRY_PL(op), ENTRY_I(op)) : NULL;
 }
 
 /* The receive request of a view; NULL for a send list (see entry_is). */
-static inline struct ibv_recv_wr *entry_recv(PyObject *op, const char *name)
+static inline struct ibv_recv_wr *ibp_entry_recv(PyObject *op, const char *name)
 {
     return entry_is(op, PL_RECV, name) ? PL_RECV_WR(ENTRY_PL(op), ENTRY_I(op)) : NULL;
 }
 
 /* The first SGE of a view's request, or NULL with AttributeError. */
-static inline struct ibv_sge *entry_sge(PyObject *op, const char *name)
+static inline struct ibv_sge *ibp_entry_sge(PyObject *op, const char *name)
 {
     PostListObject *pl = ENTRY_PL(op);
     Py_ssize_t i = ENTRY_I(op);
@@ -59,7 +59,7 @@ static inline struct ibv_sge *entry_sge(PyObject *op, const char *name)
 
 /* After a value's conversion (which may run code): the list must not be
  * in a release_gil post. */
-static inline int entry_writable(PyObject *op)
+static inline int ibp_entry_writable(PyObject *op)
 {
     return ibp_pl_frozen(ENTRY_PL(op));
 }
@@ -78,7 +78,7 @@ static const char *const member_user[] = {
  * (IBP_SEND_WR_*), if it is one of `members` (a mask of the members of
  * one union: wr, or data, where imm_data and invalidate_rkey share their
  * place); else -1 with AttributeError. */
-static inline int entry_member(PyObject *op, int members, const char *name)
+static inline int ibp_entry_member(PyObject *op, int members, const char *name)
 {
     PostListObject *pl = ENTRY_PL(op);
     const struct ibv_send_wr *wr = PL_SEND_WR(pl, ENTRY_I(op));
@@ -97,25 +97,25 @@ static inline int entry_member(PyObject *op, int members, const char *name)
 }
 
 /* An inline send entry must keep pointing at readable memory. */
-static int entry_inline_check(PyObject *op)
+static int ibp_entry_inline_check(PyObject *op)
 {
     PostListObject *pl = ENTRY_PL(op);
     return pl->kind == PL_SEND ? ibp_check_inline_sges(PL_SEND_WR(pl, ENTRY_I(op))) : 0;
 }
 
-static PyObject *PostListEntry_get_index(PyObject *op, void *c)
+static PyObject *ibp_PostListEntry_get_index(PyObject *op, void *c)
 {
     (void)c;
     return PyLong_FromSsize_t(ENTRY_I(op));
 }
 
-static PyObject *PostListEntry_get_list(PyObject *op, void *c)
+static PyObject *ibp_PostListEntry_get_list(PyObject *op, void *c)
 {
     (void)c;
     return Py_NewRef(((PostListEntryObject *)op)->list);
 }
 
-static PyObject *PostListEntry_repr(PyObject *op)
+static PyObject *ibp_PostListEntry_repr(PyObject *op)
 {
     PostListObject *pl = ENTRY_PL(op);
     Py_ssize_t i = ENTRY_I(op);

@@ -91,14 +91,14 @@ static int ibp_hand_SGE_init_impl(SGEObject *self, PyObject *target, PyObject *l
     return sge_set(self, target, length, lkey, offset);
 }
 
-static PyObject *SGE_keepalive(PyObject *op, PyObject *owner)
+static PyObject *ibp_SGE_keepalive(PyObject *op, PyObject *owner)
 {
     Py_INCREF(owner);
     Py_XSETREF(((SGEObject *)op)->owner, owner == Py_None ? (Py_DECREF(owner), NULL) : owner);
     return Py_NewRef(op);
 }
 
-static PyObject *SGE_repr(PyObject *op)
+static PyObject *ibp_SGE_repr(PyObject *op)
 {
     SGEObject *self = (SGEObject *)op;
     char buf[96];

@@ -30,7 +30,7 @@ PyObject *ibp_wc_new(const struct ibv_wc *wc)
     return op;
 }
 
-static void WC_dealloc(PyObject *op)
+static void ibp_WC_dealloc(PyObject *op)
 {
     PyTypeObject *type = Py_TYPE(op);
     if (type == WC_Type && wc_nfree < WC_FREE_MAX)
@@ -59,7 +59,7 @@ PyObject *ibp_count_result(long n)
  * type's MRO lookup and descriptor call cost more than the field. */
 static PyObject *wc_hot_names[4];
 
-static PyObject *WC_getattro(PyObject *op, PyObject *name)
+static PyObject *ibp_WC_getattro(PyObject *op, PyObject *name)
 {
     if (name == wc_hot_names[0])
         return WC_get_status(op, NULL);
@@ -72,19 +72,19 @@ static PyObject *WC_getattro(PyObject *op, PyObject *name)
     return PyObject_GenericGetAttr(op, name);
 }
 
-static PyObject *WC_get_is_success(PyObject *op, void *c)
+static PyObject *ibp_WC_get_is_success(PyObject *op, void *c)
 {
     (void)c;
     return PyBool_FromLong(((WCObject *)op)->wc.status == IBV_WC_SUCCESS);
 }
 
-static PyObject *WC_get_status_str(PyObject *op, void *c)
+static PyObject *ibp_WC_get_status_str(PyObject *op, void *c)
 {
     (void)c;
     return PyUnicode_FromString(ibv_wc_status_str(((WCObject *)op)->wc.status));
 }
 
-static PyObject *WC_raise_for_status(PyObject *op, PyObject *unused)
+static PyObject *ibp_WC_raise_for_status(PyObject *op, PyObject *unused)
 {
     (void)unused;
     if (((WCObject *)op)->wc.status == IBV_WC_SUCCESS)
@@ -92,7 +92,7 @@ static PyObject *WC_raise_for_status(PyObject *op, PyObject *unused)
     return ibp_raise_completion(op);
 }
 
-static PyObject *WC_repr(PyObject *op)
+static PyObject *ibp_WC_repr(PyObject *op)
 {
     const struct ibv_wc *wc = &((WCObject *)op)->wc;
     return PyUnicode_FromFormat("WC(wr_id=%llu, status=%s, opcode=%d, byte_len=%u, "

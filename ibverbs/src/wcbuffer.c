@@ -43,14 +43,14 @@ static PyObject *ibp_hand_WCBuffer_new_impl(PyTypeObject *type, PyObject *cap_ob
     return (PyObject *)b;
 }
 
-static void WCBuffer_dealloc(PyObject *op)
+static void ibp_WCBuffer_dealloc(PyObject *op)
 {
     PyMem_Free(((WCBufferObject *)op)->wc);
     ibp_generic_dealloc(op);
 }
 
 /* Index arg into the valid entries (negative counts from the end). */
-static const struct ibv_wc *wcbuf_at(PyObject *op, PyObject *arg)
+static const struct ibv_wc *ibp_wcbuf_at(PyObject *op, PyObject *arg)
 {
     WCBufferObject *b = (WCBufferObject *)op;
     Py_ssize_t i = PyNumber_AsSsize_t(arg, PyExc_IndexError);
@@ -80,7 +80,7 @@ static int wcbuf_check(WCBufferObject *b)
     return 0;
 }
 
-static PyObject *WCBuffer_raise_for_status(PyObject *op, PyObject *unused)
+static PyObject *ibp_WCBuffer_raise_for_status(PyObject *op, PyObject *unused)
 {
     (void)unused;
     if (wcbuf_check((WCBufferObject *)op) < 0)
@@ -88,7 +88,7 @@ static PyObject *WCBuffer_raise_for_status(PyObject *op, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-static PyObject *WCBuffer_count_opcode(PyObject *op, PyObject *arg)
+static PyObject *ibp_WCBuffer_count_opcode(PyObject *op, PyObject *arg)
 {
     WCBufferObject *b = (WCBufferObject *)op;
     /* A polling loop passes the same opcode object every time: remember
@@ -113,7 +113,7 @@ static PyObject *WCBuffer_count_opcode(PyObject *op, PyObject *arg)
     return ibp_count_result(k);
 }
 
-static PyObject *WCBuffer_wr_ids(PyObject *op, PyObject *unused)
+static PyObject *ibp_WCBuffer_wr_ids(PyObject *op, PyObject *unused)
 {
     WCBufferObject *b = (WCBufferObject *)op;
     (void)unused;
@@ -131,19 +131,19 @@ static PyObject *WCBuffer_wr_ids(PyObject *op, PyObject *unused)
     return list;
 }
 
-static PyObject *WCBuffer_clear(PyObject *op, PyObject *unused)
+static PyObject *ibp_WCBuffer_clear(PyObject *op, PyObject *unused)
 {
     (void)unused;
     ((WCBufferObject *)op)->count = 0;
     Py_RETURN_NONE;
 }
 
-static Py_ssize_t WCBuffer_length(PyObject *op)
+static Py_ssize_t ibp_WCBuffer_length(PyObject *op)
 {
     return ((WCBufferObject *)op)->count;
 }
 
-static PyObject *WCBuffer_item(PyObject *op, Py_ssize_t i)
+static PyObject *ibp_WCBuffer_item(PyObject *op, Py_ssize_t i)
 {
     WCBufferObject *b = (WCBufferObject *)op;
     if (i < 0 || i >= b->count) {
@@ -153,13 +153,13 @@ static PyObject *WCBuffer_item(PyObject *op, Py_ssize_t i)
     return ibp_wc_new(&b->wc[i]);
 }
 
-static PyObject *WCBuffer_get_capacity(PyObject *op, void *c)
+static PyObject *ibp_WCBuffer_get_capacity(PyObject *op, void *c)
 {
     (void)c;
     return PyLong_FromLong(((WCBufferObject *)op)->capacity);
 }
 
-static PyObject *WCBuffer_repr(PyObject *op)
+static PyObject *ibp_WCBuffer_repr(PyObject *op)
 {
     WCBufferObject *b = (WCBufferObject *)op;
     return PyUnicode_FromFormat("WCBuffer(capacity=%d%s, %d valid)", b->capacity,

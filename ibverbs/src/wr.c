@@ -18,7 +18,7 @@
 
 /* Every setter but wr_id's (stored at each post) calls it: the request
  * prepared for the post (w->prepared) is built again at the next one. */
-static inline void SendWR_changed(SendWRObject *w)
+static inline void ibp_SendWR_changed(SendWRObject *w)
 {
     w->ready = 0;
 }
@@ -30,7 +30,7 @@ static inline void SendWR_changed(SendWRObject *w)
  * Items are checked here and again when posted (fill_sges), since the list
  * can change in between.
  */
-static int set_sg_list(PyObject **slot, PyObject *value, int copy)
+static int ibp_set_sg_list(PyObject **slot, PyObject *value, int copy)
 {
     if (value == NULL || value == Py_None) {
         Py_CLEAR(*slot);
@@ -61,14 +61,14 @@ static int set_sg_list(PyObject **slot, PyObject *value, int copy)
 
 /* A request without SGEs holds no list until sg_list is read: then an
  * empty one, kept, so that wr.sg_list.append(sge) is what gets posted. */
-static PyObject *get_sg_list(PyObject **slot)
+static PyObject *ibp_get_sg_list(PyObject **slot)
 {
     if (*slot == NULL && (*slot = PyList_New(0)) == NULL)
         return NULL;
     return Py_NewRef(*slot);
 }
 
-static PyObject *SendWR_repr(PyObject *op)
+static PyObject *ibp_SendWR_repr(PyObject *op)
 {
     SendWRObject *s = (SendWRObject *)op;
     return PyUnicode_FromFormat("SendWR(wr_id=%llu, opcode=%u, send_flags=%u, sg_list=%R)",
@@ -76,7 +76,7 @@ static PyObject *SendWR_repr(PyObject *op)
                                 s->sg_list ? s->sg_list : Py_None);
 }
 
-static PyObject *RecvWR_repr(PyObject *op)
+static PyObject *ibp_RecvWR_repr(PyObject *op)
 {
     RecvWRObject *r = (RecvWRObject *)op;
     return PyUnicode_FromFormat("RecvWR(wr_id=%llu, sg_list=%R)",

@@ -326,3 +326,29 @@ def test_no_block_repeated_in_the_hand_written_c():
                      + "\n".join(bad))
     stale = [pair for pair in REPEATED_ON_PURPOSE if pair not in found]
     assert not stale, f"no longer repeated: drop {stale} from REPEATED_ON_PURPOSE"
+
+
+def test_every_hand_function_the_records_spec_names_is_prefixed():
+    """CONTRIBUTING: our helpers carry `ibp_`; the functions that
+    spec/datapath/records.yaml names (repr, dealloc, getters, reach
+    functions, ...) are defined in ibverbs/src/ and called by generated code."""
+    import re
+    import yaml
+    spec = yaml.safe_load((ROOT / "spec" / "datapath" / "records.yaml").read_text())
+    names = set()
+
+    def walk(node):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key not in ("doc", "stub"):
+                    walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+        elif isinstance(node, str) and re.fullmatch(r"[A-Za-z_]\w*", node):
+            names.add(node)
+    walk(spec)
+    source = "".join(p.read_text() for p in (ROOT / "ibverbs" / "src").glob("*.c"))
+    defined = {n for n in names if re.search(rf"^\w[\w \*]*\b{n}\(", source, re.M)}
+    assert len(defined) > 40
+    assert sorted(n for n in defined if not n.startswith("ibp_")) == []

@@ -63,3 +63,30 @@ def test_the_python_function_only_ever_sees_an_object_of_its_class():
         ib._ibverbs.MR.remote(object(), 0, 16)
     with pytest.raises(TypeError):
         ib._ibverbs.CQ.wait()              # no self at all
+
+
+@pytest.mark.parametrize("owner,name,target", PYTHON_METHODS)
+def test_the_signature_is_the_python_functions_own(owner, name, target):
+    """One source: the text signature is generated from the def (spec
+    `signature:` is gone), so they cannot disagree."""
+    module, function = target.split(":")
+    py = inspect.signature(getattr(__import__(module, fromlist=[function]), function))
+    c = inspect.signature(getattr(ib._ibverbs, owner).__dict__[name])
+    strip = lambda s: [(p.name, p.kind, p.default) for p in list(s.parameters.values())[1:]]
+    assert strip(c) == strip(py)
+
+
+@pytest.mark.parametrize("owner,name,target", PYTHON_METHODS)
+def test_a_private_implementation_has_no_docstring_of_its_own(owner, name, target):
+    """The method's docstring is its spec entry's `doc:`; a function of a
+    private module that only implements it carries none to disagree with."""
+    module, function = target.split(":")
+    if module.rsplit(".", 1)[-1].startswith("_"):
+        assert getattr(__import__(module, fromlist=[function]), function).__doc__ is None
+
+
+def test_to_rtr_says_what_its_mtu_defaults_to():
+    """spec/qp.yaml said min(active MTU, remote.mtu); the code, the seed's
+    rule and tests/host/test_helpers.py take remote.mtu (connect_rc the min)."""
+    doc = " ".join(ib.QP.to_rtr.__doc__.split())
+    assert "by default remote.mtu" in doc and "min(" not in doc

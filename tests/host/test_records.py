@@ -120,20 +120,20 @@ def _build_changed(tmp_path, old: str, new: str):
 
 # (spec text, its replacement, the error after "records.yaml:<line>: ")
 SPEC_MISTAKES = {
-    "sequence_key": ("set_item: PostList_ass_item", "set_items: PostList_ass_item",
+    "sequence_key": ("set_item: ibp_PostList_ass_item", "set_items: ibp_PostList_ass_item",
                      r"PostList\.sequence: unknown key 'set_items'"),
-    "sequence_without_item": ("item: PostList_item, ", "",
+    "sequence_without_item": ("item: ibp_PostList_item, ", "",
                               r"PostList\.sequence: needs length and item"),
-    "hand_traverse_beside_refs": ("    traverse: PostList_traverse\n",
-                                  "    traverse: PostList_traverse\n    refs: [x]\n",
+    "hand_traverse_beside_refs": ("    traverse: ibp_PostList_traverse\n",
+                                  "    traverse: ibp_PostList_traverse\n    refs: [x]\n",
                                   r"PostList: a hand-written traverse is for a collected type "
                                   r"without refs"),
-    "hand_clear_without_traverse": ("    traverse: PostList_traverse\n", "",
+    "hand_clear_without_traverse": ("    traverse: ibp_PostList_traverse\n", "",
                                     r"PostList: a hand-written clear needs a hand-written "
                                     r"traverse"),
-    "field_without_storage": ("      kind: {hand: {get: PostList_get_kind}",
+    "field_without_storage": ("      kind: {hand: {get: ibp_PostList_get_kind}",
                               "      wr_id: {field: send_wr.wr_id}\n"
-                              "      kind: {hand: {get: PostList_get_kind}",
+                              "      kind: {hand: {get: ibp_PostList_get_kind}",
                               r"PostList: a field attribute needs a storage"),
     "constructor_key": ("keyword_only: [release_gil]", "keyword: [release_gil]",
                         r"PostList\.new: unknown key 'keyword'"),
@@ -168,7 +168,7 @@ def test_postlist_shell_is_generated():
     for hand in ("PyType_Slot", "PyType_Spec", "PyGetSetDef", "{Py_tp_"):
         assert hand not in text, hand
     gen = (ROOT / "generated" / "postlist.c.h").read_text(encoding="utf-8")
-    assert "{Py_sq_ass_item, (void *)PostList_ass_item}" in gen
+    assert "{Py_sq_ass_item, (void *)ibp_PostList_ass_item}" in gen
     assert "Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC," in gen
     # and the constructors' argument parsing (PostList's, WCBuffer's) too
     for name in ("postlist", "wcbuffer"):

@@ -252,3 +252,10 @@ def test_import_ibverbs_imports_no_asyncio_no_ctypes_and_no_typing():
                           "'typing' in sys.modules)"],
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.stdout.split() == ["False", "False", "False"], out.stderr
+
+
+def test_the_generator_passes_mypy_strict(tmp_path):
+    """generator/ is type-checked (pyproject.toml: libclang and PyYAML are
+    untyped, their values Any)."""
+    out = mypy("--strict", "generator/", cache=tmp_path / "cache")
+    assert out.returncode == 0, out.stdout + out.stderr
