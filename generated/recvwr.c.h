@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 6d52bf621d65c270da2907ddbf360979a9b79b86980ba38c2ffe1d0636c1a9e2).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 e5c83176cca75d9cc2f24efb2d6c7df96cdd94a3009930f7914de3b920d0919e);
- * this file's own sha256, this number read as zeros: f700e1db420eca352049ed524e6293464146ddfffa2935c65459a1593eeafd3c */
+ * Made by templates/ and generator/ (sha256 2910d610b243631b5341521f0c7baf477ef85a1f95e1a3c31e74cd3f3b470cf9);
+ * this file's own sha256, this number read as zeros: ed4914f02ab1755f65a6f8483027163e438110dd48f31dc9205fb41bdab2421b */
 
 /*
  * RecvWR: its accessors and type shell, from spec/datapath/records.yaml.

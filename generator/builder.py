@@ -113,6 +113,8 @@ class Builder:
             else:
                 raise SpecError(f"{node.where('fields')}: {s.name}: fields must be "
                                 f"'all' or a mapping")
+            for f in fields:
+                f.doc = self._field_doc(s.name, f.name)
             model = StructModel(s.name, node["ctype"], node.get("doc", ""), writable,
                                 fields, any(f.handle for f in fields))
             self.struct_models[s.name] = model
@@ -209,7 +211,21 @@ class Builder:
                            else [(str(sspec["keepalive"]), sname) for sname, sspec in slot_specs
                                  if sspec.get("keepalive")])
         handle_rules.apply(model, node)
+        for aname, _ in model.attributes:
+            if aname not in model.docs:
+                model.docs[aname] = self._field_doc(h.name, aname)
         return model
+
+    def _field_doc(self, cls: str, name: str) -> str:
+        """The docstring of a struct field or handle attribute
+        (spec/docs.yaml docs.fields): what it is, its unit and range, the
+        verb that fills it. None is a SpecError: every public member is
+        documented."""
+        text = self.spec.doc_fields.get(cls, {}).get(name)
+        if not text:
+            raise SpecError(f"{cls}.{name}: no docstring: add `{name}:` under "
+                            f"docs.fields.{cls} in spec/docs.yaml")
+        return text
 
     def _parents(self, h) -> List[Tuple[str, str, bool]]:
         node = h.node

@@ -40,6 +40,7 @@ class StructField:
     # (the seed's QPInitAttr(None, None)): the verb that takes the struct
     # says what is missing, not a generic "is not set".
     none_ok: bool = False
+    doc: str = ""        # its docstring (spec/docs.yaml docs.fields)
 
     @property
     def settable(self) -> bool:

@@ -150,6 +150,8 @@ class Spec:
     # spec/docs.yaml: docstring text of generated methods (generator/docstrings.py)
     doc_arguments: Dict[str, str] = field(default_factory=dict)  # argument name -> meaning
     doc_methods: Dict[str, Any] = field(default_factory=dict)    # "Class.method" -> summary
+    # Class -> {field or attribute: docstring}: struct fields, handle attributes
+    doc_fields: Dict[str, Dict[str, str]] = field(default_factory=dict)
     exclusion_where: Dict[str, str] = field(default_factory=dict)
 
     def handle(self, name: str) -> Optional[Handle]:
@@ -279,8 +281,15 @@ def load(spec_dir: str) -> Spec:
 
 
 def _load_docs(spec: Spec, docs: Node, display: str) -> None:
-    """A file's `docs:` (spec/docs.yaml): argument glossary, method texts."""
-    _check_keys(docs, {"arguments", "methods"}, f"{display}: docs")
+    """A file's `docs:` (spec/docs.yaml): argument glossary, method texts,
+    field and attribute texts."""
+    _check_keys(docs, {"arguments", "methods", "fields"}, f"{display}: docs")
+    for cls, entries in (docs.get("fields") or {}).items():
+        if not isinstance(entries, Node):
+            raise SpecError(f"{docs['fields'].where(cls)}: docs of {cls}'s fields: "
+                            "a mapping {field: text}")
+        spec.doc_fields.setdefault(str(cls), {}).update(
+            {str(name): " ".join(str(text).split()) for name, text in entries.items()})
     for arg, text in (docs.get("arguments") or {}).items():
         spec.doc_arguments[str(arg)] = str(text).strip()
     for label, entry in (docs.get("methods") or {}).items():
