@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 0d44fcf74a6c15934b90846f310e75bba879ab11902681fb541a581d010cdbb0).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 2910d610b243631b5341521f0c7baf477ef85a1f95e1a3c31e74cd3f3b470cf9);
- * this file's own sha256, this number read as zeros: dfd542c8e99c1b0023c21e8dd5338ff62486188b5c70e9e6ef9833befd406ba9 */
+ * Made by templates/ and generator/ (sha256 a5a7f3dd5a27a3323fa3fb27e935b292905335cd2812a394ab499f9c7d25b33b);
+ * this file's own sha256, this number read as zeros: e2448aebdcf04b4b5ae27ad0e609d91838f77004581ce5602dac2577b95fd2d9 */
 
 /*
  * CompCntr: A completion counter (Context.create_comp_cntr; rdma-core 65).

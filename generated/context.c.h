@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 0d44fcf74a6c15934b90846f310e75bba879ab11902681fb541a581d010cdbb0).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 2910d610b243631b5341521f0c7baf477ef85a1f95e1a3c31e74cd3f3b470cf9);
- * this file's own sha256, this number read as zeros: ca1826e10d7b4360456d713014136488bd3c355aa8ccddd686fd9e24b5483d70 */
+ * Made by templates/ and generator/ (sha256 a5a7f3dd5a27a3323fa3fb27e935b292905335cd2812a394ab499f9c7d25b33b);
+ * this file's own sha256, this number read as zeros: ca6586c60759f3bb8698018cedb715b2f65fdeeeb36cacca09e13f9caa3b200d */
 
 /*
  * Context: An open RDMA device (ibv_open_device).

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 0d44fcf74a6c15934b90846f310e75bba879ab11902681fb541a581d010cdbb0).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 2910d610b243631b5341521f0c7baf477ef85a1f95e1a3c31e74cd3f3b470cf9);
- * this file's own sha256, this number read as zeros: 42b50982e34d392e4e875b1f6a389a2eca86a669e4fdfc73542c5081419bc8bf */
+ * Made by templates/ and generator/ (sha256 a5a7f3dd5a27a3323fa3fb27e935b292905335cd2812a394ab499f9c7d25b33b);
+ * this file's own sha256, this number read as zeros: f7da29dc014922f676ac12438ed90b67bbe2b13a9c5569d47009c252aa4ea8a8 */
 
 /*
  * CQEx: An extended completion queue (ibv_create_cq_ex), polled one completion at a time with start_poll()/next_poll()/end_poll() and the read_* readers; a CQ everywhere else.

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 0d44fcf74a6c15934b90846f310e75bba879ab11902681fb541a581d010cdbb0).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 2910d610b243631b5341521f0c7baf477ef85a1f95e1a3c31e74cd3f3b470cf9);
- * this file's own sha256, this number read as zeros: caa6f399e3b0c2b026380eef5bf33eb33af10641df1164f7b2087b987438b727 */
+ * Made by templates/ and generator/ (sha256 a5a7f3dd5a27a3323fa3fb27e935b292905335cd2812a394ab499f9c7d25b33b);
+ * this file's own sha256, this number read as zeros: 94e18d3da2e281de0186f2ae6a8dd1a9a22b8daaf0aeaa6f44de3f4522766ac2 */
 
 /*
  * ImportedMR: An MR imported from another context on the same command FD (PD.import_mr); an MR, but close() unimports it (ibv_unimport_mr) instead of deregistering it.

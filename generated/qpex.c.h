@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 0d44fcf74a6c15934b90846f310e75bba879ab11902681fb541a581d010cdbb0).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 2910d610b243631b5341521f0c7baf477ef85a1f95e1a3c31e74cd3f3b470cf9);
- * this file's own sha256, this number read as zeros: 43ea0fd31bdf5c582bb581298e31c05ec5465c79a926b453e9902c8e33153ae7 */
+ * Made by templates/ and generator/ (sha256 a5a7f3dd5a27a3323fa3fb27e935b292905335cd2812a394ab499f9c7d25b33b);
+ * this file's own sha256, this number read as zeros: 84d7fc332f3f7d21da3a45d95ed7cf5e770b80d0cd8d4756d997bb002e54e75d */
 
 /*
  * QPEx: A queue pair with the extended post API (ibv_create_qp_ex, ibv_qp_ex): a QP (modify, query, to_init/to_rtr/to_rts, post_recv, post_send work on it) plus wr_start/wr_* /wr_complete.

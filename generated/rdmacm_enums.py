@@ -2,8 +2,8 @@
 # (sha256 20a4c73c476a689f172b05ec1def2bc9a14a8fa61b91043e691a57b06d920789, rdma-core 65.0)
 # and the spec/ YAML files (sha256 575d83ea9c4cf1aa5c3ff8170b9d54fb4e25798eeadcf51dc767ba8593d2b07f).
 # Do not edit: change the spec or templates/ and run `make generate`.
-# Made by templates/ and generator/ (sha256 2910d610b243631b5341521f0c7baf477ef85a1f95e1a3c31e74cd3f3b470cf9);
-# this file's own sha256, this number read as zeros: b1ceb0191e56c80231bb04271cff696483a94c25bb07343aca98a7980f4cc55b
+# Made by templates/ and generator/ (sha256 a5a7f3dd5a27a3323fa3fb27e935b292905335cd2812a394ab499f9c7d25b33b);
+# this file's own sha256, this number read as zeros: 4a66338fc4fee7f0de0db34702994e5e53a16fcbfdaa6c8734f39bb7c6628a4d
 """The rdma-core enums as Python IntEnum / IntFlag classes (all values of
 each C enum; see spec/enums.yaml for which enums and their prefixes)."""
 from enum import IntEnum, IntFlag

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 0d44fcf74a6c15934b90846f310e75bba879ab11902681fb541a581d010cdbb0).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 2910d610b243631b5341521f0c7baf477ef85a1f95e1a3c31e74cd3f3b470cf9);
- * this file's own sha256, this number read as zeros: edc6d03e3f54a4b0bcfb6fe87f5d38edecdf817f07d979b31aa9cb4f18b09551 */
+ * Made by templates/ and generator/ (sha256 a5a7f3dd5a27a3323fa3fb27e935b292905335cd2812a394ab499f9c7d25b33b);
+ * this file's own sha256, this number read as zeros: 076e9f4644ab80503fea361887b89f1571b7ba1f755bd6daf25b28a1744fdf16 */
 
 /*
  * Struct classes: each object holds a copy of one C struct.  Getters
@@ -493,7 +493,7 @@ static PyMethodDef MWBindInfo_methods[] = {
 };
 
 static PyType_Slot MWBindInfo_slots[] = {
-    {Py_tp_doc, (void *)"What a memory window is bound to (QPEx.wr_bind_mw, SendWR.bind_info of IBV_WR_BIND_MW)."},
+    {Py_tp_doc, (void *)"MWBindInfo(mr, addr, length, mw_access_flags=0)\n--\n\nWhat a memory window is bound to (QPEx.wr_bind_mw, SendWR.bind_info of IBV_WR_BIND_MW)."},
     {Py_tp_dealloc, (void *)MWBindInfo_dealloc},
     {Py_tp_repr, (void *)MWBindInfo_repr},
     {Py_tp_getset, MWBindInfo_getset},
@@ -2784,7 +2784,7 @@ static PyMethodDef AHAttr_methods[] = {
 };
 
 static PyType_Slot AHAttr_slots[] = {
-    {Py_tp_doc, (void *)"Address vector for an address handle or a connected QP."},
+    {Py_tp_doc, (void *)"AHAttr(dgid=None, sgid_index=0, dlid=0, is_global=1, port_num=1, hop_limit=1, traffic_class=0, sl=0, flow_label=0, src_path_bits=0, static_rate=0)\n--\n\nAddress vector for an address handle or a connected QP."},
     {Py_tp_dealloc, (void *)AHAttr_dealloc},
     {Py_tp_repr, (void *)AHAttr_repr},
     {Py_tp_getset, AHAttr_getset},
@@ -3343,7 +3343,7 @@ static PyMethodDef QPInitAttr_methods[] = {
 };
 
 static PyType_Slot QPInitAttr_slots[] = {
-    {Py_tp_doc, (void *)"Attributes of a new queue pair (ibv_create_qp)."},
+    {Py_tp_doc, (void *)"QPInitAttr(send_cq, recv_cq, qp_type=2, max_send_wr=128, max_recv_wr=128, max_send_sge=1, max_recv_sge=1, max_inline_data=0, srq=None, sq_sig_all=0)\n--\n\nAttributes of a new queue pair (ibv_create_qp)."},
     {Py_tp_dealloc, (void *)QPInitAttr_dealloc},
     {Py_tp_repr, (void *)QPInitAttr_repr},
     {Py_tp_getset, QPInitAttr_getset},
@@ -4635,7 +4635,7 @@ static PyMethodDef QPAttr_methods[] = {
 };
 
 static PyType_Slot QPAttr_slots[] = {
-    {Py_tp_doc, (void *)"Queue pair attributes (ibv_query_qp, ibv_modify_qp)."},
+    {Py_tp_doc, (void *)"QPAttr(qp_state=None, cur_qp_state=None, path_mtu=None, path_mig_state=None, qkey=None, rq_psn=None, sq_psn=None, dest_qp_num=None, qp_access_flags=None, cap=None, ah_attr=None, alt_ah_attr=None, pkey_index=None, alt_pkey_index=None, en_sqd_async_notify=None, sq_draining=None, max_rd_atomic=None, max_dest_rd_atomic=None, min_rnr_timer=None, port_num=None, timeout=None, retry_cnt=None, rnr_retry=None, alt_port_num=None, alt_timeout=None, rate_limit=None)\n--\n\nQueue pair attributes (ibv_query_qp, ibv_modify_qp)."},
     {Py_tp_dealloc, (void *)QPAttr_dealloc},
     {Py_tp_repr, (void *)QPAttr_repr},
     {Py_tp_getset, QPAttr_getset},
@@ -5019,7 +5019,7 @@ static PyMethodDef MWBind_methods[] = {
 };
 
 static PyType_Slot MWBind_slots[] = {
-    {Py_tp_doc, (void *)"A type 1 memory window bind (ibv_bind_mw)."},
+    {Py_tp_doc, (void *)"MWBind(mr, addr, length, mw_access_flags=0, wr_id=0, send_flags=2)\n--\n\nA type 1 memory window bind (ibv_bind_mw)."},
     {Py_tp_dealloc, (void *)MWBind_dealloc},
     {Py_tp_repr, (void *)MWBind_repr},
     {Py_tp_getset, MWBind_getset},
@@ -5256,7 +5256,7 @@ static PyMethodDef ECE_methods[] = {
 };
 
 static PyType_Slot ECE_slots[] = {
-    {Py_tp_doc, (void *)"Enhanced connection establishment options (ibv_query_ece, ibv_set_ece)."},
+    {Py_tp_doc, (void *)"ECE(vendor_id=0, options=0, comp_mask=0)\n--\n\nEnhanced connection establishment options (ibv_query_ece, ibv_set_ece)."},
     {Py_tp_dealloc, (void *)ECE_dealloc},
     {Py_tp_repr, (void *)ECE_repr},
     {Py_tp_getset, ECE_getset},

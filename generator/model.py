@@ -65,6 +65,17 @@ class StructModel:
     def handle_fields(self) -> List[StructField]:
         return [f for f in self.fields if f.handle]
 
+    @property
+    def text_signature(self) -> str:
+        """The constructor's signature, for the class's __text_signature__
+        (inspect.signature, help(), the reference): its keyword arguments
+        with their defaults; "" for a read-only struct (no constructor)."""
+        if not self.writable:
+            return ""
+        args = [f.name if f.default is None else f"{f.name}={f.default}"
+                for f in self.fields if f.settable]
+        return f"({', '.join(args)})"
+
 
 @dataclass
 class Check:

@@ -27,15 +27,22 @@ import ibverbs_api  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def inventory(tmp_path_factory):
-    """{name: role} of everything the built reference documents."""
-    from sphinx.util.inventory import InventoryFile
-
+def site(tmp_path_factory):
+    """The HTML site `make docs` builds (-W -n: any warning fails)."""
     out = tmp_path_factory.mktemp("docs")
     proc = subprocess.run([sys.executable, "-m", "sphinx", "-W", "-n", "--keep-going", "-q",
                            "-b", "html", str(ROOT / "docs"), str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def inventory(site):
+    """{name: role} of everything the built reference documents."""
+    from sphinx.util.inventory import InventoryFile
+
+    out = site
     with open(out / "objects.inv", "rb") as f:
         inv = InventoryFile.load(f, "", lambda base, uri: uri)
     items = inv.data.items() if hasattr(inv, "data") else inv.items()
@@ -178,3 +185,65 @@ def test_every_struct_field_says_what_it_is():
     assert "4.096 us * 2**timeout" in ib.QPAttr.timeout.__doc__
     assert "SGE" in ib.MR.lkey.__doc__ and "peer" in ib.MR.rkey.__doc__
     assert "PortState" in ib.PortAttr.state.__doc__
+
+
+
+# --- signatures and attribute texts as a reader sees them (issue #25, point 5) --
+
+def _signatures(site) -> dict:
+    """{object id: its signature as text} of every page of the reference."""
+    import html
+
+    sigs = {}
+    for page in (site / "api").glob("*.html"):
+        for m in re.finditer(r'<dt class="sig sig-object py" id="([^"]+)">(.*?)</dt>',
+                             page.read_text(), re.S):
+            text = html.unescape(re.sub(r"<[^>]+>", "", m.group(2)))
+            sigs[m.group(1)] = " ".join(text.replace("\u00b6", "").split())
+    return sigs
+
+
+def test_signatures_show_types_and_defaults_by_name(site):
+    sigs = _signatures(site)
+    assert "qp_type: int = QPType.RC" in sigs["ibverbs.QPInitAttr"]
+    assert "send_cq: CQ | None" in sigs["ibverbs.QPInitAttr"]
+    assert "attr_mask: int = QPAttrMask.STATE | QPAttrMask.CUR_STATE | " in sigs["ibverbs.QP.query"]
+    assert "QPAttrMask.DEST_QPN)" in sigs["ibverbs.QP.query"]
+    assert "→ tuple[dict[str, Any], QPCap]" in sigs["ibverbs.QP.query"]
+    assert "qp_type: int = QPType.RC" in sigs["ibverbs.PD.create_qp_ex"]
+    assert "send_flags: int = SendFlags.SIGNALED" in sigs["ibverbs.MWBind"]
+    assert "gid_type: int | None = GIDType.ROCE_V2" in sigs["ibverbs.Context.find_gid"]
+    assert "CreateCQWCFlags.WITH_BYTE_LEN | " in sigs["ibverbs.Context.create_cq_ex"]
+    # no enum or flag argument keeps a bare number (0 is "none" for a flag)
+    enum_args = {a if isinstance(a, str) else a[1] for a in ibverbs_api.ARG_ENUMS}
+    bare = [f"{oid}: {m.group(0)}" for oid, sig in sigs.items()
+            for m in re.finditer(r"\b(\w+)(?:: [^=,()]+)? = (-?\d+)\b", sig)
+            if m.group(1) in enum_args and m.group(2) != "0"]
+    assert not bare, bare
+    # every method of a generated class shows its types (from the stubs)
+    untyped = [oid for oid, sig in sigs.items() if oid.startswith(("ibverbs.QP.", "ibverbs.PD."))
+               and "(" in sig and "→" not in sig and not oid.endswith("__init__")]
+    assert not untyped, untyped
+
+
+def test_the_named_defaults_are_the_values(site):
+    """What a signature shows evaluates to the default the extension uses."""
+    import os
+
+    ns = {n: getattr(ib, n) for n in dir(ib) if not n.startswith("_")}
+    ns["os"] = os
+    for owner, arg, value in (("QP", "attr_mask", 0x1FFFFF), ("Context", "wc_flags", 127),
+                              ("PD", "qp_type", 2), ("Context", "oflags", os.O_CREAT),
+                              ("MWBind", "send_flags", 2)):
+        text = ibverbs_api.named_default(owner, arg, value)
+        assert text is not None and eval(text, ns) == value, (arg, text)
+
+
+def test_attribute_docstrings_are_not_read_as_types(site):
+    """napoleon made "UD: remote Q_Key" into "TYPE: UD"; a colon in any
+    attribute's first line would do the same."""
+    pages = {p.name: p.read_text() for p in (site / "api").glob("*.html")}
+    typed = [name for name, text in pages.items() if 'Type<span class="colon">' in text]
+    assert not typed, f"napoleon turned a docstring into a type on {typed}"
+    assert "The remote Q_Key of a UD send" in pages["workrequests.html"]
+    assert "Remote key (32 bits): a peer puts it" in pages["resources.html"]
