@@ -11,7 +11,10 @@ import pathlib
 import platform
 import re
 import shlex
-import tomllib
+
+import pytest
+
+tomllib = pytest.importorskip("tomllib", reason="tomllib is in Python 3.11 and later")
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SEED_HOSTS = ("d4l3k", "rdma4py")
