@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 0195f595577b514328c099ec9344e453e86609c8448f20a4daddcabbb69e5d2c).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 a5a7f3dd5a27a3323fa3fb27e935b292905335cd2812a394ab499f9c7d25b33b);
- * this file's own sha256, this number read as zeros: ab57c7b17a08e3a0befb7d124678262cdc1d11c1b1dfb810b44f3861fcd7c75b */
+ * Made by templates/ and generator/ (sha256 cef5fc211bb45be34e8432958e9f26880168903694dc9fc4694502dac867fbaa);
+ * this file's own sha256, this number read as zeros: 46f3e0368ba33dbb1ac43bc92274999b918f5a47861411e8006b18c3c5a96626 */
 
 /*
  * AsyncEvent: its accessors and type shell, from spec/datapath/records.yaml.

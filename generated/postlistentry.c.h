@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 0195f595577b514328c099ec9344e453e86609c8448f20a4daddcabbb69e5d2c).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 a5a7f3dd5a27a3323fa3fb27e935b292905335cd2812a394ab499f9c7d25b33b);
- * this file's own sha256, this number read as zeros: ddb65fa34d8f62efac71d1e71682c92fd01084a3522be93b51a86c9a2aa1dd60 */
+ * Made by templates/ and generator/ (sha256 cef5fc211bb45be34e8432958e9f26880168903694dc9fc4694502dac867fbaa);
+ * this file's own sha256, this number read as zeros: eee515e8af2916e64d82985566aa36df8c48b22c7bbcd66c4a0e5c372fa303af */
 
 /*
  * PostListEntry: its accessors and type shell, from spec/datapath/records.yaml.

@@ -2,8 +2,8 @@
 # (sha256 20a4c73c476a689f172b05ec1def2bc9a14a8fa61b91043e691a57b06d920789, rdma-core 65.0)
 # and the spec/ YAML files (sha256 575d83ea9c4cf1aa5c3ff8170b9d54fb4e25798eeadcf51dc767ba8593d2b07f).
 # Do not edit: change the spec or templates/ and run `make generate`.
-# Made by templates/ and generator/ (sha256 a5a7f3dd5a27a3323fa3fb27e935b292905335cd2812a394ab499f9c7d25b33b);
-# this file's own sha256, this number read as zeros: 4a66338fc4fee7f0de0db34702994e5e53a16fcbfdaa6c8734f39bb7c6628a4d
+# Made by templates/ and generator/ (sha256 cef5fc211bb45be34e8432958e9f26880168903694dc9fc4694502dac867fbaa);
+# this file's own sha256, this number read as zeros: 2dbd7d33f3e125d027ea1945b51333c7e21f57f029af9985246d7c115b350303
 """The rdma-core enums as Python IntEnum / IntFlag classes (all values of
 each C enum; see spec/enums.yaml for which enums and their prefixes)."""
 from enum import IntEnum, IntFlag

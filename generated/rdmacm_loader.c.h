@@ -2,8 +2,8 @@
  * (sha256 20a4c73c476a689f172b05ec1def2bc9a14a8fa61b91043e691a57b06d920789, rdma-core 65.0)
  * and the spec/ YAML files (sha256 575d83ea9c4cf1aa5c3ff8170b9d54fb4e25798eeadcf51dc767ba8593d2b07f).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 a5a7f3dd5a27a3323fa3fb27e935b292905335cd2812a394ab499f9c7d25b33b);
- * this file's own sha256, this number read as zeros: 9928c2516c13bdd3403a453d5ea29e57d09ab41b1293f2f46f730bb0710b6d7e */
+ * Made by templates/ and generator/ (sha256 cef5fc211bb45be34e8432958e9f26880168903694dc9fc4694502dac867fbaa);
+ * this file's own sha256, this number read as zeros: eb590e90686e474b4ab966da103e7d52d7cfcb1f4be6b38e71f4fb4c29a19332 */
 
 /*
  * librdmacm is dlopen'ed on first use (ibverbs/src/cm.c), never linked

@@ -2,8 +2,8 @@
  * (sha256 20a4c73c476a689f172b05ec1def2bc9a14a8fa61b91043e691a57b06d920789, rdma-core 65.0)
  * and the spec/ YAML files (sha256 575d83ea9c4cf1aa5c3ff8170b9d54fb4e25798eeadcf51dc767ba8593d2b07f).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 a5a7f3dd5a27a3323fa3fb27e935b292905335cd2812a394ab499f9c7d25b33b);
- * this file's own sha256, this number read as zeros: 3657c1b7dbfd4d2ef34b1b0dcde83f157aa9a4b5d015ae97eac0a106c89da829 */
+ * Made by templates/ and generator/ (sha256 cef5fc211bb45be34e8432958e9f26880168903694dc9fc4694502dac867fbaa);
+ * this file's own sha256, this number read as zeros: e8df9b3f326699dde639c0fec9131d460c938c6454c3b27d4addfa32e911fb85 */
 
 /*
  * The rdma_cm classes, from spec/rdmacm/cm.yaml through the verbs handle

@@ -2,8 +2,8 @@
  * (sha256 20a4c73c476a689f172b05ec1def2bc9a14a8fa61b91043e691a57b06d920789, rdma-core 65.0)
  * and the spec/ YAML files (sha256 575d83ea9c4cf1aa5c3ff8170b9d54fb4e25798eeadcf51dc767ba8593d2b07f).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 a5a7f3dd5a27a3323fa3fb27e935b292905335cd2812a394ab499f9c7d25b33b);
- * this file's own sha256, this number read as zeros: 213e8605fe29bd0653604e4a4fc8ad18038330c251f277b211f3a470ccf1111f */
+ * Made by templates/ and generator/ (sha256 cef5fc211bb45be34e8432958e9f26880168903694dc9fc4694502dac867fbaa);
+ * this file's own sha256, this number read as zeros: 5de781cec4686b0456463b7aab572f168ce79e0e26ee8021dec8c9719eaaee00 */
 
 /*
  * The declarations of the rdma_cm classes (objects.h's counterpart for

@@ -35,6 +35,7 @@ class Builder:
             h.node["ctype"]: h.name for h in spec.handles}
         self.handle_names = {h.name for h in spec.handles}
         self.struct_models: Dict[str, StructModel] = {}
+        self.enum_models: Dict[str, EnumModel] = {}
 
     def enums(self) -> List[EnumModel]:
         out = []
@@ -76,7 +77,29 @@ class Builder:
                     py = last_part + py
                 result.append((py, value, cname_m))
             out.append(EnumModel(e.name, node["kind"], cname, result))
+        self.enum_models = {e.name: e for e in out}
         return out
+
+    def named_default(self, owner: str, arg: str, default: Optional[str]) -> Optional[str]:
+        """An integer default of an enum or flag argument (spec/docs.yaml
+        docs.enums) by its name, as docstrings show it: "QPType.RC",
+        "SendFlags.SIGNALED", the OR of a flag value's members; None to
+        keep it as it is (a text signature keeps the number: inspect must
+        evaluate it)."""
+        cls = self.spec.doc_enums.get(f"{owner}.{arg}") or self.spec.doc_enums.get(arg)
+        enum = self.enum_models.get(cls or "")
+        try:
+            value = int(default or "", 0)
+        except ValueError:
+            return None
+        if enum is None:
+            return None
+        if enum.kind == "IntEnum":
+            return next((f"{cls}.{py}" for py, v, _ in enum.members if v == value), None)
+        bits = [py for py, v, _ in enum.members if v and v & (v - 1) == 0 and value & v == v]
+        if not value or sum(v for py, v, _ in enum.members if py in bits) != value:
+            return None
+        return " | ".join(f"{cls}.{py}" for py in bits)
 
     # -- structs --
     def structs(self) -> List[StructModel]:

@@ -152,6 +152,8 @@ class Spec:
     doc_methods: Dict[str, Any] = field(default_factory=dict)    # "Class.method" -> summary
     # Class -> {field or attribute: docstring}: struct fields, handle attributes
     doc_fields: Dict[str, Dict[str, str]] = field(default_factory=dict)
+    # argument ("Class.argument" first) -> the enum or flag class it takes
+    doc_enums: Dict[str, str] = field(default_factory=dict)
     exclusion_where: Dict[str, str] = field(default_factory=dict)
 
     def handle(self, name: str) -> Optional[Handle]:
@@ -283,7 +285,9 @@ def load(spec_dir: str) -> Spec:
 def _load_docs(spec: Spec, docs: Node, display: str) -> None:
     """A file's `docs:` (spec/docs.yaml): argument glossary, method texts,
     field and attribute texts."""
-    _check_keys(docs, {"arguments", "methods", "fields"}, f"{display}: docs")
+    _check_keys(docs, {"arguments", "methods", "fields", "enums"}, f"{display}: docs")
+    for arg, cls in (docs.get("enums") or {}).items():
+        spec.doc_enums[str(arg)] = str(cls)
     for cls, entries in (docs.get("fields") or {}).items():
         if not isinstance(entries, Node):
             raise SpecError(f"{docs['fields'].where(cls)}: docs of {cls}'s fields: "

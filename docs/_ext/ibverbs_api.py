@@ -166,15 +166,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 STUBS = {"ibverbs": ["ibverbs/_ibverbs.pyi", "ibverbs/helpers.pyi"],
          "ibverbs.cuda": ["ibverbs/cuda.pyi"]}
 
-# The enum or flag class an integer argument takes, by argument name; an
-# (owner class, argument) entry wins over the name alone.
-ARG_ENUMS: Dict[object, str] = {
-    "qp_type": "QPType", "gid_type": "GIDType", "attr_mask": "QPAttrMask",
-    "wc_flags": "CreateCQWCFlags", "send_flags": "SendFlags", "wq_type": "WQType",
-    "srq_type": "SRQType", "mtu": "MTU", "path_mtu": "MTU", "access": "AccessFlags",
-    "mw_access_flags": "AccessFlags", "opcode": "WROpcode", "type": "CompCntrType",
-    ("SRQ", "attr_mask"): "SRQAttrMask",
-}
+
+
+def _arg_enums() -> Dict[str, str]:
+    """argument ("Class.argument" first) -> the enum or flag class it takes:
+    spec/docs.yaml's docs.enums, the table the generator's docstrings use
+    (PyYAML comes with myst-parser)."""
+    import yaml
+
+    with open(os.path.join(ROOT, "spec", "docs.yaml"), encoding="utf-8") as f:
+        return dict(yaml.safe_load(f)["docs"].get("enums") or {})
+
+
+ARG_ENUMS: Dict[str, str] = _arg_enums()
 # Integer defaults that are named constants of other modules.
 NAMED_CONSTANTS = {("oflags", os.O_CREAT): "os.O_CREAT"}
 
@@ -233,7 +237,7 @@ def named_default(owner: str, arg: str, value: object) -> Optional[str]:
         return None
     if (arg, value) in NAMED_CONSTANTS:
         return NAMED_CONSTANTS[(arg, value)]
-    cls = getattr(ibverbs, ARG_ENUMS.get((owner, arg)) or ARG_ENUMS.get(arg, ""), None)
+    cls = getattr(ibverbs, ARG_ENUMS.get(f"{owner}.{arg}") or ARG_ENUMS.get(arg, ""), None)
     if not (isinstance(cls, type) and issubclass(cls, enum.Enum)):
         return None
     if issubclass(cls, enum.Flag):
@@ -298,8 +302,9 @@ def _signature(app, what, name, obj, options, signature, return_annotation):  # 
         if runtime is None or signature is None or not any(
                 named_default(owner, p.name, p.default) for p in runtime.parameters.values()):
             return None
-        params = [p.replace(default=_Text(_default_text(owner, p)), annotation=p.empty)
-                  if p.default is not p.empty else p.replace(annotation=p.empty)
+        params = [p.replace(annotation=_annotation_text(p.annotation),
+                            default=p.default if p.default is p.empty
+                            else _Text(_default_text(owner, p)))
                   for p in runtime.parameters.values()]
         return str(runtime.replace(parameters=params, return_annotation=inspect.Signature.empty)), \
             return_annotation
@@ -337,6 +342,14 @@ def _signature(app, what, name, obj, options, signature, return_annotation):  # 
         parts.append("**" + one(a.kwarg, None))
     returns = None if what == "class" or stub.returns is None else _annotation(stub.returns)
     return f"({', '.join(parts)})", returns
+
+
+def _annotation_text(annotation):
+    """An annotation as its source text (a string one, under ``from
+    __future__ import annotations``, without its quotes)."""
+    if annotation is inspect.Parameter.empty:
+        return annotation
+    return _Text(annotation if isinstance(annotation, str) else inspect.formatannotation(annotation))
 
 
 class _Text:

@@ -214,8 +214,13 @@ def test_signatures_show_types_and_defaults_by_name(site):
     assert "send_flags: int = SendFlags.SIGNALED" in sigs["ibverbs.MWBind"]
     assert "gid_type: int | None = GIDType.ROCE_V2" in sigs["ibverbs.Context.find_gid"]
     assert "CreateCQWCFlags.WITH_BYTE_LEN | " in sigs["ibverbs.Context.create_cq_ex"]
+    assert "type: int = FlowAttrType.NORMAL" in sigs["ibverbs.FlowAttr"]
+    # the docstrings (help(), the Args sections) say the same
+    assert "Default: QPType.RC." in ib.PD.create_qp_ex.__doc__
+    assert "Default: CreateCQWCFlags.WITH_BYTE_LEN | " in ib.Context.create_cq_ex.__doc__
+    assert "qp_type=2" in ib.PD.create_qp_ex.__text_signature__   # inspect evaluates it
     # no enum or flag argument keeps a bare number (0 is "none" for a flag)
-    enum_args = {a if isinstance(a, str) else a[1] for a in ibverbs_api.ARG_ENUMS}
+    enum_args = {a.rsplit(".", 1)[-1] for a in ibverbs_api.ARG_ENUMS}
     bare = [f"{oid}: {m.group(0)}" for oid, sig in sigs.items()
             for m in re.finditer(r"\b(\w+)(?:: [^=,()]+)? = (-?\d+)\b", sig)
             if m.group(1) in enum_args and m.group(2) != "0"]
