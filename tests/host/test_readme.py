@@ -20,8 +20,9 @@ def _github_slug(heading: str) -> str:
 
 
 def test_the_first_sections_are_what_a_new_user_needs():
-    assert _sections()[:5] == ["Contents", "Install", "Quickstart (runs on Soft-RoCE)",
-                               "Checking your setup", "GPUDirect with torch tensors"]
+    first = _sections()[:5]
+    assert first[:2] == ["Contents", "Install"] and first[2].startswith("Quickstart"), first
+    assert first[3:] == ["Checking your setup", "GPUDirect with torch tensors"], first
 
 
 def test_the_contents_link_every_section():
