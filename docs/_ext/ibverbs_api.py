@@ -12,6 +12,11 @@ into errors (tests/host/test_docs.py checks the built inventory as well).
 
 ``.. ibverbs-cli:: <command>`` prints the help of a command of the
 ``ibverbs`` console script, from its argparse parser.
+
+Signatures show the generated stubs' types and the extension's defaults,
+an enum or flag default by name (spec/docs.yaml ``docs.enums``); an
+attribute's docstring is shown as written (napoleon would read the text
+before its first colon as a type).
 """
 from __future__ import annotations
 
@@ -165,7 +170,6 @@ def _check_groups(app, env) -> None:     # noqa: ARG001 - Sphinx's signature
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STUBS = {"ibverbs": ["ibverbs/_ibverbs.pyi", "ibverbs/helpers.pyi"],
          "ibverbs.cuda": ["ibverbs/cuda.pyi"]}
-
 
 
 def _arg_enums() -> Dict[str, str]:
