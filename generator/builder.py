@@ -42,6 +42,7 @@ class Builder:
             h.node["ctype"]: h.name for h in spec.handles}
         self.handle_names = {h.name for h in spec.handles}
         self.struct_models: Dict[str, StructModel] = {}
+        self.enum_models: Dict[str, EnumModel] = {}
 
     def enums(self) -> List[EnumModel]:
         out = []
@@ -83,7 +84,29 @@ class Builder:
                     py = last_part + py
                 result.append((py, value, cname_m))
             out.append(EnumModel(e.name, node["kind"], cname, result))
+        self.enum_models = {e.name: e for e in out}
         return out
+
+    def named_default(self, owner: str, arg: str, default: Optional[str]) -> Optional[str]:
+        """An integer default of an enum or flag argument (spec/docs.yaml
+        docs.enums) by its name, as docstrings show it: "QPType.RC",
+        "SendFlags.SIGNALED", the OR of a flag value's members; None to
+        keep it as it is (a text signature keeps the number: inspect must
+        evaluate it)."""
+        cls = self.spec.doc_enums.get(f"{owner}.{arg}") or self.spec.doc_enums.get(arg)
+        enum = self.enum_models.get(cls or "")
+        try:
+            value = int(default or "", 0)
+        except ValueError:
+            return None
+        if enum is None:
+            return None
+        if enum.kind == "IntEnum":
+            return next((f"{cls}.{py}" for py, v, _ in enum.members if v == value), None)
+        bits = [py for py, v, _ in enum.members if v and v & (v - 1) == 0 and value & v == v]
+        if not value or sum(v for py, v, _ in enum.members if py in bits) != value:
+            return None
+        return " | ".join(f"{cls}.{py}" for py in bits)
 
     # -- structs --
     def structs(self) -> List[StructModel]:
@@ -123,6 +146,8 @@ class Builder:
             else:
                 raise SpecError(f"{node.where('fields')}: {s.name}: fields must be "
                                 f"'all' or a mapping")
+            for f in fields:
+                f.doc = self._field_doc(s.name, f.name)
             model = StructModel(s.name, node["ctype"], node.get("doc", ""), writable,
                                 fields, any(f.handle for f in fields))
             self.struct_models[s.name] = model
@@ -227,6 +252,9 @@ class Builder:
                            else [(str(sspec["keepalive"]), sname) for sname, sspec in slot_specs
                                  if sspec.get("keepalive")])
         handle_rules.apply(model, node)
+        for aname, _ in model.attributes:
+            if aname not in model.docs:
+                model.docs[aname] = self._field_doc(h.name, aname)
         return model
 
     def destroy_releases_gil(self, node: Any, destroy: Optional[str]) -> bool:
@@ -237,6 +265,17 @@ class Builder:
             return gil.releases(self.spec.gil_kinds, destroy, node.where("destroy"))
         except gil.GilError as exc:
             raise SpecError(str(exc)) from None
+
+    def _field_doc(self, cls: str, name: str) -> str:
+        """The docstring of a struct field or handle attribute
+        (spec/docs.yaml docs.fields): what it is, its unit and range, the
+        verb that fills it. None is a SpecError: every public member is
+        documented."""
+        text = self.spec.doc_fields.get(cls, {}).get(name)
+        if not text:
+            raise SpecError(f"{cls}.{name}: no docstring: add `{name}:` under "
+                            f"docs.fields.{cls} in spec/docs.yaml")
+        return text
 
     def _parents(self, h: Any) -> List[Tuple[str, str, bool]]:
         node = h.node

@@ -56,7 +56,8 @@ def _range(pspec: Any) -> str:
     return ""
 
 
-def _args_section(mm: Any, node: Any, own: Dict[str, str], glossary: Dict[str, str]) -> List[str]:
+def _args_section(mm: Any, node: Any, own: Dict[str, str], glossary: Dict[str, str],
+                  named_default: Any = None) -> List[str]:
     specs = arg_specs(node)
     lines: List[str] = []
     for a in mm.args:
@@ -64,7 +65,8 @@ def _args_section(mm: Any, node: Any, own: Dict[str, str], glossary: Dict[str, s
         meaning = own.get(a.name) or glossary.get(a.name) or a.meaning or "an int"
         text = _sentence(meaning.rstrip(".") + _range(pspec))
         if not a.required:
-            text += f" Default: {a.default_doc}."
+            named = named_default(mm.owner, a.name, a.default_doc) if named_default else None
+            text += f" Default: {named or a.default_doc}."
         lines.append(f"    {a.name}: {text}")
     if "**" in specs:
         struct = specs["**"]["kwargs"]
@@ -129,7 +131,7 @@ def summary_of(label: str, node: Any, doc_methods: Dict[str, Any]) -> Optional[s
 
 
 def compose(mm: Any, label: str, node: Any, verb: str, storage: str, spec: Any,
-            handles: Set[str]) -> str:
+            handles: Set[str], named_default: Any = None) -> str:
     """The docstring body (after the text signature) of a generated method."""
     summary = summary_of(label, node, spec.doc_methods)
     if summary is None:
@@ -141,7 +143,7 @@ def compose(mm: Any, label: str, node: Any, verb: str, storage: str, spec: Any,
     optional = str(optional).split(" (")[0] if optional else None
     errors = node.get("errors", "none")
     parts = [_sentence(summary) if "\n" not in summary else summary]
-    for section in (_args_section(mm, node, own, spec.doc_arguments),
+    for section in (_args_section(mm, node, own, spec.doc_arguments, named_default),
                     _returns_section(mm, handles),
                     _raises_section(mm, node, errors, optional, verb)):
         if section:

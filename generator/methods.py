@@ -153,7 +153,7 @@ class MethodBuilder:
         mm.signature = m.node.get("signature") or self.signature()
         try:
             text = docstrings.compose(mm, self.label, m.node, f.name, f.storage, self.b.spec,
-                                      self.b.handle_names)
+                                      self.b.handle_names, self.b.named_default)
         except docstrings.DocError as exc:
             self.fail(str(exc).split(": ", 1)[1], "doc")
         mm.doc = f"{mm.signature}\n--\n\n{text}"

@@ -40,6 +40,7 @@ class StructField:
     # (the seed's QPInitAttr(None, None)): the verb that takes the struct
     # says what is missing, not a generic "is not set".
     none_ok: bool = False
+    doc: str = ""        # its docstring (spec/docs.yaml docs.fields)
 
     @property
     def settable(self) -> bool:
@@ -63,6 +64,17 @@ class StructModel:
     @property
     def handle_fields(self) -> List[StructField]:
         return [f for f in self.fields if f.handle]
+
+    @property
+    def text_signature(self) -> str:
+        """The constructor's signature, for the class's __text_signature__
+        (inspect.signature, help(), the reference): its keyword arguments
+        with their defaults; "" for a read-only struct (no constructor)."""
+        if not self.writable:
+            return ""
+        args = [f.name if f.default is None else f"{f.name}={f.default}"
+                for f in self.fields if f.settable]
+        return f"({', '.join(args)})"
 
 
 @dataclass

@@ -103,7 +103,7 @@ PYTHON_METHOD_KEYS = {"python",     # "module:function" of a Python-layer method
 METHOD_KEYS = VERB_METHOD_KEYS | HAND_METHOD_KEYS | PYTHON_METHOD_KEYS
 SYMBOLS_KEYS = {"optional"}
 BASE_KEYS = {"class", "upcast"}    # base: {class, upcast} (a base: Class is a name)
-DOCS_KEYS = {"arguments", "methods"}
+DOCS_KEYS = {"arguments", "methods", "fields", "enums"}
 DOC_ENTRY_KEYS = {"summary", "args"}
 ERROR_CONVENTIONS = {"null", "errno", "negative", "none"}
 ENUM_KINDS = {"IntEnum", "IntFlag"}
@@ -160,6 +160,10 @@ class Spec:
     # spec/docs.yaml: docstring text of generated methods (generator/docstrings.py)
     doc_arguments: Dict[str, str] = field(default_factory=dict)  # argument name -> meaning
     doc_methods: Dict[str, Any] = field(default_factory=dict)    # "Class.method" -> summary
+    # Class -> {field or attribute: docstring}: struct fields, handle attributes
+    doc_fields: Dict[str, Dict[str, str]] = field(default_factory=dict)
+    # argument ("Class.argument" first) -> the enum or flag class it takes
+    doc_enums: Dict[str, str] = field(default_factory=dict)
     exclusion_where: Dict[str, str] = field(default_factory=dict)
     # spec/gil.yaml: which verbs run with the GIL released (generator/gil.py)
     gil_kinds: List[gil.GilKind] = field(default_factory=list)
@@ -362,8 +366,17 @@ def load(spec_dir: str) -> Spec:
 
 
 def _load_docs(spec: Spec, docs: Node, display: str) -> None:
-    """A file's `docs:` (spec/docs.yaml): argument glossary, method texts."""
+    """A file's `docs:` (spec/docs.yaml): argument glossary, method texts,
+    field and attribute texts."""
     _check_keys(docs, DOCS_KEYS, f"{display}: docs")
+    for arg, cls in (docs.get("enums") or {}).items():
+        spec.doc_enums[str(arg)] = str(cls)
+    for cls, entries in (docs.get("fields") or {}).items():
+        if not isinstance(entries, Node):
+            raise SpecError(f"{docs['fields'].where(cls)}: docs of {cls}'s fields: "
+                            "a mapping {field: text}")
+        spec.doc_fields.setdefault(str(cls), {}).update(
+            {str(name): " ".join(str(text).split()) for name, text in entries.items()})
     for arg, text in (docs.get("arguments") or {}).items():
         spec.doc_arguments[str(arg)] = str(text).strip()
     for label, entry in (docs.get("methods") or {}).items():

@@ -43,7 +43,8 @@ from . import record_stubs
 from . import render as vrender
 from .model import HandleModel, MethodModel, Model, StructModel
 from .pytypes import GID_LIKE
-from .stubtext import StubClass, first_line as _first_line, read_only, with_doc as _with_doc
+from .stubtext import (StubClass, docstring_body, first_line as _first_line, read_only,
+                       with_doc as _with_doc)
 
 TEMPLATE = "stubs.pyi.j2"
 OUTPUT = "_ibverbs.pyi"
@@ -136,14 +137,15 @@ def _struct_class(s: StructModel, handles: Set[str]) -> StubClass:
         if f.settable:
             accepts = GID_LIKE if t == "Gid" else t
             if accepts != t:
-                c.lines += ["@property", f"def {f.name}(self) -> {t}: ...",
+                c.lines += ["@property", _with_doc(f"def {f.name}(self) -> {t}:", f.doc),
                             f"@{f.name}.setter", f"def {f.name}(self, value: {accepts}) -> None: ..."]
             else:
-                c.lines.append(f"{f.name}: {t}")
+                # an attribute docstring (PEP 257): what editors show on hover
+                c.lines += [f"{f.name}: {t}"] + [docstring_body(f.doc)[0].strip()] * bool(f.doc)
             param = f"{f.name}: {accepts}" + (" | None" if f.default == "None" and "None" not in accepts else "")
             init.append(param if f.default is None else param + " = ...")
         else:
-            c.lines += ["@property", f"def {f.name}(self) -> {t}: ..."]
+            c.lines.append(read_only(f.name, t, f.doc))
     if init:
         c.lines.append(f"def __init__(self, {', '.join(init)}) -> None: ...")
     c.lines.append("def _asdict(self) -> dict[str, Any]: ...")

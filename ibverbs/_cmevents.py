@@ -24,7 +24,19 @@ __all__ = ["CMEvent", "ConnParam", "UDParam"]
 
 @dataclass(frozen=True)
 class ConnParam:
-    """rdma_conn_param of a connection event, as the peer sent it."""
+    """rdma_conn_param of a connection event, as the peer sent it.
+
+    Attributes:
+        responder_resources: RDMA reads and atomics the peer serves at once
+            (its max_dest_rd_atomic, 0-255).
+        initiator_depth: RDMA reads and atomics the peer issues at once
+            (its max_rd_atomic, 0-255).
+        flow_control: 1 when the peer's hardware does end-to-end flow control.
+        retry_count: the peer's transport retry count (0-7, QPAttr.retry_cnt).
+        rnr_retry_count: the peer's RNR retry count (0-7, 7 forever).
+        srq: 1 when the peer's QP takes receives from an SRQ.
+        qp_num: the peer's QP number (24 bits).
+    """
     responder_resources: int
     initiator_depth: int
     flow_control: int
@@ -36,7 +48,13 @@ class ConnParam:
 
 @dataclass(frozen=True)
 class UDParam:
-    """rdma_ud_param of a datagram (PortSpace.UDP) event: how to reach the peer."""
+    """rdma_ud_param of a datagram (PortSpace.UDP) event: how to reach the peer.
+
+    Attributes:
+        ah_attr: the address vector to reach it (an AHAttr: create_ah).
+        qp_num: its QP number (24 bits: SendWR.remote_qpn).
+        qkey: its Q_Key (32 bits: SendWR.remote_qkey).
+    """
     ah_attr: Any
     qp_num: int
     qkey: int
@@ -68,6 +86,7 @@ class CMEvent:
 
     @property
     def event_str(self) -> str:
+        """The event's name ("ESTABLISHED", ...: rdma_event_str)."""
         return _ibverbs.cm_event_str(self.event)
 
     def __repr__(self) -> str:

@@ -92,12 +92,16 @@ class CMID(_ibverbs.CMID):
     __module__ = "ibverbs"
 
     # Class defaults: a CMID of the event-driven API has none of these.
-    request_data: "Optional[bytes]" = None  # the client's private data (CMIDs of get_request())
+    #: The client's private data, zero-padded (a CMID of get_request(); None otherwise).
+    request_data: "Optional[bytes]" = None
     _channel: "Optional[_ibverbs.EventChannel]" = None   # a blocking CMID's own channel
     _timeout = _DEFAULT_TIMEOUT
     _connected = False
+    #: The address resolved (CMID.resolve) or listened on (CMID.listen_on); None for an event-driven CMID.
     host: "Optional[str]" = None
+    #: The port (rdma_cm's port space, TCP) resolved or listened on; None for an event-driven CMID.
     port: "Optional[int]" = None
+    #: The local address a CMID.resolve bound to (its ``source=``), None when none was given.
     source: "Optional[str]" = None
 
     @property

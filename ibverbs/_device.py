@@ -13,7 +13,15 @@ class Device:
     value that can be built by hand or pickled.
     """
 
-    __slots__ = ("name", "guid", "index", "node_type", "transport_type")
+    # A dict: each slot's docstring (help(), the reference).
+    __slots__ = {
+        "name": "The device name (\"mlx5_0\", \"rxe0\", ...; ibv_get_device_name).",
+        "guid": ("The node GUID as ibv_get_device_guid gives it: network byte order read "
+                 "as a 64-bit int, as in the seed (DeviceAttr.node_guid is the same value)."),
+        "index": "The kernel's device index (ibv_get_device_index; -1 when unknown).",
+        "node_type": "What the device is (a NodeType: CA for a NIC, RNIC for iWARP, ...).",
+        "transport_type": "Its transport (a TransportType: IB for InfiniBand and RoCE, IWARP, ...).",
+    }
 
     def __init__(self, name: str, guid: int, index: int = -1,
                  node_type: int = 0, transport_type: int = 0) -> None:

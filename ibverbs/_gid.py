@@ -26,14 +26,17 @@ class Gid:
 
     @property
     def raw(self) -> bytes:
+        """The 16 bytes of the GID, network order (what QPInfo.gid holds)."""
         return self._raw
 
     @property
     def subnet_prefix(self) -> int:
+        """The first 8 bytes as an int (fe80::/64 for link-local; on RoCE the IPv6 prefix)."""
         return int.from_bytes(self._raw[:8], "big")
 
     @property
     def interface_id(self) -> int:
+        """The last 8 bytes as an int (the port GUID on InfiniBand; an IPv4-mapped address on RoCE)."""
         return int.from_bytes(self._raw[8:], "big")
 
     def __bytes__(self) -> bytes:

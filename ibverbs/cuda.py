@@ -256,21 +256,24 @@ class GpuMR:
     __slots__ = ("mr", "addr", "length", "tensor", "__weakref__")
 
     def __init__(self, mr, addr: int, length: int, tensor=None) -> None:
-        self.mr = mr
-        self.addr = addr
-        self.length = length
-        self.tensor = tensor
+        self.mr = mr            #: The MR (an ibverbs.MR, from reg_dmabuf_mr or reg_mr).
+        self.addr = addr        #: The tensor's device virtual address (what SGEs and peers use).
+        self.length = length    #: The tensor's size in bytes.
+        self.tensor = tensor    #: The retained tensor (None after close()).
 
     @property
     def lkey(self) -> int:
+        """The MR's local key (32 bits; VerbsError EBADF once closed)."""
         return self.mr.lkey
 
     @property
     def rkey(self) -> int:
+        """The MR's remote key (32 bits): a peer writes or reads the tensor with it and addr."""
         return self.mr.rkey
 
     @property
     def closed(self) -> bool:
+        """True once close() has run."""
         return self.mr.closed
 
     def sge(self, length=None, offset=0):
@@ -303,6 +306,7 @@ class GpuMR:
         return RemoteBuffer(self.addr, self.mr.rkey, self.length).slice(offset, length)
 
     def close(self) -> None:
+        """Deregister the MR and let the tensor go (idempotent)."""
         self.mr.close()
         self.tensor = None
 

@@ -80,10 +80,12 @@ class CompletionError(VerbsError):
 
     @property
     def status(self) -> Any:
+        """The completion's status (a WCStatus: REM_ACCESS_ERR, RETRY_EXC_ERR, WR_FLUSH_ERR, ...)."""
         return self.wc.status
 
     @property
     def vendor_err(self) -> Any:
+        """The provider's own error code of the completion (32 bits; its meaning is the NIC vendor's)."""
         return self.wc.vendor_err
 
     def __reduce__(self) -> tuple[Any, ...]:

@@ -68,19 +68,30 @@ def _mask_for(value: object, mask: Optional[_Mask], full: _Mask) -> _Mask:
 @dataclass
 class FlowSpecEth:
     """L2: struct ibv_flow_spec_eth (40 bytes)."""
+    #: Destination MAC to match: 6 bytes or "aa:bb:cc:dd:ee:ff" (None: any).
     dst_mac: Union[bytes, str, None] = None
+    #: Source MAC to match, as dst_mac (None: any).
     src_mac: Union[bytes, str, None] = None
+    #: EtherType to match, host order (0x0800 IPv4; 0: any).
     ether_type: int = 0
+    #: VLAN tag (TCI) to match, host order (0: any).
     vlan_tag: int = 0
+    #: Which bits of dst_mac must match (None: all of a given dst_mac, none otherwise).
     dst_mac_mask: Union[bytes, str, None] = None
+    #: Which bits of src_mac must match (None: as dst_mac_mask).
     src_mac_mask: Union[bytes, str, None] = None
+    #: Which bits of ether_type must match (None: all when ether_type is set).
     ether_type_mask: Optional[int] = None
+    #: Which bits of vlan_tag must match (None: all when vlan_tag is set).
     vlan_tag_mask: Optional[int] = None
+    #: Match the inner (tunnelled) header rather than the outer one (IBV_FLOW_SPEC_INNER).
     inner: bool = False
 
+    #: Size of the packed spec in bytes (struct ibv_flow_spec_eth).
     SIZE = 40
 
     def pack(self) -> bytes:
+        """The spec as the C struct ibv_create_flow reads it (SIZE bytes, masks filled in)."""
         dst, src = _mac(self.dst_mac, "dst_mac"), _mac(self.src_mac, "src_mac")
         val = dst + src + struct.pack("!HH", _u16(self.ether_type, "ether_type"),
                                       _u16(self.vlan_tag, "vlan_tag"))
@@ -99,15 +110,22 @@ class FlowSpecEth:
 @dataclass
 class FlowSpecIPv4:
     """L3: struct ibv_flow_spec_ipv4 (24 bytes); addresses as str or int."""
+    #: Source IPv4 address to match: "10.0.0.1" or an int (None: any).
     src_ip: Union[str, int, None] = None
+    #: Destination IPv4 address to match, as src_ip (None: any).
     dst_ip: Union[str, int, None] = None
+    #: Which bits of src_ip must match ("255.255.255.0" or an int; None: all of a given src_ip).
     src_ip_mask: Union[str, int, None] = None
+    #: Which bits of dst_ip must match (None: all of a given dst_ip).
     dst_ip_mask: Union[str, int, None] = None
+    #: Match the inner (tunnelled) header rather than the outer one.
     inner: bool = False
 
+    #: Size of the packed spec in bytes (struct ibv_flow_spec_ipv4).
     SIZE = 24
 
     def pack(self) -> bytes:
+        """The spec as the C struct ibv_create_flow reads it (SIZE bytes, masks filled in)."""
         src, dst = _ipv4(self.src_ip, "src_ip"), _ipv4(self.dst_ip, "dst_ip")
         src_mask = _ipv4(self.src_ip_mask, "src_ip_mask") if self.src_ip_mask is not None \
             else (0xFFFFFFFF if src else 0)
@@ -121,16 +139,24 @@ class FlowSpecIPv4:
 @dataclass
 class FlowSpecTCPUDP:
     """L4: struct ibv_flow_spec_tcp_udp (16 bytes); protocol "tcp" or "udp"."""
+    #: "udp" (IBV_FLOW_SPEC_UDP) or "tcp" (IBV_FLOW_SPEC_TCP).
     protocol: str = "udp"
+    #: Destination port to match, host order (0: any).
     dst_port: int = 0
+    #: Source port to match, host order (0: any).
     src_port: int = 0
+    #: Which bits of dst_port must match (None: all when dst_port is set).
     dst_port_mask: Optional[int] = None
+    #: Which bits of src_port must match (None: all when src_port is set).
     src_port_mask: Optional[int] = None
+    #: Match the inner (tunnelled) header rather than the outer one.
     inner: bool = False
 
+    #: Size of the packed spec in bytes (struct ibv_flow_spec_tcp_udp).
     SIZE = 16
 
     def pack(self) -> bytes:
+        """The spec as the C struct ibv_create_flow reads it (SIZE bytes, masks filled in)."""
         if self.protocol not in ("tcp", "udp"):
             raise ValueError(f"protocol must be 'tcp' or 'udp', got {self.protocol!r}")
         kind = (_SPEC_TCP if self.protocol == "tcp" else _SPEC_UDP) | \
@@ -149,13 +175,19 @@ class FlowAttr:
     type is a FlowAttrType (NORMAL: match the specs), priority 0 is the
     highest, flags FlowFlags.
     """
+    #: The match specs (FlowSpecEth, FlowSpecIPv4, FlowSpecTCPUDP), outermost layer first.
     specs: List[object] = field(default_factory=list)
+    #: The port the rule applies to (from 1).
     port: int = 1
+    #: Priority: 0 is the highest; among overlapping rules the higher one wins.
     priority: int = 0
+    #: A FlowAttrType (NORMAL: match the specs; ALL_DEFAULT, MC_DEFAULT, SNIFFER).
     type: int = 0
+    #: FlowFlags (0 for none).
     flags: int = 0
 
     def pack(self) -> bytes:
+        """struct ibv_flow_attr followed by the packed specs, as ibv_create_flow reads them."""
         body = b""
         for i, spec in enumerate(self.specs):
             pack = getattr(spec, "pack", None)

@@ -79,11 +79,17 @@ class QPInfo:
     network-order layout ``!IIH16sBB`` (``to_bytes`` / ``from_bytes``).
     """
 
+    #: The QP number (24 bits, QP.qp_num): the peer's dest_qp_num.
     qp_num: int
+    #: The first packet sequence number this QP sends (24 bits): the peer's rq_psn.
     psn: int
+    #: The port's LID (16 bits; 0 on RoCE).
     lid: int
+    #: The port's GID the peer addresses (16 bytes, network order).
     gid: bytes
+    #: The port number (1..255).
     port: int
+    #: The path MTU to use, an MTU code (1..5; the port's active_mtu).
     mtu: int
 
     # The wire layout, under the name the seed exposed it (not a field: no annotation).
@@ -94,6 +100,7 @@ class QPInfo:
         object.__setattr__(self, name, value if check is None else check(value))
 
     def to_bytes(self) -> bytes:
+        """The 28-byte network-order record (``!IIH16sBB``) to send to the peer."""
         return _QPINFO.pack(self.qp_num, self.psn, self.lid, self.gid, self.port, self.mtu)
 
     @classmethod
@@ -126,8 +133,11 @@ class RemoteBuffer:
     ``rkey`` 32-bit (ValueError outside, TypeError for a non-int).
     """
 
+    #: The start address in the peer's memory (the MR's addr, or a GpuMR's device address).
     addr: int
+    #: The remote key of the peer's MR (32 bits).
     rkey: int
+    #: How many bytes from addr the peer may access.
     length: int
 
     def __setattr__(self, name: str, value: object) -> None:

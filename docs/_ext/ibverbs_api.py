@@ -12,10 +12,20 @@ into errors (tests/host/test_docs.py checks the built inventory as well).
 
 ``.. ibverbs-cli:: <command>`` prints the help of a command of the
 ``ibverbs`` console script, from its argparse parser.
+
+Signatures show the generated stubs' types and the extension's defaults,
+an enum or flag default by name (spec/docs.yaml ``docs.enums``); an
+attribute's docstring is shown as written (napoleon would read the text
+before its first colon as a type).
 """
 from __future__ import annotations
 
-from typing import Dict, List
+import ast
+import enum
+import functools
+import inspect
+import os
+from typing import Dict, List, Optional, Tuple
 
 from docutils import nodes
 from docutils.parsers.rst import Directive
@@ -150,9 +160,239 @@ def _check_groups(app, env) -> None:     # noqa: ARG001 - Sphinx's signature
                     "(the reference would miss it)")
 
 
+# --- signatures: the stubs' types, defaults by name ----------------------------
+#
+# A C method's text signature has names and defaults only (qp_type=2); the
+# generated stubs have the types.  The reference shows the stub's parameters
+# and return type with the extension's defaults, and an integer default of
+# an enum or flag argument by its name (qp_type=QPType.RC).
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+STUBS = {"ibverbs": ["ibverbs/_ibverbs.pyi", "ibverbs/helpers.pyi"],
+         "ibverbs.cuda": ["ibverbs/cuda.pyi"]}
+
+
+def _arg_enums() -> Dict[str, str]:
+    """argument ("Class.argument" first) -> the enum or flag class it takes:
+    spec/docs.yaml's docs.enums, the table the generator's docstrings use
+    (PyYAML comes with myst-parser)."""
+    import yaml
+
+    with open(os.path.join(ROOT, "spec", "docs.yaml"), encoding="utf-8") as f:
+        return dict(yaml.safe_load(f)["docs"].get("enums") or {})
+
+
+ARG_ENUMS: Dict[str, str] = _arg_enums()
+# Integer defaults that are named constants of other modules.
+NAMED_CONSTANTS = {("oflags", os.O_CREAT): "os.O_CREAT"}
+
+
+_ALIASES: Dict[str, str] = {}     # a stub's private type alias -> what it stands for
+
+
+def _annotation(node: ast.expr) -> str:
+    text = ast.unparse(node)
+    for alias, value in _ALIASES.items():
+        text = text.replace(alias, value)
+    return text
+
+
+@functools.lru_cache(maxsize=None)
+def _stub_index(module: str) -> Dict[Tuple[str, str], ast.FunctionDef]:
+    """(class or "", function) -> its stub definition ("__init__" of a class)."""
+    index: Dict[Tuple[str, str], ast.FunctionDef] = {}
+    for path in STUBS.get(module, []):
+        with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        for node in tree.body:
+            target = (node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1
+                      else node.target if isinstance(node, ast.AnnAssign) else None)
+            if isinstance(target, ast.Name) and target.id.startswith("_") and node.value:
+                value = node.value
+                if (isinstance(value, ast.Subscript) and isinstance(value.value, ast.Name)
+                        and value.value.id == "Union"):     # Union[a, b] -> a | b
+                    elts = value.slice.elts if isinstance(value.slice, ast.Tuple) else [value.slice]
+                    _ALIASES[target.id] = " | ".join(ast.unparse(e) for e in elts)
+                else:
+                    _ALIASES[target.id] = ast.unparse(value)
+            if isinstance(node, ast.FunctionDef):
+                index.setdefault(("", node.name), node)
+            elif isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    if isinstance(item, ast.FunctionDef):
+                        index.setdefault((node.name, item.name), item)
+    return index
+
+
+def _flag_text(cls, value: int) -> str:
+    """An IntFlag value as the OR of its members' names (each bit once)."""
+    inside = [m for m in cls if m.value and (m.value & (m.value - 1)) == 0
+              and value & m.value == m.value]
+    if sum(m.value for m in inside) != value:
+        return f"{cls.__name__}({value:#x})"        # bits without a member
+    return " | ".join(f"{cls.__name__}.{m.name}" for m in inside)
+
+
+def named_default(owner: str, arg: str, value: object) -> Optional[str]:
+    """The text of an integer default by name, or None to keep it as it is."""
+    import ibverbs
+
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    if (arg, value) in NAMED_CONSTANTS:
+        return NAMED_CONSTANTS[(arg, value)]
+    cls = getattr(ibverbs, ARG_ENUMS.get(f"{owner}.{arg}") or ARG_ENUMS.get(arg, ""), None)
+    if not (isinstance(cls, type) and issubclass(cls, enum.Enum)):
+        return None
+    if issubclass(cls, enum.Flag):
+        return None if value == 0 else _flag_text(cls, value)
+    try:
+        return f"{cls.__name__}.{cls(value).name}"
+    except ValueError:
+        return None
+
+
+def _default_text(owner: str, param: inspect.Parameter) -> str:
+    named = named_default(owner, param.name, param.default)
+    return named if named is not None else repr(param.default)
+
+
+def _locate(name: str) -> Tuple[str, str, str]:
+    """(stub module, owner class or "", function or "__init__") of a full name."""
+    module = "ibverbs.cuda" if name.startswith("ibverbs.cuda.") else "ibverbs"
+    parts = name[len(module) + 1:].split(".")
+    return (module, "", parts[0]) if len(parts) == 1 else (module, parts[0], parts[1])
+
+
+def _runtime_signature(obj) -> Optional[inspect.Signature]:
+    try:
+        return inspect.signature(obj)
+    except (TypeError, ValueError):
+        return None
+
+
+def _runtime_defaults(owner: str, obj, runtime: Optional[inspect.Signature]) -> Dict[str, str]:
+    """argument -> the text of its default, from the object itself."""
+    if runtime is not None:
+        return {p.name: _default_text(owner, p) for p in runtime.parameters.values()
+                if p.default is not p.empty}
+    text = getattr(obj, "__text_signature__", None)    # one inspect cannot evaluate
+    if not text:
+        return {}
+    try:
+        tree = ast.parse(f"def f{text.replace('$', '')}: pass")
+    except SyntaxError:
+        return {}
+    a = tree.body[0].args
+    positional = a.posonlyargs + a.args
+    pairs = list(zip(positional[len(positional) - len(a.defaults):], a.defaults))
+    pairs += [(k, d) for k, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None]
+    return {k.arg: ast.unparse(d) for k, d in pairs}
+
+
+def _signature(app, what, name, obj, options, signature, return_annotation):  # noqa: ARG001
+    if what not in ("class", "method", "function") or not name.startswith("ibverbs."):
+        return None
+    if signature is None and what != "class":
+        return None     # autodoc found none it could read, and cannot take one (Sphinx 9)
+    module, owner, func = _locate(name)
+    if what == "class":
+        owner, func = func, "__init__"
+    elif not owner and what == "method":
+        return None
+    stub = _stub_index(module).get((owner, func))
+    runtime = _runtime_signature(obj)
+    if stub is None:     # a Python function: Sphinx's own signature, defaults by name
+        if runtime is None or signature is None or not any(
+                named_default(owner, p.name, p.default) for p in runtime.parameters.values()):
+            return None
+        params = [p.replace(annotation=_annotation_text(p.annotation),
+                            default=p.default if p.default is p.empty
+                            else _Text(_default_text(owner, p)))
+                  for p in runtime.parameters.values()]
+        return str(runtime.replace(parameters=params, return_annotation=inspect.Signature.empty)), \
+            return_annotation
+    rt = _runtime_defaults(owner, obj, runtime)
+    a = stub.args
+    positional = a.posonlyargs + a.args
+    defaults = [None] * (len(positional) - len(a.defaults)) + list(a.defaults)
+    parts: List[str] = []
+
+    def one(arg: ast.arg, default: Optional[ast.expr]) -> str:
+        text = arg.arg
+        if arg.annotation is not None:
+            text += f": {_annotation(arg.annotation)}"
+        if default is None:
+            return text
+        if arg.arg in rt:
+            value = rt[arg.arg]
+        elif isinstance(default, ast.Constant) and default.value is Ellipsis:
+            return text + " = ..."       # unknown: as the stub says
+        else:
+            value = ast.unparse(default)
+        return f"{text} = {value}"
+
+    for i, (arg, default) in enumerate(zip(positional, defaults)):
+        if i == 0 and owner and arg.arg in ("self", "cls"):
+            continue
+        parts.append(one(arg, default))
+    if a.vararg is not None:
+        parts.append("*" + one(a.vararg, None))
+    elif a.kwonlyargs:
+        parts.append("*")
+    for arg, default in zip(a.kwonlyargs, a.kw_defaults):
+        parts.append(one(arg, default))
+    if a.kwarg is not None:
+        parts.append("**" + one(a.kwarg, None))
+    returns = None if what == "class" or stub.returns is None else _annotation(stub.returns)
+    return f"({', '.join(parts)})", returns
+
+
+def _annotation_text(annotation):
+    """An annotation as its source text (a string one, under ``from
+    __future__ import annotations``, without its quotes)."""
+    if annotation is inspect.Parameter.empty:
+        return annotation
+    return _Text(annotation if isinstance(annotation, str) else inspect.formatannotation(annotation))
+
+
+class _Text:
+    """A default rendered as given (inspect.Signature prints its repr)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+# --- attribute docstrings: no "type: description" guess ------------------------
+#
+# napoleon reads the first line of an attribute's docstring as "type:
+# description" ("Remote key (32 bits): ..." would become the type "Remote
+# key (32 bits)"). The types are in the stubs and the signatures, never in
+# these texts, so an attribute keeps its docstring as written.
+
+_ATTRIBUTE_DOCS: Dict[str, List[str]] = {}
+
+
+def _keep_attribute_doc(app, what, name, obj, options, lines) -> None:  # noqa: ARG001
+    if what in ("attribute", "property", "data"):
+        _ATTRIBUTE_DOCS[name] = list(lines)
+
+
+def _restore_attribute_doc(app, what, name, obj, options, lines) -> None:  # noqa: ARG001
+    if what in ("attribute", "property", "data") and name in _ATTRIBUTE_DOCS:
+        lines[:] = _ATTRIBUTE_DOCS.pop(name)
+
+
 def setup(app) -> Dict[str, object]:
     app.add_directive("ibverbs-api", ApiGroup)
     app.add_directive("ibverbs-cli", CliHelp)
     app.connect("env-check-consistency", _check_groups)
+    app.connect("autodoc-process-signature", _signature)
+    # around napoleon's listener (priority 500)
+    app.connect("autodoc-process-docstring", _keep_attribute_doc, priority=100)
+    app.connect("autodoc-process-docstring", _restore_attribute_doc, priority=900)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
 

@@ -141,6 +141,9 @@ def spec_with(tmp_path, text: str) -> spec.Spec:
         fields:
           max_send_wr: max_send_wr
           later: {path: not_yet, since: "99"}
+    docs:
+      fields:
+        Newer: {max_send_wr: "Maximum outstanding send requests."}
     """,
 ])
 def test_what_is_marked_newer_is_skipped(tmp_path, text):
