@@ -2,8 +2,8 @@
 # (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
 # and the spec/ YAML files (sha256 8c2a78f639d54bb1f0f63b70d478ee959af2eb46d1c721765535fbfa88d1fea7).
 # Do not edit: change the spec or templates/ and run `make generate`.
-# Made by templates/ and generator/ (sha256 e5c83176cca75d9cc2f24efb2d6c7df96cdd94a3009930f7914de3b920d0919e);
-# this file's own sha256, this number read as zeros: 75c4f78dddaa65ebc113817972deaa6e1c10db4c5f97097b6c79865ddb09cd0f
+# Made by templates/ and generator/ (sha256 4b36d7765739c22613af0afa8c48f67c277e69644f1d8f0990c6b4748bfe11bd);
+# this file's own sha256, this number read as zeros: ce109464be4727d3119a27aeb165494d0f06f41b5cba0d7d58ad9689bb143299
 
 """Type stubs of the extension ibverbs._ibverbs (generator/stubs.py)."""
 

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 6d52bf621d65c270da2907ddbf360979a9b79b86980ba38c2ffe1d0636c1a9e2).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 e5c83176cca75d9cc2f24efb2d6c7df96cdd94a3009930f7914de3b920d0919e);
- * this file's own sha256, this number read as zeros: 5e674d9822b6c29fe48caffab0acd4f06b12e37c3ebcd74085752bbcdc8d3787 */
+ * Made by templates/ and generator/ (sha256 4b36d7765739c22613af0afa8c48f67c277e69644f1d8f0990c6b4748bfe11bd);
+ * this file's own sha256, this number read as zeros: 1199b3677bb0f81a643654b1996232fa8ea6907c1bb0d9563c201267361efa8d */
 
 /*
  * AsyncEvent: its accessors and type shell, from spec/datapath/records.yaml.

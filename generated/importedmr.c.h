@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d058999ce2cfebde6a6830678ae4c6a5d39e3a9d7b81b62c8ade6aa03e1b83ec).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 e5c83176cca75d9cc2f24efb2d6c7df96cdd94a3009930f7914de3b920d0919e);
- * this file's own sha256, this number read as zeros: 08b2d4fd027c10c12045d604391d2845ca74a7048e733cdf3051a86b32b79ee8 */
+ * Made by templates/ and generator/ (sha256 4b36d7765739c22613af0afa8c48f67c277e69644f1d8f0990c6b4748bfe11bd);
+ * this file's own sha256, this number read as zeros: 79dd7970224b0e84687ff6a45397282e2da52a946f8dd08135a47203d4e569ff */
 
 /*
  * ImportedMR: An MR imported from another context on the same command FD (PD.import_mr); an MR, but close() unimports it (ibv_unimport_mr) instead of deregistering it.

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 6d52bf621d65c270da2907ddbf360979a9b79b86980ba38c2ffe1d0636c1a9e2).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 e5c83176cca75d9cc2f24efb2d6c7df96cdd94a3009930f7914de3b920d0919e);
- * this file's own sha256, this number read as zeros: 6d59cbcd44070b2cf42000479b61e37c8dc92db825e4b9c411fee1ed6c262908 */
+ * Made by templates/ and generator/ (sha256 4b36d7765739c22613af0afa8c48f67c277e69644f1d8f0990c6b4748bfe11bd);
+ * this file's own sha256, this number read as zeros: a8136a8064e65288ba304369cb213eaa7b456c78cba12fd0ca1d50c82fb71993 */
 
 /*
  * PostListEntry: its accessors and type shell, from spec/datapath/records.yaml.

@@ -2,8 +2,8 @@
 # (sha256 20a4c73c476a689f172b05ec1def2bc9a14a8fa61b91043e691a57b06d920789, rdma-core 65.0)
 # and the spec/ YAML files (sha256 575d83ea9c4cf1aa5c3ff8170b9d54fb4e25798eeadcf51dc767ba8593d2b07f).
 # Do not edit: change the spec or templates/ and run `make generate`.
-# Made by templates/ and generator/ (sha256 e5c83176cca75d9cc2f24efb2d6c7df96cdd94a3009930f7914de3b920d0919e);
-# this file's own sha256, this number read as zeros: f559a22d400b1aca0162da6c0f6d13c795f430953040aab86ce4cc5a903ec8d5
+# Made by templates/ and generator/ (sha256 4b36d7765739c22613af0afa8c48f67c277e69644f1d8f0990c6b4748bfe11bd);
+# this file's own sha256, this number read as zeros: 75de3daf9d91e3c701e6842b0067325c4595f3e1b900c92e1f60df1eff9f22a5
 """The rdma-core enums as Python IntEnum / IntFlag classes (all values of
 each C enum; see spec/enums.yaml for which enums and their prefixes)."""
 from enum import IntEnum, IntFlag

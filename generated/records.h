@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 6d52bf621d65c270da2907ddbf360979a9b79b86980ba38c2ffe1d0636c1a9e2).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 e5c83176cca75d9cc2f24efb2d6c7df96cdd94a3009930f7914de3b920d0919e);
- * this file's own sha256, this number read as zeros: 7ced7ef5f70632ae9e83d69d8450fbd4d4477cf457ed92c1e150772cde7c8114 */
+ * Made by templates/ and generator/ (sha256 4b36d7765739c22613af0afa8c48f67c277e69644f1d8f0990c6b4748bfe11bd);
+ * this file's own sha256, this number read as zeros: 72398c5642119f761de5967fe1fa8205bb15cedaef975f3ad77a2523241b594c */
 
 /*
  * The C structs of the data path, one converter pair per field: every

@@ -2,15 +2,16 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d058999ce2cfebde6a6830678ae4c6a5d39e3a9d7b81b62c8ade6aa03e1b83ec).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 e5c83176cca75d9cc2f24efb2d6c7df96cdd94a3009930f7914de3b920d0919e);
- * this file's own sha256, this number read as zeros: 3840a97cde92b0267d109a43a931938ea247342f17577f8ab2806553eec3d819 */
+ * Made by templates/ and generator/ (sha256 4b36d7765739c22613af0afa8c48f67c277e69644f1d8f0990c6b4748bfe11bd);
+ * this file's own sha256, this number read as zeros: 808d296af18bad0bb442d2d022f325fc7f38324fac4acefeb1a416084e6ab98e */
 
 /*
  * Struct classes: each object holds a copy of one C struct.  Getters
  * convert a member to Python; setters (writable classes) convert back with
  * range checks.  Members that point to verbs objects are kept as Python
- * references and written into the struct by X_prepare() just before a verb
- * uses it, when they are known to be open.
+ * references, any object as in the seed (a test's fake CQ), and checked
+ * (their type, open) and written into the struct by X_prepare() just
+ * before a verb uses it.
  */
 
 /* ==== CompCntrCaps: struct ibv_comp_cntr_caps ==== */
@@ -251,8 +252,7 @@ MWBindInfo_set_mr(PyObject *op, PyObject *value, void *closure)
         PyErr_SetString(PyExc_AttributeError, "cannot delete mr");
         return -1;
     }
-    if (ibp_conv_handle(value, "mr", MR_Type, 0, &obj) < 0)
-        return -1;
+    obj = value;
     Py_XINCREF(obj);
     Py_XSETREF(self->ref_mr, obj);
     return 0;
@@ -389,13 +389,16 @@ MWBindInfo_from_c(const struct ibv_mw_bind_info *c)
 int
 MWBindInfo_prepare(struct MWBindInfoObject *self)
 {
+    PyObject *obj;
     /* required by the constructor, but MWBindInfo.__new__ skips it */
     if (self->ref_mr == NULL) {
         PyErr_SetString(PyExc_ValueError, "MWBindInfo.mr is not set");
         return -1;
     }
-    if (self->ref_mr != NULL && ibp_check_open(self->ref_mr) < 0)
-        return -1;
+    if (self->ref_mr != NULL) {
+        if (ibp_conv_handle(self->ref_mr, "MWBindInfo.mr", MR_Type, 0, &obj) < 0)
+            return -1;
+    }
     self->c.mr = self->ref_mr ? IBP_HANDLE(self->ref_mr)->ptr : NULL;
     return 0;
 }
@@ -2833,8 +2836,7 @@ QPInitAttr_set_send_cq(PyObject *op, PyObject *value, void *closure)
         PyErr_SetString(PyExc_AttributeError, "cannot delete send_cq");
         return -1;
     }
-    if (ibp_conv_handle(value, "send_cq", CQ_Type, 1, &obj) < 0)
-        return -1;
+    obj = value == Py_None ? NULL : value;
     Py_XINCREF(obj);
     Py_XSETREF(self->ref_send_cq, obj);
     return 0;
@@ -2867,8 +2869,7 @@ QPInitAttr_set_recv_cq(PyObject *op, PyObject *value, void *closure)
         PyErr_SetString(PyExc_AttributeError, "cannot delete recv_cq");
         return -1;
     }
-    if (ibp_conv_handle(value, "recv_cq", CQ_Type, 1, &obj) < 0)
-        return -1;
+    obj = value == Py_None ? NULL : value;
     Py_XINCREF(obj);
     Py_XSETREF(self->ref_recv_cq, obj);
     return 0;
@@ -3105,8 +3106,7 @@ QPInitAttr_set_srq(PyObject *op, PyObject *value, void *closure)
         PyErr_SetString(PyExc_AttributeError, "cannot delete srq");
         return -1;
     }
-    if (ibp_conv_handle(value, "srq", SRQ_Type, 1, &obj) < 0)
-        return -1;
+    obj = value == Py_None ? NULL : value;
     Py_XINCREF(obj);
     Py_XSETREF(self->ref_srq, obj);
     return 0;
@@ -3185,14 +3185,21 @@ QPInitAttr_from_c(const struct ibv_qp_init_attr *c)
 int
 QPInitAttr_prepare(struct QPInitAttrObject *self)
 {
-    if (self->ref_send_cq != NULL && ibp_check_open(self->ref_send_cq) < 0)
-        return -1;
+    PyObject *obj;
+    if (self->ref_send_cq != NULL) {
+        if (ibp_conv_handle(self->ref_send_cq, "QPInitAttr.send_cq", CQ_Type, 1, &obj) < 0)
+            return -1;
+    }
     self->c.send_cq = self->ref_send_cq ? IBP_HANDLE(self->ref_send_cq)->ptr : NULL;
-    if (self->ref_recv_cq != NULL && ibp_check_open(self->ref_recv_cq) < 0)
-        return -1;
+    if (self->ref_recv_cq != NULL) {
+        if (ibp_conv_handle(self->ref_recv_cq, "QPInitAttr.recv_cq", CQ_Type, 1, &obj) < 0)
+            return -1;
+    }
     self->c.recv_cq = self->ref_recv_cq ? IBP_HANDLE(self->ref_recv_cq)->ptr : NULL;
-    if (self->ref_srq != NULL && ibp_check_open(self->ref_srq) < 0)
-        return -1;
+    if (self->ref_srq != NULL) {
+        if (ibp_conv_handle(self->ref_srq, "QPInitAttr.srq", SRQ_Type, 1, &obj) < 0)
+            return -1;
+    }
     self->c.srq = self->ref_srq ? IBP_HANDLE(self->ref_srq)->ptr : NULL;
     return 0;
 }
@@ -4684,8 +4691,7 @@ MWBind_set_mr(PyObject *op, PyObject *value, void *closure)
         PyErr_SetString(PyExc_AttributeError, "cannot delete mr");
         return -1;
     }
-    if (ibp_conv_handle(value, "mr", MR_Type, 0, &obj) < 0)
-        return -1;
+    obj = value;
     Py_XINCREF(obj);
     Py_XSETREF(self->ref_mr, obj);
     return 0;
@@ -4894,13 +4900,16 @@ MWBind_from_c(const struct ibv_mw_bind *c)
 int
 MWBind_prepare(struct MWBindObject *self)
 {
+    PyObject *obj;
     /* required by the constructor, but MWBind.__new__ skips it */
     if (self->ref_mr == NULL) {
         PyErr_SetString(PyExc_ValueError, "MWBind.mr is not set");
         return -1;
     }
-    if (self->ref_mr != NULL && ibp_check_open(self->ref_mr) < 0)
-        return -1;
+    if (self->ref_mr != NULL) {
+        if (ibp_conv_handle(self->ref_mr, "MWBind.mr", MR_Type, 0, &obj) < 0)
+            return -1;
+    }
     self->c.bind_info.mr = self->ref_mr ? IBP_HANDLE(self->ref_mr)->ptr : NULL;
     return 0;
 }

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 d058999ce2cfebde6a6830678ae4c6a5d39e3a9d7b81b62c8ade6aa03e1b83ec).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 e5c83176cca75d9cc2f24efb2d6c7df96cdd94a3009930f7914de3b920d0919e);
- * this file's own sha256, this number read as zeros: b26efd277a28656797ccfd9433642d0be2f6201208afcc513acccf04e865249c */
+ * Made by templates/ and generator/ (sha256 4b36d7765739c22613af0afa8c48f67c277e69644f1d8f0990c6b4748bfe11bd);
+ * this file's own sha256, this number read as zeros: 79129ca64ced2dd0e0f75529767b4b1ef2235a66ae9564f7d8776b75d0a3c501 */
 
 /*
  * WQ: A receive work queue (ibv_create_wq), for RSS with raw packet QPs.

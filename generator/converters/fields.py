@@ -12,7 +12,12 @@ from .registry import FIELDS, FieldConverter
 @FIELDS.register("handle")
 class HandleField(FieldConverter):
     """A member pointing to a verbs object, kept as a Python reference
-    (self->ref_<name>) and written into the struct by X_prepare()."""
+    (self->ref_<name>) and written into the struct by X_prepare().
+
+    As in the seed, the setter stores any object (a test double's fake CQ
+    builds a QPInitAttr); X_prepare(), when the struct reaches a verb,
+    checks the type and that the handle is open, with the message the
+    setter used to give."""
 
     def __init__(self, pyname: str, member: str, writable: bool, cls: str, none_ok: bool):
         super().__init__(pyname, member, writable)
@@ -32,11 +37,19 @@ class HandleField(FieldConverter):
     def setter(self) -> List[str]:
         if not self.writable:
             return []
-        return [f'if (ibp_conv_handle(value, "{self.pyname}", {self.cls}_Type, '
-                f'{1 if self.none_ok else 0}, &obj) < 0)',
-                "    return -1;",
+        # None is "unset" (NULL) where the field may be None; elsewhere it is
+        # stored like any other object and refused by X_prepare()
+        return ["obj = value == Py_None ? NULL : value;" if self.none_ok else "obj = value;",
                 "Py_XINCREF(obj);",
                 f"Py_XSETREF(self->ref_{self.pyname}, obj);"]
+
+    def prepare(self, struct: str) -> List[str]:
+        """X_prepare()'s check of a set member (self->ref_<name> != NULL):
+        the real type (an object can claim any class through __class__, and
+        its memory is read as a handle) and an open handle."""
+        return [f'if (ibp_conv_handle(self->ref_{self.pyname}, "{struct}.{self.pyname}", '
+                f'{self.cls}_Type, {1 if self.none_ok else 0}, &obj) < 0)',
+                "    return -1;"]
 
 
 @FIELDS.register("bool")
