@@ -2,8 +2,8 @@
  * (sha256 20a4c73c476a689f172b05ec1def2bc9a14a8fa61b91043e691a57b06d920789, rdma-core 65.0)
  * and the spec/ YAML files (sha256 575d83ea9c4cf1aa5c3ff8170b9d54fb4e25798eeadcf51dc767ba8593d2b07f).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 4b36d7765739c22613af0afa8c48f67c277e69644f1d8f0990c6b4748bfe11bd);
- * this file's own sha256, this number read as zeros: e78dfaa76fb2028c412144cb945bf79bc9a1ff21dfff4ab1ea8a02014bf3a8f4 */
+ * Made by templates/ and generator/ (sha256 f9ad279bbaf073e8bb49b12c7c9731e6a87e15e297af08f95114770aaea23fd2);
+ * this file's own sha256, this number read as zeros: f95f3d9d35c39a1504dcb700f972577fc39d12625b6428929a46ff9380185c30 */
 
 /*
  * The declarations of the rdma_cm classes (objects.h's counterpart for

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 6d52bf621d65c270da2907ddbf360979a9b79b86980ba38c2ffe1d0636c1a9e2).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 4b36d7765739c22613af0afa8c48f67c277e69644f1d8f0990c6b4748bfe11bd);
- * this file's own sha256, this number read as zeros: ffb4cf303353af09039c9a674ba0e2e339ffe17ca30f53897baada73d465e116 */
+ * Made by templates/ and generator/ (sha256 f9ad279bbaf073e8bb49b12c7c9731e6a87e15e297af08f95114770aaea23fd2);
+ * this file's own sha256, this number read as zeros: b718f947c1bf9baae7d92b94518d2bbaba1d6a59c723d8495f5ae78e0c187034 */
 
 /*
  * RecvWR: its accessors and type shell, from spec/datapath/records.yaml.

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 6d52bf621d65c270da2907ddbf360979a9b79b86980ba38c2ffe1d0636c1a9e2).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 4b36d7765739c22613af0afa8c48f67c277e69644f1d8f0990c6b4748bfe11bd);
- * this file's own sha256, this number read as zeros: 8ba828962bf06aad3666b551edb0f8dc2932ebb2ae35fbccaa9a78096a82d7cc */
+ * Made by templates/ and generator/ (sha256 f9ad279bbaf073e8bb49b12c7c9731e6a87e15e297af08f95114770aaea23fd2);
+ * this file's own sha256, this number read as zeros: 38369ebac67cc192fe4d79c6e97ad4d8431014b8c831ff397cce80c89436d3f2 */
 
 /*
  * WC: its accessors and type shell, from spec/datapath/records.yaml.

@@ -144,7 +144,9 @@ class Spec:
     structs: List[Struct] = field(default_factory=list)
     enums: List[EnumSpec] = field(default_factory=list)
     functions: List[Method] = field(default_factory=list)
-    optional: Dict[str, str] = field(default_factory=dict)     # symbol -> release
+    optional: Dict[str, str] = field(default_factory=dict)     # symbol -> "36 (IBVERBS_1.14)"
+    # symbols.versions: ELF symbol version -> the rdma-core release that added it
+    symbol_versions: Dict[str, int] = field(default_factory=dict)
     optional_where: Dict[str, str] = field(default_factory=dict)
     exclusions: Dict[str, str] = field(default_factory=dict)   # function -> reason
     # spec/docs.yaml: docstring text of generated methods (generator/docstrings.py)
@@ -201,6 +203,20 @@ def _method(name: str, owner: str, node: Any, where: str) -> Method:
     return Method(name, owner, node)
 
 
+def _release_of(sym: str, version: Any, versions: Dict[str, int], where: str) -> str:
+    """The release text of an optional symbol ("36 (IBVERBS_1.14)"): its ELF
+    symbol version, dated by symbols.versions; a private symbol (whose
+    version IBVERBS_PRIVATE_<n> dates nothing) as {private: release}."""
+    if isinstance(version, dict) and set(version) == {"private"} \
+            and isinstance(version["private"], int):
+        return f"{version['private']} (IBVERBS_PRIVATE)"
+    if not isinstance(version, str) or version not in versions:
+        raise SpecError(f"{where}: symbols.optional: {sym}: {version!r} is not a symbol "
+                        f"version of symbols.versions ({', '.join(versions)}) nor "
+                        "{private: RELEASE}")
+    return f"{versions[version]} ({version})"
+
+
 def load(spec_dir: str) -> Spec:
     """Read every spec/*.yaml (sorted) into one validated Spec."""
     names = sorted(n for n in os.listdir(spec_dir) if n.endswith(".yaml"))
@@ -251,8 +267,13 @@ def load(spec_dir: str) -> Spec:
         for fname, node in functions.items():
             spec.functions.append(_method(fname, "", node, functions.where(fname)))
         symbols = data.get("symbols") or {}
-        for sym, release in (symbols.get("optional") or {}).items():
-            spec.optional[sym] = str(release)
+        for version, release in (symbols.get("versions") or {}).items():
+            if not isinstance(release, int) or isinstance(release, bool):
+                raise SpecError(f"{symbols['versions'].where(version)}: symbols.versions: "
+                                f"{version} must map to a release number, got {release!r}")
+            spec.symbol_versions[version] = release
+        for sym, version in (symbols.get("optional") or {}).items():
+            spec.optional[sym] = version        # resolved below, with every file's versions
             spec.optional_where[sym] = symbols["optional"].where(sym)
         _load_docs(spec, data.get("docs") or Node(), display)
         exclusions = data.get("exclusions") or {}
@@ -262,6 +283,9 @@ def load(spec_dir: str) -> Spec:
                                 f"needs a real reason")
             spec.exclusions[fname] = reason.strip()
             spec.exclusion_where[fname] = exclusions.where(fname)
+    for sym, version in list(spec.optional.items()):
+        spec.optional[sym] = _release_of(sym, version, spec.symbol_versions,
+                                         spec.optional_where[sym])
     for cls, method, where in extra_methods:
         handle = spec.handle(cls)
         if handle is None:
