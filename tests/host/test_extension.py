@@ -222,8 +222,20 @@ def test_sge_keepalive_sets_the_owner():
     assert s._keepalive(owner) is s and s.owner is owner
 
 
-def test_no_device_means_an_empty_list_or_the_devices():
-    assert isinstance(ib.get_device_list(), list)
+def test_device_list_is_a_list_or_enosys_without_kernel_support():
+    """The seed's behaviour (issue 25, point 12): without RDMA in the kernel
+    ibv_get_device_list fails with ENOSYS, and so does get_device_list."""
+    import errno
+    import os
+
+    if os.path.isdir("/sys/class/infiniband"):
+        assert isinstance(ib.get_device_list(), list)
+        return
+    with pytest.raises(ib.VerbsError) as failed:
+        ib.get_device_list()
+    assert failed.value.errno == errno.ENOSYS
+    assert str(failed.value) == f"[Errno {errno.ENOSYS}] ibv_get_device_list failed: " \
+        f"{os.strerror(errno.ENOSYS)}"
 
 
 def test_version_matches_the_distribution():
