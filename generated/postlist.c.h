@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 6d52bf621d65c270da2907ddbf360979a9b79b86980ba38c2ffe1d0636c1a9e2).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 f9ad279bbaf073e8bb49b12c7c9731e6a87e15e297af08f95114770aaea23fd2);
- * this file's own sha256, this number read as zeros: d7b7b926952e3453cc1cd5e5b952886e3544fa2d23adb9e75bbe8c8027a99750 */
+ * Made by templates/ and generator/ (sha256 2d68a8f3d27d429482305c10ae5989f53bb4b926f9b98613a040b77c7f71ddc8);
+ * this file's own sha256, this number read as zeros: 549e75dd4568e0a62c1151aafb553bf741c683947bedbafdae1f0696fd5dfddd */
 
 /*
  * PostList: its accessors and type shell, from spec/datapath/records.yaml.

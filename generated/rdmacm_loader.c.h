@@ -2,8 +2,8 @@
  * (sha256 20a4c73c476a689f172b05ec1def2bc9a14a8fa61b91043e691a57b06d920789, rdma-core 65.0)
  * and the spec/ YAML files (sha256 575d83ea9c4cf1aa5c3ff8170b9d54fb4e25798eeadcf51dc767ba8593d2b07f).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 f9ad279bbaf073e8bb49b12c7c9731e6a87e15e297af08f95114770aaea23fd2);
- * this file's own sha256, this number read as zeros: 8f201ca2d6ec76fd8b29c15b2753991d8210d3a6fa87e86723fa055b99206229 */
+ * Made by templates/ and generator/ (sha256 2d68a8f3d27d429482305c10ae5989f53bb4b926f9b98613a040b77c7f71ddc8);
+ * this file's own sha256, this number read as zeros: 2bf1028071a3997667e6b80ea30ec3c4ca7c3c093da33589a1cd41dc82394c92 */
 
 /*
  * librdmacm is dlopen'ed on first use (ibverbs/src/cm.c), never linked

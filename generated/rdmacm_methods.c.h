@@ -2,8 +2,8 @@
  * (sha256 20a4c73c476a689f172b05ec1def2bc9a14a8fa61b91043e691a57b06d920789, rdma-core 65.0)
  * and the spec/ YAML files (sha256 575d83ea9c4cf1aa5c3ff8170b9d54fb4e25798eeadcf51dc767ba8593d2b07f).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 f9ad279bbaf073e8bb49b12c7c9731e6a87e15e297af08f95114770aaea23fd2);
- * this file's own sha256, this number read as zeros: ea7e81a9978957bdfce07f4184c82bb8f61844a4a9828fab2fbd7a71e4875719 */
+ * Made by templates/ and generator/ (sha256 2d68a8f3d27d429482305c10ae5989f53bb4b926f9b98613a040b77c7f71ddc8);
+ * this file's own sha256, this number read as zeros: 8e5649af627c8e936f9cc8a2e31aa63a0bdaa953abab4386c3e5b4626770f5b8 */
 
 /*
  * The rdma_cm classes, from spec/rdmacm/cm.yaml through the verbs handle

@@ -2,7 +2,7 @@
 read into Python and, in a writable class, written back."""
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from ..ctext import INT_LIMITS, int_convert, int_getter, is_int
 from ..ir import Type
@@ -114,9 +114,13 @@ class ByteArrayField(FieldConverter):
 class IntField(FieldConverter):
     pytype = "int"
 
-    def __init__(self, pyname: str, member: str, writable: bool, t: Type):
+    def __init__(self, pyname: str, member: str, writable: bool, t: Type,
+                 members: Optional[Tuple[str, List[Tuple[int, int]]]] = None):
         super().__init__(pyname, member, writable)
         self.t = t
+        # spec `members: QPType`: (the enum's name, its values as (lo, hi)
+        # runs); any other value is refused when set, as SendWR.opcode is
+        self.members = members
 
     def getter(self) -> List[str]:
         return [int_getter(self.member, self.t)]
@@ -124,7 +128,18 @@ class IntField(FieldConverter):
     def setter(self) -> List[str]:
         if not self.writable:
             return []
-        return int_convert("value", self.member, self.t, self.pyname, fail="return -1;")
+        lines = int_convert("value", self.member, self.t, self.pyname, fail="return -1;")
+        if self.members is None:
+            return lines
+        enum, runs = self.members
+        test = " || ".join(f"(long long)v == {lo}" if lo == hi else
+                           f"((long long)v >= {lo} && (long long)v <= {hi})" for lo, hi in runs)
+        check = [f"    if (!({test})) {{",
+                 f'        PyErr_Format(PyExc_ValueError, "{self.pyname} %lld is not a {enum}", '
+                 "(long long)v);",
+                 "        return -1;",
+                 "    }"]
+        return lines[:-2] + check + lines[-2:]
 
 
 @FIELDS.register("struct")
