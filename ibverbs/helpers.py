@@ -434,8 +434,14 @@ def cq_wait(cq, n: int = 1, timeout: float | None = None, *, raise_on_error: boo
     import time
 
     n = _check_int("n", n, 1, 1 << 31)
-    if timeout is not None and timeout < 0:
-        raise ValueError(f"timeout must be None or >= 0, got {timeout}")
+    if timeout is not None:
+        import numbers
+
+        if not isinstance(timeout, numbers.Real) or isinstance(timeout, bool):
+            raise TypeError(f"CQ.wait: timeout must be None or a number of seconds, "
+                            f"not {type(timeout).__name__}")
+        if not timeout >= 0:        # nan too
+            raise ValueError(f"CQ.wait: timeout must be None or >= 0 seconds, got {timeout}")
     channel = cq.channel if sleep else None
     if sleep and channel is None:
         raise ValueError("CQ.wait(sleep=True) needs a CQ created with a completion channel")
@@ -453,10 +459,11 @@ def cq_wait(cq, n: int = 1, timeout: float | None = None, *, raise_on_error: boo
             return got
         remaining = None if deadline is None else deadline - time.monotonic()
         if remaining is not None and remaining <= 0:
-            err = TimeoutError(f"CQ.wait: {len(got)} of {n} completions arrived within "
-                               f"{timeout} s")
-            err.completions = got        # what did arrive is not lost
-            raise err
+            from .errors import WaitTimeoutError
+
+            # what did arrive is not lost: err.completions
+            raise WaitTimeoutError(f"CQ.wait: {len(got)} of {n} completions arrived within "
+                                   f"{timeout} s", got)
         if channel is None:
             # a busy poller that never yields starves a peer process on the
             # same core (Soft-RoCE does its work in the kernel of that core)

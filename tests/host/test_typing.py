@@ -109,6 +109,38 @@ def test_mypy_catches_a_wrong_call(tmp_path):
     assert "No overload variant of \"reg_mr\"" in out.stdout
 
 
+PRECISE = """
+import ibverbs as ib
+
+
+def handle(cq: ib.CQ, mr: ib.MR) -> None:
+    try:
+        cq.wait(4, timeout=1.0)
+    except ib.WaitTimeoutError as e:
+        reveal_type(e.completions)
+    except ib.CompletionError as e:
+        reveal_type(e.status)
+        reveal_type(e.vendor_err)
+        reveal_type(e.wc)
+    reveal_type(mr.owner)
+    t: TimeoutError = ib.WaitTimeoutError("late")
+"""
+
+
+def test_error_attributes_and_mr_owner_are_typed(tmp_path):
+    """Issue 25, point 15: not Any. WaitTimeoutError is a TimeoutError whose
+    completions is a list of WC; CompletionError's status and vendor_err
+    are ints, its wc a WC; MR.owner any object (object, not Any)."""
+    usage = tmp_path / "precise.py"
+    usage.write_text(PRECISE)
+    out = mypy("--strict", str(usage), cache=tmp_path / "cache")
+    revealed = [t.replace("builtins.", "")
+                for t in re.findall(r'Revealed type is "([^"]+)"', out.stdout)]
+    assert revealed == ["list[ibverbs._ibverbs.WC]", "int", "int", "ibverbs._ibverbs.WC",
+                        "object"], out.stdout
+    assert "error:" not in out.stdout.replace("note:", ""), out.stdout
+
+
 def test_generated_stub_matches_the_extension(tmp_path):
     """mypy's stubtest: every class, method, attribute and signature of the
     built extension is in _ibverbs.pyi, and nothing else (and the same for
