@@ -617,3 +617,14 @@ def test_a_work_request_opcode_the_kernel_cannot_take_is_refused_before_posting(
         except ValueError:
             continue
         pytest.fail(f"SendWR(opcode={opcode:#x}) accepted")
+
+
+def test_reg_mr_without_enough_arguments_names_its_two_forms(ib, pd):
+    """Issue 25, point 14: not the private _reg_mr and its 'addr'."""
+    for args in ((), (bytearray(64),), (0x1000, 64)):
+        with pytest.raises(TypeError) as exc:
+            pd.reg_mr(*args)
+        assert "_reg_mr" not in str(exc.value), exc.value
+    with pytest.raises(TypeError, match=r"^PD\.reg_mr\(\) takes \(addr, length, access\) or "
+                                        r"\(buffer, access\), got 0 argument\(s\)$"):
+        pd.reg_mr()
