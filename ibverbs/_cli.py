@@ -497,7 +497,8 @@ def _remote_info(sock: socket.socket) -> ib.QPInfo:
 
 def _serve(args: argparse.Namespace, dev: ib.Device) -> int:
     try:
-        srv = socket.create_server((args.bind, args.port), reuse_port=False)
+        family = socket.AF_INET6 if ":" in args.bind else socket.AF_INET
+        srv = socket.create_server((args.bind, args.port), family=family, reuse_port=False)
     except OSError as exc:
         raise CLIError(f"cannot listen on {args.bind or '*'}:{args.port}: {exc.strerror or exc}") \
             from None
