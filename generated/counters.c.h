@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 af8ff86ee14be4ff4ab72a240d7c5ac11643dfe4e064761bc0f4b1622231ba11).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 2d68a8f3d27d429482305c10ae5989f53bb4b926f9b98613a040b77c7f71ddc8);
- * this file's own sha256, this number read as zeros: cd658d3c21ab48b1d8e30140db2d1309a200dd481aea57eb006045da382c062c */
+ * Made by templates/ and generator/ (sha256 610646c5395f7204254cdeba0892f58c5edf62626d6f7cd9dfdf789700e5f2a5);
+ * this file's own sha256, this number read as zeros: fee695269a544c10d49a50c022b5be1e8f43b4c58b914ba5343784c38568737d */
 
 /*
  * Counters: Flow counters (ibv_create_counters), attached to flows.

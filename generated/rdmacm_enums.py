@@ -2,8 +2,8 @@
 # (sha256 20a4c73c476a689f172b05ec1def2bc9a14a8fa61b91043e691a57b06d920789, rdma-core 65.0)
 # and the spec/ YAML files (sha256 575d83ea9c4cf1aa5c3ff8170b9d54fb4e25798eeadcf51dc767ba8593d2b07f).
 # Do not edit: change the spec or templates/ and run `make generate`.
-# Made by templates/ and generator/ (sha256 2d68a8f3d27d429482305c10ae5989f53bb4b926f9b98613a040b77c7f71ddc8);
-# this file's own sha256, this number read as zeros: 058e1574587266800291b010f6521de43e2df98fc0bf9398ce3cdc7a0904213a
+# Made by templates/ and generator/ (sha256 610646c5395f7204254cdeba0892f58c5edf62626d6f7cd9dfdf789700e5f2a5);
+# this file's own sha256, this number read as zeros: f9ae8dd1cbc4ab1ca6213e25cb7492e35923cfc22907f626ac1f576fc4c09fb6
 """The rdma-core enums as Python IntEnum / IntFlag classes (all values of
 each C enum; see spec/enums.yaml for which enums and their prefixes)."""
 from enum import IntEnum, IntFlag

@@ -2,8 +2,8 @@
  * (sha256 20a4c73c476a689f172b05ec1def2bc9a14a8fa61b91043e691a57b06d920789, rdma-core 65.0)
  * and the spec/ YAML files (sha256 575d83ea9c4cf1aa5c3ff8170b9d54fb4e25798eeadcf51dc767ba8593d2b07f).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 2d68a8f3d27d429482305c10ae5989f53bb4b926f9b98613a040b77c7f71ddc8);
- * this file's own sha256, this number read as zeros: 171a283906e86345cebbddf7cc4c461938df554aaa871433e741d8f6426fa40c */
+ * Made by templates/ and generator/ (sha256 610646c5395f7204254cdeba0892f58c5edf62626d6f7cd9dfdf789700e5f2a5);
+ * this file's own sha256, this number read as zeros: 7e1918c8a7cae1ac6f22872b28aae94f10a6e396fb976ef29d022adf09719156 */
 
 /*
  * The declarations of the rdma_cm classes (objects.h's counterpart for

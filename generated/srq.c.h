@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 af8ff86ee14be4ff4ab72a240d7c5ac11643dfe4e064761bc0f4b1622231ba11).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 2d68a8f3d27d429482305c10ae5989f53bb4b926f9b98613a040b77c7f71ddc8);
- * this file's own sha256, this number read as zeros: 547249ee2a866f3eb9d5e53bf7d93098f72845c819e9db6f28b6395e765c473b */
+ * Made by templates/ and generator/ (sha256 610646c5395f7204254cdeba0892f58c5edf62626d6f7cd9dfdf789700e5f2a5);
+ * this file's own sha256, this number read as zeros: b84dbf38314c117f41a81e6e0a6068a8ac28d3f0fb3b66877ad30fff1848ee1f */
 
 /*
  * SRQ: A shared receive queue (ibv_create_srq).
