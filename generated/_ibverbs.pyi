@@ -2,8 +2,8 @@
 # (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
 # and the spec/ YAML files (sha256 cc2d6e5f840cd0670cf533034d3a60c09b59364ef880f18a1d9fb3d2400cf411).
 # Do not edit: change the spec or templates/ and run `make generate`.
-# Made by templates/ and generator/ (sha256 610646c5395f7204254cdeba0892f58c5edf62626d6f7cd9dfdf789700e5f2a5);
-# this file's own sha256, this number read as zeros: 1d5aa11e929b8f4d655e81375fe9e9820eea33361df3ad7bc1005c0fc9ac8ef7
+# Made by templates/ and generator/ (sha256 1d3e10ed126d40d22600ba58edcc93ebd8a12185a346d08280cd27e85b7fe47b);
+# this file's own sha256, this number read as zeros: c4ac9c3c29c7df35ed4026a13bc4aeb84b839a9ff0e577e50dc2d9e61d5b489b
 
 """Type stubs of the extension ibverbs._ibverbs (generator/stubs.py)."""
 

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 af8ff86ee14be4ff4ab72a240d7c5ac11643dfe4e064761bc0f4b1622231ba11).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 610646c5395f7204254cdeba0892f58c5edf62626d6f7cd9dfdf789700e5f2a5);
- * this file's own sha256, this number read as zeros: 01c65c34012726481162371dfeb82c45cf204c81c508f85bb2c278105a089d40 */
+ * Made by templates/ and generator/ (sha256 1d3e10ed126d40d22600ba58edcc93ebd8a12185a346d08280cd27e85b7fe47b);
+ * this file's own sha256, this number read as zeros: eb520d0b58b4fc2c92591d69f792d6359e0e58bce983cda1e8d923d56edb34d4 */
 
 /*
  * CompCntr: A completion counter (Context.create_comp_cntr; rdma-core 65).

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 af8ff86ee14be4ff4ab72a240d7c5ac11643dfe4e064761bc0f4b1622231ba11).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 610646c5395f7204254cdeba0892f58c5edf62626d6f7cd9dfdf789700e5f2a5);
- * this file's own sha256, this number read as zeros: 17344eb7e2dc7bdc6eacf832d73ec12d19c611f71da0ce5f43f162bf2803d6a2 */
+ * Made by templates/ and generator/ (sha256 1d3e10ed126d40d22600ba58edcc93ebd8a12185a346d08280cd27e85b7fe47b);
+ * this file's own sha256, this number read as zeros: c4311caed6d134e29b6dc31eb01893c582da43a7acd09781357134760f9d4ea4 */
 
 /*
  * CQEx: An extended completion queue (ibv_create_cq_ex), polled one completion at a time with start_poll()/next_poll()/end_poll() and the read_* readers; a CQ everywhere else.

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 af8ff86ee14be4ff4ab72a240d7c5ac11643dfe4e064761bc0f4b1622231ba11).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 610646c5395f7204254cdeba0892f58c5edf62626d6f7cd9dfdf789700e5f2a5);
- * this file's own sha256, this number read as zeros: 47b5ae9ee4bf7f4e8932f9b459b5640de3844d843b07cec54aa77d8837927e86 */
+ * Made by templates/ and generator/ (sha256 1d3e10ed126d40d22600ba58edcc93ebd8a12185a346d08280cd27e85b7fe47b);
+ * this file's own sha256, this number read as zeros: 322ef39f7c03a2dd6812d39630029447e767033e7e349dca62f0fffc9f38eb0a */
 
 /*
  * ImportedPD: A PD imported from another context on the same command FD (Context.import_pd); a PD, but close() unimports it (ibv_unimport_pd) instead of deallocating it: its owner still holds it.

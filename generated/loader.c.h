@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 af8ff86ee14be4ff4ab72a240d7c5ac11643dfe4e064761bc0f4b1622231ba11).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 610646c5395f7204254cdeba0892f58c5edf62626d6f7cd9dfdf789700e5f2a5);
- * this file's own sha256, this number read as zeros: 090a4d920283f86abdca4bf8709f49a9d48483cab30f6a7a574353bbe38cfd53 */
+ * Made by templates/ and generator/ (sha256 1d3e10ed126d40d22600ba58edcc93ebd8a12185a346d08280cd27e85b7fe47b);
+ * this file's own sha256, this number read as zeros: 500d288dab1c0a52d8e8648fdfa09b9efa0e197209fb453556ffbe4c10cb0b5d */
 
 /*
  * libibverbs is dlopen'ed, never linked.  Each exported verb gets a slot,

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 af8ff86ee14be4ff4ab72a240d7c5ac11643dfe4e064761bc0f4b1622231ba11).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 610646c5395f7204254cdeba0892f58c5edf62626d6f7cd9dfdf789700e5f2a5);
- * this file's own sha256, this number read as zeros: 5a5e8b0d157c01aef80fda9c74e831e6978f41f715b4880b4ae9ec02dfcf0948 */
+ * Made by templates/ and generator/ (sha256 1d3e10ed126d40d22600ba58edcc93ebd8a12185a346d08280cd27e85b7fe47b);
+ * this file's own sha256, this number read as zeros: 4dd895e0f233a6292f81d7192d2fdd5505e0b36248eff1154ac058720225d844 */
 
 /*
  * Struct classes: each object holds a copy of one C struct.  Getters

@@ -203,6 +203,19 @@ def _method(name: str, owner: str, node: Any, where: str) -> Method:
     return Method(name, owner, node)
 
 
+def _load_symbols(spec: Spec, symbols: Node) -> None:
+    """symbols.versions (IBVERBS_1.N -> release) and symbols.optional
+    (symbol -> its version), resolved once every file is read."""
+    for version, release in (symbols.get("versions") or {}).items():
+        if not isinstance(release, int) or isinstance(release, bool):
+            raise SpecError(f"{symbols['versions'].where(version)}: symbols.versions: "
+                            f"{version} must map to a release number, got {release!r}")
+        spec.symbol_versions[version] = release
+    for sym, version in (symbols.get("optional") or {}).items():
+        spec.optional[sym] = version        # resolved by load(), with every file's versions
+        spec.optional_where[sym] = symbols["optional"].where(sym)
+
+
 def _release_of(sym: str, version: Any, versions: Dict[str, int], where: str) -> str:
     """The release text of an optional symbol ("36 (IBVERBS_1.14)"): its ELF
     symbol version, dated by symbols.versions; a private symbol (whose
@@ -266,15 +279,7 @@ def load(spec_dir: str) -> Spec:
         functions = data.get("functions") or {}
         for fname, node in functions.items():
             spec.functions.append(_method(fname, "", node, functions.where(fname)))
-        symbols = data.get("symbols") or {}
-        for version, release in (symbols.get("versions") or {}).items():
-            if not isinstance(release, int) or isinstance(release, bool):
-                raise SpecError(f"{symbols['versions'].where(version)}: symbols.versions: "
-                                f"{version} must map to a release number, got {release!r}")
-            spec.symbol_versions[version] = release
-        for sym, version in (symbols.get("optional") or {}).items():
-            spec.optional[sym] = version        # resolved below, with every file's versions
-            spec.optional_where[sym] = symbols["optional"].where(sym)
+        _load_symbols(spec, data.get("symbols") or {})
         _load_docs(spec, data.get("docs") or Node(), display)
         exclusions = data.get("exclusions") or {}
         for fname, reason in exclusions.items():
