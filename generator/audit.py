@@ -439,8 +439,8 @@ class Auditor:
                                "generated from NEW would refuse to import with an older "
                                "libibverbs.so.1")
                 status = DECIDE if status != ERROR else status
-                how += ("; add it to symbols.optional in spec/symbols.yaml with the "
-                        "release that added it")
+                how += ("; add it to symbols.optional in spec/symbols.yaml with its "
+                        "symbol version (IBVERBS_1.N; a new one dated under symbols.versions)")
             self.items.append(Item("function", name, "added", details, status, how,
                                    since=self.optional_note(name)))
         for name in sorted(set(old) - set(new)):

@@ -17,6 +17,7 @@ from .converters.fields import field_kind
 from .ctext import FASTCALL_KEYWORDS, is_int, py_repr_default
 from .ir import IR, Function, Type
 from .members import flat_fields, has_member, member_type
+from .records import _ranges
 from .impl import ImplBuilder
 from .pyimpl import PyImplError
 from .methods import MethodBuilder
@@ -27,7 +28,7 @@ from .spec import Method, Node, Spec, SpecError, check_keys
 #: every key a struct class's field may carry, whatever its kind
 FIELD_KEYS = frozenset().union(*(c.keys for c in FIELDS.by_kind.values()))
 #: the keys of a handle class's `slots:` and `hand_attributes:` entries
-SLOT_KEYS = frozenset({"writable", "doc", "clear_on_close", "keepalive"})
+SLOT_KEYS = frozenset({"writable", "doc", "clear_on_close", "keepalive", "stub"})
 HAND_ATTRIBUTE_KEYS = frozenset({"writable", "doc", "stub"})
 
 
@@ -181,7 +182,8 @@ class Builder:
                                py_repr_default(default) if has_default else None,
                                handle=handle, none_ok=bool(fspec and fspec.get("none_ok")))
         if kind == "int":
-            converter = FIELDS[kind](pyname, member, writable, t)
+            converter = FIELDS[kind](pyname, member, writable, t,
+                                     self._field_members(cls, pyname, fspec, t, where))
         elif kind == "struct":
             converter = FIELDS[kind](pyname, member, writable, struct_class)
         else:
@@ -189,6 +191,21 @@ class Builder:
         default_doc = py_repr_default(default) if (writable and has_default) else None
         return StructField(pyname, path, converter, default_doc,
                            struct_class=struct_class if kind == "struct" else None)
+
+    def _field_members(self, cls: str, pyname: str, fspec, t: Type, where: str):
+        """A struct field's `members: <IntEnum>`: (the enum's name, its values
+        as runs), so that only its members are accepted; None without it."""
+        name = fspec.get("members") if fspec else None
+        if name is None:
+            return None
+        espec = next((e for e in self.spec.enums if e.name == name), None)
+        ce = self.ir.enum(espec.node["c"]) if espec is not None and "c" in espec.node else None
+        if ce is None or t.kind != "enum" or (t.decl or t.spelling) != ce.name:
+            raise SpecError(f"{where}: {cls}.{pyname}: members: {name!r} must name the spec "
+                            f"enum of this field's C enum ({t.decl or t.spelling})")
+        values = {m.value for m in ce.members} | \
+            {int(v) for v in (espec.node.get("members") or {}).values()}
+        return name, _ranges(sorted(values))
 
     # -- handles --
     def handles(self) -> List[HandleModel]:

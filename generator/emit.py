@@ -27,6 +27,11 @@ def setter_lines(item: Any) -> List[str]:
     return lines
 
 
+def prepare_lines(item, struct: str) -> List[str]:
+    """A struct's handle field checked in X_prepare() (set, so not NULL)."""
+    return item.converter.prepare(struct)
+
+
 def method_body(m: MethodModel) -> List[str]:
     """The statements of a generated wrapper's C function."""
     if m.impl:

@@ -38,6 +38,7 @@ def environment(template_dir: str) -> jinja2.Environment:
     env.filters["c_body"] = emit.method_body
     env.filters["c_getter"] = emit.getter_lines
     env.filters["c_setter"] = emit.setter_lines
+    env.filters["c_prepare"] = emit.prepare_lines
     # the header's stamp (generator/checksum.py)
     env.globals["output_sha256_mark"] = checksum.OWN_MARK
     env.globals["output_sha256_zeros"] = checksum.ZEROS

@@ -101,7 +101,7 @@ HAND_METHOD_KEYS = {"hand", "doc", "verbs", "keywords", "since",
 PYTHON_METHOD_KEYS = {"python",     # "module:function" of a Python-layer method
                       "stub", "doc"}  # (the signature: the function's def, generator/pyimpl.py)
 METHOD_KEYS = VERB_METHOD_KEYS | HAND_METHOD_KEYS | PYTHON_METHOD_KEYS
-SYMBOLS_KEYS = {"optional"}
+SYMBOLS_KEYS = {"optional", "versions"}
 BASE_KEYS = {"class", "upcast"}    # base: {class, upcast} (a base: Class is a name)
 DOCS_KEYS = {"arguments", "methods", "fields", "enums"}
 DOC_ENTRY_KEYS = {"summary", "args"}
@@ -154,7 +154,9 @@ class Spec:
     structs: List[Struct] = field(default_factory=list)
     enums: List[EnumSpec] = field(default_factory=list)
     functions: List[Method] = field(default_factory=list)
-    optional: Dict[str, str] = field(default_factory=dict)     # symbol -> release
+    optional: Dict[str, str] = field(default_factory=dict)     # symbol -> "36 (IBVERBS_1.14)"
+    # symbols.versions: ELF symbol version -> the rdma-core release that added it
+    symbol_versions: Dict[str, int] = field(default_factory=dict)
     optional_where: Dict[str, str] = field(default_factory=dict)
     exclusions: Dict[str, str] = field(default_factory=dict)   # function -> reason
     # spec/docs.yaml: docstring text of generated methods (generator/docstrings.py)
@@ -283,6 +285,33 @@ def _check_param_keys(node: Node, label: str) -> None:
                 _check_keys(fspec, allowed, f"{label}: {cname}.{path}")
 
 
+def _load_symbols(spec: Spec, symbols: Node) -> None:
+    """symbols.versions (IBVERBS_1.N -> release) and symbols.optional
+    (symbol -> its version), resolved once every file is read."""
+    for version, release in (symbols.get("versions") or {}).items():
+        if not isinstance(release, int) or isinstance(release, bool):
+            raise SpecError(f"{symbols['versions'].where(version)}: symbols.versions: "
+                            f"{version} must map to a release number, got {release!r}")
+        spec.symbol_versions[version] = release
+    for sym, version in (symbols.get("optional") or {}).items():
+        spec.optional[sym] = version        # resolved by load(), with every file's versions
+        spec.optional_where[sym] = symbols["optional"].where(sym)
+
+
+def _release_of(sym: str, version: Any, versions: Dict[str, int], where: str) -> str:
+    """The release text of an optional symbol ("36 (IBVERBS_1.14)"): its ELF
+    symbol version, dated by symbols.versions; a private symbol (whose
+    version IBVERBS_PRIVATE_<n> dates nothing) as {private: release}."""
+    if isinstance(version, dict) and set(version) == {"private"} \
+            and isinstance(version["private"], int):
+        return f"{version['private']} (IBVERBS_PRIVATE)"
+    if not isinstance(version, str) or version not in versions:
+        raise SpecError(f"{where}: symbols.optional: {sym}: {version!r} is not a symbol "
+                        f"version of symbols.versions ({', '.join(versions)}) nor "
+                        "{private: RELEASE}")
+    return f"{versions[version]} ({version})"
+
+
 def load(spec_dir: str) -> Spec:
     """Read every spec/*.yaml (sorted) into one validated Spec."""
     names = sorted(n for n in os.listdir(spec_dir) if n.endswith(".yaml"))
@@ -333,9 +362,7 @@ def load(spec_dir: str) -> Spec:
             spec.functions.append(_method(fname, "", node, functions.where(fname)))
         symbols = data.get("symbols") or Node()
         _check_keys(symbols, SYMBOLS_KEYS, f"{display}: symbols")
-        for sym, release in (symbols.get("optional") or {}).items():
-            spec.optional[sym] = str(release)
-            spec.optional_where[sym] = symbols["optional"].where(sym)
+        _load_symbols(spec, symbols)
         _load_docs(spec, data.get("docs") or Node(), display)
         if "gil" in data:
             try:
@@ -349,6 +376,9 @@ def load(spec_dir: str) -> Spec:
                                 f"needs a real reason")
             spec.exclusions[fname] = reason.strip()
             spec.exclusion_where[fname] = exclusions.where(fname)
+    for sym, version in list(spec.optional.items()):
+        spec.optional[sym] = _release_of(sym, version, spec.symbol_versions,
+                                         spec.optional_where[sym])
     for cls, method, where in extra_methods:
         handle = spec.handle(cls)
         if handle is None:

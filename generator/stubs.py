@@ -152,6 +152,18 @@ def _struct_class(s: StructModel, handles: Set[str]) -> StubClass:
     return c
 
 
+def _slot_stub(spec: Any, cls: str, slot: str) -> str:
+    """A slot's type in the stub: its spec `stub:` (MR.owner: object), else Any."""
+    handle = spec.handle(cls)
+    while handle is not None:           # a subclass (ImportedMR) has its base's slots
+        sspec = (handle.node.get("slots") or {}).get(slot)
+        if hasattr(sspec, "get") and sspec.get("stub"):
+            return str(sspec["stub"])
+        base = handle.node.get("base")
+        handle = spec.handle(base["class"] if hasattr(base, "get") else base) if base else None
+    return "Any"
+
+
 def _handle_class(h: HandleModel, spec: Any, handles: Set[str]) -> StubClass:
     # a class the Python layer subclasses (ibverbs.CMID) is not @final
     c = StubClass(h.name, h.doc, final=not h.subclassed)
@@ -163,7 +175,8 @@ def _handle_class(h: HandleModel, spec: Any, handles: Set[str]) -> StubClass:
     shadowed = set(h.hand_attribute_names)
     for sname, writable, _doc in h.slots:
         if sname not in shadowed:
-            c.lines.append(f"{sname}: Any" if writable else read_only(sname, "Any"))
+            t = _slot_stub(spec, h.name, sname)
+            c.lines.append(f"{sname}: {t}" if writable else read_only(sname, t))
     c.lines += _hand_attribute_lines(h, spec)
     c.lines += [_with_doc("def close(self) -> None:", h.close_doc or
                           f"Destroy the {h.ctype} ({h.destroy}); harmless when already closed."),

@@ -20,7 +20,7 @@ from ._gid import Gid
 # hence no fixed list here.
 from ._ibverbs import *  # noqa: F401,F403
 from ._cmid import CMID  # the C CMID with the seed's blocking API
-from .errors import CompletionError, VerbsError
+from .errors import CompletionError, VerbsError, WaitTimeoutError
 
 # Methods written in Python (QP.to_rtr, PD.reg_mr(buffer, access), CQ.wait,
 # Context.find_gid, ...) are declared in the spec (`python:`): the extension
@@ -83,7 +83,7 @@ def __getattr__(name: str):
 # Everything public, the seed's names (enums, helpers, __version__) among
 # them: `from ibverbs import *` resolves the lazy ones through __getattr__.
 __all__ = sorted(set(_ibverbs.__all__) | set(_ENUMS) | set(_HELPERS) | set(_FLOW)
-                 | {"fork_init", "__version__"})
+                 | {"fork_init", "__version__", "WaitTimeoutError"})
 
 
 def __dir__():

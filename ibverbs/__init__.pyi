@@ -6,7 +6,7 @@ from ._ibverbs import *  # type: ignore[assignment]  # noqa: F401,F403  (CMID: t
 from ._device import Device as Device, get_device_list as get_device_list
 from ._gid import Gid as Gid
 from ._generated.enums import *  # noqa: F401,F403  (what ibverbs.enums re-exports)
-from .errors import CompletionError as CompletionError, VerbsError as VerbsError
+from .errors import CompletionError as CompletionError, VerbsError as VerbsError, WaitTimeoutError as WaitTimeoutError
 from .flow import (FlowAttr as FlowAttr, FlowSpecEth as FlowSpecEth, FlowSpecIPv4 as FlowSpecIPv4,
                    FlowSpecTCPUDP as FlowSpecTCPUDP)
 from .helpers import (QPInfo as QPInfo, RemoteBuffer as RemoteBuffer, connect_rc as connect_rc, local_qp_info as local_qp_info,

@@ -63,12 +63,22 @@ def reg_mr_any(pd: Any, *args: Any, **kwargs: Any) -> Any:
     # PD.reg_mr: its docstring is the spec's (spec/pd.yaml), its signature this def.
     # ``PD.reg_mr``: ``(addr, length, access)`` goes to the generated
     # ``PD._reg_mr`` (ibv_reg_mr), ``(buffer, access)`` to ``reg_mr``.
+    if len(args) + len(kwargs) < 2:
+        raise TypeError("PD.reg_mr() takes (addr, length, access) or (buffer, access), "
+                        f"got {len(args) + len(kwargs)} argument(s)")
     first = args[0] if args else kwargs.get("buffer", kwargs.get("addr"))
     if "buffer" in kwargs or (args and not isinstance(first, int) and not _is_index(first)):
         if "buffer" in kwargs:
             args = (kwargs.pop("buffer"),) + args
         return reg_mr(pd, *args, **kwargs)
-    return pd._reg_mr(*args, **kwargs)
+    try:
+        return pd._reg_mr(*args, **kwargs)
+    except TypeError as exc:       # the public name in the message, not the private one
+        text = str(exc)
+        if "_reg_mr" not in text:
+            raise
+        raise TypeError(text.replace("PD._reg_mr", "PD.reg_mr").replace("_reg_mr", "PD.reg_mr")) \
+            from None
 
 
 def reg_mr(pd: Any, buffer: Any, access: int) -> Any:

@@ -11,7 +11,8 @@
 
   - ``ping -d DEV [--peer-device DEV2]``: both QPs in this process
     (between two devices, or on one device);
-  - ``ping --listen [--port P] -d DEV``: a server; it answers one client;
+  - ``ping --listen [HOST] [--port P] -d DEV``: a server (on HOST only, when
+    given); it answers one client;
   - ``ping HOST [--port P] -d DEV``: the client; both sides exchange their
     ``QPInfo`` (ibverbs.helpers, 28 bytes) over TCP, connect their RC QP
     and the client measures round trips.
@@ -22,12 +23,14 @@
 
 ``--json`` (every command) prints one JSON document: GUIDs are strings
 (``"5254:00ff:fe12:3456"``, as ``rdma -j`` writes them: jq would round a
-64-bit integer), enums and flags are names.  Exit codes: see EXIT_CODES.
+64-bit integer), enums and flags are names.  Exit codes: see EXIT_CODES;
+the arguments are checked (ibverbs._cli_args) before any device is looked for.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import select
 import socket
@@ -38,19 +41,11 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import ibverbs as ib
 
-DEFAULT_TCP_PORT = 18515      # the port ibv_rc_pingpong uses
-_PARAMS = struct.Struct("!II")  # count, size: the client tells the server
+from ._cli_args import (DEFAULT_TCP_PORT, EXIT_CODES, EXIT_FAILED, EXIT_INTERRUPTED,  # noqa: F401
+                        EXIT_NO_DEVICE, EXIT_NO_LIBRARY, EXIT_OK, EXIT_USAGE, MAX_COUNT, MAX_SIZE,
+                        build_parser, parse_args)
 
-# What the exit status says (also in `ibverbs --help`).
-EXIT_OK = 0
-EXIT_FAILED = 1        # a verb, the peer or the network failed; the message says which
-EXIT_USAGE = 2         # bad arguments (argparse's own status)
-EXIT_NO_LIBRARY = 3    # libibverbs.so.1 cannot be loaded (see ibverbs/__init__.py)
-EXIT_NO_DEVICE = 4     # no RDMA device: no kernel support, no provider, none there / by that name
-EXIT_CODES = {EXIT_OK: "success", EXIT_FAILED: "a verb, the peer or the network failed",
-              EXIT_USAGE: "bad arguments",
-              EXIT_NO_LIBRARY: "libibverbs.so.1 cannot be loaded (install rdma-core)",
-              EXIT_NO_DEVICE: "no RDMA device (no kernel support, no provider, or none by that name)"}
+_PARAMS = struct.Struct("!II")  # count, size: the client tells the server
 SYSFS_INFINIBAND = "/sys/class/infiniband"
 
 
@@ -60,6 +55,13 @@ class CLIError(Exception):
     def __init__(self, message: str, status: int = EXIT_FAILED) -> None:
         super().__init__(message)
         self.status = status
+
+
+class NoDevice(CLIError):
+    """No RDMA device (at all, or by the name asked for): exit status 4."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, EXIT_NO_DEVICE)
 
 
 def _hex(value: int, width: int = 16) -> str:
@@ -94,9 +96,16 @@ def _no_device_reason() -> str:
 
 
 def _devices() -> List[ib.Device]:
-    devices = ib.get_device_list()
+    import errno
+
+    try:
+        devices = ib.get_device_list()
+    except ib.VerbsError as exc:
+        if exc.errno != errno.ENOSYS:       # no RDMA in the kernel: said below
+            raise
+        devices = []
     if not devices:
-        raise CLIError(_no_device_reason(), EXIT_NO_DEVICE)
+        raise NoDevice(_no_device_reason())
     return devices
 
 
@@ -107,8 +116,7 @@ def _find_device(name: Optional[str]) -> ib.Device:
     for dev in devices:
         if dev.name == name:
             return dev
-    raise CLIError(f"no RDMA device named {name!r} (have: {', '.join(d.name for d in devices)})",
-                   EXIT_NO_DEVICE)
+    raise NoDevice(f"no RDMA device named {name!r} (have: {', '.join(d.name for d in devices)})")
 
 
 # --- devices -------------------------------------------------------------------
@@ -325,17 +333,30 @@ class _Side:
 
     def __init__(self, dev: ib.Device, port: int, gid_index: Optional[int], size: int,
                  depth: int = 16, events: bool = False) -> None:
-        self.ctx = dev.open()
+        # Closed children first (ExitStack: reverse order), also when a step
+        # here fails: the error is the one the user sees, not "cannot close
+        # context with N open child resource(s)".
+        self._stack = contextlib.ExitStack()
+        try:
+            self._open(dev, port, gid_index, size, depth, events)
+        except BaseException:
+            self._stack.close()
+            raise
+
+    def _open(self, dev: ib.Device, port: int, gid_index: Optional[int], size: int,
+              depth: int, events: bool) -> None:
+        keep = self._stack.enter_context
+        self.ctx = keep(dev.open())
         self.port, self.size = port, size
         self.gid_index = _pick_gid_index(self.ctx, port) if gid_index is None else gid_index
-        self.pd = self.ctx.alloc_pd()
+        self.pd = keep(self.ctx.alloc_pd())
         # events: sleep on a completion channel instead of busy polling
-        self.channel = self.ctx.create_comp_channel() if events else None
-        self.cq = self.ctx.create_cq(2 * depth, channel=self.channel)
-        self.qp = self.pd.create_qp(ib.QPInitAttr(self.cq, self.cq, max_send_wr=depth,
-                                                  max_recv_wr=depth))
+        self.channel = keep(self.ctx.create_comp_channel()) if events else None
+        self.cq = keep(self.ctx.create_cq(2 * depth, channel=self.channel))
+        self.qp = keep(self.pd.create_qp(ib.QPInitAttr(self.cq, self.cq, max_send_wr=depth,
+                                                       max_recv_wr=depth)))
         self.buf = bytearray(2 * size)
-        self.mr = self.pd.reg_mr(self.buf, ib.AccessFlags.LOCAL_WRITE)
+        self.mr = keep(self.pd.reg_mr(self.buf, ib.AccessFlags.LOCAL_WRITE))
         self.send_sge = self.mr.sge(size, 0)
         self.recv_sge = self.mr.sge(size, size)
         # Completions polled but not waited for yet.  The CQ gives them in
@@ -401,9 +422,7 @@ class _Side:
         self.sends_done -= want_send
 
     def close(self) -> None:
-        for obj in (self.qp, self.mr, self.cq, self.channel, self.pd, self.ctx):
-            if obj is not None:
-                obj.close()
+        self._stack.close()
 
 
 def _stats_dict(rtts_ns: Sequence[int], size: int) -> Dict[str, Any]:
@@ -454,24 +473,46 @@ def _ping_loop(a: _Side, count: int, timeout: float, peer: Optional[_Side] = Non
     return rtts
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
+def _recv_exact(sock: socket.socket, n: int, what: str) -> bytes:
+    """n bytes from the peer (the socket has the --timeout)."""
     data = b""
     while len(data) < n:
-        chunk = sock.recv(n - len(data))
+        try:
+            chunk = sock.recv(n - len(data))
+        except socket.timeout:
+            raise TimeoutError(f"the peer sent no {what} within {sock.gettimeout():g} s") from None
         if not chunk:
-            raise ConnectionError("the peer closed the connection")
+            raise ConnectionError(f"the peer closed the connection before sending {what}")
         data += chunk
     return data
 
 
+def _remote_info(sock: socket.socket) -> ib.QPInfo:
+    raw = _recv_exact(sock, 28, "QPInfo")
+    try:
+        return ib.QPInfo.from_bytes(raw)
+    except ValueError as exc:
+        raise CLIError(f"the peer sent an invalid QPInfo ({exc})") from None
+
+
 def _serve(args: argparse.Namespace, dev: ib.Device) -> int:
-    with socket.create_server((args.bind, args.port), reuse_port=False) as srv:
+    try:
+        family = socket.AF_INET6 if ":" in args.bind else socket.AF_INET
+        srv = socket.create_server((args.bind, args.port), family=family, reuse_port=False)
+    except OSError as exc:
+        raise CLIError(f"cannot listen on {args.bind or '*'}:{args.port}: {exc.strerror or exc}") \
+            from None
+    with srv:
         print(json.dumps({"listening": srv.getsockname()[1], "device": dev.name}) if args.json
               else f"listening on {args.bind or '*'}:{srv.getsockname()[1]} ({dev.name})", flush=True)
-        conn, peer = srv.accept()
+        conn, peer = srv.accept()               # a server waits for its client
     with conn:
-        count, size = _PARAMS.unpack(_recv_exact(conn, _PARAMS.size))
-        remote = ib.QPInfo.from_bytes(_recv_exact(conn, 28))
+        conn.settimeout(args.timeout)           # every step after it: --timeout
+        count, size = _PARAMS.unpack(_recv_exact(conn, _PARAMS.size, "parameters"))
+        if not (1 <= size <= MAX_SIZE and 1 <= count <= MAX_COUNT):
+            raise CLIError(f"the client at {peer[0]} asked for {count} round trips of {size} "
+                           f"bytes; this server serves 1..{MAX_COUNT} of 1..{MAX_SIZE} bytes")
+        remote = _remote_info(conn)
         side = _Side(dev, args.ib_port, args.gid_index, size, events=args.events)
         try:
             conn.sendall(side.info().to_bytes())
@@ -480,7 +521,7 @@ def _serve(args: argparse.Namespace, dev: ib.Device) -> int:
             conn.sendall(b"R")                      # ready: the first receive is posted
             for _ in range(count):
                 _echo(side, args.timeout)
-            _recv_exact(conn, 1)                     # the client is done
+            _recv_exact(conn, 1, "its done mark")  # the client is done
         finally:
             side.close()
     _print_result(args, f"served {count} round trips of {size} bytes to {peer[0]}",
@@ -493,9 +534,9 @@ def _client(args: argparse.Namespace, dev: ib.Device) -> int:
     try:
         with socket.create_connection((args.host, args.port), timeout=args.timeout) as conn:
             conn.sendall(_PARAMS.pack(args.count, args.size) + side.info().to_bytes())
-            remote = ib.QPInfo.from_bytes(_recv_exact(conn, 28))
+            remote = _remote_info(conn)
             side.connect(remote)
-            _recv_exact(conn, 1)                     # the server's receive is posted
+            _recv_exact(conn, 1, "its ready mark")   # the server's receive is posted
             rtts = _ping_loop(side, args.count, args.timeout)
             conn.sendall(b"D")
     finally:
@@ -525,8 +566,6 @@ def _local(args: argparse.Namespace, dev: ib.Device) -> int:
 
 
 def cmd_ping(args: argparse.Namespace) -> int:
-    if args.size < 1 or args.count < 1:
-        raise CLIError("--size and --count must be positive", EXIT_USAGE)
     dev = _find_device(args.device)
     if args.listen:
         return _serve(args, dev)
@@ -537,58 +576,22 @@ def cmd_ping(args: argparse.Namespace) -> int:
 
 # --- main ------------------------------------------------------------------------
 
-def _version() -> str:
-    return f"ibverbs {ib.__version__}"
-
-
-def build_parser() -> argparse.ArgumentParser:
-    epilog = "exit status:\n" + "\n".join(f"  {code}  {what}" for code, what in EXIT_CODES.items())
-    ap = argparse.ArgumentParser(prog="ibverbs", description="RDMA devices from Python "
-                                 "(also: python -m ibverbs).", epilog=epilog,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--version", action="version", version=_version())
-    sub = ap.add_subparsers(dest="command", required=True)
-    json_help = "one JSON document (GUIDs as strings, enums as names)"
-    p = sub.add_parser("devices", help="list the RDMA devices and their node GUIDs (like ibv_devices)")
-    p.add_argument("--json", action="store_true", help=json_help)
-    p.set_defaults(func=cmd_devices)
-    p = sub.add_parser("info", help="device and port attributes and GIDs (like ibv_devinfo -v)")
-    p.add_argument("-d", "--device", help="only this device (default: all)")
-    p.add_argument("--json", action="store_true", help=json_help)
-    p.set_defaults(func=cmd_info)
-    p = sub.add_parser("gids", help="GID tables: index, GID, IPv4, type, netdev (like show_gids)")
-    p.add_argument("-d", "--device", help="only this device (default: all)")
-    p.add_argument("-i", "--ib-port", type=int, help="only this port (default: all)")
-    p.add_argument("--json", action="store_true", help=json_help)
-    p.set_defaults(func=cmd_gids)
-    p = sub.add_parser("ping", help="RC ping-pong latency (in one process, or client/server over TCP)",
-                       description="Without HOST or --listen both QPs run in this process, between "
-                                   "-d DEV and --peer-device DEV2 (default: the same device).")
-    p.add_argument("host", nargs="?", help="connect to a `ping --listen` server on HOST")
-    p.add_argument("--listen", action="store_true", help="serve one client")
-    p.add_argument("--bind", default="", help="address to listen on (default: all)")
-    p.add_argument("-p", "--port", type=int, default=DEFAULT_TCP_PORT,
-                   help=f"TCP port for the QPInfo exchange (default {DEFAULT_TCP_PORT}; 0: any, with --listen)")
-    p.add_argument("-d", "--device", help="RDMA device (default: the first)")
-    p.add_argument("--peer-device", help="in-process mode: the other device (default: -d's)")
-    p.add_argument("-i", "--ib-port", type=int, default=1, help="device port (default 1)")
-    p.add_argument("-g", "--gid-index", type=int, help="local GID index (default: the RoCE v2 IPv4 one, else 0)")
-    p.add_argument("--peer-gid-index", type=int, help="in-process mode: the peer device's GID index")
-    p.add_argument("-n", "--count", type=int, default=1000, help="round trips (default 1000)")
-    p.add_argument("-s", "--size", type=int, default=64, help="message size in bytes (default 64)")
-    p.add_argument("-e", "--events", action="store_true",
-                   help="sleep on a completion channel instead of busy polling (like ibv_rc_pingpong -e)")
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the peer (default 10)")
-    p.add_argument("--json", action="store_true", help=json_help)
-    p.set_defaults(func=cmd_ping)
-    return ap
+COMMANDS = {"devices": cmd_devices, "info": cmd_info, "gids": cmd_gids, "ping": cmd_ping}
+# What --json prints when there is no device: an empty listing, valid JSON.
+_EMPTY_JSON: Dict[str, Any] = {"devices": [], "info": {"devices": []}, "gids": []}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """The ``ibverbs`` console script; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    """The ``ibverbs`` console script; returns the exit status.  A failure is
+    one line on stderr (``ibverbs: ...``), never a traceback."""
+    args = parse_args(argv)                 # exit status 2 (or 0: --help) before any verb
     try:
-        return int(args.func(args))
+        return int(COMMANDS[args.func](args))
+    except NoDevice as exc:
+        if args.json and args.func in _EMPTY_JSON and not getattr(args, "device", None):
+            print(json.dumps(_EMPTY_JSON[args.func]))
+        print(f"ibverbs: {exc}", file=sys.stderr)
+        return exc.status
     except CLIError as exc:
         print(f"ibverbs: {exc}", file=sys.stderr)
         return exc.status
@@ -597,4 +600,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"ibverbs: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
+    except Exception as exc:                # still one line: what failed, and where to report it
+        print(f"ibverbs: {type(exc).__name__}: {exc} (an unexpected error: please report it)",
+              file=sys.stderr)
+        return EXIT_FAILED

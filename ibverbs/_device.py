@@ -48,5 +48,11 @@ class Device:
 
 
 def get_device_list() -> "list[Device]":
-    """The RDMA devices of this host (ibv_get_device_list)."""
+    """The RDMA devices of this host (ibv_get_device_list); [] when the
+    kernel has RDMA support but no device.
+
+    Raises VerbsError (errno ENOSYS, "ibv_get_device_list failed: Function
+    not implemented") when the kernel has no RDMA support at all (no
+    /sys/class/infiniband), as the seed did.
+    """
     return [Device(*row) for row in _ibverbs._device_list()]

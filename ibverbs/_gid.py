@@ -10,15 +10,28 @@ __all__ = ["Gid"]
 
 
 class Gid:
-    """Gid(raw: bytes) -- 16 bytes; compares equal to a Gid or the same bytes."""
+    """Gid(raw: bytes) -- 16 bytes; compares equal to a Gid or the same bytes.
+
+    ``Gid(text)`` reads what ``str(gid)`` and ``repr(gid)`` show (eight
+    groups of four hex digits, ``'fe80:0000:...'``) or any IPv6 notation
+    (``'::ffff:10.0.0.1'``), so ``eval(repr(gid)) == gid``.
+    """
 
     __slots__ = ("_raw",)
 
-    def __init__(self, raw: Union[Gid, bytes, bytearray, memoryview]) -> None:
+    def __init__(self, raw: Union[Gid, bytes, bytearray, memoryview, str]) -> None:
         if isinstance(raw, Gid):
             raw = raw.raw
+        if isinstance(raw, str):
+            import socket
+
+            try:
+                raw = socket.inet_pton(socket.AF_INET6, raw)
+            except (OSError, ValueError):
+                raise ValueError(f"not a GID: {raw!r} (eight groups of four hex digits, "
+                                 "or IPv6 notation)") from None
         if not isinstance(raw, (bytes, bytearray, memoryview)):
-            raise TypeError(f"Gid needs 16 bytes, not {type(raw).__name__}")
+            raise TypeError(f"Gid needs 16 bytes or their text, not {type(raw).__name__}")
         raw = bytes(raw)
         if len(raw) != 16:
             raise ValueError(f"a GID is exactly 16 bytes, got {len(raw)}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
-EXIT_NO_LIBRARY = 3      # ibverbs._cli.EXIT_NO_LIBRARY (not imported: it needs the extension)
+EXIT_NO_LIBRARY = 3      # ibverbs._cli_args.EXIT_NO_LIBRARY (the same; this module stays tiny)
 
 
 def _running_the_command() -> bool:
@@ -33,8 +33,13 @@ def _running_the_command() -> bool:
 
 def exit_if_command(exc: ImportError) -> None:
     """Exit with EXIT_NO_LIBRARY and the error on one line when the import is
-    the command's own; return (the caller re-raises) otherwise."""
+    the command's own; return (the caller re-raises) otherwise.  The command
+    line is parsed first, as with the library: ``--help`` and ``--version``
+    work (status 0), a bad argument is status 2."""
     if _running_the_command():
+        from ._cli_args import parse_args
+
+        parse_args(sys.argv[1:])
         message = str(exc)
         print(message if message.startswith("ibverbs ") else f"ibverbs: {message}", file=sys.stderr)
         raise SystemExit(EXIT_NO_LIBRARY)

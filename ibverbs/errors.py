@@ -11,9 +11,11 @@ import os
 # typing costs milliseconds to import: for the type checker only
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Iterable
 
-__all__ = ["VerbsError", "CompletionError"]
+    from ._ibverbs import WC
+
+__all__ = ["VerbsError", "CompletionError", "WaitTimeoutError"]
 
 
 class VerbsError(OSError):
@@ -70,7 +72,10 @@ class CompletionError(VerbsError):
     completion's fields (the C ``WC`` object itself is not picklable).
     """
 
-    def __init__(self, wc: Any) -> None:
+    wc: WC
+    """The failed completion (after unpickling, a SimpleNamespace of its fields)."""
+
+    def __init__(self, wc: WC) -> None:
         status = int(wc.status)
         status_str = getattr(wc, "status_str", None) or f"status {status}"
         detail = (f"work completion failed: {status_str} "
@@ -79,14 +84,14 @@ class CompletionError(VerbsError):
         self.wc = wc
 
     @property
-    def status(self) -> Any:
+    def status(self) -> int:
         """The completion's status (a WCStatus: REM_ACCESS_ERR, RETRY_EXC_ERR, WR_FLUSH_ERR, ...)."""
-        return self.wc.status
+        return int(self.wc.status)
 
     @property
-    def vendor_err(self) -> Any:
+    def vendor_err(self) -> int:
         """The provider's own error code of the completion (32 bits; its meaning is the NIC vendor's)."""
-        return self.wc.vendor_err
+        return int(self.wc.vendor_err)
 
     def __reduce__(self) -> tuple[Any, ...]:
         from types import SimpleNamespace
@@ -94,3 +99,21 @@ class CompletionError(VerbsError):
         snap = SimpleNamespace(**{f: getattr(self.wc, f) for f in _WC_FIELDS if hasattr(self.wc, f)})
         state = {k: v for k, v in self.__dict__.items() if k not in ("wc", "operation", "detail")}
         return (type(self), (snap,), state or None)
+
+
+class WaitTimeoutError(TimeoutError):
+    """``CQ.wait`` ran out of time before n completions arrived.
+
+    Still a ``TimeoutError`` (``except TimeoutError`` catches it);
+    ``completions`` holds the ones that did arrive, in order, so none is
+    lost.
+    """
+
+    completions: list[WC]
+
+    def __init__(self, message: str, completions: Iterable[WC] = ()) -> None:
+        super().__init__(message)
+        self.completions = list(completions)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.completions))

@@ -179,8 +179,20 @@ def mr_remote(mr, offset: int = 0, length: int | None = None) -> RemoteBuffer:
 def local_qp_info(qp, port_attr, gid, *, port, psn=0) -> QPInfo:
     """This side's QPInfo: ``qp.qp_num``, ``psn``, ``port_attr.lid``,
     ``bytes(gid)``, ``port`` and ``port_attr.active_mtu``."""
+    _need(qp, "local_qp_info", "qp", ("qp_num",), "a QP")
+    _need(port_attr, "local_qp_info", "port_attr", ("lid", "active_mtu"),
+          "a PortAttr (ctx.query_port(port))")
     return QPInfo(qp_num=qp.qp_num, psn=psn, lid=port_attr.lid, gid=gid, port=port,
                   mtu=port_attr.active_mtu)
+
+
+def _need(obj: object, func: str, name: str, attrs: tuple, what: str) -> None:
+    """TypeError naming the argument when ``obj`` lacks what ``func`` uses
+    (None, or another object): not an AttributeError from deep inside."""
+    missing = [a for a in attrs if not hasattr(obj, a)]
+    if missing:
+        raise TypeError(f"{func}() argument {name!r} must be {what}, not {type(obj).__name__} "
+                        f"(it has no {', '.join(missing)})")
 
 
 _RTR_KEYWORDS = ("hop_limit", "min_rnr_timer", "max_dest_rd_atomic", "sl", "traffic_class")
@@ -200,6 +212,8 @@ def connect_rc(qp, remote, *, port, sgid_index, access, local_psn=0, mtu=None, *
     The QP is driven through its own ``to_init``, ``to_rtr`` and ``to_rts``
     (as the seed did), so a subclass or wrapper providing those is used.
     """
+    _need(qp, "connect_rc", "qp", ("to_init", "to_rtr", "to_rts"), "a QP")
+    _need(remote, "connect_rc", "remote", ("qp_num", "psn", "lid", "gid", "mtu"), "a QPInfo")
     rtr_kwargs = {k: rts_kwargs.pop(k) for k in _RTR_KEYWORDS if k in rts_kwargs}
     try:
         kind = _qp_kind(qp, "connect_rc")
@@ -216,7 +230,9 @@ def connect_rc(qp, remote, *, port, sgid_index, access, local_psn=0, mtu=None, *
     except TypeError as exc:
         raise TypeError(str(exc).replace("_rts_request()", "connect_rc()")) from None
     qp.to_init(port, access)
-    qp.to_rtr(remote, sgid_index, mtu=rtr["path_mtu"], **rtr_kwargs)
+    # the seed's calling convention, keywords after ``remote``: wrappers and
+    # test doubles written as ``to_rtr(self, remote, **kw)`` work
+    qp.to_rtr(remote, sgid_index=sgid_index, mtu=rtr["path_mtu"], **rtr_kwargs)
     qp.to_rts(local_psn, **rts_kwargs)
 
 
@@ -431,8 +447,14 @@ def cq_wait(cq, n: int = 1, timeout: float | None = None, *, raise_on_error: boo
     import time
 
     n = _check_int("n", n, 1, 1 << 31)
-    if timeout is not None and timeout < 0:
-        raise ValueError(f"timeout must be None or >= 0, got {timeout}")
+    if timeout is not None:
+        import numbers
+
+        if not isinstance(timeout, numbers.Real) or isinstance(timeout, bool):
+            raise TypeError(f"CQ.wait: timeout must be None or a number of seconds, "
+                            f"not {type(timeout).__name__}")
+        if not timeout >= 0:        # nan too
+            raise ValueError(f"CQ.wait: timeout must be None or >= 0 seconds, got {timeout}")
     channel = cq.channel if sleep else None
     if sleep and channel is None:
         raise ValueError("CQ.wait(sleep=True) needs a CQ created with a completion channel")
@@ -450,10 +472,11 @@ def cq_wait(cq, n: int = 1, timeout: float | None = None, *, raise_on_error: boo
             return got
         remaining = None if deadline is None else deadline - time.monotonic()
         if remaining is not None and remaining <= 0:
-            err = TimeoutError(f"CQ.wait: {len(got)} of {n} completions arrived within "
-                               f"{timeout} s")
-            err.completions = got        # what did arrive is not lost
-            raise err
+            from .errors import WaitTimeoutError
+
+            # what did arrive is not lost: err.completions
+            raise WaitTimeoutError(f"CQ.wait: {len(got)} of {n} completions arrived within "
+                                   f"{timeout} s", got)
         if channel is None:
             # a busy poller that never yields starves a peer process on the
             # same core (Soft-RoCE does its work in the kernel of that core)

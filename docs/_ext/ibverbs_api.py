@@ -53,7 +53,7 @@ GROUPS: Dict[str, List[str]] = {
                 "inc_rkey", "rate_to_mult", "mult_to_rate", "rate_to_mbps", "mbps_to_rate",
                 "node_type_str", "port_state_str", "event_type_str", "wc_status_str", "wr_opcode_str",
                 "flow_label_to_udp_sport"],
-    "errors": ["VerbsError", "CompletionError"],
+    "errors": ["VerbsError", "CompletionError", "WaitTimeoutError"],
     "enums": ["AccessFlags", "AtomicCap", "CounterDescription", "CQInitAttrMask",
               "CreateCQAttrFlags", "CreateCQWCFlags", "DeviceCapFlags", "EventType",
               "FlowAttrType", "FlowFlags", "FlowSpecType", "ForkStatus", "GIDType", "LinkLayer",

@@ -2,7 +2,7 @@
 read into Python and, in a writable class, written back."""
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from ..ctext import INT_LIMITS, int_convert, int_getter, is_int
 from ..ir import Type
@@ -12,7 +12,12 @@ from .registry import FIELDS, FieldConverter
 @FIELDS.register("handle")
 class HandleField(FieldConverter):
     """A member pointing to a verbs object, kept as a Python reference
-    (self->ref_<name>) and written into the struct by X_prepare()."""
+    (self->ref_<name>) and written into the struct by X_prepare().
+
+    As in the seed, the setter stores any object (a test double's fake CQ
+    builds a QPInitAttr); X_prepare(), when the struct reaches a verb,
+    checks the type and that the handle is open, with the message the
+    setter used to give."""
     keys = FieldConverter.keys | {"none_ok"}
 
     def __init__(self, pyname: str, member: str, writable: bool, cls: str, none_ok: bool) -> None:
@@ -33,11 +38,19 @@ class HandleField(FieldConverter):
     def setter(self) -> List[str]:
         if not self.writable:
             return []
-        return [f'if (ibp_conv_handle(value, "{self.pyname}", {self.cls}_Type, '
-                f'{1 if self.none_ok else 0}, &obj) < 0)',
-                "    return -1;",
+        # None is "unset" (NULL) where the field may be None; elsewhere it is
+        # stored like any other object and refused by X_prepare()
+        return ["obj = value == Py_None ? NULL : value;" if self.none_ok else "obj = value;",
                 "Py_XINCREF(obj);",
                 f"Py_XSETREF(self->ref_{self.pyname}, obj);"]
+
+    def prepare(self, struct: str) -> List[str]:
+        """X_prepare()'s check of a set member (self->ref_<name> != NULL):
+        the real type (an object can claim any class through __class__, and
+        its memory is read as a handle) and an open handle."""
+        return [f'if (ibp_conv_handle(self->ref_{self.pyname}, "{struct}.{self.pyname}", '
+                f'{self.cls}_Type, {1 if self.none_ok else 0}, &obj) < 0)',
+                "    return -1;"]
 
 
 @FIELDS.register("bool")
@@ -101,10 +114,15 @@ class ByteArrayField(FieldConverter):
 @FIELDS.register("int")
 class IntField(FieldConverter):
     pytype = "int"
+    keys = FieldConverter.keys | {"members"}
 
-    def __init__(self, pyname: str, member: str, writable: bool, t: Type) -> None:
+    def __init__(self, pyname: str, member: str, writable: bool, t: Type,
+                 members: Optional[Tuple[str, List[Tuple[int, int]]]] = None) -> None:
         super().__init__(pyname, member, writable)
         self.t = t
+        # spec `members: QPType`: (the enum's name, its values as (lo, hi)
+        # runs); any other value is refused when set, as SendWR.opcode is
+        self.members = members
 
     def getter(self) -> List[str]:
         return [int_getter(self.member, self.t)]
@@ -112,7 +130,18 @@ class IntField(FieldConverter):
     def setter(self) -> List[str]:
         if not self.writable:
             return []
-        return int_convert("value", self.member, self.t, self.pyname, fail="return -1;")
+        lines = int_convert("value", self.member, self.t, self.pyname, fail="return -1;")
+        if self.members is None:
+            return lines
+        enum, runs = self.members
+        test = " || ".join(f"(long long)v == {lo}" if lo == hi else
+                           f"((long long)v >= {lo} && (long long)v <= {hi})" for lo, hi in runs)
+        check = [f"    if (!({test})) {{",
+                 f'        PyErr_Format(PyExc_ValueError, "{self.pyname} %lld is not a {enum}", '
+                 "(long long)v);",
+                 "        return -1;",
+                 "    }"]
+        return lines[:-2] + check + lines[-2:]
 
 
 @FIELDS.register("struct")

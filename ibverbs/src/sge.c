@@ -39,14 +39,9 @@ static int sge_set(SGEObject *self, PyObject *target, PyObject *length_obj,
             if (v == -1 && PyErr_Occurred())
                 return -1;
         }
-        if (ibp_conv_signed(length_obj, "length", 0, INT64_MAX, &len) < 0)
+        /* the range an SGE holds (uint32_t), also in a negative length's message */
+        if (ibp_conv_signed(length_obj, "length", 0, UINT32_MAX, &len) < 0)
             return -1;
-        if ((uint64_t)len > UINT32_MAX) {
-            PyErr_Format(PyExc_ValueError,
-                         "SGE length must be below 2**32 (got %lld); split it "
-                         "into several SGEs", (long long)len);
-            return -1;
-        }
         length = (uint64_t)len;
     }
     if (PyObject_TypeCheck(target, MR_Type)) {

@@ -22,11 +22,12 @@ static PyObject *ibp_hand_WCBuffer_new_impl(PyTypeObject *type, PyObject *cap_ob
     int raise_on_error = roe_obj != NULL ? PyObject_IsTrue(roe_obj) : 0;
     if (raise_on_error < 0)
         return NULL;
-    if (cap_obj != NULL && ibp_conv_unsigned(cap_obj, "capacity", WCBUF_MAX, &cap) < 0)
-        return NULL;
-    if (cap == 0) {
-        PyErr_SetString(PyExc_ValueError, "capacity must be positive");
-        return NULL;
+    if (cap_obj != NULL) {
+        /* 1..WCBUF_MAX in the message: a range that says 0 would be a lie */
+        int64_t v;
+        if (ibp_conv_signed(cap_obj, "capacity", 1, WCBUF_MAX, &v) < 0)
+            return NULL;
+        cap = (uint64_t)v;
     }
     allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
     WCBufferObject *b = (WCBufferObject *)alloc(type, 0);

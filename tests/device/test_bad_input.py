@@ -278,6 +278,11 @@ FIELD_CASES = [(cls, p) for cls, ps in H.struct_fields().items()
                if cls in ("QPInitAttr", "MWBind") for p in ps]
 
 
+# Fields that take only their enum's members (spec `members:`), whose C range
+# is wider: the largest member is the largest value they take.
+ENUM_FIELDS = {("QPInitAttr", "qp_type"): "QPType"}
+
+
 def test_struct_fields_holding_handles_check_ranges_and_types(ib, pool):
     failures = []
     for cls, p in FIELD_CASES:
@@ -287,8 +292,13 @@ def test_struct_fields_holding_handles_check_ranges_and_types(ib, pool):
                 for bad in H.out_of_range(p):
                     with pytest.raises(ValueError, match=p.name):
                         setattr(obj, p.name, bad)
-                setattr(obj, p.name, p.hi)
-                assert getattr(obj, p.name) == p.hi
+                enum = ENUM_FIELDS.get((cls, p.name))
+                hi = max(getattr(ib, enum)) if enum else p.hi
+                setattr(obj, p.name, hi)
+                assert getattr(obj, p.name) == hi
+                if enum:
+                    with pytest.raises(ValueError, match=f"{p.name} {p.hi} is not a {enum}"):
+                        setattr(obj, p.name, p.hi)
             for bad in H.wrong_types(p):
                 with pytest.raises(TypeError):
                     setattr(obj, p.name, bad)
@@ -617,3 +627,14 @@ def test_a_work_request_opcode_the_kernel_cannot_take_is_refused_before_posting(
         except ValueError:
             continue
         pytest.fail(f"SendWR(opcode={opcode:#x}) accepted")
+
+
+def test_reg_mr_without_enough_arguments_names_its_two_forms(ib, pd):
+    """Issue 25, point 14: not the private _reg_mr and its 'addr'."""
+    for args in ((), (bytearray(64),), (0x1000, 64)):
+        with pytest.raises(TypeError) as exc:
+            pd.reg_mr(*args)
+        assert "_reg_mr" not in str(exc.value), exc.value
+    with pytest.raises(TypeError, match=r"^PD\.reg_mr\(\) takes \(addr, length, access\) or "
+                                        r"\(buffer, access\), got 0 argument\(s\)$"):
+        pd.reg_mr()

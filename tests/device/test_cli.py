@@ -8,6 +8,7 @@ import sys
 import time
 
 import pytest
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 import rxe
 
@@ -214,3 +215,103 @@ def test_ping_without_a_server_fails_cleanly(ib, device_names):
     out = cli("ping", "127.0.0.1", "--port", str(free_port()), "-d", device_names[0], check=False)
     stderr = rxe.own_stderr(out.stderr)
     assert out.returncode == 1 and stderr.startswith("ibverbs:") and "Traceback" not in stderr
+
+
+# --- issue 25, point 9: the TCP exchange is bounded, HOST honoured ---------------------
+
+def _server(*args):
+    """`ibverbs ping --listen ARGS` and the first line it prints."""
+    proc = subprocess.Popen([sys.executable, "-m", "ibverbs", "ping", "--listen", *args], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return proc, proc.stdout.readline()
+
+
+def _finish(proc, timeout=60):
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return proc.returncode, out, rxe.own_stderr(err)
+
+
+def test_a_server_times_out_on_a_client_that_sends_nothing(ib, device_names):
+    tcp_port = free_port()
+    proc, line = _server("-p", str(tcp_port), "-d", device_names[0], "--timeout", "2")
+    assert "listening on" in line, line
+    with socket.create_connection(("127.0.0.1", tcp_port)):
+        t0 = time.monotonic()
+        status, _, err = _finish(proc, timeout=30)
+        waited = time.monotonic() - t0
+    assert status == 1 and err == "ibverbs: the peer sent no parameters within 2 s\n", err
+    assert 1.5 < waited < 20
+
+
+def test_a_server_refuses_a_size_beyond_its_bound_before_allocating(ib, device_names):
+    import struct
+
+    tcp_port = free_port()
+    proc, line = _server("-p", str(tcp_port), "-d", device_names[0], "--timeout", "10")
+    assert "listening on" in line, line
+    with socket.create_connection(("127.0.0.1", tcp_port)) as conn:
+        conn.sendall(struct.pack("!II", 1, 0xFFFFFFFF) + bytes(28))   # 8 GiB of buffers
+        status, _, err = _finish(proc)
+    assert status == 1 and "asked for 1 round trips of 4294967295 bytes; this server serves " \
+        "1..1000000 of 1..67108864 bytes" in err, err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_a_client_times_out_on_a_server_that_answers_nothing(ib, device_names):
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        tcp_port = silent.getsockname()[1]
+        t0 = time.monotonic()
+        out = cli("ping", "127.0.0.1", "-p", str(tcp_port), "-d", device_names[0],
+                  "--timeout", "2", check=False)
+        waited = time.monotonic() - t0
+    err = rxe.own_stderr(out.stderr)
+    assert out.returncode == 1 and err == "ibverbs: the peer sent no QPInfo within 2 s\n", err
+    assert waited < 30
+
+
+def test_listen_host_is_the_address_listened_on(ib, device_names):
+    if not rxe.in_vm():
+        pytest.skip("needs the VM's addresses")
+    addr = rxe.VM_DEVICES[device_names[1]]
+    tcp_port = free_port()
+    proc, line = _server(addr, "-p", str(tcp_port), "-d", device_names[1], "--timeout", "60")
+    try:
+        assert line.startswith(f"listening on {addr}:{tcp_port} "), line
+        with pytest.raises(ConnectionRefusedError):          # not on every address
+            socket.create_connection(("127.0.0.1", tcp_port), timeout=5).close()
+        client = cli("ping", addr, "-p", str(tcp_port), "-d", device_names[0], "-n", "3")
+        assert STATS.search(client.stdout), client.stdout
+        status, out, err = _finish(proc)
+        assert status == 0 and "served 3 round trips" in out, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(line=st.data())
+def test_generated_command_lines_on_a_device(ib, device_names, line):
+    """devices/info/gids with any options, ping with a bad one (a good ping
+    would run): a documented status, never a traceback; 2 exactly when an
+    argument is bad, 4 for a device by another name, else 0."""
+    import cli_argv
+    from ibverbs._cli_args import EXIT_CODES
+
+    argv, valid, chosen = line.draw(cli_argv.command_lines(devices=device_names))
+    assume(argv[0] != "ping" or not valid)
+    status, out, err = cli_argv.run(argv)
+    assert status in EXIT_CODES and "Traceback" not in out + err, (argv, err)
+    if not valid:
+        assert status == 2, (argv, status, err)
+    elif chosen.get("device") not in (None, *device_names):
+        assert status == 4 and "no RDMA device named" in err, (argv, err)
+    else:
+        assert status == 0 and err == "", (argv, err)
+        if "json" in chosen:
+            json.loads(out)

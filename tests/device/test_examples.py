@@ -1,5 +1,8 @@
 """examples/ under torchrun: two ranks, each on its own device (rxe0 and rxe1
-in the VM), gloo for the metadata, the payload over RDMA.
+in the VM), gloo for the metadata, the payload over RDMA. At the end, the
+examples without torch: README's Quickstart (the device it picks, a failure
+inside it shown as itself) and examples/rdma_write_tcp.py (two processes,
+QPInfo over TCP, one RDMA write, checked on the target).
 
 torch is an optional extra (the CPU build, torch==2.13.0 in the test
 requirements); without it these tests skip. The pytest process never
@@ -212,3 +215,87 @@ def test_an_example_under_torchrun_standalone(torch_installed, device_names, por
     for warning in ("Unable to resolve hostname", "loopback address as fallback",
                     "client socket has timed out"):
         assert warning not in proc.stdout, _tail(proc.stdout)
+
+
+# --- without torch: README's Quickstart and examples/rdma_write_tcp.py -----------------
+
+def _quickstart():
+    """README's Quickstart block, as a user copies it."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Quickstart"):]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+def _run_python(code, env_extra=None, timeout=120):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("IBVERBS_DEVICE", None)             # the Quickstart's choice, unless given
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("which", [None, 1], ids=["first-active", "IBVERBS_DEVICE"])
+def test_readme_quickstart_runs_on_the_device_it_picks(device_names, which):
+    extra = None if which is None else {"IBVERBS_DEVICE": device_names[which]}
+    out = _run_python(_quickstart(), extra)
+    assert out.returncode == 0, out.stderr
+    name = device_names[0] if which is None else device_names[which]
+    assert re.fullmatch(rf"{name} port \d+: 4096 bytes written\n", out.stdout), out.stdout
+
+
+def test_readme_quickstart_names_a_missing_device():
+    out = _run_python(_quickstart(), {"IBVERBS_DEVICE": "no_such_dev"})
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert out.stderr.strip() == "no RDMA device no_such_dev with an ACTIVE port (`ibverbs devices`)"
+
+
+def test_a_failure_inside_the_quickstart_is_the_error_shown():
+    """ExitStack closes the QPs and MRs before the PD, CQ and context: the
+    traceback ends with the real error, not "cannot close ... open child
+    resource(s)" raised while unwinding."""
+    code = _quickstart().replace("    cq.wait(timeout=10)", "    raise RuntimeError('the real error')")
+    assert "the real error" in code
+    out = _run_python(code)
+    assert out.returncode == 1
+    assert out.stderr.rstrip().endswith("RuntimeError: the real error"), out.stderr
+    assert "cannot close" not in out.stderr and "During handling" not in out.stderr, out.stderr
+
+
+def _tcp_example(device_names, *writer_args):
+    """The target (--listen) on device 1, the writer on device 0, over
+    127.0.0.1: (target's status and output, writer's status and output)."""
+    script = str(EXAMPLES / "rdma_write_tcp.py")
+    tcp_port = str(_free_port())
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+    target = subprocess.Popen([sys.executable, script, "--listen", "-d", device_names[1],
+                               "-p", tcp_port], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    try:
+        lines = [target.stdout.readline(), target.stdout.readline()]
+        assert "target: listening on port" in lines[1], "".join(lines)
+        writer = subprocess.run([sys.executable, script, "127.0.0.1", "-d", device_names[0],
+                                 "-p", tcp_port, *writer_args], cwd=ROOT, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                timeout=120)
+        rest, _ = target.communicate(timeout=60)
+    finally:
+        if target.poll() is None:
+            target.kill()
+            target.communicate()
+    return (target.returncode, "".join(lines) + rest), (writer.returncode, writer.stdout)
+
+
+def test_two_processes_write_over_rdma_with_qpinfo_over_tcp(device_names):
+    (t_status, t_out), (w_status, w_out) = _tcp_example(device_names)
+    assert (t_status, w_status) == (0, 0), t_out + w_out
+    assert "target: 1048576 bytes written by 127.0.0.1: OK" in t_out, t_out
+    assert "writer: 1048576 bytes to 127.0.0.1: OK" in w_out, w_out
+    assert re.match(rf"target: {device_names[1]} port \d+ GID\[\d+\] ", t_out), t_out
+    assert re.match(rf"writer: {device_names[0]} port \d+ GID\[\d+\] ", w_out), w_out
+
+
+def test_the_tcp_example_target_catches_other_bytes(device_names):
+    """The check can fail: a writer writing another pattern is BAD on both sides."""
+    (t_status, t_out), (w_status, w_out) = _tcp_example(device_names, "--seed", "5")
+    assert (t_status, w_status) == (1, 1), t_out + w_out
+    assert "BAD (not the pattern)" in t_out and "BAD (the target saw other bytes)" in w_out

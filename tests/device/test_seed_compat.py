@@ -14,7 +14,7 @@ import inspect
 import numpy as np
 import pytest
 
-from conftest import poll_until
+from conftest import poll_until, skip_if_unsupported
 
 
 # --- the seed's README, as written --------------------------------------------------
@@ -270,6 +270,46 @@ def test_qp_init_attr_placeholders_are_filled_later(ib, pd, ctx):
         assert attr.sq_sig_all is True
         with pd.create_qp(attr) as qp:
             assert qp.send_cq is cq and qp.recv_cq is cq
+
+
+class FakeCQ:
+    """A unit test's stand-in for a CQ (the seed's QPInitAttr took it)."""
+
+
+def test_a_struct_holds_any_object_and_the_verb_checks_it(ib, pd, ctx):
+    """Issue 25, point 11: QPInitAttr(send_cq=FakeCQ()) constructs, as in the
+    seed; create_qp refuses it (the real type, before the provider sees a
+    pointer), and a closed CQ there is EBADF."""
+    fake = FakeCQ()
+    with ctx.create_cq(8) as cq:
+        for kw in (dict(send_cq=fake, recv_cq=cq), dict(send_cq=cq, recv_cq=fake),
+                   dict(send_cq=cq, recv_cq=cq, srq=fake)):
+            attr = ib.QPInitAttr(**kw)
+            name = next(k for k, v in kw.items() if v is fake)
+            with pytest.raises(TypeError, match=rf"QPInitAttr\.{name} must be None or "
+                                                rf"(CQ|SRQ), not FakeCQ"):
+                pd.create_qp(attr)
+        attr = ib.QPInitAttr(send_cq=cq, recv_cq=cq)
+        attr.send_cq = fake                      # assignment is not checked either
+        with pytest.raises(TypeError, match="not FakeCQ"):
+            pd.create_qp(attr)
+        attr.send_cq = cq
+        with pd.create_qp(attr) as qp:
+            assert qp.send_cq is cq
+    with pytest.raises(ib.VerbsError) as closed:
+        pd.create_qp(attr)                       # cq is closed now
+    assert closed.value.errno == errno.EBADF
+
+
+def test_a_work_request_binding_a_fake_mr_is_refused_at_post(ib, pd, rc_pair):
+    skip_if_unsupported(ib, "type 2 memory windows", lambda: pd.alloc_mw(ib.MWType.TYPE_2))
+    with pd.alloc_mw(ib.MWType.TYPE_2) as mw:
+        info = ib.MWBindInfo(mr=FakeCQ(), addr=0, length=1)
+        wr = ib.SendWR(wr_id=1, opcode=ib.WROpcode.BIND_MW, mw=mw, bind_info=info,
+                       rkey=ib.inc_rkey(mw.rkey), send_flags=ib.SendFlags.SIGNALED)
+        with pytest.raises(TypeError, match="MWBindInfo.mr must be MR, not FakeCQ"):
+            rc_pair.qp_a.post_send(wr)
+        assert rc_pair.cq_a.poll(4) == []
 
 
 # --- 9: transitions ---------------------------------------------------------------------

@@ -106,7 +106,7 @@ class _NoTruth:
     (lambda: ib.WCBuffer(4, capacity=4), TypeError,
      "argument for WCBuffer() given by name ('capacity') and position (1)"),
     (lambda: ib.WCBuffer(foo=1), TypeError, "'foo' is an invalid keyword argument for WCBuffer()"),
-    (lambda: ib.WCBuffer(0), ValueError, "capacity must be positive"),
+    (lambda: ib.WCBuffer(0), ValueError, "capacity must be in 1..1048576, got 0"),
     (lambda: ib.WCBuffer(None), TypeError, "capacity must be an int, not NoneType"),
     (lambda: ib.WCBuffer("x", raise_on_error=_NoTruth()), ZeroDivisionError, "bool"),
     (lambda: ib.PostList(), TypeError, "PostList() missing required argument 'wrs' (pos 1)"),

@@ -1,11 +1,15 @@
 """python -m ibverbs on the host: argument handling (the device tier runs
 devices/info/ping for real: tests/device/test_cli.py)."""
+import json
 import os
 import pathlib
 import subprocess
 import sys
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+
+import cli_argv  # tests/cli_argv.py
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -29,10 +33,36 @@ def test_a_command_is_required():
     assert out.returncode == 2 and "required" in out.stderr
 
 
-def test_ping_rejects_a_size_of_zero_without_a_traceback():
-    out = cli("ping", "-s", "0")
-    assert out.returncode == 2 and "--size and --count must be positive" in out.stderr
-    assert "Traceback" not in out.stderr
+@pytest.mark.parametrize("argv, words", [
+    (["ping", "-s", "0"], "argument -s/--size: must be 1..67108864, not 0"),
+    (["ping", "--listen", "-p", "70000"], "argument -p/--port: must be 0..65535, not 70000"),
+    (["ping", "--timeout", "-1"], "argument --timeout: must be more than 0"),
+    (["ping", "--timeout", "nan"], "argument --timeout: must be more than 0"),
+    (["ping", "-s", "3000000000"], "argument -s/--size: must be 1..67108864, not 3000000000"),
+    (["ping", "-s", "9" * 40], "argument -s/--size: must be 1..67108864"),
+    (["ping", "-n", "0"], "argument -n/--count: must be 1..1000000, not 0"),
+    (["ping", "-g", "256"], "argument -g/--gid-index: must be 0..255, not 256"),
+    (["ping", "-p", "0", "server"], "--port 0 (any port) is for a server (--listen)"),
+    (["ping", "--listen", "10.0.0.1", "--bind", "10.0.0.2"], "HOST '10.0.0.1' and --bind"),
+    (["ping", "server", "--peer-device", "rxe1"], "--peer-device and --peer-gid-index are for"),
+    (["gids", "-i", "0"], "argument -i/--ib-port: must be 1..255, not 0"),
+])
+def test_a_bad_argument_is_status_2_before_any_device_is_looked_for(argv, words):
+    """Not "no RDMA devices" (status 4, this host has none), not a traceback
+    (OverflowError, MemoryError): argparse's message, status 2."""
+    out = cli(*argv)
+    assert out.returncode == 2, out.stderr
+    assert words in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.splitlines()[-1].startswith(f"ibverbs {argv[0]}: error: "), out.stderr
+
+
+def test_listen_takes_host_as_the_address_to_listen_on():
+    from ibverbs._cli_args import parse_args
+
+    args = parse_args(["ping", "--listen", "127.0.0.1"])
+    assert (args.bind, args.host) == ("127.0.0.1", None)
+    assert parse_args(["ping", "--listen"]).bind == ""
+    assert parse_args(["ping", "--listen", "::1", "--bind", "::1"]).bind == "::1"
 
 
 def test_ping_options_are_documented():
@@ -49,6 +79,21 @@ def test_version():
     assert out.stdout.split()[1] == ibverbs.__version__
 
 
+@pytest.mark.parametrize("argv, status", [(["--help"], 0), (["--version"], 0), (["ping", "--help"], 0),
+                                          (["ping", "-p", "70000"], 2), ([], 2)])
+def test_help_version_and_usage_work_without_libibverbs(argv, status):
+    env = dict(os.environ, IBVERBS_LIBRARY="/nonexistent/libibverbs.so.1")
+    out = subprocess.run([sys.executable, "-m", "ibverbs", *argv], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60, env=env)
+    assert out.returncode == status, out.stderr
+    assert "Traceback" not in out.stderr and "libibverbs" not in out.stderr
+    if argv[:1] == ["--version"]:
+        import ibverbs
+        assert out.stdout.split() == ["ibverbs", ibverbs.__version__]
+    elif status == 0:
+        assert out.stdout.startswith("usage: ibverbs")
+
+
 def test_without_libibverbs_one_line_and_status_3(monkeypatch):
     env = dict(os.environ, IBVERBS_LIBRARY="/nonexistent/libibverbs.so.1")
     for argv in ([sys.executable, "-m", "ibverbs", "devices"],):
@@ -57,7 +102,7 @@ def test_without_libibverbs_one_line_and_status_3(monkeypatch):
         assert len(out.stderr.splitlines()) == 1 and "libibverbs" in out.stderr, out.stderr
         assert "Traceback" not in out.stderr
     # the console script (`ibverbs = ibverbs._cli:main`) imports the package first too
-    script = "import sys; sys.argv[0] = '/usr/local/bin/ibverbs'; from ibverbs._cli import main"
+    script = "import sys; sys.argv[:] = ['/usr/local/bin/ibverbs', 'devices']; from ibverbs._cli import main"
     out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True,
                          timeout=60, env=env)
     assert out.returncode == 3 and len(out.stderr.splitlines()) == 1, out.stderr
@@ -75,4 +120,26 @@ def test_no_rdma_in_the_kernel_says_so_in_one_line(command):
         assert out.returncode == 4, out.stderr
         assert out.stderr.startswith("ibverbs: no RDMA devices: this kernel has no RDMA support")
         assert "ENOSYS" in out.stderr and len(out.stderr.splitlines()) == 1
-        assert out.stdout == ""
+        if json_flag and command != "ping":     # a listing: empty, and still JSON
+            assert json.loads(out.stdout) == ({"devices": []} if command == "info" else [])
+        else:
+            assert out.stdout == ""
+
+
+@pytest.mark.skipif(os.path.isdir("/sys/class/infiniband"), reason="this host has RDMA devices")
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cli_argv.command_lines())
+def test_generated_command_lines_get_a_documented_status_and_no_traceback(line):
+    """Any command line: status 2 (argparse's message) when an argument is
+    bad, else 4 (this host has no RDMA device), never a traceback; an
+    exception escaping main() fails here."""
+    from ibverbs._cli_args import EXIT_CODES
+
+    argv, valid, _ = line
+    status, out, err = cli_argv.run(argv)
+    assert status in EXIT_CODES and "Traceback" not in err + out
+    assert status == (4 if valid else 2), (argv, status, err)
+    if status == 4:
+        assert err.startswith("ibverbs: no RDMA devices") and len(err.splitlines()) == 1, err
+    else:
+        assert err.splitlines()[-1].startswith("ibverbs"), err

@@ -845,3 +845,55 @@ def test_wire_formats_read_a_uint8_tensor_and_a_numpy_array():
     assert QPInfo.from_bytes(gathered[1]) == info          # a row of an all_gather result
     with pytest.raises(ValueError, match="contiguous"):
         QPInfo.from_bytes(torch.zeros(28, 2, dtype=torch.uint8)[:, 0])
+
+
+# --- connect_rc: the seed's calling convention (issue 25, point 10) -------------------
+
+class KeywordDouble:
+    """A test double written against the seed: to_rtr takes the remote and
+    keywords only, as users' doubles do (``to_rtr(self, remote, **kw)``)."""
+
+    qp_type = QPT["RC"]
+
+    def __init__(self):
+        self.pd = types.SimpleNamespace(context=FakeContext(active_mtu=4))
+        self.calls = []
+
+    def to_init(self, port, access):
+        self.calls.append(("to_init", (port, access), {}))
+
+    def to_rtr(self, remote, **kw):
+        self.calls.append(("to_rtr", (remote,), kw))
+
+    def to_rts(self, psn, **kw):
+        self.calls.append(("to_rts", (psn,), kw))
+
+
+def test_connect_rc_calls_the_qp_as_the_seed_does():
+    qp, remote = KeywordDouble(), remote_info(mtu=5)
+    connect_rc(qp, remote, port=1, sgid_index=3, access=LOCAL_WRITE, local_psn=7,
+               min_rnr_timer=9, timeout=20)
+    assert qp.calls == [("to_init", (1, LOCAL_WRITE), {}),
+                        ("to_rtr", (remote,), {"sgid_index": 3, "mtu": 4, "min_rnr_timer": 9}),
+                        ("to_rts", (7,), {"timeout": 20})]
+
+
+@pytest.mark.parametrize("qp", [None, object(), "qp"])
+def test_connect_rc_names_a_qp_that_is_not_one(qp):
+    with pytest.raises(TypeError, match=r"connect_rc\(\) argument 'qp' must be a QP, not "):
+        connect_rc(qp, remote_info(), port=1, sgid_index=0, access=0)
+
+
+def test_connect_rc_names_a_remote_that_is_not_a_qpinfo():
+    qp = FakeQP()
+    with pytest.raises(TypeError, match="argument 'remote' must be a QPInfo, not NoneType"):
+        connect_rc(qp, None, port=1, sgid_index=0, access=0)
+    assert qp.calls == []
+
+
+def test_local_qp_info_names_what_is_missing():
+    port_attr = types.SimpleNamespace(lid=0, active_mtu=3)
+    with pytest.raises(TypeError, match="argument 'qp' must be a QP, not NoneType"):
+        local_qp_info(None, port_attr, GID, port=1)
+    with pytest.raises(TypeError, match="argument 'port_attr' must be a PortAttr"):
+        local_qp_info(FakeQP(), None, GID, port=1)

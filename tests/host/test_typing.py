@@ -37,7 +37,8 @@ def test_readme_examples_and_test_helpers_pass_mypy_strict(tmp_path):
     examples.write_text(readme_examples())
     out = mypy("--strict", str(examples), "tests/conftest.py", "tests/rxe.py",
                # the typed Python modules of the package
-               "ibverbs/aio.py", "ibverbs/_buffers.py", "ibverbs/_cli.py", "ibverbs/_gid_table.py", "ibverbs/cm.py",
+               "ibverbs/aio.py", "ibverbs/_buffers.py", "ibverbs/_cli.py", "ibverbs/_cli_args.py",
+               "ibverbs/_gid_table.py", "ibverbs/cm.py",
                "ibverbs/flow.py", cache=tmp_path / "cache")
     assert out.returncode == 0, out.stdout + out.stderr
 
@@ -106,6 +107,38 @@ def test_mypy_catches_a_wrong_call(tmp_path):
     assert 'Argument 1 to "create_cq" of "Context" has incompatible type "str"' in out.stdout
     assert '"WC" has no attribute "no_such_field"' in out.stdout
     assert "No overload variant of \"reg_mr\"" in out.stdout
+
+
+PRECISE = """
+import ibverbs as ib
+
+
+def handle(cq: ib.CQ, mr: ib.MR) -> None:
+    try:
+        cq.wait(4, timeout=1.0)
+    except ib.WaitTimeoutError as e:
+        reveal_type(e.completions)
+    except ib.CompletionError as e:
+        reveal_type(e.status)
+        reveal_type(e.vendor_err)
+        reveal_type(e.wc)
+    reveal_type(mr.owner)
+    t: TimeoutError = ib.WaitTimeoutError("late")
+"""
+
+
+def test_error_attributes_and_mr_owner_are_typed(tmp_path):
+    """Issue 25, point 15: not Any. WaitTimeoutError is a TimeoutError whose
+    completions is a list of WC; CompletionError's status and vendor_err
+    are ints, its wc a WC; MR.owner any object (object, not Any)."""
+    usage = tmp_path / "precise.py"
+    usage.write_text(PRECISE)
+    out = mypy("--strict", str(usage), cache=tmp_path / "cache")
+    revealed = [t.replace("builtins.", "")
+                for t in re.findall(r'Revealed type is "([^"]+)"', out.stdout)]
+    assert revealed == ["list[ibverbs._ibverbs.WC]", "int", "int", "ibverbs._ibverbs.WC",
+                        "object"], out.stdout
+    assert "error:" not in out.stdout.replace("note:", ""), out.stdout
 
 
 def test_generated_stub_matches_the_extension(tmp_path):
