@@ -453,3 +453,44 @@ def test_a_failed_rdma_destroy_id_leaves_the_cmid_on_its_qp():
     before = source[source.index("int ibp_cmid_before_destroy("):]
     before = before[:before.index("\n}\n")]
     assert "->qp = NULL" not in before
+
+
+def test_the_waits_poll_a_channel_fd_above_1023():
+    """cm.wait_event and the blocking CMID's wait (_cmid._wait) on an fd of
+    1024 or more, as a server with a thousand connections has: poll(), not
+    select() (which raised ValueError: filedescriptor out of range)."""
+    import errno
+    import fcntl
+    import resource
+
+    import ibverbs as ib
+    from ibverbs import _cmid, cm
+
+    class Channel:              # the two calls the waits make of an EventChannel
+        def __init__(self, fd):
+            self.fd = fd
+
+        def get_cm_event(self):
+            return cm._make_event(int(cm.CMEventType.ADDR_RESOLVED), 0, None, None, None, None)
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"RLIMIT_NOFILE's hard limit is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    r, w = os.pipe()
+    high = fcntl.fcntl(r, fcntl.F_DUPFD, 1100)
+    try:
+        channel = Channel(high)
+        with pytest.raises(TimeoutError):
+            cm.wait_event(channel, timeout=0.05)
+        with pytest.raises(ib.VerbsError) as late:
+            _cmid._wait(channel, (cm.CMEventType.ADDR_RESOLVED,), "rdma_resolve_addr", 0.05)
+        assert late.value.errno == errno.ETIMEDOUT
+        os.write(w, b"x")           # readable: both go on to get_cm_event
+        assert cm.wait_event(channel, cm.CMEventType.ADDR_RESOLVED, 1.0).event == \
+            cm.CMEventType.ADDR_RESOLVED
+        assert _cmid._wait(channel, (cm.CMEventType.ADDR_RESOLVED,), "x", 1.0).status == 0
+    finally:
+        for fd in (r, w, high):
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
