@@ -682,16 +682,16 @@ class VerbsMachine(RuleBasedStateMachine):
         del pl, wrs, closers
         self.sync_closed(qp, *victims)
 
-    @rule(target=st.sampled_from(["post_send", "post_recv", "postlist", "sg_list"]),
+    @rule(use=st.sampled_from(["post_send", "post_recv", "postlist", "sg_list"]),
           base=st.sampled_from([list, tuple]), stored=st.integers(0, 4),
           iterated=st.integers(0, 4), length=st.sampled_from([None, 0, 1, 1000]),
           data=st.data())
-    def lying_sequence(self, target, base, stored, iterated, length, data):
+    def lying_sequence(self, use, base, stored, iterated, length, data):
         """A list or tuple subclass whose __len__ and __iter__ disagree with
         its storage: what is posted (or built) is what iteration gave."""
         ib = self.ib
-        recv = target == "post_recv"
-        sg_target = target == "sg_list"
+        recv = use == "post_recv"
+        sg_target = use == "sg_list"
 
         def item(i):
             if sg_target:
@@ -708,7 +708,7 @@ class VerbsMachine(RuleBasedStateMachine):
         if sg_target:
             wr = ib.SendWR(sg_list=seq)
             assert list(wr.sg_list) == given
-        elif target == "postlist":
+        elif use == "postlist":
             pl, exc = expect(ValueError, ib.PostList, seq)
             assert (pl is None) == (iterated == 0), (pl, exc)
             if pl is not None:
@@ -719,7 +719,7 @@ class VerbsMachine(RuleBasedStateMachine):
         else:
             qp = self.pick(data, "QP", "qp")
             if qp is not None:
-                expect((ValueError, ib.VerbsError), getattr(qp, target), seq)
+                expect((ValueError, ib.VerbsError), getattr(qp, use), seq)
 
     @rule(action=st.sampled_from(["poll", "poll_clear", "poll_into", "post", "close"]),
           planted=st.sampled_from(["item", "append"]), data=st.data())
