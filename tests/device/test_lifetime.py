@@ -118,20 +118,22 @@ def test_register_tensor_s_mr_keeps_the_tensor_alive_without_the_gpumr(ib, pd, a
             self.__cuda_array_interface__ = dict(data=(self.mem.ctypes.data, False), shape=(n,),
                                                  typestr="|u1", version=3)
     t = DeviceArray(4096)
+    alive = weakref.ref(t)
     gmr = cuda.register_tensor(pd, t, access)
     mr, addr = gmr.mr, gmr.addr
-    assert mr.owner is t
-    alive = weakref.ref(t)
-    del gmr, t
-    gc.collect()
-    assert alive() is not None, "the tensor was freed while its MR is registered"
-    src = make_buffer(4096, fill=0xC3)
-    rc_pair.qp_a.post_send(ib.SendWR(sg_list=[src.mr.sge()], opcode=ib.WROpcode.RDMA_WRITE,
-                                     send_flags=ib.SendFlags.SIGNALED, remote_addr=addr,
-                                     rkey=mr.rkey))
-    (wc,) = poll_until(rc_pair.cq_a, 1)
-    assert wc.status == ib.WCStatus.SUCCESS
-    assert bytes(alive().mem) == b"\xc3" * 4096
-    mr.close()
+    try:
+        del gmr, t
+        gc.collect()
+        assert alive() is not None, "the tensor was freed while its MR is registered"
+        assert mr.owner is alive()
+        src = make_buffer(4096, fill=0xC3)
+        rc_pair.qp_a.post_send(ib.SendWR(sg_list=[src.mr.sge()], opcode=ib.WROpcode.RDMA_WRITE,
+                                         send_flags=ib.SendFlags.SIGNALED, remote_addr=addr,
+                                         rkey=mr.rkey))
+        (wc,) = poll_until(rc_pair.cq_a, 1)
+        assert wc.status == ib.WCStatus.SUCCESS
+        assert bytes(alive().mem) == b"\xc3" * 4096
+    finally:
+        mr.close()
     gc.collect()
     assert alive() is None, "closing the MR releases the tensor"
