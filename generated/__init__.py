@@ -2,6 +2,6 @@
 # (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
 # and the spec/ YAML files (sha256 41b52131a70d85e8335f16827f117f5abc7ec052b50601056cfa9498a004dc04).
 # Do not edit: change the spec or templates/ and run `make generate`.
-# Made by templates/ and generator/ (sha256 b234bd6f5983330edb66fe7554f32b43afb6f75a77d3c07d43426de7b85d8277);
-# this file's own sha256, this number read as zeros: 5889e3129a2a2c8d57b9db94d1fe40a4f3a82fe363b64ffeec3a182d479215ad
+# Made by templates/ and generator/ (sha256 6e45617cc0431e389e6e9d922117e77b6670014dcabdee6167bc37eccf3935cd);
+# this file's own sha256, this number read as zeros: 0e39f2a460eaef3601ba1d6ffdcd5bf46f7464b77c5f0217afb87645bb5eec28
 """Generator output that ships inside the package as ibverbs._generated."""

@@ -2,8 +2,8 @@
 # (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
 # and the spec/ YAML files (sha256 67ad7203a47e3bf46219ee8feb5fd9315a8d2fb8bd94baa11c90d4946249895b).
 # Do not edit: change the spec or templates/ and run `make generate`.
-# Made by templates/ and generator/ (sha256 b234bd6f5983330edb66fe7554f32b43afb6f75a77d3c07d43426de7b85d8277);
-# this file's own sha256, this number read as zeros: 8d07fbe42b59929da044cc7c8b8fbd2dc82a6f7db758366570a1e6b2868b3187
+# Made by templates/ and generator/ (sha256 6e45617cc0431e389e6e9d922117e77b6670014dcabdee6167bc37eccf3935cd);
+# this file's own sha256, this number read as zeros: 69e2d7ac3e4a8f458d925cbcfc140492041b344e0f0a78108f2b65139c2c213d
 
 """Type stubs of the extension ibverbs._ibverbs (generator/stubs.py)."""
 

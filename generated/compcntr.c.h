@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 41b52131a70d85e8335f16827f117f5abc7ec052b50601056cfa9498a004dc04).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 b234bd6f5983330edb66fe7554f32b43afb6f75a77d3c07d43426de7b85d8277);
- * this file's own sha256, this number read as zeros: 6b4613310dc89fd10a3e5e222f37bd1416a1d4525f3f4b045151c641c9eb9a06 */
+ * Made by templates/ and generator/ (sha256 6e45617cc0431e389e6e9d922117e77b6670014dcabdee6167bc37eccf3935cd);
+ * this file's own sha256, this number read as zeros: 070611cb1fd4bc07d8d8a55787ba51a5b5053d042e5108d46bb80d93a4d15aa7 */
 
 /*
  * CompCntr: A completion counter (Context.create_comp_cntr; rdma-core 65).
@@ -282,11 +282,11 @@ CompCntr_set(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     int rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"value", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:set", kwlist,
             &value_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -343,11 +343,11 @@ CompCntr_set_err(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     int rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"value", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:set_err", kwlist,
             &value_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -404,11 +404,11 @@ CompCntr_inc(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     int rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"amount", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O:inc", kwlist,
             &amount_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -467,11 +467,11 @@ CompCntr_inc_err(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     int rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"amount", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O:inc_err", kwlist,
             &amount_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;

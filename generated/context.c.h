@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 41b52131a70d85e8335f16827f117f5abc7ec052b50601056cfa9498a004dc04).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 b234bd6f5983330edb66fe7554f32b43afb6f75a77d3c07d43426de7b85d8277);
- * this file's own sha256, this number read as zeros: 07bf21a413e08f14fb36163d193e24d44ea617b0d0bc855b4fa369d4f2ddc9c7 */
+ * Made by templates/ and generator/ (sha256 6e45617cc0431e389e6e9d922117e77b6670014dcabdee6167bc37eccf3935cd);
+ * this file's own sha256, this number read as zeros: 12ee6bee85fb3186d94a50409d1841688129b99bd63d193187a0c462e20dc116 */
 
 /*
  * Context: An open RDMA device (ibv_open_device).
@@ -356,11 +356,11 @@ Context_query_port(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     int rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"port_num", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:query_port", kwlist,
             &port_num_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -422,11 +422,11 @@ Context_query_port_speed(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     int rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"port", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:query_port_speed", kwlist,
             &port_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -494,11 +494,11 @@ Context_query_gid(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     int rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"port_num", "index", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO:query_gid", kwlist,
             &port_num_obj, &index_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -568,11 +568,11 @@ Context_query_gid_ex(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     int rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"port", "index", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO:query_gid_ex", kwlist,
             &port_obj, &index_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -639,11 +639,11 @@ Context_query_gid_table(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     ssize_t rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"max_entries", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O:query_gid_table", kwlist,
             &max_entries_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -728,11 +728,11 @@ Context_init_ah_from_wc(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     int rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"port", "wc", "grh", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO:init_ah_from_wc", kwlist,
             &port_obj, &wc_obj, &grh_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -806,11 +806,11 @@ Context_query_pkey(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     int rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"port", "index", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO:query_pkey", kwlist,
             &port_obj, &index_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -879,11 +879,11 @@ Context_get_pkey_index(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     int rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"port", "pkey", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO:get_pkey_index", kwlist,
             &port_obj, &pkey_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -1040,11 +1040,11 @@ Context_create_cq(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     struct ibv_cq *rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"cqe", "channel", "comp_vector", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|OO:create_cq", kwlist,
             &cqe_obj, &channel_obj, &comp_vector_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_hold(channel_obj, CompChannel_Type, &channel_held) < 0)
         goto exit;
@@ -1127,11 +1127,11 @@ Context_open_xrcd(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     struct ibv_xrcd *rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"fd", "oflags", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OO:open_xrcd", kwlist,
             &fd_obj, &oflags_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -1203,11 +1203,11 @@ Context_resolve_eth_l2_from_gid(PyObject *self, PyObject *args, PyObject *kwargs
     PyObject *return_value = NULL;
     int rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"ah_attr", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:resolve_eth_l2_from_gid", kwlist,
             &ah_attr_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -1332,11 +1332,11 @@ Context_import_pd(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     struct ibv_pd *rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"handle", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:import_pd", kwlist,
             &handle_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -1503,11 +1503,11 @@ Context_create_comp_cntr(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     struct ibv_comp_cntr *rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"comp_mask", "type", "flags", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OOO:create_comp_cntr", kwlist,
             &comp_mask_obj, &type_obj, &flags_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -1600,11 +1600,11 @@ Context_create_cq_ex(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     struct ibv_cq_ex *rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"cqe", "channel", "comp_vector", "wc_flags", "comp_mask", "flags", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|OOOOO:create_cq_ex", kwlist,
             &cqe_obj, &channel_obj, &comp_vector_obj, &wc_flags_obj, &comp_mask_obj, &flags_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_hold(channel_obj, CompChannel_Type, &channel_held) < 0)
         goto exit;
@@ -1730,11 +1730,11 @@ Context_alloc_dm(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     struct ibv_dm *rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"length", "log_align_req", "comp_mask", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|OO:alloc_dm", kwlist,
             &length_obj, &log_align_req_obj, &comp_mask_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -1809,11 +1809,11 @@ Context_import_dm(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     struct ibv_dm *rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"dm_handle", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:import_dm", kwlist,
             &dm_handle_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -1875,11 +1875,11 @@ Context_create_counters(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     struct ibv_counters *rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"comp_mask", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O:create_counters", kwlist,
             &comp_mask_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 41b52131a70d85e8335f16827f117f5abc7ec052b50601056cfa9498a004dc04).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 b234bd6f5983330edb66fe7554f32b43afb6f75a77d3c07d43426de7b85d8277);
- * this file's own sha256, this number read as zeros: 3486a6f4e1943eb188173c885ceb3da07148df6eaa364e879d2d6fbfb4349a3a */
+ * Made by templates/ and generator/ (sha256 6e45617cc0431e389e6e9d922117e77b6670014dcabdee6167bc37eccf3935cd);
+ * this file's own sha256, this number read as zeros: 646e5800f5b0c9aa4366a6b0d0f0d2b21852c9bcfc4cccb01d1d06c6b7a1590c */
 
 /*
  * Counters: Flow counters (ibv_create_counters), attached to flows.
@@ -165,11 +165,11 @@ Counters_attach_point_flow(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     int rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"counter_desc", "index", "flow", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO:attach_point_flow", kwlist,
             &counter_desc_obj, &index_obj, &flow_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_hold(flow_obj, Flow_Type, &flow_held) < 0)
         goto exit;
@@ -248,11 +248,11 @@ Counters_read(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     int rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"ncounters", "flags", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:read", kwlist,
             &ncounters_obj, &flags_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 41b52131a70d85e8335f16827f117f5abc7ec052b50601056cfa9498a004dc04).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 b234bd6f5983330edb66fe7554f32b43afb6f75a77d3c07d43426de7b85d8277);
- * this file's own sha256, this number read as zeros: 294ea2aa82af974f528b9f4328d3d6b67879dbfc90bb38daed5e785b448effe4 */
+ * Made by templates/ and generator/ (sha256 6e45617cc0431e389e6e9d922117e77b6670014dcabdee6167bc37eccf3935cd);
+ * this file's own sha256, this number read as zeros: ecea065d00f9de961ed50c2c97501713dd0353bd11f31856be01387e96c6b905 */
 
 /*
  * DM: On-device memory (ibv_alloc_dm, or ibv_import_dm of another process's).
@@ -196,11 +196,11 @@ DM_memcpy_to_dm(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     int rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"dm_offset", "host_addr", "length", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO:memcpy_to_dm", kwlist,
             &dm_offset_obj, &host_addr_obj, &length_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -270,11 +270,11 @@ DM_memcpy_from_dm(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     int rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"host_addr", "dm_offset", "length", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO:memcpy_from_dm", kwlist,
             &host_addr_obj, &dm_offset_obj, &length_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -352,11 +352,11 @@ DM_reg_mr(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     struct ibv_mr *rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"pd", "dm_offset", "length", "access", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOO:reg_mr", kwlist,
             &pd_obj, &dm_offset_obj, &length_obj, &access_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_hold(pd_obj, PD_Type, &pd_held) < 0)
         goto exit;

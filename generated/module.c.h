@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 41b52131a70d85e8335f16827f117f5abc7ec052b50601056cfa9498a004dc04).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 b234bd6f5983330edb66fe7554f32b43afb6f75a77d3c07d43426de7b85d8277);
- * this file's own sha256, this number read as zeros: c8ab8c4232832ee16b10d88c8f252f791f1b47e17b8a7a4b8a0c450f4c903507 */
+ * Made by templates/ and generator/ (sha256 6e45617cc0431e389e6e9d922117e77b6670014dcabdee6167bc37eccf3935cd);
+ * this file's own sha256, this number read as zeros: 6b552e167ef9d3ad430d8dc65ea4eeb545f4298d33e502458f8f0f8ac17ea4c5 */
 
 /* Module-level functions and the registration of every generated class. */
 

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 41b52131a70d85e8335f16827f117f5abc7ec052b50601056cfa9498a004dc04).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 b234bd6f5983330edb66fe7554f32b43afb6f75a77d3c07d43426de7b85d8277);
- * this file's own sha256, this number read as zeros: 6e8759c45ee05386d7a16a16c13bae60663fafd9a1e1da1b01edc7021492064e */
+ * Made by templates/ and generator/ (sha256 6e45617cc0431e389e6e9d922117e77b6670014dcabdee6167bc37eccf3935cd);
+ * this file's own sha256, this number read as zeros: 686af726da69e8b21ad16513030237d8f86e1a297485f2d60da74a81ca5be978 */
 
 /*
  * MR: A registered memory region (ibv_reg_mr and friends).
@@ -370,11 +370,11 @@ MR_rereg_mr(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     int rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"flags", "pd", "addr", "length", "access", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|OOOO:rereg_mr", kwlist,
             &flags_obj, &pd_obj, &addr_obj, &length_obj, &access_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_hold(pd_obj, PD_Type, &pd_held) < 0)
         goto exit;
@@ -502,11 +502,11 @@ MR_advise_mr(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     int rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"advice", "flags", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:advise_mr", kwlist,
             &advice_obj, &flags_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 41b52131a70d85e8335f16827f117f5abc7ec052b50601056cfa9498a004dc04).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 b234bd6f5983330edb66fe7554f32b43afb6f75a77d3c07d43426de7b85d8277);
- * this file's own sha256, this number read as zeros: 07675a36768bac77a63bca69d3fe15b53eab1b98a618189348eccfa42deb2caf */
+ * Made by templates/ and generator/ (sha256 6e45617cc0431e389e6e9d922117e77b6670014dcabdee6167bc37eccf3935cd);
+ * this file's own sha256, this number read as zeros: 938e1172769655d294bed5af68c15e21d4c394897465d716c15afc95e3fc84c7 */
 
 /*
  * PD: Protection domain (ibv_alloc_pd).
@@ -217,11 +217,11 @@ PD__reg_mr(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     struct ibv_mr *rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"addr", "length", "access", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO:_reg_mr", kwlist,
             &addr_obj, &length_obj, &access_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -297,11 +297,11 @@ PD_reg_mr_iova(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     struct ibv_mr *rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"addr", "length", "iova", "access", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOO:reg_mr_iova", kwlist,
             &addr_obj, &length_obj, &iova_obj, &access_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -383,11 +383,11 @@ PD_reg_mr_iova2(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     struct ibv_mr *rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"addr", "length", "iova", "access", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOO:reg_mr_iova2", kwlist,
             &addr_obj, &length_obj, &iova_obj, &access_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -473,11 +473,11 @@ PD_reg_dmabuf_mr(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     struct ibv_mr *rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"offset", "length", "iova", "fd", "access", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOO:reg_dmabuf_mr", kwlist,
             &offset_obj, &length_obj, &iova_obj, &fd_obj, &access_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -604,11 +604,11 @@ PD_alloc_mw(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     struct ibv_mw *rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"type", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O:alloc_mw", kwlist,
             &type_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -666,11 +666,11 @@ PD_create_ah(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     struct ibv_ah *rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"attr", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:create_ah", kwlist,
             &attr_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -732,11 +732,11 @@ PD_create_ah_from_wc(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     struct ibv_ah *rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"wc", "grh", "port", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO:create_ah_from_wc", kwlist,
             &wc_obj, &grh_obj, &port_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -805,11 +805,11 @@ PD_create_qp(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     struct ibv_qp *rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"init_attr", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:create_qp", kwlist,
             &init_attr_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -899,11 +899,11 @@ PD_create_srq(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     struct ibv_srq *rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"max_wr", "max_sge", "srq_limit", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OOO:create_srq", kwlist,
             &max_wr_obj, &max_sge_obj, &srq_limit_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -1013,11 +1013,11 @@ PD_create_qp_ex(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     struct ibv_qp *rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"send_cq", "recv_cq", "qp_type", "max_send_wr", "max_recv_wr", "max_send_sge", "max_recv_sge", "max_inline_data", "srq", "sq_sig_all", "send_ops_flags", "create_flags", "max_tso_header", "source_qpn", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|OOOOOOOOOOOO:create_qp_ex", kwlist,
             &send_cq_obj, &recv_cq_obj, &qp_type_obj, &max_send_wr_obj, &max_recv_wr_obj, &max_send_sge_obj, &max_recv_sge_obj, &max_inline_data_obj, &srq_obj, &sq_sig_all_obj, &send_ops_flags_obj, &create_flags_obj, &max_tso_header_obj, &source_qpn_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_hold(send_cq_obj, CQ_Type, &send_cq_held) < 0)
         goto exit;
@@ -1236,11 +1236,11 @@ PD_create_srq_ex(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     struct ibv_srq *rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"max_wr", "max_sge", "srq_limit", "srq_type", "xrcd", "cq", "max_num_tags", "max_ops", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OOOOOOOO:create_srq_ex", kwlist,
             &max_wr_obj, &max_sge_obj, &srq_limit_obj, &srq_type_obj, &xrcd_obj, &cq_obj, &max_num_tags_obj, &max_ops_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_hold(xrcd_obj, XRCD_Type, &xrcd_held) < 0)
         goto exit;
@@ -1376,11 +1376,11 @@ PD_import_mr(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     struct ibv_mr *rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"handle", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:import_mr", kwlist,
             &handle_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -1445,11 +1445,11 @@ PD_create_wq(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     struct ibv_wq *rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"cq", "wq_type", "max_wr", "max_sge", "create_flags", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|OOOO:create_wq", kwlist,
             &cq_obj, &wq_type_obj, &max_wr_obj, &max_sge_obj, &create_flags_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_hold(cq_obj, CQ_Type, &cq_held) < 0)
         goto exit;

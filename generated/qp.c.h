@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 41b52131a70d85e8335f16827f117f5abc7ec052b50601056cfa9498a004dc04).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 b234bd6f5983330edb66fe7554f32b43afb6f75a77d3c07d43426de7b85d8277);
- * this file's own sha256, this number read as zeros: 42da7a86b936804ef709a1c7c69314b74d856949ff72f26ee0d7517e0573712e */
+ * Made by templates/ and generator/ (sha256 6e45617cc0431e389e6e9d922117e77b6670014dcabdee6167bc37eccf3935cd);
+ * this file's own sha256, this number read as zeros: 157aeb93f8bca34ee415b6389917b25d700d8c959d45cbe210400f68c21ee233 */
 
 /*
  * QP: A queue pair (ibv_create_qp).
@@ -382,6 +382,8 @@ QP_modify(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     int rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     memset(&attr_c, 0, sizeof(attr_c));
     {
         Py_ssize_t nargs = PyTuple_Size(args);
@@ -420,8 +422,6 @@ QP_modify(PyObject *self, PyObject *args, PyObject *kwargs)
             }
         }
     }
-    if (ibp_hold(self, NULL, &self_held) < 0)
-        goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
     self_ptr = (struct ibv_qp *)IBP_HANDLE(self)->ptr;
@@ -477,11 +477,11 @@ QP__query(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     int rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"attr_mask", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O:_query", kwlist,
             &attr_mask_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -547,11 +547,11 @@ QP_query_data_in_order(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     int rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"op", "flags", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:query_data_in_order", kwlist,
             &op_obj, &flags_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -614,11 +614,11 @@ QP_modify_rate_limit(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     int rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"rate_limit", "max_burst_sz", "typical_pkt_sz", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|OO:modify_rate_limit", kwlist,
             &rate_limit_obj, &max_burst_sz_obj, &typical_pkt_sz_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -740,11 +740,11 @@ QP_set_ece(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     int rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"ece", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:set_ece", kwlist,
             &ece_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -800,11 +800,11 @@ QP_attach_mcast(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     int rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"gid", "lid", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO:attach_mcast", kwlist,
             &gid_obj, &lid_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -861,11 +861,11 @@ QP_detach_mcast(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     int rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"gid", "lid", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO:detach_mcast", kwlist,
             &gid_obj, &lid_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -925,11 +925,11 @@ QP_bind_mw(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     int rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"mw", "bind", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO:bind_mw", kwlist,
             &mw_obj, &bind_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_hold(mw_obj, MW_Type, &mw_held) < 0)
         goto exit;
@@ -1066,11 +1066,11 @@ QP_attach_comp_cntr(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     int rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"comp_cntr", "op_mask", "comp_mask", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|O:attach_comp_cntr", kwlist,
             &comp_cntr_obj, &op_mask_obj, &comp_mask_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_hold(comp_cntr_obj, CompCntr_Type, &comp_cntr_held) < 0)
         goto exit;
@@ -1153,11 +1153,11 @@ QP__create_flow(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     struct ibv_flow *rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"attr", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:_create_flow", kwlist,
             &attr_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;

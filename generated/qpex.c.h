@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 41b52131a70d85e8335f16827f117f5abc7ec052b50601056cfa9498a004dc04).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 b234bd6f5983330edb66fe7554f32b43afb6f75a77d3c07d43426de7b85d8277);
- * this file's own sha256, this number read as zeros: 4e9854182299aaf9a70b92866db36dfba9d6046f6ae8102d93d3973c32da8777 */
+ * Made by templates/ and generator/ (sha256 6e45617cc0431e389e6e9d922117e77b6670014dcabdee6167bc37eccf3935cd);
+ * this file's own sha256, this number read as zeros: 0072684ccb435443014ace2a8759b049b88a1261e38f130295d588a0b753f9b2 */
 
 /*
  * QPEx: A queue pair with the extended post API (ibv_create_qp_ex, ibv_qp_ex): a QP (modify, query, to_init/to_rtr/to_rts, post_recv, post_send work on it) plus wr_start/wr_* /wr_complete.
@@ -187,11 +187,11 @@ QPEx_wr_send_imm(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *self_held = NULL;
     PyObject *return_value = NULL;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"imm_data", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:wr_send_imm", kwlist,
             &imm_data_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -236,11 +236,11 @@ QPEx_wr_send_inv(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *self_held = NULL;
     PyObject *return_value = NULL;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"invalidate_rkey", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:wr_send_inv", kwlist,
             &invalidate_rkey_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -288,11 +288,11 @@ QPEx_wr_rdma_write(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *self_held = NULL;
     PyObject *return_value = NULL;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"rkey", "remote_addr", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO:wr_rdma_write", kwlist,
             &rkey_obj, &remote_addr_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -349,11 +349,11 @@ QPEx_wr_rdma_write_imm(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *self_held = NULL;
     PyObject *return_value = NULL;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"rkey", "remote_addr", "imm_data", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO:wr_rdma_write_imm", kwlist,
             &rkey_obj, &remote_addr_obj, &imm_data_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -413,11 +413,11 @@ QPEx_wr_rdma_read(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *self_held = NULL;
     PyObject *return_value = NULL;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"rkey", "remote_addr", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO:wr_rdma_read", kwlist,
             &rkey_obj, &remote_addr_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -477,11 +477,11 @@ QPEx_wr_atomic_cmp_swp(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *self_held = NULL;
     PyObject *return_value = NULL;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"rkey", "remote_addr", "compare", "swap", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOO:wr_atomic_cmp_swp", kwlist,
             &rkey_obj, &remote_addr_obj, &compare_obj, &swap_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -550,11 +550,11 @@ QPEx_wr_atomic_fetch_add(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *self_held = NULL;
     PyObject *return_value = NULL;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"rkey", "remote_addr", "add", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO:wr_atomic_fetch_add", kwlist,
             &rkey_obj, &remote_addr_obj, &add_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -618,11 +618,11 @@ QPEx_wr_atomic_write(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *self_held = NULL;
     PyObject *return_value = NULL;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"rkey", "remote_addr", "data", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO:wr_atomic_write", kwlist,
             &rkey_obj, &remote_addr_obj, &data_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -690,11 +690,11 @@ QPEx_wr_bind_mw(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *bind_info_mr_held = NULL;
     PyObject *return_value = NULL;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"mw", "rkey", "bind_info", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO:wr_bind_mw", kwlist,
             &mw_obj, &rkey_obj, &bind_info_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_hold(mw_obj, MW_Type, &mw_held) < 0)
         goto exit;
@@ -764,11 +764,11 @@ QPEx_wr_local_inv(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *self_held = NULL;
     PyObject *return_value = NULL;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"invalidate_rkey", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:wr_local_inv", kwlist,
             &invalidate_rkey_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -817,11 +817,11 @@ QPEx_wr_send_tso(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *self_held = NULL;
     PyObject *return_value = NULL;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"hdr", "mss", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO:wr_send_tso", kwlist,
             &hdr_obj, &mss_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -882,11 +882,11 @@ QPEx_wr_set_sge(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *self_held = NULL;
     PyObject *return_value = NULL;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"lkey", "addr", "length", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO:wr_set_sge", kwlist,
             &lkey_obj, &addr_obj, &length_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -951,11 +951,11 @@ QPEx_wr_set_inline_data(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *self_held = NULL;
     PyObject *return_value = NULL;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"data", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:wr_set_inline_data", kwlist,
             &data_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -1015,11 +1015,11 @@ QPEx_wr_set_ud_addr(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *ah_held = NULL;
     PyObject *return_value = NULL;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"ah", "remote_qpn", "remote_qkey", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO:wr_set_ud_addr", kwlist,
             &ah_obj, &remote_qpn_obj, &remote_qkey_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_hold(ah_obj, AH_Type, &ah_held) < 0)
         goto exit;
@@ -1082,11 +1082,11 @@ QPEx_wr_set_xrc_srqn(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *self_held = NULL;
     PyObject *return_value = NULL;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"remote_srqn", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:wr_set_xrc_srqn", kwlist,
             &remote_srqn_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;

@@ -2,8 +2,8 @@
 # (sha256 20a4c73c476a689f172b05ec1def2bc9a14a8fa61b91043e691a57b06d920789, rdma-core 65.0)
 # and the spec/ YAML files (sha256 858488907533621b844601bf63492522a99c0a3ef05f3285937085e93203fed9).
 # Do not edit: change the spec or templates/ and run `make generate`.
-# Made by templates/ and generator/ (sha256 b234bd6f5983330edb66fe7554f32b43afb6f75a77d3c07d43426de7b85d8277);
-# this file's own sha256, this number read as zeros: 4e31eba69814ca64915c6146b1eb373a0d0ffe134386b20de42e5d7a257ffb95
+# Made by templates/ and generator/ (sha256 6e45617cc0431e389e6e9d922117e77b6670014dcabdee6167bc37eccf3935cd);
+# this file's own sha256, this number read as zeros: b4f3767cc6ad0af48ceaa6544789679b6a0d2ff2af5d6f579005c79d8698a827
 """The rdma-core enums as Python IntEnum / IntFlag classes (all values of
 each C enum; see spec/enums.yaml for which enums and their prefixes)."""
 from enum import IntEnum, IntFlag

@@ -2,8 +2,8 @@
  * (sha256 20a4c73c476a689f172b05ec1def2bc9a14a8fa61b91043e691a57b06d920789, rdma-core 65.0)
  * and the spec/ YAML files (sha256 858488907533621b844601bf63492522a99c0a3ef05f3285937085e93203fed9).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 b234bd6f5983330edb66fe7554f32b43afb6f75a77d3c07d43426de7b85d8277);
- * this file's own sha256, this number read as zeros: f49785166ff0598e91d8fbbd95c9dab163630b8a941feadf8e8ea603c0d9894d */
+ * Made by templates/ and generator/ (sha256 6e45617cc0431e389e6e9d922117e77b6670014dcabdee6167bc37eccf3935cd);
+ * this file's own sha256, this number read as zeros: 5119b1343a219b9b7f617ef9918770dc5e007b7af3ccd892c6e5906d1b70703c */
 
 /*
  * librdmacm is dlopen'ed on first use (ibverbs/src/cm.c), never linked

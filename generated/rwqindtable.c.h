@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 41b52131a70d85e8335f16827f117f5abc7ec052b50601056cfa9498a004dc04).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 b234bd6f5983330edb66fe7554f32b43afb6f75a77d3c07d43426de7b85d8277);
- * this file's own sha256, this number read as zeros: a9cc557e13fc73d4e25ab887936aef3d5ddcc476d97c61b7f67daa03f3fa7569 */
+ * Made by templates/ and generator/ (sha256 6e45617cc0431e389e6e9d922117e77b6670014dcabdee6167bc37eccf3935cd);
+ * this file's own sha256, this number read as zeros: f54d3158d7d18f4865443d127ec1e52cdabcf79b739a2a9b881b3ae58ff0f45c */
 
 /*
  * RWQIndTable: A receive work queue indirection table for RSS (Context.create_rwq_ind_table).

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 41b52131a70d85e8335f16827f117f5abc7ec052b50601056cfa9498a004dc04).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 b234bd6f5983330edb66fe7554f32b43afb6f75a77d3c07d43426de7b85d8277);
- * this file's own sha256, this number read as zeros: 02fc4287208ad958312adeedef325decf46a3f2c3149f65c2c9e2478aa19e713 */
+ * Made by templates/ and generator/ (sha256 6e45617cc0431e389e6e9d922117e77b6670014dcabdee6167bc37eccf3935cd);
+ * this file's own sha256, this number read as zeros: 8f4394a4f9a487043c0dc51b6434e9432e445837cd72d2927a5814c3679a02c8 */
 
 /*
  * SRQ: A shared receive queue (ibv_create_srq).
@@ -259,11 +259,11 @@ SRQ_modify(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     int rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"max_wr", "srq_limit", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OO:modify", kwlist,
             &max_wr_obj, &srq_limit_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
@@ -390,11 +390,11 @@ SRQ_post_srq_ops(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     int rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"opcode", "wr_id", "flags", "unexpected_cnt", "handle", "recv_wr_id", "tag", "mask", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|OOOOOOO:post_srq_ops", kwlist,
             &opcode_obj, &wr_id_obj, &flags_obj, &unexpected_cnt_obj, &handle_obj, &recv_wr_id_obj, &tag_obj, &mask_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;

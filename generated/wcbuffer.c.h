@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 6d52bf621d65c270da2907ddbf360979a9b79b86980ba38c2ffe1d0636c1a9e2).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 b234bd6f5983330edb66fe7554f32b43afb6f75a77d3c07d43426de7b85d8277);
- * this file's own sha256, this number read as zeros: 72ad37a0dff4addf2cba3c55ee1478418c3ca9217fa6652c53ada2cf429e1dff */
+ * Made by templates/ and generator/ (sha256 6e45617cc0431e389e6e9d922117e77b6670014dcabdee6167bc37eccf3935cd);
+ * this file's own sha256, this number read as zeros: 0d223d11c315c5cac9546a310e9e7973200f82546cf019e5a2d4fab068b16e9f */
 
 /*
  * WCBuffer: its accessors and type shell, from spec/datapath/records.yaml.

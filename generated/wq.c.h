@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 41b52131a70d85e8335f16827f117f5abc7ec052b50601056cfa9498a004dc04).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 b234bd6f5983330edb66fe7554f32b43afb6f75a77d3c07d43426de7b85d8277);
- * this file's own sha256, this number read as zeros: e7053c658a0bbe4c4f9d275d7119ddd10084ac5d538597831c79facd9dece54f */
+ * Made by templates/ and generator/ (sha256 6e45617cc0431e389e6e9d922117e77b6670014dcabdee6167bc37eccf3935cd);
+ * this file's own sha256, this number read as zeros: cd3e9430143a403f59752f75ca3e3f31e268083017c099f195ad92f093e78ffa */
 
 /*
  * WQ: A receive work queue (ibv_create_wq), for RSS with raw packet QPs.
@@ -228,11 +228,11 @@ WQ_modify(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     int rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"wq_state", "curr_wq_state", "flags", "flags_mask", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OOOO:modify", kwlist,
             &wq_state_obj, &curr_wq_state_obj, &flags_obj, &flags_mask_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;

@@ -2,8 +2,8 @@
  * (sha256 65248ccbfebec54d37582090e9e30d3ab5ae888547b478de586173b869cfc933, rdma-core 65.0)
  * and the spec/ YAML files (sha256 41b52131a70d85e8335f16827f117f5abc7ec052b50601056cfa9498a004dc04).
  * Do not edit: change the spec or templates/ and run `make generate`.
- * Made by templates/ and generator/ (sha256 b234bd6f5983330edb66fe7554f32b43afb6f75a77d3c07d43426de7b85d8277);
- * this file's own sha256, this number read as zeros: 88d8f95f99dd9166c2e9d3554caf1efc22eb10a2fc0606272fdc5260b57ffc52 */
+ * Made by templates/ and generator/ (sha256 6e45617cc0431e389e6e9d922117e77b6670014dcabdee6167bc37eccf3935cd);
+ * this file's own sha256, this number read as zeros: 21359ed6f77214cf918ebb7f9ee298e4996cb318106b5fff4c2ce69e63850576 */
 
 /*
  * XRCD: An XRC domain (ibv_open_xrcd).
@@ -163,11 +163,11 @@ XRCD_open_qp(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *return_value = NULL;
     struct ibv_qp *rc;
 
+    if (ibp_hold(self, NULL, &self_held) < 0)
+        goto exit;
     static char *kwlist[] = {"qp_num", "qp_type", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:open_qp", kwlist,
             &qp_num_obj, &qp_type_obj))
-        goto exit;
-    if (ibp_hold(self, NULL, &self_held) < 0)
         goto exit;
     if (ibp_check_open(self) < 0)
         goto exit;
