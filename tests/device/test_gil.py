@@ -197,6 +197,7 @@ def _cases(ib, port):
 
     def on(make_self, *args, **kwargs):
         def build(p):
+            p.self_obj = make_self(p)      # first: arguments may need it
             values = {}
             real = []
             for a in args:
@@ -214,7 +215,7 @@ def _cases(ib, port):
                     kw[k] = obj
                 else:
                     kw[k] = a(p) if callable(a) and getattr(a, "lazy", False) else a
-            return make_self(p), tuple(real), kw, values
+            return p.self_obj, tuple(real), kw, values
         return build
 
     def handle(name, make):
@@ -234,8 +235,13 @@ def _cases(ib, port):
     grh = bytes(40)
     addr = lazy(lambda p: p.addr(p.buffer()))
 
+    def own_srq(p):
+        """An SRQ of self (the PD): it must be the same PD's."""
+        p.parents.add(p.self_obj)
+        return p.keep(p.self_obj.create_srq())
+
     def init_attr(p):
-        send, recv, srq = p.cq(), p.cq(), p.srq()
+        send, recv, srq = p.cq(), p.cq(), own_srq(p)
         attr = ib.QPInitAttr(send, recv, srq=srq)
         p.touched_fields = {"init_attr.send_cq": send, "init_attr.recv_cq": recv,
                             "init_attr.srq": srq}
@@ -297,7 +303,7 @@ def _cases(ib, port):
         "PD.create_srq": on(pd),
         "PD.create_qp_ex": on(pd, handle("send_cq", lambda p: p.cq()),
                               handle("recv_cq", lambda p: p.cq()),
-                              srq=handle("srq", lambda p: p.srq())),
+                              srq=handle("srq", own_srq)),
         "PD.create_srq_ex": on(pd, cq=handle("cq", lambda p: p.cq())),
         "PD.import_mr": on(pd, 1),
         "PD.create_wq": on(pd, handle("cq", lambda p: p.cq())),
