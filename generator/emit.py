@@ -36,7 +36,7 @@ def method_body(m: MethodModel) -> List[str]:
     """The statements of a generated wrapper's C function."""
     if m.impl:
         return impl_body(m)
-    body = _declarations(m) + [""]
+    body = _declarations(m) + [""] + _hold_self(m)
     body += _argument_parsing(m) + _hold_on_entry(m) + _open_check(m) + _symbol_checks(m)
     body += [line for p in m.params for line in p.parse()]
     body += [line for p in m.params for line in p.post_parse()]
@@ -70,13 +70,22 @@ def _holds(m: MethodModel) -> List[str]:
     return (["self_held"] if m.owner else []) + [h for p in m.params for h in p.holds()]
 
 
+def _hold_self(m: MethodModel) -> List[str]:
+    """self, held first: from here to its return, close() of it raises
+    EBUSY (a conversion may run Python code, a **fields verb's already
+    while its arguments are parsed; with the GIL released, so may any
+    other thread)."""
+    return ["if (ibp_hold(self, NULL, &self_held) < 0)", "    goto exit;"] if m.owner else []
+
+
 def _hold_on_entry(m: MethodModel) -> List[str]:
-    """Held before anything is converted: from here to its return, close()
-    of self or of a handle argument raises EBUSY (a conversion may run
-    Python code; with the GIL released, so may any other thread)."""
+    """The handle arguments, held as soon as they are unpacked, before any
+    of them is converted."""
     lines = [line for p in m.params for line in p.hold_on_entry()]
-    if m.owner:
-        lines = ["if (ibp_hold(self, NULL, &self_held) < 0)", "    goto exit;"] + lines
+    if lines and any(isinstance(p, KwargsParam) for p in m.params):
+        # its fields are converted (Python code) while the arguments are parsed
+        raise ValueError(f"{_label(m)}: a **fields verb cannot take handle arguments "
+                         "(they would be held only after its fields ran Python code)")
     return lines
 
 

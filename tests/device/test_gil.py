@@ -197,6 +197,7 @@ def _cases(ib, port):
 
     def on(make_self, *args, **kwargs):
         def build(p):
+            p.self_obj = make_self(p)      # first: arguments may need it
             values = {}
             real = []
             for a in args:
@@ -214,7 +215,7 @@ def _cases(ib, port):
                     kw[k] = obj
                 else:
                     kw[k] = a(p) if callable(a) and getattr(a, "lazy", False) else a
-            return make_self(p), tuple(real), kw, values
+            return p.self_obj, tuple(real), kw, values
         return build
 
     def handle(name, make):
@@ -234,8 +235,13 @@ def _cases(ib, port):
     grh = bytes(40)
     addr = lazy(lambda p: p.addr(p.buffer()))
 
+    def own_srq(p):
+        """An SRQ of self (the PD): it must be the same PD's."""
+        p.parents.add(p.self_obj)
+        return p.keep(p.self_obj.create_srq())
+
     def init_attr(p):
-        send, recv, srq = p.cq(), p.cq(), p.srq()
+        send, recv, srq = p.cq(), p.cq(), own_srq(p)
         attr = ib.QPInitAttr(send, recv, srq=srq)
         p.touched_fields = {"init_attr.send_cq": send, "init_attr.recv_cq": recv,
                             "init_attr.srq": srq}
@@ -297,7 +303,7 @@ def _cases(ib, port):
         "PD.create_srq": on(pd),
         "PD.create_qp_ex": on(pd, handle("send_cq", lambda p: p.cq()),
                               handle("recv_cq", lambda p: p.cq()),
-                              srq=handle("srq", lambda p: p.srq())),
+                              srq=handle("srq", own_srq)),
         "PD.create_srq_ex": on(pd, cq=handle("cq", lambda p: p.cq())),
         "PD.import_mr": on(pd, 1),
         "PD.create_wq": on(pd, handle("cq", lambda p: p.cq())),
@@ -516,41 +522,53 @@ def test_opening_a_device_releases_the_gil(ib, device_names):
 # ---- 1: another thread keeps counting -------------------------------------------------
 
 def _counted_during(call):
-    """How far another thread's loop counted while call() ran, and what it
-    counts in the same time alone."""
+    """How far another thread's loop counted while call() ran, what it
+    counts in the same time alone, and the longest the loop stood still
+    meanwhile (a call holding the GIL stops it for the call's duration)."""
     stop = threading.Event()
-    count = [0]
+    state = {"n": 0, "gap": 0.0, "watch": False}
 
     def counter():
-        n = 0
+        n, last = 0, time.perf_counter()
         while not stop.is_set():
             n += 1
-            count[0] = n
+            now = time.perf_counter()
+            if state["watch"] and now - last > state["gap"]:
+                state["gap"] = now - last
+            last = now
+            state["n"] = n
     t = threading.Thread(target=counter, daemon=True)
     t.start()
     time.sleep(0.1)
-    c0, t0 = count[0], time.perf_counter()
+    c0, t0 = state["n"], time.perf_counter()
+    state["watch"] = True
     result = call()
+    state["watch"] = False
     elapsed = time.perf_counter() - t0
-    c1 = count[0]
+    c1 = state["n"]
     time.sleep(0.2)
-    alone = (count[0] - c1) / 0.2 * elapsed
+    alone = (state["n"] - c1) / 0.2 * elapsed
     stop.set()
     t.join()
-    return result, elapsed, c1 - c0, alone
+    return result, elapsed, c1 - c0, alone, state["gap"]
 
 
 def test_registering_a_large_mr_lets_other_threads_run(ib, pd, access):
-    size = 256 << 20
+    size = 512 << 20
     buf = mmap.mmap(-1, size)      # not faulted in: ibv_reg_mr pins every page
+    if hasattr(mmap, "MADV_NOHUGEPAGE"):
+        buf.madvise(mmap.MADV_NOHUGEPAGE)     # one fault per 4 KiB page
     try:
-        mr, elapsed, during, alone = _counted_during(lambda: pd.reg_mr(buf, access))
+        mr, elapsed, during, alone, gap = _counted_during(lambda: pd.reg_mr(buf, access))
         try:
             assert mr.length == size
         finally:
             mr.close()
-        assert elapsed > 0.02
-        assert during > 0.1 * alone, (elapsed, during, alone)
+        print(f"reg_mr of {size >> 20} MiB: {elapsed:.3f} s; the other thread counted "
+              f"{during} ({alone:.0f} alone), stood still at most {gap * 1e3:.1f} ms")
+        assert elapsed > 0.1, "registration too quick to tell"
+        assert during > 0.1 * alone, (elapsed, during, alone, gap)
+        assert gap < 0.5 * elapsed, (elapsed, during, alone, gap)
     finally:
         buf.close()
 
@@ -594,11 +612,12 @@ def test_waiting_for_an_event_lets_other_threads_run(ib, ctx, port):
     cq.req_notify()
     flush = threading.Timer(0.5, lambda: qp.modify(ib.QPAttrMask.STATE, qp_state=ib.QPState.ERR))
     flush.start()
-    got, elapsed, during, alone = _counted_during(ch.get_cq_event)
+    got, elapsed, during, alone, gap = _counted_during(ch.get_cq_event)
     flush.join()
     assert got is cq
     assert elapsed > 0.3
     assert during > 0.1 * alone, (elapsed, during, alone)
+    assert gap < 0.5 * elapsed, (elapsed, gap)
     cq.ack_events(1)
     assert len(cq.poll(4)) == 1
     for obj in (qp, mr, pd, cq, ch):
