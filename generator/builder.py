@@ -192,7 +192,8 @@ class Builder:
         return StructField(pyname, path, converter, default_doc,
                            struct_class=struct_class if kind == "struct" else None)
 
-    def _field_members(self, cls: str, pyname: str, fspec, t: Type, where: str):
+    def _field_members(self, cls: str, pyname: str, fspec: Any, t: Type,
+                       where: str) -> Optional[Tuple[str, List[Tuple[int, int]]]]:
         """A struct field's `members: <IntEnum>`: (the enum's name, its values
         as runs), so that only its members are accepted; None without it."""
         name = fspec.get("members") if fspec else None
@@ -200,7 +201,7 @@ class Builder:
             return None
         espec = next((e for e in self.spec.enums if e.name == name), None)
         ce = self.ir.enum(espec.node["c"]) if espec is not None and "c" in espec.node else None
-        if ce is None or t.kind != "enum" or (t.decl or t.spelling) != ce.name:
+        if espec is None or ce is None or t.kind != "enum" or (t.decl or t.spelling) != ce.name:
             raise SpecError(f"{where}: {cls}.{pyname}: members: {name!r} must name the spec "
                             f"enum of this field's C enum ({t.decl or t.spelling})")
         values = {m.value for m in ce.members} | \

@@ -27,9 +27,10 @@ def setter_lines(item: Any) -> List[str]:
     return lines
 
 
-def prepare_lines(item, struct: str) -> List[str]:
+def prepare_lines(item: Any, struct: str) -> List[str]:
     """A struct's handle field checked in X_prepare() (set, so not NULL)."""
-    return item.converter.prepare(struct)
+    lines: List[str] = item.converter.prepare(struct)
+    return lines
 
 
 def method_body(m: MethodModel) -> List[str]:

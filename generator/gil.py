@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import List, Optional
+from typing import Any, List, Optional
 
 RULES = ("hold", "release")
 KIND_KEYS = {"rule", "why", "verbs"}
@@ -29,15 +29,18 @@ class GilKind:
     where: str
 
 
-def load(node) -> List[GilKind]:
+def load(node: Any) -> List[GilKind]:
     """The kinds of a spec file's `gil:` mapping, validated."""
     kinds = []
     for name, knode in node.items():
         where = node.where(name)
         if not hasattr(knode, "where"):
             raise GilError(f"{where}: gil kind {name}: expected a mapping")
-        unknown = set(knode) - KIND_KEYS
-        if unknown or not KIND_KEYS <= set(knode):
+        for key in knode:
+            if key not in KIND_KEYS:
+                raise GilError(f"{knode.where(key)}: gil kind {name}: unknown key "
+                               f"{key!r} (expected one of: {', '.join(sorted(KIND_KEYS))})")
+        if not KIND_KEYS <= set(knode):
             raise GilError(f"{where}: gil kind {name}: needs exactly "
                            f"{', '.join(sorted(KIND_KEYS))}")
         if knode["rule"] not in RULES:

@@ -364,11 +364,7 @@ def load(spec_dir: str) -> Spec:
         _check_keys(symbols, SYMBOLS_KEYS, f"{display}: symbols")
         _load_symbols(spec, symbols)
         _load_docs(spec, data.get("docs") or Node(), display)
-        if "gil" in data:
-            try:
-                spec.gil_kinds += gil.load(data["gil"])
-            except gil.GilError as exc:
-                raise SpecError(str(exc)) from None
+        _load_gil(spec, data)
         exclusions = data.get("exclusions") or Node()
         for fname, reason in exclusions.items():
             if not isinstance(reason, str) or len(reason.strip()) < 8:
@@ -393,6 +389,15 @@ def load(spec_dir: str) -> Spec:
         raise SpecError(str(exc)) from None
     spec.sha256 = digest.hexdigest()
     return spec
+
+
+def _load_gil(spec: Spec, data: Node) -> None:
+    """A file's `gil:` (spec/gil.yaml): which verbs release the GIL."""
+    if "gil" in data:
+        try:
+            spec.gil_kinds += gil.load(data["gil"])
+        except gil.GilError as exc:
+            raise SpecError(str(exc)) from None
 
 
 def _load_docs(spec: Spec, docs: Node, display: str) -> None:

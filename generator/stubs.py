@@ -156,10 +156,10 @@ def _slot_stub(spec: Any, cls: str, slot: str) -> str:
     """A slot's type in the stub: its spec `stub:` (MR.owner: object), else Any."""
     handle = spec.handle(cls)
     while handle is not None:           # a subclass (ImportedMR) has its base's slots
-        sspec = (handle.node.get("slots") or {}).get(slot)
+        sspec: Any = (handle.node.get("slots") or {}).get(slot)
         if hasattr(sspec, "get") and sspec.get("stub"):
             return str(sspec["stub"])
-        base = handle.node.get("base")
+        base: Any = handle.node.get("base")
         handle = spec.handle(base["class"] if hasattr(base, "get") else base) if base else None
     return "Any"
 

@@ -34,8 +34,14 @@ NAME_POSITIONS = [
     "", "handles", "structs", "enums", "functions", "methods", "methods/*",
     "handles/*/methods", "handles/*/attributes", "handles/*/slots",
     "handles/*/hand_attributes", "handles/*/state", "handles/*/parents", "handles/*/docs",
-    "structs/*/fields", "enums/*/members", "symbols/optional", "exclusions",
+    "structs/*/fields", "enums/*/members", "symbols/optional", "symbols/versions", "exclusions",
     "docs/arguments", "docs/methods", "docs/methods/*/args",
+    # spec/docs.yaml's field texts (a class, then its fields) and the enum an
+    # argument takes: names; a renamed field's text leaves the field without
+    # one, which generate refuses ("no docstring")
+    "docs/fields", "docs/fields/*", "docs/enums",
+    # spec/gil.yaml: the kinds of verbs are names
+    "gil",
     # spec/datapath/records.yaml
     "records", "records/*/fields", "records/*/unions", "records/*/fields/*/union",
     "types", "types/*/attributes", "types/*/methods", "types/*/field_methods",
