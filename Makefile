@@ -34,7 +34,7 @@ baseline := third_party/rdma-core
 RDMA_CACHE := $(or $(IBVERBS_RDMA_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ibverbs-rdma-core)
 
 .PHONY: all help deps venv venv-gen venv-test generate check-generated build wheel test \
-        test-host test-device coverage clean distclean
+        test-host test-device test-cluster-fast test-cluster coverage clean distclean
 
 all: check-generated wheel
 
@@ -43,6 +43,8 @@ help:
 	@echo '                      build the abi3 wheel into dist/ and audit it'
 	@echo 'make test             host tests, then every device test on Soft-RoCE in a VM'
 	@echo 'make test-host        host tests only (no VM)'
+	@echo 'make test-cluster-fast  the cross-node tier on a two-VM cluster (part of make test)'
+	@echo 'make test-cluster     the same plus the long faults (lossy links, 64 MiB checked)'
 	@echo 'make build            the extension in place (what the tests import)'
 	@echo 'make wheel [ARCH=aarch64]  build and audit the wheel only (aarch64: cross-compiled)'
 	@echo 'make test-aarch64     the aarch64 wheel: host tests under qemu-user, device smoke tests'
@@ -134,7 +136,19 @@ test-device: build venv-test
 	IBVERBS_REQUIRE_DEVICE=1 tests/vm/run-in-vm --timeout 1200 \
 	    $(PY) -m pytest -q --timeout 120 -p no:cacheprovider tests/device
 
-test: check-generated check-releases test-host test-device
+# The cross-node tier (tests/cluster): two VMs, each its own kernel with
+# rxe0 on a virtio-net NIC, one wire between them (tests/vm/run-cluster);
+# the tests run here and drive the nodes.  `make test` runs the fast part;
+# test-cluster adds the tests marked slow (lossy links moving 64 MiB per
+# operation, several minutes under emulation).
+CLUSTER_ENV := IBVERBS_CLUSTER=1 IBVERBS_REQUIRE_DEVICE=1
+test-cluster-fast: build venv-test
+	$(CLUSTER_ENV) $(PY) -m pytest -q -rA --timeout 900 -p no:cacheprovider -m "not slow" tests/cluster
+
+test-cluster: build venv-test
+	$(CLUSTER_ENV) $(PY) -m pytest -q -rA --timeout 3600 -p no:cacheprovider tests/cluster
+
+test: check-generated check-releases test-host test-device test-cluster-fast
 
 # The rdma-core releases every change is checked against (tools/rdma-core
 # fetches each once into ~/.cache/ibverbs-rdma-core).
