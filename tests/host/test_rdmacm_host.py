@@ -414,3 +414,18 @@ def test_a_default_shown_by_name_needs_its_c_value(generator, tmp_path):
     with pytest.raises(g["spec"].SpecError, match=r"cm.yaml:\d+: CMID.resolve_addr: impl: timeout_ms: "
                                                   r"c_default is only for a default shown by name"):
         g["rdmacm"].load(prefix(BASELINE), root)
+
+
+def test_blocking_api_looks_host_names_up():
+    """CMID.resolve / listen_on take a host name, as the seed did
+    (tests/cluster resolves "node1"); rdma_cm itself takes numbers only."""
+    import errno
+
+    import ibverbs as ib
+    from ibverbs import _cmid
+    assert _cmid._numeric("localhost", "rdma_resolve_addr") in ("127.0.0.1", "::1")
+    assert _cmid._numeric("10.0.1.2", "rdma_resolve_addr") == "10.0.1.2"
+    assert _cmid._numeric("fe80::1", "rdma_resolve_addr") == "fe80::1"
+    with pytest.raises(ib.VerbsError) as unknown:
+        _cmid._numeric("no-such-host.invalid", "rdma_resolve_addr")
+    assert unknown.value.errno == errno.ENOENT and "no-such-host.invalid" in str(unknown.value)
