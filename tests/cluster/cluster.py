@@ -201,7 +201,7 @@ class Node:
     def set_link(self, up: bool) -> None:
         """Take this node's side of the wire down or up: the NIC loses (or
         regains) its carrier and nothing passes."""
-        self.qmp("set_link", name="wire", up=up)
+        self.qmp("set_link", name="nic", up=up)
 
 
 class Cluster:

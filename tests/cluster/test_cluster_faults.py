@@ -33,7 +33,7 @@ def check_flood(r: dict, wrs: int) -> None:
     assert r["first_error_status"] == RETRY_EXC_ERR, r
     assert set(r["statuses"]) <= {"success", "transport retry counter exceeded",
                                   "Work Request Flushed Error"}, r
-    assert r["errors_after_successes"] and r["qp_state"] == IBV_QPS_ERR and r["released"], r
+    assert not r["success_after_error"] and r["qp_state"] == IBV_QPS_ERR and r["released"], r
 
 
 def test_node_killed_mid_transfer(cluster, node1, node2, tcp_port, measurements):
@@ -48,8 +48,7 @@ def test_node_killed_mid_transfer(cluster, node1, node2, tcp_port, measurements)
     time.sleep(0.5)                                # a steady stream, then the crash
     node2.kill()
     r = flood.wait(330).check().json()
-    sink.wait(5)                                    # gone with its node
-    assert sink.result is None
+    assert sink.done.wait(30) and sink.result is None     # gone with its node
     check_flood(r, wrs)
     # Soft-RoCE's timer is jiffies-coarse and the VM is emulated on a busy
     # host: allow 0.5x..4x the prediction, plus a second of scheduling.
