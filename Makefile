@@ -34,7 +34,7 @@ baseline := third_party/rdma-core
 RDMA_CACHE := $(or $(IBVERBS_RDMA_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ibverbs-rdma-core)
 
 .PHONY: all help deps venv venv-gen venv-test generate check-generated build wheel test \
-        test-host test-device test-cluster-fast test-cluster coverage clean distclean
+        test-host test-device test-cluster-fast test-cluster bench-cluster coverage clean distclean
 
 all: check-generated wheel
 
@@ -59,6 +59,7 @@ help:
 	@echo 'make fuzz             the hypothesis state machine on Soft-RoCE, 2,000 examples'
 	@echo 'make test-asan        the whole suite in the VM, extension under ASan + UBSan'
 	@echo 'make bench            the data path against C and pyverbs on Soft-RoCE (BENCHMARKS.md)'
+	@echo 'make bench-cluster    C and the plain API between two VMs: round trip, WRITE bandwidth'
 	@echo 'make docs             the API reference (Sphinx) into docs/_build/html'
 	@echo 'make soak [MINUTES=10]  faults injected into random cycles of several processes on'
 	@echo '                      Soft-RoCE; RSS, verbs resources and fds per minute; fails on growth'
@@ -149,6 +150,11 @@ test-cluster: build venv-test
 	$(CLUSTER_ENV) $(PY) -m pytest -q -rA --timeout 3600 -p no:cacheprovider tests/cluster
 
 test: check-generated check-releases test-host test-device test-cluster-fast
+
+# `make bench-cluster`: C and the plain API between the two nodes (round
+# trip, RDMA WRITE bandwidth), as ratios; bench/cross_node.py.
+bench-cluster: build venv-test
+	/usr/bin/python3 bench/cross_node.py
 
 # The rdma-core releases every change is checked against (tools/rdma-core
 # fetches each once into ~/.cache/ibverbs-rdma-core).

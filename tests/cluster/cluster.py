@@ -206,11 +206,12 @@ class Node:
 
 class Cluster:
     def __init__(self, root: "os.PathLike[str] | str", nodes: int = 2, smp: int = 1,
-                 mtu: Optional[Dict[int, int]] = None, timeout: int = 1800,
+                 mem: str = "2G", mtu: Optional[Dict[int, int]] = None, timeout: int = 1800,
                  extra: Optional[List[str]] = None) -> None:
         self.root = pathlib.Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
-        self.n, self.smp, self.mtu, self.timeout = nodes, smp, mtu or {}, timeout
+        # 2G: torch's libraries (~1 GB) sit in each node's page cache.
+        self.n, self.smp, self.mem, self.mtu, self.timeout = nodes, smp, mem, mtu or {}, timeout
         self.extra = extra or []
         self.procs: Dict[int, subprocess.Popen] = {}
         self.log = open(self.root / "run-cluster.log", "ab")
@@ -221,7 +222,7 @@ class Cluster:
 
     def boot(self, which: List[int]) -> None:
         argv = [str(RUN_CLUSTER), "--control", str(self.root), "--timeout", str(self.timeout),
-                "--smp", str(self.smp), "--only", ",".join(map(str, which))] + self.extra
+                "--smp", str(self.smp), "--mem", self.mem, "--only", ",".join(map(str, which))] + self.extra
         for k in range(1, self.n + 1):
             argv += ["--node%d" % k, AGENT]
         for k, m in self.mtu.items():

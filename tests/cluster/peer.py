@@ -466,14 +466,19 @@ def cm_fail(args: argparse.Namespace) -> dict:
 
 # --- faults: a peer that dies, a wire that is cut, a lossy link ------------
 
-def async_events(ctx: "ib.Context", seconds: float, until=None) -> list:
+def async_events(ctx: "ib.Context", seconds: float, until=None, link=None) -> list:
     """[(event name, monotonic time)] from ctx's async fd for up to
-    seconds, or until until(events) is true."""
+    seconds, or until until(events) is true, or until the peer closes the
+    side channel link."""
     os.set_blocking(ctx.async_fd, False)
     events: list = []
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline and not (until and until(events)):
-        if select.select([ctx.async_fd], [], [], 0.2)[0]:
+        fds = [ctx.async_fd] + ([link.sock] if link is not None else [])
+        ready = select.select(fds, [], [], 0.2)[0]
+        if link is not None and link.sock in ready and not link.sock.recv(1):
+            break
+        if ctx.async_fd in ready:
             try:
                 ev = ctx.get_async_event()
             except ib.VerbsError:
@@ -495,7 +500,7 @@ def sink_server(args: argparse.Namespace) -> dict:
     node.connect(qp, link.recv()["qp"], timeout=args.qp_timeout, retry_cnt=args.retry_cnt)
     link.send(ready=True)
     t0 = time.monotonic()
-    events = async_events(node.ctx, args.timeout,
+    events = async_events(node.ctx, args.timeout, link=link,
                           until=lambda evs: any(e == "port active" for e, _ in evs))
     state = node.ctx.query_port(PORT).state
     node.close(qp)
@@ -563,6 +568,36 @@ def flood_client(args: argparse.Namespace) -> dict:
     node.close(qp)             # every resource can still be released
     result["released"] = True
     return result
+
+
+def write_bw_client(args: argparse.Namespace) -> dict:
+    """--count RDMA WRITEs of --size bytes into a sink-server, --wrs in
+    flight: MB/s (the bench's cross-node WRITE bandwidth)."""
+    node = Node(cqe=1024)
+    qp = node.rc_qp(256)
+    link = Link.dial(args.host, args.port)
+    srv = link.recv()
+    link.send(qp=node.info(qp).to_bytes().hex())
+    node.connect(qp, srv["qp"])
+    assert link.recv() == {"ready": True}
+    src, mr = node.buffer(args.size, pattern(9, args.size))
+    sge = mr.sge()
+    O, S = ib.WROpcode, ib.SendFlags.SIGNALED
+    wr = ib.SendWR(wr_id=0, sg_list=[sge], opcode=O.RDMA_WRITE, send_flags=S,
+                   remote_addr=srv["target"][0], rkey=srv["target"][1])
+    posted = done = 0
+    t0 = time.perf_counter()
+    while done < args.count:
+        while posted < args.count and posted - done < args.wrs:
+            qp.post_send(wr)
+            posted += 1
+        for wc in node.cq.poll(16):
+            wc.raise_for_status()
+            done += 1
+    secs = time.perf_counter() - t0
+    link.sock.close()
+    node.close(qp)
+    return {"MBps": args.count * args.size / secs / 1e6, "secs": secs}
 
 
 def bulk_server(args: argparse.Namespace) -> dict:
@@ -670,7 +705,8 @@ def bulk_client(args: argparse.Namespace) -> dict:
 
 ROLES = {f.__name__.replace("_", "-"): f for f in (
     rc_server, rc_client, ud_server, ud_client, cm_server, cm_client, cm_events_server,
-    cm_events_client, cm_fail, sink_server, flood_client, bulk_server, bulk_client)}
+    cm_events_client, cm_fail, sink_server, flood_client, write_bw_client, bulk_server,
+    bulk_client)}
 
 
 def main(argv: "list[str] | None" = None) -> int:
