@@ -38,7 +38,7 @@ CACHE_HOME := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)
 RDMA_CACHE := $(or $(IBVERBS_RDMA_CACHE),$(CACHE_HOME)/ibverbs-rdma-core)
 
 .PHONY: all help deps venv venv-gen venv-docs venv-test generate check-generated build wheel test \
-        test-host test-device coverage clean distclean
+        test-host test-device test-cluster-fast test-cluster bench-cluster coverage clean distclean
 
 all: check-generated wheel
 
@@ -48,6 +48,8 @@ help:
 	@echo 'make test             host tests (here and, cross-built, the aarch64 wheel'"'"'s under'
 	@echo '                      qemu-user), then every device test on Soft-RoCE in a VM'
 	@echo 'make test-host        host tests only (no VM)'
+	@echo 'make test-cluster-fast  the cross-node tier on a two-VM cluster (part of make test)'
+	@echo 'make test-cluster     the same plus the long faults (lossy links, 64 MiB checked)'
 	@echo 'make build            the extension in place (what the tests import)'
 	@echo 'make wheel [ARCH=aarch64]  build and audit the wheel only (aarch64: cross-compiled)'
 	@echo 'make test-aarch64     the aarch64 wheel: host tests under qemu-user (test-aarch64-host,'
@@ -63,6 +65,7 @@ help:
 	@echo 'make fuzz             the hypothesis state machine on Soft-RoCE, 2,000 examples'
 	@echo 'make test-asan        the whole suite in the VM, extension under ASan + UBSan'
 	@echo 'make bench            the data path against C and pyverbs on Soft-RoCE (BENCHMARKS.md)'
+	@echo 'make bench-cluster    C and the plain API between two VMs: round trip, WRITE bandwidth'
 	@echo 'make docs             the API reference (Sphinx) into docs/_build/html'
 	@echo 'make soak [MINUTES=10]  faults injected into random cycles of several processes on'
 	@echo '                      Soft-RoCE; RSS, verbs resources and fds per minute; fails on growth'
@@ -153,7 +156,24 @@ test-device: build venv-test
 	IBVERBS_REQUIRE_DEVICE=1 tests/vm/run-in-vm --timeout 1200 \
 	    $(PY) -m pytest -q --timeout 120 -p no:cacheprovider tests/device
 
-test: check-generated check-releases test-host $(TEST_CROSS) test-device
+# The cross-node tier (tests/cluster): two VMs, each its own kernel with
+# rxe0 on a virtio-net NIC, one wire between them (tests/vm/run-cluster);
+# the tests run here and drive the nodes.  `make test` runs the fast part;
+# test-cluster adds the tests marked slow (lossy links moving 64 MiB per
+# operation, several minutes under emulation).
+CLUSTER_ENV := IBVERBS_CLUSTER=1 IBVERBS_REQUIRE_DEVICE=1
+test-cluster-fast: build venv-test
+	$(CLUSTER_ENV) $(PY) -m pytest -q -rA --timeout 900 -p no:cacheprovider -m "not slow" tests/cluster
+
+test-cluster: build venv-test
+	$(CLUSTER_ENV) $(PY) -m pytest -q -rA --timeout 3600 -p no:cacheprovider tests/cluster
+
+test: check-generated check-releases test-host $(TEST_CROSS) test-device test-cluster-fast
+
+# `make bench-cluster`: C and the plain API between the two nodes (round
+# trip, RDMA WRITE bandwidth), as ratios; bench/cross_node.py.
+bench-cluster: build venv-test
+	/usr/bin/python3 bench/cross_node.py
 
 # The rdma-core releases every change is checked against (tools/rdma-core
 # fetches each once into ~/.cache/ibverbs-rdma-core).

@@ -50,6 +50,29 @@ def _text(what: str, value: object, allow_none: bool = False) -> "Optional[str]"
     return value
 
 
+def _numeric(host: str, operation: str) -> str:
+    """host as the numeric address rdma_cm takes.  A host name is looked up
+    (getaddrinfo, IPv4 first), as the seed's rdma_getaddrinfo did: users
+    write ``CMID.resolve("node1", port)``.  An unknown name: VerbsError
+    (ENOENT) naming it."""
+    import socket
+
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            socket.inet_pton(family, host)
+            return host
+        except OSError:
+            pass
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise VerbsError(operation, _errno.ENOENT,
+                         f"{operation} failed: cannot resolve host name {host!r}: {exc.strerror}"
+                         ) from None
+    infos.sort(key=lambda info: info[0] != socket.AF_INET)
+    return str(infos[0][4][0])
+
+
 def _port(port: "Any") -> int:
     try:
         value = int(port)       # the seed took int(port)
@@ -147,7 +170,9 @@ class CMID(_ibverbs.CMID):
 
         def setup(cm_id: "CMID") -> None:
             cm_id.host, cm_id.port, cm_id.source = host_text, port, source
-            cm_id.resolve_addr((str(host_text), port), src=source, timeout_ms=int(timeout * 1000))
+            dst = _numeric(str(host_text), "rdma_resolve_addr")
+            src = None if source is None else _numeric(source, "rdma_resolve_addr")
+            cm_id.resolve_addr((dst, port), src=src, timeout_ms=int(timeout * 1000))
             _wait(cm_id._require_blocking("resolve"), (E.ADDR_RESOLVED,), "rdma_resolve_addr", timeout)
             cm_id.resolve_route(timeout_ms=int(timeout * 1000))
             _wait(cm_id._require_blocking("resolve"), (E.ROUTE_RESOLVED,), "rdma_resolve_route", timeout)
@@ -164,7 +189,7 @@ class CMID(_ibverbs.CMID):
 
         def setup(cm_id: "CMID") -> None:
             cm_id.host, cm_id.port = host_text, port
-            cm_id.bind_addr((str(host_text), port))
+            cm_id.bind_addr((_numeric(str(host_text), "rdma_bind_addr"), port))
             cm_id.listen(backlog)
 
         return cls._blocking(timeout, setup)

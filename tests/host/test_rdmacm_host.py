@@ -494,3 +494,18 @@ def test_the_waits_poll_a_channel_fd_above_1023():
         for fd in (r, w, high):
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_blocking_api_looks_host_names_up():
+    """CMID.resolve / listen_on take a host name, as the seed did
+    (tests/cluster resolves "node1"); rdma_cm itself takes numbers only."""
+    import errno
+
+    import ibverbs as ib
+    from ibverbs import _cmid
+    assert _cmid._numeric("localhost", "rdma_resolve_addr") in ("127.0.0.1", "::1")
+    assert _cmid._numeric("10.0.1.2", "rdma_resolve_addr") == "10.0.1.2"
+    assert _cmid._numeric("fe80::1", "rdma_resolve_addr") == "fe80::1"
+    with pytest.raises(ib.VerbsError) as unknown:
+        _cmid._numeric("no-such-host.invalid", "rdma_resolve_addr")
+    assert unknown.value.errno == errno.ENOENT and "no-such-host.invalid" in str(unknown.value)
