@@ -26,9 +26,12 @@ TEST_PKGS := pytest==9.0.3 pytest-timeout==2.4.0 hypothesis==6.155.2 numpy==2.4.
 DOCS_PKGS := sphinx==9.0.4 furo==2025.12.19 myst-parser==5.2.0
 # Debian packages: building needs a compiler and CPython's headers only (the
 # rdma-core headers are vendored in third_party/rdma-core); the tests need
-# libibverbs at run time (the VM's own list is in tests/vm/ensure-deps).
+# libibverbs at run time (the VM's own list is in tests/vm/ensure-deps), and
+# the system's rdma-core headers (libibverbs-dev), which tests/host/test_ir.py
+# and test_layout.py parse beside the vendored ones: without them those
+# tests would skip on a fresh machine.
 BUILD_DEBS := gcc make python3-dev python3-venv binutils
-TEST_DEBS := libibverbs1 ibverbs-providers librdmacm1 util-linux
+TEST_DEBS := libibverbs1 ibverbs-providers librdmacm1 util-linux libibverbs-dev
 # The rdma-core headers generated/ is made from and the extension is compiled
 # against: vendored in third_party/rdma-core (its README says how to move on).
 BASELINE := $(shell cat third_party/rdma-core/VERSION)
