@@ -165,6 +165,25 @@ def test_struct_handle_attributes_take_any_object_until_used():
         assert info.mr is fake
 
 
+@pytest.mark.parametrize("make", [
+    lambda fake: ib.QPInitAttr(send_cq=fake, recv_cq=fake),
+    lambda fake: ib.MWBindInfo(mr=fake, addr=0, length=1),
+    lambda fake: ib.MWBind(mr=fake, addr=0, length=1),
+])
+def test_a_struct_in_a_cycle_through_its_handle_attribute_is_collected(make):
+    """Now that a handle attribute keeps any object, a test double that
+    refers back to the struct makes a cycle: the struct types with handle
+    fields take part in garbage collection (uncollectable before)."""
+    import gc
+    import weakref
+    fake = FakeCQ()
+    fake.attr = make(fake)
+    gone = weakref.ref(fake)
+    del fake
+    gc.collect()
+    assert gone() is None
+
+
 def test_qp_init_attr_takes_the_seeds_placeholders_and_types():
     """QPInitAttr(None, None) filled in later (create_qp checks them), and
     sq_sig_all reads back as a bool, as in the seed."""
