@@ -157,7 +157,7 @@ test-host: build venv-test
 
 test-device: build venv-test
 	IBVERBS_REQUIRE_DEVICE=1 tests/vm/run-in-vm --timeout 1200 \
-	    $(PY) -m pytest -q --timeout 120 -p no:cacheprovider tests/device
+	    $(PY) -m pytest -q --timeout 120 --durations=15 -p no:cacheprovider tests/device
 
 # The cross-node tier (tests/cluster): two VMs, each its own kernel with
 # rxe0 on a virtio-net NIC, one wire between them (tests/vm/run-cluster);

@@ -58,8 +58,8 @@ def test_attach_comp_cntr_checks_its_counter(ib, rc_pair):
 
 
 def test_query_port_speed(ib, ctx, port):
-    if not exported_since((59,)):
-        with unavailable(ib, "ibv_query_port_speed", "59"):
+    if not exported_since((62,)):
+        with unavailable(ib, "ibv_query_port_speed", "62"):
             ctx.query_port_speed(port)
         return
     try:
