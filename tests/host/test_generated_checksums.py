@@ -10,6 +10,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from generator import checksum
 from generator.cli import main
 
@@ -70,6 +72,7 @@ def _body(text: str) -> str:
 
 
 def test_a_comment_in_a_generator_module_changes_no_generated_file(tmp_path):
+    pytest.importorskip("clang.cindex", reason="libclang is not installed (pip install libclang==18.1.1)")
     def edit(root):
         for module in ("audit.py", "emit.py", "converters/args.py"):
             path = root / "generator" / module
@@ -78,6 +81,7 @@ def test_a_comment_in_a_generator_module_changes_no_generated_file(tmp_path):
 
 
 def test_one_spec_key_changes_only_the_files_whose_text_changes(tmp_path):
+    pytest.importorskip("clang.cindex", reason="libclang is not installed (pip install libclang==18.1.1)")
     def edit(root):
         path = root / "spec" / "context.yaml"
         text = path.read_text()

@@ -500,9 +500,14 @@ def test_blocking_api_looks_host_names_up():
     """CMID.resolve / listen_on take a host name, as the seed did
     (tests/cluster resolves "node1"); rdma_cm itself takes numbers only."""
     import errno
+    import socket
 
     import ibverbs as ib
     from ibverbs import _cmid
+    try:
+        socket.getaddrinfo("localhost", None)
+    except OSError:
+        pytest.skip("this root resolves no host name (no /etc/hosts: the aarch64 chroot)")
     assert _cmid._numeric("localhost", "rdma_resolve_addr") in ("127.0.0.1", "::1")
     assert _cmid._numeric("10.0.1.2", "rdma_resolve_addr") == "10.0.1.2"
     assert _cmid._numeric("fe80::1", "rdma_resolve_addr") == "fe80::1"

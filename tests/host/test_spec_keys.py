@@ -22,7 +22,9 @@ import shutil
 from typing import Iterator, List, NamedTuple, Tuple
 
 import pytest
-import yaml
+
+yaml = pytest.importorskip("yaml", reason="PyYAML is not installed")
+pytest.importorskip("clang.cindex", reason="libclang is not installed (pip install libclang==18.1.1)")
 
 from generator import builder, parse, rdmacm, records, spec
 from generator.paths import SPEC_DIR
