@@ -167,6 +167,21 @@ def make_buffer(pd: "ibv.PD", access: int) -> Iterator[Callable[..., Buffer]]:
         b.close()
 
 
+def collected_through_its_class(base: type, args: Tuple[Any, ...]) -> bool:
+    """Whether a Python subclass of base, whose instance is kept in a cycle
+    through its own class, is collected (the type's tp_traverse visits the
+    type: tests/host/test_gc_subclass.py, tests/device/test_gc_subclass_device.py)."""
+    import gc
+    import weakref
+    cls = type("Sub" + base.__name__, (base,), {})
+    obj = cls(*args)
+    cls.keep = obj                  # obj -> cls (its type) -> cls.__dict__ -> obj
+    ref = weakref.ref(obj)
+    del obj, cls
+    gc.collect()
+    return ref() is None
+
+
 def poll_until(cq: "ibv.CQ", n: int = 1, timeout: float = 10.0) -> "List[ibv.WC]":
     """Poll until n completions arrived (or fail after timeout seconds)."""
     import time

@@ -8,24 +8,16 @@ import weakref
 
 import pytest
 
+from tests.conftest import collected_through_its_class
+
 from ibverbs import _ibverbs
-
-
-def _collected_through_its_class(base, args) -> bool:
-    cls = type("Sub" + base.__name__, (base,), {})
-    obj = cls(*args)
-    cls.keep = obj                  # obj -> cls (its type) -> cls.__dict__ -> obj
-    ref = weakref.ref(obj)
-    del obj, cls
-    gc.collect()
-    return ref() is None
 
 
 @pytest.mark.parametrize("name", ["MWBind", "MWBindInfo"])
 def test_a_mw_bind_subclass_in_a_cycle_through_its_class_is_collected(ib, pd, name):
     buf = bytearray(4096)
     with pd.reg_mr(buf, ib.AccessFlags.LOCAL_WRITE) as mr:
-        assert _collected_through_its_class(getattr(ib, name), (mr, 0, 16))
+        assert collected_through_its_class(getattr(ib, name), (mr, 0, 16))
 
 
 def test_a_cmid_subclass_in_a_cycle_through_its_class_is_collected(ib):

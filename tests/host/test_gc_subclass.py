@@ -14,9 +14,10 @@ tests/device/test_gc_subclass_device.py.
 from __future__ import annotations
 
 import gc
-import weakref
 
 import pytest
+
+from tests.conftest import collected_through_its_class
 
 import ibverbs
 from ibverbs import _ibverbs
@@ -48,20 +49,10 @@ def test_the_enumeration_knows_every_class():
     assert final == FINAL
 
 
-def _collected_through_its_class(base, args) -> bool:
-    cls = type("Sub" + base.__name__, (base,), {})
-    obj = cls(*args)
-    cls.keep = obj                  # obj -> cls (its type) -> cls.__dict__ -> obj
-    ref = weakref.ref(obj)
-    del obj, cls
-    gc.collect()
-    return ref() is None
-
-
 @pytest.mark.parametrize("name", [n for n in _classes() if n not in FINAL | DEVICE])
 def test_a_subclass_instance_in_a_cycle_through_its_class_is_collected(name):
     base = getattr(_ibverbs, name)
-    assert _collected_through_its_class(base, ARGS.get(name, tuple)())
+    assert collected_through_its_class(base, ARGS.get(name, tuple)())
 
 
 def test_the_final_types_traverse_their_type_too():
