@@ -175,7 +175,7 @@ def collected_through_its_class(base: type, args: Tuple[Any, ...]) -> bool:
     import weakref
     cls = type("Sub" + base.__name__, (base,), {})
     obj = cls(*args)
-    cls.keep = obj                  # obj -> cls (its type) -> cls.__dict__ -> obj
+    setattr(cls, "keep", obj)      # obj -> cls (its type) -> cls.__dict__ -> obj
     ref = weakref.ref(obj)
     del obj, cls
     gc.collect()
