@@ -17,7 +17,7 @@ from .converters.fields import field_kind
 from .ctext import FASTCALL_KEYWORDS, is_int, py_repr_default
 from .ir import IR, Function, Type
 from .members import flat_fields, has_member, member_type
-from .records import _ranges
+from .records import value_runs
 from .impl import ImplBuilder
 from .pyimpl import PyImplError
 from .methods import MethodBuilder
@@ -206,7 +206,7 @@ class Builder:
                             f"enum of this field's C enum ({t.decl or t.spelling})")
         values = {m.value for m in ce.members} | \
             {int(v) for v in (espec.node.get("members") or {}).values()}
-        return name, _ranges(sorted(values))
+        return name, value_runs(sorted(values))
 
     # -- handles --
     def handles(self) -> List[HandleModel]:

@@ -88,6 +88,17 @@ def runtime_max(var: str, hi: str, name: str, obj: str, indent: str,
             f"{indent}}}"]
 
 
+# A __be32 (network order) and its host-order value: the one spelling of
+# the conversion every converter uses (verb parameters and results, data-path
+# fields); glibc's <endian.h>, which ibverbs/src/common.h includes.
+def be32_to_host(expr: str) -> str:
+    return f"be32toh({expr})"
+
+
+def host_to_be32(expr: str) -> str:
+    return f"htobe32({expr})"
+
+
 def indented(lines: List[str], by: str = "    ") -> List[str]:
     return [by + line for line in lines]
 
