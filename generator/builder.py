@@ -14,10 +14,9 @@ from . import gil, handle_rules, pyimpl
 from .converters import ATTRIBUTES, FIELDS, REQUIRED, AttributeConverter
 from .converters.args import spec_default
 from .converters.fields import field_kind
-from .ctext import FASTCALL_KEYWORDS, is_int, py_repr_default
+from .ctext import FASTCALL_KEYWORDS, is_int, py_repr_default, value_runs
 from .ir import IR, Function, Type
 from .members import flat_fields, has_member, member_type
-from .records import value_runs
 from .impl import ImplBuilder
 from .pyimpl import PyImplError
 from .methods import MethodBuilder

@@ -24,7 +24,9 @@ import os
 from typing import AbstractSet, Any, Dict, List, Optional, Tuple
 
 from .converters import RECORD_FIELDS, RecordFieldConverter
-from .ir import IR, Record, Type
+from .ctext import value_runs
+from .ir import IR, Record
+from .members import member_type
 from .model import (RecordAttribute, RecordFieldMethod, RecordMethod, RecordModel, RecordParser,
                     RecordReach, RecordsModel, RecordsSpec, RecordTypeModel)
 from .spec import Node, SpecError, load_file
@@ -35,7 +37,8 @@ DISPLAY = "spec/datapath/records.yaml"
 TOP_KEYS = {"helpers", "records", "types"}
 HELPER_KEYS = {"unsigned", "small_int", "parse", "type_name"}
 RECORD_KEYS = {"ctype", "fields", "unions", "small_ints"}
-FIELD_KEYS = {"convert", "check", "union", "hand"}
+# a field's: those of every converter kind (generator/converters/record_fields.py)
+FIELD_KEYS = frozenset().union(*(c.keys for c in RECORD_FIELDS.by_kind.values()))
 TYPE_KEYS = {"doc", "storage", "refs", "state", "changed", "init", "repr", "attributes",
              "methods", "guard", "union", "clear", "new", "basetype", "gc", "dealloc",
              "traverse", "getattro", "sequence", "field_methods", "readonly", "stub"}
@@ -69,43 +72,15 @@ def _needs(node: Node, keys: AbstractSet[str], what: str) -> Node:
 # --- building -----------------------------------------------------------------
 
 
-def _member(ir: IR, record: Record, path: str, where: str) -> Type:
-    """The type of a dotted member path, through named and anonymous members."""
-    rec: Optional[Record] = record
-    t: Optional[Type] = None
-    for part in path.split("."):
-        t = _find(ir, rec, part)
-        if t is None:
-            raise SpecError(f"{where}: {record.name} has no member {path!r}")
-        if t.kind in ("struct", "union"):
-            rec = ir.record(t.decl or t.spelling)
-    assert t is not None     # a path has one part at least
-    return t
-
-
-def _find(ir: IR, rec: Optional[Record], name: str) -> Optional[Type]:
-    """The type of member `name` of rec, through anonymous members."""
-    if rec is None:
-        return None
-    for f in rec.fields:
-        if f.name == name:
-            return f.type
-        if f.name == "" and f.type.kind in ("struct", "union"):
-            found = _find(ir, ir.record(f.type.decl or f.type.spelling), name)
-            if found is not None:
-                return found
-    return None
-
-
 def _converter(ir: IR, rec: Record, key: str, name: str, node: Node, small: bool,
                where: str) -> RecordFieldConverter:
     node = _keys(node if node is not None else Node(), FIELD_KEYS, f"{key}.{name}")
     union = node.get("union")
     paths = list(union.items()) if union else [("", name)]
-    types = {_member(ir, rec, path, where).spelling for _, path in paths}
+    types = {member_type(ir, rec, path, where).spelling for _, path in paths}
     if len(types) != 1:
         raise SpecError(f"{where}: {key}.{name}: the union members differ in type ({types})")
-    t = _member(ir, rec, paths[0][1], where)
+    t = member_type(ir, rec, paths[0][1], where)
     if t.kind not in ("int", "enum") or t.size not in (1, 2, 4, 8):
         raise SpecError(f"{where}: {key}.{name}: {t.spelling} is no integer")
     convert = node.get("convert")
@@ -130,17 +105,6 @@ def _converter(ir: IR, rec: Record, key: str, name: str, node: Node, small: bool
                                      written=bool(node.get("hand")),
                                      layout=[(p, t.size) for _, p in paths])
     return conv
-
-
-def value_runs(values: List[int]) -> List[Tuple[int, int]]:
-    """Sorted values as runs of consecutive ones."""
-    runs: List[Tuple[int, int]] = []
-    for v in values:
-        if runs and runs[-1][1] == v - 1:
-            runs[-1] = (runs[-1][0], v)
-        else:
-            runs.append((v, v))
-    return runs
 
 
 def _records(ir: IR, data: Node) -> List[RecordModel]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-from ..ctext import be32_to_host, c_text, host_to_be32
+from ..ctext import be32_to_host, c_text, host_to_be32, in_runs
 from ..ir import Type
 from .registry import RECORD_FIELDS, RecordFieldConverter
 
@@ -31,10 +31,7 @@ class IntRecordField(RecordFieldConverter):
                  "    return -1;"]
         if self.check is not None:
             runs, message = self.check
-            test = " || ".join("x == %d" % lo if lo == hi else
-                               "x <= %d" % hi if lo == 0 else
-                               "(x >= %d && x <= %d)" % (lo, hi) for lo, hi in runs)
-            lines += [f"if (!({test})) {{",
+            lines += [f"if (!({in_runs('x', runs, unsigned=True)})) {{",
                       f'    PyErr_Format(PyExc_ValueError, "{c_text(message)}", '
                       "(unsigned long long)x);",
                       "    return -1;", "}"]

@@ -226,6 +226,9 @@ class RecordFieldConverter:
     ibv_send_wr's); the kind (spec `convert:`) says what the C value is."""
     kind = ""
     pytype = "int"
+    #: The keys a spec/datapath/records.yaml field of this kind may carry
+    #: (generator/records.py refuses any other).
+    keys: FrozenSet[str] = frozenset({"convert", "check", "union", "hand"})
 
     def __init__(self, record: str, name: str, t: "Type", small_int: bool = False,
                  check: Optional[Tuple[List[Tuple[int, int]], str]] = None,
