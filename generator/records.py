@@ -29,7 +29,7 @@ from .ir import IR, Record
 from .members import member_type
 from .model import (RecordAttribute, RecordFieldMethod, RecordMethod, RecordModel, RecordParser,
                     RecordReach, RecordsModel, RecordsSpec, RecordTypeModel)
-from .spec import Node, SpecError, load_file
+from .spec import Node, SpecError, check_keys, load_file
 
 SPEC_FILE = os.path.join("datapath", "records.yaml")
 DISPLAY = "spec/datapath/records.yaml"
@@ -53,11 +53,10 @@ FLAGS = {"METH_O", "METH_NOARGS"}
 
 
 def _keys(node: Any, allowed: AbstractSet[str], what: str) -> Node:
+    """*node*, a mapping of *allowed* keys only (spec.check_keys, as the verbs spec's)."""
     if not isinstance(node, Node):
         raise SpecError(f"{DISPLAY}: {what}: expected a mapping")
-    for key in node:
-        if key not in allowed:
-            raise SpecError(f"{node.where(key)}: {what}: unknown key {key!r}")
+    check_keys(node, allowed, what)
     return node
 
 
