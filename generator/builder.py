@@ -14,10 +14,9 @@ from . import gil, handle_rules, pyimpl
 from .converters import ATTRIBUTES, FIELDS, REQUIRED, AttributeConverter
 from .converters.args import spec_default
 from .converters.fields import field_kind
-from .ctext import FASTCALL_KEYWORDS, is_int, py_repr_default
+from .ctext import FASTCALL_KEYWORDS, is_int, py_repr_default, value_runs
 from .ir import IR, Function, Type
 from .members import flat_fields, has_member, member_type
-from .records import _ranges
 from .impl import ImplBuilder
 from .pyimpl import PyImplError
 from .methods import MethodBuilder
@@ -206,7 +205,7 @@ class Builder:
                             f"enum of this field's C enum ({t.decl or t.spelling})")
         values = {m.value for m in ce.members} | \
             {int(v) for v in (espec.node.get("members") or {}).values()}
-        return name, _ranges(sorted(values))
+        return name, value_runs(sorted(values))
 
     # -- handles --
     def handles(self) -> List[HandleModel]:

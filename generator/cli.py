@@ -39,8 +39,8 @@ def render_all(prefix: Optional[str], spec_root: str = SPEC_DIR,
     cm = rdmacm.build(cm_ir, spec.load(rdmacm.spec_dir(spec_root)))
     record_types = records.build(model.ir, spec_root)
     files = render.render(model, TEMPLATE_DIR)
-    files.update(records.render(record_types, TEMPLATE_DIR))
-    files.update(rdmacm.render(cm, TEMPLATE_DIR))
+    files.update(render.render_records(record_types, TEMPLATE_DIR))
+    files.update(render.render_rdmacm(cm, TEMPLATE_DIR))
     files.update(stubs.render(model, record_types, cm, TEMPLATE_DIR))
     return files, model, cm
 

@@ -4,7 +4,7 @@ getter of an integer.  No knowledge of the spec or of the model here.
 """
 from __future__ import annotations
 
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Tuple
 
 from .ir import Type
 
@@ -86,6 +86,36 @@ def runtime_max(var: str, hi: str, name: str, obj: str, indent: str,
             f"{indent}                 (long long)({hi}), {obj});",
             f"{indent}    {fail}",
             f"{indent}}}"]
+
+
+def value_runs(values: List[int]) -> List[Tuple[int, int]]:
+    """Sorted values as (lo, hi) runs of consecutive ones (an enum's members)."""
+    runs: List[Tuple[int, int]] = []
+    for v in values:
+        if runs and runs[-1][1] == v - 1:
+            runs[-1] = (runs[-1][0], v)
+        else:
+            runs.append((v, v))
+    return runs
+
+
+def in_runs(var: str, runs: List[Tuple[int, int]], unsigned: bool) -> str:
+    """The C test that *var* is in one of *runs* (a run from 0 of an
+    unsigned *var* needs no lower bound)."""
+    return " || ".join(f"{var} == {lo}" if lo == hi else
+                       f"{var} <= {hi}" if unsigned and lo == 0 else
+                       f"({var} >= {lo} && {var} <= {hi})" for lo, hi in runs)
+
+
+# A __be32 (network order) and its host-order value: the one spelling of
+# the conversion every converter uses (verb parameters and results, data-path
+# fields); glibc's <endian.h>, which ibverbs/src/common.h includes.
+def be32_to_host(expr: str) -> str:
+    return f"be32toh({expr})"
+
+
+def host_to_be32(expr: str) -> str:
+    return f"htobe32({expr})"
 
 
 def indented(lines: List[str], by: str = "    ") -> List[str]:

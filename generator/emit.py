@@ -13,6 +13,7 @@ from typing import Any, List
 from .converters.composite import KwargsParam
 from .ctext import FASTCALL_KEYWORDS, declare, indented
 from .model import MethodModel
+from .model import RecordAttribute, RecordTypeModel
 
 
 def getter_lines(item: Any) -> List[str]:
@@ -278,3 +279,63 @@ def _impl_arguments(m: MethodModel) -> List[str]:
                "    if (ibp_unpack_fastcall(&parser, args, nargs, kwnames, argv) < 0)",
                "        return NULL;"]
             + [f"    {a.name}_obj = argv[{i}];" for i, a in enumerate(m.args)] + ["}"])
+
+
+# --- the data-path types (templates/records.h.j2, templates/record_type.c.h.j2) ---
+
+
+def record_state_decls(t: RecordTypeModel) -> List[str]:
+    """The declarations of a data-path object's `state` members."""
+    return [declare(ctype, name) for name, ctype in t.state]
+
+
+def record_prototypes(t: RecordTypeModel) -> List[str]:
+    """What a data-path type's generated code calls that its hand-written
+    file writes."""
+    protos = []
+    if t.init_parser:
+        protos.append(f"int ibp_hand_{t.name}_init_impl({t.name}Object *self"
+                      + "".join(f", PyObject *{a}" for a in t.init_parser.args) + ")")
+    if t.new_parser:
+        protos.append(f"PyObject *ibp_hand_{t.name}_new_impl(PyTypeObject *type"
+                      + "".join(f", PyObject *{a}" for a in t.new_parser.args) + ")")
+    for fn, sig in ((t.init if t.init not in ("keywords", "impl") else None,
+                     "int {}(PyObject *op, PyObject *args, PyObject *kwargs)"),
+                    (t.new if t.new != "impl" else None,
+                     "PyObject *{}(PyTypeObject *type, PyObject *args, PyObject *kwargs)"),
+                    (t.repr, "PyObject *{}(PyObject *op)"),
+                    (t.dealloc, "void {}(PyObject *op)"),
+                    (t.traverse, "int {}(PyObject *op, visitproc visit, void *arg)"),
+                    (t.clear_function, "int {}(PyObject *op)"),
+                    (t.getattro, "PyObject *{}(PyObject *op, PyObject *name)"),
+                    (t.guard, "int {}(PyObject *op)"),
+                    (t.changed, "void {}(" + t.name + "Object *self)"),
+                    (t.union, "int {}(PyObject *op, int members, const char *name)")):
+        if fn:
+            protos.append(sig.format(fn))
+    for r in t.reach.values():
+        arg = "PyObject *arg" if r.by_index else "const char *name"
+        const = "const " if r.by_index else ""
+        protos.append(f"{const}{r.ctype} *{r.function}(PyObject *op, {arg})")
+    if t.sequence:
+        protos.append(f"Py_ssize_t {t.sequence[0]}(PyObject *op)")
+        protos.append(f"PyObject *{t.sequence[1]}(PyObject *op, Py_ssize_t i)")
+        if t.sequence[2]:
+            protos.append(f"int {t.sequence[2]}(PyObject *op, Py_ssize_t i, PyObject *value)")
+    for a in t.attributes:
+        protos += _record_attribute_prototypes(a)
+    for m in t.methods:
+        protos.append(f"PyObject *{m.function}(PyObject *op, PyObject *arg)")
+    return list(dict.fromkeys(protos))
+
+
+def _record_attribute_prototypes(a: RecordAttribute) -> List[str]:
+    if a.kind == "hand":
+        return ([f"PyObject *{a.get}(PyObject *op, void *closure)"]
+                + ([f"int {a.set}(PyObject *op, PyObject *value, void *closure)"] if a.set else []))
+    if a.kind == "slot":
+        return ([f"PyObject *{a.get}(PyObject **slot)"]
+                + ([f"int {a.set}(PyObject **slot, PyObject *value, int copy)"] if a.set else []))
+    if a.check:
+        return [f"int {a.check}(PyObject *op)"]
+    return []

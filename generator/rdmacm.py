@@ -22,36 +22,24 @@ gets emitted:
                                 where the spec says `impl:` (impl.py)
   generated/rdmacm_enums.py     the CM enums (event types, port spaces)
 
-Nothing here changes the verbs output: the verbs model, spec and templates
-render what they did, and the rdmacm files are added next to them.
+This module builds the model (model.CMModel); generator/render.py renders
+it (render_rdmacm).  Nothing here changes the verbs output: the verbs
+model, spec and templates render what they did, and the rdmacm files are
+added next to them.
 """
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional
 
 from . import builder as vbuilder
 from . import model as vmodel
-from .loader import RDMACM
 from .ir import IR
+from .model import CMModel
 from .spec import Spec, SpecError
 
 HEADER = "rdma/rdma_cma.h"
 SPEC_SUBDIR = "rdmacm"
-#: Generated files of this header (all named rdmacm_*).
-PREFIX = "rdmacm_"
-
-
-@dataclass
-class CMModel:
-    ir: IR
-    spec: Spec
-    enums: List[vmodel.EnumModel]
-    handles: List[vmodel.HandleModel]
-    functions: List[vmodel.MethodModel]
-    symbols: List[vmodel.SymbolModel]
-    coverage: List[Tuple[str, str, str]]
 
 
 def spec_dir(spec_root: str) -> str:
@@ -91,24 +79,6 @@ def build(ir: IR, spec: Spec) -> CMModel:
                         f"which {ir.source} does not export")
     return CMModel(ir, spec, enums, handles, functions, symbols,
                    vbuilder.coverage(ir, spec, all_methods))
-
-
-def render(m: CMModel, template_dir: str) -> Dict[str, str]:
-    """File name (relative to generated/) -> contents."""
-    from . import render as vrender
-    env = vrender.environment(template_dir)
-    common = dict(ir=m.ir, spec=m.spec, command=vrender.COMMAND, enums=m.enums,
-                  handles=m.handles, functions=m.functions, symbols=m.symbols)
-    c_comment = dict(comment_open="/*", comment_mid=" *", comment_close="*/")
-    py_comment = dict(comment_open="#", comment_mid="#", comment_close="")
-    files = {
-        f"{PREFIX}loader.c.h": env.get_template("loader.c.h.j2").render(**common, **c_comment,
-                                                                       lib=RDMACM),
-        f"{PREFIX}objects.h": env.get_template("rdmacm_objects.h.j2").render(**common, **c_comment),
-        f"{PREFIX}methods.c.h": env.get_template("rdmacm_methods.c.h.j2").render(**common, **c_comment),
-        f"{PREFIX}enums.py": env.get_template("enums.py.j2").render(**common, **py_comment),
-    }
-    return {name: vrender.finish(text) for name, text in files.items()}
 
 
 def load(prefix: Optional[str], spec_root: str) -> CMModel:

@@ -1,10 +1,9 @@
 """The stubs of the data-path types: spec/datapath/records.yaml's model
-(generator/records.py) -> stub classes for generated/_ibverbs.pyi.
+(generator/records.py builds it) -> stub classes for generated/_ibverbs.pyi.
 
 Each attribute's type comes from what the model knows of it: a C struct
-field (every converter of records.py turns an integer field into a Python
-int), a flag (bool), a reference kept by the type (``ref: AH`` is
-``AH | None``); hand-written accessors and references to "any object"
+field (its converter's Python type, an int), a flag (bool), a reference
+kept by the type (``ref: AH`` is ``AH | None``); hand-written accessors and references to "any object"
 (``ref: null``) say theirs with a spec ``stub:`` key.  A read-only attribute
 is a property with its docstring, a writable one a plain annotation.  The
 constructor of a ``init: keywords`` type takes its writable attributes as
@@ -17,7 +16,7 @@ from __future__ import annotations
 
 from typing import Dict, List
 
-from .records import Attribute, MethodDef, RecordsModel, TypeModel
+from .model import RecordAttribute, RecordMethod, RecordsModel, RecordTypeModel
 from .stubtext import StubClass, read_only, with_doc
 
 #: a method without a ``stub:`` takes and returns anything
@@ -28,7 +27,7 @@ def classes(m: RecordsModel) -> List[StubClass]:
     return [_type_class(t) for t in m.types]
 
 
-def _type_class(t: TypeModel) -> StubClass:
+def _type_class(t: RecordTypeModel) -> StubClass:
     c = StubClass(t.name, t.doc)
     stubs = dict(t.stubs)
     if t.init == "keywords":
@@ -44,7 +43,8 @@ def _type_class(t: TypeModel) -> StubClass:
     return c
 
 
-def _members(c: StubClass, attributes: List[Attribute], stubs: Dict[str, str]) -> StubClass:
+def _members(c: StubClass, attributes: List[RecordAttribute],
+             stubs: Dict[str, str]) -> StubClass:
     """Special methods first (their signatures from the spec), then the
     attributes."""
     for name, sig in stubs.items():
@@ -61,11 +61,11 @@ def _members(c: StubClass, attributes: List[Attribute], stubs: Dict[str, str]) -
     return c
 
 
-def _get_type(a: Attribute) -> str:
+def _get_type(a: RecordAttribute) -> str:
     if a.stub is not None:
         return a.stub
-    if a.kind in ("field", "kinds"):
-        return "int"
+    if a.kind in ("field", "kinds") and a.conv is not None:
+        return a.conv.pytype
     if a.kind == "flag":
         return "bool"
     if a.kind == "ref" and a.ref_type:
@@ -73,9 +73,9 @@ def _get_type(a: Attribute) -> str:
     return "Any"
 
 
-def _set_type(a: Attribute) -> str:
+def _set_type(a: RecordAttribute) -> str:
     return a.stub_set if a.stub_set is not None else _get_type(a)
 
 
-def _method(m: MethodDef) -> str:
+def _method(m: RecordMethod) -> str:
     return with_doc(f"def {m.name}{m.stub or UNTYPED}:", m.doc)

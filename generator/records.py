@@ -1,32 +1,35 @@
-"""spec/datapath/records.yaml + the verbs IR -> the data-path types' C.
+"""spec/datapath/records.yaml + the verbs IR -> the data-path types' model.
 
 The data-path types (SGE, SendWR, RecvWR, PostList entries, WC, WCBuffer,
 AsyncEvent) show the fields of a few C structs (struct ibv_sge,
-ibv_send_wr, ibv_recv_wr, ibv_wc, ibv_async_event).  This stage builds a
-typed model of them:
+ibv_send_wr, ibv_recv_wr, ibv_wc, ibv_async_event).  This stage reads the
+spec file, checks every key (errors name spec/datapath/records.yaml and the
+line) and builds the model (generator/model.py's Record* classes):
 
-* a Converter per (C struct, field): the one place a Python value becomes
-  that field's C value (range, byte order, validity check) and back; every
-  type showing the field calls it (SendWR and PostList send entries share
-  struct ibv_send_wr's);
-* a TypeModel per Python class: where its object keeps the C values
-  (a whole struct, one member per field, or a hand-written function that
-  reaches the struct), its attributes and the type shell (GC slots,
-  tables, PyType_Spec).
+* a field converter per (C struct, field), of the kind its `convert:` says
+  (generator/converters/record_fields.py): the one place a Python value
+  becomes that field's C value (range, byte order, validity check) and
+  back; every type showing the field calls it;
+* a RecordTypeModel per Python class: where its object keeps the C values,
+  its attributes and the type shell.
 
-templates/records.h.j2 lays out the converters and object layouts
-(generated/records.h), templates/record_type.c.h.j2 one type
-(generated/<type>.c.h).  Errors name spec/datapath/records.yaml and the line.
+generator/render.py (render_records) renders it: templates/records.h.j2
+the converters and object layouts (generated/records.h),
+templates/record_type.c.h.j2 one type (generated/<type>.c.h).
 """
 from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass, field
 from typing import AbstractSet, Any, Dict, List, Optional, Tuple
 
-from .ir import IR, Record, Type
-from .spec import Node, SpecError, load_file
+from .converters import RECORD_FIELDS, RecordFieldConverter
+from .ctext import value_runs
+from .ir import IR, Record
+from .members import member_type
+from .model import (RecordAttribute, RecordFieldMethod, RecordMethod, RecordModel, RecordParser,
+                    RecordReach, RecordsModel, RecordsSpec, RecordTypeModel)
+from .spec import Node, SpecError, check_keys, load_file
 
 SPEC_FILE = os.path.join("datapath", "records.yaml")
 DISPLAY = "spec/datapath/records.yaml"
@@ -34,7 +37,8 @@ DISPLAY = "spec/datapath/records.yaml"
 TOP_KEYS = {"helpers", "records", "types"}
 HELPER_KEYS = {"unsigned", "small_int", "parse", "type_name"}
 RECORD_KEYS = {"ctype", "fields", "unions", "small_ints"}
-FIELD_KEYS = {"convert", "check", "union", "hand"}
+# a field's: those of every converter kind (generator/converters/record_fields.py)
+FIELD_KEYS = frozenset().union(*(c.keys for c in RECORD_FIELDS.by_kind.values()))
 TYPE_KEYS = {"doc", "storage", "refs", "state", "changed", "init", "repr", "attributes",
              "methods", "guard", "union", "clear", "new", "basetype", "gc", "dealloc",
              "traverse", "getattro", "sequence", "field_methods", "readonly", "stub"}
@@ -46,15 +50,13 @@ FIELD_METHOD_KEYS = {"field", "doc"}
 # init: {...} / new: {...}: a generated parser of the constructor's arguments
 PARSER_KEYS = {"args", "required", "keyword_only"}
 FLAGS = {"METH_O", "METH_NOARGS"}
-UNSIGNED_MAX = {1: "UINT8_MAX", 2: "UINT16_MAX", 4: "UINT32_MAX", 8: "UINT64_MAX"}
 
 
 def _keys(node: Any, allowed: AbstractSet[str], what: str) -> Node:
+    """*node*, a mapping of *allowed* keys only (spec.check_keys, as the verbs spec's)."""
     if not isinstance(node, Node):
         raise SpecError(f"{DISPLAY}: {what}: expected a mapping")
-    for key in node:
-        if key not in allowed:
-            raise SpecError(f"{node.where(key)}: {what}: unknown key {key!r}")
+    check_keys(node, allowed, what)
     return node
 
 
@@ -66,303 +68,29 @@ def _needs(node: Node, keys: AbstractSet[str], what: str) -> Node:
     return node
 
 
-# --- the model ---------------------------------------------------------------
-
-
-@dataclass
-class Converter:
-    """One field of one C struct, both ways."""
-    record: str            # the record's key ("send_wr")
-    name: str              # the C member's name, also the attribute's
-    ctype: str             # the value's C type, as the IR spells it
-    unsigned_max: Optional[str]   # "UINT32_MAX" (None: signed, read only)
-    to_py: str             # ulonglong | ulong | long (PyLong_From...)
-    be32: bool = False
-    small_int: bool = False
-    bits: int = 64
-    # check: (valid ranges, message): only values in one of the (lo, hi)
-    # ranges pass (the members of the field's enum)
-    check: Optional[Tuple[List[Tuple[int, int]], str]] = None
-    path: Optional[str] = None                  # the member's C path
-    union: List[Tuple[str, str]] = field(default_factory=list)  # (member, path)
-    written: bool = False  # some type converts a Python value into it
-    # (C path, size in bytes) of each place it lives, from the IR: records.h
-    # asserts the member's type and width against the compiler's view of the
-    # same headers, for whatever target it compiles for.  No offset: the IR's
-    # are those of the machine that generated the file (x86_64 and aarch64
-    # differ from struct ibv_qp_ex's wr_id on), the code reaches each member
-    # by name, and tests/host/test_layout.py checks them against gcc there.
-    layout: List[Tuple[str, int]] = field(default_factory=list)
-
-    @property
-    def prefix(self) -> str:
-        return f"ibp_{self.record}_{self.name}"
-
-
-@dataclass
-class RecordModel:
-    key: str
-    ctype: str
-    # its unions in order, each with its members: ("wr", ["rdma", ...]); one
-    # enum numbers the members of all of them, so that a type's union
-    # function tells them apart in one mask
-    unions: List[Tuple[str, List[str]]]
-    converters: Dict[str, Converter]
-
-    def union_of(self, member: str) -> str:
-        return next(name for name, members in self.unions if member in members)
-
-    def member_enum(self, member: str) -> str:
-        return f"IBP_{self.key.upper()}_{self.union_of(member).upper()}_{member.upper()}"
-
-
-@dataclass
-class Attribute:
-    name: str
-    doc: str
-    kind: str                      # field | kinds | ref | hand | slot | flag
-    conv: Optional[Converter] = None
-    alt: Optional[Converter] = None     # kinds: the other record's
-    readonly: bool = False
-    calls_changed: bool = True
-    check: Optional[str] = None
-    ref_type: Optional[str] = None
-    get: Optional[str] = None
-    set: Optional[str] = None
-    member: Optional[str] = None        # slot/flag: the object's member
-    # ValueError text for an int of 2**bits or more, however large, before
-    # the field's converter (SGE.length says why: split it)
-    too_big: Optional[str] = None
-    # its Python type in the stub (spec `stub:`), read and written; a field
-    # is an int and a flag a bool without one
-    stub: Optional[str] = None
-    stub_set: Optional[str] = None      # what the setter accepts, when wider
-
-    @property
-    def writable(self) -> bool:
-        if self.kind in ("hand", "slot"):
-            return self.set is not None
-        return not self.readonly
-
-
-@dataclass
-class Reach:
-    record: str
-    ctype: str             # the struct it gives a pointer to
-    function: str
-    after: bool = False    # reached after the value's conversion (an entry's SGE)
-    by_index: bool = False # takes a method's index argument, not a name (WCBuffer)
-
-
-@dataclass
-class MethodDef:
-    name: str
-    function: str
-    flags: str
-    doc: str
-    stub: Optional[str] = None          # "(self, opcode: int, /) -> int"
-
-
-@dataclass
-class FieldMethod:
-    name: str
-    conv: Converter
-    doc: str
-
-
-@dataclass
-class ArgParser:
-    """A generated constructor parser (spec `init:` or `new:` as a mapping):
-    the arguments, all objects (NULL where not given), by position or
-    keyword but the last keyword_only ones, by keyword only; the
-    hand-written ibp_hand_<Type>_<init|new>_impl converts them."""
-    args: List[str]
-    required: int = 0
-    keyword_only: int = 0
-
-
-@dataclass
-class TypeModel:
-    name: str
-    doc: str
-    storage: str                          # embedded | members | reach | state
-    embedded: Optional[Tuple[str, str]]   # (member, C struct)
-    reach: Dict[str, Reach]
-    refs: List[str]
-    state: List[Tuple[str, str]]          # (member, C type)
-    attributes: List[Attribute]
-    methods: List[MethodDef]
-    field_methods: List[FieldMethod]
-    changed: Optional[str] = None
-    guard: Optional[str] = None
-    union: Optional[str] = None
-    init: Optional[str] = None            # a hand function, "keywords", "impl" or None
-    # init "impl": a generated parser hands the arguments to ibp_hand_<Type>_init_impl
-    init_parser: Optional[ArgParser] = None
-    new: Optional[str] = None             # a hand function, "impl" or None
-    # new "impl": a generated parser hands the arguments to ibp_hand_<Type>_new_impl
-    new_parser: Optional[ArgParser] = None
-    repr: Optional[str] = None
-    dealloc: Optional[str] = None
-    getattro: Optional[str] = None
-    # (len, [i], [i] = v): the sequence slots' hand-written functions (the last may be None)
-    sequence: Optional[Tuple[str, str, Optional[str]]] = None
-    gc: bool = True
-    basetype: bool = True
-    clear: bool = True
-    # hand-written GC slots of a type whose references are no `refs`
-    # (PostList's are in its entries): traverse and clear name functions
-    traverse: Optional[str] = None
-    clear_function: Optional[str] = None
-    # stub signatures of hand-written special methods ("__init__": "(self, ...)")
-    stubs: Dict[str, str] = field(default_factory=dict)
-
-    @property
-    def members(self) -> List[Tuple[str, str]]:
-        """(member, C type) of the values a `members` object keeps."""
-        return [(a.name, a.conv.ctype) for a in self.attributes
-                if self.storage == "members" and a.kind == "field" and a.conv is not None]
-
-    @property
-    def state_decls(self) -> List[str]:
-        return [f"{ctype}{name}" if ctype.endswith("*") else f"{ctype} {name}"
-                for name, ctype in self.state]
-
-    @property
-    def traverse_slot(self) -> Optional[str]:
-        """The tp_traverse function: the hand-written one, or the generated one over refs."""
-        return self.traverse or (f"{self.name}_traverse" if self.refs else None)
-
-    @property
-    def clear_slot(self) -> Optional[str]:
-        """The tp_clear function (None: the type has none)."""
-        if self.clear_function:
-            return self.clear_function
-        return f"{self.name}_clear" if self.clear and self.refs else None
-
-    @property
-    def init_args(self) -> List[Attribute]:
-        return [a for a in self.attributes if a.writable]
-
-    @property
-    def hand_prototypes(self) -> List[str]:
-        """What the generated code calls that the type's own file writes."""
-        protos = []
-        if self.init_parser:
-            protos.append(f"int ibp_hand_{self.name}_init_impl({self.name}Object *self"
-                          + "".join(f", PyObject *{a}" for a in self.init_parser.args) + ")")
-        if self.new_parser:
-            protos.append(f"PyObject *ibp_hand_{self.name}_new_impl(PyTypeObject *type"
-                          + "".join(f", PyObject *{a}" for a in self.new_parser.args) + ")")
-        for fn, sig in ((self.init if self.init not in ("keywords", "impl") else None,
-                         "int {}(PyObject *op, PyObject *args, PyObject *kwargs)"),
-                        (self.new if self.new != "impl" else None,
-                         "PyObject *{}(PyTypeObject *type, PyObject *args, PyObject *kwargs)"),
-                        (self.repr, "PyObject *{}(PyObject *op)"),
-                        (self.dealloc, "void {}(PyObject *op)"),
-                        (self.traverse, "int {}(PyObject *op, visitproc visit, void *arg)"),
-                        (self.clear_function, "int {}(PyObject *op)"),
-                        (self.getattro, "PyObject *{}(PyObject *op, PyObject *name)"),
-                        (self.guard, "int {}(PyObject *op)"),
-                        (self.changed, "void {}(" + self.name + "Object *self)"),
-                        (self.union, "int {}(PyObject *op, int members, const char *name)")):
-            if fn:
-                protos.append(sig.format(fn))
-        for r in self.reach.values():
-            arg = "PyObject *arg" if r.by_index else "const char *name"
-            const = "const " if r.by_index else ""
-            protos.append(f"{const}{r.ctype} *{r.function}(PyObject *op, {arg})")
-        if self.sequence:
-            protos.append(f"Py_ssize_t {self.sequence[0]}(PyObject *op)")
-            protos.append(f"PyObject *{self.sequence[1]}(PyObject *op, Py_ssize_t i)")
-            if self.sequence[2]:
-                protos.append(f"int {self.sequence[2]}(PyObject *op, Py_ssize_t i, "
-                              f"PyObject *value)")
-        for a in self.attributes:
-            protos += _attribute_prototypes(self, a)
-        for m in self.methods:
-            protos.append(f"PyObject *{m.function}(PyObject *op, PyObject *arg)")
-        return list(dict.fromkeys(protos))
-
-
-def _attribute_prototypes(t: TypeModel, a: Attribute) -> List[str]:
-    if a.kind == "hand":
-        return ([f"PyObject *{a.get}(PyObject *op, void *closure)"]
-                + ([f"int {a.set}(PyObject *op, PyObject *value, void *closure)"] if a.set else []))
-    if a.kind == "slot":
-        return ([f"PyObject *{a.get}(PyObject **slot)"]
-                + ([f"int {a.set}(PyObject **slot, PyObject *value, int copy)"] if a.set else []))
-    if a.check:
-        return [f"int {a.check}(PyObject *op)"]
-    return []
-
-
-@dataclass
-class RecordsModel:
-    ir: IR
-    spec: "RecordsSpec"
-    helpers: Dict[str, str]
-    records: List[RecordModel]
-    types: List[TypeModel]
-
-
-@dataclass
-class RecordsSpec:
-    """What the generated files' headers name: this spec file's digest."""
-    sha256: str
-    files: List[str]
-
-
 # --- building -----------------------------------------------------------------
 
 
-def _member(ir: IR, record: Record, path: str, where: str) -> Type:
-    """The type of a dotted member path, through named and anonymous members."""
-    rec: Optional[Record] = record
-    t: Optional[Type] = None
-    for part in path.split("."):
-        t = _find(ir, rec, part)
-        if t is None:
-            raise SpecError(f"{where}: {record.name} has no member {path!r}")
-        if t.kind in ("struct", "union"):
-            rec = ir.record(t.decl or t.spelling)
-    assert t is not None     # a path has one part at least
-    return t
-
-
-def _find(ir: IR, rec: Optional[Record], name: str) -> Optional[Type]:
-    """The type of member `name` of rec, through anonymous members."""
-    if rec is None:
-        return None
-    for f in rec.fields:
-        if f.name == name:
-            return f.type
-        if f.name == "" and f.type.kind in ("struct", "union"):
-            found = _find(ir, ir.record(f.type.decl or f.type.spelling), name)
-            if found is not None:
-                return found
-    return None
-
-
 def _converter(ir: IR, rec: Record, key: str, name: str, node: Node, small: bool,
-               where: str) -> Converter:
+               where: str) -> RecordFieldConverter:
     node = _keys(node if node is not None else Node(), FIELD_KEYS, f"{key}.{name}")
     union = node.get("union")
     paths = list(union.items()) if union else [("", name)]
-    types = {_member(ir, rec, path, where).spelling for _, path in paths}
+    types = {member_type(ir, rec, path, where).spelling for _, path in paths}
     if len(types) != 1:
         raise SpecError(f"{where}: {key}.{name}: the union members differ in type ({types})")
-    t = _member(ir, rec, paths[0][1], where)
-    if t.kind not in ("int", "enum") or t.size not in UNSIGNED_MAX:
+    t = member_type(ir, rec, paths[0][1], where)
+    if t.kind not in ("int", "enum") or t.size not in (1, 2, 4, 8):
         raise SpecError(f"{where}: {key}.{name}: {t.spelling} is no integer")
-    be32 = node.get("convert") == "be32"
-    if be32 and t.spelling != "__be32":
-        raise SpecError(f"{where}: {key}.{name}: convert: be32 on a {t.spelling}")
-    if node.get("convert") not in (None, "be32"):
+    convert = node.get("convert")
+    # the converter of its kind (generator/converters/record_fields.py); a
+    # plain integer needs no `convert:`
+    cls = RECORD_FIELDS.get(str(convert or "int"))
+    if cls is None:
         raise SpecError(f"{node.where('convert')}: {key}.{name}: unknown convert")
-    signed = bool(t.signed) and t.kind == "int"
-    to_py = ("long" if signed or t.kind == "enum" else
-             "ulonglong" if t.size == 8 else "ulong")
+    refused = cls.refuses(t)
+    if refused:
+        raise SpecError(f"{where}: {key}.{name}: {refused}")
     check = node.get("check")
     if check is not None:
         _keys(check, {"members", "message"}, f"{key}.{name}.check")
@@ -370,24 +98,12 @@ def _converter(ir: IR, rec: Record, key: str, name: str, node: Node, small: bool
         if enum is None or check.get("members") is not True:
             raise SpecError(f"{node.where('check')}: {key}.{name}: check needs "
                             f"`members: true` on an enum field")
-        check = (_ranges(sorted({m.value for m in enum.members})), str(check["message"]))
-    return Converter(key, name, t.spelling, None if signed else UNSIGNED_MAX[t.size], to_py,
-                     be32=be32, small_int=small, bits=t.size * 8, check=check,
-                     path=None if union else name,
-                     union=[(m, p) for m, p in paths] if union else [],
-                     written=bool(node.get("hand")),
-                     layout=[(p, t.size) for _, p in paths])
-
-
-def _ranges(values: List[int]) -> List[Tuple[int, int]]:
-    """Sorted values as runs of consecutive ones."""
-    runs: List[Tuple[int, int]] = []
-    for v in values:
-        if runs and runs[-1][1] == v - 1:
-            runs[-1] = (runs[-1][0], v)
-        else:
-            runs.append((v, v))
-    return runs
+        check = (value_runs(sorted({m.value for m in enum.members})), str(check["message"]))
+    conv: RecordFieldConverter = cls(key, name, t, small_int=small, check=check,
+                                     union=paths if union else (),
+                                     written=bool(node.get("hand")),
+                                     layout=[(p, t.size) for _, p in paths])
+    return conv
 
 
 def _records(ir: IR, data: Node) -> List[RecordModel]:
@@ -421,14 +137,14 @@ def _records(ir: IR, data: Node) -> List[RecordModel]:
     return out
 
 
-def _field_ref(records: Dict[str, RecordModel], ref: str, where: str) -> Converter:
+def _field_ref(records: Dict[str, RecordModel], ref: str, where: str) -> RecordFieldConverter:
     key, _, name = str(ref).partition(".")
     if key not in records or name not in records[key].converters:
         raise SpecError(f"{where}: no field {ref!r} in the records")
     return records[key].converters[name]
 
 
-def _attribute(records: Any, name: str, node: Node, where: str, readonly: bool) -> Attribute:
+def _attribute(records: Any, name: str, node: Node, where: str, readonly: bool) -> RecordAttribute:
     node = _keys(node, ATTR_KEYS, f"attribute {name}")
     doc = str(node.get("doc", ""))
     readonly = readonly or bool(node.get("readonly"))
@@ -445,16 +161,16 @@ def _attribute(records: Any, name: str, node: Node, where: str, readonly: bool) 
         too_big = node.get("too_big")
         if too_big and (convs[0].bits >= 64 or convs[0].unsigned_max is None):
             raise SpecError(f"{where}: {name}: too_big needs an unsigned field under 64 bits")
-        return Attribute(name, doc, "kinds" if len(convs) == 2 else "field", convs[0],
+        return RecordAttribute(name, doc, "kinds" if len(convs) == 2 else "field", convs[0],
                          convs[1] if len(convs) == 2 else None, readonly,
                          node.get("prepared", True), node.get("check"), too_big=too_big)
     if "ref" in node:
-        return Attribute(name, doc, "ref", readonly=readonly, ref_type=node["ref"])
+        return RecordAttribute(name, doc, "ref", readonly=readonly, ref_type=node["ref"])
     if "flag" in node:
-        return Attribute(name, doc, "flag", readonly=readonly, member=node["flag"])
+        return RecordAttribute(name, doc, "flag", readonly=readonly, member=node["flag"])
     if "hand" in node:
         hand = _keys(node["hand"], {"get", "set"}, f"attribute {name}.hand")
-        return Attribute(name, doc, "slot" if "slot" in node else "hand", get=hand["get"],
+        return RecordAttribute(name, doc, "slot" if "slot" in node else "hand", get=hand["get"],
                          set=hand.get("set"), member=node.get("slot"))
     raise SpecError(f"{where}: {name}: needs field, ref, flag or hand")
 
@@ -476,13 +192,13 @@ def _storage(records: Any, node: Node, name: str) -> Tuple[str, Any, Dict[str, A
             rnode = {"function": rnode}
         _keys(rnode if isinstance(rnode, Node) else Node(rnode), {"function", "after", "by"},
               f"{name}.storage.reach.{record}")
-        reach[record] = Reach(record, records[record].ctype, rnode["function"],
+        reach[record] = RecordReach(record, records[record].ctype, rnode["function"],
                               after=bool(rnode.get("after")),
                               by_index=rnode.get("by") == "index")
     return "reach", None, reach
 
 
-def _type(records: Any, name: str, node: Node) -> TypeModel:
+def _type(records: Any, name: str, node: Node) -> RecordTypeModel:
     node = _keys(node, TYPE_KEYS, name)
     kind, member, reach = _storage(records, node, name)
     attrs = node.get("attributes") or Node()
@@ -499,7 +215,7 @@ def _type(records: Any, name: str, node: Node) -> TypeModel:
         embedded = (member, records[ctypes.pop()].ctype)
     for a in attributes:
         _attribute_stub(a, attrs[a.name])
-    methods = [MethodDef(m, _keys(mn, METHOD_KEYS, f"{name}.{m}")["function"], mn["flags"],
+    methods = [RecordMethod(m, _keys(mn, METHOD_KEYS, f"{name}.{m}")["function"], mn["flags"],
                          mn["doc"], _signature(mn.where("stub"), f"{name}.{m}", mn["stub"])
                          if "stub" in mn else None)
                for m, mn in (node.get("methods") or {}).items()]
@@ -508,7 +224,7 @@ def _type(records: Any, name: str, node: Node) -> TypeModel:
             raise SpecError(f"{node['methods'].where(m.name)}: {name}.{m.name}: flags "
                             f"must be one of {sorted(FLAGS)}")
     fms = node.get("field_methods") or Node()
-    field_methods = [FieldMethod(f, _field_ref(records, fn["field"], fms.where(f)), fn["doc"])
+    field_methods = [RecordFieldMethod(f, _field_ref(records, fn["field"], fms.where(f)), fn["doc"])
                      for f, fn in ((f, _needs(_keys(fn, FIELD_METHOD_KEYS, f"{name}.{f}"),
                                               FIELD_METHOD_KEYS, f"{name}.{f}"))
                                    for f, fn in fms.items())]
@@ -518,7 +234,7 @@ def _type(records: Any, name: str, node: Node) -> TypeModel:
     init, new = node.get("init"), node.get("new")
     init_parser = _arg_parser(node, "init", name) if isinstance(init, Node) else None
     new_parser = _arg_parser(node, "new", name) if isinstance(new, Node) else None
-    return TypeModel(
+    return RecordTypeModel(
         name, node["doc"], kind, embedded, reach, list(node.get("refs") or []), state,
         attributes, methods, field_methods, changed=node.get("changed"),
         guard=node.get("guard"), union=node.get("union"),
@@ -531,7 +247,7 @@ def _type(records: Any, name: str, node: Node) -> TypeModel:
         stubs=_special_stubs(node, name))
 
 
-def _arg_parser(node: Node, key: str, name: str) -> ArgParser:
+def _arg_parser(node: Node, key: str, name: str) -> RecordParser:
     """`{args: [names], required: n, keyword_only: [names]}`: the first n
     args are required; keyword_only ones follow the args, optional."""
     p = _keys(node[key], PARSER_KEYS, f"{name}.{key}")
@@ -544,7 +260,7 @@ def _arg_parser(node: Node, key: str, name: str) -> ArgParser:
     if len(set(args + kwonly)) != len(args + kwonly) or not args + kwonly:
         raise SpecError(f"{node.where(key)}: {name}.{key}: the argument names must be "
                         f"distinct, and one at least")
-    return ArgParser(args + kwonly, required, len(kwonly))
+    return RecordParser(args + kwonly, required, len(kwonly))
 
 
 def _sequence(node: Node, name: str) -> Optional[Tuple[str, str, Optional[str]]]:
@@ -576,7 +292,7 @@ def _gc_functions(node: Node, name: str) -> Tuple[Optional[str], Optional[str]]:
     return traverse, clear
 
 
-def _attribute_stub(a: Attribute, node: Node) -> None:
+def _attribute_stub(a: RecordAttribute, node: Node) -> None:
     """`stub: T`, or `stub: {get: T, set: U}` where the setter takes more."""
     stub = node.get("stub")
     if isinstance(stub, Node):
@@ -620,17 +336,3 @@ def build(ir: IR, spec_root: str) -> RecordsModel:
     by_key = {r.key: r for r in records}
     types = [_type(by_key, name, node) for name, node in (data.get("types") or {}).items()]
     return RecordsModel(ir, RecordsSpec(digest, [DISPLAY]), helpers, records, types)
-
-
-def render(m: RecordsModel, template_dir: str) -> Dict[str, str]:
-    """File name (relative to generated/) -> contents."""
-    from . import render as vrender
-    env = vrender.environment(template_dir)
-    common = dict(ir=m.ir, spec=m.spec, command=vrender.COMMAND, helpers=m.helpers,
-                  records=m.records, types=m.types, comment_open="/*", comment_mid=" *",
-                  comment_close="*/")
-    files = {"records.h": env.get_template("records.h.j2").render(**common)}
-    for t in m.types:
-        files[f"{t.name.lower()}.c.h"] = env.get_template("record_type.c.h.j2").render(
-            **common, t=t, by_key={r.key: r for r in m.records})
-    return {name: vrender.finish(text) for name, text in files.items()}

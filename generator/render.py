@@ -1,4 +1,6 @@
-"""Render the model through the Jinja2 templates into generated/.
+"""Render the models through the Jinja2 templates into generated/: the
+verbs model (verbs.h's classes), the data-path types' (records) and
+rdma_cma.h's (rdmacm_*), one environment and one finish for all.
 
 Output is deterministic: the same IR and spec give byte-identical files.
 """
@@ -11,7 +13,7 @@ import jinja2
 
 from . import checksum, emit
 from .ctext import c_text
-from .model import Model
+from .model import CMModel, Model, RecordsModel
 
 COMMAND = "python -m generator generate"
 
@@ -39,6 +41,8 @@ def environment(template_dir: str) -> jinja2.Environment:
     env.filters["c_getter"] = emit.getter_lines
     env.filters["c_setter"] = emit.setter_lines
     env.filters["c_prepare"] = emit.prepare_lines
+    env.filters["record_prototypes"] = emit.record_prototypes
+    env.filters["record_state_decls"] = emit.record_state_decls
     # the header's stamp (generator/checksum.py)
     env.globals["output_sha256_mark"] = checksum.OWN_MARK
     env.globals["output_sha256_zeros"] = checksum.ZEROS
@@ -82,6 +86,45 @@ def render(model: Model, template_dir: str) -> Dict[str, str]:
     emit("enums.py", "enums.py.j2", comment=py_comment)
     emit("__init__.py", "package.py.j2", comment=py_comment)
     # _ibverbs.pyi: generator/stubs.py, from this model and the others (cli.py)
+    return {name: finish(text) for name, text in files.items()}
+
+
+def render_records(m: RecordsModel, template_dir: str) -> Dict[str, str]:
+    """The data-path types' files: records.h (the field converters and
+    object layouts) and one <type>.c.h per type."""
+    env = environment(template_dir)
+    common = dict(ir=m.ir, spec=m.spec, command=COMMAND, helpers=m.helpers,
+                  records=m.records, types=m.types, comment_open="/*", comment_mid=" *",
+                  comment_close="*/")
+    files = {"records.h": env.get_template("records.h.j2").render(**common)}
+    by_key = {r.key: r for r in m.records}
+    for t in m.types:
+        files[f"{t.name.lower()}.c.h"] = env.get_template("record_type.c.h.j2").render(
+            **common, t=t, by_key=by_key)
+    return {name: finish(text) for name, text in files.items()}
+
+
+#: rdma_cma.h's generated files are all named rdmacm_*
+RDMACM_PREFIX = "rdmacm_"
+
+
+def render_rdmacm(m: CMModel, template_dir: str) -> Dict[str, str]:
+    """rdma_cma.h's files: the librdmacm loader, its declarations, the
+    EventChannel and CMID classes and the CM enums."""
+    from .loader import RDMACM
+    env = environment(template_dir)
+    common = dict(ir=m.ir, spec=m.spec, command=COMMAND, enums=m.enums,
+                  handles=m.handles, functions=m.functions, symbols=m.symbols)
+    c_comment = dict(comment_open="/*", comment_mid=" *", comment_close="*/")
+    py_comment = dict(comment_open="#", comment_mid="#", comment_close="")
+    p = RDMACM_PREFIX
+    files = {
+        f"{p}loader.c.h": env.get_template("loader.c.h.j2").render(**common, **c_comment,
+                                                                  lib=RDMACM),
+        f"{p}objects.h": env.get_template("rdmacm_objects.h.j2").render(**common, **c_comment),
+        f"{p}methods.c.h": env.get_template("rdmacm_methods.c.h.j2").render(**common, **c_comment),
+        f"{p}enums.py": env.get_template("enums.py.j2").render(**common, **py_comment),
+    }
     return {name: finish(text) for name, text in files.items()}
 
 

@@ -41,7 +41,7 @@ from typing import Any, Dict, List, Optional, Set
 
 from . import record_stubs
 from . import render as vrender
-from .model import HandleModel, MethodModel, Model, StructModel
+from .model import CMModel, HandleModel, MethodModel, Model, RecordsModel, StructModel
 from .pytypes import GID_LIKE
 from .stubtext import (StubClass, docstring_body, first_line as _first_line, read_only,
                        with_doc as _with_doc)
@@ -234,10 +234,9 @@ def _derive(cls: StubClass, base: StubClass) -> None:
     cls.lines = [line for m in own for line in m]
 
 
-def build(model: Model, records: Any, cm: Any) -> Stubs:
-    """The classes and functions of the extension: the data-path types'
-    (a records.RecordsModel), the verbs model's, rdma_cm's (a
-    rdmacm.CMModel, whose classes are handle classes too)."""
+def build(model: Model, records: RecordsModel, cm: CMModel) -> Stubs:
+    """The classes and functions of the extension: the data-path types',
+    the verbs model's, rdma_cm's (whose classes are handle classes too)."""
     handles = {h.name for h in model.handles}
     classes = record_stubs.classes(records)
     classes += [_struct_class(s, handles) for s in model.structs]
@@ -280,9 +279,10 @@ class _Inputs:
     sha256: str
 
 
-def render(model: Model, records: Any, cm: Any, template_dir: str) -> Dict[str, str]:
+def render(model: Model, records: RecordsModel, cm: CMModel,
+           template_dir: str) -> Dict[str, str]:
     """{OUTPUT: text}: the stub of the whole extension, from the verbs model,
-    the data-path types (records.RecordsModel) and rdma_cm's (rdmacm.CMModel)."""
+    the data-path types and rdma_cm's."""
     env = vrender.environment(template_dir)
     stubs = build(model, records, cm)
     specs = hashlib.sha256(" ".join((model.spec.sha256, records.spec.sha256,

@@ -2,9 +2,12 @@
 kind (see registry.py).  Importing the package registers them all."""
 from __future__ import annotations
 
-from . import args, attributes, buffers, composite, fields, impl_args, returns, shapes  # noqa: F401 (registers)
-from .registry import (ATTRIBUTES, BUFFER_LIKE, FIELDS, GID_LIKE, PARAMS, REQUIRED, RETURNS,
-                       Arg, AttributeConverter, FieldConverter, ParamConverter, ReturnConverter)
+from . import (args, attributes, buffers, composite, fields, impl_args, record_fields,  # noqa: F401 (registers)
+               returns, shapes)
+from .registry import (ATTRIBUTES, BUFFER_LIKE, FIELDS, GID_LIKE, PARAMS, RECORD_FIELDS, REQUIRED,
+                       RETURNS, Arg, AttributeConverter, FieldConverter, ParamConverter,
+                       RecordFieldConverter, ReturnConverter)
 
-__all__ = ["ATTRIBUTES", "BUFFER_LIKE", "FIELDS", "GID_LIKE", "PARAMS", "REQUIRED", "RETURNS",
-           "Arg", "AttributeConverter", "FieldConverter", "ParamConverter", "ReturnConverter"]
+__all__ = ["ATTRIBUTES", "BUFFER_LIKE", "FIELDS", "GID_LIKE", "PARAMS", "RECORD_FIELDS", "REQUIRED",
+           "RETURNS", "Arg", "AttributeConverter", "FieldConverter", "ParamConverter",
+           "RecordFieldConverter", "ReturnConverter"]

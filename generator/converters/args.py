@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, List, Optional
 
-from ..ctext import UINT32, UINT64, c_default, if_given, int_convert
+from ..ctext import UINT32, UINT64, c_default, host_to_be32, if_given, int_convert
 from ..ir import Type
 from .registry import Context, GID_LIKE, PARAMS, ParamConverter, REQUIRED, describe, optional_type
 
@@ -116,7 +116,9 @@ class Be32Param(UnsignedParam):
     """Host order in Python, network order in C (imm_data)."""
     held = UINT32
     meaning = "a 32-bit int, in host order"
-    call_format = "htobe32({})"
+
+    def call_arg(self) -> str:
+        return host_to_be32(self.local)
 
 
 class ClassArgParam(ArgParam):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import List, Optional, Tuple
 
-from ..ctext import INT_LIMITS, int_convert, int_getter, is_int
+from ..ctext import INT_LIMITS, in_runs, int_convert, int_getter, is_int
 from ..ir import Type
 from .registry import FIELDS, FieldConverter
 
@@ -134,8 +134,7 @@ class IntField(FieldConverter):
         if self.members is None:
             return lines
         enum, runs = self.members
-        test = " || ".join(f"(long long)v == {lo}" if lo == hi else
-                           f"((long long)v >= {lo} && (long long)v <= {hi})" for lo, hi in runs)
+        test = in_runs("(long long)v", runs, unsigned=False)
         check = [f"    if (!({test})) {{",
                  f'        PyErr_Format(PyExc_ValueError, "{self.pyname} %lld is not a {enum}", '
                  "(long long)v);",

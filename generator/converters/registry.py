@@ -3,14 +3,17 @@ CPython's Argument Clinic: one class per kind of spec value, each knowing its
 C declarations, its parse code, what it hands the verb, its cleanup and its
 Python type (for the stubs and docstrings).
 
-Four registries, each keyed by the spec's kind:
+Five registries, each keyed by the spec's kind:
 
 * PARAMS: a verb parameter (``convert: be32``, ``handle:PD``, ``out``, ...);
 * FIELDS: a member of a struct class (getter and setter);
 * ATTRIBUTES: a read-only attribute of a handle class;
-* RETURNS: what a wrapper returns (spec ``returns:``).
+* RETURNS: what a wrapper returns (spec ``returns:``);
+* RECORD_FIELDS: a field of a data-path C struct (spec/datapath/records.yaml
+  ``convert:``), its converter pair in generated/records.h.
 
-The model builder (generator/builder.py, generator/methods.py) makes them
+The model builders (generator/builder.py, generator/methods.py,
+generator/records.py) make them
 (parameter converters through ``from_spec``) and the model holds them;
 generator/emit.py asks them for their C.  A new ``convert:`` kind is one
 ArgParam subclass registered with ``@PARAMS.register("kind")`` in a module
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import (TYPE_CHECKING, AbstractSet, Any, Callable, Dict, FrozenSet, List, NoReturn,
-                    Optional, Protocol, TypeVar)
+                    Optional, Protocol, Sequence, Tuple, TypeVar)
 
 if TYPE_CHECKING:
     from ..ir import IR, Record, Type
@@ -81,6 +84,7 @@ PARAMS = Registry("parameter")
 FIELDS = Registry("struct field")
 ATTRIBUTES = Registry("handle attribute")
 RETURNS = Registry("return")
+RECORD_FIELDS = Registry("record field")
 
 
 @dataclass
@@ -211,6 +215,79 @@ class ReturnConverter:
         raise NotImplementedError
 
     def pytype(self, output_types: List[str]) -> str:
+        raise NotImplementedError
+
+
+class RecordFieldConverter:
+    """One integer field of one data-path C struct (spec/datapath/records.yaml),
+    both ways: generated/records.h's <record>_<field>_to_py(v) and, when some
+    type writes it, <record>_<field>_from_py(value, &out).  Every type showing
+    the field calls them (SendWR and PostList send entries share struct
+    ibv_send_wr's); the kind (spec `convert:`) says what the C value is."""
+    kind = ""
+    pytype = "int"
+    #: The keys a spec/datapath/records.yaml field of this kind may carry
+    #: (generator/records.py refuses any other).
+    keys: FrozenSet[str] = frozenset({"convert", "check", "union", "hand"})
+
+    def __init__(self, record: str, name: str, t: "Type", small_int: bool = False,
+                 check: Optional[Tuple[List[Tuple[int, int]], str]] = None,
+                 union: Sequence[Tuple[str, str]] = (), written: bool = False,
+                 layout: Sequence[Tuple[str, int]] = ()) -> None:
+        self.record = record       # the record's key ("send_wr")
+        self.name = name           # the C member's name, also the attribute's
+        self.ctype = t.spelling    # the value's C type, as the IR spells it
+        self.bits = (t.size or 8) * 8
+        self.signed = bool(t.signed) and t.kind == "int"
+        self.enum = t.kind == "enum"
+        # cached Python ints below 256 (completions: polled by the thousand)
+        self.small_int = small_int
+        # check: (valid ranges, message): only values in one of the (lo, hi)
+        # ranges pass (the members of the field's enum)
+        self.check = check
+        # (union member, C path) where it lives in each member that has it;
+        # a field outside any union lives at its name
+        self.union = list(union)
+        self.path: Optional[str] = None if self.union else name
+        self.written = written     # some type converts a Python value into it
+        # (C path, size in bytes) of each place it lives, from the IR:
+        # records.h asserts the member's type and width against the
+        # compiler's view of the same headers, for whatever target it
+        # compiles for.  No offset: the IR's are those of the machine that
+        # generated the file (x86_64 and aarch64 differ from struct
+        # ibv_qp_ex's wr_id on), the code reaches each member by name, and
+        # tests/host/test_layout.py checks them against gcc there.
+        self.layout = list(layout)
+
+    @classmethod
+    def refuses(cls, t: "Type") -> Optional[str]:
+        """Why a member of type *t* cannot be of this kind (None: it can)."""
+        return None
+
+    @property
+    def prefix(self) -> str:
+        return f"ibp_{self.record}_{self.name}"
+
+    @property
+    def unsigned_max(self) -> Optional[str]:
+        """Its C maximum ("UINT32_MAX"); None for a signed field (read only)."""
+        return None if self.signed else f"UINT{self.bits}_MAX"
+
+    def to_host(self, expr: str) -> str:
+        """The C value *expr* as an integer in host order."""
+        return expr
+
+    def to_c(self, expr: str) -> str:
+        """The host-order uint64_t *expr*, checked in range, as the member's value."""
+        return f"({self.ctype}){expr}"
+
+    def to_py(self, small_int: str) -> List[str]:
+        """The body of <prefix>_to_py(v); *small_int* names the cached-int helper."""
+        raise NotImplementedError
+
+    def from_py(self, unsigned: str) -> List[str]:
+        """The body of <prefix>_from_py(value, out); *unsigned* names the
+        hand-written range-checked conversion."""
         raise NotImplementedError
 
 

@@ -147,6 +147,12 @@ SPEC_MISTAKES = {
     "field_in_two_unions": ("invalidate_rkey: {union: {inv: invalidate_rkey}}",
                             "invalidate_rkey: {union: {inv: invalidate_rkey, rdma: invalidate_rkey}}",
                             r"send_wr\.invalidate_rkey: members of two unions \(data, wr\)"),
+    # a field's `convert:` names a converter kind (generator/converters/record_fields.py),
+    # which says what C type it takes
+    "unknown_convert": ("imm_data: {convert: be32, union", "imm_data: {convert: be23, union",
+                        r"send_wr\.imm_data: unknown convert"),
+    "be32_on_another_type": ("      invalidated_rkey: {}\n", "      invalidated_rkey: {convert: be32}\n",
+                             r"wc\.invalidated_rkey: convert: be32 on a uint32_t"),
     "field_of_no_union": ("invalidate_rkey: {union: {inv: invalidate_rkey}}",
                           "invalidate_rkey: {union: {inval: invalidate_rkey}}",
                           r"send_wr\.invalidate_rkey: inval is not a member of a union of send_wr"),
@@ -187,3 +193,46 @@ def test_generated_c_states_no_offsets_of_the_generating_machine():
         assert not re.search(r"offsetof\([^()]*\)\s*==\s*\d", text), path.name
     text = (GENERATED / "records.h").read_text(encoding="utf-8")
     assert "_Generic(((struct ibv_qp_ex *)0)->wr_id, uint64_t: 1, default: 0)" in text
+
+
+def test_the_field_converters_are_the_registry_s_kinds():
+    """Each records.yaml field gets the converter of its `convert:` kind from
+    the shared registry (none: an int): imm_data's is the be32 one, whose C
+    goes through generator/ctext.py like the verb converters' be32."""
+    pytest.importorskip("clang.cindex", reason="libclang is not installed")
+    from generator import parse, records
+    from generator.converters import RECORD_FIELDS
+    from generator.paths import SPEC_DIR
+    m = records.build(parse.parse(None), SPEC_DIR)
+    by_key = {r.key: r for r in m.records}
+    kinds = {f"{r.key}.{name}": c.kind for r in m.records for name, c in r.converters.items()}
+    assert {k for k, kind in kinds.items() if kind == "be32"} == {"send_wr.imm_data",
+                                                                   "wc.imm_data"}
+    assert set(kinds.values()) == {"int", "be32"}
+    imm = by_key["send_wr"].converters["imm_data"]
+    assert isinstance(imm, RECORD_FIELDS["be32"])
+    assert imm.from_py("ibp_conv_u64")[-2] == "*out = htobe32((uint32_t)x);"
+    wc_imm = by_key["wc"].converters["imm_data"]
+    assert "be32toh(v)" in wc_imm.to_py("ibp_count_result")[0]
+
+
+#: the byte-order conversions C knows, each spelled in the generator once
+BYTE_ORDER = ("htobe32(", "be32toh(", "htonl(", "ntohl(")
+
+
+def test_each_byte_order_conversion_is_written_once():
+    """generator/ctext.py spells the be32 conversions, once each; the verb
+    converters (an imm_data argument, a be32 result), the data-path field
+    converters and the templates all call it, so the generated C has one
+    spelling (no ntohl beside be32toh)."""
+    found = {s: [] for s in BYTE_ORDER}
+    sources = sorted((ROOT / "generator").rglob("*.py")) + sorted((ROOT / "templates").glob("*"))
+    for path in sources:
+        text = path.read_text(encoding="utf-8")
+        for s in BYTE_ORDER:
+            found[s] += [str(path.relative_to(ROOT))] * text.count(s)
+    assert found == {"htobe32(": ["generator/ctext.py"], "be32toh(": ["generator/ctext.py"],
+                     "htonl(": [], "ntohl(": []}
+    for path in sorted(GENERATED.glob("*.h")):
+        text = path.read_text(encoding="utf-8")
+        assert "htonl(" not in text and "ntohl(" not in text, path.name
