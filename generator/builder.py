@@ -11,10 +11,11 @@ import keyword
 from typing import Any, Dict, List, Optional, Set, Tuple, cast
 
 from . import gil, handle_rules, pyimpl
+from .cexpr import CExpr, Ref, SelfPtr
 from .converters import ATTRIBUTES, FIELDS, REQUIRED, AttributeConverter
 from .converters.args import spec_default
 from .converters.fields import field_kind
-from .ctext import FASTCALL_KEYWORDS, is_int, py_repr_default
+from .ctext import FASTCALL_KEYWORDS, SELF_PTR, is_int, py_repr_default
 from .ir import IR, Function, Type
 from .members import flat_fields, has_member, member_type
 from .records import _ranges
@@ -345,10 +346,10 @@ class Builder:
                 if "path" not in aspec and "expr" not in aspec:
                     raise SpecError(f"{where}: {h.name}.{aname}: needs 'path' or 'expr'")
             if isinstance(aspec, Node) and "checks" in aspec:
-                checks = [(chk["expr"], chk.get("error", "ValueError"), chk["message"])
-                          for chk in aspec["checks"]]
-                attributes.append((aname, ATTRIBUTES["int"](aspec["expr"], f"{h.name}.{aname}",
-                                                                checks)))
+                checks = [(_attribute_c(chk["expr"], where), chk.get("error", "ValueError"),
+                           chk["message"]) for chk in aspec["checks"]]
+                attributes.append((aname, ATTRIBUTES["int"](_attribute_c(aspec["expr"], where),
+                                                                f"{h.name}.{aname}", checks)))
                 continue
             if isinstance(aspec, Node) and "path" in aspec and "convert" in aspec:
                 attributes.append((aname, self._member_attribute(h, record, aname, aspec, where)))
@@ -364,9 +365,9 @@ class Builder:
                     raise SpecError(f"{where}: {h.name}.{aname}: {aspec} is not an integer")
                 attributes.append((aname, ATTRIBUTES["member"](aspec, t)))
             elif aspec.get("convert", "int") == "str":
-                attributes.append((aname, ATTRIBUTES["str"](aspec["expr"])))
+                attributes.append((aname, ATTRIBUTES["str"](_attribute_c(aspec["expr"], where))))
             else:
-                attributes.append((aname, ATTRIBUTES["int"](aspec["expr"])))
+                attributes.append((aname, ATTRIBUTES["int"](_attribute_c(aspec["expr"], where))))
         return attributes
 
     def _member_attribute(self, h: Any, record: Any, aname: str, aspec: Any, where: str) -> AttributeConverter:
@@ -538,3 +539,13 @@ def build(ir: IR, spec: Spec) -> Model:
     all_methods = [m for h in handles for m in h.methods] + functions
     return Model(ir, spec, enums, structs, handles, functions, symbols(ir, spec),
                  coverage(ir, spec, all_methods))
+
+
+def _attribute_c(value: Any, where: str) -> str:
+    """An attribute's expression as C: a getter has self's verbs pointer
+    (the templates declare it) and nothing of a method's arguments."""
+    def spell(ref: Ref) -> str:
+        if isinstance(ref, SelfPtr):
+            return SELF_PTR
+        raise SpecError(f"{where}: an attribute cannot use {ref!r}")
+    return value.render(spell) if isinstance(value, CExpr) else str(value)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, List
 
 from .converters.composite import KwargsParam
-from .ctext import FASTCALL_KEYWORDS, declare, indented
+from .ctext import FASTCALL_KEYWORDS, SELF_PTR, declare, indented
 from .model import MethodModel
 
 
@@ -55,11 +55,6 @@ def method_body(m: MethodModel) -> List[str]:
     if m.epilogue:
         # runs once the result exists (e.g. records how a new object was made)
         body += ["if (return_value != NULL) {", "    " + m.epilogue, "}"]
-    if m.owner and sum("self_ptr" in line for line in body) == 2:
-        # only declared and set: the verb takes something else of self
-        # (a QPEx's struct ibv_qp_ex)
-        at = next(i for i, line in enumerate(body) if line.startswith("self_ptr = "))
-        body.insert(at + 1, "(void)self_ptr;")
     body += ["", "exit:"] + [line for p in m.params for line in p.cleanup()]
     body += [f"ibp_unhold({held});" for held in reversed(_holds(m))]
     return body + ["return return_value;"]
@@ -95,7 +90,7 @@ def _label(m: MethodModel) -> str:
 
 
 def _declarations(m: MethodModel) -> List[str]:
-    lines = [f"{m.owner_ctype} *self_ptr;"] if m.owner else []
+    lines = [f"{m.owner_ctype} *{SELF_PTR};"] if m.owner else []
     lines += [line for p in m.params for line in p.declarations()]
     lines += [f"PyObject *{held} = NULL;" for held in _holds(m)]
     if m.release_gil:
@@ -132,7 +127,12 @@ def _open_check(m: MethodModel) -> List[str]:
     # a subclass stores its base's pointer; its own is kept beside it
     ptr = f"{m.owner}_PTR(self)" if m.owner_is_subclass else \
         f"({m.owner_ctype} *)IBP_HANDLE(self)->ptr"
-    return ["if (ibp_check_open(self) < 0)", "    goto exit;", f"self_ptr = {ptr};"]
+    lines = ["if (ibp_check_open(self) < 0)", "    goto exit;", f"{SELF_PTR} = {ptr};"]
+    if not m.uses_self_ptr:
+        # only declared and set: the verb takes something else of self
+        # (a QPEx's struct ibv_qp_ex)
+        lines.append(f"(void){SELF_PTR};")
+    return lines
 
 
 def _symbol_checks(m: MethodModel) -> List[str]:

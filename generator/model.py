@@ -114,6 +114,9 @@ class MethodModel:
     release_gil: bool = False
     returns: Optional[ReturnConverter] = None
     result_pytype: str = "Any"              # the Python type it returns
+    # it reads self's verbs pointer (its converters, checks, guard, prologue
+    # or epilogue say so); else emit.py casts it to void
+    uses_self_ptr: bool = False
     # --- a hand method with a generated parser (spec `impl:`, generator/impl.py) ---
     impl: Optional[str] = None              # the hand-written function it calls
     impl_params: List[str] = field(default_factory=list)   # that function's C parameters

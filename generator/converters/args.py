@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any, List, Optional
 
+from ..cexpr import ArgHandle, ArgValue, uses_self
 from ..ctext import UINT32, UINT64, c_default, if_given, int_convert
 from ..ir import Type
+from .fields import HandleField
 from .registry import Context, GID_LIKE, PARAMS, ParamConverter, REQUIRED, describe, optional_type
 
 
@@ -28,13 +30,18 @@ class ArgParam(ParamConverter):
         self.name = pspec["arg"]
         self.default = spec_default(pspec)
         self.var = f"{self.name}_obj"
-        self.local = f"{cname}_c"
+        self.local = self.local_name(cname)
         self.arg = ctx.add_arg(self.name, self.default, optional_type(self.pytype_of(pspec), pspec),
                                describe(pspec.get("convert")))
 
     @classmethod
     def from_spec(cls, ctx: Context, cname: str, t: Type, pspec: Any) -> "ArgParam":
         return cls(ctx, cname, t, pspec)
+
+    @staticmethod
+    def local_name(cname: str) -> str:
+        """The C local holding the converted value of parameter *cname*."""
+        return f"{cname}_c"
 
     def pytype_of(self, pspec: Any) -> str:
         return self.base_pytype
@@ -67,8 +74,15 @@ class IntParam(ArgParam):
     def __init__(self, ctx: Context, cname: str, t: Type, pspec: Any) -> None:
         super().__init__(ctx, cname, t, pspec)
         lo, hi = pspec.get("min"), pspec.get("max")
-        self.lo: Optional[str] = None if lo is None else str(lo)
-        self.hi: Optional[str] = None if hi is None else str(hi)
+        self.lo: Optional[str] = None if lo is None else ctx.c_text(lo)
+        self.hi: Optional[str] = None if hi is None else ctx.c_text(hi)
+        self.uses_self_ptr = uses_self(lo) or uses_self(hi)
+
+    @classmethod
+    def c_ref(cls, cname: str, pspec: Any, ref: Any) -> Optional[str]:
+        if isinstance(ref, ArgValue) and ref.path is None:
+            return cls.local_name(cname)
+        return None
 
     def own_declarations(self) -> List[str]:
         init = c_default(self.default) if self.optional else "0"
@@ -144,7 +158,14 @@ class HandleParam(ClassArgParam):
         super().__init__(ctx, cname, t, pspec)
         self.hctype = ctx.handle_ctype(self.cls)
         self.context_owner = ctx.context_owner(self.hctype)
+        self.uses_self_ptr = self.context_owner is not None
         self.label = ctx.label
+
+    @classmethod
+    def c_ref(cls, cname: str, pspec: Any, ref: Any) -> Optional[str]:
+        if isinstance(ref, ArgHandle) and ref.field is None:
+            return str(ref.arg)      # its object: the local named after it
+        return None
 
     def own_declarations(self) -> List[str]:
         return [f"PyObject *{self.name} = NULL;", f"{self.hctype} *{self.local} = NULL;"]
@@ -198,6 +219,12 @@ class StructObjectParam(ClassArgParam):
         self.ctype = model.ctype
         self.handle_fields = [f.name for f in model.handle_fields]
 
+    @classmethod
+    def c_ref(cls, cname: str, pspec: Any, ref: Any) -> Optional[str]:
+        if isinstance(ref, ArgHandle) and ref.field is not None:
+            return f"{ref.arg}->{HandleField.ref_member(ref.field)}"
+        return None
+
     def own_declarations(self) -> List[str]:
         return [f"struct {self.cls}Object *{self.name} = NULL;"]
 
@@ -215,7 +242,8 @@ class StructObjectParam(ClassArgParam):
             lines += [f"/* {self.name}'s handles, held as they are now */",
                       f"if ({self.cls}_prepare({self.name}) < 0)", "    goto exit;"]
             for f in self.handle_fields:
-                lines += [f"if (ibp_hold({self.name}->ref_{f}, NULL, &{self.name}_{f}_held) < 0)",
+                lines += [f"if (ibp_hold({self.name}->{HandleField.ref_member(f)}, NULL, "
+                          f"&{self.name}_{f}_held) < 0)",
                           "    goto exit;"]
         if released:
             # another thread may set its fields (or prepare it for a call
