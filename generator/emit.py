@@ -33,6 +33,20 @@ def prepare_lines(item: Any, struct: str) -> List[str]:
     return lines
 
 
+class Label(str):
+    """A label of the function (`exit:`), where the cleanup starts: printed
+    at column 0, every other line indented one level."""
+
+
+EXIT = Label("exit:")
+
+
+def function_lines(m: MethodModel) -> List[str]:
+    """A generated wrapper's body as printed inside its braces."""
+    return [line if isinstance(line, Label) or line == "" else "    " + line
+            for line in method_body(m)]
+
+
 def method_body(m: MethodModel) -> List[str]:
     """The statements of a generated wrapper's C function."""
     if m.impl:
@@ -55,7 +69,7 @@ def method_body(m: MethodModel) -> List[str]:
     if m.epilogue:
         # runs once the result exists (e.g. records how a new object was made)
         body += ["if (return_value != NULL) {", "    " + m.epilogue, "}"]
-    body += ["", "exit:"] + [line for p in m.params for line in p.cleanup()]
+    body += ["", EXIT] + [line for p in m.params for line in p.cleanup()]
     body += [f"ibp_unhold({held});" for held in reversed(_holds(m))]
     return body + ["return return_value;"]
 
@@ -249,8 +263,8 @@ def impl_body(m: MethodModel) -> List[str]:
     body += ["PyObject *return_value = NULL;", ""] + _impl_arguments(m) + enter
     converting = [line for p in m.params for line in p.parse()]
     body += converting + [f"return_value = {call};", ""]
-    if any("goto exit" in line for line in converting):
-        body.append("exit:")
+    if any(p.parse_can_fail for p in m.params):
+        body.append(EXIT)
     body += [line for p in m.params for line in p.cleanup()]
     return body + ["ibp_call_leave(self);", "return return_value;"]
 

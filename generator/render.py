@@ -35,7 +35,7 @@ def environment(template_dir: str) -> jinja2.Environment:
     env.filters["cstring"] = c_text
     env.globals["init_format"] = _init_format
     # the C of the model's converters and wrappers (generator/emit.py)
-    env.filters["c_body"] = emit.method_body
+    env.filters["c_body"] = emit.function_lines
     env.filters["c_getter"] = emit.getter_lines
     env.filters["c_setter"] = emit.setter_lines
     env.filters["c_prepare"] = emit.prepare_lines

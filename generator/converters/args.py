@@ -23,6 +23,7 @@ class ArgParam(ParamConverter):
     """A parameter taken from the Python argument `name` (PyObject *name_obj)."""
     base_pytype = "int"
     keys = frozenset({"arg", "default", "convert"})
+    parse_can_fail = True      # a conversion of a Python object
 
     def __init__(self, ctx: Context, cname: str, t: Type, pspec: Any) -> None:
         self.cname = cname

@@ -111,6 +111,8 @@ class ParamConverter:
     #: It reads self's verbs pointer (emit.py casts it to void when nothing
     #: of the wrapper does).
     uses_self_ptr = False
+    #: Its parse() may fail (and jump to the wrapper's cleanup, `exit:`).
+    parse_can_fail = False
 
     @classmethod
     def c_ref(cls, cname: str, pspec: Any, ref: Any) -> Optional[str]:
