@@ -12,7 +12,7 @@ from typing import Any, List
 
 from .converters.composite import KwargsParam
 from .ctext import FASTCALL_KEYWORDS, SELF_PTR, declare, indented
-from .model import MethodModel
+from .model import MethodKind, MethodModel
 
 
 def getter_lines(item: Any) -> List[str]:
@@ -49,7 +49,7 @@ def function_lines(m: MethodModel) -> List[str]:
 
 def method_body(m: MethodModel) -> List[str]:
     """The statements of a generated wrapper's C function."""
-    if m.impl:
+    if m.kind is MethodKind.IMPL:
         return impl_body(m)
     body = _declarations(m) + [""] + _hold_self(m)
     body += _argument_parsing(m) + _hold_on_entry(m) + _open_check(m) + _symbol_checks(m)

@@ -18,7 +18,7 @@ from .converters.composite import MASK_BITS
 from .ctext import SELF_PTR, is_int, py_repr_default
 from .ir import Function, Param, Record, Type
 from .members import find_field, member_type
-from .model import Check, MethodModel, StructModel
+from .model import Check, MethodModel, OptionalSymbol, StructModel
 from .spec import Method, Node, SpecError, check_keys
 
 #: `convert:` kinds the parameter's C type decides (an int, or an address
@@ -159,7 +159,7 @@ class MethodBuilder:
         f, params = self.verb_function()
         converters = self.converters(f, params)
         owner_node = self.b.spec.handle(m.owner).node if m.owner else None
-        symbols = [(sym, self.b.spec.optional[sym]) for sym in self.required_symbols(f)]
+        symbols = [OptionalSymbol(sym, self.b.spec.optional[sym]) for sym in self.required_symbols(f)]
         returns = self.returns(f.result)
         has_kwargs = any(p.kind == "kwargs" for p in converters)
         mm = MethodModel(
