@@ -11,7 +11,7 @@ import jinja2
 
 from . import checksum, emit
 from .ctext import c_text
-from .model import Model
+from .model import MethodKind, Model
 
 COMMAND = "python -m generator generate"
 
@@ -34,6 +34,7 @@ def environment(template_dir: str) -> jinja2.Environment:
         undefined=jinja2.StrictUndefined, autoescape=False)
     env.filters["cstring"] = c_text
     env.globals["init_format"] = _init_format
+    env.globals["MethodKind"] = MethodKind
     # the C of the model's converters and wrappers (generator/emit.py)
     env.filters["c_body"] = emit.function_lines
     env.filters["c_getter"] = emit.getter_lines
