@@ -49,6 +49,13 @@ class ArgSize(Ref):
 
 
 @dataclass(frozen=True)
+class ArgBytes(Ref):
+    """The bytes object (PyObject *) a bytes-like argument of parameter
+    `param` is copied into."""
+    param: str
+
+
+@dataclass(frozen=True)
 class ArgHandle(Ref):
     """The PyObject * of the handle argument `arg` of parameter `param`, or
     (`field`) of the handle a struct argument's field holds."""

@@ -42,6 +42,9 @@ them in use):
     wc_flag: FLAG         the CQEx was created with CreateCQWCFlags.FLAG in
         wc_flags and the provider has the reader (`provider_op:`, by default
         the method's name) (RuntimeError "... was not requested ...")
+    packed_struct: ARG    (with `ctype: C TYPE`) the bytes-like argument ARG
+        holds at least a CTYPE whose `size` member is its whole length
+        (ValueError; a variable-length struct packed in Python)
   parameter and `struct:` field values
     self.FIELD            a member of self's verbs struct (self_ptr->FIELD)
     self                  (a struct field) self's verbs pointer
@@ -68,9 +71,9 @@ with a `# raw C: <why>` comment).
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, NoReturn, Optional, Tuple, Union
+from typing import Any, Dict, FrozenSet, List, NoReturn, Optional, Tuple, Union
 
-from .cexpr import ArgHandle, ArgSize, ArgValue, CExpr, MaskBits, SelfPtr, StructLocal
+from .cexpr import ArgBytes, ArgHandle, ArgSize, ArgValue, CExpr, MaskBits, SelfPtr, StructLocal
 
 #: a C statement or expression a rule makes (plain text where it names no
 #: value of the wrapper)
@@ -247,6 +250,8 @@ class CheckRule:
 
     key = ""
     error = "ValueError"
+    #: keys of its entry besides its own, `error:` and `message:`
+    extra: FrozenSet[str] = frozenset()
 
     def expr(self, scope: Scope, entry: Any, where: str) -> CExpr:
         raise NotImplementedError
@@ -327,6 +332,7 @@ class WCFlag(CheckRule):
     key = "wc_flag"
     error = "RuntimeError"
     enum = "CreateCQWCFlags"
+    extra = frozenset({"provider_op"})
 
     def prefix(self, scope: Scope, where: str) -> str:
         e: Any = next((e for e in scope.spec.enums if e.name == self.enum), None)
@@ -348,8 +354,28 @@ class WCFlag(CheckRule):
                 f"including {self.enum}.{entry[self.key]}")
 
 
+class PackedStruct(CheckRule):
+    """A variable-length C struct packed in Python (QP.create_flow's struct
+    ibv_flow_attr and its specs): long enough for the struct, and its
+    `size` member is the whole length."""
+
+    key = "packed_struct"
+    extra = frozenset({"ctype"})
+
+    def expr(self, scope: Scope, entry: Any, where: str) -> CExpr:
+        cname, path, pspec = scope.arg(entry[self.key], where)
+        if pspec.get("convert") != "bytes" or path is not None:
+            scope.fail(where, f"packed_struct: {entry[self.key]} is no `convert: bytes` argument")
+        ctype = entry.get("ctype")
+        if not isinstance(ctype, str) or not all(_is_name(w) for w in ctype.split()):
+            scope.fail(where, "packed_struct: needs `ctype:` (a C struct type)")
+        data = ArgBytes(cname)
+        return CExpr("PyBytes_Size(", data, f") >= (Py_ssize_t)sizeof({ctype}) && "
+                     f"(({ctype} *)PyBytes_AsString(", data, "))->size == PyBytes_Size(", data, ")")
+
+
 CHECKS: Dict[str, CheckRule] = {r.key: r for r in (SameContext(), SamePD(), NotNone(), IsNone(), State(),
-                             ProviderOp(), WCFlag())}
+                             ProviderOp(), WCFlag(), PackedStruct())}
 CHECK_EXTRA = {"error", "message"}
 
 
@@ -372,7 +398,7 @@ def expand_checks(scope: Scope, checks: Any, where: str) -> List[Any]:
         if len(kinds) != 1:
             scope.fail(here, f"a check needs exactly one of expr, {', '.join(CHECKS)}")
         rule = CHECKS[kinds[0]]
-        allowed = {rule.key} | CHECK_EXTRA | ({"provider_op"} if rule is CHECKS["wc_flag"] else set())
+        allowed = {rule.key} | CHECK_EXTRA | rule.extra
         unknown = [k for k in entry if k not in allowed]
         if unknown:
             scope.fail(_where(entry, unknown[0]), f"{rule.key}: unknown key {unknown[0]!r}")

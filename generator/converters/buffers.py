@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, List, Optional
 
-from ..cexpr import ArgSize
+from ..cexpr import ArgBytes, ArgSize
 from ..ctext import c_format_text
 from ..ir import Type
 from .args import ArgParam
@@ -36,7 +36,11 @@ class BytesParam(ArgParam):
 
     @classmethod
     def c_ref(cls, cname: str, pspec: Any, ref: Any) -> Optional[str]:
-        return cls.size_local(cname) if isinstance(ref, ArgSize) else None
+        if isinstance(ref, ArgSize):
+            return cls.size_local(cname)
+        if isinstance(ref, ArgBytes):
+            return f"{cls.local_name(cname)}_bytes"
+        return None
 
     def own_declarations(self) -> List[str]:
         return [f"PyObject *{self.local}_bytes = NULL;", f"Py_ssize_t {self.size} = 0;"]
