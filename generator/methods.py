@@ -13,7 +13,7 @@ from typing import AbstractSet, Any, Dict, List, NoReturn, Optional, Tuple, cast
 from . import docstrings, gil
 from .cexpr import CExpr, MaskBits, Ref, SelfPtr, uses_self
 from .converters import PARAMS, REQUIRED, RETURNS, Arg, ParamConverter, ReturnConverter
-from .converters.args import ArgParam
+from .converters.args import ArgParam, StructObjectParam
 from .converters.composite import MASK_BITS
 from .ctext import SELF_PTR, is_int, py_repr_default
 from .ir import Function, Param, Record, Type
@@ -295,7 +295,8 @@ class MethodBuilder:
                 parents.append("self")
             elif "." in src:
                 obj, fld = src.split(".", 1)
-                parents.append(f"{obj}_{fld}_held")   # as the call was handed it
+                # as the call was handed it
+                parents.append(StructObjectParam.held_local(obj, fld))
             else:
                 parents.append(src)
         for pname in given:

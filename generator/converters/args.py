@@ -233,7 +233,13 @@ class StructObjectParam(ClassArgParam):
         return [f"{self.ctype} {self.name}_c;"]
 
     def holds(self) -> List[str]:
-        return [f"{self.name}_{f}_held" for f in self.handle_fields]
+        return [self.held_local(self.name, f) for f in self.handle_fields]
+
+    @staticmethod
+    def held_local(arg: str, field: str) -> str:
+        """The local holding the handle in field *field* of struct argument
+        *arg* for the call (a new object's parent is that one)."""
+        return f"{arg}_{field}_held"
 
     def hold_for_call(self, released: bool) -> List[str]:
         """Its handles as they are now (a later argument's conversion may
@@ -244,7 +250,7 @@ class StructObjectParam(ClassArgParam):
                       f"if ({self.cls}_prepare({self.name}) < 0)", "    goto exit;"]
             for f in self.handle_fields:
                 lines += [f"if (ibp_hold({self.name}->{HandleField.ref_member(f)}, NULL, "
-                          f"&{self.name}_{f}_held) < 0)",
+                          f"&{self.held_local(self.name, f)}) < 0)",
                           "    goto exit;"]
         if released:
             # another thread may set its fields (or prepare it for a call
