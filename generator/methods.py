@@ -110,6 +110,8 @@ class MethodBuilder:
         return value.render(self.spell) if isinstance(value, CExpr) else str(value)
 
     def spell(self, ref: Ref) -> str:
+        """A rule's reference as C: self's pointer and the mask are the
+        wrapper's; a parameter's value is spelled by its kind's converter."""
         if isinstance(ref, SelfPtr):
             return SELF_PTR
         if isinstance(ref, MaskBits):

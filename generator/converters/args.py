@@ -66,6 +66,13 @@ class ArgParam(ParamConverter):
         return self.t.spelling
 
 
+def integer_ref(cls: Any, cname: str, ref: Any) -> Optional[str]:
+    """An integer argument's converted value (a rule's ArgValue): its local."""
+    if isinstance(ref, ArgValue) and ref.path is None:
+        return str(cls.local_name(cname))
+    return None
+
+
 @PARAMS.register("int")
 class IntParam(ArgParam):
     """An integer of the parameter's C type, range-checked (spec `min`/`max`
@@ -81,9 +88,7 @@ class IntParam(ArgParam):
 
     @classmethod
     def c_ref(cls, cname: str, pspec: Any, ref: Any) -> Optional[str]:
-        if isinstance(ref, ArgValue) and ref.path is None:
-            return cls.local_name(cname)
-        return None
+        return integer_ref(cls, cname, ref)
 
     def own_declarations(self) -> List[str]:
         init = c_default(self.default) if self.optional else "0"
@@ -107,6 +112,10 @@ class UnsignedParam(ArgParam):
     @classmethod
     def describe(cls, convert: str) -> str:
         return cls.meaning
+
+    @classmethod
+    def c_ref(cls, cname: str, pspec: Any, ref: Any) -> Optional[str]:
+        return integer_ref(cls, cname, ref)
 
     def own_declarations(self) -> List[str]:
         return [f"{self.held.spelling} {self.local} = 0;"]
