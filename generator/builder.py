@@ -11,17 +11,19 @@ import keyword
 from typing import Any, Dict, List, Optional, Set, Tuple, cast
 
 from . import gil, handle_rules, pyimpl
+from .cexpr import CExpr, Ref, SelfPtr
 from .converters import ATTRIBUTES, FIELDS, REQUIRED, AttributeConverter
 from .converters.args import spec_default
 from .converters.fields import field_kind
-from .ctext import FASTCALL_KEYWORDS, is_int, py_repr_default, value_runs
+from .ctext import FASTCALL_KEYWORDS, SELF_PTR, is_int, py_repr_default, value_runs
 from .ir import IR, Function, Type
 from .members import flat_fields, has_member, member_type
 from .impl import ImplBuilder
 from .pyimpl import PyImplError
 from .methods import MethodBuilder
-from .model import (EnumModel, HandleModel, MethodModel, Model, StructField, StructModel,
-                    SymbolModel)
+from .model import (EnumModel, HandleAttribute, HandleModel, Keepalive, MethodKind, MethodModel,
+                    Model, Parent, PythonTarget, Release, Slot, StateField, StructField,
+                    StructModel, SymbolModel)
 from .spec import Method, Node, Spec, SpecError, check_keys
 
 #: every key a struct class's field may carry, whatever its kind
@@ -239,12 +241,12 @@ class Builder:
             entries = node.get(group) or Node()
             for sname, sspec in entries.items():
                 check_keys(sspec, keys, f"{h.name}.{sname}", entries.where(sname))
-        slots = [(sname, bool(sspec.get("writable", False)), sspec.get("doc", ""))
+        slots = [Slot(sname, bool(sspec.get("writable", False)), sspec.get("doc", ""))
                  for sname, sspec in (node.get("slots") or {}).items()]
-        state = list((node.get("state") or {}).items())
+        state = [StateField(sname, ctype) for sname, ctype in (node.get("state") or {}).items()]
         methods = [self.method(m) for m in h.methods if not self.absent(m)]
         registered = bool(node.get("registered", False)) or bool(base and base.registered)
-        hand_attributes = [(aname, bool(aspec.get("writable", False)), aspec.get("doc", ""))
+        hand_attributes = [Slot(aname, bool(aspec.get("writable", False)), aspec.get("doc", ""))
                            for aname, aspec in (node.get("hand_attributes") or {}).items()]
         same_object = isinstance(node.get("base"), str)
         if same_object:
@@ -266,7 +268,7 @@ class Builder:
                                 else [sname for sname, sspec in slot_specs
                                       if sspec.get("clear_on_close")])
         model.keepalive = ([] if same_object
-                           else [(str(sspec["keepalive"]), sname) for sname, sspec in slot_specs
+                           else [Keepalive(str(sspec["keepalive"]), sname) for sname, sspec in slot_specs
                                  if sspec.get("keepalive")])
         handle_rules.apply(model, node)
         for aname, _ in model.attributes:
@@ -294,7 +296,7 @@ class Builder:
                             f"docs.fields.{cls} in spec/docs.yaml")
         return text
 
-    def _parents(self, h: Any) -> List[Tuple[str, str, bool]]:
+    def _parents(self, h: Any) -> List[Parent]:
         node = h.node
         parents = []
         for pname, pcls in (node.get("parents") or {}).items():
@@ -303,7 +305,7 @@ class Builder:
             if pcls not in self.handle_names:
                 raise SpecError(f"{node['parents'].where(pname)}: {h.name}: unknown "
                                 f"parent class {pcls}")
-            parents.append((pname, pcls, optional))
+            parents.append(Parent(pname, pcls, optional))
         return parents
 
     def _upcast_base(self, h: Any, out: List[HandleModel], own_parents_or_destroy: bool) -> Tuple[HandleModel, str]:
@@ -329,7 +331,7 @@ class Builder:
                             f"and destroy verb from its base {base.name}")
         return base, upcast
 
-    def _attributes(self, h: Any, record: Any) -> List[Tuple[str, AttributeConverter]]:
+    def _attributes(self, h: Any, record: Any) -> List[HandleAttribute]:
         attributes = []
         for aname, aspec in (h.node.get("attributes") or {}).items():
             where = h.node["attributes"].where(aname)
@@ -344,13 +346,13 @@ class Builder:
                 if "path" not in aspec and "expr" not in aspec:
                     raise SpecError(f"{where}: {h.name}.{aname}: needs 'path' or 'expr'")
             if isinstance(aspec, Node) and "checks" in aspec:
-                checks = [(chk["expr"], chk.get("error", "ValueError"), chk["message"])
-                          for chk in aspec["checks"]]
-                attributes.append((aname, ATTRIBUTES["int"](aspec["expr"], f"{h.name}.{aname}",
-                                                                checks)))
+                checks = [(_attribute_c(chk["expr"], where), chk.get("error", "ValueError"),
+                           chk["message"]) for chk in aspec["checks"]]
+                attributes.append(HandleAttribute(aname, ATTRIBUTES["int"](
+                    _attribute_c(aspec["expr"], where), f"{h.name}.{aname}", checks)))
                 continue
             if isinstance(aspec, Node) and "path" in aspec and "convert" in aspec:
-                attributes.append((aname, self._member_attribute(h, record, aname, aspec, where)))
+                attributes.append(HandleAttribute(aname, self._member_attribute(h, record, aname, aspec, where)))
                 continue
             if isinstance(aspec, Node) and "path" in aspec:
                 # {path, since}: a member newer than some headers
@@ -361,11 +363,11 @@ class Builder:
                 t = member_type(self.ir, record, aspec, where)
                 if not is_int(t):
                     raise SpecError(f"{where}: {h.name}.{aname}: {aspec} is not an integer")
-                attributes.append((aname, ATTRIBUTES["member"](aspec, t)))
+                attributes.append(HandleAttribute(aname, ATTRIBUTES["member"](aspec, t)))
             elif aspec.get("convert", "int") == "str":
-                attributes.append((aname, ATTRIBUTES["str"](aspec["expr"])))
+                attributes.append(HandleAttribute(aname, ATTRIBUTES["str"](_attribute_c(aspec["expr"], where))))
             else:
-                attributes.append((aname, ATTRIBUTES["int"](aspec["expr"])))
+                attributes.append(HandleAttribute(aname, ATTRIBUTES["int"](_attribute_c(aspec["expr"], where))))
         return attributes
 
     def _member_attribute(self, h: Any, record: Any, aname: str, aspec: Any, where: str) -> AttributeConverter:
@@ -380,7 +382,7 @@ class Builder:
                             f"not a {converter.ctype}")
         return cast(AttributeConverter, converter(aspec["path"]))
 
-    def release(self, h: Any) -> Optional[Tuple[str, str]]:
+    def release(self, h: Any) -> Optional[Release]:
         rel = h.node.get("release")
         if rel is None:
             return None
@@ -393,7 +395,7 @@ class Builder:
             return None     # older headers: nothing can be imported either
         if self.ir.function(rel["verb"]) is None:
             raise SpecError(f"{rel.where('verb')}: {h.name}: no function {rel['verb']}")
-        return (rel["when"], rel["verb"])
+        return Release(rel["when"], rel["verb"])
 
     def base_of(self, name: str, node: Any, done: List[HandleModel]) -> Tuple[Any, ...]:
         """A same-object subclass (`base: QP`) takes its base's parents,
@@ -447,7 +449,8 @@ class Builder:
                                 f"({', '.join(stub_names)}) are not those of {m.python}: {sig}")
             doc = f"{sig}\n--\n\n{str(m.node['doc']).strip()}"
             return MethodModel(m.name, m.owner, f"ibp_py_{cname}", "METH_VARARGS | METH_KEYWORDS",
-                               doc, hand=True, python=(module, func), signature=sig)
+                               doc, kind=MethodKind.PYTHON, python=PythonTarget(module, func),
+                               signature=sig)
         if m.hand is not None:
             sig = m.hand
             inner = sig[sig.index("(") + 1:sig.rindex(")")].strip()
@@ -475,7 +478,7 @@ class Builder:
                     raise SpecError(f"{m.where('verbs')}: {label}: no function {v}")
             if "impl" in m.node:     # a generated parser calls the hand-written _impl
                 return ImplBuilder(self, m, label, cname).build_impl(flags, doc, sig, verbs)
-            return MethodModel(m.name, m.owner, f"ibp_hand_{cname}", flags, doc, hand=True,
+            return MethodModel(m.name, m.owner, f"ibp_hand_{cname}", flags, doc, kind=MethodKind.HAND,
                                verbs=verbs, signature=sig)
         return MethodBuilder(self, m, label, cname).build()
 
@@ -537,3 +540,13 @@ def build(ir: IR, spec: Spec) -> Model:
     all_methods = [m for h in handles for m in h.methods] + functions
     return Model(ir, spec, enums, structs, handles, functions, symbols(ir, spec),
                  coverage(ir, spec, all_methods))
+
+
+def _attribute_c(value: Any, where: str) -> str:
+    """An attribute's expression as C: a getter has self's verbs pointer
+    (the templates declare it) and nothing of a method's arguments."""
+    def spell(ref: Ref) -> str:
+        if isinstance(ref, SelfPtr):
+            return SELF_PTR
+        raise SpecError(f"{where}: an attribute cannot use {ref!r}")
+    return value.render(spell) if isinstance(value, CExpr) else str(value)

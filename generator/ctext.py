@@ -147,6 +147,10 @@ def py_repr_default(value: Any) -> str:
 
 # The C parameters of a method function and the names passing them on, by
 # calling convention (METH_* flags).
+#: the local a method of a class holds its own verbs object in
+#: (generator/emit.py declares and sets it)
+SELF_PTR = "self_ptr"
+
 FASTCALL_KEYWORDS = "METH_FASTCALL | METH_KEYWORDS"
 C_PARAMS = {"METH_NOARGS": "PyObject *unused", "METH_O": "PyObject *arg",
             FASTCALL_KEYWORDS: "PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames"}

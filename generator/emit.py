@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any, List
 
 from .converters.composite import KwargsParam
-from .ctext import FASTCALL_KEYWORDS, declare, indented
-from .model import MethodModel
+from .ctext import FASTCALL_KEYWORDS, SELF_PTR, declare, indented
+from .model import MethodKind, MethodModel
 from .model import RecordAttribute, RecordTypeModel
 
 
@@ -34,9 +34,23 @@ def prepare_lines(item: Any, struct: str) -> List[str]:
     return lines
 
 
+class Label(str):
+    """A label of the function (`exit:`), where the cleanup starts: printed
+    at column 0, every other line indented one level."""
+
+
+EXIT = Label("exit:")
+
+
+def function_lines(m: MethodModel) -> List[str]:
+    """A generated wrapper's body as printed inside its braces."""
+    return [line if isinstance(line, Label) or line == "" else "    " + line
+            for line in method_body(m)]
+
+
 def method_body(m: MethodModel) -> List[str]:
     """The statements of a generated wrapper's C function."""
-    if m.impl:
+    if m.kind is MethodKind.IMPL:
         return impl_body(m)
     body = _declarations(m) + [""] + _hold_self(m)
     body += _argument_parsing(m) + _hold_on_entry(m) + _open_check(m) + _symbol_checks(m)
@@ -56,12 +70,7 @@ def method_body(m: MethodModel) -> List[str]:
     if m.epilogue:
         # runs once the result exists (e.g. records how a new object was made)
         body += ["if (return_value != NULL) {", "    " + m.epilogue, "}"]
-    if m.owner and sum("self_ptr" in line for line in body) == 2:
-        # only declared and set: the verb takes something else of self
-        # (a QPEx's struct ibv_qp_ex)
-        at = next(i for i, line in enumerate(body) if line.startswith("self_ptr = "))
-        body.insert(at + 1, "(void)self_ptr;")
-    body += ["", "exit:"] + [line for p in m.params for line in p.cleanup()]
+    body += ["", EXIT] + [line for p in m.params for line in p.cleanup()]
     body += [f"ibp_unhold({held});" for held in reversed(_holds(m))]
     return body + ["return return_value;"]
 
@@ -96,7 +105,7 @@ def _label(m: MethodModel) -> str:
 
 
 def _declarations(m: MethodModel) -> List[str]:
-    lines = [f"{m.owner_ctype} *self_ptr;"] if m.owner else []
+    lines = [f"{m.owner_ctype} *{SELF_PTR};"] if m.owner else []
     lines += [line for p in m.params for line in p.declarations()]
     lines += [f"PyObject *{held} = NULL;" for held in _holds(m)]
     if m.release_gil:
@@ -133,7 +142,12 @@ def _open_check(m: MethodModel) -> List[str]:
     # a subclass stores its base's pointer; its own is kept beside it
     ptr = f"{m.owner}_PTR(self)" if m.owner_is_subclass else \
         f"({m.owner_ctype} *)IBP_HANDLE(self)->ptr"
-    return ["if (ibp_check_open(self) < 0)", "    goto exit;", f"self_ptr = {ptr};"]
+    lines = ["if (ibp_check_open(self) < 0)", "    goto exit;", f"{SELF_PTR} = {ptr};"]
+    if not m.uses_self_ptr:
+        # only declared and set: the verb takes something else of self
+        # (a QPEx's struct ibv_qp_ex)
+        lines.append(f"(void){SELF_PTR};")
+    return lines
 
 
 def _symbol_checks(m: MethodModel) -> List[str]:
@@ -250,8 +264,8 @@ def impl_body(m: MethodModel) -> List[str]:
     body += ["PyObject *return_value = NULL;", ""] + _impl_arguments(m) + enter
     converting = [line for p in m.params for line in p.parse()]
     body += converting + [f"return_value = {call};", ""]
-    if any("goto exit" in line for line in converting):
-        body.append("exit:")
+    if any(p.parse_can_fail for p in m.params):
+        body.append(EXIT)
     body += [line for p in m.params for line in p.cleanup()]
     return body + ["ibp_call_leave(self);", "return return_value;"]
 

@@ -22,7 +22,7 @@ from typing import List, Tuple
 from .converters import REQUIRED
 from .ir import Type, UNKNOWN
 from .methods import MethodBuilder
-from .model import MethodModel
+from .model import MethodKind, MethodModel
 from .spec import Node, SpecError
 
 #: the C types a plain-int `impl:` argument may name
@@ -93,7 +93,7 @@ class ImplBuilder(MethodBuilder):
                 self.fail(f"impl: {name}: ctype must be one of {', '.join(INT_CTYPES)}", "impl")
             converters.append(self.param(name, INT_CTYPES.get(ctype, UNKNOWN), pspec, where))
         impl = f"ibp_hand_{self.cname}_impl"
-        return MethodModel(self.m.name, self.m.owner, self.cname, flags, doc, hand=True,
+        return MethodModel(self.m.name, self.m.owner, self.cname, flags, doc, kind=MethodKind.IMPL,
                            verbs=verbs, signature=signature, args=self.args, params=converters,
                            impl=impl, impl_params=[_decl(p.impl_ctype, p.name)  # type: ignore[attr-defined]
                                                    for p in converters])

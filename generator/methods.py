@@ -8,15 +8,17 @@ as data; generator/emit.py writes the C.
 """
 from __future__ import annotations
 
-from typing import AbstractSet, Any, List, NoReturn, Optional, Tuple, cast
+from typing import AbstractSet, Any, Dict, List, NoReturn, Optional, Tuple, cast
 
 from . import docstrings, gil
+from .cexpr import CExpr, MaskBits, Ref, SelfPtr, uses_self
 from .converters import PARAMS, REQUIRED, RETURNS, Arg, ParamConverter, ReturnConverter
-from .converters.args import ArgParam
-from .ctext import is_int, py_repr_default
+from .converters.args import ArgParam, StructObjectParam
+from .converters.composite import MASK_BITS
+from .ctext import SELF_PTR, is_int, py_repr_default
 from .ir import Function, Param, Record, Type
 from .members import find_field, member_type
-from .model import Check, MethodModel, StructModel
+from .model import Check, MethodModel, OptionalSymbol, StructModel
 from .spec import Method, Node, SpecError, check_keys
 
 #: `convert:` kinds the parameter's C type decides (an int, or an address
@@ -42,6 +44,7 @@ class MethodBuilder:
         self.cname = cname
         self.args: List[Arg] = []
         self.mask_claimed = False
+        self.param_types: Dict[str, Type] = {}    # the verb's parameters
 
     def where(self, key: Optional[str]=None) -> str:
         return self.m.where(key)
@@ -98,8 +101,33 @@ class MethodBuilder:
         if record is None or find_field(self.ir, record, "context") is None:
             return None
         owner_ctype = self.b.spec.handle(self.m.owner).node["ctype"]
-        return "self_ptr" if owner_ctype == "struct ibv_context" else "self_ptr->context"
+        return SELF_PTR if owner_ctype == "struct ibv_context" else f"{SELF_PTR}->context"
 
+    def c_text(self, value: Any) -> str:
+        """A spec value as C: text written in the spec as it is, a rule's
+        CExpr (generator/rules.py) with each reference spelled by the
+        converter that declares it."""
+        return value.render(self.spell) if isinstance(value, CExpr) else str(value)
+
+    def spell(self, ref: Ref) -> str:
+        """A rule's reference as C: self's pointer and the mask are the
+        wrapper's; a parameter's value is spelled by its kind's converter."""
+        if isinstance(ref, SelfPtr):
+            return SELF_PTR
+        if isinstance(ref, MaskBits):
+            return MASK_BITS
+        cname = str(getattr(ref, "param", ""))
+        spec_params = self.m.node.get("params") or {}
+        if cname not in spec_params or cname not in self.param_types:
+            self.fail(f"a rule refers to parameter {cname!r}, which the verb does not have")
+        pspec = spec_params[cname]
+        if isinstance(pspec, str) and pspec not in WORD_KINDS:
+            pspec = {"arg": pspec}
+        kind = self.param_kind(cname, self.param_types[cname], pspec, self.where("params"))
+        spelled = PARAMS[kind].c_ref(cname, pspec, ref)
+        if spelled is None:
+            self.fail(f"parameter {cname} ({kind}) has no {type(ref).__name__} a rule can use")
+        return str(spelled)
     # -- the model --
     def verb_function(self) -> Tuple[Function, List[Param]]:
         verb = self.m.verb
@@ -116,6 +144,7 @@ class MethodBuilder:
     def converters(self, f: Function, params: Any) -> List[ParamConverter]:
         spec_params = self.m.node["params"] or Node()
         names = [p.name for p in params]
+        self.param_types = {p.name: p.type for p in params}
         for key in spec_params:
             if key not in names:
                 self.fail(f"{f.name} has no parameter {key!r} (it has: {', '.join(names)})",
@@ -132,7 +161,7 @@ class MethodBuilder:
         f, params = self.verb_function()
         converters = self.converters(f, params)
         owner_node = self.b.spec.handle(m.owner).node if m.owner else None
-        symbols = [(sym, self.b.spec.optional[sym]) for sym in self.required_symbols(f)]
+        symbols = [OptionalSymbol(sym, self.b.spec.optional[sym]) for sym in self.required_symbols(f)]
         returns = self.returns(f.result)
         has_kwargs = any(p.kind == "kwargs" for p in converters)
         mm = MethodModel(
@@ -144,11 +173,15 @@ class MethodBuilder:
             owner_ctype=owner_node["ctype"] if owner_node else None,
             owner_is_subclass=bool(owner_node and "base" in owner_node),
             symbols=symbols,
-            checks=[Check(chk["expr"], chk.get("error", "ValueError"), chk["message"])
+            checks=[Check(self.c_text(chk["expr"]), chk.get("error", "ValueError"), chk["message"])
                     for chk in m.node.get("checks", []) or []],
-            guard=m.node.get("guard"), prologue=m.node.get("prologue"),
-            epilogue=m.node.get("epilogue"), errors=m.node["errors"],
-            release_gil=self.releases_gil(f.name), returns=returns)
+            guard=self.optional_c_text("guard"), prologue=self.optional_c_text("prologue"),
+            epilogue=self.optional_c_text("epilogue"), errors=m.node["errors"],
+            release_gil=self.releases_gil(f.name), returns=returns,
+            uses_self_ptr=bool(m.owner) and (
+                any(p.uses_self_ptr for p in converters)
+                or any(uses_self(chk["expr"]) for chk in m.node.get("checks", []) or [])
+                or any(uses_self(m.node.get(key)) for key in ("guard", "prologue", "epilogue"))))
         mm.result_pytype = returns.pytype([p.output_pytype or "Any" for p in mm.outputs])
         mm.signature = m.node.get("signature") or self.signature()
         try:
@@ -158,6 +191,10 @@ class MethodBuilder:
             self.fail(str(exc).split(": ", 1)[1], "doc")
         mm.doc = f"{mm.signature}\n--\n\n{text}"
         return mm
+
+    def optional_c_text(self, key: str) -> Optional[str]:
+        value = self.m.node.get(key)
+        return None if value is None else self.c_text(value)
 
     def releases_gil(self, verb: str) -> bool:
         """The verb's GIL rule: the method's own `gil:`, else its kind's
@@ -260,7 +297,8 @@ class MethodBuilder:
                 parents.append("self")
             elif "." in src:
                 obj, fld = src.split(".", 1)
-                parents.append(f"{obj}_{fld}_held")   # as the call was handed it
+                # as the call was handed it
+                parents.append(StructObjectParam.held_local(obj, fld))
             else:
                 parents.append(src)
         for pname in given:

@@ -9,8 +9,9 @@ knows its C and its Python type.
 """
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 from . import ctext
 from .converters import (Arg, AttributeConverter, FieldConverter, ParamConverter,  # noqa: F401
@@ -86,6 +87,26 @@ class Check:
     message: str
 
 
+class MethodKind(enum.Enum):
+    """Who writes a method's C function."""
+    GENERATED = "generated"   # a verb wrapper, all generated (generator/emit.py)
+    HAND = "hand"             # hand-written C (spec `hand:`), entered through its __call
+    IMPL = "impl"             # a generated parser calling a hand-written _impl (spec `impl:`)
+    PYTHON = "python"         # written in Python (spec `python:`), called from C
+
+
+class PythonTarget(NamedTuple):
+    """The Python function a `python:` method calls."""
+    module: str
+    function: str
+
+
+class OptionalSymbol(NamedTuple):
+    """A symbol a wrapper needs that older rdma-core releases lack."""
+    name: str
+    since: str        # the first release with it
+
+
 @dataclass
 class MethodModel:
     name: str                  # Python name
@@ -93,19 +114,19 @@ class MethodModel:
     cname: str                 # C function name
     flags: str
     doc: str                   # docstring incl. the signature line
-    hand: bool = False
+    kind: MethodKind = MethodKind.GENERATED
     signature: str = ""        # the text signature ("name($self, /, a, b=0)")
     args: List[Arg] = field(default_factory=list)
     verbs: List[str] = field(default_factory=list)  # C functions it binds
-    # a Python-layer method (spec `python:`): (module, function) it calls
-    python: Optional[Tuple[str, str]] = None
-    # --- a generated wrapper (hand=False): what generator/emit.py writes ---
+    # a Python-layer method (kind PYTHON): the function it calls
+    python: Optional[PythonTarget] = None
+    # --- a generated wrapper (kind GENERATED): what generator/emit.py writes ---
     verb: str = ""
     params: List[ParamConverter] = field(default_factory=list)   # the verb's, in order
     result_spelling: Optional[str] = None   # the verb's C result type, None for void
     owner_ctype: Optional[str] = None
     owner_is_subclass: bool = False         # its class has a spec `base:`
-    symbols: List[Tuple[str, str]] = field(default_factory=list)   # optional symbol, since
+    symbols: List[OptionalSymbol] = field(default_factory=list)
     checks: List[Check] = field(default_factory=list)
     guard: Optional[str] = None             # hand-written C precondition (< 0: raised)
     prologue: Optional[str] = None          # C statement before the call
@@ -114,9 +135,17 @@ class MethodModel:
     release_gil: bool = False
     returns: Optional[ReturnConverter] = None
     result_pytype: str = "Any"              # the Python type it returns
-    # --- a hand method with a generated parser (spec `impl:`, generator/impl.py) ---
+    # it reads self's verbs pointer (its converters, checks, guard, prologue
+    # or epilogue say so); else emit.py casts it to void
+    uses_self_ptr: bool = False
+    # --- a hand method with a generated parser (kind IMPL, generator/impl.py) ---
     impl: Optional[str] = None              # the hand-written function it calls
     impl_params: List[str] = field(default_factory=list)   # that function's C parameters
+
+    @property
+    def hand(self) -> bool:
+        """Its C is not (all) generated: hand-written, an _impl's parser, or Python."""
+        return self.kind is not MethodKind.GENERATED
 
     # The C parameters of its function and the names passing them on, by
     # calling convention.
@@ -138,16 +167,55 @@ class MethodModel:
         return [p for p in self.params if p.output_pytype is not None]
 
 
+class Parent(NamedTuple):
+    """A handle's parent object (kept alive with it)."""
+    attr: str         # the attribute and the object's member
+    cls: str          # its handle class
+    optional: bool    # may be None
+
+
+class HandleAttribute(NamedTuple):
+    """A generated read-only attribute of a handle class."""
+    name: str
+    converter: AttributeConverter    # its getter
+
+
+class Slot(NamedTuple):
+    """A Python object a handle keeps (spec `slots:`), or a hand-written
+    attribute (spec `hand_attributes:`)."""
+    name: str
+    writable: bool
+    doc: str
+
+
+class StateField(NamedTuple):
+    """A C member of the object beside the verbs pointer (spec `state:`)."""
+    name: str
+    ctype: str
+
+
+class Release(NamedTuple):
+    """close() lets go with `verb` instead of destroying when `flag` is set."""
+    flag: str
+    verb: str
+
+
+class Keepalive(NamedTuple):
+    """A method setting `slot` and returning the object."""
+    method: str
+    slot: str
+
+
 @dataclass
 class HandleModel:
     name: str
     ctype: str
     doc: str
     destroy: str
-    parents: List[Tuple[str, str, bool]]       # attr, class, optional
-    attributes: List[Tuple[str, AttributeConverter]]   # name, its getter
-    slots: List[Tuple[str, bool, str]]         # name, writable, doc
-    state: List[Tuple[str, str]]               # name, C type
+    parents: List[Parent]
+    attributes: List[HandleAttribute]
+    slots: List[Slot]
+    state: List[StateField]
     before_destroy: Optional[str]
     registered: bool
     methods: List[MethodModel]
@@ -164,8 +232,8 @@ class HandleModel:
     before_dealloc: Optional[str] = None
     # (state flag, verb): when the flag is set, close() releases the object
     # with that verb instead of destroying it (an imported DM is unimported)
-    release: Optional[Tuple[str, str]] = None
-    hand_attributes: List[Tuple[str, bool, str]] = field(default_factory=list)
+    release: Optional[Release] = None
+    hand_attributes: List[Slot] = field(default_factory=list)
     # A same-object subclass with a destroy of its own (ImportedPD:
     # ibv_unimport_pd) is a whole handle class again, with the base's layout.
     own_destroy: bool = False
@@ -177,7 +245,7 @@ class HandleModel:
     clear_on_close: List[str] = field(default_factory=list)
     # (method, slot): a method setting the slot and returning the object
     # (spec: `keepalive: _keepalive`, the seed's MR._keepalive(owner) -> self)
-    keepalive: List[Tuple[str, str]] = field(default_factory=list)
+    keepalive: List[Keepalive] = field(default_factory=list)
     # -- lifetime rules beyond the template's (generator/handle_rules.py;
     # the rdma_cm classes use them) --
     # hand-written, runs first whenever the object lets go of its verbs
@@ -198,7 +266,7 @@ class HandleModel:
     def hand_attribute_names(self) -> List[str]:
         """A slot shadowed by a hand-written attribute of the same name gets
         no generated getter (the hand one reads it)."""
-        return [a[0] for a in self.hand_attributes]
+        return [a.name for a in self.hand_attributes]
 
 
 @dataclass

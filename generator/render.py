@@ -13,7 +13,7 @@ import jinja2
 
 from . import checksum, emit
 from .ctext import c_text
-from .model import CMModel, Model, RecordsModel
+from .model import CMModel, MethodKind, Model, RecordsModel
 
 COMMAND = "python -m generator generate"
 
@@ -36,8 +36,9 @@ def environment(template_dir: str) -> jinja2.Environment:
         undefined=jinja2.StrictUndefined, autoescape=False)
     env.filters["cstring"] = c_text
     env.globals["init_format"] = _init_format
+    env.globals["MethodKind"] = MethodKind
     # the C of the model's converters and wrappers (generator/emit.py)
-    env.filters["c_body"] = emit.method_body
+    env.filters["c_body"] = emit.function_lines
     env.filters["c_getter"] = emit.getter_lines
     env.filters["c_setter"] = emit.setter_lines
     env.filters["c_prepare"] = emit.prepare_lines

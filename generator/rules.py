@@ -2,15 +2,20 @@
 
 The spec says what a rule means ("send_cq must be of this PD's context",
 "a QPEx batch operation", "the new CQEx remembers its wc_flags"); this stage
-turns each such key into the C the model stage emits: a check expression, a
+turns each such key into what the model stage emits: a check expression, a
 guard, a fixed parameter value, a statement before the call (prologue) or
-after it (epilogue).  It runs inside ``spec.load`` once the whole spec is
+after it (epilogue).  Wherever that names a value of the wrapper (a
+converted argument, a bytes argument's size, self's verbs pointer) it is a
+typed reference in a CExpr (generator/cexpr.py), which the converter
+declaring the value spells once the model is built: no C local's name is
+written here.  It runs inside ``spec.load`` once the whole spec is
 read, rewrites the loaded nodes in place and leaves no rule key behind, so
 generator/model.py (and every other reader of the spec) sees only the forms
 it always knew.  One class per rule kind: it validates its YAML (a
 ``RuleError`` naming file and line; ``spec.load`` raises it as SpecError)
 and knows what C it becomes.  This module imports nothing of the generator
-(``spec`` imports it), so there is no import circle.
+but the leaf generator/cexpr.py (``spec`` imports it), so there is no
+import circle.
 
 The keys (the reference; CONTRIBUTING.md "How to bind a new verb" shows
 them in use):
@@ -37,6 +42,9 @@ them in use):
     wc_flag: FLAG         the CQEx was created with CreateCQWCFlags.FLAG in
         wc_flags and the provider has the reader (`provider_op:`, by default
         the method's name) (RuntimeError "... was not requested ...")
+    packed_struct: ARG    (with `ctype: C TYPE`) the bytes-like argument ARG
+        holds at least a CTYPE whose `size` member is its whole length
+        (ValueError; a variable-length struct packed in Python)
   parameter and `struct:` field values
     self.FIELD            a member of self's verbs struct (self_ptr->FIELD)
     self                  (a struct field) self's verbs pointer
@@ -63,7 +71,13 @@ with a `# raw C: <why>` comment).
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, NoReturn, Optional, Tuple
+from typing import Any, Dict, FrozenSet, List, NoReturn, Optional, Tuple, Union
+
+from .cexpr import ArgBytes, ArgHandle, ArgSize, ArgValue, CExpr, MaskBits, SelfPtr, StructLocal
+
+#: a C statement or expression a rule makes (plain text where it names no
+#: value of the wrapper)
+CCode = Union[str, CExpr]
 
 # method-level keys of this module (spec.METHOD_KEYS accepts them)
 METHOD_KEYS = {"qpex", "posts_send", "not_polling"}
@@ -126,8 +140,8 @@ class Scope:
     def __init__(self, spec: Any, owner: str, name: str, node: Any) -> None:
         self.spec, self.owner, self.name, self.node = spec, owner, name, node
         self.label = f"{owner}.{name}" if owner else name
-        self.prologue: List[str] = []
-        self.epilogue: List[str] = []
+        self.prologue: List[CCode] = []
+        self.epilogue: List[CCode] = []
 
     def fail(self, where: str, message: str) -> NoReturn:
         raise RuleError(f"{where}: {self.label}: {message}")
@@ -186,13 +200,13 @@ class Scope:
             self.fail(where, f"no argument {name!r} (it has: {', '.join(self.args()) or 'none'})")
         return found
 
-    def handle_ref(self, ref: Any, where: str) -> Tuple[str, str, str]:
-        """(the C PyObject * of a handle argument or ARG.FIELD of a struct
+    def handle_ref(self, ref: Any, where: str) -> Tuple[CExpr, str, str]:
+        """(the PyObject * of a handle argument or ARG.FIELD of a struct
         argument, the handle's C type, the last name) for a check."""
         if not isinstance(ref, str):
             self.fail(where, f"expected an argument name, got {ref!r}")
         arg, _, field = ref.partition(".")
-        _, _, pspec = self.arg(arg, where)
+        cname, _, pspec = self.arg(arg, where)
         convert = str(pspec.get("convert", ""))
         if field:
             if not convert.startswith("struct:"):
@@ -204,10 +218,10 @@ class Scope:
             fconv = str(fspec.get("convert", "")) if hasattr(fspec, "get") else ""
             if not fconv.startswith("handle:"):
                 self.fail(where, f"{sname} has no handle field {field!r}")
-            return f"{arg}->ref_{field}", self.handle_ctype(fconv, where), field
+            return CExpr(ArgHandle(cname, arg, field)), self.handle_ctype(fconv, where), field
         if not convert.startswith("handle:"):
             self.fail(where, f"{arg} is no handle argument (convert: handle:...)")
-        return arg, self.handle_ctype(convert, where), arg
+        return CExpr(ArgHandle(cname, arg)), self.handle_ctype(convert, where), arg
 
     def handle_ctype(self, convert: str, where: str) -> str:
         node = self.handle_node(convert.split(":", 1)[1])
@@ -221,12 +235,12 @@ class Scope:
             self.fail(where, f"{name} is no optional struct field with a `mask:`")
         return str(pspec["mask"])
 
-    def location(self, name: Any, where: str) -> str:
+    def location(self, name: Any, where: str) -> CExpr:
         """The C lvalue holding an integer argument once converted."""
         cname, path, pspec = self.arg(name, where)
         if pspec.get("convert") not in (None, "int"):
             self.fail(where, f"{name} is not an integer argument")
-        return f"{cname}_c.{path}" if path else f"{cname}_c"
+        return CExpr(ArgValue(cname, path))
 
 
 # --- checks ------------------------------------------------------------------------
@@ -236,8 +250,10 @@ class CheckRule:
 
     key = ""
     error = "ValueError"
+    #: keys of its entry besides its own, `error:` and `message:`
+    extra: FrozenSet[str] = frozenset()
 
-    def expr(self, scope: Scope, entry: Any, where: str) -> str:
+    def expr(self, scope: Scope, entry: Any, where: str) -> CExpr:
         raise NotImplementedError
 
     def message(self, scope: Scope, entry: Any, where: str) -> Optional[str]:
@@ -247,10 +263,10 @@ class CheckRule:
 class SameContext(CheckRule):
     key = "same_context"
 
-    def expr(self, scope: Scope, entry: Any, where: str) -> str:
+    def expr(self, scope: Scope, entry: Any, where: str) -> CExpr:
         obj, ctype, _ = scope.handle_ref(entry[self.key], where)
-        own = "self_ptr" if scope.owner_ctype(where) == "struct ibv_context" else "self_ptr->context"
-        return f"{obj} == NULL || (({ctype} *)IBP_HANDLE({obj})->ptr)->context == {own}"
+        own = CExpr(SelfPtr()) + ("" if scope.owner_ctype(where) == "struct ibv_context" else "->context")
+        return obj + f" == NULL || (({ctype} *)IBP_HANDLE(" + obj + ")->ptr)->context == " + own
 
     def message(self, scope: Scope, entry: Any, where: str) -> Optional[str]:
         return f"{scope.handle_ref(entry[self.key], where)[2]} belongs to another context"
@@ -259,10 +275,10 @@ class SameContext(CheckRule):
 class SamePD(CheckRule):
     key = "same_pd"
 
-    def expr(self, scope: Scope, entry: Any, where: str) -> str:
+    def expr(self, scope: Scope, entry: Any, where: str) -> CExpr:
         obj, ctype, _ = scope.handle_ref(entry[self.key], where)
-        own = "self_ptr" if scope.owner_ctype(where) == "struct ibv_pd" else "self_ptr->pd"
-        return f"{obj} == NULL || (({ctype} *)IBP_HANDLE({obj})->ptr)->pd == {own}"
+        own = CExpr(SelfPtr()) + ("" if scope.owner_ctype(where) == "struct ibv_pd" else "->pd")
+        return obj + f" == NULL || (({ctype} *)IBP_HANDLE(" + obj + ")->ptr)->pd == " + own
 
     def message(self, scope: Scope, entry: Any, where: str) -> Optional[str]:
         return f"{scope.handle_ref(entry[self.key], where)[2]} belongs to another PD"
@@ -272,39 +288,39 @@ class NotNone(CheckRule):
     key = "not_none"
     error = "TypeError"
 
-    def expr(self, scope: Scope, entry: Any, where: str) -> str:
+    def expr(self, scope: Scope, entry: Any, where: str) -> CExpr:
         refs = entry[self.key]
         if not isinstance(refs, list) or not refs:
             scope.fail(where, "not_none: a list of arguments")
-        return " && ".join(f"{scope.handle_ref(r, where)[0]} != NULL" for r in refs)
+        return CExpr.join(" && ", [scope.handle_ref(r, where)[0] + " != NULL" for r in refs])
 
 
 class IsNone(CheckRule):
     key = "is_none"
 
-    def expr(self, scope: Scope, entry: Any, where: str) -> str:
-        return f"{scope.handle_ref(entry[self.key], where)[0]} == NULL"
+    def expr(self, scope: Scope, entry: Any, where: str) -> CExpr:
+        return scope.handle_ref(entry[self.key], where)[0] + " == NULL"
 
 
 class State(CheckRule):
     key = "state"
     error = "RuntimeError"
 
-    def expr(self, scope: Scope, entry: Any, where: str) -> str:
+    def expr(self, scope: Scope, entry: Any, where: str) -> CExpr:
         field = _ident(entry[self.key], where, "state")
         if not scope.has_state(scope.owner, field):
             scope.fail(where, f"{scope.owner} has no state {field!r}")
-        return f"((struct {scope.owner}Object *)self)->{field}"
+        return CExpr(f"((struct {scope.owner}Object *)self)->{field}")
 
 
 class ProviderOp(CheckRule):
     key = "provider_op"
     error = "RuntimeError"
 
-    def expr(self, scope: Scope, entry: Any, where: str) -> str:
+    def expr(self, scope: Scope, entry: Any, where: str) -> CExpr:
         op = _ident(entry[self.key], where, "provider_op")
         scope.owner_ctype(where)
-        return f"self_ptr->{op} != NULL"
+        return CExpr(SelfPtr(), f"->{op} != NULL")
 
     def message(self, scope: Scope, entry: Any, where: str) -> Optional[str]:
         return f"the provider does not offer {entry[self.key]}"
@@ -316,6 +332,7 @@ class WCFlag(CheckRule):
     key = "wc_flag"
     error = "RuntimeError"
     enum = "CreateCQWCFlags"
+    extra = frozenset({"provider_op"})
 
     def prefix(self, scope: Scope, where: str) -> str:
         e: Any = next((e for e in scope.spec.enums if e.name == self.enum), None)
@@ -323,13 +340,13 @@ class WCFlag(CheckRule):
             scope.fail(where, f"wc_flag needs the enum {self.enum}")
         return str(e.node["prefix"])
 
-    def expr(self, scope: Scope, entry: Any, where: str) -> str:
+    def expr(self, scope: Scope, entry: Any, where: str) -> CExpr:
         flag = _ident(entry[self.key], where, "wc_flag")
         if not scope.has_state(scope.owner, "wc_flags"):
             scope.fail(where, f"wc_flag: {scope.owner} has no state 'wc_flags'")
         op = _ident(entry.get("provider_op", scope.name), where, "provider_op")
-        return (f"(((struct {scope.owner}Object *)self)->wc_flags & {self.prefix(scope, where)}{flag})"
-                f" && self_ptr->{op} != NULL")
+        return CExpr(f"(((struct {scope.owner}Object *)self)->wc_flags & {self.prefix(scope, where)}{flag})"
+                     " && ", SelfPtr(), f"->{op} != NULL")
 
     def message(self, scope: Scope, entry: Any, where: str) -> Optional[str]:
         field = scope.name[len("read_"):] if scope.name.startswith("read_") else scope.name
@@ -337,8 +354,28 @@ class WCFlag(CheckRule):
                 f"including {self.enum}.{entry[self.key]}")
 
 
+class PackedStruct(CheckRule):
+    """A variable-length C struct packed in Python (QP.create_flow's struct
+    ibv_flow_attr and its specs): long enough for the struct, and its
+    `size` member is the whole length."""
+
+    key = "packed_struct"
+    extra = frozenset({"ctype"})
+
+    def expr(self, scope: Scope, entry: Any, where: str) -> CExpr:
+        cname, path, pspec = scope.arg(entry[self.key], where)
+        if pspec.get("convert") != "bytes" or path is not None:
+            scope.fail(where, f"packed_struct: {entry[self.key]} is no `convert: bytes` argument")
+        ctype = entry.get("ctype")
+        if not isinstance(ctype, str) or not all(_is_name(w) for w in ctype.split()):
+            scope.fail(where, "packed_struct: needs `ctype:` (a C struct type)")
+        data = ArgBytes(cname)
+        return CExpr("PyBytes_Size(", data, f") >= (Py_ssize_t)sizeof({ctype}) && "
+                     f"(({ctype} *)PyBytes_AsString(", data, "))->size == PyBytes_Size(", data, ")")
+
+
 CHECKS: Dict[str, CheckRule] = {r.key: r for r in (SameContext(), SamePD(), NotNone(), IsNone(), State(),
-                             ProviderOp(), WCFlag())}
+                             ProviderOp(), WCFlag(), PackedStruct())}
 CHECK_EXTRA = {"error", "message"}
 
 
@@ -361,7 +398,7 @@ def expand_checks(scope: Scope, checks: Any, where: str) -> List[Any]:
         if len(kinds) != 1:
             scope.fail(here, f"a check needs exactly one of expr, {', '.join(CHECKS)}")
         rule = CHECKS[kinds[0]]
-        allowed = {rule.key} | CHECK_EXTRA | ({"provider_op"} if rule is CHECKS["wc_flag"] else set())
+        allowed = {rule.key} | CHECK_EXTRA | rule.extra
         unknown = [k for k in entry if k not in allowed]
         if unknown:
             scope.fail(_where(entry, unknown[0]), f"{rule.key}: unknown key {unknown[0]!r}")
@@ -452,9 +489,9 @@ class Values:
     def param(self, scope: Scope, cname: str, pspec: Any, where: str, in_struct: str = "") -> Any:
         field = _self_field(pspec, where, "self.FIELD")
         if field is not None:
-            return {"value": f"self_ptr->{field}"}
+            return {"value": CExpr(SelfPtr(), f"->{field}")}
         if in_struct and pspec == "self":
-            return {"value": "self_ptr"}
+            return {"value": CExpr(SelfPtr())}
         if not hasattr(pspec, "get"):
             return pspec
         if "flags" in pspec:
@@ -467,12 +504,13 @@ class Values:
             ccname, path, arg = scope.arg(pspec["size_of"], where)
             if arg.get("convert") != "bytes" or path is not None:
                 scope.fail(where, f"size_of: {pspec['size_of']} is no `convert: bytes` argument")
-            return {"value": f"{ccname}_c_size"}
+            return {"value": CExpr(ArgSize(ccname))}
         if "sge_of" in pspec:
             if pspec["sge_of"] != "self" or not scope.is_a(scope.owner, "MR"):
                 scope.fail(where, "sge_of: self, in a method of MR")
-            scope.prologue.append("struct ibv_sge sge = {.addr = (uintptr_t)self_ptr->addr, "
-                                  ".length = (uint32_t)self_ptr->length, .lkey = self_ptr->lkey};")
+            me = SelfPtr()
+            scope.prologue.append(CExpr("struct ibv_sge sge = {.addr = (uintptr_t)", me, "->addr, "
+                                        ".length = (uint32_t)", me, "->length, .lkey = ", me, "->lkey};"))
             return {"value": "&sge"}
         if "below" in pspec or "comp_mask_bit" in pspec:
             pspec = _mapping(pspec, dict(pspec))
@@ -482,30 +520,31 @@ class Values:
             below = _self_field(pspec.pop("below"), where, "below: self.FIELD")
             if below is None:
                 scope.fail(where, "below: self.FIELD")
-            pspec["max"] = f"self_ptr->{below} - 1"
+            pspec["max"] = CExpr(SelfPtr(), f"->{below} - 1")
         if "comp_mask_bit" in pspec:
             if not in_struct:
                 scope.fail(where, "comp_mask_bit: only for struct fields")
             bit = _ident(pspec.pop("comp_mask_bit"), where, "comp_mask_bit")
-            target = f"{in_struct}_c"
-            scope.prologue.append(f"if ({target}.{cname} != 0) {target}.comp_mask |= {bit};"
-                                  "  /* flags need their mask bit */")
+            target = StructLocal(in_struct)
+            scope.prologue.append(CExpr("if (", target, f".{cname} != 0) ", target, f".comp_mask |= {bit};"
+                                        "  /* flags need their mask bit */"))
         return pspec
 
-    def flags(self, scope: Scope, pspec: Any, where: str) -> str:
+    def flags(self, scope: Scope, pspec: Any, where: str) -> CExpr:
         names = pspec["flags"]
         if set(pspec) != {"flags"} or not isinstance(names, list) or not names:
             scope.fail(where, "flags: a list of C constants (and `mask`)")
-        out = []
+        out: List[CExpr] = []
         for name in names:
             name = _ident(name, where, "a flag")
             if name == "mask":
                 masked = [a for a, (_, path, s) in scope.args().items() if path and "mask" in s]
                 if not masked:
                     scope.fail(where, "flags: mask, but no struct field has a `mask:`")
-                name = "mask_bits"
-            out.append(name)
-        return " | ".join(out)
+                out.append(CExpr(MaskBits()))
+            else:
+                out.append(CExpr(name))
+        return CExpr.join(" | ", out)
 
     def apply(self, scope: Scope, node: Any) -> None:
         params = node.get("params")
@@ -549,19 +588,19 @@ class SetOnResult:
             if scope.has_slot(cls, field):
                 if value != "self":
                     scope.fail(where, f"set: slot {field} takes `self`")
-                c_value = "Py_NewRef(self)"
+                c_value: CCode = "Py_NewRef(self)"
             elif scope.has_state(cls, field):
                 c_value = self.state_value(scope, value, where)
             else:
                 scope.fail(where, f"set: {cls} has no state or slot {field!r}")
-            scope.epilogue.append(f"((struct {cls}Object *)return_value)->{field} = {c_value};")
+            scope.epilogue.append(f"((struct {cls}Object *)return_value)->{field} = " + CExpr(c_value) + ";")
         del ret["set"]
 
-    def state_value(self, scope: Scope, value: Any, where: str) -> str:
+    def state_value(self, scope: Scope, value: Any, where: str) -> CExpr:
         if isinstance(value, int) and not isinstance(value, bool):
-            return str(value)
+            return CExpr(str(value))
         if hasattr(value, "get") and set(value) == {"given"}:
-            return f"(mask_bits & {scope.mask_of(value['given'], where)}) != 0"
+            return CExpr("(", MaskBits(), f" & {scope.mask_of(value['given'], where)}) != 0")
         return scope.location(value, where)
 
 
@@ -580,17 +619,18 @@ class Attribute:
                 scope.fail(where, "an attribute from a function: {verb, of, convert}")
             func = _ident(aspec["verb"], where, "verb")
             member = _ident(aspec["of"], where, "of")
-            return _mapping(aspec, {"expr": f"{func}(self_ptr->{member})",
+            return _mapping(aspec, {"expr": CExpr(f"{func}(", SelfPtr(), f"->{member})"),
                                     "convert": aspec.get("convert", "int")})
         if "path" in aspec and aspec.get("convert") == "address":
             if set(aspec) != {"path", "convert"}:
                 scope.fail(where, "a pointer attribute: {path, convert: address}")
-            return _mapping(aspec, {"expr": f"(uintptr_t)self_ptr->{_ident(aspec['path'], where, 'path')}",
+            return _mapping(aspec, {"expr": CExpr("(uintptr_t)", SelfPtr(),
+                                                  f"->{_ident(aspec['path'], where, 'path')}"),
                                     "convert": "int"})
         if "checks" in aspec:
             out = dict(aspec)
             if "path" in out:
-                out["expr"] = f"self_ptr->{_ident(out.pop('path'), where, 'path')}"
+                out["expr"] = CExpr(SelfPtr(), f"->{_ident(out.pop('path'), where, 'path')}")
             out["checks"] = expand_checks(scope, aspec["checks"], aspec.where("checks"))
             return _mapping(aspec, out)
         return aspec

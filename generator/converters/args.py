@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any, List, Optional
 
+from ..cexpr import ArgHandle, ArgValue, uses_self
 from ..ctext import UINT32, UINT64, c_default, host_to_be32, if_given, int_convert
 from ..ir import Type
+from .fields import HandleField
 from .registry import Context, GID_LIKE, PARAMS, ParamConverter, REQUIRED, describe, optional_type
 
 
@@ -21,6 +23,7 @@ class ArgParam(ParamConverter):
     """A parameter taken from the Python argument `name` (PyObject *name_obj)."""
     base_pytype = "int"
     keys = frozenset({"arg", "default", "convert"})
+    parse_can_fail = True      # a conversion of a Python object
 
     def __init__(self, ctx: Context, cname: str, t: Type, pspec: Any) -> None:
         self.cname = cname
@@ -28,13 +31,18 @@ class ArgParam(ParamConverter):
         self.name = pspec["arg"]
         self.default = spec_default(pspec)
         self.var = f"{self.name}_obj"
-        self.local = f"{cname}_c"
+        self.local = self.local_name(cname)
         self.arg = ctx.add_arg(self.name, self.default, optional_type(self.pytype_of(pspec), pspec),
                                describe(pspec.get("convert")))
 
     @classmethod
     def from_spec(cls, ctx: Context, cname: str, t: Type, pspec: Any) -> "ArgParam":
         return cls(ctx, cname, t, pspec)
+
+    @staticmethod
+    def local_name(cname: str) -> str:
+        """The C local holding the converted value of parameter *cname*."""
+        return f"{cname}_c"
 
     def pytype_of(self, pspec: Any) -> str:
         return self.base_pytype
@@ -58,6 +66,13 @@ class ArgParam(ParamConverter):
         return self.t.spelling
 
 
+def integer_ref(cls: Any, cname: str, ref: Any) -> Optional[str]:
+    """An integer argument's converted value (a rule's ArgValue): its local."""
+    if isinstance(ref, ArgValue) and ref.path is None:
+        return str(cls.local_name(cname))
+    return None
+
+
 @PARAMS.register("int")
 class IntParam(ArgParam):
     """An integer of the parameter's C type, range-checked (spec `min`/`max`
@@ -67,8 +82,13 @@ class IntParam(ArgParam):
     def __init__(self, ctx: Context, cname: str, t: Type, pspec: Any) -> None:
         super().__init__(ctx, cname, t, pspec)
         lo, hi = pspec.get("min"), pspec.get("max")
-        self.lo: Optional[str] = None if lo is None else str(lo)
-        self.hi: Optional[str] = None if hi is None else str(hi)
+        self.lo: Optional[str] = None if lo is None else ctx.c_text(lo)
+        self.hi: Optional[str] = None if hi is None else ctx.c_text(hi)
+        self.uses_self_ptr = uses_self(lo) or uses_self(hi)
+
+    @classmethod
+    def c_ref(cls, cname: str, pspec: Any, ref: Any) -> Optional[str]:
+        return integer_ref(cls, cname, ref)
 
     def own_declarations(self) -> List[str]:
         init = c_default(self.default) if self.optional else "0"
@@ -92,6 +112,10 @@ class UnsignedParam(ArgParam):
     @classmethod
     def describe(cls, convert: str) -> str:
         return cls.meaning
+
+    @classmethod
+    def c_ref(cls, cname: str, pspec: Any, ref: Any) -> Optional[str]:
+        return integer_ref(cls, cname, ref)
 
     def own_declarations(self) -> List[str]:
         return [f"{self.held.spelling} {self.local} = 0;"]
@@ -146,7 +170,14 @@ class HandleParam(ClassArgParam):
         super().__init__(ctx, cname, t, pspec)
         self.hctype = ctx.handle_ctype(self.cls)
         self.context_owner = ctx.context_owner(self.hctype)
+        self.uses_self_ptr = self.context_owner is not None
         self.label = ctx.label
+
+    @classmethod
+    def c_ref(cls, cname: str, pspec: Any, ref: Any) -> Optional[str]:
+        if isinstance(ref, ArgHandle) and ref.field is None:
+            return str(ref.arg)      # its object: the local named after it
+        return None
 
     def own_declarations(self) -> List[str]:
         return [f"PyObject *{self.name} = NULL;", f"{self.hctype} *{self.local} = NULL;"]
@@ -200,6 +231,12 @@ class StructObjectParam(ClassArgParam):
         self.ctype = model.ctype
         self.handle_fields = [f.name for f in model.handle_fields]
 
+    @classmethod
+    def c_ref(cls, cname: str, pspec: Any, ref: Any) -> Optional[str]:
+        if isinstance(ref, ArgHandle) and ref.field is not None:
+            return f"{ref.arg}->{HandleField.ref_member(ref.field)}"
+        return None
+
     def own_declarations(self) -> List[str]:
         return [f"struct {self.cls}Object *{self.name} = NULL;"]
 
@@ -207,7 +244,13 @@ class StructObjectParam(ClassArgParam):
         return [f"{self.ctype} {self.name}_c;"]
 
     def holds(self) -> List[str]:
-        return [f"{self.name}_{f}_held" for f in self.handle_fields]
+        return [self.held_local(self.name, f) for f in self.handle_fields]
+
+    @staticmethod
+    def held_local(arg: str, field: str) -> str:
+        """The local holding the handle in field *field* of struct argument
+        *arg* for the call (a new object's parent is that one)."""
+        return f"{arg}_{field}_held"
 
     def hold_for_call(self, released: bool) -> List[str]:
         """Its handles as they are now (a later argument's conversion may
@@ -217,7 +260,8 @@ class StructObjectParam(ClassArgParam):
             lines += [f"/* {self.name}'s handles, held as they are now */",
                       f"if ({self.cls}_prepare({self.name}) < 0)", "    goto exit;"]
             for f in self.handle_fields:
-                lines += [f"if (ibp_hold({self.name}->ref_{f}, NULL, &{self.name}_{f}_held) < 0)",
+                lines += [f"if (ibp_hold({self.name}->{HandleField.ref_member(f)}, NULL, "
+                          f"&{self.held_local(self.name, f)}) < 0)",
                           "    goto exit;"]
         if released:
             # another thread may set its fields (or prepare it for a call

@@ -2,8 +2,9 @@
 with an optional `max`) or exactly N bytes (`buffer:N`)."""
 from __future__ import annotations
 
-from typing import Any, List
+from typing import Any, List, Optional
 
+from ..cexpr import ArgBytes, ArgSize
 from ..ctext import c_format_text
 from ..ir import Type
 from .args import ArgParam
@@ -13,7 +14,7 @@ from .registry import BUFFER_LIKE, Context, PARAMS
 @PARAMS.register("bytes")
 class BytesParam(ArgParam):
     """Any bytes-like object, copied; other parameters and `checks` may use
-    it as {cname}_c_bytes and its size as {cname}_c_size (QP._create_flow:
+    its size (a rule's `size_of:`, generator/cexpr.py ArgSize; QP._create_flow:
     struct ibv_flow_attr and its specs)."""
     base_pytype = BUFFER_LIKE
     keys = ArgParam.keys | {"max", "hint"}
@@ -24,23 +25,37 @@ class BytesParam(ArgParam):
 
     def __init__(self, ctx: Context, cname: str, t: Type, pspec: Any) -> None:
         super().__init__(ctx, cname, t, pspec)
-        self.max = pspec.get("max")
+        self.max = None if pspec.get("max") is None else ctx.c_text(pspec["max"])
         self.hint = pspec.get("hint")     # why the bound, in the error: "(<hint>)"
+        self.size = self.size_local(cname)
+
+    @classmethod
+    def size_local(cls, cname: str) -> str:
+        """The local holding the argument's size in bytes."""
+        return f"{cls.local_name(cname)}_size"
+
+    @classmethod
+    def c_ref(cls, cname: str, pspec: Any, ref: Any) -> Optional[str]:
+        if isinstance(ref, ArgSize):
+            return cls.size_local(cname)
+        if isinstance(ref, ArgBytes):
+            return f"{cls.local_name(cname)}_bytes"
+        return None
 
     def own_declarations(self) -> List[str]:
-        return [f"PyObject *{self.local}_bytes = NULL;", f"Py_ssize_t {self.local}_size = 0;"]
+        return [f"PyObject *{self.local}_bytes = NULL;", f"Py_ssize_t {self.size} = 0;"]
 
     def parse(self) -> List[str]:
-        local = self.local
+        local, size = self.local, self.size
         lines = [f"{local}_bytes = PyBytes_FromObject({self.var});",
                  f"if ({local}_bytes == NULL)", "    goto exit;",
-                 f"{local}_size = PyBytes_Size({local}_bytes);",
-                 f"(void){local}_size;   /* for the parameters and checks that want it */"]
+                 f"{size} = PyBytes_Size({local}_bytes);",
+                 f"(void){size};   /* for the parameters and checks that want it */"]
         if self.max is not None:
             hint = f" ({c_format_text(self.hint)})" if self.hint else ""
-            lines += [f"if ({local}_size > (Py_ssize_t)({self.max})) {{",
+            lines += [f"if ({size} > (Py_ssize_t)({self.max})) {{",
                       f'    PyErr_Format(PyExc_ValueError, "{self.name} must be at most %lld '
-                      f'bytes{hint}, got %zd", (long long)({self.max}), {local}_size);',
+                      f'bytes{hint}, got %zd", (long long)({self.max}), {size});',
                       "    goto exit;", "}"]
         return lines
 

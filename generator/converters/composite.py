@@ -5,10 +5,15 @@ from __future__ import annotations
 
 from typing import Any, FrozenSet, List, Optional
 
+from ..cexpr import ArgHandle, ArgValue, StructLocal, uses_self
 from ..ctext import c_default, if_given, indented, int_convert
 from ..ir import Type
-from .args import context_check, hold_argument, spec_default
+from .args import ArgParam, context_check, hold_argument, spec_default
 from .registry import Arg, Context, PARAMS, ParamConverter, REQUIRED, describe, optional_type
+
+#: the local the mask bits of the optional members given add up in (the
+#: first member with a `mask:` declares it; spec `mask` passes it)
+MASK_BITS = "mask_bits"
 
 
 class _Member:
@@ -16,6 +21,7 @@ class _Member:
     arg: Optional[Arg] = None
     #: the keys of its spec entry (checked by StructFieldsParam.from_spec)
     keys: FrozenSet[str] = frozenset()
+    uses_self_ptr = False
 
     def declarations(self) -> List[str]:
         return []
@@ -27,8 +33,9 @@ class _Member:
 class _ConstantMember(_Member):
     keys = frozenset({"value"})
 
-    def __init__(self, target: str, value: Any) -> None:
-        self.target, self.value = target, value
+    def __init__(self, ctx: Context, target: str, value: Any) -> None:
+        self.target, self.value = target, ctx.c_text(value)
+        self.uses_self_ptr = uses_self(value)
 
     def parse(self) -> List[str]:
         return [f"{self.target} = {self.value};"]
@@ -48,7 +55,7 @@ class _ArgMember(_Member):
 
     def declarations(self) -> List[str]:
         return [f"PyObject *{self.var} = NULL;"] + self.own_declarations() + (
-            ["int mask_bits = 0;"] if self.declares_mask else [])
+            [f"int {MASK_BITS} = 0;"] if self.declares_mask else [])
 
     def own_declarations(self) -> List[str]:
         return []
@@ -61,12 +68,14 @@ class _IntMember(_ArgMember):
         super().__init__(ctx, target, fspec, "int")
         lo, hi = fspec.get("min"), fspec.get("max")
         self.conv = int_convert(self.var, target, t, self.name,
-                                None if lo is None else str(lo), None if hi is None else str(hi))
+                                None if lo is None else ctx.c_text(lo),
+                                None if hi is None else ctx.c_text(hi))
+        self.uses_self_ptr = uses_self(lo) or uses_self(hi)
 
     def parse(self) -> List[str]:
         if self.mask is not None:
             return ([f"if ({self.var} != NULL && {self.var} != Py_None) {{"]
-                    + indented(self.conv + [f"mask_bits |= {self.mask};"]) + ["}"])
+                    + indented(self.conv + [f"{MASK_BITS} |= {self.mask};"]) + ["}"])
         if self.default != REQUIRED:
             return [f"{self.target} = {c_default(self.default)};"] + if_given(self.var, self.conv)
         return self.conv
@@ -82,6 +91,7 @@ class _HandleMember(_ArgMember):
         super().__init__(ctx, target, fspec, self.cls)
         self.hctype = ctx.handle_ctype(self.cls, where)
         self.context_owner = ctx.context_owner(self.hctype)
+        self.uses_self_ptr = self.context_owner is not None
         self.label = ctx.label
 
     def own_declarations(self) -> List[str]:
@@ -102,7 +112,7 @@ class _HandleMember(_ArgMember):
                  "        goto exit;", "}", f"if ({name} != NULL) {{",
                  f"    {self.target} = ({self.hctype} *)IBP_HANDLE({name})->ptr;"]
         if self.mask is not None:
-            lines.append(f"    mask_bits |= {self.mask};")
+            lines.append(f"    {MASK_BITS} |= {self.mask};")
         lines.append("}")
         return lines + context_check(self.context_owner, self.label, name, self.target)
 
@@ -115,6 +125,22 @@ class StructFieldsParam(ParamConverter):
 
     def __init__(self, local: str, ctype: str, members: List[_Member]) -> None:
         self.local, self.ctype, self.members = local, ctype, members
+        self.uses_self_ptr = any(m.uses_self_ptr for m in members)
+
+    @staticmethod
+    def local_name(cname: str) -> str:
+        """The C struct filled for parameter *cname*."""
+        return ArgParam.local_name(cname)
+
+    @classmethod
+    def c_ref(cls, cname: str, pspec: Any, ref: Any) -> Optional[str]:
+        if isinstance(ref, ArgValue) and ref.path is not None:
+            return f"{cls.local_name(cname)}.{ref.path}"
+        if isinstance(ref, StructLocal):
+            return cls.local_name(cname)
+        if isinstance(ref, ArgHandle) and ref.field is None:
+            return str(ref.arg)      # a handle member's object: the local named after it
+        return None
 
     @classmethod
     def from_spec(cls, ctx: Context, cname: str, t: Type, pspec: Any) -> "StructFieldsParam":
@@ -125,7 +151,7 @@ class StructFieldsParam(ParamConverter):
         record = ctx.ir.record(pointee.decl or pointee.spelling)
         if record is None:
             ctx.fail(f"parameter {cname}: {pointee.spelling} is not a known struct")
-        local = f"{cname}_c"
+        local = cls.local_name(cname)
         members: List[_Member] = []
         for path, fspec in fields.items():
             where = fields.where(path)
@@ -138,7 +164,7 @@ class StructFieldsParam(ParamConverter):
                     _HandleMember if convert.startswith("handle:") else _IntMember)
             ctx.check_keys(fspec, kind.keys, f"{cname}.{path}", where)
             if kind is _ConstantMember:
-                members.append(_ConstantMember(target, fspec["value"]))
+                members.append(_ConstantMember(ctx, target, fspec["value"]))
             elif kind is _HandleMember:
                 members.append(_HandleMember(ctx, target, fspec, where))
             else:

@@ -31,8 +31,14 @@ class HandleField(FieldConverter):
     def pytype(self) -> str:  # type: ignore[override]  # a class attribute in the base
         return f"{self.cls} | None"
 
+    @staticmethod
+    def ref_member(pyname: str) -> str:
+        """The struct object's member holding the handle (templates/objects.h.j2)."""
+        return f"ref_{pyname}"
+
     def getter(self) -> List[str]:
-        return [f"result = self->ref_{self.pyname} ? self->ref_{self.pyname} : Py_None;",
+        ref = self.ref_member(self.pyname)
+        return [f"result = self->{ref} ? self->{ref} : Py_None;",
                 "Py_INCREF(result);"]
 
     def setter(self) -> List[str]:
@@ -42,13 +48,13 @@ class HandleField(FieldConverter):
         # stored like any other object and refused by X_prepare()
         return ["obj = value == Py_None ? NULL : value;" if self.none_ok else "obj = value;",
                 "Py_XINCREF(obj);",
-                f"Py_XSETREF(self->ref_{self.pyname}, obj);"]
+                f"Py_XSETREF(self->{self.ref_member(self.pyname)}, obj);"]
 
     def prepare(self, struct: str) -> List[str]:
         """X_prepare()'s check of a set member (self->ref_<name> != NULL):
         the real type (an object can claim any class through __class__, and
         its memory is read as a handle) and an open handle."""
-        return [f'if (ibp_conv_handle(self->ref_{self.pyname}, "{struct}.{self.pyname}", '
+        return [f'if (ibp_conv_handle(self->{self.ref_member(self.pyname)}, "{struct}.{self.pyname}", '
                 f'{self.cls}_Type, {1 if self.none_ok else 0}, &obj) < 0)',
                 "    return -1;"]
 

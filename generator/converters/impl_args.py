@@ -20,6 +20,7 @@ class ObjectParam(ArgParam):
     when an optional one is not given."""
     base_pytype = "Any"
     impl_ctype = "PyObject *"
+    parse_can_fail = False     # nothing to convert
 
     def call_arg(self) -> str:
         return self.var

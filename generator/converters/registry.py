@@ -78,6 +78,7 @@ class Context(Protocol):
     def struct_class_of(self, ctype: str) -> Optional[str]: ...
     def member_type(self, record: "Record", path: str, where: str) -> "Type": ...
     def context_owner(self, hctype: str) -> Optional[str]: ...
+    def c_text(self, value: Any) -> str: ...   # a spec value (C text or a rule's CExpr) as C
 
 
 PARAMS = Registry("parameter")
@@ -109,6 +110,19 @@ class ParamConverter:
     @classmethod
     def describe(cls, convert: str) -> Optional[str]:
         """What an argument with this `convert:` takes, for its docstring."""
+        return None
+
+    #: It reads self's verbs pointer (emit.py casts it to void when nothing
+    #: of the wrapper does).
+    uses_self_ptr = False
+    #: Its parse() may fail (and jump to the wrapper's cleanup, `exit:`).
+    parse_can_fail = False
+
+    @classmethod
+    def c_ref(cls, cname: str, pspec: Any, ref: Any) -> Optional[str]:
+        """The C spelling of a value this kind declares for parameter
+        *cname* that a rule's expression refers to (a generator.cexpr.Ref),
+        None when it declares no such value."""
         return None
 
     def declarations(self) -> List[str]:

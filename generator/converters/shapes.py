@@ -5,21 +5,24 @@ from __future__ import annotations
 
 from typing import Any, List, Optional
 
-from ..ctext import int_getter, is_int
+from ..cexpr import ArgValue, CExpr, uses_self
+from ..ctext import SELF_PTR, int_getter, is_int
 from ..ir import Type
+from .composite import MASK_BITS
 from .registry import Context, PARAMS, ParamConverter
 
 
 @PARAMS.register("self")
 class SelfParam(ParamConverter):
     """The verbs object of the method's own handle."""
+    uses_self_ptr = True
 
     @classmethod
     def from_spec(cls, ctx: Context, cname: str, t: Type, pspec: Any) -> "SelfParam":
         return cls()
 
     def call_arg(self) -> str:
-        return "self_ptr"
+        return SELF_PTR
 
 
 @PARAMS.register("mask")
@@ -31,7 +34,7 @@ class MaskParam(ParamConverter):
         return cls()
 
     def call_arg(self) -> str:
-        return "mask_bits"
+        return MASK_BITS
 
 
 @PARAMS.register("value")
@@ -39,12 +42,13 @@ class ValueParam(ParamConverter):
     """A constant (spec `value:`)."""
     keys = frozenset({"value"})
 
-    def __init__(self, value: str) -> None:
+    def __init__(self, value: str, uses_self_ptr: bool = False) -> None:
         self.value = value
+        self.uses_self_ptr = uses_self_ptr
 
     @classmethod
     def from_spec(cls, ctx: Context, cname: str, t: Type, pspec: Any) -> "ValueParam":
-        return cls(str(pspec["value"]))
+        return cls(ctx.c_text(pspec["value"]), uses_self(pspec["value"]))
 
     def call_arg(self) -> str:
         return self.value
@@ -185,7 +189,7 @@ class OutListParam(ParamConverter):
         struct_class = ctx.struct_class_of(pointee.decl or pointee.spelling) if pointee else None
         if pointee is None or (struct_class is None and not is_int(pointee)):
             ctx.fail(f"out list {cname}: no struct class for {t.spelling}")
-        return cls(cname, pointee, f"{pspec['count']}_c", struct_class)
+        return cls(cname, pointee, ctx.c_text(CExpr(ArgValue(str(pspec["count"])))), struct_class)
 
     def declarations(self) -> List[str]:
         return [f"{self.pointee.spelling} *{self.list} = NULL;"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import shutil
 import textwrap
 
@@ -206,3 +207,53 @@ def test_spec_texts_are_escaped_for_the_c_literals_they_land_in():
     from generator.converters import buffers, impl_args
     assert "c_format_text(self.message)" in pathlib.Path(impl_args.__file__).read_text()
     assert "c_format_text(self.hint)" in pathlib.Path(buffers.__file__).read_text()
+
+
+# --- rules refer to a converter's values; the converter spells them ---------
+
+#: a converter's locals for verb parameter P: P_c, P_c_size, P_c_bytes (and
+#: what the test renames them to)
+_PARAM_LOCAL = r"\b(?!ibp_)[a-z]\w*?_(?:c|renamed)(?:_size|_bytes)?\b"
+
+
+def _declared(lines):
+    """The names the declaration lines of a wrapper declare."""
+    return {m.group(1) for line in lines
+            for m in [re.search(r"(\w+)(?:\[\w*\])?\s*(?:=[^;]*)?;\s*$", line)] if m}
+
+
+def _undeclared_locals(m):
+    body = "\n".join(emit.method_body(m))
+    return sorted(set(re.findall(_PARAM_LOCAL, body)) - _declared(emit._declarations(m)))
+
+
+def test_renaming_a_converter_local_follows_into_the_rules(ir, monkeypatch):
+    """A rule's check, value or prologue names a converted argument, a bytes
+    argument's size, a struct being filled (generator/cexpr.py); only the
+    converter spells its local.  Renamed there, every wrapper still uses
+    only locals it declares, the rules' expressions included."""
+    from generator.converters.args import ArgParam
+    monkeypatch.setattr(ArgParam, "local_name", staticmethod(lambda cname: f"{cname}_renamed"))
+    model = builder.build(ir, spec.load(SPEC_DIR))
+    methods = [m for h in model.handles for m in h.methods if not m.hand]
+    methods += [m for m in model.functions if not m.hand]
+    made_by_rules = {f"{m.owner}.{m.name}" for m in methods
+                     if "_renamed" in " ".join([c.expr for c in m.checks]
+                                               + [m.prologue or "", m.epilogue or ""]
+                                               + [p.call_arg() for p in m.params])}
+    # size_of (QP._create_flow), location (a `set:` of CQ), comp_mask_bit
+    assert {"QP._create_flow"} <= made_by_rules and len(made_by_rules) >= 3
+    assert {f"{m.owner}.{m.name}": _undeclared_locals(m) for m in methods
+            if _undeclared_locals(m)} == {}
+
+
+def test_the_undeclared_local_finder_sees_one(built):
+    """The check above fails where a rule still spells a local itself."""
+    m = next(m for h in built.handles for m in h.methods if m.name == "_create_flow")
+    assert _undeclared_locals(m) == []
+    from generator.model import Check
+    m.checks.append(Check("flow_c_size > (Py_ssize_t)attr_c_size", "ValueError", "spelled here"))
+    try:
+        assert _undeclared_locals(m) == ["attr_c_size"]     # flow_c_size is declared
+    finally:
+        m.checks.pop()

@@ -1,6 +1,7 @@
 """The generator's own shape, read with `ast` (no libclang needed): no import
 circle between its modules, short functions, a model of dataclasses (no C
-text), no regular expression over C, a converter for every spec kind."""
+text), no regular expression over C, a converter for every spec kind, rules
+that spell no converter's local, templates that repeat no block."""
 from __future__ import annotations
 
 import ast
@@ -101,8 +102,11 @@ def test_the_model_is_dataclasses_without_c_text():
     assert len(path.read_text(encoding="utf-8").splitlines()) < MAX_MODEL_LINES
     tree = ast.parse(path.read_text(encoding="utf-8"))
     classes = [n for n in tree.body if isinstance(n, ast.ClassDef)]
+    # dataclasses, named tuples (fields by name) and enums (kinds by name)
     assert classes and all(
-        any("dataclass" in ast.unparse(d) for d in c.decorator_list) for c in classes)
+        any("dataclass" in ast.unparse(d) for d in c.decorator_list)
+        or {ast.unparse(b) for b in c.bases} & {"NamedTuple", "enum.Enum"} for c in classes)
+    assert any(ast.unparse(b) == "enum.Enum" for c in classes for b in c.bases)
     statements = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
                   and isinstance(n.value, str) and n.value.rstrip().endswith(";")]
     assert statements == []
@@ -136,3 +140,58 @@ def test_every_spec_kind_has_a_converter():
         for kind, cls in registry.by_kind.items():
             assert cls.kind == kind
     assert all(hasattr(cls, "from_spec") for cls in PARAMS.by_kind.values())
+
+
+# --- rules name values by what they are (generator/cexpr.py) ---
+
+#: how converters spell their locals (generator/converters/): a rule that
+#: wrote one of these would break when the converter renames its local
+CONVERTER_SPELLINGS = ("_c_size", "_c.", "ref_", "mask_bits", "self_ptr")
+
+
+def test_rules_spell_no_converter_local():
+    tree = ast.parse((GENERATOR / "rules.py").read_text(encoding="utf-8"))
+    texts = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
+             and isinstance(n.value, str)]
+    texts += [ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.JoinedStr)]
+    docstring = ast.get_docstring(tree, clean=False)
+    spelled = sorted({t for t in texts if t != docstring
+                      and (any(c in t for c in CONVERTER_SPELLINGS) or t.endswith("_c"))})
+    assert spelled == []
+
+
+# --- templates repeat no block ------------------------------------------------
+
+TEMPLATES = GENERATOR.parent / "templates"
+#: a run of this many non-blank lines found twice is a copy: it belongs in
+#: one include (templates/_*.j2) or macro
+REPEAT_LINES = 8
+
+
+def _repeated_blocks(texts: Dict[str, str], n: int = REPEAT_LINES) -> List[str]:
+    """Each run of n identical non-blank lines (stripped of trailing space)
+    that appears at two places, in one template or two: "a:L1 b:L2"."""
+    seen: Dict[tuple, List[str]] = {}
+    for name, text in sorted(texts.items()):
+        lines = [(i + 1, line.rstrip()) for i, line in enumerate(text.splitlines()) if line.strip()]
+        for k in range(len(lines) - n + 1):
+            run = tuple(line for _, line in lines[k:k + n])
+            seen.setdefault(run, []).append(f"{name}:{lines[k][0]}")
+    return [" ".join(places) for places in seen.values() if len(places) > 1]
+
+
+def test_no_template_repeats_a_block():
+    texts = {p.name: p.read_text(encoding="utf-8") for p in sorted(TEMPLATES.glob("*.j2"))}
+    assert len(texts) > 10
+    assert _repeated_blocks(texts) == []
+
+
+def test_the_repeat_finder_sees_a_copied_block():
+    block = "\n".join(f"line {i};" for i in range(REPEAT_LINES))
+    texts = {"a.j2": f"head\n{block}\ntail\n", "b.j2": f"other\n\n{block}\n"}
+    assert _repeated_blocks(texts) == ["a.j2:2 b.j2:3"]
+    # blank lines inside a copy do not hide it; a shorter run is no copy
+    assert _repeated_blocks({"a.j2": block, "b.j2": block.replace(";\n", ";\n\n")}) != []
+    assert _repeated_blocks({"a.j2": block, "b.j2": block.split("\n", 1)[1]}) == []
+    # a copy inside one template counts too
+    assert _repeated_blocks({"a.j2": f"{block}\nx\n{block}\n"}) == ["a.j2:1 a.j2:10"]

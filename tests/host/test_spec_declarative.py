@@ -171,6 +171,15 @@ def write_spec(tmp_path, text):
     ("methods:\n  PD:\n    f:\n      verb: ibv_alloc_null_mr\n      params: {pd: self}\n"
      "      errors: \"null\"\n      returns: {new: MR, set: {owner: 1}}\n",
      "spec/zz.yaml:7: PD.f: set: slot owner takes `self`"),
+    ("methods:\n  QP:\n    f:\n      verb: ibv_create_flow\n      params: {qp: self, flow: {arg: attr, convert: address}}\n"
+     "      errors: \"null\"\n      checks:\n        - {packed_struct: attr, ctype: struct ibv_flow_attr, message: m}\n",
+     "spec/zz.yaml:8: QP.f: packed_struct: attr is no `convert: bytes` argument"),
+    ("methods:\n  QP:\n    f:\n      verb: ibv_create_flow\n      params: {qp: self, flow: {arg: attr, convert: bytes}}\n"
+     "      errors: \"null\"\n      checks:\n        - {packed_struct: attr, message: m}\n",
+     "spec/zz.yaml:8: QP.f: packed_struct: needs `ctype:` (a C struct type)"),
+    ("methods:\n  QP:\n    f:\n      verb: ibv_create_flow\n      params: {qp: self, flow: {arg: attr, convert: bytes}}\n"
+     "      errors: \"null\"\n      checks:\n        - {packed_struct: attr, ctype: struct ibv_flow_attr, size: 8, message: m}\n",
+     "spec/zz.yaml:8: QP.f: packed_struct: unknown key 'size'"),
 ])
 def test_rule_errors_name_the_file_and_line(tmp_path, text, message):
     d = write_spec(tmp_path, text)
