@@ -332,10 +332,10 @@ def record_prototypes(t: RecordTypeModel) -> List[str]:
         const = "const " if r.by_index else ""
         protos.append(f"{const}{r.ctype} *{r.function}(PyObject *op, {arg})")
     if t.sequence:
-        protos.append(f"Py_ssize_t {t.sequence[0]}(PyObject *op)")
-        protos.append(f"PyObject *{t.sequence[1]}(PyObject *op, Py_ssize_t i)")
-        if t.sequence[2]:
-            protos.append(f"int {t.sequence[2]}(PyObject *op, Py_ssize_t i, PyObject *value)")
+        protos.append(f"Py_ssize_t {t.sequence.length}(PyObject *op)")
+        protos.append(f"PyObject *{t.sequence.item}(PyObject *op, Py_ssize_t i)")
+        if t.sequence.set_item:
+            protos.append(f"int {t.sequence.set_item}(PyObject *op, Py_ssize_t i, PyObject *value)")
     for a in t.attributes:
         protos += _record_attribute_prototypes(a)
     for m in t.methods:

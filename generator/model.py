@@ -397,6 +397,19 @@ class RecordParser:
     keyword_only: int = 0
 
 
+class EmbeddedStruct(NamedTuple):
+    """The C struct a record object holds whole, and the object's member for it."""
+    member: str
+    ctype: str
+
+
+class SequenceSlots(NamedTuple):
+    """The hand-written functions of a record type's sequence slots."""
+    length: str
+    item: str
+    set_item: Optional[str]
+
+
 @dataclass
 class RecordTypeModel:
     """A data-path Python class: where its object keeps the C values (a
@@ -406,7 +419,7 @@ class RecordTypeModel:
     name: str
     doc: str
     storage: str                          # embedded | members | reach | state
-    embedded: Optional[Tuple[str, str]]   # (member, C struct)
+    embedded: Optional[EmbeddedStruct]
     reach: Dict[str, RecordReach]
     refs: List[str]
     state: List[Tuple[str, str]]          # (member, C type)
@@ -425,8 +438,7 @@ class RecordTypeModel:
     repr: Optional[str] = None
     dealloc: Optional[str] = None
     getattro: Optional[str] = None
-    # (len, [i], [i] = v): the sequence slots' hand-written functions (the last may be None)
-    sequence: Optional[Tuple[str, str, Optional[str]]] = None
+    sequence: Optional[SequenceSlots] = None
     gc: bool = True
     basetype: bool = True
     clear: bool = True

@@ -27,8 +27,9 @@ from .converters import RECORD_FIELDS, RecordFieldConverter
 from .ctext import value_runs
 from .ir import IR, Record
 from .members import member_type
-from .model import (RecordAttribute, RecordFieldMethod, RecordMethod, RecordModel, RecordParser,
-                    RecordReach, RecordsModel, RecordsSpec, RecordTypeModel)
+from .model import (EmbeddedStruct, RecordAttribute, RecordFieldMethod, RecordMethod, RecordModel,
+                    RecordParser, RecordReach, RecordsModel, RecordsSpec, RecordTypeModel,
+                    SequenceSlots)
 from .spec import Node, SpecError, check_keys, load_file
 
 SPEC_FILE = os.path.join("datapath", "records.yaml")
@@ -212,7 +213,7 @@ def _type(records: Any, name: str, node: Node) -> RecordTypeModel:
         ctypes = {a.conv.record for a in attributes if a.conv}
         if len(ctypes) != 1:
             raise SpecError(f"{node.where('storage')}: {name}: an embedded struct shows one record")
-        embedded = (member, records[ctypes.pop()].ctype)
+        embedded = EmbeddedStruct(member, records[ctypes.pop()].ctype)
     for a in attributes:
         _attribute_stub(a, attrs[a.name])
     methods = [RecordMethod(m, _keys(mn, METHOD_KEYS, f"{name}.{m}")["function"], mn["flags"],
@@ -263,7 +264,7 @@ def _arg_parser(node: Node, key: str, name: str) -> RecordParser:
     return RecordParser(args + kwonly, required, len(kwonly))
 
 
-def _sequence(node: Node, name: str) -> Optional[Tuple[str, str, Optional[str]]]:
+def _sequence(node: Node, name: str) -> Optional[SequenceSlots]:
     """`sequence: {length: f, item: f, set_item: f}` (set_item optional)."""
     seq = node.get("sequence")
     if seq is None:
@@ -271,7 +272,7 @@ def _sequence(node: Node, name: str) -> Optional[Tuple[str, str, Optional[str]]]
     seq = _keys(seq, SEQUENCE_KEYS, f"{name}.sequence")
     if "length" not in seq or "item" not in seq:
         raise SpecError(f"{node.where('sequence')}: {name}.sequence: needs length and item")
-    return str(seq["length"]), str(seq["item"]), seq.get("set_item")
+    return SequenceSlots(str(seq["length"]), str(seq["item"]), seq.get("set_item"))
 
 
 def _gc_functions(node: Node, name: str) -> Tuple[Optional[str], Optional[str]]:
