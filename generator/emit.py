@@ -13,7 +13,7 @@ from typing import Any, List
 from .converters.composite import KwargsParam
 from .ctext import FASTCALL_KEYWORDS, SELF_PTR, declare, indented
 from .model import MethodKind, MethodModel
-from .model import RecordAttribute, RecordTypeModel
+from .record_model import RecordAttribute, RecordTypeModel
 
 
 def getter_lines(item: Any) -> List[str]:

@@ -35,7 +35,7 @@ from typing import List, Optional
 from . import builder as vbuilder
 from . import model as vmodel
 from .ir import IR
-from .model import CMModel
+from .record_model import CMModel
 from .spec import Spec, SpecError
 
 HEADER = "rdma/rdma_cma.h"

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Dict, List
 
-from .model import RecordAttribute, RecordMethod, RecordsModel, RecordTypeModel
+from .record_model import RecordAttribute, RecordMethod, RecordsModel, RecordTypeModel
 from .stubtext import StubClass, read_only, with_doc
 
 #: a method without a ``stub:`` takes and returns anything

@@ -27,7 +27,7 @@ from .converters import RECORD_FIELDS, RecordFieldConverter
 from .ctext import value_runs
 from .ir import IR, Record
 from .members import member_type
-from .model import (EmbeddedStruct, RecordAttribute, RecordFieldMethod, RecordMethod, RecordModel,
+from .record_model import (EmbeddedStruct, RecordAttribute, RecordFieldMethod, RecordMethod, RecordModel,
                     RecordParser, RecordReach, RecordsModel, RecordsSpec, RecordTypeModel,
                     SequenceSlots)
 from .spec import Node, SpecError, check_keys, load_file

@@ -13,7 +13,8 @@ import jinja2
 
 from . import checksum, emit
 from .ctext import c_text
-from .model import CMModel, MethodKind, Model, RecordsModel
+from .model import MethodKind, Model
+from .record_model import CMModel, RecordsModel
 
 COMMAND = "python -m generator generate"
 

@@ -41,7 +41,8 @@ from typing import Any, Dict, List, Optional, Set
 
 from . import record_stubs
 from . import render as vrender
-from .model import CMModel, HandleModel, MethodModel, Model, RecordsModel, StructModel
+from .model import HandleModel, MethodModel, Model, StructModel
+from .record_model import CMModel, RecordsModel
 from .pytypes import GID_LIKE
 from .stubtext import (StubClass, docstring_body, first_line as _first_line, read_only,
                        with_doc as _with_doc)
