@@ -29,9 +29,10 @@ DOCS_PKGS := sphinx==9.0.4 furo==2025.12.19 myst-parser==5.2.0
 # libibverbs at run time (the VM's own list is in tests/vm/ensure-deps), and
 # the system's rdma-core headers (libibverbs-dev), which tests/host/test_ir.py
 # and test_layout.py parse beside the vendored ones: without them those
-# tests would skip on a fresh machine.
+# tests would skip on a fresh machine.  valgrind: tests/host/test_budgets.py
+# counts the data path's instructions with callgrind.
 BUILD_DEBS := gcc make python3-dev python3-venv binutils
-TEST_DEBS := libibverbs1 ibverbs-providers librdmacm1 util-linux libibverbs-dev
+TEST_DEBS := libibverbs1 ibverbs-providers librdmacm1 util-linux libibverbs-dev valgrind
 # The rdma-core headers generated/ is made from and the extension is compiled
 # against: vendored in third_party/rdma-core (its README says how to move on).
 BASELINE := $(shell cat third_party/rdma-core/VERSION)
