@@ -359,10 +359,14 @@ static int keyword_by_value(const struct ibp_parser *p, PyObject *key)
 static inline int store_keyword(const struct ibp_parser *p, PyObject *key, PyObject *value,
                                 PyObject **out)
 {
+    /* In locals: the stores to out[] could alias them, and they would be
+     * reloaded at each step of the scan. */
+    PyObject *const *names = p->interned;
+    const int n = p->n;
     int j = 0;
-    while (j < p->n && key != p->interned[j])
+    while (j < n && key != names[j])
         j++;
-    if (j == p->n && (j = keyword_by_value(p, key)) < 0)
+    if (j == n && (j = keyword_by_value(p, key)) < 0)
         return -1;
     if (out[j] != NULL) {
         PyErr_Format(PyExc_TypeError, "argument for %s() given by name ('%s') and position (%d)",
@@ -415,8 +419,12 @@ int ibp_unpack_tuple(struct ibp_parser *p, PyObject *args, PyObject *kwargs, PyO
     if (parser_ready(p) < 0 ||
         positional(p, nargs, kwargs != NULL && p->nkwonly ? PyDict_Size(kwargs) : 0) < 0)
         return -1;
-    for (int i = 0; i < p->n; i++)
-        out[i] = i < nargs ? PyTuple_GetItem(args, i) : NULL;
+    const int n = p->n;
+    int i = 0;
+    for (; i < nargs; i++)          /* nargs <= n: positional() checked */
+        out[i] = PyTuple_GetItem(args, i);
+    for (; i < n; i++)
+        out[i] = NULL;
     /* A parser with keyword-only names stands for a "...|...$..." format of
      * PyArg_ParseTupleAndKeywords (the constructors of WCBuffer and
      * PostList), which names a missing argument before an unknown keyword. */
