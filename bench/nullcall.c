@@ -73,10 +73,13 @@ static PyObject *null_make(PyObject *self, PyObject *const *args, Py_ssize_t nar
     return PyType_GenericAlloc(Null_Type, 0);
 }
 
+static PyObject *zero;    /* made once, as WC's small ints are */
+
 static PyObject *null_getattro(PyObject *self, PyObject *name)
 {
     (void)self, (void)name;
-    return PyLong_FromLong(0);
+    Py_INCREF(zero);
+    return zero;
 }
 
 static PyMethodDef null_methods[] = {
@@ -116,8 +119,10 @@ static struct PyModuleDef nullcall_module = {
 PyMODINIT_FUNC PyInit__nullcall(void)
 {
     PyObject *m = PyModule_Create(&nullcall_module);
-    if (m == NULL)
+    if (m == NULL || (zero == NULL && (zero = PyLong_FromLong(0)) == NULL)) {
+        Py_XDECREF(m);
         return NULL;
+    }
     Null_Type = (PyTypeObject *)PyType_FromSpec(&null_spec);
     Py_XINCREF(Null_Type);
     if (Null_Type == NULL || PyModule_AddObject(m, "Null", (PyObject *)Null_Type) < 0) {
