@@ -1,13 +1,14 @@
 """Host microbenchmarks of `make bench` (no device, no VM).
 
     .venv/bin/python bench/host_micro.py [--quick] [--ir] [--only NAME,...] [--tree DIR]
-                                         [--seed WHEEL|DIR] [--table FILE]
+                                         [--seed WHEEL|DIR] [--table FILE] [--python PY]
 
 --tree DIR measures the ibverbs package built in another checkout (for
 before/after comparisons); --only measures only the named operations;
 --ir only the instruction counts; --seed (or IBVERBS_SEED) measures the
 seed's package too (a wheel is unpacked into build/bench/seed, never
-installed); --table writes the counts table there (`make bench`).
+installed); --table writes the counts table there (`make bench`);
+--python measures under another CPython (the abi3 build is the same).
 
 1. Instructions per operation of the Python data path, counted with
    valgrind --tool=callgrind through a null provider (bench/nullverbs.c,
@@ -258,11 +259,13 @@ def callgrind(cmd, env, marked=False):
 
 def build_nullcall():
     """build/bench/_nullcall*.so (bench/nullcall.c): the floor's do-nothing calls."""
-    import sysconfig
-    out = os.path.join(BUILD, "_nullcall" + sysconfig.get_config_var("EXT_SUFFIX"))
-    sh(["gcc", "-O2", "-fPIC", "-shared", "-Wall", "-Werror",
-        f"-I{sysconfig.get_paths()['include']}", os.path.join(ROOT, "bench", "nullcall.c"),
-        "-o", out])
+    suffix, include = subprocess.run(
+        [PY, "-c", "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX')); "
+         "print(sysconfig.get_paths()['include'])"],
+        check=True, capture_output=True, text=True).stdout.split()
+    sh(["gcc", "-O2", "-fPIC", "-shared", "-Wall", "-Werror", f"-I{include}",
+        os.path.join(ROOT, "bench", "nullcall.c"), "-o",
+        os.path.join(BUILD, "_nullcall" + suffix)])
 
 
 def seed_dir(seed):
@@ -478,6 +481,9 @@ def main(argv):
     if "--tree" in argv:
         tree = os.path.abspath(argv[argv.index("--tree") + 1])
     seed = argv[argv.index("--seed") + 1] if "--seed" in argv else os.environ.get("IBVERBS_SEED")
+    if "--python" in argv:      # another CPython (the extension is abi3: the same build)
+        global PY
+        PY = os.path.abspath(argv[argv.index("--python") + 1])
     table = argv[argv.index("--table") + 1] if "--table" in argv else None
     if shutil.which("valgrind"):
         lib = build_nullverbs()
