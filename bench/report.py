@@ -103,7 +103,8 @@ def host_cpu():
 
 
 def main(argv):
-    run_output, load_before, load_after = argv
+    run_output, load_before, load_after = argv[:3]
+    counts = argv[3] if len(argv) > 3 else None
     with open(run_output) as f:
         main_table, sweep_table, sweep = parse(f.read())
     loads = []
@@ -124,9 +125,9 @@ def main(argv):
                             ":!BENCHMARKS.md", ":!bench/plots"], cwd=ROOT,
                            capture_output=True, text=True).stdout.strip()
     counts_section = "(no counts: valgrind was not installed)"
-    if len(argv) > 3 and os.path.exists(argv[3]):
-        with open(argv[3]) as f:
-            counts_section = COUNTS_TEXT + "\n```\n" + f.read().rstrip() + "\n```"
+    if counts is not None and os.path.exists(counts):
+        with open(counts) as f:
+            counts_section = COUNTS_TEXT + "\n\n```\n" + f.read().rstrip() + "\n```"
     md = f"""# Benchmarks
 
 Made by `make bench` (commit {commit}{' plus local changes' if dirty else ''}); every
