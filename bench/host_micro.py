@@ -145,7 +145,7 @@ FLOORS = {
 # table shows the floor and the goal beside it.
 BUDGETS = {
     "sendwr_build": ("SendWR(wr_id=, sg_list=[sge], opcode=, send_flags=, remote_addr=, rkey=)",
-                     1800, 4734),
+                     1800, 4632),
     "sge_build": ("SGE(addr, length, lkey)", 700, 1593),
     "mr_sge": ("mr.sge(8)", 400, 611),
     "post_send_1": ("qp.post_send(wr)", 250, 387),
