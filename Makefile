@@ -29,9 +29,10 @@ DOCS_PKGS := sphinx==9.0.4 furo==2025.12.19 myst-parser==5.2.0
 # libibverbs at run time (the VM's own list is in tests/vm/ensure-deps), and
 # the system's rdma-core headers (libibverbs-dev), which tests/host/test_ir.py
 # and test_layout.py parse beside the vendored ones: without them those
-# tests would skip on a fresh machine.
+# tests would skip on a fresh machine.  valgrind: tests/host/test_budgets.py
+# counts the data path's instructions with callgrind.
 BUILD_DEBS := gcc make python3-dev python3-venv binutils
-TEST_DEBS := libibverbs1 ibverbs-providers librdmacm1 util-linux libibverbs-dev
+TEST_DEBS := libibverbs1 ibverbs-providers librdmacm1 util-linux libibverbs-dev valgrind
 # The rdma-core headers generated/ is made from and the extension is compiled
 # against: vendored in third_party/rdma-core (its README says how to move on).
 BASELINE := $(shell cat third_party/rdma-core/VERSION)
@@ -199,12 +200,19 @@ rdma-core:
 # boot; table, "ratio ..." lines, message-size sweep), see bench/run_bench.py;
 # then BENCHMARKS.md and bench/plots/*.svg from that run (bench/report.py,
 # matplotlib: bench only, never the wheel or the tests).  BENCH_HOST=1 adds
-# the host microbenchmarks (bench/host_micro.py: callgrind counts, import
-# time, regeneration time).  Boots the VM: run it under the VM lock.
+# the rest of the host microbenchmarks (bench/host_micro.py: all the
+# callgrind counts, import time, regeneration time).  Boots the VM: run it
+# under the VM lock.
 BENCH_PKGS := matplotlib==3.11.2
+# After the VM run (not beside it: it would take the VM's CPU), the
+# budgeted operations' instruction counts (bench/host_micro.py), into
+# BENCHMARKS.md; BENCH_SEED=<seed wheel or unpacked directory> adds the
+# seed's counts.
+BENCH_COUNTED := sendwr_build,sge_build,mr_sge,post_send_1,post_send_32,post_recv_1,poll_empty,poll_1,poll_16,wc_status
+BENCH_SEED ?=
 .PHONY: bench
 bench: build venv-test
-	@tools/ensure-debs python3-pyverbs libibverbs-dev $(if $(BENCH_HOST),valgrind)
+	@tools/ensure-debs python3-pyverbs libibverbs-dev valgrind
 	$(PIP) install $(BENCH_PKGS) 2>&1 | grep -v "^WARNING: Location" || true
 	@mkdir -p build/bench
 	gcc -O2 -Wall -Wextra -I$(baseline)/include -o build/bench/c_bench bench/c_bench.c -libverbs
@@ -214,7 +222,10 @@ bench: build venv-test
 	uptime > build/bench/load-after.txt
 	@echo "host load before: $$(cat build/bench/load-before.txt)"
 	@echo "host load after:  $$(cat build/bench/load-after.txt)"
-	$(PY) bench/report.py build/bench/run.txt build/bench/load-before.txt build/bench/load-after.txt
+	$(PY) bench/host_micro.py --ir --only $(BENCH_COUNTED) --table build/bench/counts.txt \
+	    $(if $(wildcard $(BENCH_SEED)),--seed $(BENCH_SEED))
+	$(PY) bench/report.py build/bench/run.txt build/bench/load-before.txt build/bench/load-after.txt \
+	    build/bench/counts.txt
 	$(if $(BENCH_HOST),$(PY) bench/host_micro.py)
 
 # `make docs`: the API reference (Sphinx, autodoc of the built extension,

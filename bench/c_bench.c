@@ -13,6 +13,8 @@
  *   write_b1 N      8-byte RDMA_WRITE, RC loopback on rxe0: one WR per
  *                   post, signaled, polled (1 entry at a time) until it
  *                   completes before the next post: 1 in flight  (WR/s)
+ *   write_b1_build N  write_b1, the SGE and WR filled on the stack for each
+ *                   message (what a program that builds its requests does)
  *   write_b32 N     the same WRs in lists of 32 per post, the last signaled,
  *                   wait for its completion, repeat                 (WR/s)
  *   write_window N  one WR per post, every one signaled, up to WINDOW in
@@ -217,6 +219,35 @@ static double write_strict(struct ibv_qp *qp, struct ibv_cq *cq, struct side *s,
     return total / (now() - t0);
 }
 
+/* write_b1_build: write_b1 with the request built for each message, on
+ * the stack (the Python side builds an SGE and a SendWR each time). */
+static double write_build(struct ibv_qp *qp, struct ibv_cq *cq, struct side *s, long total)
+{
+    struct ibv_wc wc;
+    double t0 = now();
+    for (long i = 0; i < total; i++) {
+        struct ibv_sge sge = {(uintptr_t)s->buf, MSG, s->mr->lkey};
+        struct ibv_send_wr wr, *bad;
+        memset(&wr, 0, sizeof(wr));
+        wr.wr_id = i;
+        wr.sg_list = &sge;
+        wr.num_sge = 1;
+        wr.opcode = IBV_WR_RDMA_WRITE;
+        wr.send_flags = IBV_SEND_SIGNALED;
+        wr.wr.rdma.remote_addr = (uintptr_t)s->buf + 2048;
+        wr.wr.rdma.rkey = s->mr->rkey;
+        if (ibv_post_send(qp, &wr, &bad))
+            DIE("ibv_post_send");
+        int n;
+        while ((n = ibv_poll_cq(cq, 1, &wc)) == 0)
+            ;
+        if (n < 0)
+            DIE("ibv_poll_cq");
+        check(&wc);
+    }
+    return total / (now() - t0);
+}
+
 /* write_window / bw: one WR of len bytes per post, every WR signaled, up to
  * window in flight; polls of 16 retire them.  WRs per second. */
 static double write_windowed(struct ibv_qp *qp, struct ibv_cq *cq, uint64_t addr, uint32_t len,
@@ -388,6 +419,8 @@ int main(int argc, char **argv)
             DIE("size %ld out of range", size);
         if (strcmp(cmd, "write_b1") == 0) {
             printf("RESULT %s %.1f\n", cmd, write_strict(qa, wcq, &s0, 1, n));
+        } else if (strcmp(cmd, "write_b1_build") == 0) {
+            printf("RESULT %s %.1f\n", cmd, write_build(qa, wcq, &s0, n));
         } else if (strcmp(cmd, "write_b32") == 0) {
             printf("RESULT %s %.1f\n", cmd, write_strict(qa, wcq, &s0, 32, n));
         } else if (strcmp(cmd, "write_window") == 0) {

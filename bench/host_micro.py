@@ -1,18 +1,27 @@
 """Host microbenchmarks of `make bench` (no device, no VM).
 
     .venv/bin/python bench/host_micro.py [--quick] [--ir] [--only NAME,...] [--tree DIR]
+                                         [--seed WHEEL|DIR] [--table FILE] [--python PY]
 
 --tree DIR measures the ibverbs package built in another checkout (for
 before/after comparisons); --only measures only the named operations;
---ir only the instruction counts.
+--ir only the instruction counts; --seed (or IBVERBS_SEED) measures the
+seed's package too (a wheel is unpacked into build/bench/seed, never
+installed); --table writes the counts table there (`make bench`);
+--python measures under another CPython (the abi3 build is the same).
 
 1. Instructions per operation of the Python data path, counted with
    valgrind --tool=callgrind through a null provider (bench/nullverbs.c,
-   loaded with IBVERBS_LIBRARY): each operation runs K times in a fresh
-   interpreter, and (Ir(K) - Ir(0)) / K / units is what one unit costs,
-   interpreter dispatch included and the bare `for` loop subtracted.
-   The same counts for the C verbs (ibv_post_send, ibv_poll_cq) through
-   the same null provider are the reference.
+   loaded with IBVERBS_LIBRARY; the seed, which dlopens "libibverbs.so.1",
+   finds it under that name on LD_LIBRARY_PATH): each operation's loop
+   runs once uncounted, then K times between two markers that callgrind
+   counts between (--zero-before, --dump-before), so the count is exact:
+   (Ir(K) - Ir(0)) / K / units is what one unit costs, interpreter dispatch
+   included and the bare `for` loop subtracted.  Beside each budgeted
+   operation (BUDGETS), its floor: the same call shape into C that does
+   nothing (bench/nullcall.c).  The same counts for the C verbs
+   (ibv_post_send, ibv_poll_cq) through the same null provider are the
+   reference.  The table ends with ours/seed and ours/C.
 2. `import ibverbs` over `python -c pass`: wall time, median of alternating
    runs, and `-X importtime`'s cumulative figure for the package.
 3. Regeneration of generated/ from verbs.h (`python -m generator generate
@@ -21,6 +30,7 @@ before/after comparisons); --only measures only the named operations;
 Prints "host <name> <value> <unit>" lines and never fails on a slow
 number: these are measurements, not tests.
 """
+import glob
 import os
 import re
 import resource
@@ -34,7 +44,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.join(ROOT, "build", "bench")
 PY = os.path.join(ROOT, ".venv", "bin", "python")
-K = 4000
+K = 2000
 
 # name: (units per iteration, setup, loop body).  The setup is the same for
 # every operation (so that Ir(0) is one baseline); only the body differs.
@@ -100,6 +110,54 @@ OPS = {
 }
 FAST_OPS = {"postlist_build_32", "postlist_post_1", "postlist_post_1_gil_released", "postlist_post_32", "entry_set_wr_id",
             "entry_set_addr", "poll_into_empty", "poll_into_16", "wcbuf_wr_id", "wcbuf_check", "count_opcode"}
+
+# The floor: each budgeted operation's call shape into bench/nullcall.c,
+# which does nothing (a constructor's argument tuple, kwargs dict,
+# allocation and dealloc; a method call; an attribute read).
+# A constructor is called as a plain module's attribute (nc.Null), as ours
+# are (ib.SGE).
+FLOOR_SETUP = """
+import _nullcall as nc
+null = nc.Null()
+nop, make = null.nop, null.make
+nullattr = nc.NullAttr()
+"""
+FLOORS = {
+    "sge_build": "nc.Null(addr, 8, lkey)",
+    "mr_sge": "null.make(8)",
+    "sendwr_build": "nc.Null(wr_id=1, sg_list=[sge], opcode=0, send_flags=2, remote_addr=addr, "
+                    "rkey=rkey)",
+    "post_send_1": "nop(wr1)",
+    "post_send_32": "nop(wrs32)",
+    "post_recv_1": "nop(rwr)",
+    "poll_empty": "nop(16)",
+    "poll_1": "nop(1)",
+    "poll_16": "nop(16)",
+    "wc_status": "nullattr.status",
+}
+
+# The budgets of issue 27 (instructions per unit, CPython 3.11): label,
+# the issue's goal, and the budget tests/host/test_budgets.py holds the
+# count to (it fails at 10% over).  The budget is the goal where it is met;
+# where the goal is below the interpreter's own floor for the call shape
+# (FLOORS: SendWR, SGE, mr.sge, wc.status), or not met yet, the count
+# measured when this was last cut, so that it cannot grow unseen.  The
+# table shows the floor and the goal beside it.
+BUDGETS = {
+    "sendwr_build": ("SendWR(wr_id=, sg_list=[sge], opcode=, send_flags=, remote_addr=, rkey=)",
+                     1800, 4632),
+    "sge_build": ("SGE(addr, length, lkey)", 700, 1593),
+    "mr_sge": ("mr.sge(8)", 400, 611),
+    "post_send_1": ("qp.post_send(wr)", 250, 387),
+    "post_send_32": ("qp.post_send(list of 32), per WR", 100, 192),
+    "post_recv_1": ("qp.post_recv(wr)", 220, 311),
+    "poll_empty": ("cq.poll(16) on an empty CQ", 170, 261),
+    "poll_1": ("cq.poll(1), per completion", 220, 309),
+    "poll_16": ("cq.poll(16), 16 completions, per completion", 35, 57),
+    "wc_status": ("wc.status", 90, 128),
+}
+# The C verbs' count of the same operation through the same provider.
+C_OF = {"post_send_1": "c_post_send_1", "poll_empty": "c_poll_empty", "poll_16": "c_poll_16"}
 
 C_REF = r"""
 #include <infiniband/verbs.h>
@@ -170,51 +228,193 @@ def build_nullverbs():
     return lib
 
 
-def callgrind(cmd, env):
+def callgrind(cmd, env, marked=False):
+    """Instructions of cmd under callgrind.  With marked, a list: those
+    between each pair of the script's markers (os.getppid() before a loop,
+    os.getpgrp() after it), in order, so that the interpreter's start and
+    the setup, whose counts move by some 100,000 instructions from one
+    process to the next, stay out of the figures, and one process measures
+    every operation."""
     fd, out = tempfile.mkstemp(prefix="callgrind.", dir=BUILD)
     os.close(fd)
+    marks = ["--zero-before=os_getppid", "--dump-before=os_getpgrp"] if marked else []
     try:
-        sh(["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out, *cmd],
+        sh(["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out, *marks, *cmd],
            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        with open(out) as f:
-            for line in f:
-                if line.startswith(("summary:", "totals:")):
-                    return int(line.split()[1])
+        parts = []
+        paths = [out]
+        if marked:
+            paths = []
+            while os.path.exists(f"{out}.{len(paths) + 1}"):
+                paths.append(f"{out}.{len(paths) + 1}")
+        for path in paths:
+            with open(path) as f:
+                parts.append(next(int(line.split()[1]) for line in f
+                                  if line.startswith(("summary:", "totals:"))))
+        return parts if marked else parts[0]
     finally:
-        os.unlink(out)
-    raise RuntimeError("no totals in callgrind output")
+        for path in glob.glob(out + "*"):
+            os.unlink(path)
 
 
-def instructions(lib, only, tree):
-    env = dict(os.environ, IBVERBS_LIBRARY=lib, PYTHONHASHSEED="0", PYTHONDONTWRITEBYTECODE="1",
-               PYTHONPATH=tree)
+def build_nullcall():
+    """build/bench/_nullcall*.so (bench/nullcall.c): the floor's do-nothing calls."""
+    suffix, include = subprocess.run(
+        [PY, "-c", "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX')); "
+         "print(sysconfig.get_paths()['include'])"],
+        check=True, capture_output=True, text=True).stdout.split()
+    sh(["gcc", "-O2", "-fPIC", "-shared", "-Wall", "-Werror", f"-I{include}",
+        os.path.join(ROOT, "bench", "nullcall.c"), "-o",
+        os.path.join(BUILD, "_nullcall" + suffix)])
+
+
+def seed_dir(seed):
+    """The seed's package directory: a wheel is unpacked into build/bench/seed
+    (never installed), a directory is taken as it is."""
+    if os.path.isdir(seed):
+        return os.path.abspath(seed)
+    dest = os.path.join(BUILD, "seed")
+    shutil.rmtree(dest, ignore_errors=True)
+    import zipfile
+    with zipfile.ZipFile(seed) as whl:
+        whl.extractall(dest)
+    return dest
+
+
+def write_script():
+    """build/bench/micro_op.py OPS K: the named operations (a comma-separated
+    list of OPS' names and "floor_" + FLOORS'), each loop counted K times."""
     script = os.path.join(BUILD, "micro_op.py")
     with open(script, "w") as f:
         f.write(SETUP)
-        f.write("op = __import__('sys').argv[1]\n")
+        f.write(FLOOR_SETUP)
         for name, (_, _, body) in OPS.items():
             f.write(f"def op_{name}():\n    for _ in r:\n        {body}\n")
-        f.write("globals()['op_' + op]()\n")
+        for name, body in FLOORS.items():
+            f.write(f"def floor_{name}():\n    for _ in r:\n        {body}\n")
+        # First the markers' own cost (a pair around nothing).  Then each
+        # loop runs once uncounted, to pay what is paid once (the
+        # interpreter's specialization of the loop's code, type caches
+        # filled: some 300,000 instructions), which would otherwise be
+        # spread over the K iterations counted.
+        f.write("import os, sys\n"
+                "counted = r\n"
+                "os.getppid()\nos.getpgrp()\n"
+                "for op in sys.argv[1].split(','):\n"
+                "    fn = globals()[op if op.startswith('floor_') else 'op_' + op]\n"
+                "    r = range(min(len(counted), 200))\n"
+                "    fn()\n"
+                "    r = counted\n"
+                "    os.getppid()\n"
+                "    fn()\n"
+                "    os.getpgrp()\n")
+    return script
+
+
+def measure(env, names, k=None):
+    """{name: instructions per unit}, the loop's own cost subtracted
+    ("loop": that cost); names are OPS' and "floor_" + FLOORS'.  One
+    process under callgrind runs them all."""
+    k = k or K
+    script = write_script()
+    names = ["loop", *[n for n in names if n != "loop"]]
+    base, *parts = callgrind([PY, script, ",".join(names), str(k)], env, marked=True)
+    if len(parts) != len(names):
+        raise RuntimeError(f"{len(parts)} counts for {len(names)} operations")
+    per_iter = {n: (ir - base) / k for n, ir in zip(names, parts)}
+    loop = per_iter["loop"]
+    units = {n: OPS[n][0] for n in OPS}
+    units.update({"floor_" + n: OPS[n][0] for n in FLOORS})
+    return {n: (v - loop) / units[n] if n != "loop" else v for n, v in per_iter.items()}
+
+
+def c_reference(env):
+    cbin = os.path.join(BUILD, "c_null")
+    cbase = callgrind([cbin, "0", "0"], env)
+    return {name: (callgrind([cbin, str(op), str(K)], env) - cbase) / K / units
+            for name, (op, units) in C_OPS.items()}
+
+
+def clean_env(**extra):
+    """The same environment wherever the count is taken (a shell, make,
+    pytest): the interpreter's counts move with it (by 80 instructions an
+    operation, seen: its size moves the stack, and what hashes by address)."""
+    return dict({"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C",
+                 "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}, **extra)
+
+
+def our_env(lib, tree):
+    return clean_env(IBVERBS_LIBRARY=lib, PYTHONPATH=os.pathsep.join([tree, BUILD]))
+
+
+def seed_env(lib, seed):
+    """The seed dlopens "libibverbs.so.1": the null provider under that name."""
+    libdir = os.path.join(BUILD, "seedlib")
+    os.makedirs(libdir, exist_ok=True)
+    link = os.path.join(libdir, "libibverbs.so.1")
+    if os.path.lexists(link):
+        os.unlink(link)
+    os.symlink(lib, link)
+    return clean_env(PYTHONPATH=os.pathsep.join([seed_dir(seed), BUILD]),
+                     LD_LIBRARY_PATH=os.pathsep.join(
+                         [libdir, *filter(None, [os.environ.get("LD_LIBRARY_PATH")])]))
+
+
+def counts_table(ours, floor, seed, c_ref):
+    """The table of `make bench` and BENCHMARKS.md: the budgeted operations."""
+    head = ["operation", "ours", "floor", "seed", "ours/seed", "C", "ours/C", "goal", "", "budget"]
+    rows = []
+    for name, (label, goal, budget) in BUDGETS.items():
+        if name not in ours:
+            continue
+        o, fl, sd = ours[name], floor.get("floor_" + name), seed.get(name)
+        c = c_ref.get(C_OF.get(name, ""))
+        rows.append([label, f"{o:.0f}", f"{fl:.0f}" if fl is not None else "-",
+                     f"{sd:.0f}" if sd is not None else "-",
+                     f"{o / sd:.2f}" if sd else "-", f"{c:.1f}" if c is not None else "-",
+                     f"{o / c:.1f}" if c else "-", f"<= {goal}",
+                     "met" if o <= goal else "below floor" if fl is not None and fl >= goal
+                     else "NOT met", str(budget)])
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    lines = ["  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in
+                       enumerate(zip(r, widths))).rstrip() for r in [head, *rows]]
+    lines.insert(1, "-" * len(lines[0]))
+    return "\n".join(lines)
+
+
+def instructions(lib, only, tree, seed=None, table=None):
+    build_nullcall()
+    env = our_env(lib, tree)
     probe = subprocess.run([PY, "-c", "import ibverbs; print(hasattr(ibverbs, 'PostList'))"],
                            env=env, cwd=tree, capture_output=True, text=True)
     fast = probe.stdout.strip() == "True"
-    base = callgrind([PY, script, "loop", "0"], env)
-    results = {}
-    for name, (units, unit, _) in OPS.items():
-        if (only and name not in only and name != "loop") or (name in FAST_OPS and not fast):
+    names = [n for n in OPS if not (only and n not in only) and not (n in FAST_OPS and not fast)]
+    ours = measure(env, names + ["floor_" + n for n in FLOORS if n in names])
+    print(f"host ir_loop {ours.pop('loop'):.0f} instructions/iteration (subtracted below)",
+          flush=True)
+    floor = {n: ours.pop(n) for n in list(ours) if n.startswith("floor_")}
+    for name in names:
+        if name == "loop":
             continue
-        ir = callgrind([PY, script, name, str(K)], env)
-        results[name] = ((ir - base) / K, units, unit)
-    loop = results.pop("loop")[0]
-    print(f"host ir_loop {loop:.0f} instructions/iteration (subtracted below)", flush=True)
-    for name, (per_iter, units, unit) in results.items():
-        print(f"host ir_{name} {(per_iter - loop) / units:.0f} instructions/{unit}", flush=True)
-    cbin = os.path.join(BUILD, "c_null")
-    cbase = callgrind([cbin, "0", "0"], env)
-    for name, (op, units) in C_OPS.items():
-        ir = callgrind([cbin, str(op), str(K)], env)
-        print(f"host ir_{name} {(ir - cbase) / K / units:.1f} instructions/"
-              f"{'WC' if units > 1 else 'call'}", flush=True)
+        fl = floor.get("floor_" + name)
+        print(f"host ir_{name} {ours[name]:.0f} instructions/{OPS[name][1]}"
+              + (f" (floor {fl:.0f})" if fl is not None else ""), flush=True)
+    c_ref = c_reference(env)
+    for name, v in c_ref.items():
+        print(f"host ir_{name} {v:.1f} instructions/{'WC' if C_OPS[name][1] > 1 else 'call'}",
+              flush=True)
+    seed_counts = {}
+    if seed:
+        seed_counts = measure(seed_env(lib, seed), [n for n in names if n not in FAST_OPS])
+        seed_counts.pop("loop")
+        for name, v in seed_counts.items():
+            print(f"host ir_seed_{name} {v:.0f} instructions/{OPS[name][1]}", flush=True)
+    text = counts_table(ours, floor, seed_counts, c_ref)
+    print("\ninstructions per operation (callgrind, null provider; loop subtracted; floor: the "
+          "same call shape into C that does nothing, bench/nullcall.c)\n" + text, flush=True)
+    if table:
+        with open(table, "w") as f:
+            f.write(text + "\n")
 
 
 def import_time(rounds):
@@ -280,9 +480,14 @@ def main(argv):
     tree = ROOT
     if "--tree" in argv:
         tree = os.path.abspath(argv[argv.index("--tree") + 1])
+    seed = argv[argv.index("--seed") + 1] if "--seed" in argv else os.environ.get("IBVERBS_SEED")
+    if "--python" in argv:      # another CPython (the extension is abi3: the same build)
+        global PY
+        PY = os.path.abspath(argv[argv.index("--python") + 1])
+    table = argv[argv.index("--table") + 1] if "--table" in argv else None
     if shutil.which("valgrind"):
         lib = build_nullverbs()
-        instructions(lib, only, tree)
+        instructions(lib, only, tree, seed, table)
     else:
         print("host ir_* skipped: valgrind not installed (apt-get install valgrind)")
     if not only and "--ir" not in argv:

@@ -101,6 +101,7 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
     ctx->device = device;
     ctx->cmd_fd = -1;
     ctx->async_fd = -1;
+    ctx->num_comp_vectors = 1;   /* the seed's create_cq checks comp_vector against it */
     ctx->ops.poll_cq = null_poll_cq;
     ctx->ops.post_send = null_post_send;
     ctx->ops.post_recv = null_post_recv;

@@ -92,6 +92,23 @@ def write_strict_plain(qp, cq, s, batch, total):
     return total / (time.perf_counter() - t0)
 
 
+def write_build(qp, cq, s, total):
+    """write_b1 with the requests built per message, as a program that
+    does not keep them writes it (the hot variant too: no PostList)."""
+    mr, addr, remote, rkey = s.mr, s.addr, s.addr + 2048, s.mr.rkey
+    lkey = mr.lkey
+    post, poll = qp.post_send, cq.poll
+    t0 = time.perf_counter()
+    for i in range(total):
+        post(ib.SendWR(wr_id=i, sg_list=[ib.SGE(addr, MSG, lkey)], opcode=RDMA_WRITE,
+                       send_flags=SIGNALED, remote_addr=remote, rkey=rkey))
+        while not (wcs := poll(1)):
+            pass
+        if wcs[0].status:
+            raise RuntimeError(f"completion status {wcs[0].status}")
+    return total / (time.perf_counter() - t0)
+
+
 def write_windowed_plain(qp, cq, wr, window, total):
     post, poll = qp.post_send, cq.poll
     # C's loop: fill the window, then each completion frees a slot,
@@ -342,6 +359,8 @@ def main(argv):
         size = int(args[0]) if len(args) == 2 else MSG
         if cmd == "write_b1":
             value = write_strict(qa, wcq, s0, 1, n)
+        elif cmd == "write_b1_build":
+            value = write_build(qa, wcq, s0, n)
         elif cmd == "write_b32":
             value = write_strict(qa, wcq, s0, 32, n)
         elif cmd == "write_window":

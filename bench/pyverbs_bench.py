@@ -109,6 +109,23 @@ def write_strict(qp, cq, s, batch, total):
     return total / (time.perf_counter() - t0)
 
 
+def write_build(qp, cq, s, total):
+    """write_b1 with the SGE and SendWR built per message."""
+    addr, lkey, remote, rkey = s.addr, s.mr.lkey, s.addr + 2048, s.mr.rkey
+    post, poll = qp.post_send, cq.poll
+    t0 = time.perf_counter()
+    for i in range(total):
+        wr = SendWR(wr_id=i, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, sg=[SGE(addr, MSG, lkey)],
+                    send_flags=e.IBV_SEND_SIGNALED)
+        wr.set_wr_rdma(rkey, remote)
+        post(wr)
+        while not (got := poll(1))[0]:
+            pass
+        if got[1][0].status:
+            raise RuntimeError(f"completion status {got[1][0].status}")
+    return total / (time.perf_counter() - t0)
+
+
 def write_windowed(qp, cq, wr, window, total):
     post, poll = qp.post_send, cq.poll
     left = total - min(window, total)
@@ -221,6 +238,8 @@ def main(argv):
         size = int(args[0]) if len(args) == 2 else MSG
         if cmd == "write_b1":
             value = write_strict(qa, wcq, s0, 1, n)
+        elif cmd == "write_b1_build":
+            value = write_build(qa, wcq, s0, n)
         elif cmd == "write_b32":
             value = write_strict(qa, wcq, s0, 32, n)
         elif cmd == "write_window":

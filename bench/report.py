@@ -1,9 +1,10 @@
 """BENCHMARKS.md and the two sweep plots from the output of one `make bench`.
 
-    .venv/bin/python bench/report.py RUN_OUTPUT LOAD_BEFORE LOAD_AFTER
+    .venv/bin/python bench/report.py RUN_OUTPUT LOAD_BEFORE LOAD_AFTER [COUNTS]
 
 RUN_OUTPUT is what bench/run_bench.py printed (its stdout); LOAD_BEFORE /
-LOAD_AFTER the host's `uptime` around the VM run.  Writes
+LOAD_AFTER the host's `uptime` around the VM run; COUNTS the instruction
+counts table of bench/host_micro.py --table.  Writes
 bench/plots/bandwidth.svg, bench/plots/latency.svg and BENCHMARKS.md.
 Needs matplotlib (installed by `make bench` only: the wheel and the tests
 do not use it).
@@ -20,6 +21,19 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLOTS = os.path.join(ROOT, "bench", "plots")
+COUNTS_TEXT = """\
+What each operation of the plain API costs, counted exactly (valgrind's
+callgrind, through the null provider `bench/nullverbs.c`: no device, no VM;
+`bench/host_micro.py`, CPython {py}): instructions per operation, the bare
+loop subtracted. **floor** is the same call shape into C that does nothing
+(`bench/nullcall.c`: a constructor's argument tuple, keyword dict,
+allocation and dealloc; a method call; an attribute read), which no binding
+built this way can go below; **seed** is the seed release's count of the
+same operation, **C** the C verbs' through the same provider; **goal** the
+goal of issue 27, "below floor" where the floor alone exceeds it;
+**budget** what `tests/host/test_budgets.py` holds the count to (+10%).""".format(
+    py=platform.python_version())
+
 IMPLS = {   # column name in the run output: (legend, style)
     "C": ("C (libibverbs)", dict(color="black", marker="o")),
     "plain": ("ibverbs, plain API", dict(color="tab:blue", marker="s")),
@@ -89,7 +103,8 @@ def host_cpu():
 
 
 def main(argv):
-    run_output, load_before, load_after = argv
+    run_output, load_before, load_after = argv[:3]
+    counts = argv[3] if len(argv) > 3 else None
     with open(run_output) as f:
         main_table, sweep_table, sweep = parse(f.read())
     loads = []
@@ -109,6 +124,10 @@ def main(argv):
     dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
                             ":!BENCHMARKS.md", ":!bench/plots"], cwd=ROOT,
                            capture_output=True, text=True).stdout.strip()
+    counts_section = "(no counts: valgrind was not installed)"
+    if counts is not None and os.path.exists(counts):
+        with open(counts) as f:
+            counts_section = COUNTS_TEXT + "\n\n```\n" + f.read().rstrip() + "\n```"
     md = f"""# Benchmarks
 
 Made by `make bench` (commit {commit}{' plus local changes' if dirty else ''}); every
@@ -184,6 +203,10 @@ Two lines of the table measure what no binding can take away here:
 
 Above a few KiB the provider's copy and the emulated CPU set the pace and
 all four meet; the binding's own cost shows at small sizes.
+
+## Instructions per operation
+
+{counts_section}
 
 ## Host-side numbers
 

@@ -45,6 +45,9 @@ WORKLOADS = {
     "write_b1": (8000, "WR/s", True,
                  "8-byte RDMA_WRITE, RC loopback, 1 WR per post, signaled, poll(1) until it "
                  "completes (1 in flight)"),
+    "write_b1_build": (8000, "WR/s", True,
+                       "write_b1, the SGE and SendWR built for each message (C: ibv_sge and "
+                       "ibv_send_wr filled on the stack)"),
     "write_b32": (9600, "WR/s", True,
                   "the same WRs in lists of 32 per post_send, the last signaled, wait for it"),
     "pingpong": (1000, "us", False,
@@ -236,7 +239,7 @@ def main(argv):
           f"({procs} processes each, taking turns)")
     for c in impls:
         print(f"  {c:<8} {LABELS[c]}")
-    head = f"{'workload':<13} {'unit':<5}" + "".join(f" {c:>9}" for c in impls)
+    head = f"{'workload':<15} {'unit':<5}" + "".join(f" {c:>9}" for c in impls)
     for c in ours:
         head += f" {c + '/C':>9}"
     if "pyverbs" in impls:
@@ -244,24 +247,24 @@ def main(argv):
     print(head)
     print("-" * len(head))
     for w, (_, unit, hib, _) in WORKLOADS.items():
-        line = f"{w:<13} {unit:<5}" + "".join(f" {fmt(med[w].get(c), unit):>9}" for c in impls)
+        line = f"{w:<15} {unit:<5}" + "".join(f" {fmt(med[w].get(c), unit):>9}" for c in impls)
         for c in ours:
             line += f" {rfmt(paired(samples[w], c, 'C', hib)):>9}"
         if "pyverbs" in impls:
             line += f" {rfmt(paired(samples[w], 'plain', 'pyverbs', hib)):>10}"
         print(line)
-    print(f"{'call_floor':<13} {'ns':<5} {statistics.median(floor):>9.0f}   "
+    print(f"{'call_floor':<15} {'ns':<5} {statistics.median(floor):>9.0f}   "
           f"(abs(16) from a Python loop: the cost of any one-argument call here)")
     c_poll = med["poll_empty"].get("C")
     if c_poll:
-        print(f"{'poll floor':<13} {'x C':<5} {(statistics.median(floor) + c_poll) / c_poll:>9.1f}   "
+        print(f"{'poll floor':<15} {'x C':<5} {(statistics.median(floor) + c_poll) / c_poll:>9.1f}   "
               f"(call_floor + C's poll: an empty poll from a Python loop, before any binding code)")
     def split(impl, part):
         vals = in_post.get(impl)
         return fmt(statistics.median(v[part] for v in vals), "us") if vals else ""
-    print(f"{'pp in post':<13} {'us':<5}" + "".join(f" {split(c, 0):>9}" for c in impls)
+    print(f"{'pp in post':<15} {'us':<5}" + "".join(f" {split(c, 0):>9}" for c in impls)
           + "   (of a ping-pong round trip: inside the two post_send calls, where rxe")
-    print(f"{'pp whole':<13} {'us':<5}" + "".join(f" {split(c, 1):>9}" for c in impls)
+    print(f"{'pp whole':<15} {'us':<5}" + "".join(f" {split(c, 1):>9}" for c in impls)
           + "    runs the transfer; the whole round trip of the same timed loop)")
     print("values: medians; ratios: median of the per-round ratios, higher is better")
     print("(rates ours/theirs, times theirs/ours)")

@@ -357,13 +357,23 @@ static int keyword_by_value(const struct ibp_parser *p, PyObject *key)
 /* out[<key's position>] = value; keywords the compiler interned are
  * found by identity. */
 static inline int store_keyword(const struct ibp_parser *p, PyObject *key, PyObject *value,
-                                PyObject **out)
+                                PyObject **out, int *next)
 {
-    int j = 0;
-    while (j < p->n && key != p->interned[j])
-        j++;
-    if (j == p->n && (j = keyword_by_value(p, key)) < 0)
-        return -1;
+    /* In locals: the stores to out[] could alias them, and they would be
+     * reloaded at each step of the scan. */
+    PyObject *const *names = p->interned;
+    const int n = p->n;
+    /* Keywords mostly come in the order of the names: the one after the
+     * previous keyword's first (*next), then the scan. */
+    int j = *next;
+    if (j >= n || key != names[j]) {
+        j = 0;
+        while (j < n && key != names[j])
+            j++;
+        if (j == n && (j = keyword_by_value(p, key)) < 0)
+            return -1;
+    }
+    *next = j + 1;
     if (out[j] != NULL) {
         PyErr_Format(PyExc_TypeError, "argument for %s() given by name ('%s') and position (%d)",
                      p->fname, p->names[j], j + 1);
@@ -415,8 +425,12 @@ int ibp_unpack_tuple(struct ibp_parser *p, PyObject *args, PyObject *kwargs, PyO
     if (parser_ready(p) < 0 ||
         positional(p, nargs, kwargs != NULL && p->nkwonly ? PyDict_Size(kwargs) : 0) < 0)
         return -1;
-    for (int i = 0; i < p->n; i++)
-        out[i] = i < nargs ? PyTuple_GetItem(args, i) : NULL;
+    const int n = p->n;
+    int i = 0;
+    for (; i < nargs; i++)          /* nargs <= n: positional() checked */
+        out[i] = PyTuple_GetItem(args, i);
+    for (; i < n; i++)
+        out[i] = NULL;
     /* A parser with keyword-only names stands for a "...|...$..." format of
      * PyArg_ParseTupleAndKeywords (the constructors of WCBuffer and
      * PostList), which names a missing argument before an unknown keyword. */
@@ -424,13 +438,14 @@ int ibp_unpack_tuple(struct ibp_parser *p, PyObject *args, PyObject *kwargs, PyO
     if (kwargs != NULL) {
         Py_ssize_t pos = 0;
         PyObject *key, *value;
+        int next = (int)nargs;
         while (PyDict_Next(kwargs, &pos, &key, &value)) {
             if (p->nkwonly && PyUnicode_Check(key) && keyword_position(p, key) < 0) {
                 if (unknown == NULL)
                     unknown = key;
                 continue;
             }
-            if (store_keyword(p, key, value, out) < 0)
+            if (store_keyword(p, key, value, out, &next) < 0)
                 return -1;
         }
     }
@@ -450,7 +465,8 @@ static int one_argument(const struct ibp_parser *p, PyObject *const *args, Py_ss
             out[0] = args[0];
             return 0;
         }
-        return store_keyword(p, PyTuple_GetItem(kwnames, 0), args[0], out);
+        int next = 0;
+        return store_keyword(p, PyTuple_GetItem(kwnames, 0), args[0], out, &next);
     }
     if (nargs + nkw == 0)
         PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s' (pos 1)", p->fname,
@@ -473,8 +489,9 @@ int ibp_unpack_fastcall(struct ibp_parser *p, PyObject *const *args, Py_ssize_t 
         return -1;
     for (int i = 0; i < p->n; i++)
         out[i] = i < nargs ? args[i] : NULL;
+    int next = (int)nargs;
     for (Py_ssize_t k = 0; k < nkw; k++)
-        if (store_keyword(p, PyTuple_GetItem(kwnames, k), args[nargs + k], out) < 0)
+        if (store_keyword(p, PyTuple_GetItem(kwnames, k), args[nargs + k], out, &next) < 0)
             return -1;
     return required(p, out);
 }

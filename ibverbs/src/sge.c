@@ -26,7 +26,7 @@ static int sge_set(SGEObject *self, PyObject *target, PyObject *length_obj,
         offset = (uint64_t)off;
     }
     {
-        int64_t len;
+        int64_t len = -1;
         if (PyLong_Check(length_obj)) {
             /* Any int from 2**32 on, however large, gets the message that says why. */
             int overflow = 0;
@@ -38,13 +38,18 @@ static int sge_set(SGEObject *self, PyObject *target, PyObject *length_obj,
             }
             if (v == -1 && PyErr_Occurred())
                 return -1;
+            len = v;
         }
-        /* the range an SGE holds (uint32_t), also in a negative length's message */
-        if (ibp_conv_signed(length_obj, "length", 0, UINT32_MAX, &len) < 0)
+        /* the range an SGE holds (uint32_t), also in a negative length's
+         * message; an int in range is taken as read above */
+        if ((!PyLong_Check(length_obj) || len < 0) &&
+            ibp_conv_signed(length_obj, "length", 0, UINT32_MAX, &len) < 0)
             return -1;
         length = (uint64_t)len;
     }
-    if (PyObject_TypeCheck(target, MR_Type)) {
+    /* An address (an int) first: PyObject_TypeCheck of an int calls
+     * PyType_IsSubtype, which walks int's MRO. */
+    if (!PyLong_CheckExact(target) && PyObject_TypeCheck(target, MR_Type)) {
         if (ibp_check_open(target) < 0)
             return -1;
         struct ibv_mr *mr = MR_PTR(target);
@@ -121,6 +126,14 @@ PyObject *ibp_hand_MR_sge_impl(PyObject *self, PyObject *length, PyObject *offse
         length = Py_None;
     if (ibp_check_open(self) < 0)
         return NULL;
+    if (length != Py_None) {
+        /* sge_set converts both (offset NULL: 0) and checks the MR again
+         * after them (an __index__ may close it) */
+        PyObject *sge = PyType_GenericAlloc(SGE_Type, 0);
+        if (sge != NULL && sge_set((SGEObject *)sge, self, length, Py_None, offset) < 0)
+            Py_CLEAR(sge);
+        return sge;
+    }
     PyObject *offset_obj = offset ? Py_NewRef(offset) : PyLong_FromLong(0);
     if (offset_obj == NULL)
         return NULL;

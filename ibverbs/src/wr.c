@@ -36,7 +36,10 @@ static int ibp_set_sg_list(PyObject **slot, PyObject *value, int copy)
         Py_CLEAR(*slot);
         return 0;
     }
-    PyObject *list = !copy && PyList_CheckExact(value) ? Py_NewRef(value) : PySequence_List(value);
+    /* An exact list's copy by slicing: PySequence_List goes through an
+     * empty list and list.extend. */
+    PyObject *list = !PyList_CheckExact(value) ? PySequence_List(value)
+                     : copy ? PyList_GetSlice(value, 0, PY_SSIZE_T_MAX) : Py_NewRef(value);
     if (list == NULL) {
         /* Only "not iterable" is ours to word; MemoryError, KeyboardInterrupt
          * or an iterator's own error pass through. */

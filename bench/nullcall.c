@@ -1,0 +1,139 @@
+/*
+ * The interpreter's floor for bench/host_micro.py: the call shapes of the
+ * data path (a constructor with positional or keyword arguments, a method
+ * with METH_FASTCALL | METH_KEYWORDS, a getset attribute) into C that does
+ * nothing.  What an operation costs over its floor is the binding's own
+ * work; what the floor costs no binding built the same way can skip.
+ *
+ *   Null(...)        a GC type like SGE and SendWR (tp_new, a tp_init that
+ *                    ignores its arguments, one object slot cleared on
+ *                    dealloc): allocation, the argument tuple and kwargs
+ *                    dict the interpreter builds for a type call, dealloc
+ *   n.nop(...)       a method like post_send and poll; returns None
+ *   n.make(...)      the same, returning a new Null (like MR.sge)
+ *   a.attr           an attribute of a type whose tp_getattro returns an int
+ *                    (WC's, which answers its hot fields before the generic
+ *                    lookup)
+ *
+ * Built against the 3.9 Limited API, as the extension is.
+ */
+#define Py_LIMITED_API 0x03090000
+#include <Python.h>
+
+#ifndef METH_FASTCALL
+#define METH_FASTCALL 0x0080   /* as ibverbs/src/common.h: hidden by 3.9's limited headers */
+#endif
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *slot;
+} NullObject;
+
+static PyTypeObject *Null_Type;
+
+static int null_init(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    (void)self, (void)args, (void)kwargs;
+    return 0;
+}
+
+static int null_traverse(PyObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(((NullObject *)self)->slot);
+    return 0;
+}
+
+static int null_clear(PyObject *self)
+{
+    Py_CLEAR(((NullObject *)self)->slot);
+    return 0;
+}
+
+static void null_dealloc(PyObject *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    null_clear(self);
+    ((freefunc)PyType_GetSlot(type, Py_tp_free))(self);
+    Py_DECREF(type);
+}
+
+static PyObject *null_nop(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                          PyObject *kwnames)
+{
+    (void)self, (void)args, (void)nargs, (void)kwnames;
+    Py_RETURN_NONE;
+}
+
+static PyObject *null_make(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                           PyObject *kwnames)
+{
+    (void)self, (void)args, (void)nargs, (void)kwnames;
+    return PyType_GenericAlloc(Null_Type, 0);
+}
+
+static PyObject *zero;    /* made once, as WC's small ints are */
+
+static PyObject *null_getattro(PyObject *self, PyObject *name)
+{
+    (void)self, (void)name;
+    Py_INCREF(zero);
+    return zero;
+}
+
+static PyMethodDef null_methods[] = {
+    {"nop", (PyCFunction)(void (*)(void))null_nop, METH_FASTCALL | METH_KEYWORDS, NULL},
+    {"make", (PyCFunction)(void (*)(void))null_make, METH_FASTCALL | METH_KEYWORDS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot null_slots[] = {
+    {Py_tp_new, (void *)PyType_GenericNew},
+    {Py_tp_init, (void *)null_init},
+    {Py_tp_dealloc, (void *)null_dealloc},
+    {Py_tp_traverse, (void *)null_traverse},
+    {Py_tp_clear, (void *)null_clear},
+    {Py_tp_methods, null_methods},
+    {0, NULL},
+};
+
+static PyType_Slot attr_slots[] = {
+    {Py_tp_getattro, (void *)null_getattro},
+    {0, NULL},
+};
+
+static PyType_Spec attr_spec = {
+    "_nullcall.NullAttr", sizeof(PyObject), 0, Py_TPFLAGS_DEFAULT, attr_slots,
+};
+
+static PyType_Spec null_spec = {
+    "_nullcall.Null", sizeof(NullObject), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC, null_slots,
+};
+
+static struct PyModuleDef nullcall_module = {
+    PyModuleDef_HEAD_INIT, "_nullcall", NULL, -1, NULL, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__nullcall(void)
+{
+    PyObject *m = PyModule_Create(&nullcall_module);
+    if (m == NULL || (zero == NULL && (zero = PyLong_FromLong(0)) == NULL)) {
+        Py_XDECREF(m);
+        return NULL;
+    }
+    Null_Type = (PyTypeObject *)PyType_FromSpec(&null_spec);
+    Py_XINCREF(Null_Type);
+    if (Null_Type == NULL || PyModule_AddObject(m, "Null", (PyObject *)Null_Type) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    PyObject *attr = PyType_FromSpec(&attr_spec);
+    if (attr == NULL || PyModule_AddObject(m, "NullAttr", attr) < 0) {
+        Py_XDECREF(attr);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
