@@ -59,25 +59,29 @@ _ENUMS = ("AccessFlags", "AtomicCap", "DeviceCapFlags", "EventType", "ForkStatus
 _HELPERS = ("QPInfo", "RemoteBuffer", "local_qp_info", "connect_rc", "tensor_addr_len",
             "reg_tensor")
 _FLOW = ("FlowAttr", "FlowSpecEth", "FlowSpecIPv4", "FlowSpecTCPUDP")
+_LAZY = frozenset(_ENUMS + _HELPERS + _FLOW + ("__version__",))
 
 
 def __getattr__(name: str):
     # Enums and helpers cost a few milliseconds to build: only on first use.
-    if name in _ENUMS:
-        from . import enums
-        value = getattr(enums, name)
-    elif name in _HELPERS:
-        from . import helpers
-        value = getattr(helpers, name)
-    elif name in _FLOW:
-        from . import flow
-        value = getattr(flow, name)
-    elif name == "__version__":
-        from ._version import __version__ as value
-    else:
+    if name not in _LAZY:
         raise AttributeError(f"module 'ibverbs' has no attribute {name!r}")
-    globals()[name] = value
-    return value
+    _bind_lazy_names()
+    return globals()[name]
+
+
+def _bind_lazy_names() -> None:
+    """Bind every lazy name at once and drop the module's __getattr__: while
+    a module has one, CPython (3.11+) specialises no `ibverbs.X` lookup, which
+    costs about 300 instructions per `ib.SendWR` in a loop (bench/host_micro.py)."""
+    from . import enums, flow, helpers
+    from ._version import __version__
+    names = globals()
+    for module, group in ((enums, _ENUMS), (helpers, _HELPERS), (flow, _FLOW)):
+        for name in group:
+            names[name] = getattr(module, name)
+    names["__version__"] = __version__
+    names.pop("__getattr__", None)
 
 
 # Everything public, the seed's names (enums, helpers, __version__) among
