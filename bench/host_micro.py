@@ -145,8 +145,8 @@ FLOORS = {
 # table shows the floor and the goal beside it.
 BUDGETS = {
     "sendwr_build": ("SendWR(wr_id=, sg_list=[sge], opcode=, send_flags=, remote_addr=, rkey=)",
-                     1800, 4632),
-    "sge_build": ("SGE(addr, length, lkey)", 700, 1593),
+                     1800, 4362),
+    "sge_build": ("SGE(addr, length, lkey)", 700, 1327),
     "mr_sge": ("mr.sge(8)", 400, 611),
     "post_send_1": ("qp.post_send(wr)", 250, 387),
     "post_send_32": ("qp.post_send(list of 32), per WR", 100, 192),
