@@ -49,9 +49,24 @@ def is_int(t: Type) -> bool:
 
 def int_getter(expr: str, t: Type, target: str = "result") -> str:
     """`target = <Python int of expr>;`"""
-    if t.signed:
-        return f"{target} = PyLong_FromLongLong((long long)({expr}));"
-    return f"{target} = PyLong_FromUnsignedLongLong((unsigned long long)({expr}));"
+    return f"{target} = {wide_int_to_py(expr, bool(t.signed))};"
+
+
+def int_to_py(expr: str, signed: bool, bits: int) -> str:
+    """The Python int of a C integer expression, through the narrowest C
+    type that holds it (a long is 64 bits on every target we build)."""
+    if signed:
+        return f"PyLong_FromLong((long){expr})"
+    if bits < 64:
+        return f"PyLong_FromUnsignedLong({expr})"
+    return f"PyLong_FromUnsignedLongLong({expr})"
+
+
+def wide_int_to_py(expr: str, signed: bool) -> str:
+    """The Python int of a C integer expression of any width (through long long)."""
+    if signed:
+        return f"PyLong_FromLongLong((long long)({expr}))"
+    return int_to_py(f"(unsigned long long)({expr})", False, 64)
 
 
 def int_convert(obj: str, target: str, t: Type, name: str,

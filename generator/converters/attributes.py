@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import List, Sequence, Tuple
 
-from ..ctext import int_getter
+from ..ctext import int_getter, wide_int_to_py
 from ..ir import Type
 from .registry import ATTRIBUTES, AttributeConverter
 
@@ -39,7 +39,7 @@ class IntExprAttribute(AttributeConverter):
             guard += [f"if (!({cond})) {{",
                       f'    PyErr_SetString(PyExc_{exc}, "{self.label}: {message}");',
                       "    return NULL;", "}"]
-        return guard + [f"result = PyLong_FromUnsignedLongLong((unsigned long long)({self.expr}));"]
+        return guard + [f"result = {wide_int_to_py(self.expr, signed=False)};"]
 
 
 @ATTRIBUTES.register("str")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-from ..ctext import be32_to_host, c_text, host_to_be32, in_runs
+from ..ctext import be32_to_host, c_text, host_to_be32, in_runs, int_to_py
 from ..ir import Type
 from .registry import RECORD_FIELDS, RecordFieldConverter
 
@@ -18,12 +18,8 @@ class IntRecordField(RecordFieldConverter):
         v = self.to_host("v")
         if self.small_int:
             return [f"unsigned long long x = (unsigned long long){v};",
-                    f"return x < 256 ? {small_int}((long)x) : PyLong_FromUnsignedLongLong(x);"]
-        if self.signed or self.enum:
-            return [f"return PyLong_FromLong((long){v});"]
-        if self.bits < 64:
-            return [f"return PyLong_FromUnsignedLong({v});"]
-        return [f"return PyLong_FromUnsignedLongLong({v});"]
+                    f"return x < 256 ? {small_int}((long)x) : {int_to_py('x', False, 64)};"]
+        return [f"return {int_to_py(v, bool(self.signed or self.enum), self.bits)};"]
 
     def from_py(self, unsigned: str) -> List[str]:
         lines = ["uint64_t x;",

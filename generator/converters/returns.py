@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import List
 
-from ..ctext import be32_to_host, indented, int_getter
+from ..ctext import be32_to_host, indented, int_getter, int_to_py
 from ..ir import Type
 from .registry import RETURNS, ReturnConverter
 
@@ -53,7 +53,7 @@ class BoolReturn(_Simple):
 @RETURNS.register("be32")
 class Be32Return(_Simple):
     """Network order in C, host order in Python (as WC.imm_data)."""
-    line = f"return_value = PyLong_FromUnsignedLong({be32_to_host('rc')});"
+    line = f"return_value = {int_to_py(be32_to_host('rc'), False, 32)};"
     type_name = "int"
 
 

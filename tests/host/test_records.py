@@ -236,3 +236,19 @@ def test_each_byte_order_conversion_is_written_once():
     for path in sorted(GENERATED.glob("*.h")):
         text = path.read_text(encoding="utf-8")
         assert "htonl(" not in text and "ntohl(" not in text, path.name
+
+
+def test_each_int_to_python_conversion_is_written_once():
+    """C integers become Python ints in generator/ctext.py alone (int_to_py,
+    wide_int_to_py); struct getters, attributes, results and the data-path
+    fields call it.  Templates spell none."""
+    spellings = ("PyLong_FromLong(", "PyLong_FromUnsignedLong(", "PyLong_FromLongLong(",
+                 "PyLong_FromUnsignedLongLong(")
+    found = {}
+    sources = sorted((ROOT / "generator").rglob("*.py")) + sorted((ROOT / "templates").glob("*"))
+    for path in sources:
+        text = path.read_text(encoding="utf-8")
+        for s in spellings:
+            if s in text:
+                found.setdefault(s, []).extend([str(path.relative_to(ROOT))] * text.count(s))
+    assert found == {s: ["generator/ctext.py"] for s in spellings}
