@@ -380,7 +380,7 @@ test-aarch64-host:
 	echo "test-aarch64: host tier under qemu-user in $$root" && start=$$(date +%s) && \
 	unshare -m sh -ec "mkdir -p $$root$$tree; mount --bind $$tree $$root$$tree; \
 	    mount --rbind /dev $$root/dev; mount -t proc proc $$root/proc; mount -t sysfs sysfs $$root/sys; \
-	    exec chroot $$root /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
+	    exec chroot $$root /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 IBVERBS_QEMU_USER=1 \
 	    sh -c 'cd $$tree && python3 -c \"import platform; print(platform.machine())\" && \
 	           python3 -m pytest -q -p no:cacheprovider $(AARCH64_HOST_TESTS)'" && \
 	echo "test-aarch64: host tier took $$(( $$(date +%s) - start )) s"
