@@ -11,7 +11,12 @@ around it).  Each round measures, back to back:
   write_bw  64 KiB RDMA WRITEs, 16 in flight: C `ib_write_bw` against
             tests/cluster/peer.py write-bw-client (plain API), MB/s
 
-and prints each value's median and the median of the per-round ratios
+--wire-only measures the C round trip alone (ibv_rc_pingpong -s 8, busy
+polling, and -e, sleeping on a completion channel), for comparing wires
+and VM settings: --smp N and each --cluster-arg ARG go to run-cluster
+(e.g. --cluster-arg=--idle-poll, --cluster-arg=--wire --cluster-arg=udp).
+
+Otherwise it prints each value's median and the median of the per-round ratios
 (higher is better for us: C time / ours, our rate / C's), as
 "ratio <workload> plain/c=<x>" lines.  The host's load average goes with
 them: under TCG every number moves with it.
@@ -42,6 +47,36 @@ def pingpong_c(c, port):
     r = c[2].run(retry("ibv_rc_pingpong -d rxe0 -g 1 -s 8 -n %d -p %d node1" % (N_PING, port)))
     s.wait().check()
     return float(re.search(r"([0-9.]+) usec/iter", r.out).group(1))
+
+
+def pingpong_c_events(c, port):
+    """The same, both sides sleeping on a completion channel (-e)."""
+    s = c[1].spawn("ibv_rc_pingpong -e -d rxe0 -g 1 -s 8 -n %d -p %d" % (N_PING, port))
+    r = c[2].run(retry("ibv_rc_pingpong -e -d rxe0 -g 1 -s 8 -n %d -p %d node1" % (N_PING, port)))
+    s.wait().check()
+    return float(re.search(r"([0-9.]+) usec/iter", r.out).group(1))
+
+
+def wire_only(args):
+    """Boot a cluster with the given settings; median C round trips."""
+    with tempfile.TemporaryDirectory() as d:
+        c = Cluster(d, smp=args.smp, extra=args.cluster_arg).start()
+        print("cluster %s smp=%d booted in %.1f s (load %.1f)"
+              % (" ".join(args.cluster_arg) or "(defaults)", args.smp, c.boot_secs,
+                 os.getloadavg()[0]), flush=True)
+        busy, events, port = [], [], 19000
+        try:
+            for r in range(args.rounds):
+                busy.append(pingpong_c(c, port))
+                events.append(pingpong_c_events(c, port + 1))
+                port += 2
+                print("round %d: busy %.0f us, events %.0f us (load %.1f)"
+                      % (r, busy[-1], events[-1], os.getloadavg()[0]), flush=True)
+        finally:
+            c.stop()
+    print("wire %s smp=%d: 8 B RC round trip, median of %d x %d: busy-poll %.0f us, events %.0f us"
+          % (" ".join(args.cluster_arg) or "(defaults)", args.smp, args.rounds, N_PING,
+             statistics.median(busy), statistics.median(events)))
 
 
 def pingpong_py(c, port):
@@ -75,7 +110,12 @@ def write_bw_py(c, port):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=int(os.environ.get("BENCH_ROUNDS", "3")))
+    ap.add_argument("--wire-only", action="store_true")
+    ap.add_argument("--smp", type=int, default=1)
+    ap.add_argument("--cluster-arg", action="append", default=[])
     args = ap.parse_args()
+    if args.wire_only:
+        return wire_only(args)
     values = {k: [] for k in ("pingpong_c", "pingpong_py", "write_bw_c", "write_bw_py")}
     ratios = {"pingpong": [], "write_bw": []}
     loads = []

@@ -1,4 +1,10 @@
-"""python -m ibverbs: devices, info, gids, ping (each run as its own process)."""
+"""python -m ibverbs: devices, info, gids, ping.
+
+What a command prints is checked with the command run in this process
+(`here`: ibverbs._cli.main, as tests/cli_argv.py runs it); what needs a
+process of its own runs as `python -m ibverbs` (`cli`): exit statuses and
+stderr of failures, a server and its client, timeouts. Each process costs
+5-10 s of interpreter start and imports in the VM."""
 import json
 import os
 import re
@@ -26,6 +32,22 @@ def cli(*args, timeout=120, check=True):
     return out
 
 
+class Ran:
+    """What `here` returns: a CompletedProcess's three fields."""
+
+    def __init__(self, returncode, stdout, stderr):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+def here(*args):
+    """`ibverbs ARGS` in this process; fails on a non-zero status or any stderr."""
+    import cli_argv
+    status, out, err = cli_argv.run(args)
+    if status != 0 or err:
+        raise AssertionError(f"ibverbs {' '.join(args)}: status {status}\n{out}\n{err}")
+    return Ran(status, out, err)
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("", 0))
@@ -33,12 +55,12 @@ def free_port():
 
 
 def test_devices_lists_every_device_with_its_guid(ib, device_names):
-    out = cli("devices").stdout
+    out = here("devices").stdout
     listed = {line.split()[0]: line.split()[1] for line in out.splitlines()[2:]}
     for dev in ib.get_device_list():
         assert listed[dev.name] == dev.guid.to_bytes(8, sys.byteorder).hex()
     assert set(device_names) <= set(listed)
-    as_json = json.loads(cli("devices", "--json").stdout)
+    as_json = json.loads(here("devices", "--json").stdout)
     # strings (jq reads numbers as doubles: a 64-bit GUID would be rounded)
     assert {d["name"]: d["guid"] for d in as_json} == \
         {d.name: guid_text(d.guid) for d in ib.get_device_list()}
@@ -74,7 +96,7 @@ def expected_json(ib, fields):
 
 
 def test_info_json_matches_the_verbs(ib, ctx, device_names, port, gid_index):
-    info = json.loads(cli("info", "-d", device_names[0], "--json").stdout)
+    info = json.loads(here("info", "-d", device_names[0], "--json").stdout)
     (dev,) = info["devices"]
     assert dev["name"] == device_names[0]
     attr = ctx.query_device()._asdict()
@@ -101,28 +123,28 @@ def test_info_json_matches_the_verbs(ib, ctx, device_names, port, gid_index):
 
 
 def test_gids_lists_what_sysfs_shows(ib, ctx, device_names, port, gid_index):
-    rows = json.loads(cli("gids", "--json").stdout)
+    rows = json.loads(here("gids", "--json").stdout)
     mine = {r["index"]: r for r in rows if r["device"] == device_names[0] and r["port"] == port}
     index, ipv4 = rxe.roce_v2_ipv4_gid(device_names[0], port)
     assert mine[index]["gid"] == str(ctx.query_gid(port, index))
     assert (mine[index]["type"], mine[index]["ipv4"], mine[index]["netdev"]) == \
         ("RoCE v2", ipv4, rxe.netdev_of(device_names[0], port))
     assert {r["device"] for r in rows} >= set(device_names)
-    text = cli("gids", "-d", device_names[0]).stdout
+    text = here("gids", "-d", device_names[0]).stdout
     assert text.splitlines()[0].split() == ["DEV", "PORT", "INDEX", "GID", "IPv4", "VER", "DEV"]
     assert re.search(rf"^{device_names[0]}\s+{port}\s+{index}\s+\S+\s+{re.escape(ipv4)}\s+RoCE v2\s+"
                      rf"{rxe.netdev_of(device_names[0], port)}$", text, re.M), text
 
 
 def test_ping_json_parses(ib, device_names):
-    out = json.loads(cli("ping", "-d", device_names[0], "--peer-device", device_names[1],
+    out = json.loads(here("ping", "-d", device_names[0], "--peer-device", device_names[1],
                          "-n", "5", "--json").stdout)
     assert out["round_trips"] == 5 and out["size"] == 64 and out["peer_device"] == device_names[1]
     assert 0 < out["min_us"] <= out["median_us"] <= out["max_us"]
 
 
 def test_info_text_names_every_device_and_port(ib, device_names):
-    out = cli("info").stdout
+    out = here("info").stdout
     for name in device_names:
         assert f"hca_id:\t{name}" in out
     assert "port:\t1" in out and "state:" in out and "ACTIVE" in out and "GID[" in out
@@ -136,7 +158,7 @@ def test_info_of_an_unknown_device_fails_cleanly(ib):
 
 
 def test_ping_in_one_process_between_two_devices(ib, device_names):
-    out = cli("ping", "-d", device_names[0], "--peer-device", device_names[1], "-n", "30",
+    out = here("ping", "-d", device_names[0], "--peer-device", device_names[1], "-n", "30",
               "-s", "256").stdout
     m = STATS.search(out)
     assert m, out
@@ -147,7 +169,7 @@ def test_ping_in_one_process_between_two_devices(ib, device_names):
 
 
 def test_ping_in_one_process_sleeping_on_completion_channels(ib, device_names):
-    out = cli("ping", "-d", device_names[0], "--peer-device", device_names[1], "-n", "10",
+    out = here("ping", "-d", device_names[0], "--peer-device", device_names[1], "-n", "10",
               "--events").stdout
     m = STATS.search(out)
     assert m and int(m.group(1)) == 10, out
