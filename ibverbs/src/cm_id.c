@@ -281,6 +281,9 @@ static PyObject *cmid_call(PyObject *op, const char *verb, int (*fn)(struct rdma
     struct rdma_cm_id *id = ibp_open_ptr(op);
     if (id == NULL)
         return NULL;
+    if (id->verbs == NULL)      /* librdmacm dereferences id->verbs: a crash */
+        return ibp_raise_detail(verb, EINVAL, "%s failed: this CMID has no device yet "
+                                "(resolve_addr or bind_addr first)", verb);
     cmid_sync_qp((struct CMIDObject *)op);
     int rc;
     Py_BEGIN_ALLOW_THREADS
@@ -369,6 +372,9 @@ static PyObject *cm_resolve(PyObject *self, struct sockaddr *dst, struct sockadd
     struct rdma_cm_id *id = ibp_open_ptr(self);
     if (id == NULL)
         return NULL;
+    if (dst == NULL && id->verbs == NULL)   /* librdmacm dereferences id->verbs: a crash */
+        return ibp_raise_detail("rdma_resolve_route", EINVAL, "rdma_resolve_route failed: "
+                                "this CMID has no address yet (resolve_addr first)");
     int rc;
     Py_BEGIN_ALLOW_THREADS
     ibp_test_pause_point();   /* IBVERBS_TEST_HOOKS */

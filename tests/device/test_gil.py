@@ -558,6 +558,8 @@ def _hand_cases(ib, cm, port):
             ch = p.keep(cm.create_event_channel())
             cmid = p.keep(ch.create_id())
             p.parents.add(ch)
+            if name == "resolve_route":     # on a device (without one it is refused first)
+                cmid.bind_addr((cmt.SERVER_IP, cmt.free_port()))
             args = ((cmt.SERVER_IP, cmt.free_port()),) if name == "resolve_addr" else ()
             kwargs = {"src": cmt.CLIENT_IP} if name == "resolve_addr" else {}
             return cmid, args, kwargs, {"self.channel": ch}

@@ -1166,3 +1166,14 @@ def test_fuzz_closing_cm_qps_from_a_thread_during_cm_calls(ib, cm, during, plan,
             client_id.close()
             listener.close()
     assert all(what in ("closed", errno.EBUSY) for _, what in outcome), outcome
+
+
+@pytest.mark.parametrize("call", ["resolve_route", "connect", "accept", "disconnect",
+                                  "establish"])
+def test_calls_that_need_a_device_refuse_a_cmid_without_one(ib, channel, call):
+    """librdmacm dereferences id->verbs in these (resolve_route, disconnect:
+    a segfault on a fresh CMID, found by test_gil.py): VerbsError EINVAL."""
+    with channel.create_id() as cm_id:
+        with pytest.raises(ib.VerbsError, match="no (device|address) yet") as exc:
+            getattr(cm_id, call)()
+        assert exc.value.errno == errno.EINVAL
