@@ -10,7 +10,7 @@ import fnmatch
 import keyword
 from typing import Any, Dict, List, Optional, Set, Tuple, cast
 
-from . import gil, handle_rules, pyimpl
+from . import gil, hand_gil, handle_rules, pyimpl
 from .cexpr import CExpr, Ref, SelfPtr
 from .converters import ATTRIBUTES, FIELDS, REQUIRED, AttributeConverter
 from .converters.args import spec_default
@@ -477,10 +477,23 @@ class Builder:
                 if self.ir.function(v) is None:
                     raise SpecError(f"{m.where('verbs')}: {label}: no function {v}")
             if "impl" in m.node:     # a generated parser calls the hand-written _impl
-                return ImplBuilder(self, m, label, cname).build_impl(flags, doc, sig, verbs)
-            return MethodModel(m.name, m.owner, f"ibp_hand_{cname}", flags, doc, kind=MethodKind.HAND,
-                               verbs=verbs, signature=sig)
+                model = ImplBuilder(self, m, label, cname).build_impl(flags, doc, sig, verbs)
+            else:
+                model = MethodModel(m.name, m.owner, f"ibp_hand_{cname}", flags, doc, kind=MethodKind.HAND,
+                                    verbs=verbs, signature=sig)
+            return self.hand_gil(m, label, model)
         return MethodBuilder(self, m, label, cname).build()
+
+    def hand_gil(self, m: Method, label: str, model: MethodModel) -> MethodModel:
+        """A hand method's GIL rule, from its verbs' kinds, and what its
+        wrapper holds while it runs (generator/hand_gil.py)."""
+        model.release_gil = hand_gil.releases(self.spec.gil_kinds, model.verbs,
+                                              m.where("verbs"), m.node.get("gil"))
+        owner = self.spec.handle(m.owner) if m.owner else None
+        owner_node = owner.node if owner is not None else None
+        model.hand_holds = hand_gil.holds(m.node, label, m.owner, owner_node,
+                                          model.release_gil, model.params)
+        return model
 
 
 

@@ -8,7 +8,7 @@ result, the epilogue, and the cleanup every path goes through (`exit:`).
 """
 from __future__ import annotations
 
-from typing import Any, List
+from typing import Any, List, Tuple
 
 from .converters.composite import KwargsParam
 from .ctext import FASTCALL_KEYWORDS, SELF_PTR, declare, indented
@@ -257,17 +257,36 @@ def impl_body(m: MethodModel) -> List[str]:
     `__call` wrapper: a hot loop's call does no more than it must."""
     call = f"{m.impl}({', '.join(['self'] + [p.call_arg() for p in m.params])})"
     enter = ["if (ibp_call_enter(self) < 0)", "    return NULL;"]
-    if not m.params:
+    hold, unhold = _hand_holds(m)
+    if not m.params and not hold:
         return enter + [f"PyObject *return_value = {call};", "ibp_call_leave(self);",
                         "return return_value;"]
     body = [line for p in m.params for line in p.declarations()]
-    body += ["PyObject *return_value = NULL;", ""] + _impl_arguments(m) + enter
-    converting = [line for p in m.params for line in p.parse()]
+    body += [f"PyObject *{local} = NULL;" for _, local, _ in m.hand_holds]
+    body += ["PyObject *return_value = NULL;", ""]
+    body += (_impl_arguments(m) if m.params else []) + enter
+    converting = [line for p in m.params for line in p.parse()] + hold
     body += converting + [f"return_value = {call};", ""]
-    if any(p.parse_can_fail for p in m.params):
+    if any(p.parse_can_fail for p in m.params) or m.hand_holds:
         body.append(EXIT)
-    body += [line for p in m.params for line in p.cleanup()]
+    body += [line for p in m.params for line in p.cleanup()] + unhold
     return body + ["ibp_call_leave(self);", "return return_value;"]
+
+
+def _hand_holds(m: MethodModel) -> Tuple[List[str], List[str]]:
+    """What a hand method that releases the GIL hands the provider besides
+    self (spec `holds:`, generator/hand_gil.py), held as it is once the
+    arguments are converted, so that close() of any of it raises EBUSY
+    until the hand code returns; and their release."""
+    if not m.hand_holds:
+        return [], []
+    hold = ["/* what the hand code hands the provider without the GIL (spec holds:) */"]
+    unhold = []
+    for expr, local, each in m.hand_holds:
+        fn = "ibp_hold_each" if each else "ibp_hold"
+        hold += [f"if ({fn}({expr}, {'' if each else 'NULL, '}&{local}) < 0)", "    goto exit;"]
+        unhold.append(f"{'ibp_unhold_each' if each else 'ibp_unhold'}({local});")
+    return hold, list(reversed(unhold))
 
 
 def _impl_arguments(m: MethodModel) -> List[str]:

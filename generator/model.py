@@ -141,6 +141,9 @@ class MethodModel:
     # --- a hand method with a generated parser (kind IMPL, generator/impl.py) ---
     impl: Optional[str] = None              # the hand-written function it calls
     impl_params: List[str] = field(default_factory=list)   # that function's C parameters
+    # what its wrapper holds while the hand code runs without the GIL (spec
+    # `holds:`, generator/hand_gil.py): (C expression, local, a sequence)
+    hand_holds: List[Tuple[str, str, bool]] = field(default_factory=list)
 
     @property
     def hand(self) -> bool:

@@ -97,7 +97,8 @@ VERB_METHOD_KEYS = {"verb", "params", "errors", "returns", "gil", "checks", "doc
                     "since"} | rules.METHOD_KEYS   # declarative rules, expanded by generator/rules.py
 HAND_METHOD_KEYS = {"hand", "doc", "verbs", "keywords", "since",
                     "stub",    # the typed signature (generator/stubs.py)
-                    "impl"}    # a generated parser of the arguments (generator/impl.py)
+                    "impl",    # a generated parser of the arguments (generator/impl.py)
+                    "gil", "holds"}    # its GIL rule and what it holds (generator/hand_gil.py)
 PYTHON_METHOD_KEYS = {"python",     # "module:function" of a Python-layer method
                       "stub", "doc"}  # (the signature: the function's def, generator/pyimpl.py)
 METHOD_KEYS = VERB_METHOD_KEYS | HAND_METHOD_KEYS | PYTHON_METHOD_KEYS

@@ -174,3 +174,34 @@ class DataParam(BytesParam):
 
     def call_arg(self) -> str:
         return f"{self.local}_bytes"
+
+
+@PARAMS.register("handles")
+class HandleSequenceParam(ClassArgParam):
+    """A sequence of open objects of a handle class (`handles:WQ`: an RSS
+    table's WQs), passed on as a new tuple of them (ibp_conv_handles: a
+    TypeError naming the item, EBADF for a closed one).  A method that
+    releases the GIL holds each of them (spec `holds:`, ibp_hold_each)."""
+    impl_ctype = "PyObject *"
+    #: generator/hand_gil.py holds each item, not the tuple
+    sequence = True
+
+    def pytype_of(self, pspec: Any) -> str:
+        return f"Sequence[{self.cls}]"
+
+    @classmethod
+    def describe(cls, convert: str) -> Optional[str]:
+        return f"a sequence of {convert.split(':', 1)[1]}s"
+
+    def own_declarations(self) -> List[str]:
+        return [f"PyObject *{self.local} = NULL;"]
+
+    def parse(self) -> List[str]:
+        return [f'{self.local} = ibp_conv_handles({self.var}, "{self.name}", {self.cls}_Type);',
+                f"if ({self.local} == NULL)", "    goto exit;"]
+
+    def cleanup(self) -> List[str]:
+        return [f"Py_XDECREF({self.local});"]
+
+    def call_arg(self) -> str:
+        return self.local

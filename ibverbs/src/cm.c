@@ -97,12 +97,11 @@ PyObject *ibp_hand_EventChannel_get_cm_event(PyObject *self, PyObject *unused)
     struct rdma_event_channel *channel = ibp_open_ptr(self);
     if (channel == NULL)
         return NULL;
-    /* While this waits, the channel is busy: the close of a QP of any CMID
-     * on it is refused (cm_id.c), whenever that QP was made.  Those closed
-     * before now leave their IDs first. */
+    /* While this waits, the channel is busy (its wrapper holds it): the
+     * close of a QP of any CMID on it is refused (cm_id.c), whenever that
+     * QP was made.  Those closed before now leave their IDs first. */
     if (ibp_cm_channel_sync(self) < 0)
         return NULL;
-    ibp_busy_enter(self);
     /* Everything the event says is copied out and the event acknowledged
      * before the GIL is taken back: a thread closing a CMID (rdma_destroy_id
      * waits for its events to be acknowledged, GIL held) can then never
@@ -120,6 +119,7 @@ PyObject *ibp_hand_EventChannel_get_cm_event(PyObject *self, PyObject *unused)
     memset(&conn, 0, sizeof(conn));
     memset(&ud, 0, sizeof(ud));
     Py_BEGIN_ALLOW_THREADS
+    ibp_test_pause_point();   /* IBVERBS_TEST_HOOKS */
     errno = 0;
     rc = rdma_get_cm_event(channel, &event);
     err = errno;
@@ -151,7 +151,6 @@ PyObject *ibp_hand_EventChannel_get_cm_event(PyObject *self, PyObject *unused)
         err = errno;
     }
     Py_END_ALLOW_THREADS
-    ibp_busy_leave(self);
     if (rc != 0)
         return ibp_raise("rdma_get_cm_event", ibp_error_code(err ? err : rc));
     PyObject *id_obj = NULL, *listen_obj = NULL, *data_obj = NULL, *param = NULL;

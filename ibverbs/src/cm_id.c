@@ -89,8 +89,9 @@ PyObject *ibp_hand_module__set_cmid_class(PyObject *module, PyObject *cls)
  * processes events (rdma_get_cm_event moves the QP to RTR/RTS on
  * CONNECT_RESPONSE, to ERR on REJECTED).  So:
  * - a QP librdmacm may be using is never destroyed: qp.close() raises
- *   EBUSY while a call on its CMID runs with the GIL released (which holds
- *   the QP busy, and its channel, see below), and while any call on the
+ *   EBUSY while a call on its CMID runs with the GIL released (its
+ *   generated wrapper holds the QP busy, and the channel: spec `holds:`
+ *   in spec/rdmacm/cm.yaml, generator/hand_gil.py), and while any call on the
  *   CMID's channel is in flight (get_cm_event waiting); checked at close
  *   time, so a QP created on a CMID of the channel, or a CMID migrated
  *   onto it, during the wait counts as well;
@@ -175,41 +176,6 @@ int ibp_cm_channel_sync(PyObject *channel)
         cmid_sync_qp((struct CMIDObject *)PyList_GetItem(closed, i));
     Py_DECREF(closed);
     return 0;
-}
-
-/* What a call that releases the GIL on a CMID holds busy: its QP (a
- * concurrent qp.close() says EBUSY) and its channel (so does the close of
- * a QP another thread creates meanwhile).  A reference to each, released
- * by cm_unhold. */
-struct cm_hold {
-    PyObject *qp, *channel;
-};
-
-static struct cm_hold cm_hold(struct CMIDObject *self)
-{
-    cmid_sync_qp(self);
-    struct cm_hold h = {self->qp, self->channel};
-    if (h.qp != NULL) {
-        Py_INCREF(h.qp);
-        ibp_busy_enter(h.qp);
-    }
-    if (h.channel != NULL) {
-        Py_INCREF(h.channel);
-        ibp_busy_enter(h.channel);
-    }
-    return h;
-}
-
-static void cm_unhold(struct cm_hold *h)
-{
-    if (h->qp != NULL) {
-        ibp_busy_leave(h->qp);
-        Py_DECREF(h->qp);
-    }
-    if (h->channel != NULL) {
-        ibp_busy_leave(h->channel);
-        Py_DECREF(h->channel);
-    }
 }
 
 /* ---- lifetime hooks (spec/rdmacm/cm.yaml) ---------------------------------------- */
@@ -306,7 +272,8 @@ static const void *private_bytes(PyObject *data, uint8_t *len)
 
 /* A call that may move the ID's QP, with the GIL released: fn(id)
  * (rdma_disconnect, rdma_establish) or fn_conn(id, param) (rdma_connect,
- * rdma_accept). */
+ * rdma_accept).  Its generated wrapper holds the QP and the channel
+ * (spec `holds:`); a QP closed before now leaves the ID first. */
 static PyObject *cmid_call(PyObject *op, const char *verb, int (*fn)(struct rdma_cm_id *),
                            int (*fn_conn)(struct rdma_cm_id *, struct rdma_conn_param *),
                            struct rdma_conn_param *param)
@@ -314,15 +281,16 @@ static PyObject *cmid_call(PyObject *op, const char *verb, int (*fn)(struct rdma
     struct rdma_cm_id *id = ibp_open_ptr(op);
     if (id == NULL)
         return NULL;
-    struct cm_hold held = cm_hold((struct CMIDObject *)op);
+    if (id->verbs == NULL)      /* librdmacm dereferences id->verbs: a crash */
+        return ibp_raise_detail(verb, EINVAL, "%s failed: this CMID has no device yet "
+                                "(resolve_addr or bind_addr first)", verb);
+    cmid_sync_qp((struct CMIDObject *)op);
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    ibp_test_delay();
-    ibp_test_pause_point();
+    ibp_test_pause_point();   /* IBVERBS_TEST_HOOKS */
     errno = 0;
     rc = fn ? fn(id) : fn_conn(id, param);
     Py_END_ALLOW_THREADS
-    cm_unhold(&held);
     return cm_result(verb, rc);
 }
 
@@ -369,21 +337,20 @@ PyObject *ibp_hand_CMID_reject_impl(PyObject *self, PyObject *private_data)
     const void *bytes = private_bytes(private_data, &len);
     int rc;
     Py_BEGIN_ALLOW_THREADS
+    ibp_test_pause_point();   /* IBVERBS_TEST_HOOKS */
     errno = 0;
     rc = rdma_reject(id, bytes, len);
     Py_END_ALLOW_THREADS
     return cm_result("rdma_reject", rc);
 }
 
-PyObject *ibp_hand_CMID_disconnect(PyObject *self, PyObject *unused)
+PyObject *ibp_hand_CMID_disconnect_impl(PyObject *self)
 {
-    (void)unused;
     return cmid_call(self, "rdma_disconnect", rdma_disconnect, NULL, NULL);
 }
 
-PyObject *ibp_hand_CMID_establish(PyObject *self, PyObject *unused)
+PyObject *ibp_hand_CMID_establish_impl(PyObject *self)
 {
-    (void)unused;
     return cmid_call(self, "rdma_establish", rdma_establish, NULL, NULL);
 }
 
@@ -405,8 +372,12 @@ static PyObject *cm_resolve(PyObject *self, struct sockaddr *dst, struct sockadd
     struct rdma_cm_id *id = ibp_open_ptr(self);
     if (id == NULL)
         return NULL;
+    if (dst == NULL && id->verbs == NULL)   /* librdmacm dereferences id->verbs: a crash */
+        return ibp_raise_detail("rdma_resolve_route", EINVAL, "rdma_resolve_route failed: "
+                                "this CMID has no address yet (resolve_addr first)");
     int rc;
     Py_BEGIN_ALLOW_THREADS
+    ibp_test_pause_point();   /* IBVERBS_TEST_HOOKS */
     errno = 0;
     rc = dst ? rdma_resolve_addr(id, src, dst, timeout_ms) : rdma_resolve_route(id, timeout_ms);
     Py_END_ALLOW_THREADS
@@ -532,20 +503,16 @@ PyObject *ibp_hand_CMID_migrate_impl(PyObject *op, PyObject *channel)
     struct rdma_cm_id *id = ibp_open_ptr(op);
     if (id == NULL)
         return NULL;
-    /* The target channel is in use too while the GIL is released: its
-     * close() from another thread must wait (EBUSY); and the QP, whose
-     * events may start arriving on it before self->channel says so. */
-    struct cm_hold held = cm_hold(self);
-    ibp_busy_enter(channel);
+    /* Its generated wrapper holds the target channel too while the GIL is
+     * released (its close() from another thread says EBUSY), and the QP,
+     * whose events may start arriving on it before self->channel says so. */
+    cmid_sync_qp(self);
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    ibp_test_delay();
-    ibp_test_pause_point();
+    ibp_test_pause_point();   /* IBVERBS_TEST_HOOKS */
     errno = 0;
     rc = rdma_migrate_id(id, EventChannel_PTR(channel));
     Py_END_ALLOW_THREADS
-    ibp_busy_leave(channel);
-    cm_unhold(&held);
     if (rc != 0)
         return ibp_raise("rdma_migrate_id", ibp_error_code(rc));
     if (channel != self->channel) {

@@ -151,6 +151,9 @@ IBP_HIDDEN PyObject *ibp_array_to_py(const void *data, size_t size);
 IBP_HIDDEN int ibp_conv_handle(PyObject *obj, const char *name,
                                PyTypeObject *type, int none_ok,
                                PyObject **out);
+/* A sequence of open instances of type (`handles:WQ`): a new tuple of
+ * them, or NULL with TypeError naming the item (EBADF for a closed one). */
+IBP_HIDDEN PyObject *ibp_conv_handles(PyObject *obj, const char *name, PyTypeObject *type);
 
 /* ---- handle bookkeeping (handles.c) ------------------------------------- */
 
@@ -201,14 +204,10 @@ IBP_HIDDEN void ibp_registry_remove(void *ptr);
 /* The object whose token is that context value: a new reference, or NULL
  * (no exception) when none is registered any more. */
 IBP_HIDDEN PyObject *ibp_registry_find(const void *token);
-/* Adds the test hooks (_registry_alias, _test_delay, _test_pause) when IBVERBS_TEST_HOOKS=1. */
+/* Adds the test hooks (_registry_alias, _test_pause) when IBVERBS_TEST_HOOKS=1. */
 IBP_HIDDEN int ibp_test_hooks_init(PyObject *module);
 /* Whether IBVERBS_TEST_HOOKS=1 was set at import (other files add hooks of their own). */
 IBP_HIDDEN int ibp_test_hooks_enabled(void);
-/* Without the GIL, where a call waits in librdmacm: sleeps as long as the
- * _test_delay hook said (nothing without it), so that a test can act
- * while the call is in flight. */
-IBP_HIDDEN void ibp_test_delay(void);
 
 /* repr() and _asdict() of struct classes, from their field names. */
 IBP_HIDDEN PyObject *ibp_repr_fields(PyObject *obj, const char *const *names);
@@ -236,6 +235,10 @@ IBP_HIDDEN void ibp_call_leave(PyObject *self);
  * not held.  -1 with VerbsError EBADF for a parent's object after fork(). */
 IBP_HIDDEN int ibp_hold(PyObject *obj, PyTypeObject *type, PyObject **held);
 IBP_HIDDEN void ibp_unhold(PyObject *held);
+/* The same for each handle of a tuple (ibp_conv_handles's), until
+ * ibp_unhold_each(*held). */
+IBP_HIDDEN int ibp_hold_each(PyObject *tuple, PyObject **held);
+IBP_HIDDEN void ibp_unhold_each(PyObject *held);
 /* Tests only (IBVERBS_TEST_HOOKS=1, handles.c): a call with the GIL
  * released stops here while a test says so (_test_pause). */
 extern IBP_HIDDEN volatile int ibp_test_pausing;

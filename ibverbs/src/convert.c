@@ -229,6 +229,37 @@ int ibp_conv_handle(PyObject *obj, const char *name, PyTypeObject *type,
     return 0;
 }
 
+PyObject *ibp_conv_handles(PyObject *obj, const char *name, PyTypeObject *type)
+{
+    /* A tuple of what was actually read (a sequence's __len__ may lie),
+     * never changed again: what is checked here is what is held and used. */
+    PyObject *items = PySequence_Tuple(obj);
+    if (items == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "%s must be a sequence, not %s", name,
+                         ibp_type_name(obj));
+        }
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_Size(items); i++) {
+        PyObject *item = PyTuple_GetItem(items, i);
+        if (!PyObject_TypeCheck(item, type)) {
+            PyObject *tname = PyObject_GetAttrString((PyObject *)type, "__name__");
+            PyErr_Format(PyExc_TypeError, "%s[%zd] must be a %S, not %s", name, i, tname,
+                         ibp_type_name(item));
+            Py_XDECREF(tname);
+            Py_DECREF(items);
+            return NULL;
+        }
+        if (ibp_check_open(item) < 0) {
+            Py_DECREF(items);
+            return NULL;
+        }
+    }
+    return items;
+}
+
 /*
  * With IBV_SEND_INLINE the provider copies the SGEs' bytes in this process
  * while posting, so an SGE built from a bad integer address would crash the

@@ -239,6 +239,31 @@ void ibp_unhold(PyObject *held)
     }
 }
 
+int ibp_hold_each(PyObject *tuple, PyObject **held)
+{
+    Py_ssize_t n = PyTuple_Size(tuple);
+    for (Py_ssize_t i = 0; forked && i < n; i++) {
+        PyObject *obj = PyTuple_GetItem(tuple, i);
+        if (IBP_HANDLE(obj)->ptr != NULL && inherited(obj)) {
+            raise_foreign(obj);
+            return -1;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        IBP_HANDLE(PyTuple_GetItem(tuple, i))->busy++;
+    *held = Py_NewRef(tuple);
+    return 0;
+}
+
+void ibp_unhold_each(PyObject *held)
+{
+    if (held == NULL)
+        return;
+    for (Py_ssize_t i = 0; i < PyTuple_Size(held); i++)
+        IBP_HANDLE(PyTuple_GetItem(held, i))->busy--;
+    Py_DECREF(held);
+}
+
 /* ---- creation --------------------------------------------------------------- */
 
 PyObject *ibp_handle_new(PyTypeObject *type, void *ptr, PyObject **parent_slots,
@@ -445,36 +470,10 @@ static PyObject *registry_alias(PyObject *module, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* _test_delay(seconds): calls that wait in librdmacm without the GIL
- * (ibp_test_delay) sleep that long first, so that another thread can
- * try to close what they hold meanwhile; 0 turns it off.  Read without the
- * GIL: one int. */
-static volatile int test_delay_us;
-
-void ibp_test_delay(void)
-{
-    int us = test_delay_us;
-    if (us > 0)
-        usleep((useconds_t)us);
-}
-
-static PyObject *test_delay(PyObject *module, PyObject *arg)
-{
-    (void)module;
-    double seconds = PyFloat_AsDouble(arg);
-    if (seconds == -1.0 && PyErr_Occurred())
-        return NULL;
-    if (!(seconds >= 0.0 && seconds <= 10.0)) {
-        PyErr_SetString(PyExc_ValueError, "_test_delay takes 0 to 10 seconds");
-        return NULL;
-    }
-    test_delay_us = (int)(seconds * 1e6);
-    Py_RETURN_NONE;
-}
-
-/* _test_pause(on) and _test_paused(timeout): once on, the next generated call
- * that releases the GIL (or close() of a class whose destroy does, or a
- * PostList post with release_gil) stops inside its released section,
+/* _test_pause(on) and _test_paused(timeout): once on, the next call that
+ * releases the GIL (generated, hand-written ones the spec lists, close() of
+ * a class whose destroy does, a PostList post with release_gil) stops
+ * inside its released section,
  * holding what it holds, until _test_pause(False); calls after it pass.
  * _test_paused waits for it to stop.  A close() from another thread during
  * such a call is then deterministic (tests/device/test_gil.py). */
@@ -538,9 +537,6 @@ static PyObject *test_paused(PyObject *module, PyObject *timeout)
 }
 
 static PyMethodDef test_hook_functions[] = {
-    {"_test_delay", test_delay, METH_O,
-     "_test_delay($module, seconds, /)\n--\n\n"
-     "Test hook: librdmacm calls sleep this long first (IBVERBS_TEST_HOOKS=1 only)."},
     {"_registry_alias", registry_alias, METH_VARARGS,
      "_registry_alias($module, obj, other, /)\n--\n\n"
      "Test hook: map events naming obj to other (IBVERBS_TEST_HOOKS=1 only)."},

@@ -60,6 +60,7 @@ static struct ibv_device **device_list(int *n)
     struct ibv_device **list;
     int err;
     Py_BEGIN_ALLOW_THREADS
+    ibp_test_pause_point();   /* IBVERBS_TEST_HOOKS */
     errno = 0;
     list = ibv_get_device_list(n);
     err = errno;

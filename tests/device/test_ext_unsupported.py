@@ -80,9 +80,9 @@ def test_create_rwq_ind_table_checks_its_wq_list(ib, ctx, cq):
         ctx.create_rwq_ind_table([])
     with pytest.raises(TypeError, match="must be a WQ"):
         ctx.create_rwq_ind_table([cq])
-    with pytest.raises(ValueError, match="power of two"):
-        ctx.create_rwq_ind_table([cq, cq, cq])
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match=r"wqs\[0\] must be a WQ, not CQ"):
+        ctx.create_rwq_ind_table([cq, cq, cq])     # each item is checked before the count
+    with pytest.raises(TypeError, match="wqs must be a sequence"):
         ctx.create_rwq_ind_table(5)
     assert ib.RWQIndTable._open_count() == 0
 

@@ -763,25 +763,48 @@ def _request(ib, cm, channel, port):
     return listener, client, Side(ib, request.id), request
 
 
+def run_paused(call, while_paused):
+    """call() in a thread, stopped by the test hook (_test_pause) inside its
+    released section, just before its librdmacm call, while while_paused()
+    runs here; then resumed: call()'s result, or its exception raised here."""
+    from ibverbs import _ibverbs
+    box = {}
+
+    def body():
+        try:
+            box["result"] = call()
+        except BaseException as exc:        # raised by the caller
+            box["error"] = exc
+    _ibverbs._test_pause(True)
+    t = threading.Thread(target=body, daemon=True)
+    try:
+        t.start()
+        deadline = time.monotonic() + TIMEOUT
+        while not _ibverbs._test_paused(0.1) and t.is_alive() and time.monotonic() < deadline:
+            pass
+        assert t.is_alive(), f"it returned before its released section: {box}"
+        assert _ibverbs._test_paused(0), "it never reached its released section"
+        while_paused()
+    finally:
+        _ibverbs._test_pause(False)
+        t.join(TIMEOUT)
+    assert not t.is_alive()
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
+
+
 def _refused_while(call, *closes):
     """Run call in a thread, paused (the test hook) with the GIL released
     inside its librdmacm call; meanwhile each close() must raise EBUSY."""
     import ibverbs as ib
-    from ibverbs import _ibverbs
-    errors = []
-    _ibverbs._test_delay(1.5)
-    t = threading.Thread(target=lambda: errors.append(call()), daemon=True)
-    try:
-        t.start()
-        time.sleep(0.5)
+
+    def closing():
         for close in closes:
             with pytest.raises(ib.VerbsError) as exc:
                 close()
             assert exc.value.errno == errno.EBUSY
-    finally:
-        _ibverbs._test_delay(0)
-        t.join(TIMEOUT)
-    assert not t.is_alive() and errors == [None]
+    assert run_paused(call, closing) is None
 
 
 def test_qps_are_held_while_accept_and_disconnect_run(ib, cm, channel):
@@ -1091,9 +1114,9 @@ def _closer(sides, plan, outcome):
 def test_fuzz_closing_cm_qps_from_a_thread_during_cm_calls(ib, cm, during, plan, high):
     """Whatever is closed when: every close() destroys the QP or says
     EBUSY, never frees one librdmacm is moving (connect, accept, disconnect
-    paused inside librdmacm by the test hook); a destroyed QP has left its
-    ID, an open one is still on it; channel fds above 1023 when high."""
-    from ibverbs import _ibverbs
+    paused inside librdmacm by the test hook for 0.3 s, the closes timed
+    from the pause on); a destroyed QP has left its ID, an open one is still
+    on it; channel fds above 1023 when high."""
     E = cm.CMEventType
     port = free_port()
     with (high_fds() if high else contextlib.nullcontext()), cm.create_event_channel() as ch:
@@ -1115,12 +1138,11 @@ def test_fuzz_closing_cm_qps_from_a_thread_during_cm_calls(ib, cm, during, plan,
                     return fn()
                 mine = [(w, d) for w, d in plan if w in sides]
                 closer = threading.Thread(target=_closer, args=(sides, mine, outcome), daemon=True)
-                _ibverbs._test_delay(0.3)
-                try:
+
+                def paused():
                     closer.start()
-                    return fn()
-                finally:
-                    _ibverbs._test_delay(0)
+                    time.sleep(0.3)
+                return run_paused(fn, paused)
 
             call("connect", lambda: client_id.connect(retry_count=5, rnr_retry_count=6))
             request = cm.wait_event(ch, E.CONNECT_REQUEST, TIMEOUT)
@@ -1144,3 +1166,14 @@ def test_fuzz_closing_cm_qps_from_a_thread_during_cm_calls(ib, cm, during, plan,
             client_id.close()
             listener.close()
     assert all(what in ("closed", errno.EBUSY) for _, what in outcome), outcome
+
+
+@pytest.mark.parametrize("call", ["resolve_route", "connect", "accept", "disconnect",
+                                  "establish"])
+def test_calls_that_need_a_device_refuse_a_cmid_without_one(ib, channel, call):
+    """librdmacm dereferences id->verbs in these (resolve_route, disconnect:
+    a segfault on a fresh CMID, found by test_gil.py): VerbsError EINVAL."""
+    with channel.create_id() as cm_id:
+        with pytest.raises(ib.VerbsError, match="no (device|address) yet") as exc:
+            getattr(cm_id, call)()
+        assert exc.value.errno == errno.EINVAL

@@ -104,3 +104,60 @@ def test_handle_arguments_are_held_before_anything_is_converted(built):
     first_conversion = next(i for i, line in enumerate(body) if "ibp_conv_" in line)
     assert hold < first_conversion
     assert hold < body.index("if (ibp_check_open(self) < 0)")
+
+
+# ---- hand-written methods (generator/hand_gil.py) ---------------------------------
+
+def test_hand_methods_get_their_rule_from_their_verbs_and_hold_what_the_spec_lists(built):
+    ctx = next(h for h in built.handles if h.name == "Context")
+    table = next(m for m in ctx.methods if m.name == "create_rwq_ind_table")
+    assert table.release_gil and table.hand_holds == [("wqs_c", "wqs_held", True)]
+    body = "\n".join(emit.impl_body(table))
+    # the WQs are held once converted, before the hand code runs, and let go after
+    assert body.index("ibp_hold_each(wqs_c, &wqs_held)") < body.index(
+        "ibp_hand_Context_create_rwq_ind_table_impl(self, wqs_c)") < body.index(
+        "ibp_unhold_each(wqs_held)")
+    assert _method(built, "CompChannel", "get_cq_event").release_gil
+    for cls, name in (("QP", "post_send"), ("CQ", "poll"), ("CQ", "req_notify")):
+        assert not _method(built, cls, name).release_gil, (cls, name)
+
+
+def test_the_rdma_cm_calls_hold_the_ids_qp_and_channel(ir):
+    from generator import rdmacm
+    cm = rdmacm.load(os.environ.get("RDMA_CORE") or None, SPEC_DIR)
+    cmid = next(h for h in cm.handles if h.name == "CMID")
+    for name in ("connect", "accept", "disconnect", "establish", "migrate"):
+        m = next(m for m in cmid.methods if m.name == name)
+        assert m.release_gil, name
+        body = "\n".join(emit.impl_body(m))
+        assert "ibp_hold(((struct CMIDObject *)self)->qp, NULL, &self_qp_held)" in body, name
+        assert "ibp_hold(((struct CMIDObject *)self)->channel, NULL, " in body, name
+        assert body.index("self_qp_held) < 0") < body.index(f"ibp_hand_CMID_{name}_impl(")
+    for name in ("bind_addr", "listen", "create_qp"):
+        assert not next(m for m in cmid.methods if m.name == name).release_gil
+
+
+@pytest.mark.parametrize("old, new, message", [
+    ("        holds: [self.qp, self.channel]     # librdmacm reads and moves id->qp\n", "",
+     "CMID.connect: it releases the GIL (its verbs' kind, spec/gil.yaml): list what it hands"),
+    ("        holds: [self.qp, self.channel]     # librdmacm reads and moves id->qp\n",
+     "        holds: [self.route]\n", "holds self.route: CMID has no slot or parent route"),
+    ("        verbs: [rdma_reject]\n        holds: [self.channel]\n",
+     "        verbs: [rdma_reject]\n        holds: [private_data]\n",
+     "holds private_data: not self.<slot or parent> nor a handle argument"),
+    ("      - rdma_listen\n", "", "rdma_listen has no GIL rule"),
+])
+def test_hand_gil_mistakes_are_spec_errors(tmp_path, ir, old, new, message):
+    from generator import rdmacm
+    d = tmp_path / "spec"
+    shutil.copytree(SPEC_DIR, d)
+    for name in ("rdmacm/cm.yaml", "rdmacm/gil.yaml"):
+        text = (d / name).read_text()
+        if old in text:
+            (d / name).write_text(text.replace(old, new, 1))
+            break
+    else:
+        raise AssertionError(f"not in the spec: {old!r}")
+    with pytest.raises(spec.SpecError, match=message.replace("(", r"\(").replace(")", r"\)")
+                       .replace("[", r"\[").replace(".", r"\.")):
+        rdmacm.load(os.environ.get("RDMA_CORE") or None, str(d))

@@ -128,7 +128,8 @@ def test_a_generated_method_in_the_rdmacm_spec_is_refused(generator, tmp_path):
     shutil.copytree(g["SPEC_DIR"], spec_root)
     path = spec_root / "rdmacm" / "cm.yaml"
     text = path.read_text().replace(
-        '      disconnect:\n        hand: "disconnect()"\n        verbs: [rdma_disconnect]\n'
+        '      disconnect:\n        hand: "disconnect()"\n        impl: {}\n'
+        '        verbs: [rdma_disconnect]\n        holds: [self.qp, self.channel]\n'
         '        stub: "(self) -> None"\n',
         "      disconnect:\n        verb: rdma_disconnect\n        params: {id: self}\n"
         "        errors: errno\n")

@@ -1,0 +1,78 @@
+"""The GIL rule of a hand-written method, and what its generated wrapper
+holds while the hand code runs without the GIL (spec `holds:`).
+
+A hand method's rule is its verbs' (spec/gil.yaml, spec/rdmacm/gil.yaml:
+it releases the GIL when any verb it names is of a `release` kind; its own
+`gil:` overrides), so a hand-written call of a verb that enters the kernel
+cannot keep the GIL unnoticed, and one that releases it is listed in the
+spec, where tests/device/test_gil.py finds it.  A method that releases
+must say what it hands the provider or librdmacm besides self (`holds:`,
+possibly empty); each entry is
+
+  self.NAME   a slot or parent of its class, as it is at the call
+              (CMID: self.qp, which librdmacm modifies, self.channel)
+  NAME        one of its `impl:` arguments, a handle (or each handle of a
+              sequence of handles)
+
+The generated wrapper (generator/emit.py, impl_body) holds them busy and
+referenced with ibp_hold once its arguments are converted, right before
+the hand `_impl` function runs, and releases them when it returns: close()
+of any of them meanwhile raises VerbsError EBUSY.  self is held for the
+whole call by every wrapper (ibp_call_enter).
+"""
+from __future__ import annotations
+
+from typing import Any, List, Optional, Tuple
+
+from . import gil
+from .spec import SpecError
+
+
+def releases(kinds: List[gil.GilKind], verbs: List[str], where: str,
+             override: Optional[str]) -> bool:
+    """True when a hand method of these verbs runs any with the GIL released."""
+    if override is not None:
+        if override not in gil.RULES:
+            raise SpecError(f"{where}: 'gil' must be hold or release")
+        return override == "release"
+    try:
+        return any(gil.releases(kinds, v, where) for v in verbs)
+    except gil.GilError as exc:
+        raise SpecError(str(exc)) from None
+
+
+def holds(node: Any, label: str, owner: str, owner_node: Any, released: bool,
+          params: List[Any]) -> List[Tuple[str, str, bool]]:
+    """(C expression, local, each) of every `holds:` entry, in order; each:
+    the expression is a sequence of handles, all held."""
+    if "holds" not in node:
+        if released:
+            raise SpecError(f"{node.where()}: {label}: it releases the GIL (its verbs' kind, "
+                            "spec/gil.yaml): list what it hands the provider besides self "
+                            "as 'holds:' ([] for nothing), which its wrapper then holds")
+        return []
+    entries = node["holds"]
+    where = node.where("holds")
+    if not released:
+        raise SpecError(f"{where}: {label}: 'holds' is for a method that releases the GIL")
+    if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
+        raise SpecError(f"{where}: {label}: 'holds' must be a list of names")
+    if entries and "impl" not in node:
+        raise SpecError(f"{where}: {label}: a method with 'holds' needs 'impl:' "
+                        "(its generated wrapper holds them)")
+    out: List[Tuple[str, str, bool]] = []
+    for entry in entries:
+        if entry.startswith("self."):
+            name = entry[len("self."):]
+            own = set((owner_node.get("slots") or {})) | set((owner_node.get("parents") or {}))
+            if name not in own:
+                raise SpecError(f"{where}: {label}: holds {entry}: {owner} has no slot or "
+                                f"parent {name}")
+            out.append((f"((struct {owner}Object *)self)->{name}", f"self_{name}_held", False))
+            continue
+        param = next((p for p in params if getattr(p, "name", None) == entry), None)
+        if param is None or not hasattr(param, "cls"):
+            raise SpecError(f"{where}: {label}: holds {entry}: not self.<slot or parent> "
+                            "nor a handle argument of its impl:")
+        out.append((param.call_arg(), f"{entry}_held", bool(getattr(param, "sequence", False))))
+    return out
