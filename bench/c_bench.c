@@ -175,6 +175,18 @@ static void check(const struct ibv_wc *wc)
         DIE("completion status %d", wc->status);
 }
 
+/* Busy-polls the one completion in flight, as the Python side's poll(1) loop. */
+static void poll_one(struct ibv_cq *cq)
+{
+    struct ibv_wc wc;
+    int n;
+    while ((n = ibv_poll_cq(cq, 1, &wc)) == 0)
+        ;
+    if (n < 0)
+        DIE("ibv_poll_cq");
+    check(&wc);
+}
+
 /* Up to 32 RDMA_WRITEs of len bytes from addr to remote, chained when
  * chain, signaled as told. */
 static void write_wrs(struct ibv_send_wr *wr, struct ibv_sge *sge, int n, int chain,
@@ -202,19 +214,13 @@ static double write_strict(struct ibv_qp *qp, struct ibv_cq *cq, struct side *s,
 {
     struct ibv_sge sge[32];
     struct ibv_send_wr wr[32], *bad;
-    struct ibv_wc wc;
     write_wrs(wr, sge, batch, 1, 0, (uintptr_t)s->buf, MSG, s->mr->lkey,
               (uintptr_t)s->buf + 2048, s->mr->rkey);
     double t0 = now();
     for (long done = 0; done < total; done += batch) {
         if (ibv_post_send(qp, wr, &bad))
             DIE("ibv_post_send");
-        int n;
-        while ((n = ibv_poll_cq(cq, 1, &wc)) == 0)
-            ;
-        if (n < 0)
-            DIE("ibv_poll_cq");
-        check(&wc);
+        poll_one(cq);
     }
     return total / (now() - t0);
 }
@@ -223,7 +229,6 @@ static double write_strict(struct ibv_qp *qp, struct ibv_cq *cq, struct side *s,
  * the stack (the Python side builds an SGE and a SendWR each time). */
 static double write_build(struct ibv_qp *qp, struct ibv_cq *cq, struct side *s, long total)
 {
-    struct ibv_wc wc;
     double t0 = now();
     for (long i = 0; i < total; i++) {
         struct ibv_sge sge = {(uintptr_t)s->buf, MSG, s->mr->lkey};
@@ -238,12 +243,7 @@ static double write_build(struct ibv_qp *qp, struct ibv_cq *cq, struct side *s, 
         wr.wr.rdma.rkey = s->mr->rkey;
         if (ibv_post_send(qp, &wr, &bad))
             DIE("ibv_post_send");
-        int n;
-        while ((n = ibv_poll_cq(cq, 1, &wc)) == 0)
-            ;
-        if (n < 0)
-            DIE("ibv_poll_cq");
-        check(&wc);
+        poll_one(cq);
     }
     return total / (now() - t0);
 }
