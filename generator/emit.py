@@ -262,7 +262,7 @@ def impl_body(m: MethodModel) -> List[str]:
         return enter + [f"PyObject *return_value = {call};", "ibp_call_leave(self);",
                         "return return_value;"]
     body = [line for p in m.params for line in p.declarations()]
-    body += [f"PyObject *{local} = NULL;" for _, local, _ in m.hand_holds]
+    body += [f"PyObject *{h.local} = NULL;" for h in m.hand_holds]
     body += ["PyObject *return_value = NULL;", ""]
     body += (_impl_arguments(m) if m.params else []) + enter
     converting = [line for p in m.params for line in p.parse()] + hold
@@ -282,10 +282,10 @@ def _hand_holds(m: MethodModel) -> Tuple[List[str], List[str]]:
         return [], []
     hold = ["/* what the hand code hands the provider without the GIL (spec holds:) */"]
     unhold = []
-    for expr, local, each in m.hand_holds:
-        fn = "ibp_hold_each" if each else "ibp_hold"
-        hold += [f"if ({fn}({expr}, {'' if each else 'NULL, '}&{local}) < 0)", "    goto exit;"]
-        unhold.append(f"{'ibp_unhold_each' if each else 'ibp_unhold'}({local});")
+    for h in m.hand_holds:
+        fn = "ibp_hold_each" if h.each else "ibp_hold"
+        hold += [f"if ({fn}({h.expr}, {'' if h.each else 'NULL, '}&{h.local}) < 0)", "    goto exit;"]
+        unhold.append(f"{'ibp_unhold_each' if h.each else 'ibp_unhold'}({h.local});")
     return hold, list(reversed(unhold))
 
 

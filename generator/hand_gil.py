@@ -22,9 +22,10 @@ whole call by every wrapper (ibp_call_enter).
 """
 from __future__ import annotations
 
-from typing import Any, List, Optional, Tuple
+from typing import Any, List, Optional
 
 from . import gil
+from .model import HandHold
 from .spec import SpecError
 
 
@@ -42,7 +43,7 @@ def releases(kinds: List[gil.GilKind], verbs: List[str], where: str,
 
 
 def holds(node: Any, label: str, owner: str, owner_node: Any, released: bool,
-          params: List[Any]) -> List[Tuple[str, str, bool]]:
+          params: List[Any]) -> List[HandHold]:
     """(C expression, local, each) of every `holds:` entry, in order; each:
     the expression is a sequence of handles, all held."""
     if "holds" not in node:
@@ -60,7 +61,7 @@ def holds(node: Any, label: str, owner: str, owner_node: Any, released: bool,
     if entries and "impl" not in node:
         raise SpecError(f"{where}: {label}: a method with 'holds' needs 'impl:' "
                         "(its generated wrapper holds them)")
-    out: List[Tuple[str, str, bool]] = []
+    out: List[HandHold] = []
     for entry in entries:
         if entry.startswith("self."):
             name = entry[len("self."):]
@@ -68,11 +69,11 @@ def holds(node: Any, label: str, owner: str, owner_node: Any, released: bool,
             if name not in own:
                 raise SpecError(f"{where}: {label}: holds {entry}: {owner} has no slot or "
                                 f"parent {name}")
-            out.append((f"((struct {owner}Object *)self)->{name}", f"self_{name}_held", False))
+            out.append(HandHold(f"((struct {owner}Object *)self)->{name}", f"self_{name}_held", False))
             continue
         param = next((p for p in params if getattr(p, "name", None) == entry), None)
         if param is None or not hasattr(param, "cls"):
             raise SpecError(f"{where}: {label}: holds {entry}: not self.<slot or parent> "
                             "nor a handle argument of its impl:")
-        out.append((param.call_arg(), f"{entry}_held", bool(getattr(param, "sequence", False))))
+        out.append(HandHold(param.call_arg(), f"{entry}_held", bool(getattr(param, "sequence", False))))
     return out

@@ -101,6 +101,15 @@ class PythonTarget(NamedTuple):
     function: str
 
 
+class HandHold(NamedTuple):
+    """What a hand method that releases the GIL holds busy besides self
+    (spec `holds:`): the C expression of the object, the local that keeps
+    the hold, and whether it is a sequence of handles (ibp_hold_each)."""
+    expr: str
+    local: str
+    each: bool
+
+
 class OptionalSymbol(NamedTuple):
     """A symbol a wrapper needs that older rdma-core releases lack."""
     name: str
@@ -143,7 +152,7 @@ class MethodModel:
     impl_params: List[str] = field(default_factory=list)   # that function's C parameters
     # what its wrapper holds while the hand code runs without the GIL (spec
     # `holds:`, generator/hand_gil.py): (C expression, local, a sequence)
-    hand_holds: List[Tuple[str, str, bool]] = field(default_factory=list)
+    hand_holds: List[HandHold] = field(default_factory=list)
 
     @property
     def hand(self) -> bool:
