@@ -655,25 +655,24 @@ def bulk_client(args: argparse.Namespace) -> dict:
     O, S = ib.WROpcode, ib.SendFlags.SIGNALED
     secs = {"write": 0.0, "read": 0.0, "send": 0.0}
     read_bad = 0
-    for r in range(srv["rounds"]):
-        buf[:] = pattern(100 + r, size)
+
+    def one_way(opcode, key):
+        """size bytes in msg-sized RDMA requests to or from the target, timed."""
         t = time.monotonic()
-        qp.post_send([ib.SendWR(wr_id=i, sg_list=[mr.sge(msg, i * msg)], opcode=O.RDMA_WRITE,
+        qp.post_send([ib.SendWR(wr_id=i, sg_list=[mr.sge(msg, i * msg)], opcode=opcode,
                                 send_flags=S, remote_addr=srv["target"][0] + i * msg,
                                 rkey=srv["target"][1]) for i in range(size // msg)])
         wcs = node.poll(size // msg, timeout=600)
-        secs["write"] += time.monotonic() - t
+        secs[key] += time.monotonic() - t
         assert all(w.status == 0 for w in wcs), wc_summary(wcs)
+
+    for r in range(srv["rounds"]):
+        buf[:] = pattern(100 + r, size)
+        one_way(O.RDMA_WRITE, "write")
         link.send(op="write")
         assert link.recv()["op"] == "read"
         buf[:] = 0
-        t = time.monotonic()
-        qp.post_send([ib.SendWR(wr_id=i, sg_list=[mr.sge(msg, i * msg)], opcode=O.RDMA_READ,
-                                send_flags=S, remote_addr=srv["target"][0] + i * msg,
-                                rkey=srv["target"][1]) for i in range(size // msg)])
-        wcs = node.poll(size // msg, timeout=600)
-        secs["read"] += time.monotonic() - t
-        assert all(w.status == 0 for w in wcs), wc_summary(wcs)
+        one_way(O.RDMA_READ, "read")
         read_bad += digest(buf) != digest(pattern(200 + r, size))
         link.send(op="read-done")
         assert link.recv()["op"] == "send"
