@@ -262,7 +262,7 @@ class Worker:
         statuses = [got[i] for i in range(32)]
         first = next((i for i, s in enumerate(statuses) if s != S.SUCCESS), None)
         check(first is not None and first <= before, f"writes after the peer died succeeded: {statuses}")
-        check(statuses[first] in (S.RETRY_EXC_ERR, S.REM_ACCESS_ERR)
+        check(statuses[first] in (S.RETRY_EXC_ERR, S.REM_ACCESS_ERR, S.REM_INV_REQ_ERR)
               and all(s == S.WR_FLUSH_ERR for s in statuses[first + 1:]), f"peer kill: {statuses}")
 
     def run_cycle(self):

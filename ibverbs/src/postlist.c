@@ -326,9 +326,8 @@ PyObject *ibp_postlist_post(PyObject *self, PyObject *list, enum post_target tar
            : target == POST_RECV ? ibv_post_recv(handle, pl->wrs, &bad_recv)
            : ibv_post_srq_recv(handle, pl->wrs, &bad_recv);
     } else {
-        /* The QP/SRQ is busy (close() says EBUSY) and the list frozen
-         * (updates raise) until the post returns. */
-        ibp_busy_enter(self);
+        /* The list is frozen (updates raise) until the post returns; the
+         * QP/SRQ is busy already (its wrapper's ibp_call_enter). */
         pl->posting++;
         pl_hold(pl, 1);
         Py_BEGIN_ALLOW_THREADS
@@ -339,7 +338,6 @@ PyObject *ibp_postlist_post(PyObject *self, PyObject *list, enum post_target tar
         Py_END_ALLOW_THREADS
         pl_hold(pl, -1);
         pl->posting--;
-        ibp_busy_leave(self);
     }
     if (rc != 0) {
         if (target == POST_SEND)

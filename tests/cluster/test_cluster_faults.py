@@ -36,16 +36,24 @@ def check_flood(r: dict, wrs: int) -> None:
     assert not r["success_after_error"] and r["qp_state"] == IBV_QPS_ERR and r["released"], r
 
 
+def start_flood(sender, receiver, tcp_port, wrs, sink_timeout):
+    """A sink server on receiver and a client on sender that keeps wrs
+    WRITEs of 1 MiB in flight; returns (sink, flood) once the stream runs."""
+    flags = "--qp-timeout %d --retry-cnt %d" % (QP_TIMEOUT, RETRY_CNT)
+    sink = receiver.python("tests/cluster/peer.py sink-server --port %d --size 1048576 "
+                           "--timeout %d %s" % (tcp_port, sink_timeout, flags))
+    sender.run("rm -f /tmp/flooding")
+    flood = sender.python("tests/cluster/peer.py flood-client --host %s --port %d "
+                          "--size 1048576 --wrs %d --timeout 300 %s"
+                          % (receiver.name, tcp_port, wrs, flags))
+    wait_for_file(sender, "/tmp/flooding")
+    time.sleep(0.5)                                # a steady stream, then the fault
+    return sink, flood
+
+
 def test_node_killed_mid_transfer(cluster, node1, node2, tcp_port, measurements):
     wrs = 64
-    flags = "--qp-timeout %d --retry-cnt %d" % (QP_TIMEOUT, RETRY_CNT)
-    sink = node2.python("tests/cluster/peer.py sink-server --port %d --size 1048576 "
-                        "--timeout 600 %s" % (tcp_port, flags))
-    node1.run("rm -f /tmp/flooding")
-    flood = node1.python("tests/cluster/peer.py flood-client --host node2 --port %d "
-                         "--size 1048576 --wrs %d --timeout 300 %s" % (tcp_port, wrs, flags))
-    wait_for_file(node1, "/tmp/flooding")
-    time.sleep(0.5)                                # a steady stream, then the crash
+    sink, flood = start_flood(node1, node2, tcp_port, wrs, sink_timeout=600)
     node2.kill()
     r = flood.wait(330).check().json()
     assert sink.done.wait(30) and sink.result is None     # gone with its node
@@ -66,14 +74,7 @@ def test_node_killed_mid_transfer(cluster, node1, node2, tcp_port, measurements)
 
 def test_partition_and_heal(node1, node2, tcp_port, measurements):
     wrs = 64
-    flags = "--qp-timeout %d --retry-cnt %d" % (QP_TIMEOUT, RETRY_CNT)
-    sink = node2.python("tests/cluster/peer.py sink-server --port %d --size 1048576 "
-                        "--timeout 120 %s" % (tcp_port, flags))
-    node1.run("rm -f /tmp/flooding")
-    flood = node1.python("tests/cluster/peer.py flood-client --host node2 --port %d "
-                         "--size 1048576 --wrs %d --timeout 300 %s" % (tcp_port, wrs, flags))
-    wait_for_file(node1, "/tmp/flooding")
-    time.sleep(0.5)
+    sink, flood = start_flood(node1, node2, tcp_port, wrs, sink_timeout=120)
     node2.set_link(False)
     try:
         r = flood.wait(330).check().json()

@@ -28,6 +28,8 @@ import shutil
 import socket
 import struct
 import subprocess
+import threading
+import time
 
 import pytest
 
@@ -237,3 +239,51 @@ def high_fds():
 def fds_above_1023():
     with high_fds():
         yield
+
+
+# --- a call stopped inside its GIL-released section (the extension's test hook) -------
+
+def paused_call(call, timeout=10.0):
+    """Start call() in a thread, stopped by the test hook (_test_pause) at the
+    pause point of its released section, just before its provider or
+    librdmacm call: (thread, result box, how many calls are paused), 0 when
+    it ended before pausing (its result or error in the box).  resume() it."""
+    from ibverbs import _ibverbs
+    box = {}
+
+    def body():
+        try:
+            box["result"] = call()
+        except BaseException as exc:    # reported by the caller
+            box["error"] = exc
+    _ibverbs._test_pause(True)
+    t = threading.Thread(target=body, daemon=True)
+    t.start()
+    deadline = time.monotonic() + timeout
+    paused = 0
+    while paused == 0 and t.is_alive() and time.monotonic() < deadline:
+        paused = _ibverbs._test_paused(0.1)
+    return t, box, paused
+
+
+def resume(t, box, timeout=10.0):
+    """Let a paused_call() go on, and wait for it: its result box."""
+    from ibverbs import _ibverbs
+    _ibverbs._test_pause(False)
+    t.join(timeout)
+    assert not t.is_alive()
+    return box
+
+
+def run_paused(call, while_paused, timeout=10.0):
+    """call() stopped inside its released section while while_paused() runs
+    here, then resumed: call()'s result, or its exception raised here."""
+    t, box, paused = paused_call(call, timeout)
+    try:
+        assert paused, f"it never reached its released section: {box}"
+        while_paused()
+    finally:
+        box = resume(t, box, timeout)
+    if "error" in box:
+        raise box["error"]
+    return box["result"]

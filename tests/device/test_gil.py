@@ -39,6 +39,7 @@ from generator import hand_gil              # noqa: E402
 from generator import spec as spec_loader   # noqa: E402
 
 from ibverbs import _ibverbs  # noqa: E402
+from conftest import paused_call, resume   # noqa: E402
 import test_rdmacm as cmt     # noqa: E402  (its import warms librdmacm up, as the leak check needs)
 
 PAUSE = 10.0     # seconds to wait for a call to reach its pause point
@@ -388,33 +389,6 @@ def test_the_enumeration_is_complete(ib, port):
                                         ("field", "init_attr.srq")]
 
 
-def _paused_call(ib, call):
-    """Start call() in a thread, stopped at its pause point; the thread and
-    its result box, or None when it ended before pausing (with the error)."""
-    box = {}
-
-    def body():
-        try:
-            box["result"] = call()
-        except BaseException as exc:    # reported by the caller
-            box["error"] = exc
-    _ibverbs._test_pause(True)
-    t = threading.Thread(target=body, daemon=True)
-    t.start()
-    deadline = time.monotonic() + PAUSE
-    paused = 0
-    while paused == 0 and t.is_alive() and time.monotonic() < deadline:
-        paused = _ibverbs._test_paused(0.1)
-    return t, box, paused
-
-
-def _resume(t, box):
-    _ibverbs._test_pause(False)
-    t.join(PAUSE)
-    assert not t.is_alive()
-    return box
-
-
 def _refuses_close(ib, obj, busy_only=True):
     """close() raises EBUSY, because of the call in flight (busy_only), and
     leaves obj open."""
@@ -438,9 +412,9 @@ def test_close_of_what_a_released_call_touches_is_refused(ib, device_names, port
         self_obj, args, kwargs, touched = build(pool)
         touched.update(pool.touched_fields)
         method = getattr(self_obj, name.rsplit(".", 1)[-1])
-        t, box, paused = _paused_call(ib, lambda: method(*args, **kwargs))
+        t, box, paused = paused_call(lambda: method(*args, **kwargs), PAUSE)
         if not paused:
-            _resume(t, box)
+            resume(t, box, PAUSE)
             if name in MAY_FAIL_EARLY:
                 pytest.skip(f"fails before its released section here: {box.get('error')!r}")
             pytest.fail(f"{name} never reached its released section: {box}")
@@ -452,7 +426,7 @@ def test_close_of_what_a_released_call_touches_is_refused(ib, device_names, port
             for obj in objects:
                 _refuses_close(ib, obj, busy_only=obj not in pool.parents)
         finally:
-            box = _resume(t, box)
+            box = resume(t, box, PAUSE)
         result = box.get("result")
         if result is not None and hasattr(result, "close") and not isinstance(result, type(ib)):
             pool.keep(result)
@@ -473,7 +447,7 @@ def test_while_a_close_runs_without_the_gil_the_object_reads_closed_and_its_pare
     cq = ctx.create_cq(8)
     pd = ctx.alloc_pd()
     qp = pd.create_qp(ib.QPInitAttr(cq, cq))
-    t, box, paused = _paused_call(ib, qp.close)
+    t, box, paused = paused_call(qp.close, PAUSE)
     try:
         assert paused
         assert qp.closed
@@ -485,7 +459,7 @@ def test_while_a_close_runs_without_the_gil_the_object_reads_closed_and_its_pare
                 parent.close()
             assert exc.value.errno == errno.EBUSY
     finally:
-        box = _resume(t, box)
+        box = resume(t, box, PAUSE)
     assert box == {"result": None}
     assert qp.closed
     qp.close()
@@ -514,13 +488,13 @@ def test_a_released_postlist_post_holds_its_qp_mrs_and_ahs(ib, device_names, por
         for target, plist, touched in ((ud.post_send, send, (ud, mr, ah)),
                                        (rq.post_recv, recv, (rq, mr)),
                                        (srq.post_recv, recv, (srq, mr))):
-            t, box, paused = _paused_call(ib, lambda: target(plist))
+            t, box, paused = paused_call(lambda: target(plist), PAUSE)
             try:
                 assert paused
                 for obj in touched:
                     _refuses_close(ib, obj)
             finally:
-                box = _resume(t, box)
+                box = resume(t, box, PAUSE)
             assert box == {"result": None}
     finally:
         _ibverbs._test_pause(False)
@@ -668,7 +642,7 @@ def test_close_of_what_a_released_hand_call_holds_is_refused(ib, cm, device_name
         self_obj, args, kwargs, touched = _hand_cases(ib, cm, port)[name](pool)
         assert set(touched) == set(HAND[name]), (set(touched), HAND[name])
         method = getattr(self_obj, name.rsplit(".", 1)[-1])
-        t, box, paused = _paused_call(ib, lambda: method(*args, **kwargs))
+        t, box, paused = paused_call(lambda: method(*args, **kwargs), PAUSE)
         try:
             assert paused, f"{name} never reached its released section: {box}"
             objects = [] if self_obj is _ibverbs else [self_obj]
@@ -679,7 +653,7 @@ def test_close_of_what_a_released_hand_call_holds_is_refused(ib, cm, device_name
             for obj in objects:
                 _refuses_close(ib, obj, busy_only=obj not in pool.parents)
         finally:
-            box = _resume(t, box)
+            box = resume(t, box, PAUSE)
         result = box.get("result")
         if result is not None and hasattr(result, "close") and result is not _ibverbs:
             pool.keep(result)
@@ -755,7 +729,7 @@ def test_creating_modifying_and_closing_a_qp_lets_other_threads_run(ib, ctx, pd,
     call = {"create_qp": lambda: pd.create_qp(ib.QPInitAttr(cq, cq)),
             "modify_qp": lambda: qp.to_init(port, ib.AccessFlags.LOCAL_WRITE),
             "destroy_qp": lambda: qp.close()}[verb]
-    t, box, paused = _paused_call(ib, call)
+    t, box, paused = paused_call(call, PAUSE)
     try:
         assert paused
         n, end = 0, time.perf_counter() + 0.3
@@ -764,7 +738,7 @@ def test_creating_modifying_and_closing_a_qp_lets_other_threads_run(ib, ctx, pd,
         assert n > 1000
         assert t.is_alive()
     finally:
-        box = _resume(t, box)
+        box = resume(t, box, PAUSE)
     assert "error" not in box
     for obj in (box.get("result"), qp, cq):
         if obj is not None:

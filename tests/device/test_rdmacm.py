@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import rxe
-from conftest import high_fds, poll_until
+from conftest import high_fds, poll_until, run_paused
 
 SERVER_IP, CLIENT_IP = rxe.VM_DEVICES["rxe0"], rxe.VM_DEVICES["rxe1"]
 TIMEOUT = 20.0      # seconds per event (TCG emulation is slow)
@@ -763,37 +763,6 @@ def _request(ib, cm, channel, port):
     return listener, client, Side(ib, request.id), request
 
 
-def run_paused(call, while_paused):
-    """call() in a thread, stopped by the test hook (_test_pause) inside its
-    released section, just before its librdmacm call, while while_paused()
-    runs here; then resumed: call()'s result, or its exception raised here."""
-    from ibverbs import _ibverbs
-    box = {}
-
-    def body():
-        try:
-            box["result"] = call()
-        except BaseException as exc:        # raised by the caller
-            box["error"] = exc
-    _ibverbs._test_pause(True)
-    t = threading.Thread(target=body, daemon=True)
-    try:
-        t.start()
-        deadline = time.monotonic() + TIMEOUT
-        while not _ibverbs._test_paused(0.1) and t.is_alive() and time.monotonic() < deadline:
-            pass
-        assert t.is_alive(), f"it returned before its released section: {box}"
-        assert _ibverbs._test_paused(0), "it never reached its released section"
-        while_paused()
-    finally:
-        _ibverbs._test_pause(False)
-        t.join(TIMEOUT)
-    assert not t.is_alive()
-    if "error" in box:
-        raise box["error"]
-    return box["result"]
-
-
 def _refused_while(call, *closes):
     """Run call in a thread, paused (the test hook) with the GIL released
     inside its librdmacm call; meanwhile each close() must raise EBUSY."""
@@ -804,7 +773,7 @@ def _refused_while(call, *closes):
             with pytest.raises(ib.VerbsError) as exc:
                 close()
             assert exc.value.errno == errno.EBUSY
-    assert run_paused(call, closing) is None
+    assert run_paused(call, closing, TIMEOUT) is None
 
 
 def test_qps_are_held_while_accept_and_disconnect_run(ib, cm, channel):
@@ -1142,7 +1111,7 @@ def test_fuzz_closing_cm_qps_from_a_thread_during_cm_calls(ib, cm, during, plan,
                 def paused():
                     closer.start()
                     time.sleep(0.3)
-                return run_paused(fn, paused)
+                return run_paused(fn, paused, TIMEOUT)
 
             call("connect", lambda: client_id.connect(retry_count=5, rnr_retry_count=6))
             request = cm.wait_event(ch, E.CONNECT_REQUEST, TIMEOUT)
