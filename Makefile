@@ -73,6 +73,7 @@ help:
 	@echo 'make docs             the API reference (Sphinx) into docs/_build/html'
 	@echo 'make soak [MINUTES=10]  faults injected into random cycles of several processes on'
 	@echo '                      Soft-RoCE; RSS, verbs resources and fds per minute; fails on growth'
+	@echo 'make soak NODES=2     the same across the two nodes of a cluster (tests/cluster/soak_nodes.py)'
 	@echo 'make clean            remove build outputs; keeps .venv, the rdma-core release cache'
 	@echo '                      ($(RDMA_CACHE)) and the VM caches (kernel images, the arm64 root)'
 	@echo 'make distclean        clean, and remove .venv; the caches above are shared by every'
@@ -167,10 +168,10 @@ test-device: build venv-test
 # operation, several minutes under emulation).
 CLUSTER_ENV := IBVERBS_CLUSTER=1 IBVERBS_REQUIRE_DEVICE=1
 test-cluster-fast: build venv-test
-	$(CLUSTER_ENV) $(PY) -m pytest -q -rA --timeout 900 -p no:cacheprovider -m "not slow" tests/cluster
+	$(CLUSTER_ENV) $(PY) -m pytest -q -rA --durations=15 --timeout 900 -p no:cacheprovider -m "not slow" tests/cluster
 
 test-cluster: build venv-test
-	$(CLUSTER_ENV) $(PY) -m pytest -q -rA --timeout 3600 -p no:cacheprovider tests/cluster
+	$(CLUSTER_ENV) $(PY) -m pytest -q -rA --durations=15 --timeout 3600 -p no:cacheprovider tests/cluster
 
 # make test: first what every tier needs (generated/ current, the extension
 # built, the test set installed); then two chains side by side, each in
@@ -331,12 +332,24 @@ test-asan: venv-test
 # process, link flaps of veth1), checking every byte and every completion;
 # once a minute it prints RSS, fds and verbs resources, and fails on growth.
 # SOAK_SEED=<n> replays a run.
+# NODES=2: the soak across the two nodes of tests/vm/run-cluster instead
+# (tests/cluster/soak_nodes.py): a client process on node1 drives transfer,
+# bad-rkey (recovered in place) and RNR cycles against a server process on
+# node2, both long-lived; a line a minute of RSS, fds and kernel resources
+# on each node, and it fails on growth.
 MINUTES ?= 10
 SOAK_WORKERS ?= 3
+NODES ?= 1
 .PHONY: soak
 soak: build venv-test
+ifeq ($(NODES),2)
+	tests/vm/run-cluster --timeout $$(( $(MINUTES) * 60 + 600 )) \
+	    --node1 '$(PY) tests/cluster/soak_nodes.py client --host node2 --minutes $(MINUTES)' \
+	    --node2 '$(PY) tests/cluster/soak_nodes.py server'
+else
 	tests/vm/run-in-vm --timeout $$(( $(MINUTES) * 60 + 600 )) \
 	    $(PY) tests/soak.py --minutes $(MINUTES) --workers $(SOAK_WORKERS)
+endif
 
 clean:
 	rm -rf build dist *.egg-info ibverbs/*.so

@@ -7,6 +7,8 @@
  */
 #include "common.h"
 
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "objects.h"
@@ -53,9 +55,10 @@ int ibp_load_library(void)
 
 /* ---- hand-written module functions -------------------------------------- */
 
-/* ibv_get_device_list with the GIL released (it reads sysfs); NULL with
- * errno set when it fails. */
-static struct ibv_device **device_list(int *n)
+/* ibv_get_device_list with the GIL released (it reads sysfs), and with
+ * guids, each device's GUID (a sysfs read too) into *guids, an array to
+ * free(); NULL with errno set when it fails (ENOMEM: no room for *guids). */
+static struct ibv_device **device_list(int *n, uint64_t **guids)
 {
     struct ibv_device **list;
     int err;
@@ -64,6 +67,18 @@ static struct ibv_device **device_list(int *n)
     errno = 0;
     list = ibv_get_device_list(n);
     err = errno;
+    if (list != NULL && guids != NULL) {
+        /* As it comes (network order read as a host integer), like the
+         * seed's Device.guid and DeviceAttr.node_guid (ibv_query_device). */
+        *guids = malloc(sizeof(**guids) * (size_t)(*n > 0 ? *n : 1));
+        for (int i = 0; *guids != NULL && i < *n; i++)
+            (*guids)[i] = ibv_get_device_guid(list[i]);
+        if (*guids == NULL) {
+            ibv_free_device_list(list);
+            list = NULL;
+            err = ENOMEM;
+        }
+    }
     Py_END_ALLOW_THREADS
     errno = err;
     return list;
@@ -72,9 +87,10 @@ static struct ibv_device **device_list(int *n)
 PyObject *ibp_hand_module__device_list(PyObject *module, PyObject *unused)
 {
     int n = 0;
+    uint64_t *guids = NULL;
     (void)module;
     (void)unused;
-    struct ibv_device **list = device_list(&n);
+    struct ibv_device **list = device_list(&n, &guids);
     /* ENOSYS (no RDMA support in this kernel) too: VerbsError, as the seed
      * raised it; [] would hide why there is nothing to open. */
     if (list == NULL)
@@ -82,17 +98,15 @@ PyObject *ibp_hand_module__device_list(PyObject *module, PyObject *unused)
     PyObject *result = PyList_New(0);
     for (int i = 0; result != NULL && i < n; i++) {
         const char *name = ibv_get_device_name(list[i]);
-        /* As it comes (network order read as a host integer), like the
-         * seed's Device.guid and DeviceAttr.node_guid (ibv_query_device). */
-        uint64_t guid = ibv_get_device_guid(list[i]);
         int index = ibv_get_device_index(list[i]);
-        PyObject *item = Py_BuildValue("(sKiiI)", name ? name : "", (unsigned long long)guid,
+        PyObject *item = Py_BuildValue("(sKiiI)", name ? name : "", (unsigned long long)guids[i],
                                        index, (int)list[i]->node_type,
                                        (unsigned int)list[i]->transport_type);
         if (item == NULL || PyList_Append(result, item) < 0)
             Py_CLEAR(result);
         Py_XDECREF(item);
     }
+    free(guids);
     ibv_free_device_list(list);
     return result;
 }
@@ -107,7 +121,7 @@ PyObject *ibp_hand_module__open_device(PyObject *module, PyObject *arg)
         return NULL;
     PyObject *result = NULL;
     int err;
-    struct ibv_device **list = device_list(&n);
+    struct ibv_device **list = device_list(&n, NULL);
     if (list == NULL) {
         ibp_raise("ibv_get_device_list", ibp_error_code(0));
         goto done;

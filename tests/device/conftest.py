@@ -243,12 +243,9 @@ def fds_above_1023():
 
 # --- a call stopped inside its GIL-released section (the extension's test hook) -------
 
-def paused_call(call, timeout=10.0):
-    """Start call() in a thread, stopped by the test hook (_test_pause) at the
-    pause point of its released section, just before its provider or
-    librdmacm call: (thread, result box, how many calls are paused), 0 when
-    it ended before pausing (its result or error in the box).  resume() it."""
-    from ibverbs import _ibverbs
+def in_thread(call):
+    """Start call() in a daemon thread: (thread, box), box getting its
+    "result", or the exception it raised as "error"."""
     box = {}
 
     def body():
@@ -256,9 +253,19 @@ def paused_call(call, timeout=10.0):
             box["result"] = call()
         except BaseException as exc:    # reported by the caller
             box["error"] = exc
-    _ibverbs._test_pause(True)
     t = threading.Thread(target=body, daemon=True)
     t.start()
+    return t, box
+
+
+def paused_call(call, timeout=10.0):
+    """Start call() in a thread, stopped by the test hook (_test_pause) at the
+    pause point of its released section, just before its provider or
+    librdmacm call: (thread, result box, how many calls are paused), 0 when
+    it ended before pausing (its result or error in the box).  resume() it."""
+    from ibverbs import _ibverbs
+    _ibverbs._test_pause(True)
+    t, box = in_thread(call)
     deadline = time.monotonic() + timeout
     paused = 0
     while paused == 0 and t.is_alive() and time.monotonic() < deadline:

@@ -17,7 +17,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import RCPair, open_device, poll_until
+from conftest import RCPair, in_thread, open_device, poll_until
 
 
 def blocked(t, seconds=0.3):
@@ -29,16 +29,7 @@ def blocked(t, seconds=0.3):
 
 def run(target):
     """Start target in a thread; its result or exception in box."""
-    box = {}
-
-    def body():
-        try:
-            box["result"] = target()
-        except BaseException as exc:      # reported by the test
-            box["error"] = exc
-    t = threading.Thread(target=body, daemon=True)
-    t.start()
-    return t, box
+    return in_thread(target)
 
 
 def flush_one(ib, pd, cq, port, buf_mr):
