@@ -34,6 +34,7 @@ import gc
 import hashlib
 import importlib.util
 import json
+import math
 import os
 import pathlib
 import random
@@ -42,7 +43,8 @@ import time
 from typing import Any
 
 HERE = pathlib.Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent)]      # peer.py; tests/rxe.py for the kernel counts
+# peer.py; tests/rxe.py (for the kernel counts); the package of this checkout
+sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parents[1])]
 
 import ibverbs as ib  # noqa: E402
 
@@ -334,13 +336,11 @@ def client(args: argparse.Namespace) -> int:
     try:
         take(0)
         start = time.monotonic()
-        minute = 1
-        while time.monotonic() - start < args.minutes * 60:
-            c.run_cycle()
-            if time.monotonic() - start >= minute * 60:
-                take(minute)
-                minute += 1
-        take(minute)
+        minutes = max(1, math.ceil(args.minutes))
+        for minute in range(1, minutes + 1):
+            while time.monotonic() - start < minute * 60 * args.minutes / minutes:
+                c.run_cycle()
+            take(minute)
     except (CheckFailed, ib.VerbsError, ConnectionError, TimeoutError) as exc:
         print(f"soak FAILED after {sum(c.counts.values())} cycles {c.counts}: "
               f"{type(exc).__name__}: {exc}", flush=True)
