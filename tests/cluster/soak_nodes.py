@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import gc
 import hashlib
-import importlib.util
 import json
 import math
 import os
@@ -49,33 +48,13 @@ sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parents[1])]
 import ibverbs as ib  # noqa: E402
 
 from peer import ALL_ACCESS, PORT, Link, say  # noqa: E402
+# the one-VM soak's checks, growth allowances and kernel-count reader
+from soak import (COMPLETION_TIMEOUT, RSS_ALLOWANCE, RSS_ALLOWANCE_FRACTION,  # noqa: E402
+                  CheckFailed, _kernel_counts, check)
 
 KINDS = {"transfer": 8, "bad_rkey": 2, "rnr": 2}
 SIZES = (4096, 65536, 1 << 20)
-RSS_ALLOWANCE = 8 << 20          # bytes of RSS growth tolerated past the first minute
-RSS_ALLOWANCE_FRACTION = 0.10
-COMPLETION_TIMEOUT = 30.0
 HANDLES = ("Context", "PD", "CQ", "QP", "MR")
-
-
-class CheckFailed(AssertionError):
-    pass
-
-
-def check(cond: object, what: str) -> None:
-    if not cond:
-        raise CheckFailed(what)
-
-
-def _kernel_counts():
-    """tests/device/conftest.py's reader of the kernel's per-device counts."""
-    path = HERE.parent / "device" / "conftest.py"
-    spec = importlib.util.spec_from_file_location("_soak_device_conftest", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module.kernel_counts
-
-
 kernel_counts = _kernel_counts()
 
 

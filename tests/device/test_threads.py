@@ -17,7 +17,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import RCPair, in_thread, open_device, poll_until
+from conftest import RCPair, in_thread as run, open_device, poll_until
 
 
 def blocked(t, seconds=0.3):
@@ -25,11 +25,6 @@ def blocked(t, seconds=0.3):
     time.sleep(seconds)
     assert t.is_alive()
     return True
-
-
-def run(target):
-    """Start target in a thread; its result or exception in box."""
-    return in_thread(target)
 
 
 def flush_one(ib, pd, cq, port, buf_mr):
