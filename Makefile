@@ -252,10 +252,11 @@ bench: build venv-test
 	uptime > build/bench/load-after.txt
 	@echo "host load before: $$(cat build/bench/load-before.txt)"
 	@echo "host load after:  $$(cat build/bench/load-after.txt)"
+	set -o pipefail; /usr/bin/python3 bench/cross_node.py | tee build/bench/cross_node.txt
 	$(PY) bench/host_micro.py --ir --only $(BENCH_COUNTED) --table build/bench/counts.txt \
 	    $(if $(wildcard $(BENCH_SEED)),--seed $(BENCH_SEED))
 	$(PY) bench/report.py build/bench/run.txt build/bench/load-before.txt build/bench/load-after.txt \
-	    build/bench/counts.txt
+	    build/bench/counts.txt build/bench/cross_node.txt
 	$(if $(BENCH_HOST),$(PY) bench/host_micro.py)
 
 # `make docs`: the API reference (Sphinx, autodoc of the built extension,

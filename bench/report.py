@@ -1,10 +1,11 @@
 """BENCHMARKS.md and the two sweep plots from the output of one `make bench`.
 
-    .venv/bin/python bench/report.py RUN_OUTPUT LOAD_BEFORE LOAD_AFTER [COUNTS]
+    .venv/bin/python bench/report.py RUN_OUTPUT LOAD_BEFORE LOAD_AFTER [COUNTS [CROSS_NODE]]
 
 RUN_OUTPUT is what bench/run_bench.py printed (its stdout); LOAD_BEFORE /
 LOAD_AFTER the host's `uptime` around the VM run; COUNTS the instruction
-counts table of bench/host_micro.py --table.  Writes
+counts table of bench/host_micro.py --table; CROSS_NODE what
+bench/cross_node.py printed (the two-node cluster's section).  Writes
 bench/plots/bandwidth.svg, bench/plots/latency.svg and BENCHMARKS.md.
 Needs matplotlib (installed by `make bench` only: the wheel and the tests
 do not use it).
@@ -29,10 +30,22 @@ loop subtracted. **floor** is the same call shape into C that does nothing
 (`bench/nullcall.c`: a constructor's argument tuple, keyword dict,
 allocation and dealloc; a method call; an attribute read), which no binding
 built this way can go below; **seed** is the seed release's count of the
-same operation, **C** the C verbs' through the same provider; **goal** the
-goal of issue 27, "below floor" where the floor alone exceeds it;
+same operation, **C** the C verbs' through the same provider, **floor+C**
+the two together (the least any binding can spend on a verb call: the call
+shape and the verb itself); **goal** the goal of issue 27, "below floor"
+where the floor alone exceeds it, "below floor+C" where floor+C does;
 **budget** what `tests/host/test_budgets.py` holds the count to (+10%).""".format(
     py=platform.python_version())
+
+CROSS_TEXT = """\
+The same run then boots the two-node cluster of `tests/vm/run-cluster` (two
+VMs, each its own kernel and rxe0 on a virtio-net NIC, one wire between
+them) and measures, round by round and alternating who goes first, C and
+the plain API between the nodes (`bench/cross_node.py`, also `make
+bench-cluster`): the 8-byte RC round trip (`ibv_rc_pingpong -s 8` against
+`ibverbs ping -s 8`) and 64 KiB RDMA WRITE bandwidth with 16 in flight
+(`ib_write_bw` against `tests/cluster/peer.py write-bw-client`). A ratio
+above 1 is ours faster; each is the median of the per-round ratios."""
 
 IMPLS = {   # column name in the run output: (legend, style)
     "C": ("C (libibverbs)", dict(color="black", marker="o")),
@@ -105,6 +118,7 @@ def host_cpu():
 def main(argv):
     run_output, load_before, load_after = argv[:3]
     counts = argv[3] if len(argv) > 3 else None
+    cross_node = argv[4] if len(argv) > 4 else None
     with open(run_output) as f:
         main_table, sweep_table, sweep = parse(f.read())
     loads = []
@@ -128,6 +142,10 @@ def main(argv):
     if counts is not None and os.path.exists(counts):
         with open(counts) as f:
             counts_section = COUNTS_TEXT + "\n\n```\n" + f.read().rstrip() + "\n```"
+    cross_section = "(not measured: bench/cross_node.py did not run)"
+    if cross_node is not None and os.path.exists(cross_node):
+        with open(cross_node) as f:
+            cross_section = CROSS_TEXT + "\n\n```\n" + f.read().rstrip() + "\n```"
     md = f"""# Benchmarks
 
 Made by `make bench` (commit {commit}{' plus local changes' if dirty else ''}); every
@@ -203,6 +221,10 @@ Two lines of the table measure what no binding can take away here:
 
 Above a few KiB the provider's copy and the emulated CPU set the pace and
 all four meet; the binding's own cost shows at small sizes.
+
+## Between two nodes
+
+{cross_section}
 
 ## Instructions per operation
 

@@ -8,7 +8,7 @@ import os
 # typing costs milliseconds to import: for the type checker only
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, List, Optional, Tuple
+    from typing import Any, Iterator, List, Optional, Tuple
 
     GidEntryRow = Tuple[int, bytes, int, Optional[str]]   # index, GID, type, netdev
 
@@ -30,13 +30,25 @@ def sysfs_gid_entries(device: str, port: int, ethernet: bool) -> Optional[List[G
     """(index, GID bytes, GID type, netdev) of each used GID of a port, from
     /sys/class/infiniband/<device>/ports/<port>/; None without sysfs.
     sysfs says "IB/RoCE v1" for type 0/1: the port's link layer decides."""
+    entries = sysfs_gid_iter(device, port, ethernet)
+    return None if entries is None else list(entries)
+
+
+def sysfs_gid_iter(device: str, port: int, ethernet: bool) -> Optional[Iterator[GidEntryRow]]:
+    """The same, read as it is consumed: find_gid stops at the first match.
+    A port has up to 1024 slots (rxe, mlx5) and most are unused, each a
+    sysfs read; reading them all took a second under the test VM's
+    emulation, and find_gid's GID is nearly always among the first."""
     base = f"{SYSFS_INFINIBAND}/{device}/ports/{port}"
     try:
         names = os.listdir(f"{base}/gids")
     except OSError:
         return None
-    entries: List[GidEntryRow] = []
-    for index in sorted(int(n) for n in names if n.isdigit()):
+    return _sysfs_rows(base, sorted(int(n) for n in names if n.isdigit()), ethernet)
+
+
+def _sysfs_rows(base: str, indexes: List[int], ethernet: bool) -> Iterator[GidEntryRow]:
+    for index in indexes:
         text = _read_text(f"{base}/gids/{index}")
         if text is None:
             continue
@@ -46,8 +58,7 @@ def sysfs_gid_entries(device: str, port: int, ethernet: bool) -> Optional[List[G
         kind_text = _read_text(f"{base}/gid_attrs/types/{index}") or ""
         kind = 2 if "v2" in kind_text else (1 if ethernet else 0)
         netdev = _read_text(f"{base}/gid_attrs/ndevs/{index}") or None
-        entries.append((index, raw, kind, netdev))
-    return entries
+        yield index, raw, kind, netdev
 
 
 def verbs_gid_entries(ctx: Any, port: int) -> List[GidEntryRow]:

@@ -12,7 +12,7 @@ Run as a script (`python3 tests/rxe.py`) it prints what it finds.
 """
 
 import os
-from typing import List, Optional, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 SYSFS_IB = "/sys/class/infiniband"
 
@@ -76,15 +76,15 @@ def _ipv4_mapped(gid: str) -> Optional[str]:
     return "%d.%d.%d.%d" % (hi >> 8, hi & 255, lo >> 8, lo & 255)
 
 
-def _ipv4_gids(dev: str, port: int) -> List[Tuple[int, str]]:
+def _ipv4_gids(dev: str, port: int) -> Iterator[Tuple[int, str]]:
     """(index, "a.b.c.d") for each RoCE v2 GID of dev/port that is an
-    IPv4-mapped address (::ffff:a.b.c.d), in index order."""
+    IPv4-mapped address (::ffff:a.b.c.d), in index order, read as consumed:
+    rxe has 1024 slots, and reading them all takes a second in the VM."""
     base = "%s/%s/ports/%d" % (SYSFS_IB, dev, port)
     try:
         names = os.listdir(base + "/gids")
     except OSError:
-        return []
-    out: List[Tuple[int, str]] = []
+        return
     for i in sorted(int(n) for n in names if n.isdigit()):
         gid = _read("%s/gids/%d" % (base, i))
         if not gid:
@@ -96,8 +96,7 @@ def _ipv4_gids(dev: str, port: int) -> List[Tuple[int, str]]:
         # readable type; RoCE v1 entries carry the same address.
         if _read("%s/gid_attrs/types/%d" % (base, i)) != "RoCE v2":
             continue
-        out.append((i, ipv4))
-    return out
+        yield i, ipv4
 
 
 def roce_v2_ipv4_gid_index(dev: str, port: int = 1) -> int:
@@ -105,18 +104,14 @@ def roce_v2_ipv4_gid_index(dev: str, port: int = 1) -> int:
 
     Raises LookupError when there is none (no IPv4 address on the netdev, or
     the GID table is not filled yet)."""
-    gids = _ipv4_gids(dev, port)
-    if not gids:
-        raise LookupError("%s port %d has no RoCE v2 IPv4 GID" % (dev, port))
-    return gids[0][0]
+    return roce_v2_ipv4_gid(dev, port)[0]
 
 
 def roce_v2_ipv4_gid(dev: str, port: int = 1) -> Tuple[int, str]:
     """(index, "a.b.c.d") of the GID that roce_v2_ipv4_gid_index picks."""
-    gids = _ipv4_gids(dev, port)
-    if not gids:
-        raise LookupError("%s port %d has no RoCE v2 IPv4 GID" % (dev, port))
-    return gids[0]
+    for found in _ipv4_gids(dev, port):
+        return found
+    raise LookupError("%s port %d has no RoCE v2 IPv4 GID" % (dev, port))
 
 
 def netdev_of(dev: str, port: int = 1) -> Optional[str]:

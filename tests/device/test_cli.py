@@ -316,7 +316,11 @@ def test_listen_host_is_the_address_listened_on(ib, device_names):
             proc.communicate()
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+# Derandomized, as the other generated tests of make test: the same 60
+# lines every run (each a process, 0.4-1.3 s under emulation, so a random
+# draw moved the test between 22 and 78 s); the host tier draws 150 more.
+@settings(max_examples=60, deadline=None, database=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))
 @given(line=st.data())
 def test_generated_command_lines_on_a_device(ib, device_names, line):
     """devices/info/gids with any options, ping with a bad one (a good ping
