@@ -466,10 +466,15 @@ def cm_fail(args: argparse.Namespace) -> dict:
 
 # --- faults: a peer that dies, a wire that is cut, a lossy link ------------
 
+LINK_GRACE_S = 30.0
+
+
 def async_events(ctx: "ib.Context", seconds: float, until=None, link=None) -> list:
     """[(event name, monotonic time)] from ctx's async fd for up to
     seconds, or until until(events) is true, or until the peer closes the
-    side channel link."""
+    side channel link.  A close does not end the wait for until(): after
+    a cut wire heals, the peer's FIN and the port's PORT_ACTIVE arrive
+    together, in either order, so the events get LINK_GRACE_S more."""
     os.set_blocking(ctx.async_fd, False)
     events: list = []
     deadline = time.monotonic() + seconds
@@ -477,7 +482,11 @@ def async_events(ctx: "ib.Context", seconds: float, until=None, link=None) -> li
         fds = [ctx.async_fd] + ([link.sock] if link is not None else [])
         ready = select.select(fds, [], [], 0.2)[0]
         if link is not None and link.sock in ready and not link.sock.recv(1):
-            break
+            if until is None:
+                break
+            link = None
+            deadline = min(deadline, time.monotonic() + LINK_GRACE_S)
+            continue
         if ctx.async_fd in ready:
             try:
                 ev = ctx.get_async_event()
