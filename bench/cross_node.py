@@ -121,7 +121,7 @@ def main():
     loads = []
     with tempfile.TemporaryDirectory() as d:
         c = Cluster(d).start()
-        print("cluster booted in %.1f s (load %s)" % (c.boot_secs, os.getloadavg()[0]))
+        print("cluster booted in %.1f s (load %.1f)" % (c.boot_secs, os.getloadavg()[0]))
         port = 19000
         try:
             for r in range(args.rounds):
