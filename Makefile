@@ -229,8 +229,9 @@ rdma-core:
 # `make bench`: the data path against C and pyverbs on Soft-RoCE (one VM
 # boot; table, "ratio ..." lines, message-size sweep), see bench/run_bench.py;
 # then the two-node cluster's round trip and WRITE bandwidth, C against the
-# plain API (bench/cross_node.py, as make bench-cluster); then BENCHMARKS.md and bench/plots/*.svg from that run (bench/report.py,
-# matplotlib: bench only, never the wheel or the tests).  BENCH_HOST=1 adds
+# plain API (bench/cross_node.py, as make bench-cluster); then BENCHMARKS.md
+# and bench/plots/*.svg from that run (bench/report.py, matplotlib: bench
+# only, never the wheel or the tests).  BENCH_HOST=1 adds
 # the rest of the host microbenchmarks (bench/host_micro.py: all the
 # callgrind counts, import time, regeneration time).  Boots the VM: run it
 # under the VM lock.

@@ -115,6 +115,14 @@ def host_cpu():
     return platform.processor() or "unknown CPU"
 
 
+def section(text, path, missing):
+    """text and the output kept in path as a code block; missing without it."""
+    if path is None or not os.path.exists(path):
+        return missing
+    with open(path) as f:
+        return text + "\n\n```\n" + f.read().rstrip() + "\n```"
+
+
 def main(argv):
     run_output, load_before, load_after = argv[:3]
     counts = argv[3] if len(argv) > 3 else None
@@ -138,14 +146,9 @@ def main(argv):
     dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
                             ":!BENCHMARKS.md", ":!bench/plots"], cwd=ROOT,
                            capture_output=True, text=True).stdout.strip()
-    counts_section = "(no counts: valgrind was not installed)"
-    if counts is not None and os.path.exists(counts):
-        with open(counts) as f:
-            counts_section = COUNTS_TEXT + "\n\n```\n" + f.read().rstrip() + "\n```"
-    cross_section = "(not measured: bench/cross_node.py did not run)"
-    if cross_node is not None and os.path.exists(cross_node):
-        with open(cross_node) as f:
-            cross_section = CROSS_TEXT + "\n\n```\n" + f.read().rstrip() + "\n```"
+    counts_section = section(COUNTS_TEXT, counts, "(no counts: valgrind was not installed)")
+    cross_section = section(CROSS_TEXT, cross_node,
+                            "(not measured: bench/cross_node.py did not run)")
     md = f"""# Benchmarks
 
 Made by `make bench` (commit {commit}{' plus local changes' if dirty else ''}); every

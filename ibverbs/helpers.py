@@ -411,13 +411,16 @@ def find_gid(ctx, port: int, *, gid_type=2, family="ipv4", netdev=None):
     # netdev=None) -> (index, Gid)``: the GID table index to connect with
     # (``sgid_index``) and its GID.
     from ._gid import Gid
-    from ._gid_table import GID_TYPE_NAMES, sysfs_gid_entries, sysfs_gid_iter, verbs_gid_entries
+    from ._gid_table import GID_TYPE_NAMES, sysfs_gid_iter, verbs_gid_entries
 
     want_family = _family(family)
     link_layer = ctx.query_port(port).link_layer
     ethernet = int(link_layer) == 2                 # IBV_LINK_LAYER_ETHERNET
     rows = sysfs_gid_iter(ctx.name, port, ethernet)
-    for index, raw, kind, dev in rows if rows is not None else verbs_gid_entries(ctx, port):
+    entries = []                                    # all of them, once none matched
+    for entry in rows if rows is not None else verbs_gid_entries(ctx, port):
+        entries.append(entry)
+        index, raw, kind, dev = entry
         if gid_type is not None and kind != int(gid_type):
             continue
         if want_family is not None and _gid_family(raw) != want_family:
@@ -425,9 +428,6 @@ def find_gid(ctx, port: int, *, gid_type=2, family="ipv4", netdev=None):
         if netdev is not None and dev != netdev:
             continue
         return index, Gid(raw)
-    entries = sysfs_gid_entries(ctx.name, port, ethernet)
-    if entries is None:
-        entries = verbs_gid_entries(ctx, port)
     wanted = " ".join(part for part in (
         GID_TYPE_NAMES.get(int(gid_type), str(gid_type)) if gid_type is not None else "",
         f"IPv{want_family}" if want_family else "", "GID",
