@@ -11,6 +11,13 @@
  *                    dict the interpreter builds for a type call, dealloc
  *   n.nop(...)       a method like post_send and poll; returns None
  *   n.make(...)      the same, returning a new Null (like MR.sge)
+ *   n.result(k)      the same, returning a list of k objects made once (as
+ *                    poll returns its cached list), each item read with
+ *                    PyList_GetItem on the way (k from 0 to 16, converted
+ *                    once per int object, as poll's): the Limited API gives no
+ *                    cheaper way to look at a list's items, and a list
+ *                    handed back again must be looked at (its caller may
+ *                    have changed it)
  *   a.attr           an attribute of a type whose tp_getattro returns an int
  *                    (WC's, which answers its hot fields before the generic
  *                    lookup)
@@ -73,6 +80,49 @@ static PyObject *null_make(PyObject *self, PyObject *const *args, Py_ssize_t nar
     return PyType_GenericAlloc(Null_Type, 0);
 }
 
+#define RESULT_MAX 16
+static PyObject *results[RESULT_MAX + 1];
+static PyObject *last_arg;      /* k converted once per int object, as ours */
+static Py_ssize_t last_k;
+
+static PyObject *make_result(PyObject *arg)
+{
+    Py_ssize_t k = PyLong_AsSsize_t(arg);
+    if (k < 0 || k > RESULT_MAX) {
+        PyErr_SetString(PyExc_ValueError, "result(k): k from 0 to 16");
+        return NULL;
+    }
+    if (results[k] == NULL) {
+        if ((results[k] = PyList_New(k)) == NULL)
+            return NULL;
+        for (Py_ssize_t i = 0; i < k; i++)
+            PyList_SetItem(results[k], i, PyLong_FromLong(0));
+    }
+    Py_INCREF(arg);
+    Py_XDECREF(last_arg);
+    last_arg = arg;
+    last_k = k;
+    return results[k];
+}
+
+static PyObject *null_result(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames)
+{
+    (void)self, (void)kwnames;
+    if (nargs != 1) {
+        PyErr_SetString(PyExc_TypeError, "result(k)");
+        return NULL;
+    }
+    PyObject *l = args[0] == last_arg ? results[last_k] : make_result(args[0]);
+    if (l == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0, k = Py_SIZE(l); i < k; i++)
+        if (PyList_GetItem(l, i) == NULL)
+            return NULL;
+    Py_INCREF(l);
+    return l;
+}
+
 static PyObject *zero;    /* made once, as WC's small ints are */
 
 static PyObject *null_getattro(PyObject *self, PyObject *name)
@@ -85,6 +135,7 @@ static PyObject *null_getattro(PyObject *self, PyObject *name)
 static PyMethodDef null_methods[] = {
     {"nop", (PyCFunction)(void (*)(void))null_nop, METH_FASTCALL | METH_KEYWORDS, NULL},
     {"make", (PyCFunction)(void (*)(void))null_make, METH_FASTCALL | METH_KEYWORDS, NULL},
+    {"result", (PyCFunction)(void (*)(void))null_result, METH_FASTCALL | METH_KEYWORDS, NULL},
     {NULL, NULL, 0, NULL},
 };
 

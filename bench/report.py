@@ -28,8 +28,10 @@ callgrind, through the null provider `bench/nullverbs.c`: no device, no VM;
 `bench/host_micro.py`, CPython {py}): instructions per operation, the bare
 loop subtracted. **floor** is the same call shape into C that does nothing
 (`bench/nullcall.c`: a constructor's argument tuple, keyword dict,
-allocation and dealloc; a method call; an attribute read), which no binding
-built this way can go below; **seed** is the seed release's count of the
+allocation and dealloc; a method call; an attribute read; for a poll, a
+method returning a list it made once, each item read with `PyList_GetItem`,
+the least a poll handing its list back can do in the Limited API), which
+no binding built this way can go below; **seed** is the seed release's count of the
 same operation, **C** the C verbs' through the same provider, **floor+C**
 the two together (the least any binding can spend on a verb call: the call
 shape and the verb itself); **goal** the goal of issue 27, "below floor"

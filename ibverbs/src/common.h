@@ -227,8 +227,21 @@ IBP_HIDDEN int ibp_handle_foreign(PyObject *obj);
 IBP_HIDDEN void ibp_handle_closed(PyObject *obj);
 /* Calls in flight (see handles.c): a method call holds its object busy from
  * entry to return; -1 with VerbsError EBADF for a parent's object after fork(). */
-IBP_HIDDEN int ibp_call_enter(PyObject *self);
-IBP_HIDDEN void ibp_call_leave(PyObject *self);
+extern IBP_HIDDEN int ibp_forked;    /* this process is a fork() child */
+IBP_HIDDEN int ibp_call_enter_forked(PyObject *self);
+/* Inline: every generated method and the data path's calls enter and leave. */
+static inline int ibp_call_enter(PyObject *self)
+{
+    if (ibp_forked)
+        return ibp_call_enter_forked(self);
+    ibp_busy_enter(self);
+    return 0;
+}
+
+static inline void ibp_call_leave(PyObject *self)
+{
+    ibp_busy_leave(self);
+}
 /* A generated verb's holds (generator/emit.py, from the spec): obj, when it
  * is an instance of type (any handle when type is NULL; NULL obj: none),
  * referenced and in flight until ibp_unhold(*held); *held stays NULL when
@@ -315,6 +328,23 @@ struct pl_entry {
     PyObject *ah;        /* the AH of a UD send, or NULL */
     PyObject *owners;    /* tuple of what the SGEs keep alive, or NULL */
 };
+
+/*
+ * A work request's SGEs as its last post read them (SendWR and RecvWR
+ * keep one, wr.c): while nothing changed since, a post sends the request
+ * it keeps (its `prepared`, whose sg_list points here), without reading
+ * its list again.  The list is the request's own (the constructor's
+ * copy; a list handed out by the getter or assigned counts as a change
+ * until a post finds nobody else holding it), and an SGE that a cache
+ * holds (its `cached`) moves ibp_sge_epoch on at any change, which every
+ * cache then sees.  epoch 0: nothing kept (ibp_sge_epoch starts at 1).
+ */
+#define IBP_CACHED_SGES 4
+struct ibp_sge_cache {
+    uint64_t epoch;                         /* ibp_sge_epoch when kept */
+    struct ibv_sge sge[IBP_CACHED_SGES];
+};
+extern IBP_HIDDEN uint64_t ibp_sge_epoch;
 
 /* The data-path objects (SGE, SendWR, RecvWR, PostList, PostListEntry, WC,
  * WCBuffer, AsyncEvent) and the converters of the C struct fields they
@@ -438,8 +468,21 @@ IBP_HIDDEN int ibp_check_inline_sges(const struct ibv_send_wr *wr);
  * when the SGEs do not fit (nothing raised), -1 with an exception. */
 IBP_HIDDEN int ibp_send_wr_fill(SendWRObject *w, PyObject *sg_list, struct ibv_send_wr *wr,
                                 Py_ssize_t room);
-IBP_HIDDEN int ibp_recv_wr_fill(const RecvWRObject *w, PyObject *sg_list,
+IBP_HIDDEN int ibp_recv_wr_fill(RecvWRObject *w, PyObject *sg_list,
                                 struct ibv_recv_wr *wr, Py_ssize_t room);
+
+/* Whether a request's own C request is what a post of it sends now: kept
+ * by its last post, and no SGE changed since.  A kept request has a list
+ * (only a change can take it away); its reference count: a list reached
+ * some other way than the getter (gc.get_referents) is not trusted. */
+static inline int ibp_wr_kept(const struct ibp_sge_cache *c, PyObject *sg_list)
+{
+    return c->epoch == ibp_sge_epoch && Py_REFCNT(sg_list) == 1;
+}
+
+/* A kept SendWR into *wr: the request it keeps, its wr_id; not next. */
+IBP_HIDDEN void ibp_send_wr_copy_kept(const SendWRObject *w, struct ibv_send_wr *wr);
+
 IBP_HIDDEN PyObject *ibp_post_failed(const char *verb, int rc, Py_ssize_t index, uint64_t wr_id);
 IBP_HIDDEN int ibp_check_ah_fits_qp(PyObject *qp, int has_ah, Py_ssize_t index);
 

@@ -57,7 +57,7 @@ int ibp_check_closable(PyObject *obj, const char *verb)
  * collection forget them without destroying anything, and calling a verb on
  * them raises VerbsError.
  */
-static int forked;                 /* this process is a fork() child */
+int ibp_forked;                 /* this process is a fork() child */
 static pid_t current_pid;          /* getpid(), refreshed in the child */
 static PyObject *origins;          /* dict: object address -> creating pid */
 static PyTypeObject **handle_types;
@@ -66,7 +66,7 @@ static int nhandle_types, handle_types_room;
 static void atfork_child(void)
 {
     /* Async-signal-safe only: a flag and getpid(). */
-    forked = 1;
+    ibp_forked = 1;
     current_pid = getpid();
 }
 
@@ -136,7 +136,7 @@ static long origin_of(PyObject *obj)
 /* Made by another process (the parent, before fork()): not ours to call. */
 static int inherited(PyObject *obj)
 {
-    if (!forked)
+    if (!ibp_forked)
         return 0;
     long origin = origin_of(obj);
     return origin != 0 && labs(origin) != (long)current_pid;
@@ -144,10 +144,10 @@ static int inherited(PyObject *obj)
 
 int ibp_handle_foreign(PyObject *obj)
 {
-    if (!forked && !any_borrowed)
+    if (!ibp_forked && !any_borrowed)
         return 0;
     long origin = origin_of(obj);
-    return origin < 0 || (forked && origin != 0 && labs(origin) != (long)current_pid);
+    return origin < 0 || (ibp_forked && origin != 0 && labs(origin) != (long)current_pid);
 }
 
 /* Delete ptr's key from map (origins, registry) if it is there, keeping the
@@ -201,9 +201,10 @@ static int is_handle_type(PyTypeObject *type)
     return 0;
 }
 
-int ibp_call_enter(PyObject *self)
+/* ibp_call_enter (common.h) in a fork() child. */
+int ibp_call_enter_forked(PyObject *self)
 {
-    if (forked && IBP_HANDLE(self)->ptr != NULL && inherited(self)) {
+    if (IBP_HANDLE(self)->ptr != NULL && inherited(self)) {
         raise_foreign(self);
         return -1;
     }
@@ -211,17 +212,12 @@ int ibp_call_enter(PyObject *self)
     return 0;
 }
 
-void ibp_call_leave(PyObject *self)
-{
-    IBP_HANDLE(self)->busy--;
-}
-
 int ibp_hold(PyObject *obj, PyTypeObject *type, PyObject **held)
 {
     /* Not one of type: not held, and its conversion raises TypeError. */
     if (obj == NULL || (type != NULL && !PyObject_TypeCheck(obj, type)))
         return 0;
-    if (forked && IBP_HANDLE(obj)->ptr != NULL && inherited(obj)) {
+    if (ibp_forked && IBP_HANDLE(obj)->ptr != NULL && inherited(obj)) {
         raise_foreign(obj);
         return -1;
     }
@@ -242,7 +238,7 @@ void ibp_unhold(PyObject *held)
 int ibp_hold_each(PyObject *tuple, PyObject **held)
 {
     Py_ssize_t n = PyTuple_Size(tuple);
-    for (Py_ssize_t i = 0; forked && i < n; i++) {
+    for (Py_ssize_t i = 0; ibp_forked && i < n; i++) {
         PyObject *obj = PyTuple_GetItem(tuple, i);
         if (IBP_HANDLE(obj)->ptr != NULL && inherited(obj)) {
             raise_foreign(obj);

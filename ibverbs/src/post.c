@@ -98,11 +98,33 @@ static inline PyObject *single_wr(PyObject *arg, PyTypeObject *type)
     return PyObject_TypeCheck(arg, type) ? arg : NULL;
 }
 
+/* A kept request's post failed (out of line: the short way keeps no
+ * register for it). */
+__attribute__((noinline, cold))
+static PyObject *kept_post_failed(const char *verb, int rc, uint64_t wr_id)
+{
+    return ibp_post_failed(verb, rc, 0, wr_id);
+}
+
+/* A SendWR that a post read before and that has not changed since
+ * (ibp_wr_kept): posted from the request it keeps, with nothing to read. */
+static PyObject *post_send_kept(PyObject *self, SendWRObject *w)
+{
+    struct ibv_send_wr *bad;        /* the only request: not read */
+    w->prepared.wr_id = w->wr_id;
+    int rc = ibv_post_send(QP_PTR(self), &w->prepared, &bad);
+    if (rc != 0)
+        return kept_post_failed("ibv_post_send", rc, w->wr_id);
+    Py_RETURN_NONE;
+}
+
 /* Post one request with its SGEs on the stack.  When they do not fit,
  * NULL without an exception and *no_room set: nothing was posted, and the
  * caller takes a chain's way. */
 static PyObject *post_send_one(PyObject *self, SendWRObject *w, int *no_room)
 {
+    if (ibp_wr_kept(&w->sges, w->sg_list) && QP_PTR(self)->qp_type != IBV_QPT_UD)
+        return post_send_kept(self, w);     /* post_send([wr]) */
     struct ibv_send_wr wr, *bad = NULL;
     struct ibv_sge sges[STACK_SGES];
     wr.sg_list = sges;
@@ -125,8 +147,8 @@ static PyObject *post_send_one(PyObject *self, SendWRObject *w, int *no_room)
 /* Which receive queue a post_recv posts to: self is a QP, an SRQ or a WQ. */
 enum recv_queue { RECV_QP, RECV_SRQ, RECV_WQ };
 
-static int recv_verb(PyObject *self, enum recv_queue q, struct ibv_recv_wr *wrs,
-                     struct ibv_recv_wr **bad)
+static inline int recv_verb(PyObject *self, enum recv_queue q, struct ibv_recv_wr *wrs,
+                            struct ibv_recv_wr **bad)
 {
     switch (q) {
     case RECV_WQ:
@@ -144,10 +166,23 @@ static const char *recv_verb_name(enum recv_queue q)
                                                             : "ibv_post_recv";
 }
 
+/* post_send_kept's twin for a receive. */
+static inline PyObject *post_recv_kept(PyObject *self, RecvWRObject *w, enum recv_queue q)
+{
+    struct ibv_recv_wr *bad;        /* the only request: not read */
+    w->prepared.wr_id = w->wr_id;
+    int rc = recv_verb(self, q, &w->prepared, &bad);
+    if (rc != 0)
+        return kept_post_failed(recv_verb_name(q), rc, w->wr_id);
+    Py_RETURN_NONE;
+}
+
 /* The same for a receive. */
 static PyObject *post_recv_one(PyObject *self, RecvWRObject *w, enum recv_queue q,
                                int *no_room)
 {
+    if (ibp_wr_kept(&w->sges, w->sg_list))
+        return post_recv_kept(self, w, q);     /* post_recv([wr]) */
     struct ibv_recv_wr wr, *bad = NULL;
     struct ibv_sge sges[STACK_SGES];
     wr.sg_list = sges;
@@ -202,12 +237,19 @@ static Py_ssize_t send_chain_on_stack(PyObject *self, PyObject *arg, struct chai
     Py_ssize_t n = stack_batch_size(arg, &is_list);
     struct ibv_send_wr *wrs = c->stack_wrs.send;
     struct ibv_sge *sge = c->stack_sges;
+    int ud = QP_PTR(self)->qp_type == IBV_QPT_UD;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *item = batch_item(arg, is_list, i);
         if (!PyObject_TypeCheck(item, SendWR_Type))
             return ibp_bad_wr_item(i, "SendWR", item);
         SendWRObject *w = (SendWRObject *)item;
         struct ibv_send_wr *wr = &wrs[i];
+        /* its SGEs are those it keeps: none of the chain's room taken */
+        if (ibp_wr_kept(&w->sges, w->sg_list) && !ud) {
+            ibp_send_wr_copy_kept(w, wr);
+            wr->next = i + 1 < n ? &wrs[i + 1] : NULL;
+            continue;
+        }
         wr->sg_list = sge;
         if (ibp_check_ah_fits_qp(self, w->ah != NULL, i) < 0)
             return -1;
@@ -233,10 +275,16 @@ static Py_ssize_t recv_chain_on_stack(PyObject *arg, struct chain *c)
         PyObject *item = batch_item(arg, is_list, i);
         if (!PyObject_TypeCheck(item, RecvWR_Type))
             return ibp_bad_wr_item(i, "RecvWR", item);
+        RecvWRObject *w = (RecvWRObject *)item;
         struct ibv_recv_wr *wr = &wrs[i];
+        if (ibp_wr_kept(&w->sges, w->sg_list)) {
+            *wr = w->prepared;
+            wr->wr_id = w->wr_id;
+            wr->next = i + 1 < n ? &wrs[i + 1] : NULL;
+            continue;
+        }
         wr->sg_list = sge;
-        int filled = ibp_recv_wr_fill((RecvWRObject *)item, ((RecvWRObject *)item)->sg_list, wr,
-                                      c->stack_sges + STACK_SGES - sge);
+        int filled = ibp_recv_wr_fill(w, w->sg_list, wr, c->stack_sges + STACK_SGES - sge);
         if (filled != 0)
             return filled > 0 ? 0 : -1;
         wr->next = i + 1 < n ? &wrs[i + 1] : NULL;
@@ -273,14 +321,13 @@ static int chain_overflow(int filled)
     return -1;
 }
 
-/* QP.post_send(wrs): generated/qp.c.h parses the argument. */
-PyObject *ibp_hand_QP_post_send_impl(PyObject *self, PyObject *arg)
+/* Everything else post_send takes: a changed or new SendWR, a list, an
+ * iterable, a PostList. */
+static PyObject *post_send_any(PyObject *self, PyObject *arg)
 {
     struct wr_seq s;
     struct chain c;
     int no_room = 0;
-    if (ibp_check_open(self) < 0 || ibp_qp_send_idle(self, "post_send") < 0)
-        return NULL;
     if (Py_IS_TYPE(arg, PostList_Type))
         return ibp_postlist_post(self, arg, POST_SEND);
     PyObject *one = single_wr(arg, SendWR_Type);
@@ -318,6 +365,22 @@ PyObject *ibp_hand_QP_post_send_impl(PyObject *self, PyObject *arg)
     result = send_chain_post(self, wrs);
 done:
     return chain_end(&s, &c, result);
+}
+
+/* QP.post_send(wrs): generated/qp.c.h parses the argument.  A kept
+ * request never needs an AH (ibp_send_wr_fill keeps none with one), so
+ * only a UD QP, which refuses a request without one, takes it the long
+ * way. */
+PyObject *ibp_hand_QP_post_send_impl(PyObject *self, PyObject *arg)
+{
+    if (ibp_check_open(self) < 0 || ibp_qp_send_idle(self, "post_send") < 0)
+        return NULL;
+    if (Py_IS_TYPE(arg, SendWR_Type)) {
+        SendWRObject *w = (SendWRObject *)arg;
+        if (ibp_wr_kept(&w->sges, w->sg_list) && QP_PTR(self)->qp_type != IBV_QPT_UD)
+            return post_send_kept(self, w);
+    }
+    return post_send_any(self, arg);
 }
 
 /* Its chain loop has
@@ -371,18 +434,30 @@ done:
     return chain_end(&s, &c, result);
 }
 
+/* A kept RecvWR to an open queue takes the short way, inlined into each
+ * queue's post_recv with its verb; anything else post_recv's. */
+static inline PyObject *post_recv_kept_or_any(PyObject *self, PyObject *arg, enum recv_queue q)
+{
+    if (Py_IS_TYPE(arg, RecvWR_Type) && IBP_HANDLE(self)->ptr != NULL) {
+        RecvWRObject *w = (RecvWRObject *)arg;
+        if (ibp_wr_kept(&w->sges, w->sg_list))
+            return post_recv_kept(self, w, q);
+    }
+    return post_recv(self, arg, q);
+}
+
 /* post_recv(wrs) of a QP, an SRQ, a WQ: generated/{qp,srq,wq}.c.h parse the argument. */
 PyObject *ibp_hand_QP_post_recv_impl(PyObject *self, PyObject *wrs)
 {
-    return post_recv(self, wrs, RECV_QP);
+    return post_recv_kept_or_any(self, wrs, RECV_QP);
 }
 
 PyObject *ibp_hand_SRQ_post_recv_impl(PyObject *self, PyObject *wrs)
 {
-    return post_recv(self, wrs, RECV_SRQ);
+    return post_recv_kept_or_any(self, wrs, RECV_SRQ);
 }
 
 PyObject *ibp_hand_WQ_post_recv_impl(PyObject *self, PyObject *wrs)
 {
-    return post_recv(self, wrs, RECV_WQ);
+    return post_recv_kept_or_any(self, wrs, RECV_WQ);
 }

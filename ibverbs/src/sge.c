@@ -9,6 +9,20 @@
 
 #include "sge.c.h"
 
+uint64_t ibp_sge_epoch = 1;     /* 0 is a cache that keeps nothing */
+
+/* Every setter, __init__ again and the collector's clear call it: the
+ * requests whose SGE cache holds this SGE's values must read their lists
+ * again (common.h's struct ibp_sge_cache).  One that no cache holds (a
+ * new one, built per message) moves nothing. */
+static void ibp_SGE_changed(SGEObject *self)
+{
+    if (self->cached) {
+        ibp_sge_epoch++;
+        self->cached = 0;
+    }
+}
+
 /* SGE(target, length, lkey, offset) into self (lkey_obj, offset_obj may be NULL). */
 static int sge_set(SGEObject *self, PyObject *target, PyObject *length_obj,
                    PyObject *lkey_obj, PyObject *offset_obj)
@@ -77,6 +91,7 @@ static int sge_set(SGEObject *self, PyObject *target, PyObject *length_obj,
             return -1;
         }
     }
+    ibp_SGE_changed(self);
     self->sge.addr = base + offset;
     self->sge.length = (uint32_t)length;
     self->sge.lkey = (uint32_t)lkey;

@@ -291,33 +291,90 @@ static PyMethodDef wc_cache_purge_def = {
 
 /* poll and poll_into keep the GIL: ibv_poll_cq never blocks and costs tens
  * of nanoseconds, less than releasing and retaking the GIL. */
-/* CQ.poll(num_entries): generated/cq.c.h converts num_entries first (an
- * __index__ may close the CQ). */
-PyObject *ibp_hand_CQ_poll_impl(PyObject *self, int num)
+static PyObject *poll_failed(int n)
+{
+    return ibp_raise("ibv_poll_cq", ibp_error_code(n));
+}
+
+/* A poll of more than RESULT_CACHE_MAX: its WCs on the stack up to
+ * STACK_WCS, else on the heap. */
+__attribute__((noinline))
+static PyObject *poll_many(struct ibv_cq *cq, int num)
 {
     struct ibv_wc stack[STACK_WCS], *wcs = stack;
-    if (ibp_check_open(self) < 0 || ibp_cq_check_not_polling(self) < 0)
-        return NULL;
     /* More than the CQ holds cannot come back: no larger buffer. */
-    if (num > CQ_PTR(self)->cqe && CQ_PTR(self)->cqe > 0)
-        num = CQ_PTR(self)->cqe;
+    if (num > cq->cqe && cq->cqe > 0)
+        num = cq->cqe;
     if (num > STACK_WCS) {
         wcs = PyMem_Malloc((size_t)num * sizeof(*wcs));
         if (wcs == NULL)
             return PyErr_NoMemory();
     }
     errno = 0;      /* a provider may fail without setting it: no stale value */
-    int n = ibv_poll_cq(CQ_PTR(self), num, wcs);
-    PyObject *list = NULL;
-    if (n < 0) {
-        ibp_raise("ibv_poll_cq", ibp_error_code(n));
-        goto done;
-    }
-    list = poll_result(wcs, n);
-done:
+    int n = ibv_poll_cq(cq, num, wcs);
+    PyObject *list = n < 0 ? poll_failed(n) : poll_result(wcs, n);
     if (wcs != stack)
         PyMem_Free(wcs);
     return list;
+}
+
+/* Cached list l, its n WCs refilled in place (out of line: the loop's
+ * registers are not the empty poll's to save): l, or NULL when one of
+ * them could not be (poll_result's way then). */
+__attribute__((noinline))
+static PyObject *refilled(PyObject *l, const struct ibv_wc *wcs, int n)
+{
+    if (refill_in_place(l, wcs, n) != n)
+        return NULL;
+    Py_INCREF(l);
+    return l;
+}
+
+/* The cached list of length n (<= RESULT_CACHE_MAX) that nobody else
+ * holds, with its WCs refilled in place, or NULL: poll_result's way. */
+static inline PyObject *cached_result(const struct ibv_wc *wcs, int n)
+{
+    for (int i = 0; i < 2; i++) {
+        PyObject *l = result_cache[n][i];
+        if (l != NULL && Py_REFCNT(l) == 1 && Py_SIZE(l) == n) {
+            /* poll(1)'s one WC here, more out of line */
+            if (n > 1)
+                return refilled(l, wcs, n);
+            if (n == 1 && refill_in_place(l, wcs, 1) != 1)
+                return NULL;
+            Py_INCREF(l);
+            return l;
+        }
+    }
+    return NULL;
+}
+
+/* The common poll (up to RESULT_CACHE_MAX, the cached list free) takes the
+ * short way: the WCs on a small stack, no call but the provider's and
+ * errno's; the rest is out of line, so that it costs the short way no
+ * registers. */
+__attribute__((noinline))
+static PyObject *poll_result_slow(const struct ibv_wc *wcs, int n)
+{
+    return poll_result(wcs, n);
+}
+
+/* CQ.poll(num_entries): generated/cq.c.h converts num_entries first (an
+ * __index__ may close the CQ). */
+PyObject *ibp_hand_CQ_poll_impl(PyObject *self, int num)
+{
+    if (ibp_check_open(self) < 0 || ibp_cq_check_not_polling(self) < 0)
+        return NULL;
+    struct ibv_cq *cq = CQ_PTR(self);
+    if (num > RESULT_CACHE_MAX)
+        return poll_many(cq, num);
+    struct ibv_wc wcs[RESULT_CACHE_MAX];
+    errno = 0;      /* a provider may fail without setting it: no stale value */
+    int n = ibv_poll_cq(cq, num, wcs);
+    if (n < 0)
+        return poll_failed(n);
+    PyObject *list = n <= RESULT_CACHE_MAX ? cached_result(wcs, n) : NULL;
+    return list != NULL ? list : poll_result_slow(wcs, n);
 }
 
 /* ---- fault injection for the tests (IBVERBS_TEST_HOOKS=1, as handles.c's) ---- */

@@ -21,6 +21,13 @@
 static inline void ibp_SendWR_changed(SendWRObject *w)
 {
     w->ready = 0;
+    w->sges.epoch = 0;
+}
+
+/* RecvWR's setters but wr_id's, and sg_list's getter. */
+static inline void ibp_RecvWR_changed(RecvWRObject *w)
+{
+    w->sges.epoch = 0;
 }
 
 /*
@@ -213,13 +220,15 @@ static void send_wr_prepare(const SendWRObject *w, struct ibv_send_wr *wr)
 }
 
 /*
- * The prepared fields into *wr.  The common opcodes take only opcode
- * through the qp_type union (wr_id, next, sg_list and num_sge are the
- * post's to fill, and only BIND_MW and TSO read the union after it): under
- * emulation every load and store costs, and a post converts 32 requests
- * per call.  Any other opcode gets the whole request, zeroes included.
+ * The prepared fields into *wr.  The common opcodes take only sg_list
+ * through the qp_type union (wr_id and next are the post's to fill, and
+ * only BIND_MW and TSO read the union after it): under emulation every
+ * load and store costs, and a post converts 32 requests per call.  Any
+ * other opcode gets the whole request, zeroes included.  sg_list and
+ * num_sge are those of the SGEs kept (ibp_wr_kept), or the filling post's
+ * to overwrite.
  */
-#define PREPARED_FROM offsetof(struct ibv_send_wr, opcode)
+#define PREPARED_FROM offsetof(struct ibv_send_wr, sg_list)
 #define PREPARED_TO offsetof(struct ibv_send_wr, bind_mw)
 static inline void copy_prepared(const SendWRObject *w, struct ibv_send_wr *wr)
 {
@@ -233,6 +242,34 @@ static inline void copy_prepared(const SendWRObject *w, struct ibv_send_wr *wr)
     default:
         *wr = w->prepared;
     }
+}
+
+/*
+ * After a post read a request's n SGEs (sges) from sg_list, its own list:
+ * keep their values in c and mark each SGE as held by a cache, so that
+ * the posts after it send the request as it is (ibp_wr_kept).  0 when
+ * they cannot be kept: too many, no list (a request without SGEs is rare
+ * enough to read each time), or the list is not the request's alone.
+ */
+static int keep_sges(PyObject *own, PyObject *sg_list, const struct ibv_sge *sges, int n,
+                     struct ibp_sge_cache *c)
+{
+    if (n > IBP_CACHED_SGES || own == NULL || sg_list != own || Py_REFCNT(own) != 1)
+        return 0;
+    for (int i = 0; i < n; i++) {
+        ((SGEObject *)PyList_GetItem(own, i))->cached = 1;
+        c->sge[i] = sges[i];
+    }
+    c->epoch = ibp_sge_epoch;
+    return 1;
+}
+
+/* A kept SendWR (ibp_wr_kept) into *wr, its SGEs those it keeps; the
+ * caller sets next. */
+void ibp_send_wr_copy_kept(const SendWRObject *w, struct ibv_send_wr *wr)
+{
+    copy_prepared(w, wr);
+    wr->wr_id = w->wr_id;
 }
 
 /* One SendWR into *wr, its SGEs from sg_list (w's, or a reference to it
@@ -282,16 +319,31 @@ int ibp_send_wr_fill(SendWRObject *w, PyObject *sg_list, struct ibv_send_wr *wr,
         if (ibp_check_open(w->ah) < 0)
             return -1;
         wr->wr.ud.ah = AH_PTR(w->ah);
+        return 0;
+    }
+    /* Kept whole when no post has to check anything of it again: no AH
+     * (it can close), no INLINE data (its buffers are checked at each
+     * post), not BIND_MW (its MW and MR are read at each post). */
+    if (!(w->send_flags & IBV_SEND_INLINE)
+        && keep_sges(w->sg_list, sg_list, sg, wr->num_sge, &w->sges)) {
+        w->prepared.sg_list = w->sges.sge;
+        w->prepared.num_sge = wr->num_sge;
     }
     return 0;
 }
 
-int ibp_recv_wr_fill(const RecvWRObject *w, PyObject *sg_list, struct ibv_recv_wr *wr,
+int ibp_recv_wr_fill(RecvWRObject *w, PyObject *sg_list, struct ibv_recv_wr *wr,
                      Py_ssize_t room)
 {
     wr->wr_id = w->wr_id;
     wr->next = NULL;
-    return fill_sges(sg_list, wr->sg_list, room, &wr->num_sge);
+    int rc = fill_sges(sg_list, wr->sg_list, room, &wr->num_sge);
+    if (rc == 0 && keep_sges(w->sg_list, sg_list, wr->sg_list, wr->num_sge, &w->sges)) {
+        w->prepared.next = NULL;
+        w->prepared.sg_list = w->sges.sge;
+        w->prepared.num_sge = wr->num_sge;
+    }
+    return rc;
 }
 
 PyObject *ibp_post_failed(const char *verb, int rc, Py_ssize_t index, uint64_t wr_id)

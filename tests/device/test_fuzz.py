@@ -119,6 +119,7 @@ class VerbsMachine(RuleBasedStateMachine):
         self.base_open = process_counts(self.ib)
         self.base_kernel = SHARED["kernel"]
         self.serial = 0
+        self.sent = []            # work requests posted (or refused) before: repost's
         STATS["examples"] += 1
 
     # ---- model ---------------------------------------------------------------------
@@ -327,6 +328,7 @@ class VerbsMachine(RuleBasedStateMachine):
         if obj is None:
             return
         n = self.node(obj)
+        self.sent = []        # their SGEs and AHs would keep it alive
         if os.environ.get("IBVERBS_FUZZ_DEBUG"):
             for r in gc.get_referrers(obj):
                 print("referrer of", obj, type(r), repr(r)[:300])
@@ -465,6 +467,7 @@ class VerbsMachine(RuleBasedStateMachine):
             wrs.append(wr)
         if wrs:
             expect((ValueError, ib.VerbsError), qp.post_send, wrs if len(wrs) > 1 else wrs[0])
+            self.sent = (self.sent + wrs)[-32:]
 
     @rule(target_is_srq=st.booleans(), n=st.integers(1, 20), data=st.data())
     def post_recv(self, target_is_srq, n, data):
@@ -476,6 +479,49 @@ class VerbsMachine(RuleBasedStateMachine):
                                                                     label="nsge")))
                for i in range(n)]
         expect(ib.VerbsError, target.post_recv, wrs)
+        self.sent = (self.sent + wrs)[-32:]
+
+    @rule(data=st.data())
+    def repost(self, data):
+        """Requests of the post rules posted again, to any queue, some changed
+        first: a post sends the request it kept only while nothing of it
+        changed, and checks the queue every time (ibverbs/src/wr.c)."""
+        ib = self.ib
+        if not self.sent:
+            return
+        # indices: hypothesis keeps no reference to a request (it holds MRs, AHs)
+        picks = data.draw(st.lists(st.integers(0, len(self.sent) - 1), min_size=1, max_size=4),
+                          label="again")
+        again = [self.sent[i] for i in picks]
+        wr = again[0]
+        change = data.draw(st.sampled_from(["none", "none", "sge", "list", "append", "flags",
+                                            "init"]), label="change")
+        if change == "sge" and wr.sg_list:
+            sge = wr.sg_list[0]
+            sge.length = data.draw(st.integers(0, 2**32 - 1), label="length")
+            sge.addr = data.draw(st.sampled_from([sge.addr, sge.addr + 8, 0]), label="addr")
+        elif change == "list":
+            wr.sg_list = self.sges(data, data.draw(st.integers(0, 3), label="nsge"))
+        elif change == "append":
+            wr.sg_list.extend(self.sges(data, 1))
+        elif change == "flags" and isinstance(wr, ib.SendWR):
+            wr.send_flags = data.draw(st.sampled_from([0, 2, 2 | 8, 8]), label="send_flags")
+        elif change == "init":
+            wr.__init__(wr_id=7, sg_list=self.sges(data, data.draw(st.integers(0, 2),
+                                                                   label="nsge")))
+        kinds = {type(w) for w in again}
+        if ib.SendWR in kinds and ib.RecvWR in kinds:
+            again = [w for w in again if type(w) is type(wr)]
+        one = again if len(again) > 1 else again[0]
+        if isinstance(wr, ib.SendWR):
+            qp = self.pick(data, "QP", "qp")
+            if qp is not None:
+                expect((ValueError, ib.VerbsError), qp.post_send, one)
+        else:
+            target = self.pick(data, data.draw(st.sampled_from(["QP", "SRQ"]), label="to"),
+                               "recv target")
+            if target is not None:
+                expect(ib.VerbsError, target.post_recv, one)
 
     @rule(n=st.one_of(st.integers(1, 64), st.sampled_from([0, -1, 2**31, 1000])), data=st.data())
     def poll(self, n, data):
@@ -793,6 +839,7 @@ class VerbsMachine(RuleBasedStateMachine):
         """Close what the model still holds, children first, letting go of
         each at once (a dropped parent kept alive only by it goes too);
         then nothing may be left, in this process or in the kernel."""
+        self.sent = []        # their SGEs would keep MRs (and their parents) alive
         try:
             for n in sorted(self.all_nodes, key=lambda n: -n.serial):
                 if n.obj is not None:

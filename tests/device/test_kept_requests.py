@@ -1,0 +1,204 @@
+"""A SendWR or RecvWR posted again unchanged is sent from the C request its
+last post kept, SGEs included, without reading its list (ibverbs/src/wr.c,
+common.h's struct ibp_sge_cache).  Every way a program can change what the
+request says must reach the next post: the bytes land where the request
+says now, never where it said before."""
+import gc
+
+import pytest
+
+from conftest import poll_until
+
+
+def write(ib, src, dst, length=8, offset=0, wr_id=1):
+    return ib.SendWR(wr_id=wr_id, sg_list=[src.mr.sge(length, offset)],
+                     opcode=ib.WROpcode.RDMA_WRITE, send_flags=ib.SendFlags.SIGNALED,
+                     remote_addr=dst.addr, rkey=dst.mr.rkey)
+
+
+def posted(pair, wrs, completions=1):
+    pair.qp_a.post_send(wrs)
+    wcs = poll_until(pair.cq_a, completions)
+    for wc in wcs:
+        wc.raise_for_status()
+    return wcs
+
+
+@pytest.fixture
+def src(make_buffer):
+    b = make_buffer(256)
+    b.array[:] = list(range(256))
+    return b
+
+
+@pytest.fixture
+def dst(make_buffer):
+    return make_buffer(256)
+
+
+def landed(dst, n=8):
+    return bytes(dst.array[:n])
+
+
+def test_an_sge_changed_after_a_post_is_read_again(ib, rc_pair, src, dst):
+    wr = write(ib, src, dst)
+    sge = wr.sg_list[0]          # read through the getter: kept again once dropped
+    posted(rc_pair, wr)
+    posted(rc_pair, wr)          # the kept request
+    assert landed(dst) == bytes(range(8))
+    sge.addr = src.addr + 16
+    posted(rc_pair, wr)
+    assert landed(dst) == bytes(range(16, 24))
+    sge.length = 4
+    dst.array[:8] = [0] * 8
+    posted(rc_pair, wr)
+    assert landed(dst) == bytes(range(16, 20)) + b"\0" * 4
+    sge.__init__(src.mr, 8, offset=100)             # a second __init__ is a change too
+    posted(rc_pair, wr)
+    assert landed(dst) == bytes(range(100, 108))
+    sge.lkey = src.mr.lkey ^ 0x5a5a00               # a wrong lkey fails, as at first
+    rc_pair.qp_a.post_send(wr)
+    (wc,) = poll_until(rc_pair.cq_a, 1)
+    assert wc.status != ib.WCStatus.SUCCESS
+
+
+def test_an_sge_in_two_kept_requests_changes_both(ib, rc_pair, src, dst, make_buffer):
+    other = make_buffer(256)
+    sge = src.mr.sge(8)
+    a = ib.SendWR(wr_id=1, sg_list=[sge], opcode=ib.WROpcode.RDMA_WRITE,
+                  send_flags=ib.SendFlags.SIGNALED, remote_addr=dst.addr, rkey=dst.mr.rkey)
+    b = ib.SendWR(wr_id=2, sg_list=[sge], opcode=ib.WROpcode.RDMA_WRITE,
+                  send_flags=ib.SendFlags.SIGNALED, remote_addr=other.addr, rkey=other.mr.rkey)
+    posted(rc_pair, a)
+    posted(rc_pair, b)
+    sge.addr = src.addr + 40
+    posted(rc_pair, a)
+    posted(rc_pair, b)
+    assert landed(dst) == landed(other) == bytes(range(40, 48))
+
+
+def test_a_list_changed_through_the_getter_is_read_again(ib, rc_pair, src, dst):
+    wr = write(ib, src, dst, length=4)
+    posted(rc_pair, wr)
+    posted(rc_pair, wr)
+    wr.sg_list.append(src.mr.sge(4, 200))    # the list is let go of at once
+    posted(rc_pair, wr)
+    assert landed(dst) == bytes(range(4)) + bytes(range(200, 204))
+    posted(rc_pair, wr)
+    first = wr.sg_list[0]                    # held: its death would also tell
+    wr.sg_list[0] = src.mr.sge(4, 50)
+    posted(rc_pair, wr)
+    assert landed(dst) == bytes(range(50, 54)) + bytes(range(200, 204))
+    assert first.addr == src.addr
+
+
+def test_a_list_handed_out_is_read_at_each_post_while_held(ib, rc_pair, src, dst):
+    wr = write(ib, src, dst, length=4)
+    posted(rc_pair, wr)
+    held = wr.sg_list
+    posted(rc_pair, wr)
+    held.append(src.mr.sge(4, 200))          # after the post: the next one must see it
+    posted(rc_pair, wr)
+    assert landed(dst) == bytes(range(4)) + bytes(range(200, 204))
+    held[0] = src.mr.sge(4, 50)
+    posted(rc_pair, wr)
+    assert landed(dst) == bytes(range(50, 54)) + bytes(range(200, 204))
+    del held[1:]
+    dst.array[:8] = [0] * 8
+    posted(rc_pair, wr)
+    assert landed(dst) == bytes(range(50, 54)) + b"\0" * 4
+
+
+def test_a_list_reached_through_the_collector_is_not_trusted(ib, rc_pair, src, dst):
+    wr = write(ib, src, dst)
+    posted(rc_pair, wr)
+    posted(rc_pair, wr)
+    (lst,) = [r for r in gc.get_referents(wr) if isinstance(r, list)]
+    first = lst[0]                           # held: its death would also tell
+    lst[0] = src.mr.sge(8, 64)               # no getter involved
+    posted(rc_pair, wr)
+    assert landed(dst) == bytes(range(64, 72))
+    assert first.addr == src.addr
+
+
+def test_assigning_or_reinitializing_replaces_what_is_kept(ib, rc_pair, src, dst):
+    wr = write(ib, src, dst)
+    posted(rc_pair, wr)
+    posted(rc_pair, wr)
+    wr.sg_list = [src.mr.sge(8, 8)]
+    posted(rc_pair, wr)
+    assert landed(dst) == bytes(range(8, 16))
+    posted(rc_pair, wr)
+    wr.__init__(wr_id=5, sg_list=[src.mr.sge(8, 24)], opcode=ib.WROpcode.RDMA_WRITE,
+                send_flags=ib.SendFlags.SIGNALED, remote_addr=dst.addr + 64, rkey=dst.mr.rkey)
+    (wc,) = posted(rc_pair, wr)
+    assert wc.wr_id == 5 and bytes(dst.array[64:72]) == bytes(range(24, 32))
+    wr.sg_list = None                         # no SGEs: a zero-length write, not the old ones
+    dst.array[:] = [0] * 256
+    posted(rc_pair, wr)
+    assert bytes(dst.array) == b"\0" * 256
+
+
+def test_kept_requests_in_chains_and_singleton_lists(ib, rc_pair, src, dst, make_buffer):
+    other = make_buffer(256)
+    a, b = write(ib, src, dst, wr_id=1), write(ib, src, other, offset=32, wr_id=2)
+    posted(rc_pair, [a, b], 2)
+    a.sg_list[0].addr = src.addr + 8
+    b.wr_id = 3
+    wcs = posted(rc_pair, (a, b, a), 3)        # a tuple, and one request twice
+    assert [wc.wr_id for wc in wcs] == [1, 3, 1]
+    assert landed(dst) == bytes(range(8, 16)) and landed(other) == bytes(range(32, 40))
+    b.wr_id = 4
+    (wc,) = posted(rc_pair, [b])
+    assert wc.wr_id == 4
+
+
+def test_a_kept_request_still_meets_every_post_check(ib, pd, cq, rc_pair, src, dst):
+    wr = write(ib, src, dst)
+    posted(rc_pair, wr)
+    posted(rc_pair, wr)
+    # INLINE: the buffers are checked at each post, so it is not kept
+    wr.send_flags = ib.SendFlags.SIGNALED | ib.SendFlags.INLINE
+    wr.sg_list[0].addr = src.addr + 128
+    posted(rc_pair, wr)
+    assert landed(dst) == bytes(range(128, 136))
+    wr.send_flags = ib.SendFlags.SIGNALED
+    posted(rc_pair, wr)
+    posted(rc_pair, wr)
+    # a UD QP refuses a request without an AH, kept or not
+    with pd.create_qp(ib.QPInitAttr(cq, cq, qp_type=ib.QPType.UD, max_send_wr=4)) as ud:
+        with pytest.raises(ValueError, match="no ah"):
+            ud.post_send(wr)
+        with pytest.raises(ValueError, match="no ah"):
+            ud.post_send([wr, wr])
+    # a closed QP
+    with pd.create_qp(ib.QPInitAttr(cq, cq, qp_type=ib.QPType.RC, max_send_wr=4)) as qp:
+        pass
+    with pytest.raises(ib.VerbsError) as exc:
+        qp.post_send(wr)
+    assert exc.value.errno == 9
+
+
+def test_a_kept_receive_lands_where_its_sge_says_now(ib, rc_pair, src, make_buffer):
+    first, second = make_buffer(64), make_buffer(64)
+    rwr = ib.RecvWR(wr_id=7, sg_list=[first.mr.sge(16)])
+    send = ib.SendWR(wr_id=1, sg_list=[src.mr.sge(16)], opcode=ib.WROpcode.SEND,
+                     send_flags=ib.SendFlags.SIGNALED)
+    for k in range(2):                         # the second post is the kept one
+        rc_pair.qp_b.post_recv(rwr)
+        posted(rc_pair, send)
+        (rwc,) = poll_until(rc_pair.cq_b, 1)
+        assert rwc.wr_id == 7 and rwc.byte_len == 16
+    assert bytes(first.array[:16]) == bytes(range(16))
+    rwr.sg_list[0].addr = second.addr
+    rwr.sg_list[0].lkey = second.mr.lkey
+    rwr.wr_id = 8
+    rc_pair.qp_b.post_recv([rwr])
+    posted(rc_pair, send)
+    (rwc,) = poll_until(rc_pair.cq_b, 1)
+    assert rwc.wr_id == 8 and bytes(second.array[:16]) == bytes(range(16))
+    rwr.sg_list = [first.mr.sge(4)]            # shorter than what comes: an error completion
+    rc_pair.qp_b.post_recv(rwr)
+    rc_pair.qp_a.post_send(send)
+    (rwc,) = poll_until(rc_pair.cq_b, 1)
+    assert rwc.wr_id == 8 and rwc.status != ib.WCStatus.SUCCESS
