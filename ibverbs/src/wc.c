@@ -251,6 +251,10 @@ static PyObject *result_in_new_list(PyObject **slots, const struct ibv_wc *wcs, 
     return list;
 }
 
+/* Out of line: the common poll (up to RESULT_CACHE_MAX, the cached list
+ * free) takes cached_result's short way, and the rest costs it no
+ * registers. */
+__attribute__((noinline))
 static PyObject *poll_result(const struct ibv_wc *wcs, int n)
 {
     if (n > RESULT_CACHE_MAX)
@@ -349,16 +353,6 @@ static inline PyObject *cached_result(const struct ibv_wc *wcs, int n)
     return NULL;
 }
 
-/* The common poll (up to RESULT_CACHE_MAX, the cached list free) takes the
- * short way: the WCs on a small stack, no call but the provider's and
- * errno's; the rest is out of line, so that it costs the short way no
- * registers. */
-__attribute__((noinline))
-static PyObject *poll_result_slow(const struct ibv_wc *wcs, int n)
-{
-    return poll_result(wcs, n);
-}
-
 /* CQ.poll(num_entries): generated/cq.c.h converts num_entries first (an
  * __index__ may close the CQ). */
 PyObject *ibp_hand_CQ_poll_impl(PyObject *self, int num)
@@ -374,7 +368,7 @@ PyObject *ibp_hand_CQ_poll_impl(PyObject *self, int num)
     if (n < 0)
         return poll_failed(n);
     PyObject *list = n <= RESULT_CACHE_MAX ? cached_result(wcs, n) : NULL;
-    return list != NULL ? list : poll_result_slow(wcs, n);
+    return list != NULL ? list : poll_result(wcs, n);
 }
 
 /* ---- fault injection for the tests (IBVERBS_TEST_HOOKS=1, as handles.c's) ---- */
