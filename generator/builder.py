@@ -493,6 +493,11 @@ class Builder:
         owner_node = owner.node if owner is not None else None
         model.hand_holds = hand_gil.holds(m.node, label, m.owner, owner_node,
                                           model.release_gil, model.params)
+        if model.short_way and (model.release_gil or model.hand_holds):
+            # the short way is not in flight: only a call that keeps the
+            # GIL and runs no Python code may go without
+            raise SpecError(f"{m.where('short_way')}: {label}: short_way is for a method "
+                            "that keeps the GIL and holds nothing")
         return model
 
 

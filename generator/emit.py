@@ -255,6 +255,8 @@ def impl_body(m: MethodModel) -> List[str]:
     (an argument's __index__ closing it gets EBUSY), convert them, call the
     hand-written `_impl` with the C values.  One C function per method, no
     `__call` wrapper: a hot loop's call does no more than it must."""
+    if m.short_way:
+        return _short_way_body(m)
     call = f"{m.impl}({', '.join(['self'] + [p.call_arg() for p in m.params])})"
     enter = ["if (ibp_call_enter(self) < 0)", "    return NULL;"]
     hold, unhold = _hand_holds(m)
@@ -271,6 +273,39 @@ def impl_body(m: MethodModel) -> List[str]:
         body.append(EXIT)
     body += [line for p in m.params for line in p.cleanup()] + unhold
     return body + ["ibp_call_leave(self);", "return return_value;"]
+
+
+def _short_way_body(m: MethodModel) -> List[str]:
+    """spec `short_way:` (generator/impl.py): arguments by position to the
+    hand short way as they came, the rest unpacked out of line."""
+    if m.flags == "METH_O":
+        return [f"return {m.short_way}(self, arg);"]
+    n = len(m.args)
+    given = ", ".join(["self"] + [f"args[{i}]" for i in range(n)])
+    return [f"if (kwnames == NULL && nargs == {n})",
+            f"    return {m.short_way}({given});",
+            f"return {m.cname}_unpack(self, args, nargs, kwnames);"]
+
+
+def entered_lines(m: MethodModel) -> List[str]:
+    """The body of a short way's fallback: the call entered, the `_impl`."""
+    call = f"{m.impl}({', '.join(['self'] + [a.name for a in m.args])})"
+    return ["    if (ibp_call_enter(self) < 0)", "        return NULL;",
+            f"    PyObject *return_value = {call};", "    ibp_call_leave(self);",
+            "    return return_value;"]
+
+
+def unpack_lines(m: MethodModel) -> List[str]:
+    """The body of a short way method's keyword parsing, out of its wrapper."""
+    n = len(m.args)
+    names = ", ".join(f'"{a.name}"' for a in m.args)
+    call = f"{m.entered}({', '.join(['self'] + [f'argv[{i}]' for i in range(n)])})"
+    return [f"    static const char *const kwlist[] = {{{names}, NULL}};",
+            f'    static struct ibp_parser parser = {{"{m.name}", kwlist, {n}, 0, 0, NULL}};',
+            f"    PyObject *argv[{n}];",
+            "    if (ibp_unpack_fastcall(&parser, args, nargs, kwnames, argv) < 0)",
+            "        return NULL;",
+            f"    return {call};"]
 
 
 def _hand_holds(m: MethodModel) -> Tuple[List[str], List[str]]:

@@ -9,6 +9,18 @@ written by hand in ibverbs/src/ (the data path's hot loops).
       keywords: true                 # METH_FASTCALL | METH_KEYWORDS
       impl: {num_entries: {convert: positive_int}}
 
+With `short_way: true` the wrapper hands arguments given by position, as
+they came, to `ibp_hand_<Class>_<name>_short(self, ...)` first, before it
+enters the call (ibp_call_enter: the fork check, self in flight).  That
+hand function finishes the calls it can finish running no Python code
+(post_send of a kept request), which need no more: nothing can close self
+meanwhile, and a fork() child keeps no request.  Everything else it hands
+to the generated `ibp_<Class>_<name>_entered(self, ...)`, the call entered
+and the `_impl` called, as keyword calls come there after their parsing.
+Only for arguments that convert as `object` (nothing is converted before
+the short way) and methods that keep the GIL and hold nothing (spec
+`holds:`).
+
 Each `impl:` entry is a verb parameter's spec without `arg:` (the name) or
 `default:` (from the signature); `ctype:` gives the C type of a plain int.
 A default the signature shows by name, not as a literal (`ps=PortSpace.TCP`),
@@ -17,9 +29,12 @@ needs its C value as `c_default:` (RDMA_PS_TCP).
 from __future__ import annotations
 
 import ast
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 from .converters import REQUIRED
+from .converters.impl_args import ObjectParam
+from .converters.registry import ParamConverter
+from .ctext import FASTCALL_KEYWORDS
 from .ir import Type, UNKNOWN
 from .methods import MethodBuilder
 from .model import MethodKind, MethodModel
@@ -93,10 +108,31 @@ class ImplBuilder(MethodBuilder):
                 self.fail(f"impl: {name}: ctype must be one of {', '.join(INT_CTYPES)}", "impl")
             converters.append(self.param(name, INT_CTYPES.get(ctype, UNKNOWN), pspec, where))
         impl = f"ibp_hand_{self.cname}_impl"
+        short_way = self._short_way(converters, flags)
         return MethodModel(self.m.name, self.m.owner, self.cname, flags, doc, kind=MethodKind.IMPL,
                            verbs=verbs, signature=signature, args=self.args, params=converters,
                            impl=impl, impl_params=[_decl(p.impl_ctype, p.name)  # type: ignore[attr-defined]
-                                                   for p in converters])
+                                                   for p in converters],
+                           short_way=short_way and f"ibp_hand_{self.cname}_short",
+                           entered=short_way and f"ibp_{self.cname}_entered")
+
+    def _short_way(self, converters: List[ParamConverter], flags: str) -> Optional[str]:
+        """Whether spec `short_way: true` asks for the hand short way (a
+        truthy string then), checked against what it needs."""
+        value = self.m.node.get("short_way", False)
+        if value is False:
+            return None
+        if value is not True:
+            self.fail("short_way: true or false", "short_way")
+        if flags not in ("METH_O", FASTCALL_KEYWORDS):
+            self.fail("short_way: needs its arguments by position: one argument, or "
+                      "keywords: true", "short_way")
+        for arg, p in zip(self.args, converters):
+            if not isinstance(p, ObjectParam) or p.optional:
+                self.fail(f"short_way: argument {arg.name!r} must be required and convert "
+                          "as object (the short way sees the arguments as they came)",
+                          "short_way")
+        return "short_way"
 
 
 def _decl(ctype: str, name: str) -> str:

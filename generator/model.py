@@ -150,6 +150,11 @@ class MethodModel:
     # --- a hand method with a generated parser (kind IMPL, generator/impl.py) ---
     impl: Optional[str] = None              # the hand-written function it calls
     impl_params: List[str] = field(default_factory=list)   # that function's C parameters
+    # spec `short_way: true` (generator/impl.py): the hand function its
+    # wrapper hands arguments by position to first, and the generated one
+    # that hand function falls back to (the call entered, the _impl called)
+    short_way: Optional[str] = None
+    entered: Optional[str] = None
     # what its wrapper holds while the hand code runs without the GIL (spec
     # `holds:`, generator/hand_gil.py): (C expression, local, a sequence)
     hand_holds: List[HandHold] = field(default_factory=list)
@@ -172,6 +177,10 @@ class MethodModel:
     @property
     def impl_prototype(self) -> str:
         return f"PyObject *{self.impl}({', '.join(['PyObject *self'] + self.impl_params)})"
+
+    def prototype_of(self, function: str) -> str:
+        """A function taking what the `_impl` takes (short_way's pair)."""
+        return f"PyObject *{function}({', '.join(['PyObject *self'] + self.impl_params)})"
 
     @property
     def outputs(self) -> List[ParamConverter]:

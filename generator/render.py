@@ -40,6 +40,8 @@ def environment(template_dir: str) -> jinja2.Environment:
     env.globals["MethodKind"] = MethodKind
     # the C of the model's converters and wrappers (generator/emit.py)
     env.filters["c_body"] = emit.function_lines
+    env.filters["c_entered"] = emit.entered_lines
+    env.filters["c_unpack"] = emit.unpack_lines
     env.filters["c_getter"] = emit.getter_lines
     env.filters["c_setter"] = emit.setter_lines
     env.filters["c_prepare"] = emit.prepare_lines

@@ -98,6 +98,7 @@ VERB_METHOD_KEYS = {"verb", "params", "errors", "returns", "gil", "checks", "doc
 HAND_METHOD_KEYS = {"hand", "doc", "verbs", "keywords", "since",
                     "stub",    # the typed signature (generator/stubs.py)
                     "impl",    # a generated parser of the arguments (generator/impl.py)
+                    "short_way",   # a hand function tried before the call is entered (generator/impl.py)
                     "gil", "holds"}    # its GIL rule and what it holds (generator/hand_gil.py)
 PYTHON_METHOD_KEYS = {"python",     # "module:function" of a Python-layer method
                       "stub", "doc"}  # (the signature: the function's def, generator/pyimpl.py)

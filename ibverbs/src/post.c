@@ -106,14 +106,18 @@ static PyObject *kept_post_failed(const char *verb, int rc, uint64_t wr_id)
     return ibp_post_failed(verb, rc, 0, wr_id);
 }
 
+/* Where a kept request's post puts the provider's bad pointer (the only
+ * request: never read).  Not on the stack, so that the short way keeps no
+ * frame; one is enough, under the GIL. */
+static struct ibv_send_wr *kept_bad_send;
+
 /* A SendWR that a post read before and that has not changed since
  * (ibp_wr_kept): posted from the request it keeps, with nothing to read. */
-static PyObject *post_send_kept(PyObject *self, SendWRObject *w)
+static inline PyObject *post_send_kept(PyObject *self, SendWRObject *w)
 {
-    struct ibv_send_wr *bad;        /* the only request: not read */
     w->prepared.wr_id = w->wr_id;
-    int rc = ibv_post_send(QP_PTR(self), &w->prepared, &bad);
-    if (rc != 0)
+    int rc = ibv_post_send(QP_PTR(self), &w->prepared, &kept_bad_send);
+    if (__builtin_expect(rc != 0, 0))
         return kept_post_failed("ibv_post_send", rc, w->wr_id);
     Py_RETURN_NONE;
 }
@@ -166,14 +170,18 @@ static const char *recv_verb_name(enum recv_queue q)
                                                             : "ibv_post_recv";
 }
 
-/* post_send_kept's twin for a receive. */
+/* Where a kept request's post puts the provider's bad pointer (the only
+ * request: never read).  Not on the stack, so that the short way keeps no
+ * frame; one is enough, under the GIL. */
+static struct ibv_recv_wr *kept_bad_recv;
+
+/* post_send_kept's twin for a receive (its wr_id is in the request it
+ * keeps). */
 static inline PyObject *post_recv_kept(PyObject *self, RecvWRObject *w, enum recv_queue q)
 {
-    struct ibv_recv_wr *bad;        /* the only request: not read */
-    w->prepared.wr_id = w->wr_id;
-    int rc = recv_verb(self, q, &w->prepared, &bad);
-    if (rc != 0)
-        return kept_post_failed(recv_verb_name(q), rc, w->wr_id);
+    int rc = recv_verb(self, q, &w->prepared, &kept_bad_recv);
+    if (__builtin_expect(rc != 0, 0))
+        return kept_post_failed(recv_verb_name(q), rc, w->prepared.wr_id);
     Py_RETURN_NONE;
 }
 
@@ -279,7 +287,6 @@ static Py_ssize_t recv_chain_on_stack(PyObject *arg, struct chain *c)
         struct ibv_recv_wr *wr = &wrs[i];
         if (ibp_wr_kept(&w->sges, w->sg_list)) {
             *wr = w->prepared;
-            wr->wr_id = w->wr_id;
             wr->next = i + 1 < n ? &wrs[i + 1] : NULL;
             continue;
         }
@@ -367,20 +374,35 @@ done:
     return chain_end(&s, &c, result);
 }
 
-/* QP.post_send(wrs): generated/qp.c.h parses the argument.  A kept
- * request never needs an AH (ibp_send_wr_fill keeps none with one), so
- * only a UD QP, which refuses a request without one, takes it the long
- * way. */
+/* QP.post_send(wrs), anything its short way does not take: generated/qp.c.h
+ * parses the argument and enters the call. */
 PyObject *ibp_hand_QP_post_send_impl(PyObject *self, PyObject *arg)
 {
     if (ibp_check_open(self) < 0 || ibp_qp_send_idle(self, "post_send") < 0)
         return NULL;
-    if (Py_IS_TYPE(arg, SendWR_Type)) {
-        SendWRObject *w = (SendWRObject *)arg;
-        if (ibp_wr_kept(&w->sges, w->sg_list) && QP_PTR(self)->qp_type != IBV_QPT_UD)
+    return post_send_any(self, arg);
+}
+
+/*
+ * The short way (spec short_way): post_send(wr) by position of a kept
+ * request to an open plain QP, posted before the call is entered.  It runs
+ * no Python code and keeps the GIL, so nothing can close the QP meanwhile
+ * (no in-flight mark is needed), and ibp_wr_kept is never true in a fork()
+ * child (nothing is kept there, and fork moves ibp_sge_epoch on), which is
+ * the fork check.  A kept request never needs an AH (ibp_send_wr_fill
+ * keeps none with one), so only a UD QP, which refuses a request without
+ * one, takes it the long way; so does a QPEx (its wr_start() batch) or a
+ * subclass.
+ */
+PyObject *ibp_hand_QP_post_send_short(PyObject *self, PyObject *wrs)
+{
+    struct ibv_qp *qp = QP_PTR(self);
+    if (__builtin_expect(Py_IS_TYPE(wrs, SendWR_Type) && qp != NULL && Py_IS_TYPE(self, QP_Type), 1)) {
+        SendWRObject *w = (SendWRObject *)wrs;
+        if (__builtin_expect(ibp_wr_kept(&w->sges, w->sg_list) && qp->qp_type != IBV_QPT_UD, 1))
             return post_send_kept(self, w);
     }
-    return post_send_any(self, arg);
+    return ibp_QP_post_send_entered(self, wrs);
 }
 
 /* Its chain loop has
@@ -434,30 +456,47 @@ done:
     return chain_end(&s, &c, result);
 }
 
-/* A kept RecvWR to an open queue takes the short way, inlined into each
- * queue's post_recv with its verb; anything else post_recv's. */
-static inline PyObject *post_recv_kept_or_any(PyObject *self, PyObject *arg, enum recv_queue q)
-{
-    if (Py_IS_TYPE(arg, RecvWR_Type) && IBP_HANDLE(self)->ptr != NULL) {
-        RecvWRObject *w = (RecvWRObject *)arg;
-        if (ibp_wr_kept(&w->sges, w->sg_list))
-            return post_recv_kept(self, w, q);
-    }
-    return post_recv(self, arg, q);
-}
-
-/* post_recv(wrs) of a QP, an SRQ, a WQ: generated/{qp,srq,wq}.c.h parse the argument. */
+/* post_recv(wrs) of a QP, an SRQ, a WQ, anything their short way does not
+ * take: generated/{qp,srq,wq}.c.h parse the argument and enter the call. */
 PyObject *ibp_hand_QP_post_recv_impl(PyObject *self, PyObject *wrs)
 {
-    return post_recv_kept_or_any(self, wrs, RECV_QP);
+    return post_recv(self, wrs, RECV_QP);
 }
 
 PyObject *ibp_hand_SRQ_post_recv_impl(PyObject *self, PyObject *wrs)
 {
-    return post_recv_kept_or_any(self, wrs, RECV_SRQ);
+    return post_recv(self, wrs, RECV_SRQ);
 }
 
 PyObject *ibp_hand_WQ_post_recv_impl(PyObject *self, PyObject *wrs)
 {
-    return post_recv_kept_or_any(self, wrs, RECV_WQ);
+    return post_recv(self, wrs, RECV_WQ);
+}
+
+/* Their short way (spec short_way), as post_send's: a kept RecvWR by
+ * position to an open queue, posted before the call is entered. */
+static inline PyObject *post_recv_short(PyObject *self, PyObject *wrs, enum recv_queue q,
+                                        PyObject *(*entered)(PyObject *, PyObject *))
+{
+    if (__builtin_expect(Py_IS_TYPE(wrs, RecvWR_Type) && IBP_HANDLE(self)->ptr != NULL, 1)) {
+        RecvWRObject *w = (RecvWRObject *)wrs;
+        if (__builtin_expect(ibp_wr_kept(&w->sges, w->sg_list), 1))
+            return post_recv_kept(self, w, q);
+    }
+    return entered(self, wrs);
+}
+
+PyObject *ibp_hand_QP_post_recv_short(PyObject *self, PyObject *wrs)
+{
+    return post_recv_short(self, wrs, RECV_QP, ibp_QP_post_recv_entered);
+}
+
+PyObject *ibp_hand_SRQ_post_recv_short(PyObject *self, PyObject *wrs)
+{
+    return post_recv_short(self, wrs, RECV_SRQ, ibp_SRQ_post_recv_entered);
+}
+
+PyObject *ibp_hand_WQ_post_recv_short(PyObject *self, PyObject *wrs)
+{
+    return post_recv_short(self, wrs, RECV_WQ, ibp_WQ_post_recv_entered);
 }

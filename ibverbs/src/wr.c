@@ -90,7 +90,7 @@ static PyObject *ibp_RecvWR_repr(PyObject *op)
 {
     RecvWRObject *r = (RecvWRObject *)op;
     return PyUnicode_FromFormat("RecvWR(wr_id=%llu, sg_list=%R)",
-                                (unsigned long long)r->wr_id,
+                                (unsigned long long)r->prepared.wr_id,
                                 r->sg_list ? r->sg_list : Py_None);
 }
 
@@ -249,12 +249,13 @@ static inline void copy_prepared(const SendWRObject *w, struct ibv_send_wr *wr)
  * keep their values in c and mark each SGE as held by a cache, so that
  * the posts after it send the request as it is (ibp_wr_kept).  0 when
  * they cannot be kept: too many, no list (a request without SGEs is rare
- * enough to read each time), or the list is not the request's alone.
+ * enough to read each time), the list is not the request's alone, or this
+ * is a fork() child (a kept request's post makes no fork check, post.c).
  */
 static int keep_sges(PyObject *own, PyObject *sg_list, const struct ibv_sge *sges, int n,
                      struct ibp_sge_cache *c)
 {
-    if (n > IBP_CACHED_SGES || own == NULL || sg_list != own || Py_REFCNT(own) != 1)
+    if (n > IBP_CACHED_SGES || own == NULL || sg_list != own || Py_REFCNT(own) != 1 || ibp_forked)
         return 0;
     for (int i = 0; i < n; i++) {
         ((SGEObject *)PyList_GetItem(own, i))->cached = 1;
@@ -335,7 +336,7 @@ int ibp_send_wr_fill(SendWRObject *w, PyObject *sg_list, struct ibv_send_wr *wr,
 int ibp_recv_wr_fill(RecvWRObject *w, PyObject *sg_list, struct ibv_recv_wr *wr,
                      Py_ssize_t room)
 {
-    wr->wr_id = w->wr_id;
+    wr->wr_id = w->prepared.wr_id;
     wr->next = NULL;
     int rc = fill_sges(sg_list, wr->sg_list, room, &wr->num_sge);
     if (rc == 0 && keep_sges(w->sg_list, sg_list, wr->sg_list, wr->num_sge, &w->sges)) {

@@ -3,7 +3,9 @@ last post kept, SGEs included, without reading its list (ibverbs/src/wr.c,
 common.h's struct ibp_sge_cache).  Every way a program can change what the
 request says must reach the next post: the bytes land where the request
 says now, never where it said before."""
+import errno
 import gc
+import os
 
 import pytest
 
@@ -202,3 +204,91 @@ def test_a_kept_receive_lands_where_its_sge_says_now(ib, rc_pair, src, make_buff
     rc_pair.qp_a.post_send(send)
     (rwc,) = poll_until(rc_pair.cq_b, 1)
     assert rwc.wr_id == 8 and rwc.status != ib.WCStatus.SUCCESS
+
+
+def test_a_kept_srq_receive_lands_where_its_sge_says_now(ib, pd, ctx, port, gid_index, access,
+                                                        src, make_buffer):
+    """SRQ.post_recv's short way: the kept request is posted again, then
+    changed (wr_id only: still kept; the SGE: read again)."""
+    first, second = make_buffer(64), make_buffer(64)
+    with ctx.create_cq(16) as cq_a, ctx.create_cq(16) as cq_b, pd.create_srq(max_wr=8) as srq:
+        a = pd.create_qp(ib.QPInitAttr(cq_a, cq_a))
+        b = pd.create_qp(ib.QPInitAttr(cq_b, cq_b, srq=srq))
+        gid = ctx.query_gid(port, gid_index)
+        ib.connect_rc(a, ib.local_qp_info(b, ctx.query_port(port), gid, port=port),
+                      port=port, sgid_index=gid_index, access=access)
+        ib.connect_rc(b, ib.local_qp_info(a, ctx.query_port(port), gid, port=port),
+                      port=port, sgid_index=gid_index, access=access)
+        send = ib.SendWR(wr_id=1, sg_list=[src.mr.sge(16)], opcode=ib.WROpcode.SEND,
+                         send_flags=ib.SendFlags.SIGNALED)
+        rwr = ib.RecvWR(wr_id=20, sg_list=[first.mr.sge(16)])
+        for k in range(3):                  # the second and third posts are kept ones
+            rwr.wr_id = 20 + k
+            srq.post_recv(rwr)
+            a.post_send(send)
+            poll_until(cq_a, 1)[0].raise_for_status()
+            (rwc,) = poll_until(cq_b, 1)
+            assert rwc.wr_id == 20 + k and rwc.byte_len == 16
+        rwr.sg_list[0].addr = second.addr
+        rwr.sg_list[0].lkey = second.mr.lkey
+        srq.post_recv(rwr)
+        a.post_send(send)
+        poll_until(cq_a, 1)[0].raise_for_status()
+        (rwc,) = poll_until(cq_b, 1)
+        assert rwc.is_success and bytes(second.array[:16]) == bytes(range(16))
+        a.close()
+        b.close()
+
+
+def _in_child(body):
+    """body() in a fork() child: its text ('ok' or the error) back here."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                    # pragma: no cover - the child
+        os.close(r)
+        try:
+            msg = body()
+        except BaseException as exc:
+            msg = f"{type(exc).__name__}: {exc}"
+        os.write(w, msg.encode())
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        out = f.read()
+    os.waitpid(pid, 0)
+    return out
+
+
+def test_a_fork_child_posts_no_kept_request_to_its_parents_queues(ib, rc_pair, src, dst):
+    """A kept request's post makes no fork check of its own: fork() ends
+    every kept request, and a child keeps none (not even for a QP it made
+    itself), so the child's posts to the parent's QP are refused as any
+    call on an inherited object is, and the parent's go on."""
+    wr = write(ib, src, dst)
+    rwr = ib.RecvWR(wr_id=5, sg_list=[dst.mr.sge(8, 128)])
+    posted(rc_pair, wr)
+    posted(rc_pair, wr)                 # kept
+    rc_pair.qp_b.post_recv(rwr)
+    rc_pair.qp_b.post_recv(rwr)         # kept (two receives outstanding)
+
+    def child():
+        with ib.get_device_list()[0].open() as ctx, ctx.alloc_pd() as pd, \
+                ctx.create_cq(4) as cq, \
+                pd.create_qp(ib.QPInitAttr(cq, cq, max_send_wr=4, max_recv_wr=4)) as own:
+            for _ in range(2):          # the child's own QP (RESET: it may refuse)
+                try:
+                    own.post_recv(rwr)
+                except ib.VerbsError:
+                    pass
+        for post in (lambda: rc_pair.qp_a.post_send(wr), lambda: rc_pair.qp_a.post_send([wr]),
+                     lambda: rc_pair.qp_b.post_recv(rwr)):
+            with pytest.raises(ib.VerbsError) as exc:
+                post()
+            assert exc.value.errno == errno.EBADF and "fork" in str(exc.value), exc.value
+        return "ok"
+
+    assert _in_child(child) == "ok"
+    assert rc_pair.cq_a.poll(4) == []   # nothing the child tried was posted
+    dst.array[:8] = [0] * 8
+    posted(rc_pair, wr)                 # the parent's kept request still goes
+    assert landed(dst) == bytes(range(8))

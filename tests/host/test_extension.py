@@ -294,7 +294,8 @@ def test_one_argument_data_path_methods_take_the_seeds_keywords():
     argument was accepted, TypeError that it was not."""
     import errno
     calls = [(ib.CQ().poll, "num_entries", 4), (ib.QP().post_send, "wrs", []),
-             (ib.QP().post_recv, "wrs", []), (ib.SRQ().post_recv, "wrs", [])]
+             (ib.QP().post_recv, "wrs", []), (ib.SRQ().post_recv, "wrs", []),
+             (ib.WQ().post_recv, "wrs", [])]
     for method, name, value in calls:
         for args, kwargs in (((value,), {}), ((), {name: value})):
             with pytest.raises(ib.VerbsError) as info:

@@ -161,3 +161,52 @@ def test_hand_gil_mistakes_are_spec_errors(tmp_path, ir, old, new, message):
     with pytest.raises(spec.SpecError, match=message.replace("(", r"\(").replace(")", r"\)")
                        .replace("[", r"\[").replace(".", r"\.")):
         rdmacm.load(os.environ.get("RDMA_CORE") or None, str(d))
+
+
+# ---- short_way: a hand function before the call is entered (generator/impl.py) -------
+
+def test_short_way_methods_hand_positional_calls_over_before_entering(built):
+    post = _method(built, "QP", "post_send")
+    assert post.short_way == "ibp_hand_QP_post_send_short"
+    assert post.entered == "ibp_QP_post_send_entered"
+    body = "\n".join(emit.impl_body(post))
+    # the wrapper enters nothing itself: the short way, or the keywords' parser
+    assert "ibp_call_enter" not in body
+    assert body.index("return ibp_hand_QP_post_send_short(self, args[0]);") < body.index(
+        "return QP_post_send_unpack(self, args, nargs, kwnames);")
+    entered = "\n".join(emit.entered_lines(post))
+    assert entered.index("ibp_call_enter(self)") < entered.index(
+        "ibp_hand_QP_post_send_impl(self, wrs)") < entered.index("ibp_call_leave(self)")
+    assert "return ibp_QP_post_send_entered(self, argv[0]);" in emit.unpack_lines(post)[-1]
+    for cls in ("QP", "SRQ", "WQ"):
+        assert _method(built, cls, "post_recv").short_way, cls
+    assert not _method(built, "CQ", "poll").short_way
+
+
+@pytest.mark.parametrize("where, old, new, message", [
+    # a converted argument: the short way would see it unconverted
+    ("cq.yaml", "        keywords: true\n        impl: {num_entries: {convert: positive_int}}\n",
+     "        keywords: true\n        short_way: true\n        impl: {num_entries: {convert: positive_int}}\n",
+     "CQ.poll: short_way: argument 'num_entries' must be required and convert as object"),
+    ("qp.yaml", "        short_way: true    # a kept request is posted before the call is entered (post.c)\n"
+     "        impl: {wrs: {convert: object}}\n        stub: \"(self, wrs: SendWR",
+     "        short_way: yes please\n        impl: {wrs: {convert: object}}\n        stub: \"(self, wrs: SendWR",
+     "QP.post_send: short_way: true or false"),
+    # not in flight: only for a method that keeps the GIL
+    ("qp.yaml", "        short_way: true    # a kept request is posted before the call is entered (post.c)\n"
+     "        impl: {wrs: {convert: object}}\n        stub: \"(self, wrs: SendWR",
+     "        short_way: true\n        gil: release\n        holds: [self.pd]\n"
+     "        impl: {wrs: {convert: object}}\n"
+     "        stub: \"(self, wrs: SendWR",
+     "QP.post_send: short_way is for a method that keeps the GIL and holds nothing"),
+])
+def test_short_way_mistakes_are_spec_errors(tmp_path, ir, where, old, new, message):
+    d = tmp_path / "spec"
+    shutil.copytree(SPEC_DIR, d)
+    text = (d / where).read_text()
+    assert old in text, old
+    (d / where).write_text(text.replace(old, new, 1))
+    with pytest.raises(spec.SpecError, match=message.replace("(", r"\(").replace(")", r"\)")
+                       .replace(".", r"\.")) as exc:
+        builder.build(ir, spec.load(str(d)))
+    assert f"{where}:" in str(exc.value)       # the file and line of the mistake
