@@ -338,6 +338,9 @@ struct pl_entry {
  * until a post finds nobody else holding it), and an SGE that a cache
  * holds (its `cached`) moves ibp_sge_epoch on at any change, which every
  * cache then sees.  epoch 0: nothing kept (ibp_sge_epoch starts at 1).
+ * fork() moves it on too, and a child keeps nothing: no request is kept
+ * in a fork() child, which is what lets post.c's short way skip the fork
+ * check.
  */
 #define IBP_CACHED_SGES 4
 struct ibp_sge_cache {
