@@ -294,3 +294,31 @@ def run_paused(call, while_paused, timeout=10.0):
     if "error" in box:
         raise box["error"]
     return box["result"]
+
+
+def in_fork_child(body):
+    """body() in a fork() child: its text ('ok' or the error) back here."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                    # pragma: no cover - the child
+        os.close(r)
+        try:
+            msg = body()
+        except BaseException as exc:
+            msg = f"{type(exc).__name__}: {exc}"
+        os.write(w, msg.encode())
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        out = f.read()
+    os.waitpid(pid, 0)
+    return out
+
+
+def connect_loopback(ib, ctx, a, b, port, gid_index, access):
+    """RC QPs a and b of one device connected to each other."""
+    gid = ctx.query_gid(port, gid_index)
+    ib.connect_rc(a, ib.local_qp_info(b, ctx.query_port(port), gid, port=port),
+                  port=port, sgid_index=gid_index, access=access)
+    ib.connect_rc(b, ib.local_qp_info(a, ctx.query_port(port), gid, port=port),
+                  port=port, sgid_index=gid_index, access=access)

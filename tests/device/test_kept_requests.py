@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from conftest import poll_until
+from conftest import connect_loopback, in_fork_child, poll_until
 
 
 def write(ib, src, dst, length=8, offset=0, wr_id=1):
@@ -214,11 +214,7 @@ def test_a_kept_srq_receive_lands_where_its_sge_says_now(ib, pd, ctx, port, gid_
     with ctx.create_cq(16) as cq_a, ctx.create_cq(16) as cq_b, pd.create_srq(max_wr=8) as srq:
         a = pd.create_qp(ib.QPInitAttr(cq_a, cq_a))
         b = pd.create_qp(ib.QPInitAttr(cq_b, cq_b, srq=srq))
-        gid = ctx.query_gid(port, gid_index)
-        ib.connect_rc(a, ib.local_qp_info(b, ctx.query_port(port), gid, port=port),
-                      port=port, sgid_index=gid_index, access=access)
-        ib.connect_rc(b, ib.local_qp_info(a, ctx.query_port(port), gid, port=port),
-                      port=port, sgid_index=gid_index, access=access)
+        connect_loopback(ib, ctx, a, b, port, gid_index, access)
         send = ib.SendWR(wr_id=1, sg_list=[src.mr.sge(16)], opcode=ib.WROpcode.SEND,
                          send_flags=ib.SendFlags.SIGNALED)
         rwr = ib.RecvWR(wr_id=20, sg_list=[first.mr.sge(16)])
@@ -238,25 +234,6 @@ def test_a_kept_srq_receive_lands_where_its_sge_says_now(ib, pd, ctx, port, gid_
         assert rwc.is_success and bytes(second.array[:16]) == bytes(range(16))
         a.close()
         b.close()
-
-
-def _in_child(body):
-    """body() in a fork() child: its text ('ok' or the error) back here."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:                                    # pragma: no cover - the child
-        os.close(r)
-        try:
-            msg = body()
-        except BaseException as exc:
-            msg = f"{type(exc).__name__}: {exc}"
-        os.write(w, msg.encode())
-        os._exit(0)
-    os.close(w)
-    with os.fdopen(r) as f:
-        out = f.read()
-    os.waitpid(pid, 0)
-    return out
 
 
 def test_a_fork_child_posts_no_kept_request_to_its_parents_queues(ib, rc_pair, src, dst):
@@ -287,7 +264,7 @@ def test_a_fork_child_posts_no_kept_request_to_its_parents_queues(ib, rc_pair, s
             assert exc.value.errno == errno.EBADF and "fork" in str(exc.value), exc.value
         return "ok"
 
-    assert _in_child(child) == "ok"
+    assert in_fork_child(child) == "ok"
     assert rc_pair.cq_a.poll(4) == []   # nothing the child tried was posted
     dst.array[:8] = [0] * 8
     posted(rc_pair, wr)                 # the parent's kept request still goes

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import rxe
-from conftest import high_fds, poll_until, run_paused
+from conftest import high_fds, in_fork_child, poll_until, run_paused
 
 SERVER_IP, CLIENT_IP = rxe.VM_DEVICES["rxe0"], rxe.VM_DEVICES["rxe1"]
 TIMEOUT = 20.0      # seconds per event (TCG emulation is slow)
@@ -894,25 +894,6 @@ def test_a_cm_qp_whose_destroy_fails_stays_driven_by_its_id(ib, cm, channel):
 
 # ---- fork() children ------------------------------------------------------------------
 
-def _in_child(body):
-    """body() in a fork() child: its text ('ok' or the error) back here."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:                                    # pragma: no cover - the child
-        os.close(r)
-        try:
-            msg = body()
-        except BaseException as exc:
-            msg = f"{type(exc).__name__}: {exc}"
-        os.write(w, msg.encode())
-        os._exit(0)
-    os.close(w)
-    with os.fdopen(r) as f:
-        out = f.read()
-    os.waitpid(pid, 0)
-    return out
-
-
 def test_inherited_cmids_and_their_contexts_stay_the_parents(ib, cm, channel):
     with channel.create_id() as parent_id:
         parent_id.bind_addr(SERVER_IP)
@@ -925,7 +906,7 @@ def test_inherited_cmids_and_their_contexts_stay_the_parents(ib, cm, channel):
                 assert exc.value.errno == errno.EBADF, exc.value
             return "ok"
 
-        assert _in_child(child) == "ok"
+        assert in_fork_child(child) == "ok"
         with parent_ctx.alloc_pd():            # still the parent's, and usable here
             pass
 

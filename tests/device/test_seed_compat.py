@@ -14,7 +14,7 @@ import inspect
 import numpy as np
 import pytest
 
-from conftest import poll_until, skip_if_unsupported
+from conftest import connect_loopback, poll_until, skip_if_unsupported
 
 
 # --- the seed's README, as written --------------------------------------------------
@@ -147,11 +147,7 @@ def test_post_recv_takes_wrs_by_keyword_qp_and_srq(ib, pd, ctx, port, gid_index,
     with ctx.create_cq(16) as cq_a, ctx.create_cq(16) as cq_b, pd.create_srq(max_wr=8) as srq:
         a = pd.create_qp(ib.QPInitAttr(cq_a, cq_a))
         b = pd.create_qp(ib.QPInitAttr(cq_b, cq_b, srq=srq))
-        gid = ctx.query_gid(port, gid_index)
-        ib.connect_rc(a, ib.local_qp_info(b, ctx.query_port(port), gid, port=port),
-                      port=port, sgid_index=gid_index, access=access)
-        ib.connect_rc(b, ib.local_qp_info(a, ctx.query_port(port), gid, port=port),
-                      port=port, sgid_index=gid_index, access=access)
+        connect_loopback(ib, ctx, a, b, port, gid_index, access)
         srq.post_recv(wrs=[ib.RecvWR(wr_id=10 + i, sg_list=[landing.mr.sge(128, 128 * i)])
                            for i in range(2)])
         srq.post_recv(wrs=[])
