@@ -288,11 +288,18 @@ def _short_way_body(m: MethodModel) -> List[str]:
 
 
 def entered_lines(m: MethodModel) -> List[str]:
-    """The body of a short way's fallback: the call entered, the `_impl`."""
-    call = f"{m.impl}({', '.join(['self'] + [a.name for a in m.args])})"
-    return ["    if (ibp_call_enter(self) < 0)", "        return NULL;",
-            f"    PyObject *return_value = {call};", "    ibp_call_leave(self);",
-            "    return return_value;"]
+    """The body of a short way's fallback: the call entered, the arguments
+    (its parameters, as they came) converted, the `_impl` called."""
+    call = f"{m.impl}({', '.join(['self'] + [p.call_arg() for p in m.params])})"
+    body = [line for p in m.params for line in p.declarations_but_argument()]
+    body += ["PyObject *return_value = NULL;", "",
+             "if (ibp_call_enter(self) < 0)", "    return NULL;"]
+    body += [line for p in m.params for line in p.parse()] + [f"return_value = {call};", ""]
+    if any(p.parse_can_fail for p in m.params):
+        body.append(EXIT)
+    body += [line for p in m.params for line in p.cleanup()]
+    body += ["ibp_call_leave(self);", "return return_value;"]
+    return [line if isinstance(line, Label) or line == "" else "    " + line for line in body]
 
 
 def unpack_lines(m: MethodModel) -> List[str]:

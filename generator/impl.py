@@ -10,16 +10,16 @@ written by hand in ibverbs/src/ (the data path's hot loops).
       impl: {num_entries: {convert: positive_int}}
 
 With `short_way: true` the wrapper hands arguments given by position, as
-they came, to `ibp_hand_<Class>_<name>_short(self, ...)` first, before it
-enters the call (ibp_call_enter: the fork check, self in flight).  That
-hand function finishes the calls it can finish running no Python code
-(post_send of a kept request), which need no more: nothing can close self
-meanwhile, and a fork() child keeps no request.  Everything else it hands
-to the generated `ibp_<Class>_<name>_entered(self, ...)`, the call entered
-and the `_impl` called, as keyword calls come there after their parsing.
-Only for arguments that convert as `object` (nothing is converted before
-the short way) and methods that keep the GIL and hold nothing (spec
-`holds:`).
+they came (unconverted), to `ibp_hand_<Class>_<name>_short(self, ...)`
+first, before it enters the call (ibp_call_enter: the fork check, self in
+flight).  That hand function finishes the calls it can finish running no
+Python code (post_send of a kept request, poll with the num_entries of the
+last poll), which need no in-flight mark: nothing can close self
+meanwhile; it makes the fork check its own way.  Everything else it hands
+to the generated `ibp_<Class>_<name>_entered(self, ...)`: the call entered,
+the arguments converted, the `_impl` called, as keyword calls come there
+after their parsing.  Only for required arguments and methods that keep
+the GIL and hold nothing (spec `holds:`).
 
 Each `impl:` entry is a verb parameter's spec without `arg:` (the name) or
 `default:` (from the signature); `ctype:` gives the C type of a plain int.
@@ -32,7 +32,6 @@ import ast
 from typing import List, Optional, Tuple
 
 from .converters import REQUIRED
-from .converters.impl_args import ObjectParam
 from .converters.registry import ParamConverter
 from .ctext import FASTCALL_KEYWORDS
 from .ir import Type, UNKNOWN
@@ -127,11 +126,10 @@ class ImplBuilder(MethodBuilder):
         if flags not in ("METH_O", FASTCALL_KEYWORDS):
             self.fail("short_way: needs its arguments by position: one argument, or "
                       "keywords: true", "short_way")
-        for arg, p in zip(self.args, converters):
-            if not isinstance(p, ObjectParam) or p.optional:
-                self.fail(f"short_way: argument {arg.name!r} must be required and convert "
-                          "as object (the short way sees the arguments as they came)",
-                          "short_way")
+        for arg in self.args:
+            if not arg.required:
+                self.fail(f"short_way: argument {arg.name!r} must be required (the short "
+                          "way takes the arguments by position)", "short_way")
         return "short_way"
 
 

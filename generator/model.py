@@ -178,9 +178,10 @@ class MethodModel:
     def impl_prototype(self) -> str:
         return f"PyObject *{self.impl}({', '.join(['PyObject *self'] + self.impl_params)})"
 
-    def prototype_of(self, function: str) -> str:
-        """A function taking what the `_impl` takes (short_way's pair)."""
-        return f"PyObject *{function}({', '.join(['PyObject *self'] + self.impl_params)})"
+    def unconverted_prototype(self, function: str) -> str:
+        """A function taking the arguments as they came (short_way's pair)."""
+        objs = [f"PyObject *{a.name}_obj" for a in self.args]
+        return f"PyObject *{function}({', '.join(['PyObject *self'] + objs)})"
 
     @property
     def outputs(self) -> List[ParamConverter]:

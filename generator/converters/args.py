@@ -54,6 +54,9 @@ class ArgParam(ParamConverter):
     def declarations(self) -> List[str]:
         return [f"PyObject *{self.var} = NULL;"] + self.own_declarations()
 
+    def declarations_but_argument(self) -> List[str]:
+        return self.own_declarations()
+
     def own_declarations(self) -> List[str]:
         return []
 

@@ -128,6 +128,11 @@ class ParamConverter:
     def declarations(self) -> List[str]:
         return []
 
+    def declarations_but_argument(self) -> List[str]:
+        """declarations() without the Python argument's own variable, which
+        a short way's fallback takes as a parameter (generator/impl.py)."""
+        return self.declarations()
+
     def parse(self) -> List[str]:
         """Statements converting the Python argument(s), in parameter order."""
         return []

@@ -446,6 +446,13 @@ IBP_HIDDEN int ibp_unpack_tuple(struct ibp_parser *p, PyObject *args, PyObject *
  * cannot change; anything else (IntEnum, __index__) takes the general
  * conversion, which words the errors. */
 IBP_HIDDEN int ibp_conv_positive_int(PyObject *arg, const char *name, int *out);
+/* That last one (a reference) and its value: CQ.poll's short way (wc.c)
+ * takes the value of the object it was given when it is this one. */
+struct ibp_int_memo {
+    PyObject *obj;
+    int value;
+};
+extern IBP_HIDDEN struct ibp_int_memo ibp_positive_int_memo;
 
 /* The data-path types, made at import by ibp_datapath_init (datapath.c);
  * declared in generated/records.h. */

@@ -95,19 +95,20 @@ inline int ibp_conv_u64(PyObject *v, const char *name, uint64_t max, uint64_t *o
     return ibp_conv_unsigned(v, name, max, out);
 }
 
+struct ibp_int_memo ibp_positive_int_memo;
+
 inline int ibp_conv_positive_int(PyObject *arg, const char *name, int *out)
 {
-    static PyObject *last_arg;
-    static int last_num;
-    if (arg == last_arg) {
-        *out = last_num;
+    struct ibp_int_memo *last = &ibp_positive_int_memo;
+    if (arg == last->obj) {
+        *out = last->value;
         return 0;
     }
     if (PyLong_CheckExact(arg)) {
         long v = PyLong_AsLong(arg);
         if (v > 0 && v <= INT32_MAX) {
-            *out = last_num = (int)v;
-            Py_XSETREF(last_arg, Py_NewRef(arg));
+            *out = last->value = (int)v;
+            Py_XSETREF(last->obj, Py_NewRef(arg));
             return 0;
         }
         if (v == -1 && PyErr_Occurred())

@@ -353,22 +353,48 @@ static inline PyObject *cached_result(const struct ibv_wc *wcs, int n)
     return NULL;
 }
 
-/* CQ.poll(num_entries): generated/cq.c.h converts num_entries first (an
- * __index__ may close the CQ). */
-PyObject *ibp_hand_CQ_poll_impl(PyObject *self, int num)
+/* A poll of an open CQ that may be polled (not a CQEx mid-poll). */
+static inline PyObject *poll_cq(struct ibv_cq *cq, int num)
 {
-    if (ibp_check_open(self) < 0 || ibp_cq_check_not_polling(self) < 0)
-        return NULL;
-    struct ibv_cq *cq = CQ_PTR(self);
     if (num > RESULT_CACHE_MAX)
         return poll_many(cq, num);
     struct ibv_wc wcs[RESULT_CACHE_MAX];
     errno = 0;      /* a provider may fail without setting it: no stale value */
     int n = ibv_poll_cq(cq, num, wcs);
-    if (n < 0)
-        return poll_failed(n);
-    PyObject *list = n <= RESULT_CACHE_MAX ? cached_result(wcs, n) : NULL;
-    return list != NULL ? list : poll_result(wcs, n);
+    /* n a constant for the empty poll, a busy loop's most common one */
+    PyObject *list = n == 0 ? cached_result(wcs, 0)
+                   : n > 0 && n <= RESULT_CACHE_MAX ? cached_result(wcs, n) : NULL;
+    if (list != NULL)
+        return list;
+    return n < 0 ? poll_failed(n) : poll_result(wcs, n);
+}
+
+/* CQ.poll(num_entries), anything its short way does not take:
+ * generated/cq.c.h enters the call and converts num_entries first (an
+ * __index__ may close the CQ). */
+PyObject *ibp_hand_CQ_poll_impl(PyObject *self, int num)
+{
+    if (ibp_check_open(self) < 0 || ibp_cq_check_not_polling(self) < 0)
+        return NULL;
+    return poll_cq(CQ_PTR(self), num);
+}
+
+/*
+ * The short way (spec short_way): poll(n) by position of an open plain CQ
+ * (a CQEx may be mid-poll) with the int object the last conversion of
+ * num_entries remembered (a polling loop's), before the call is entered.
+ * Nothing of it runs Python code while it uses the CQ (a refill is in
+ * place; what poll_result replaces is dropped once the result is
+ * complete, the CQ no longer used), so it needs no in-flight mark.  A
+ * fork() child takes the long way, which refuses a parent's CQ.
+ */
+PyObject *ibp_hand_CQ_poll_short(PyObject *self, PyObject *num_entries_obj)
+{
+    struct ibv_cq *cq = CQ_PTR(self);
+    if (__builtin_expect(num_entries_obj == ibp_positive_int_memo.obj && cq != NULL &&
+                         !ibp_forked && Py_IS_TYPE(self, CQ_Type), 1))
+        return poll_cq(cq, ibp_positive_int_memo.value);
+    return ibp_CQ_poll_entered(self, num_entries_obj);
 }
 
 /* ---- fault injection for the tests (IBVERBS_TEST_HOOKS=1, as handles.c's) ---- */

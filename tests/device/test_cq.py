@@ -213,3 +213,34 @@ def test_a_failed_poll_reports_its_own_error_not_a_stale_errno(ib, ctx, into):
             poll()
         assert e.value.errno == errno.EIO, e.value
         assert poll() == 0                       # the provider's own poll_cq again
+
+
+def test_a_poll_by_the_same_int_makes_every_check(ib, ctx, pd, port):
+    """poll(n) with the int object of the last conversion takes the short
+    way (before the call is entered, wc.c): it still returns what arrived,
+    in order, and a closed CQ, a CQEx mid-poll and a fork() child's poll of
+    its parent's CQ are refused as the long way refuses them."""
+    from conftest import in_fork_child
+    n = 2
+    with ctx.create_cq(16) as cq, flushed_receives(ib, pd, cq, port, range(1, 6)):
+        got = [wc.wr_id for _ in range(3) for wc in cq.poll(n)]
+        assert got == [1, 2, 3, 4, 5] and cq.poll(n) == []
+
+        def child():
+            with pytest.raises(ib.VerbsError) as exc:
+                cq.poll(n)
+            assert exc.value.errno == errno.EBADF and "fork" in str(exc.value), exc.value
+            return "ok"
+
+        assert in_fork_child(child) == "ok"
+    with pytest.raises(ib.VerbsError) as exc:
+        cq.poll(n)
+    assert exc.value.errno == errno.EBADF
+    with ctx.create_cq_ex(16) as cqex, flushed_receives(ib, pd, cqex, port, range(7, 9)):
+        assert cqex.poll(1)[0].wr_id == 7
+        assert cqex.start_poll() is True
+        with pytest.raises(RuntimeError, match="end_poll"):
+            cqex.poll(1)
+        assert cqex.wr_id == 8
+        cqex.end_poll()
+        assert cqex.poll(1) == []

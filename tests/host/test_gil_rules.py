@@ -176,18 +176,25 @@ def test_short_way_methods_hand_positional_calls_over_before_entering(built):
         "return QP_post_send_unpack(self, args, nargs, kwnames);")
     entered = "\n".join(emit.entered_lines(post))
     assert entered.index("ibp_call_enter(self)") < entered.index(
-        "ibp_hand_QP_post_send_impl(self, wrs)") < entered.index("ibp_call_leave(self)")
+        "ibp_hand_QP_post_send_impl(self, wrs_obj)") < entered.index("ibp_call_leave(self)")
     assert "return ibp_QP_post_send_entered(self, argv[0]);" in emit.unpack_lines(post)[-1]
     for cls in ("QP", "SRQ", "WQ"):
         assert _method(built, cls, "post_recv").short_way, cls
-    assert not _method(built, "CQ", "poll").short_way
+    # a converted argument: the short way gets it as it came, the fallback converts it
+    poll = _method(built, "CQ", "poll")
+    assert poll.short_way == "ibp_hand_CQ_poll_short"
+    entered = "\n".join(emit.entered_lines(poll))
+    assert entered.index("ibp_call_enter(self)") < entered.index(
+        "ibp_conv_positive_int(num_entries_obj") < entered.index(
+        "ibp_hand_CQ_poll_impl(self, num_entries_c)")
+    assert not _method(built, "CQ", "req_notify").short_way
 
 
 @pytest.mark.parametrize("where, old, new, message", [
-    # a converted argument: the short way would see it unconverted
-    ("cq.yaml", "        keywords: true\n        impl: {num_entries: {convert: positive_int}}\n",
-     "        keywords: true\n        short_way: true\n        impl: {num_entries: {convert: positive_int}}\n",
-     "CQ.poll: short_way: argument 'num_entries' must be required and convert as object"),
+    # an optional argument: the short way takes them all by position
+    ("mr.yaml", "        keywords: true\n        impl: {length: {convert: object}",
+     "        keywords: true\n        short_way: true\n        impl: {length: {convert: object}",
+     "MR.sge: short_way: argument 'length' must be required"),
     ("qp.yaml", "        short_way: true    # a kept request is posted before the call is entered (post.c)\n"
      "        impl: {wrs: {convert: object}}\n        stub: \"(self, wrs: SendWR",
      "        short_way: yes please\n        impl: {wrs: {convert: object}}\n        stub: \"(self, wrs: SendWR",
