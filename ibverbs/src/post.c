@@ -110,6 +110,7 @@ static PyObject *kept_post_failed(const char *verb, int rc, uint64_t wr_id)
  * request: never read).  Not on the stack, so that the short way keeps no
  * frame; one is enough, under the GIL. */
 static struct ibv_send_wr *kept_bad_send;
+static struct ibv_recv_wr *kept_bad_recv;
 
 /* A SendWR that a post read before and that has not changed since
  * (ibp_wr_kept): posted from the request it keeps, with nothing to read. */
@@ -169,11 +170,6 @@ static const char *recv_verb_name(enum recv_queue q)
     return q == RECV_WQ ? "ibv_post_wq_recv" : q == RECV_SRQ ? "ibv_post_srq_recv"
                                                             : "ibv_post_recv";
 }
-
-/* Where a kept request's post puts the provider's bad pointer (the only
- * request: never read).  Not on the stack, so that the short way keeps no
- * frame; one is enough, under the GIL. */
-static struct ibv_recv_wr *kept_bad_recv;
 
 /* post_send_kept's twin for a receive (its wr_id is in the request it
  * keeps). */
