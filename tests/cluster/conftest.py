@@ -20,26 +20,15 @@ from typing import Iterator
 
 import pytest
 
-from cluster import ROOT, Cluster, Node
+from cluster import Cluster, Node
 
 if os.environ.get("IBVERBS_VM") == "1":
     collect_ignore_glob = ["test_*.py"]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
-    """Every test is marked `cluster`.  The order: the tests that leave the
-    nodes and the wire as they are, beside which the torchrun job across
-    the nodes (`examples_job`) starts torch; then its test, which lets it
-    go and waits for it; then the tests marked `disturbs` (a node killed,
-    the wire cut or lossy, an MTU changed), which the job must not see."""
     for item in items:
         item.add_marker(pytest.mark.cluster)
-
-    def rank(item: pytest.Item) -> int:
-        if item.path.name == "test_torch_cross_node.py":
-            return 1
-        return 2 if item.get_closest_marker("disturbs") else 0
-    items.sort(key=rank)
 
 
 @pytest.fixture(scope="session")
@@ -56,66 +45,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     print("cluster booted in %.1f s" % c.boot_secs)
     yield c
     c.stop()
-
-
-# The torchrun job across the nodes (test_torch_cross_node.py): the four
-# examples of examples/ in one job (examples/run_all.py) after the gate
-# (tests/examples_gate.py), started niced with the session, so that its
-# four `import torch` (an agent and a worker on each node, about a minute
-# each under emulation) overlap the tests that run first.
-EXAMPLES = ["rc_bootstrap", "write_with_imm", "rdma_read", "send_recv_striped"]
-EXAMPLES_GO = "/tmp/ibverbs-examples-go"        # in each node's own /tmp
-EXAMPLES_PORT = 29400                          # the c10d rendezvous, on node1
-
-
-def torchrun_command(node_rank: int) -> str:
-    """What a user types on two real hosts, niced and behind the gate."""
-    import shlex
-    exe = shlex.quote(str(ROOT / ".venv" / "bin" / "torchrun"))
-    env = ("PYTHONPATH=%s GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1 "
-           "IBVERBS_CUDA=0 IBVERBS_EXAMPLES_GO=%s" % (shlex.quote(str(ROOT)), EXAMPLES_GO))
-    return ("rm -f %s; %s nice -n 19 %s --nnodes=2 --nproc-per-node=1 --node-rank=%d "
-            "--rdzv-backend=c10d --rdzv-endpoint=node1:%d --rdzv-id=cluster-test "
-            "examples/run_all.py %s %s 2>&1"
-            % (EXAMPLES_GO, env, exe, node_rank, EXAMPLES_PORT, ROOT / "tests" / "examples_gate.py",
-               " ".join(EXAMPLES)))
-
-
-class ExamplesJob:
-    """The job's two halves, one per node, waiting at the gate."""
-
-    def __init__(self, nodes: "list[Node]") -> None:
-        import time
-        self.nodes = nodes
-        self.started = time.monotonic()
-        self.jobs = [node.spawn(torchrun_command(rank), 3600) for rank, node in enumerate(nodes)]
-
-    def finish(self, timeout: float) -> "list[str]":
-        """Say go on both nodes and wait: each node's output."""
-        for node in self.nodes:
-            node.run("touch %s" % EXAMPLES_GO)
-        return [r.out for r in wait_all(self.jobs, timeout)]
-
-    def stop(self) -> None:
-        import signal
-        for job in self.jobs:
-            if not job.done.is_set():
-                job.signal(signal.SIGKILL)
-
-
-@pytest.fixture(scope="session", autouse=True)
-def examples_job(request: pytest.FixtureRequest, cluster: Cluster) -> Iterator["ExamplesJob | None"]:
-    """Started with the session when test_torch_cross_node.py is selected
-    and torch is installed (else None); killed, if still running, at the
-    end."""
-    import importlib.util
-    wanted = any(item.path.name == "test_torch_cross_node.py" for item in request.session.items)
-    if not wanted or importlib.util.find_spec("torch") is None:
-        yield None
-        return
-    job = ExamplesJob([cluster[1], cluster[2]])
-    yield job
-    job.stop()
 
 
 @pytest.fixture

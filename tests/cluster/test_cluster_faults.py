@@ -13,9 +13,6 @@ import pytest
 
 from conftest import pair, wait_all
 
-# Each kills a node, cuts the wire or makes it lossy: after the torchrun job.
-pytestmark = pytest.mark.disturbs
-
 QP_TIMEOUT, RETRY_CNT = 14, 2          # 67 ms a try, three tries: ~0.2 s
 PREDICTED_S = 4.096e-6 * 2 ** QP_TIMEOUT * (RETRY_CNT + 1)
 RETRY_EXC_ERR, WR_FLUSH_ERR = 12, 5

@@ -109,7 +109,6 @@ def test_rdma_cm_resolve_timeout(node2, tcp_port):
     assert r["secs"] < 5
 
 
-@pytest.mark.disturbs
 def test_mtu_mismatch_negotiates_the_smaller_path_mtu(node1, node2, tcp_port):
     """node2 at 9000 (rxe: 4096), node1 at 1500 (rxe: 1024): connect_rc
     takes the smaller on both sides, and 1 MiB messages arrive whole."""

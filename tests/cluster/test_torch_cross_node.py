@@ -11,36 +11,43 @@ the two kernels.  What a user types on two real hosts:
 All four examples run in one job (examples/run_all.py), as in
 tests/device/test_examples.py: `import torch` under emulation costs about
 a minute per process, and each node starts two (the agent and its worker).
-So the job is started with the session (conftest's `examples_job`), niced,
-behind a gate (tests/examples_gate.py) that holds its verbs back until
-this test says go: its imports overlap the tests that leave the nodes as
-they are, which run first; the tests that kill a node, cut the wire or
-change an MTU (marked `disturbs`) run after this one.
 """
 from __future__ import annotations
 
 import importlib.util
 import re
-import time
+import shlex
 
 import pytest
 
-from conftest import EXAMPLES
+from cluster import ROOT
+from conftest import wait_all
 
+EXAMPLES = ["rc_bootstrap", "write_with_imm", "rdma_read", "send_recv_striped"]
 RESULT = re.compile(r"^RESULT example=(\w+) rank=(\d+) role=(\w+) bytes=(\d+) "
                     r"seconds=([0-9.]+) ok=([01])$", re.M)
-JOB_TIMEOUT = 900           # from go to the job's end
+JOB_TIMEOUT = 900
+
+
+def torchrun(node_rank: int, port: int) -> str:
+    exe = shlex.quote(str(ROOT / ".venv" / "bin" / "torchrun"))
+    env = ("PYTHONPATH=%s GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1 "
+           "IBVERBS_CUDA=0" % shlex.quote(str(ROOT)))
+    return ("%s %s --nnodes=2 --nproc-per-node=1 --node-rank=%d --rdzv-backend=c10d "
+            "--rdzv-endpoint=node1:%d --rdzv-id=cluster-test examples/run_all.py %s 2>&1"
+            % (env, exe, node_rank, port, " ".join(EXAMPLES)))
 
 
 @pytest.mark.timeout(JOB_TIMEOUT + 200)
-def test_examples_under_torchrun_across_nodes(examples_job, measurements):
+def test_examples_under_torchrun_across_nodes(node1, node2, tcp_port, measurements):
     if importlib.util.find_spec("torch") is None:
         pytest.fail("torch is not installed in the venv (make venv-test installs torch==2.13.0)")
+    import time
     t0 = time.monotonic()
-    outs = examples_job.finish(JOB_TIMEOUT)
-    measurements["torchrun, two nodes, four examples (s)"] = (
-        "%.0f after go, %.0f after its start" % (time.monotonic() - t0,
-                                                 time.monotonic() - examples_job.started))
+    jobs = [node1.spawn(torchrun(0, tcp_port), JOB_TIMEOUT),
+            node2.spawn(torchrun(1, tcp_port), JOB_TIMEOUT)]
+    outs = [r.out for r in wait_all(jobs, JOB_TIMEOUT + 60)]
+    measurements["torchrun, two nodes, four examples (s)"] = "%.0f" % (time.monotonic() - t0)
     both = "\n".join(outs)
     results = {}
     for m in RESULT.finditer(both):
@@ -52,9 +59,8 @@ def test_examples_under_torchrun_across_nodes(examples_job, measurements):
             rank, nbytes, ok = results[(name, role)]
             assert ok and nbytes > 0, (name, role, results[(name, role)])
     ranks = set()
-    scripts = len(EXAMPLES) + 1          # and the gate
     for out in outs:
-        m = re.search(r"\[rank (\d)\] run_all: %d of %d examples passed" % (scripts, scripts), out)
+        m = re.search(r"\[rank (\d)\] run_all: 4 of 4 examples passed", out)
         assert m, out[-6000:]
         ranks.add(m.group(1))
         # one device per node: each rank's rxe0, on its own kernel

@@ -197,24 +197,6 @@ def verbs_resources_are_released(request):
                     pytrace=False)
 
 
-@pytest.fixture(scope="session", autouse=True)
-def examples_job(request, tmp_path_factory):
-    """test_examples.py's torchrun job (examples_job.py), started with the
-    session behind its gate, in the VM, when a test that needs it is
-    selected and torch is installed; None otherwise (test_examples.py then
-    starts it itself, at once).
-    Whatever is left of it is killed when the session ends."""
-    import examples_job as job_module
-    wanted = any("run_all" in item.fixturenames for item in request.session.items)
-    if not wanted or not rxe.in_vm() or importlib.util.find_spec("torch") is None:
-        yield None
-        return
-    job = job_module.Job(job_module.NAMES, request.getfixturevalue("device_names"),
-                         request.getfixturevalue("port"), tmp_path_factory.mktemp("examples"))
-    yield job
-    job.stop()
-
-
 def skip_if_unsupported(ib, what, make):
     """Skip the calling tests where the running provider lacks a feature
     (rxe of rdma-core 33.2: no memory windows, no ibv_create_cq_ex, no

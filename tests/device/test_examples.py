@@ -18,10 +18,7 @@ script as __main__ in the torchrun workers, exactly as `torchrun script.py`
 would, so no test starts a job per script. The job is started the way the
 torch docs tell people to: `torchrun --standalone --nproc-per-node=2`, no
 rendezvous address and no gloo interface named (a second job for that
-alone cost 74 s of every `make test`). And it is started with the session
-(examples_job.py, conftest's `examples_job`), niced and held behind a gate
-before its first verb, so that its torch imports take the vCPU time the
-modules before this one leave idle; `run_all` below lets it go.
+alone cost 74 s of every `make test`).
 """
 import importlib.util
 import os
@@ -34,10 +31,9 @@ import time
 
 import pytest
 
-import examples_job as examples_job_module
-
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
+JOB_TIMEOUT = 600            # one torchrun job, in seconds
 MIB = 1 << 20
 
 # What each example moves with its default arguments: {role: (rank, bytes)},
@@ -51,7 +47,7 @@ EXPECTED = {
                           "in 64 SENDs over 4 QPs (depth 4)"),
 }
 
-pytestmark = pytest.mark.timeout(examples_job_module.JOB_TIMEOUT + 120)
+pytestmark = pytest.mark.timeout(JOB_TIMEOUT + 120)
 
 RESULT = re.compile(r"^RESULT example=(\w+) rank=(\d+) role=(\w+) bytes=(\d+) "
                     r"seconds=([0-9.]+) ok=([01])$", re.M)
@@ -64,33 +60,74 @@ def torch_installed():
                     "`pip install torch==2.13.0`, in the Makefile's test requirements)")
 
 
-@pytest.fixture(scope="module")
-def run_all(torch_installed, examples_job, device_names, port, tmp_path_factory):
-    """The torchrun job (examples_job.py): the four examples, then the
-    corrupted copy of example 2; started with the session by conftest's
-    `examples_job`, here told to go, else started here.  Returns (exit
-    status, output, {example: its lines})."""
-    assert list(EXPECTED) == examples_job_module.NAMES
-    job = examples_job or examples_job_module.Job(EXPECTED, device_names, port,
-                                                  tmp_path_factory.mktemp("examples"), gate=False)
-    try:
-        status, out, seconds = job.finish()
-    finally:
-        job.stop()
-    print(out)
-    print(f"torchrun run_all.py: exit status {status}, {seconds:.1f} s after go, "
-          f"{time.monotonic() - job.started:.1f} s after its start")
-    segments = _segments(out)
-    # The gate, when the job had one: it "passed" like an example.
-    scripts = len(EXPECTED) + 1 + ("examples_gate" in segments)
-    segments.pop("examples_gate", None)
-    return status, out, segments, scripts
-
-
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _torchrun():
+    exe = pathlib.Path(sys.executable).with_name("torchrun")
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "torch.distributed.run"]
+
+
+@pytest.fixture(scope="module")
+def run_torchrun(torch_installed, device_names, port):
+    """Run a script of examples/ under `torchrun --standalone
+    --nproc-per-node=2`, rank r on device_names[r]; returns the
+    CompletedProcess (stdout and stderr together). What the torch docs tell
+    people to type: no rendezvous address, no gloo interface (it needs the
+    machine's hostname to resolve: tests/vm/init writes it to the guest's
+    /etc/hosts; gloo must then find its interface silently)."""
+    env = dict(os.environ)
+    env.pop("GLOO_SOCKET_IFNAME", None)
+    env.update(
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
+        IBVERBS_DEVICE=",".join(device_names),
+        IBVERBS_PORT=str(port),
+        OMP_NUM_THREADS="1",
+        PYTHONUNBUFFERED="1",
+    )
+
+    def run(script, *args):
+        cmd = _torchrun() + ["--standalone", "--nproc-per-node=2", str(EXAMPLES / script), *args]
+        try:
+            proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True, timeout=JOB_TIMEOUT)
+        except subprocess.TimeoutExpired as exc:
+            out = exc.stdout or ""
+            pytest.fail(f"{script} did not finish within {JOB_TIMEOUT} s:\n"
+                        f"{out if isinstance(out, str) else out.decode(errors='replace')}")
+        return proc
+    return run
+
+
+# A copy of example 2 in which rank 1 expects other data than rank 0 sends:
+# it must report a MISMATCH and exit 1, and run_all must count it failed.
+CORRUPTED = """\
+import os, runpy
+import _common
+real = _common.pattern
+if int(os.environ["RANK"]) == 1:
+    _common.pattern = lambda numel, seed, device: real(numel, seed + 1000, device)
+try:
+    runpy.run_path({path!r}, run_name="__main__")
+finally:
+    _common.pattern = real
+"""
+
+
+@pytest.fixture(scope="module")
+def run_all(run_torchrun, tmp_path_factory):
+    """One torchrun job: the four examples, then the corrupted copy of
+    example 2. Returns (exit status, output, {example: its lines})."""
+    corrupted = tmp_path_factory.mktemp("examples") / "corrupted_write_with_imm.py"
+    corrupted.write_text(CORRUPTED.format(path=str(EXAMPLES / "write_with_imm.py")))
+    t0 = time.monotonic()
+    proc = run_torchrun("run_all.py", *EXPECTED, str(corrupted))
+    print(proc.stdout)
+    print(f"torchrun run_all.py: exit status {proc.returncode} after {time.monotonic() - t0:.1f} s")
+    return proc.returncode, proc.stdout, _segments(proc.stdout)
 
 
 def _segments(output):
@@ -134,7 +171,7 @@ def _check_example(output, name):
 
 
 def test_every_example_passes_in_one_torchrun_job(run_all):
-    status, out, seg, scripts = run_all
+    status, out, seg = run_all
     for rank in (0, 1):
         for name in EXPECTED:
             assert f"[rank {rank}] run_all: {name} passed in " in out, _tail(out)
@@ -147,11 +184,11 @@ def test_example_moved_its_data(run_all, name):
 
 
 def test_a_mismatch_fails_the_example_and_the_job(run_all):
-    status, out, seg, scripts = run_all
+    status, out, seg = run_all
     assert status == 1, _tail(out)
     for rank in (0, 1):
-        assert (f"[rank {rank}] run_all: {scripts - 1} of {scripts} examples passed; "
-                "failed: corrupted_write_with_imm" in out), _tail(out)
+        assert (f"[rank {rank}] run_all: 4 of 5 examples passed; failed: corrupted_write_with_imm"
+                in out), _tail(out)
     lines = seg["corrupted_write_with_imm"]
     assert "[rank 1] write_with_imm: MISMATCH: the written tensor differs from the source" in lines
     results = _results(lines, "write_with_imm")
