@@ -42,7 +42,8 @@ CACHE_HOME := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)
 RDMA_CACHE := $(or $(IBVERBS_RDMA_CACHE),$(CACHE_HOME)/ibverbs-rdma-core)
 
 .PHONY: all help deps venv venv-gen venv-docs venv-test generate check-generated build wheel test \
-        test-host test-device test-cluster-fast test-cluster bench-cluster coverage clean distclean
+        test-host test-device test-device-slow test-cluster-fast test-cluster bench-cluster coverage \
+        clean distclean
 
 all: check-generated wheel
 
@@ -50,8 +51,10 @@ help:
 	@echo 'make                  check generated/ against the vendored rdma-core $(BASELINE) headers,'
 	@echo '                      build the abi3 wheel into dist/ and audit it'
 	@echo 'make test             host tests (here and, cross-built, the aarch64 wheel'"'"'s under'
-	@echo '                      qemu-user), then every device test on Soft-RoCE in a VM'
+	@echo '                      qemu-user), then the device tests on Soft-RoCE in a VM (not'
+	@echo '                      the slow ones) and the cross-node tier on two VMs'
 	@echo 'make test-host        host tests only (no VM)'
+	@echo 'make test-device-slow the single-VM torchrun job of tests/device/test_examples.py'
 	@echo 'make test-cluster-fast  the cross-node tier on a two-VM cluster (part of make test)'
 	@echo 'make test-cluster     the same plus the long faults (lossy links, 64 MiB checked)'
 	@echo 'make build            the extension in place (what the tests import)'
@@ -157,9 +160,16 @@ coverage: venv-gen
 test-host: build venv-test
 	$(PY) -m pytest -q tests/host tests/gpu
 
+# test-device leaves out the tests marked slow: the single-VM torchrun job
+# of tests/device/test_examples.py (its examples and checks run across the
+# nodes in test-cluster-fast); test-device-slow runs them.
 test-device: build venv-test
 	IBVERBS_REQUIRE_DEVICE=1 tests/vm/run-in-vm --timeout 1200 \
-	    $(PY) -m pytest -q --timeout 120 --durations=15 -p no:cacheprovider tests/device
+	    $(PY) -m pytest -q --timeout 120 --durations=15 -p no:cacheprovider -m "not slow" tests/device
+
+test-device-slow: build venv-test
+	IBVERBS_REQUIRE_DEVICE=1 tests/vm/run-in-vm --timeout 1200 \
+	    $(PY) -m pytest -q --timeout 120 --durations=15 -p no:cacheprovider -m slow tests/device
 
 # The cross-node tier (tests/cluster): two VMs, each its own kernel with
 # rxe0 on a virtio-net NIC, one wire between them (tests/vm/run-cluster);

@@ -4,6 +4,13 @@ examples without torch: README's Quickstart (the device it picks, a failure
 inside it shown as itself) and examples/rdma_write_tcp.py (two processes,
 QPInfo over TCP, one RDMA write, checked on the target).
 
+The torchrun tests are marked slow: `make test-device-slow` runs them, not
+`make test`, whose cross-node tier runs the same examples and the same
+checks (tests/torch_examples.py) in its torchrun job across the two nodes
+(tests/cluster/test_torch_cross_node.py). On the 2-core machine `make test`
+is bound by CPU time, and this job, three `import torch` of about a minute
+each under emulation, took 155 s of the device tier's 711 s.
+
 torch is an optional extra (the CPU build, torch==2.13.0 in the test
 requirements); without it these tests skip. The pytest process never
 imports torch: under the VM's emulation that alone takes about a minute.
@@ -31,26 +38,13 @@ import time
 
 import pytest
 
+from torch_examples import (CORRUPTED, EXPECTED, SUMMARY, check_corrupted, check_example, segments,
+                            tail)
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 JOB_TIMEOUT = 600            # one torchrun job, in seconds
-MIB = 1 << 20
-
-# What each example moves with its default arguments: {role: (rank, bytes)},
-# and a word its human-readable line must carry.
-EXPECTED = {
-    "rc_bootstrap": ({"writer": (0, MIB), "target": (1, MIB)}, "RDMA_WRITE to rank 1"),
-    "write_with_imm": ({"writer": (0, MIB), "receiver": (1, MIB)},
-                       "in 8 RDMA_WRITE_WITH_IMM from rank 0, immediates 0..7"),
-    "rdma_read": ({"reader": (1, MIB)}, "RDMA_READ from rank 0"),
-    "send_recv_striped": ({"sender": (0, 4 * MIB), "receiver": (1, 4 * MIB)},
-                          "in 64 SENDs over 4 QPs (depth 4)"),
-}
-
 pytestmark = pytest.mark.timeout(JOB_TIMEOUT + 120)
-
-RESULT = re.compile(r"^RESULT example=(\w+) rank=(\d+) role=(\w+) bytes=(\d+) "
-                    r"seconds=([0-9.]+) ok=([01])$", re.M)
 
 
 @pytest.fixture(scope="module")
@@ -102,112 +96,56 @@ def run_torchrun(torch_installed, device_names, port):
     return run
 
 
-# A copy of example 2 in which rank 1 expects other data than rank 0 sends:
-# it must report a MISMATCH and exit 1, and run_all must count it failed.
-CORRUPTED = """\
-import os, runpy
-import _common
-real = _common.pattern
-if int(os.environ["RANK"]) == 1:
-    _common.pattern = lambda numel, seed, device: real(numel, seed + 1000, device)
-try:
-    runpy.run_path({path!r}, run_name="__main__")
-finally:
-    _common.pattern = real
-"""
-
-
 @pytest.fixture(scope="module")
-def run_all(run_torchrun, tmp_path_factory):
+def run_all(run_torchrun):
     """One torchrun job: the four examples, then the corrupted copy of
     example 2. Returns (exit status, output, {example: its lines})."""
-    corrupted = tmp_path_factory.mktemp("examples") / "corrupted_write_with_imm.py"
-    corrupted.write_text(CORRUPTED.format(path=str(EXAMPLES / "write_with_imm.py")))
     t0 = time.monotonic()
-    proc = run_torchrun("run_all.py", *EXPECTED, str(corrupted))
+    proc = run_torchrun("run_all.py", *EXPECTED, str(CORRUPTED))
     print(proc.stdout)
     print(f"torchrun run_all.py: exit status {proc.returncode} after {time.monotonic() - t0:.1f} s")
-    return proc.returncode, proc.stdout, _segments(proc.stdout)
+    return proc.returncode, proc.stdout, segments(proc.stdout)
 
 
-def _segments(output):
-    """The lines of each example, both ranks, from run_all's output. Each
-    rank's lines come in order; run_all's "<name> passed|FAILED in" line
-    closes an example."""
-    seg = {}
-    for rank in (0, 1):
-        lines = []
-        for line in output.splitlines():
-            if not (line.startswith(f"[rank {rank}] ") or f" rank={rank} " in line):
-                continue
-            m = re.match(rf"\[rank {rank}\] run_all: (\w+) (passed|FAILED) in ", line)
-            if m:
-                seg.setdefault(m.group(1), []).extend(lines + [line])
-                lines = []
-            else:
-                lines.append(line)
-    return {name: "\n".join(lines) for name, lines in seg.items()}
-
-
-def _tail(text, n=8000):
-    return text if len(text) <= n else "...\n" + text[-n:]
-
-
-def _results(output, name):
-    return {m.group(3): (int(m.group(2)), int(m.group(4)), float(m.group(5)), m.group(6) == "1")
-            for m in RESULT.finditer(output) if m.group(1) == name}
-
-
-def _check_example(output, name):
-    roles, words = EXPECTED[name]
-    results = _results(output, name)
-    assert set(results) == set(roles), f"{name}: RESULT lines {results}\n{_tail(output)}"
-    for role, (rank, nbytes) in roles.items():
-        got_rank, got_bytes, seconds, ok = results[role]
-        assert (got_rank, got_bytes, ok) == (rank, nbytes, True), f"{name} {role}: {results[role]}"
-        assert seconds > 0
-    assert words in output, f"{name}: no line saying {words!r}\n{_tail(output)}"
-    assert "MISMATCH" not in output, _tail(output)
-
-
+@pytest.mark.slow
 def test_every_example_passes_in_one_torchrun_job(run_all):
     status, out, seg = run_all
     for rank in (0, 1):
         for name in EXPECTED:
-            assert f"[rank {rank}] run_all: {name} passed in " in out, _tail(out)
-    assert set(seg) == set(EXPECTED) | {"corrupted_write_with_imm"}, _tail(out)
+            assert f"[rank {rank}] run_all: {name} passed in " in out, tail(out)
+    assert set(seg) == set(EXPECTED) | {"corrupted_write_with_imm"}, tail(out)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(EXPECTED))
 def test_example_moved_its_data(run_all, name):
-    _check_example(run_all[2][name], name)
+    check_example(run_all[2][name], name)
 
 
+@pytest.mark.slow
 def test_a_mismatch_fails_the_example_and_the_job(run_all):
     status, out, seg = run_all
-    assert status == 1, _tail(out)
+    assert status == 1, tail(out)
     for rank in (0, 1):
-        assert (f"[rank {rank}] run_all: 4 of 5 examples passed; failed: corrupted_write_with_imm"
-                in out), _tail(out)
-    lines = seg["corrupted_write_with_imm"]
-    assert "[rank 1] write_with_imm: MISMATCH: the written tensor differs from the source" in lines
-    results = _results(lines, "write_with_imm")
-    assert results["receiver"][3] is False and results["writer"][3] is True, results
+        assert f"[rank {rank}] {SUMMARY}" in out, tail(out)
+    check_corrupted(seg["corrupted_write_with_imm"])
 
 
+@pytest.mark.slow
 def test_each_rank_used_its_own_device(run_all, device_names):
     for rank, dev in enumerate(device_names):
         for name in EXPECTED:
             assert re.search(rf"^\[rank {rank}\] {name}: {re.escape(dev)} port \d+ GID\[\d+\] ",
-                             run_all[2][name], re.M), _tail(run_all[1])
+                             run_all[2][name], re.M), tail(run_all[1])
 
 
+@pytest.mark.slow
 def test_the_standalone_job_warns_of_no_hostname_or_interface(run_all):
     """`--standalone` resolves the machine's hostname and lets gloo pick
     its interface: neither may fall back with a warning."""
     for warning in ("Unable to resolve hostname", "loopback address as fallback",
                     "client socket has timed out"):
-        assert warning not in run_all[1], _tail(run_all[1])
+        assert warning not in run_all[1], tail(run_all[1])
 
 
 # --- without torch: README's Quickstart and examples/rdma_write_tcp.py -----------------
