@@ -257,18 +257,30 @@ def impl_body(m: MethodModel) -> List[str]:
     `__call` wrapper: a hot loop's call does no more than it must."""
     if m.short_way:
         return _short_way_body(m)
-    call = f"{m.impl}({', '.join(['self'] + [p.call_arg() for p in m.params])})"
-    enter = ["if (ibp_call_enter(self) < 0)", "    return NULL;"]
-    hold, unhold = _hand_holds(m)
-    if not m.params and not hold:
-        return enter + [f"PyObject *return_value = {call};", "ibp_call_leave(self);",
-                        "return return_value;"]
+    if not m.params and not m.hand_holds:
+        return _ENTER + [f"PyObject *return_value = {_impl_call(m)};", "ibp_call_leave(self);",
+                         "return return_value;"]
     body = [line for p in m.params for line in p.declarations()]
     body += [f"PyObject *{h.local} = NULL;" for h in m.hand_holds]
     body += ["PyObject *return_value = NULL;", ""]
-    body += (_impl_arguments(m) if m.params else []) + enter
-    converting = [line for p in m.params for line in p.parse()] + hold
-    body += converting + [f"return_value = {call};", ""]
+    body += (_impl_arguments(m) if m.params else [])
+    return body + _entered_call(m)
+
+
+_ENTER = ["if (ibp_call_enter(self) < 0)", "    return NULL;"]
+
+
+def _impl_call(m: MethodModel) -> str:
+    return f"{m.impl}({', '.join(['self'] + [p.call_arg() for p in m.params])})"
+
+
+def _entered_call(m: MethodModel) -> List[str]:
+    """From the call's entry on (impl_body's, and a short way's fallback):
+    the arguments converted, what the hand code hands the provider held,
+    the `_impl` called, then everything undone and the call left."""
+    hold, unhold = _hand_holds(m)
+    body = _ENTER + [line for p in m.params for line in p.parse()] + hold
+    body += [f"return_value = {_impl_call(m)};", ""]
     if any(p.parse_can_fail for p in m.params) or m.hand_holds:
         body.append(EXIT)
     body += [line for p in m.params for line in p.cleanup()] + unhold
@@ -293,15 +305,8 @@ def _short_way_body(m: MethodModel) -> List[str]:
 def entered_lines(m: MethodModel) -> List[str]:
     """The body of a short way's fallback: the call entered, the arguments
     (its parameters, as they came) converted, the `_impl` called."""
-    call = f"{m.impl}({', '.join(['self'] + [p.call_arg() for p in m.params])})"
     body = [line for p in m.params for line in p.declarations_but_argument()]
-    body += ["PyObject *return_value = NULL;", "",
-             "if (ibp_call_enter(self) < 0)", "    return NULL;"]
-    body += [line for p in m.params for line in p.parse()] + [f"return_value = {call};", ""]
-    if any(p.parse_can_fail for p in m.params):
-        body.append(EXIT)
-    body += [line for p in m.params for line in p.cleanup()]
-    body += ["ibp_call_leave(self);", "return return_value;"]
+    body += ["PyObject *return_value = NULL;", ""] + _entered_call(m)
     return [line if isinstance(line, Label) or line == "" else "    " + line for line in body]
 
 
