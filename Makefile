@@ -163,13 +163,13 @@ test-host: build venv-test
 # test-device leaves out the tests marked slow: the single-VM torchrun job
 # of tests/device/test_examples.py (its examples and checks run across the
 # nodes in test-cluster-fast); test-device-slow runs them.
+DEVICE_PYTEST := IBVERBS_REQUIRE_DEVICE=1 tests/vm/run-in-vm --timeout 1200 \
+    $(PY) -m pytest -q --timeout 120 --durations=15 -p no:cacheprovider
 test-device: build venv-test
-	IBVERBS_REQUIRE_DEVICE=1 tests/vm/run-in-vm --timeout 1200 \
-	    $(PY) -m pytest -q --timeout 120 --durations=15 -p no:cacheprovider -m "not slow" tests/device
+	$(DEVICE_PYTEST) -m "not slow" tests/device
 
 test-device-slow: build venv-test
-	IBVERBS_REQUIRE_DEVICE=1 tests/vm/run-in-vm --timeout 1200 \
-	    $(PY) -m pytest -q --timeout 120 --durations=15 -p no:cacheprovider -m slow tests/device
+	$(DEVICE_PYTEST) -m slow tests/device
 
 # The cross-node tier (tests/cluster): two VMs, each its own kernel with
 # rxe0 on a virtio-net NIC, one wire between them (tests/vm/run-cluster);
