@@ -216,6 +216,27 @@ class StateField(NamedTuple):
     ctype: str
 
 
+class EntryParam(NamedTuple):
+    ctype: str
+    name: str
+
+
+class Entry(NamedTuple):
+    """A provider entry point the object keeps for a hand short way (spec
+    `entries:`, generator/entries.py): the member entry_<name>, the inline
+    verb it is the body of, that verb's parameters, and the C expression
+    reading the provider's function from `ptr`."""
+    name: str
+    verb: str
+    params: List[EntryParam]
+    access: str
+
+    @property
+    def c_params(self) -> str:
+        return ", ".join(f"{p.ctype}{'' if p.ctype.endswith('*') else ' '}{p.name}"
+                         for p in self.params)
+
+
 class Release(NamedTuple):
     """close() lets go with `verb` instead of destroying when `flag` is set."""
     flag: str
@@ -279,6 +300,8 @@ class HandleModel:
     no_new: Optional[str] = None        # calling the class raises TypeError(no_new)
     repr: Optional[str] = None          # a hand-written tp_repr
     docs: Dict[str, str] = field(default_factory=dict)   # getter name -> docstring
+    # provider entry points kept for the hand short ways (generator/entries.py)
+    entries: List[Entry] = field(default_factory=list)
 
     @property
     def has_gc(self) -> bool:

@@ -87,7 +87,8 @@ HANDLE_KEYS = {"ctype", "doc", "destroy", "parents", "attributes", "methods",
                "base", "before_dealloc", "release", "hand_attributes", "since",
                # generator/handle_rules.py
                "detach", "before_close", "close_doc", "no_new", "repr", "docs",
-               "subclassed"}
+               "subclassed",
+               "entries"}    # provider entry points of the short ways (generator/entries.py)
 STRUCT_KEYS = {"ctype", "doc", "fields", "writable", "since"}
 ENUM_KEYS = {"c", "match", "kind", "prefix", "since", "members"}
 #: The keys of a method, by its kind (one declaration each: a new key is

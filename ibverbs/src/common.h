@@ -174,6 +174,36 @@ static inline void *ibp_open_ptr(PyObject *obj)
     return ibp_check_open(obj) < 0 ? NULL : IBP_HANDLE(obj)->ptr;
 }
 
+/* What a closed object's entry returns (spec entries, generator/entries.py:
+ * the provider functions a short way calls); no provider returns it.  The
+ * entry records the object in ibp_entry_closed, so that the short way can
+ * take the long way without keeping the object across the call. */
+#define IBP_ENTRY_CLOSED INT_MIN
+extern IBP_HIDDEN PyObject *ibp_entry_closed;   /* borrowed; only read right after */
+
+/*
+ * None for the short ways' returns, without counting the reference.
+ * CPython 3.12+ makes None immortal (PEP 683): the interpreter never
+ * changes its count, so none needs counting.  On 3.9-3.11 ibp_none_pool()
+ * gives None 2**61 references once per process at import, and each of these
+ * returns draws one of them (at a billion a second, for 73 years).
+ * Py_INCREF would cost more than the one instruction on 3.12+: the abi3
+ * build's Py_INCREF adds 1 to all 64 bits of the count, which makes None
+ * look mortal to the interpreter's Py_DECREF of the result (measured:
+ * post_recv 4 instructions more on 3.13, bench/host_micro.py).
+ */
+static inline PyObject *ibp_none(void)
+{
+#if SIZEOF_VOID_P >= 8
+    return Py_None;
+#else
+    Py_INCREF(Py_None);     /* no pool: a 32-bit count has no room for one */
+    return Py_None;
+#endif
+}
+/* datapath.c: the pool of ibp_none() (module init; once per process). */
+IBP_HIDDEN void ibp_none_pool(void);
+
 /* cqex.c: RuntimeError (-1) when cq is a CQEx between start_poll() and
  * end_poll(), whose provider lock a poll/resize would deadlock on. */
 IBP_HIDDEN int ibp_cq_check_not_polling(PyObject *cq);

@@ -21,8 +21,25 @@
 
 /* ==== registration ======================================================= */
 
+/* ibp_none()'s pool (common.h).  Before 3.12 None's count is an ordinary
+ * 64-bit one; from 3.12 on it is immortal and left alone.  Once per
+ * process: None is one object for every interpreter and import of it. */
+void ibp_none_pool(void)
+{
+#if SIZEOF_VOID_P >= 8
+    static int pooled;
+    int major = 0, minor = 0;
+    if (pooled || sscanf(Py_GetVersion(), "%d.%d", &major, &minor) != 2)
+        return;
+    pooled = 1;
+    if (major == 3 && minor < 12)
+        Py_SET_REFCNT(Py_None, Py_REFCNT(Py_None) + ((Py_ssize_t)1 << 61));
+#endif
+}
+
 int ibp_datapath_init(PyObject *module)
 {
+    ibp_none_pool();
     if (ibp_wc_init() < 0 || ibp_wc_test_hooks_init(module) < 0)
         return -1;
     if (SGE_type_init(module) < 0 || SendWR_type_init(module) < 0 ||

@@ -58,6 +58,7 @@ int ibp_check_closable(PyObject *obj, const char *verb)
  * them raises VerbsError.
  */
 int ibp_forked;                 /* this process is a fork() child */
+PyObject *ibp_entry_closed;     /* common.h: IBP_ENTRY_CLOSED */
 static pid_t current_pid;          /* getpid(), refreshed in the child */
 static PyObject *origins;          /* dict: object address -> creating pid */
 static PyTypeObject **handle_types;

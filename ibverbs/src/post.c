@@ -120,7 +120,7 @@ static inline PyObject *post_send_kept(PyObject *self, SendWRObject *w)
     int rc = ibv_post_send(QP_PTR(self), &w->prepared, &kept_bad_send);
     if (__builtin_expect(rc != 0, 0))
         return kept_post_failed("ibv_post_send", rc, w->wr_id);
-    Py_RETURN_NONE;
+    return ibp_none();
 }
 
 /* Post one request with its SGEs on the stack.  When they do not fit,
@@ -178,7 +178,27 @@ static inline PyObject *post_recv_kept(PyObject *self, RecvWRObject *w, enum rec
     int rc = recv_verb(self, q, &w->prepared, &kept_bad_recv);
     if (__builtin_expect(rc != 0, 0))
         return kept_post_failed(recv_verb_name(q), rc, w->prepared.wr_id);
-    Py_RETURN_NONE;
+    return ibp_none();
+}
+
+/* A kept request through the queue's entry (spec entries: the provider's
+ * function while open; IBP_ENTRY_CLOSED once closed). */
+static inline int recv_entry(PyObject *self, enum recv_queue q, struct ibv_recv_wr *wr)
+{
+    switch (q) {
+    case RECV_WQ: {
+        struct WQObject *o = (struct WQObject *)self;
+        return o->entry_post_recv(o->entry_target, wr, &kept_bad_recv);
+    }
+    case RECV_SRQ: {
+        struct SRQObject *o = (struct SRQObject *)self;
+        return o->entry_post_recv(o->entry_target, wr, &kept_bad_recv);
+    }
+    default: {
+        struct QPObject *o = (struct QPObject *)self;
+        return o->entry_post_recv(o->entry_target, wr, &kept_bad_recv);
+    }
+    }
 }
 
 /* The same for a receive. */
@@ -470,14 +490,24 @@ PyObject *ibp_hand_WQ_post_recv_impl(PyObject *self, PyObject *wrs)
 }
 
 /* Their short way (spec short_way), as post_send's: a kept RecvWR by
- * position to an open queue, posted before the call is entered. */
+ * position, posted before the call is entered.  Through the queue's entry,
+ * which is the open check: a closed queue's returns IBP_ENTRY_CLOSED and
+ * names the queue in ibp_entry_closed, and the long way then raises as it
+ * does for any closed queue (self is not kept across the call: one
+ * register and its saving less). */
 static inline PyObject *post_recv_short(PyObject *self, PyObject *wrs, enum recv_queue q,
                                         PyObject *(*entered)(PyObject *, PyObject *))
 {
-    if (__builtin_expect(Py_IS_TYPE(wrs, RecvWR_Type) && IBP_HANDLE(self)->ptr != NULL, 1)) {
+    if (__builtin_expect(Py_IS_TYPE(wrs, RecvWR_Type), 1)) {
         RecvWRObject *w = (RecvWRObject *)wrs;
-        if (__builtin_expect(ibp_wr_kept(&w->sges, w->sg_list), 1))
-            return post_recv_kept(self, w, q);
+        if (__builtin_expect(ibp_wr_kept(&w->sges, w->sg_list), 1)) {
+            int rc = recv_entry(self, q, &w->prepared);
+            if (__builtin_expect(rc == 0, 1))
+                return ibp_none();
+            if (rc == IBP_ENTRY_CLOSED)
+                return entered(ibp_entry_closed, wrs);
+            return kept_post_failed(recv_verb_name(q), rc, w->prepared.wr_id);
+        }
     }
     return entered(self, wrs);
 }

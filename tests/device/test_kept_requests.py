@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from conftest import connect_loopback, in_fork_child, poll_until
+from conftest import connect_loopback, in_fork_child, paused_call, poll_until, resume
 
 
 def write(ib, src, dst, length=8, offset=0, wr_id=1):
@@ -234,6 +234,61 @@ def test_a_kept_srq_receive_lands_where_its_sge_says_now(ib, pd, ctx, port, gid_
         assert rwc.is_success and bytes(second.array[:16]) == bytes(range(16))
         a.close()
         b.close()
+
+
+def refusal(post):
+    """What post() raises: (its class's name, errno, its text)."""
+    with pytest.raises(Exception) as exc:
+        post()
+    return type(exc.value).__name__, getattr(exc.value, "errno", None), str(exc.value)
+
+
+def test_a_kept_receive_to_a_closed_queue_is_refused_as_any_request_is(
+        ib, ctx, pd, cq, port, rc_pair, src, make_buffer):
+    """post_recv's short way makes no open check of its own: it calls the
+    queue's entry (spec entries), which for a closed queue is the closed
+    one.  A kept RecvWR posted to a closed QP or SRQ, to one closed while
+    its close() waits without the GIL, to a QP made by calling the class
+    (closed from the start) or a subclass's, is refused exactly as a new
+    request is (EBADF, "<class> is closed"); then the same request, still
+    kept, lands on an open QP."""
+    buf = make_buffer(64)
+    rwr = ib.RecvWR(wr_id=9, sg_list=[buf.mr.sge(16)])
+
+    class Sub(ib.QP):
+        pass
+
+    spare = pd.create_qp(ib.QPInitAttr(cq, cq, max_recv_wr=4))
+    spare.to_init(port)
+    spare.post_recv(rwr)                   # from now on rwr is kept
+    spare.close()
+    srq = pd.create_srq(max_wr=4)
+    srq.post_recv(rwr)
+    srq.close()
+    for queue, name in ((spare, "QP"), (srq, "SRQ"), (ib.QP(), "QP"), (Sub(), "Sub")):
+        kept = refusal(lambda: queue.post_recv(rwr))
+        new = refusal(lambda: queue.post_recv(ib.RecvWR(wr_id=9, sg_list=[buf.mr.sge(16)])))
+        assert kept == new, name
+        assert kept[:2] == ("VerbsError", errno.EBADF) and f"{name} is closed" in kept[2], kept
+
+    closing = pd.create_qp(ib.QPInitAttr(cq, cq, max_recv_wr=4))
+    closing.to_init(port)
+    closing.post_recv(rwr)
+    t, box, paused = paused_call(closing.close)
+    try:
+        assert paused
+        kind, code, text = refusal(lambda: closing.post_recv(rwr))
+        assert (kind, code) == ("VerbsError", errno.EBADF) and "QP is closed" in text
+    finally:
+        assert resume(t, box) == {"result": None}
+    assert refusal(lambda: closing.post_recv(rwr))[1] == errno.EBADF
+
+    rc_pair.qp_b.post_recv(rwr)            # kept, to an open QP
+    send = ib.SendWR(wr_id=1, sg_list=[src.mr.sge(16)], opcode=ib.WROpcode.SEND,
+                     send_flags=ib.SendFlags.SIGNALED)
+    posted(rc_pair, send)
+    (rwc,) = poll_until(rc_pair.cq_b, 1)
+    assert rwc.wr_id == 9 and rwc.byte_len == 16 and bytes(buf.array[:16]) == bytes(range(16))
 
 
 def test_a_fork_child_posts_no_kept_request_to_its_parents_queues(ib, rc_pair, src, dst):

@@ -142,6 +142,68 @@ def test_spec_errors_name_the_file_and_line(tmp_path, text, message):
     assert message in str(exc.value)
 
 
+_ENTRY_HANDLE = ("handles:\n  Q2:\n    ctype: struct ibv_qp\n    destroy: ibv_destroy_qp\n"
+                 "    entries:\n      post_recv: ")
+_ENTRY_METHODS = ("    methods:\n      post_recv:\n        hand: \"post_recv(wrs)\"\n"
+                  "        short_way: true\n        impl: {wrs: {convert: object}}\n"
+                  "        verbs: [ibv_post_recv]\n        doc: x\n")
+
+
+@pytest.mark.parametrize("entry,message", [
+    ("{verb: ibv_post_recv, path: context.ops.post_send}",
+     "spec/zz.yaml:6: Q2.entries.post_recv: context.ops.post_send is int (*)(struct ibv_qp *, "
+     "struct ibv_send_wr *, struct ibv_send_wr **), but ibv_post_recv is int (struct ibv_qp *, "
+     "struct ibv_recv_wr *, struct ibv_recv_wr **)"),
+    ("{verb: ibv_post_recv, path: context.opz.post_recv}",
+     "spec/zz.yaml:6: Q2.entries.post_recv: struct ibv_context has no member 'opz'"),
+    ("{verb: ibv_post_recv, path: qp_num}",
+     "spec/zz.yaml:6: Q2.entries.post_recv: qp_num is uint32_t, not a function pointer"),
+    ("{verb: ibv_post_recv, path: qp_num.x}",
+     "spec/zz.yaml:6: Q2.entries.post_recv: qp_num is no struct to read x from"),
+    ("{verb: ibv_post_srq_recv, path: context.ops.post_srq_recv}",
+     "spec/zz.yaml:6: Q2.entries.post_recv: ibv_post_srq_recv's first parameter must be "
+     "struct ibv_qp *"),
+    ("{verb: ibv_no_such_verb, path: context.ops.post_recv}",
+     "spec/zz.yaml:6: Q2.entries.post_recv: no function ibv_no_such_verb"),
+    ("{verb: ibv_post_recv}", "spec/zz.yaml:6: Q2.entries.post_recv: needs path"),
+    ("{verb: ibv_post_recv, path: context.ops.post_recv}\n      post_send: "
+     "{verb: ibv_post_send, path: context.ops.post_send}",
+     "spec/zz.yaml:7: Q2.entries.post_send: an entry is named for the method whose short way "
+     "calls it, and Q2 has no short_way method post_send"),
+    ("{verb: ibv_post_recv, path: context.ops.post_recv, gil: x}",
+     "spec/zz.yaml:6: Q2.entries.post_recv: unknown key 'gil'"),
+])
+def test_entry_errors_name_the_file_and_line(tmp_path, ir, entry, message):
+    """spec entries (generator/entries.py): the function pointer a short way
+    calls is checked against the verb whose body it is."""
+    d = write_spec(tmp_path, "zz.yaml", _ENTRY_HANDLE + entry + "\n" + _ENTRY_METHODS)
+    with pytest.raises(spec.SpecError) as exc:
+        builder.build(ir, spec.load(d))
+    assert message in str(exc.value)
+
+
+def test_every_change_of_a_handles_pointer_updates_its_entries(built):
+    """A short way calls entry_<name> with no open check: an object whose
+    entries were not set (NULL) or left the provider's after close would
+    crash there.  Every object is made by ibp_handle_new and changes state
+    by head.ptr, so each of those must be followed by <Class>_entries_update
+    in the generated C of every class with entries."""
+    with_entries = [h for h in built.handles if h.entries]
+    assert {h.name for h in with_entries} >= {"QP", "SRQ", "WQ"}
+    for h in with_entries:
+        text = (pathlib.Path(GENERATED_DIR) / f"{h.name.lower()}.c.h").read_text()
+        lines = text.splitlines()
+        changes = [i for i, line in enumerate(lines)
+                   if "ibp_handle_new(" in line or re.search(r"head\.ptr = \w+;", line)]
+        assert len(changes) >= 5, h.name
+        for i in changes:
+            # a new object: before it is returned; a pointer changed: at once
+            end = (next(j for j in range(i, len(lines)) if lines[j].strip() == "return op;")
+                   if "ibp_handle_new(" in lines[i] else i + 3)
+            following = "\n".join(lines[i + 1:end + 1])
+            assert f"{h.name}_entries_update(" in following, (h.name, lines[i])
+
+
 @pytest.mark.parametrize("text,message", [
     ("functions:\n  f:\n    verb: ibv_no_such_verb\n    params: {}\n    errors: none\n",
      "spec/zz.yaml:3: f: no function ibv_no_such_verb"),
