@@ -233,8 +233,15 @@ class Entry(NamedTuple):
 
     @property
     def c_params(self) -> str:
-        return ", ".join(f"{p.ctype}{'' if p.ctype.endswith('*') else ' '}{p.name}"
-                         for p in self.params)
+        return _c_params(self.params)
+
+    @property
+    def c_params_but_first(self) -> str:
+        return _c_params(self.params[1:])
+
+
+def _c_params(params: List[EntryParam]) -> str:
+    return ", ".join(f"{p.ctype}{'' if p.ctype.endswith('*') else ' '}{p.name}" for p in params)
 
 
 class Release(NamedTuple):

@@ -186,18 +186,12 @@ static inline PyObject *post_recv_kept(PyObject *self, RecvWRObject *w, enum rec
 static inline int recv_entry(PyObject *self, enum recv_queue q, struct ibv_recv_wr *wr)
 {
     switch (q) {
-    case RECV_WQ: {
-        struct WQObject *o = (struct WQObject *)self;
-        return o->entry_post_recv(o->entry_target, wr, &kept_bad_recv);
-    }
-    case RECV_SRQ: {
-        struct SRQObject *o = (struct SRQObject *)self;
-        return o->entry_post_recv(o->entry_target, wr, &kept_bad_recv);
-    }
-    default: {
-        struct QPObject *o = (struct QPObject *)self;
-        return o->entry_post_recv(o->entry_target, wr, &kept_bad_recv);
-    }
+    case RECV_WQ:
+        return WQ_entry_post_recv(self, wr, &kept_bad_recv);
+    case RECV_SRQ:
+        return SRQ_entry_post_recv(self, wr, &kept_bad_recv);
+    default:
+        return QP_entry_post_recv(self, wr, &kept_bad_recv);
     }
 }
 
