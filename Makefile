@@ -287,6 +287,7 @@ docs: build venv-docs
 FUZZ_EXAMPLES ?= 2000
 .PHONY: fuzz
 fuzz: build venv-test
+	IBVERBS_DIFF_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q -p no:cacheprovider tests/host/test_differential.py
 	IBVERBS_REQUIRE_DEVICE=1 IBVERBS_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) \
 	    tests/vm/run-in-vm --timeout 5400 $(PY) -m pytest -q -s --timeout 5000 \
 	    -p no:cacheprovider tests/device/test_fuzz.py

@@ -360,24 +360,38 @@ struct pl_entry {
 };
 
 /*
- * A work request's SGEs as its last post read them (SendWR and RecvWR
- * keep one, wr.c): while nothing changed since, a post sends the request
- * it keeps (its `prepared`, whose sg_list points here), without reading
- * its list again.  The list is the request's own (the constructor's
- * copy; a list handed out by the getter or assigned counts as a change
- * until a post finds nobody else holding it), and an SGE that a cache
- * holds (its `cached`) moves ibp_sge_epoch on at any change, which every
- * cache then sees.  epoch 0: nothing kept (ibp_sge_epoch starts at 1).
- * fork() moves it on too, and a child keeps nothing: no request is kept
- * in a fork() child, which is what lets post.c's short way skip the fork
- * check.
+ * A work request kept from its last post (SendWR and RecvWR keep one,
+ * wr.c): a post sends it as it is while what it was built from is what the
+ * objects say now.  That is checked at each post, never told: no mutation
+ * path has to invalidate anything.  A SendWR's own fields carry a stamp
+ * (taken after every store), and the kept request the stamp it was built
+ * from; the list is compared item by item: its length, and each item's
+ * stamp against the one kept.  Stamps come from one counter
+ * (ibp_next_stamp), so equal stamps mean the same object in the same state
+ * (a new object at a freed one's address has a new stamp), and an SGE's
+ * stamp stands for the whole of its C value.  The list needs no identity:
+ * whichever list the request holds now, its items are what is compared.
+ * n is at least 1 when something is kept (an empty list is not kept): 0,
+ * as a new object has it, keeps nothing.  A fork() child keeps nothing and
+ * matches nothing (its ibp_kept_sge_type is NULL), which is what lets
+ * post.c's short way skip the fork check.
  */
 #define IBP_CACHED_SGES 4
 struct ibp_sge_cache {
-    uint64_t epoch;                         /* ibp_sge_epoch when kept */
-    struct ibv_sge sge[IBP_CACHED_SGES];
+    Py_ssize_t n;                           /* the list's length when kept; 0: nothing kept */
+    uint64_t stamp;                         /* SendWR: its stamp when kept */
+    uint64_t sge_stamp[IBP_CACHED_SGES];    /* each SGE's stamp when kept */
+    struct ibv_sge sge[IBP_CACHED_SGES];    /* their values: the kept request's SGEs */
 };
-extern IBP_HIDDEN uint64_t ibp_sge_epoch;
+/* SGE_Type once a request was kept, NULL in a fork() child (handles.c). */
+extern IBP_HIDDEN PyTypeObject *ibp_kept_sge_type;
+/* The last stamp taken; 0 is no object's (a new one has stamp 0 until its
+ * first store, and nothing is kept from it). */
+extern IBP_HIDDEN uint64_t ibp_stamp;
+static inline uint64_t ibp_next_stamp(void)
+{
+    return ++ibp_stamp;
+}
 
 /* The data-path objects (SGE, SendWR, RecvWR, PostList, PostListEntry, WC,
  * WCBuffer, AsyncEvent) and the converters of the C struct fields they
@@ -511,13 +525,51 @@ IBP_HIDDEN int ibp_send_wr_fill(SendWRObject *w, PyObject *sg_list, struct ibv_s
 IBP_HIDDEN int ibp_recv_wr_fill(RecvWRObject *w, PyObject *sg_list,
                                 struct ibv_recv_wr *wr, Py_ssize_t room);
 
-/* Whether a request's own C request is what a post of it sends now: kept
- * by its last post, and no SGE changed since.  A kept request has a list
- * (only a change can take it away); its reference count: a list reached
- * some other way than the getter (gc.get_referents) is not trusted. */
-static inline int ibp_wr_kept(const struct ibp_sge_cache *c, PyObject *sg_list)
+/* Item i of list (a list, i in range), read in place: PyList_GetItem is a
+ * call and a type check, per SGE per post.  Only where something is kept:
+ * nothing is unless wr.c's list_layout_checked() found the item array
+ * where this reads it, in this interpreter. */
+static inline PyObject *ibp_list_item(PyObject *list, Py_ssize_t i)
 {
-    return c->epoch == ibp_sge_epoch && Py_REFCNT(sg_list) == 1;
+    return (*(PyObject ***)((char *)list + sizeof(PyVarObject)))[i];
+}
+
+/* Whether list holds what c kept: as many items, each an SGE with the
+ * stamp kept.  Only called where c->epoch is current (something kept: the
+ * list layout was checked then). */
+static inline int ibp_kept_sge_matches(PyObject *item, uint64_t stamp)
+{
+    return Py_TYPE(item) == ibp_kept_sge_type && ((SGEObject *)item)->stamp == stamp;
+}
+
+/* Whether list holds what c kept: as many items, each an SGE with the
+ * stamp kept. */
+static inline int ibp_kept_list_matches(const struct ibp_sge_cache *c, PyObject *list)
+{
+    if (list == NULL)
+        return 0;
+    /* one SGE, the common request, without a loop */
+    if (__builtin_expect(c->n == 1, 1))
+        return Py_SIZE(list) == 1 && ibp_kept_sge_matches(ibp_list_item(list, 0), c->sge_stamp[0]);
+    if (c->n < 2 || Py_SIZE(list) != c->n)
+        return 0;
+    for (Py_ssize_t i = 0; i < c->n; i++)
+        if (!ibp_kept_sge_matches(ibp_list_item(list, i), c->sge_stamp[i]))
+            return 0;
+    return 1;
+}
+
+/* Whether a request's own C request is what a post of it sends now: kept
+ * by a post, built from the request's fields as they are (SendWR: its
+ * stamp) and from SGEs that are its list's now. */
+static inline int ibp_send_wr_kept(const SendWRObject *w)
+{
+    return w->sges.stamp == w->stamp && ibp_kept_list_matches(&w->sges, w->sg_list);
+}
+
+static inline int ibp_recv_wr_kept(const RecvWRObject *w)
+{
+    return ibp_kept_list_matches(&w->sges, w->sg_list);
 }
 
 /* A kept SendWR into *wr: the request it keeps, its wr_id; not next. */

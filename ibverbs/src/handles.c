@@ -66,12 +66,13 @@ static int nhandle_types, handle_types_room;
 
 static void atfork_child(void)
 {
-    /* Async-signal-safe only: a flag, getpid() and a store.  The epoch
-     * ends every kept request (post.c's short way, which makes no fork
-     * check of its own: a child keeps none, wr.c). */
+    /* Async-signal-safe only: a flag, getpid() and stores.  No SGE
+     * matches a kept one any more: that ends every kept request (post.c's
+     * short way, which makes no fork check of its own: a child keeps none,
+     * wr.c). */
     ibp_forked = 1;
     current_pid = getpid();
-    ibp_sge_epoch++;
+    ibp_kept_sge_type = NULL;
 }
 
 static int track_origin(PyObject *obj)

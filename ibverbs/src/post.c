@@ -113,7 +113,7 @@ static struct ibv_send_wr *kept_bad_send;
 static struct ibv_recv_wr *kept_bad_recv;
 
 /* A SendWR that a post read before and that has not changed since
- * (ibp_wr_kept): posted from the request it keeps, with nothing to read. */
+ * (ibp_send_wr_kept): posted from the request it keeps, with nothing to read. */
 static inline PyObject *post_send_kept(PyObject *self, SendWRObject *w)
 {
     w->prepared.wr_id = w->wr_id;
@@ -128,7 +128,7 @@ static inline PyObject *post_send_kept(PyObject *self, SendWRObject *w)
  * caller takes a chain's way. */
 static PyObject *post_send_one(PyObject *self, SendWRObject *w, int *no_room)
 {
-    if (ibp_wr_kept(&w->sges, w->sg_list) && QP_PTR(self)->qp_type != IBV_QPT_UD)
+    if (ibp_send_wr_kept(w) && QP_PTR(self)->qp_type != IBV_QPT_UD)
         return post_send_kept(self, w);     /* post_send([wr]) */
     struct ibv_send_wr wr, *bad = NULL;
     struct ibv_sge sges[STACK_SGES];
@@ -199,7 +199,7 @@ static inline int recv_entry(PyObject *self, enum recv_queue q, struct ibv_recv_
 static PyObject *post_recv_one(PyObject *self, RecvWRObject *w, enum recv_queue q,
                                int *no_room)
 {
-    if (ibp_wr_kept(&w->sges, w->sg_list))
+    if (ibp_recv_wr_kept(w))
         return post_recv_kept(self, w, q);     /* post_recv([wr]) */
     struct ibv_recv_wr wr, *bad = NULL;
     struct ibv_sge sges[STACK_SGES];
@@ -263,7 +263,7 @@ static Py_ssize_t send_chain_on_stack(PyObject *self, PyObject *arg, struct chai
         SendWRObject *w = (SendWRObject *)item;
         struct ibv_send_wr *wr = &wrs[i];
         /* its SGEs are those it keeps: none of the chain's room taken */
-        if (ibp_wr_kept(&w->sges, w->sg_list) && !ud) {
+        if (ibp_send_wr_kept(w) && !ud) {
             ibp_send_wr_copy_kept(w, wr);
             wr->next = i + 1 < n ? &wrs[i + 1] : NULL;
             continue;
@@ -295,7 +295,7 @@ static Py_ssize_t recv_chain_on_stack(PyObject *arg, struct chain *c)
             return ibp_bad_wr_item(i, "RecvWR", item);
         RecvWRObject *w = (RecvWRObject *)item;
         struct ibv_recv_wr *wr = &wrs[i];
-        if (ibp_wr_kept(&w->sges, w->sg_list)) {
+        if (ibp_recv_wr_kept(w)) {
             *wr = w->prepared;
             wr->next = i + 1 < n ? &wrs[i + 1] : NULL;
             continue;
@@ -397,9 +397,9 @@ PyObject *ibp_hand_QP_post_send_impl(PyObject *self, PyObject *arg)
  * The short way (spec short_way): post_send(wr) by position of a kept
  * request to an open plain QP, posted before the call is entered.  It runs
  * no Python code and keeps the GIL, so nothing can close the QP meanwhile
- * (no in-flight mark is needed), and ibp_wr_kept is never true in a fork()
- * child (nothing is kept there, and fork moves ibp_sge_epoch on), which is
- * the fork check.  A kept request never needs an AH (ibp_send_wr_fill
+ * (no in-flight mark is needed), and ibp_send_wr_kept is never true in a
+ * fork() child (nothing is kept there, and no SGE matches a request kept
+ * before the fork: common.h's ibp_kept_sge_type), which is the fork check.  A kept request never needs an AH (ibp_send_wr_fill
  * keeps none with one), so only a UD QP, which refuses a request without
  * one, takes it the long way; so does a QPEx (its wr_start() batch) or a
  * subclass.
@@ -409,7 +409,7 @@ PyObject *ibp_hand_QP_post_send_short(PyObject *self, PyObject *wrs)
     struct ibv_qp *qp = QP_PTR(self);
     if (__builtin_expect(Py_IS_TYPE(wrs, SendWR_Type) && qp != NULL && Py_IS_TYPE(self, QP_Type), 1)) {
         SendWRObject *w = (SendWRObject *)wrs;
-        if (__builtin_expect(ibp_wr_kept(&w->sges, w->sg_list) && qp->qp_type != IBV_QPT_UD, 1))
+        if (__builtin_expect(ibp_send_wr_kept(w) && qp->qp_type != IBV_QPT_UD, 1))
             return post_send_kept(self, w);
     }
     return ibp_QP_post_send_entered(self, wrs);
@@ -494,7 +494,7 @@ static inline PyObject *post_recv_short(PyObject *self, PyObject *wrs, enum recv
 {
     if (__builtin_expect(Py_IS_TYPE(wrs, RecvWR_Type), 1)) {
         RecvWRObject *w = (RecvWRObject *)wrs;
-        if (__builtin_expect(ibp_wr_kept(&w->sges, w->sg_list), 1)) {
+        if (__builtin_expect(ibp_recv_wr_kept(w), 1)) {
             int rc = recv_entry(self, q, &w->prepared);
             if (__builtin_expect(rc == 0, 1))
                 return ibp_none();

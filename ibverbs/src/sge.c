@@ -9,18 +9,15 @@
 
 #include "sge.c.h"
 
-uint64_t ibp_sge_epoch = 1;     /* 0 is a cache that keeps nothing */
+uint64_t ibp_stamp;                     /* common.h: ibp_next_stamp */
+PyTypeObject *ibp_kept_sge_type;        /* common.h: struct ibp_sge_cache */
 
-/* Every setter, __init__ again and the collector's clear call it: the
- * requests whose SGE cache holds this SGE's values must read their lists
- * again (common.h's struct ibp_sge_cache).  One that no cache holds (a
- * new one, built per message) moves nothing. */
+/* Every setter, __init__ again and the collector's clear call it, after
+ * they store: a new stamp, which no kept request holds (common.h's struct
+ * ibp_sge_cache), so those holding the old one read their lists again. */
 static void ibp_SGE_changed(SGEObject *self)
 {
-    if (self->cached) {
-        ibp_sge_epoch++;
-        self->cached = 0;
-    }
+    self->stamp = ibp_next_stamp();
 }
 
 /* SGE(target, length, lkey, offset) into self (lkey_obj, offset_obj may be NULL). */
@@ -91,10 +88,10 @@ static int sge_set(SGEObject *self, PyObject *target, PyObject *length_obj,
             return -1;
         }
     }
-    ibp_SGE_changed(self);
     self->sge.addr = base + offset;
     self->sge.length = (uint32_t)length;
     self->sge.lkey = (uint32_t)lkey;
+    ibp_SGE_changed(self);
     return 0;
 }
 

@@ -16,18 +16,16 @@
 #include "sendwr.c.h"
 #include "recvwr.c.h"
 
-/* Every setter but wr_id's (stored at each post) calls it: the request
- * prepared for the post (w->prepared) is built again at the next one. */
+/* Called after every store of a field (each setter but wr_id's, which
+ * each post reads; __init__ at its end; the collector's clear): a new
+ * stamp, so that the request prepared and the one kept, built from the
+ * stamp before, are built again at the next post (common.h's struct
+ * ibp_sge_cache).  After the store, never before: a post in between (from
+ * a finalizer, or another thread) builds from the new value under the old
+ * stamp, which this one then retires. */
 static inline void ibp_SendWR_changed(SendWRObject *w)
 {
-    w->ready = 0;
-    w->sges.epoch = 0;
-}
-
-/* RecvWR's setters but wr_id's, and sg_list's getter. */
-static inline void ibp_RecvWR_changed(RecvWRObject *w)
-{
-    w->sges.epoch = 0;
+    w->stamp = ibp_next_stamp();
 }
 
 /*
@@ -225,7 +223,7 @@ static void send_wr_prepare(const SendWRObject *w, struct ibv_send_wr *wr)
  * only BIND_MW and TSO read the union after it): under emulation every
  * load and store costs, and a post converts 32 requests per call.  Any
  * other opcode gets the whole request, zeroes included.  sg_list and
- * num_sge are those of the SGEs kept (ibp_wr_kept), or the filling post's
+ * num_sge are those of the SGEs kept (ibp_send_wr_kept), or the filling post's
  * to overwrite.
  */
 #define PREPARED_FROM offsetof(struct ibv_send_wr, sg_list)
@@ -244,28 +242,62 @@ static inline void copy_prepared(const SendWRObject *w, struct ibv_send_wr *wr)
     }
 }
 
+/* Whether a list's item array is where common.h's ibp_list_item reads it
+ * (right after the PyVarObject head, as in every CPython release this
+ * builds for), checked once on a list of this interpreter: if not, nothing
+ * is kept, and every post reads its list through the API. */
+static int list_layout_checked(void)
+{
+    static int checked = -1;
+    if (checked < 0) {
+        PyObject *a = PyLong_FromLong(1001), *b = PyLong_FromLong(1002);
+        PyObject *list = a && b ? PyList_New(0) : NULL;
+        checked = list != NULL && PyList_Append(list, a) == 0 && PyList_Append(list, b) == 0 &&
+                  Py_SIZE(list) == 2 && ibp_list_item(list, 0) == a && ibp_list_item(list, 1) == b;
+        if (PyErr_Occurred())
+            PyErr_Clear();      /* no room to check: keep nothing, try again later */
+        if (list == NULL)
+            checked = -1;
+        Py_XDECREF(list);
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+    }
+    return checked == 1;
+}
+
 /*
- * After a post read a request's n SGEs (sges) from sg_list, its own list:
- * keep their values in c and mark each SGE as held by a cache, so that
- * the posts after it send the request as it is (ibp_wr_kept).  0 when
- * they cannot be kept: too many, no list (a request without SGEs is rare
- * enough to read each time), the list is not the request's alone, or this
- * is a fork() child (a kept request's post makes no fork check, post.c).
+ * After a post read a request's n SGEs (sges) from sg_list: keep their
+ * values and stamps in c with the request's stamp, so that the posts after
+ * it send the request as it is while they match (ibp_send_wr_kept,
+ * ibp_recv_wr_kept).  No Python code ran since the SGEs were read, so the
+ * stamps read here are those of the values read.  0 when nothing is kept:
+ * too many SGEs, no list (a request without SGEs is rare enough to read
+ * each time; nor an empty list), a list that is not the request's (the
+ * post compares the request's), an item that is not exactly an SGE or was
+ * never stamped, a fork() child (a kept request's post makes no fork
+ * check, post.c).
  */
 static int keep_sges(PyObject *own, PyObject *sg_list, const struct ibv_sge *sges, int n,
-                     struct ibp_sge_cache *c)
+                     uint64_t stamp, struct ibp_sge_cache *c)
 {
-    if (n > IBP_CACHED_SGES || own == NULL || sg_list != own || Py_REFCNT(own) != 1 || ibp_forked)
+    c->n = 0;
+    if (n < 1 || n > IBP_CACHED_SGES || own == NULL || sg_list != own || ibp_forked ||
+        Py_SIZE(own) != n || !list_layout_checked())
         return 0;
     for (int i = 0; i < n; i++) {
-        ((SGEObject *)PyList_GetItem(own, i))->cached = 1;
+        PyObject *item = ibp_list_item(own, i);
+        if (Py_TYPE(item) != SGE_Type || ((SGEObject *)item)->stamp == 0)
+            return 0;
+        c->sge_stamp[i] = ((SGEObject *)item)->stamp;
         c->sge[i] = sges[i];
     }
-    c->epoch = ibp_sge_epoch;
+    c->stamp = stamp;
+    c->n = n;
+    ibp_kept_sge_type = SGE_Type;       /* not in a fork() child: ibp_forked above */
     return 1;
 }
 
-/* A kept SendWR (ibp_wr_kept) into *wr, its SGEs those it keeps; the
+/* A kept SendWR (ibp_send_wr_kept) into *wr, its SGEs those it keeps; the
  * caller sets next. */
 void ibp_send_wr_copy_kept(const SendWRObject *w, struct ibv_send_wr *wr)
 {
@@ -280,6 +312,7 @@ void ibp_send_wr_copy_kept(const SendWRObject *w, struct ibv_send_wr *wr)
 int ibp_send_wr_fill(SendWRObject *w, PyObject *sg_list, struct ibv_send_wr *wr, Py_ssize_t room)
 {
     struct ibv_sge *sg = wr->sg_list;
+    uint64_t stamp = w->stamp;
     if (w->opcode == IBV_WR_BIND_MW) {
         /* bind_mw has a union of its own (with tso): the MW and MR are
          * read at post time, and the SendWR holds both while it runs.
@@ -289,9 +322,11 @@ int ibp_send_wr_fill(SendWRObject *w, PyObject *sg_list, struct ibv_send_wr *wr,
         wr->send_flags = w->send_flags;
         wr->imm_data = w->imm_data;     /* network order already */
     } else {
-        if (!w->ready) {
+        /* the stamp before the fields: a store in between leaves this
+         * request prepared under the stamp it retires */
+        if (w->prepared_stamp != stamp || stamp == 0) {
             send_wr_prepare(w, &w->prepared);
-            w->ready = 1;
+            w->prepared_stamp = stamp;
         }
         copy_prepared(w, wr);
     }
@@ -326,7 +361,7 @@ int ibp_send_wr_fill(SendWRObject *w, PyObject *sg_list, struct ibv_send_wr *wr,
      * (it can close), no INLINE data (its buffers are checked at each
      * post), not BIND_MW (its MW and MR are read at each post). */
     if (!(w->send_flags & IBV_SEND_INLINE)
-        && keep_sges(w->sg_list, sg_list, sg, wr->num_sge, &w->sges)) {
+        && keep_sges(w->sg_list, sg_list, sg, wr->num_sge, stamp, &w->sges)) {
         w->prepared.sg_list = w->sges.sge;
         w->prepared.num_sge = wr->num_sge;
     }
@@ -339,7 +374,7 @@ int ibp_recv_wr_fill(RecvWRObject *w, PyObject *sg_list, struct ibv_recv_wr *wr,
     wr->wr_id = w->prepared.wr_id;
     wr->next = NULL;
     int rc = fill_sges(sg_list, wr->sg_list, room, &wr->num_sge);
-    if (rc == 0 && keep_sges(w->sg_list, sg_list, wr->sg_list, wr->num_sge, &w->sges)) {
+    if (rc == 0 && keep_sges(w->sg_list, sg_list, wr->sg_list, wr->num_sge, 0, &w->sges)) {
         w->prepared.next = NULL;
         w->prepared.sg_list = w->sges.sge;
         w->prepared.num_sge = wr->num_sge;

@@ -206,6 +206,40 @@ def test_a_kept_receive_lands_where_its_sge_says_now(ib, rc_pair, src, make_buff
     assert rwc.wr_id == 8 and rwc.status != ib.WCStatus.SUCCESS
 
 
+def test_a_receive_posted_inside_an_assignment_is_not_kept_past_it(ib, rc_pair, src, make_buffer):
+    """Issue 35, point 1: a post made while sg_list's assignment runs Python
+    code (the new sequence's __iter__) was kept, and every later post
+    received into the old buffer."""
+    first, second = make_buffer(64), make_buffer(64)
+    rwr = ib.RecvWR(wr_id=7, sg_list=[first.mr.sge(16)])
+    send = ib.SendWR(wr_id=1, sg_list=[src.mr.sge(16)], opcode=ib.WROpcode.SEND,
+                     send_flags=ib.SendFlags.SIGNALED)
+
+    def receive():
+        posted(rc_pair, send)
+        (rwc,) = poll_until(rc_pair.cq_b, 1)
+        rwc.raise_for_status()
+
+    for _ in range(2):                         # the second post is the kept one
+        rc_pair.qp_b.post_recv(rwr)
+        receive()
+
+    class PostsWhileIterated:
+        def __iter__(self):
+            rc_pair.qp_b.post_recv(rwr)        # before the store: the old buffer, rightly
+            return iter([second.mr.sge(16)])
+
+    rwr.sg_list = PostsWhileIterated()
+    receive()
+    first.array[:] = [0] * 64
+    for _ in range(2):
+        rc_pair.qp_b.post_recv(rwr)
+        receive()
+        assert bytes(second.array[:16]) == bytes(range(16))
+        assert bytes(first.array[:16]) == b"\0" * 16
+        second.array[:] = [0] * 64
+
+
 def test_a_kept_srq_receive_lands_where_its_sge_says_now(ib, pd, ctx, port, gid_index, access,
                                                         src, make_buffer):
     """SRQ.post_recv's short way: the kept request is posted again, then
