@@ -211,7 +211,8 @@ def test_a_receive_posted_inside_an_assignment_is_not_kept_past_it(ib, rc_pair, 
     code (the new sequence's __iter__) was kept, and every later post
     received into the old buffer."""
     first, second = make_buffer(64), make_buffer(64)
-    rwr = ib.RecvWR(wr_id=7, sg_list=[first.mr.sge(16)])
+    old = first.mr.sge(16)          # held: its death would have told the old caches
+    rwr = ib.RecvWR(wr_id=7, sg_list=[old])
     send = ib.SendWR(wr_id=1, sg_list=[src.mr.sge(16)], opcode=ib.WROpcode.SEND,
                      send_flags=ib.SendFlags.SIGNALED)
 
