@@ -32,11 +32,11 @@ static inline void ibp_RecvWR_changed(RecvWRObject *w)
 }
 
 /*
- * sg_list must be None or a sequence of SGE.  As in the seed, the
- * constructor stores a copy (copy=1) and assignment stores the list itself
- * (a list's later appends are posted); anything else becomes a new list.
- * Items are checked here and again when posted (fill_sges), since the list
- * can change in between.
+ * sg_list is None or a sequence.  As in the seed, the constructor stores a
+ * copy (copy=1) and assignment stores the list itself (a list's later
+ * appends are posted); anything else becomes a new list.  Its items are
+ * checked when posted (fill_sges), as the seed does: a test double stands
+ * in for an SGE until the request reaches a QP.
  */
 static int ibp_set_sg_list(PyObject **slot, PyObject *value, int copy)
 {
@@ -56,15 +56,6 @@ static int ibp_set_sg_list(PyObject **slot, PyObject *value, int copy)
             PyErr_SetString(PyExc_TypeError, "sg_list must be a list of SGE or None");
         }
         return -1;
-    }
-    Py_ssize_t n = PyList_Size(list);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (!PyObject_TypeCheck(PyList_GetItem(list, i), SGE_Type)) {
-            PyErr_Format(PyExc_TypeError, "sg_list[%zd] must be an SGE, not %s", i,
-                         ibp_type_name(PyList_GetItem(list, i)));
-            Py_DECREF(list);
-            return -1;
-        }
     }
     Py_XSETREF(*slot, list);
     return 0;
@@ -172,7 +163,8 @@ static inline int fill_sges(PyObject *list, struct ibv_sge *out, Py_ssize_t room
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *item = PyList_GetItem(list, i);
         if (!PyObject_TypeCheck(item, SGE_Type)) {
-            PyErr_SetString(PyExc_TypeError, "sg_list items must be SGE");
+            PyErr_Format(PyExc_TypeError, "sg_list[%zd] must be an SGE, not %s", i,
+                         ibp_type_name(item));
             return -1;
         }
         out[i] = ((SGEObject *)item)->sge;
