@@ -18,14 +18,14 @@ SRC = ROOT / "ibverbs" / "src"
 
 pytest.importorskip("clang.cindex", reason="libclang is not installed")
 
-# XRC's remote SRQ number: a real member of struct ibv_send_wr that the
-# spec does not show (qp_type.xrc.remote_srqn)
-SRQN_FIELD = ("      remote_qkey: {union: {ud: wr.ud.remote_qkey}}\n",
-              "      remote_qkey: {union: {ud: wr.ud.remote_qkey}}\n"
-              "      remote_srqn: {union: {xrc: qp_type.xrc.remote_srqn}}\n")
-SRQN_ATTRIBUTE = ('      invalidate_rkey: {field: send_wr.invalidate_rkey, doc: "The rkey to invalidate',
-                  '      remote_srqn: {field: send_wr.remote_srqn, doc: "XRC remote SRQ number."}\n'
-                  '      invalidate_rkey: {field: send_wr.invalidate_rkey, doc: "The rkey to invalidate')
+# TSO's maximum segment size: a real member of struct ibv_send_wr that the
+# spec does not show, in the union only the TSO opcode uses
+MSS_FIELD = ("      remote_srqn: {union: {xrc: qp_type.xrc.remote_srqn}}\n",
+             "      remote_srqn: {union: {xrc: qp_type.xrc.remote_srqn}}\n"
+             "      mss: {union: {tso: tso.mss}}\n")
+MSS_ATTRIBUTE = ('      invalidate_rkey: {field: send_wr.invalidate_rkey, doc: "The rkey to invalidate',
+                 '      mss: {field: send_wr.mss, doc: "TSO maximum segment size."}\n'
+                 '      invalidate_rkey: {field: send_wr.invalidate_rkey, doc: "The rkey to invalidate')
 
 
 @pytest.fixture(scope="module")
@@ -61,20 +61,20 @@ def _function(text: str, name: str) -> str:
 
 
 def test_a_field_added_to_the_spec_is_written_into_the_posted_request(tmp_path, ir):
-    root, _ = _spec(tmp_path, SRQN_FIELD, SRQN_ATTRIBUTE)
+    root, _ = _spec(tmp_path, MSS_FIELD, MSS_ATTRIBUTE)
     files = _render(ir, root)
     prepare = _function(files["sendwr.c.h"], "SendWR_prepare")
-    # the union's only member, picked for every request (a request is
-    # prepared once for whatever QP it is posted to)
-    assert re.search(r"switch \(ibp_send_wr_qp_type_member\(w->opcode, w->ah != NULL\)\) \{\n"
-                     r"    case IBP_SEND_WR_QP_TYPE_XRC:\n"
-                     r"        wr->qp_type\.xrc\.remote_srqn = w->remote_srqn;\n", prepare), prepare
+    assert re.search(r"switch \(ibp_send_wr_ext_member\(w->opcode, w->ah != NULL\)\) \{\n"
+                     r"    case IBP_SEND_WR_EXT_TSO:\n"
+                     r"        wr->tso\.mss = w->mss;\n", prepare), prepare
     # the object keeps it, and the compiler checks its place and type
-    assert re.search(r"^    uint32_t remote_srqn;$", files["records.h"], re.M)
-    assert "((struct ibv_send_wr *)0)->qp_type.xrc.remote_srqn) == 4" in files["records.h"]
+    assert re.search(r"^    uint16_t mss;$", files["records.h"], re.M)
+    assert "((struct ibv_send_wr *)0)->tso.mss) == 2" in files["records.h"]
+    # a TSO request is copied whole, so that the post hands it over
+    assert "opcode == IBV_WR_TSO" in _function(files["records.h"], "ibp_send_wr_uses_ext")
     # without the spec's line, nothing writes it
     plain = _function(_render(ir, str(ROOT / "spec"))["sendwr.c.h"], "SendWR_prepare")
-    assert "remote_srqn" not in plain
+    assert "mss" not in plain
 
 
 def test_the_generated_fill_places_each_field_by_its_union_rule(ir):
@@ -86,6 +86,9 @@ def test_the_generated_fill_places_each_field_by_its_union_rule(ir):
     assert "wr->wr.atomic.rkey = w->rkey;" in cases["IBP_SEND_WR_WR_ATOMIC"]
     assert "wr->wr.atomic.swap = w->swap;" in cases["IBP_SEND_WR_WR_ATOMIC"]
     assert "wr->wr.rdma.rkey = w->rkey;" in cases["IBP_SEND_WR_WR_RDMA"]
+    # the union's only member, filled for every request (a request is
+    # prepared once for whatever QP it is posted to; XRC_SEND QPs read it)
+    assert cases["IBP_SEND_WR_QP_TYPE_XRC"].strip() == "wr->qp_type.xrc.remote_srqn = w->remote_srqn;"
     assert cases["IBP_SEND_WR_DATA_INV"].strip() == "wr->invalidate_rkey = w->invalidate_rkey;"
     assert cases["IBP_SEND_WR_DATA_IMM"].strip() == "wr->imm_data = w->imm_data;"
     rules = files["records.h"]
@@ -111,8 +114,11 @@ def test_no_member_list_or_union_rule_is_written_by_hand():
 # (old, new, the error after "records.yaml:<line>: "): the line is the new text's
 REFUSED = {
     "field_path_not_in_the_struct": (
-        SRQN_FIELD[0], SRQN_FIELD[0] + "      remote_srqn: {union: {xrc: qp_type.xrc.remote_srq}}\n",
-        r"struct ibv_send_wr has no member 'qp_type\.xrc\.remote_srq'"),
+        MSS_FIELD[0], MSS_FIELD[0] + "      mss: {union: {tso: tso.msss}}\n",
+        r"struct ibv_send_wr has no member 'tso\.msss'"),
+    "field_of_an_unknown_member": (
+        MSS_FIELD[0], MSS_FIELD[0] + "      mss: {union: {tcp: tso.mss}}\n",
+        r"send_wr\.mss: tcp is not a member of a union of send_wr"),
     "field_in_a_union_without_its_member": (
         "      invalidate_rkey: {union: {inv: invalidate_rkey}}\n", "      invalidate_rkey: {}\n",
         r"send_wr\.invalidate_rkey: it lives in union ibv_send_wr::\(anonymous at field imm_data\): "
