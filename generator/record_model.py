@@ -86,10 +86,6 @@ class RecordModel:
         """The opcodes that use a member of the tail union."""
         return [o for m in self.tail[0].members for o in m.opcodes] if self.tail else []
 
-    def fields_of(self, member: str) -> List[Tuple[RecordFieldConverter, str]]:
-        """(field, C path) of each field living in union member *member*."""
-        return [(c, p) for c in self.converters.values() for m, p in c.union if m == member]
-
 
 @dataclass
 class RecordAttribute:

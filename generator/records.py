@@ -11,7 +11,12 @@ line) and builds the model (generator/model.py's Record* classes):
   becomes that field's C value (range, byte order, validity check) and
   back; every type showing the field calls it;
 * a RecordTypeModel per Python class: where its object keeps the C values,
-  its attributes and the type shell.
+  its attributes and the type shell;
+* each union of a struct (UnionModel): its members' C paths and the rules
+  that pick one for a request (an AH, the opcode, otherwise), from which
+  the fill of the request a post hands the provider is generated (a type's
+  `fills:`).  A field inside a union that names no member, a member
+  without a rule, a path the IR's struct does not have are refused.
 
 generator/render.py (render_records) renders it: templates/records.h.j2
 the converters and object layouts (generated/records.h),
