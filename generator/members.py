@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import List, Optional, Tuple
 
-from .ir import IR, Record, Type
+from .ir import IR, Field, Record, Type
 from .spec import SpecError
 
 
@@ -57,3 +57,35 @@ def flat_fields(ir: IR, record: Record) -> List[Tuple[str, Type]]:
         else:
             out.append((f.name, f.type))
     return out
+
+
+def member_chain(ir: IR, record: Record, path: str, where: str) -> List[Tuple[Record, Field]]:
+    """Each record a member path goes through and the member taken in it,
+    anonymous members included: "wr.rdma.rkey" of struct ibv_send_wr is
+    (struct ibv_send_wr, wr), (union ...::wr, rdma), (struct ...::wr::rdma,
+    rkey); an anonymous member is a Field named ""."""
+    member_type(ir, record, path, where)      # refuses a path that is not there
+    chain: List[Tuple[Record, Field]] = []
+    current = record
+    for part in path.split("."):
+        steps = _steps_to(ir, current, part)
+        assert steps is not None
+        chain += steps
+        t = find_field(ir, current, part)
+        nested = ir.record(t.decl or t.spelling) if t is not None else None
+        if nested is not None:
+            current = nested
+    return chain
+
+
+def _steps_to(ir: IR, record: Record, name: str) -> Optional[List[Tuple[Record, Field]]]:
+    for f in record.fields:
+        if f.name == name:
+            return [(record, f)]
+        if f.name == "":
+            nested = ir.record(f.type.decl or f.type.spelling)
+            if nested is not None:
+                inner = _steps_to(ir, nested, name)
+                if inner is not None:
+                    return [(record, f)] + inner
+    return None

@@ -16,21 +16,75 @@ from .spec import Spec
 
 
 @dataclass
+class UnionMember:
+    """One member of a union inside a data-path struct (wr.rdma of struct
+    ibv_send_wr's wr) and the rule that picks it for a request: the request
+    has an AH (`ah`), its opcode is one of `opcodes` (the C names), or
+    neither rule of the members before it held (`otherwise`)."""
+    name: str
+    path: str               # its C member path in the struct ("wr.rdma", "imm_data")
+    user: str               # who uses it, for "<field> is not used by <user>"
+    ah: bool = False
+    opcodes: List[str] = field(default_factory=list)
+    otherwise: bool = False
+
+
+@dataclass
+class UnionModel:
+    """A union inside a data-path struct, its members in the order their
+    rules are tried: a request uses the first whose rule holds (none: the
+    request uses no member of it)."""
+    name: str
+    members: List[UnionMember]
+
+    @property
+    def uses_ah(self) -> bool:
+        return any(m.ah for m in self.members)
+
+
+@dataclass
 class RecordModel:
     """A data-path C struct (struct ibv_send_wr) and the fields Python sees."""
     key: str
     ctype: str
-    # its unions in order, each with its members: ("wr", ["rdma", ...]); one
-    # enum numbers the members of all of them, so that a type's union
-    # function tells them apart in one mask
-    unions: List[Tuple[str, List[str]]]
+    # its unions in order, each with its members and their rules; one enum
+    # numbers the members of all of them, so that a type's union function
+    # tells them apart in one mask
+    unions: List[UnionModel]
     converters: Dict[str, RecordFieldConverter]
+    # the field the `opcodes` rules read (its C type too), when one does
+    opcode: Optional[RecordFieldConverter] = None
+    # the struct's last union when only opcodes pick its members: the top
+    # member it starts at (a post copies a prepared request up to there
+    # unless its opcode uses a member of it); None when there is no such
+    tail: Optional[Tuple[UnionModel, str]] = None
 
     def union_of(self, member: str) -> str:
-        return next(name for name, members in self.unions if member in members)
+        return next(u.name for u in self.unions if member in (m.name for m in u.members))
 
     def member_enum(self, member: str) -> str:
         return f"IBP_{self.key.upper()}_{self.union_of(member).upper()}_{member.upper()}"
+
+    def union_mask(self, union: UnionModel) -> str:
+        return f"IBP_{self.key.upper()}_{union.name.upper()}_MEMBERS"
+
+    def member_function(self, union: UnionModel) -> str:
+        return f"ibp_{self.key}_{union.name}_member"
+
+    @property
+    def uses_ah(self) -> bool:
+        return any(u.uses_ah for u in self.unions)
+
+    @property
+    def tail_from(self) -> str:
+        """The macro naming the offset the tail union starts at."""
+        assert self.tail is not None
+        return f"IBP_{self.key.upper()}_{self.tail[0].name.upper()}_FROM"
+
+    @property
+    def tail_opcodes(self) -> List[str]:
+        """The opcodes that use a member of the tail union."""
+        return [o for m in self.tail[0].members for o in m.opcodes] if self.tail else []
 
 
 @dataclass
@@ -150,6 +204,9 @@ class RecordTypeModel:
     clear_function: Optional[str] = None
     # stub signatures of hand-written special methods ("__init__": "(self, ...)")
     stubs: Dict[str, str] = field(default_factory=dict)
+    # spec `fills: <record>`: the generated <Type>_fill(obj, struct *) writes
+    # the fields the type shows into the C request a post hands the provider
+    fills: Optional[str] = None
 
     @property
     def members(self) -> List[Tuple[str, str]]:
@@ -172,6 +229,31 @@ class RecordTypeModel:
     @property
     def init_args(self) -> List[RecordAttribute]:
         return [a for a in self.attributes if a.writable]
+
+    @property
+    def prepared_fields(self) -> List[RecordAttribute]:
+        """The field attributes <Type>_prepare writes: the request a post
+        keeps (all but `prepared: false` ones)."""
+        return [a for a in self.attributes
+                if a.kind == "field" and a.conv is not None and a.calls_changed]
+
+    @property
+    def posted_fields(self) -> List[RecordAttribute]:
+        """The field attributes <Type>_fill writes: those each post stores
+        (`prepared: false`: wr_id)."""
+        return [a for a in self.attributes
+                if a.kind == "field" and a.conv is not None and not a.calls_changed]
+
+    def prepared_in(self, union: "UnionModel") -> List[Tuple["UnionMember", List[Tuple[RecordAttribute, str]]]]:
+        """Each member of *union* the prepared fields live in, with (attribute,
+        C path) of each of them there."""
+        out = []
+        for member in union.members:
+            fields = [(a, p) for a in self.prepared_fields
+                      for m, p in (a.conv.union if a.conv else ()) if m == member.name]
+            if fields:
+                out.append((member, fields))
+        return out
 
 
 @dataclass

@@ -11,7 +11,12 @@ line) and builds the model (generator/model.py's Record* classes):
   becomes that field's C value (range, byte order, validity check) and
   back; every type showing the field calls it;
 * a RecordTypeModel per Python class: where its object keeps the C values,
-  its attributes and the type shell.
+  its attributes and the type shell;
+* each union of a struct (UnionModel): its members' C paths and the rules
+  that pick one for a request (an AH, the opcode, otherwise), from which
+  the fill of the request a post hands the provider is generated (a type's
+  `fills:`).  A field inside a union that names no member, a member
+  without a rule, a path the IR's struct does not have are refused.
 
 generator/render.py (render_records) renders it: templates/records.h.j2
 the converters and object layouts (generated/records.h),
@@ -26,10 +31,10 @@ from typing import AbstractSet, Any, Dict, List, Optional, Tuple
 from .converters import RECORD_FIELDS, RecordFieldConverter
 from .ctext import value_runs
 from .ir import IR, Record
-from .members import member_type
+from .members import member_chain, member_type
 from .record_model import (EmbeddedStruct, RecordAttribute, RecordFieldMethod, RecordMethod, RecordModel,
                     RecordParser, RecordReach, RecordsModel, RecordsSpec, RecordTypeModel,
-                    SequenceSlots)
+                    SequenceSlots, UnionMember, UnionModel)
 from .spec import Node, SpecError, check_keys, load_file
 
 SPEC_FILE = os.path.join("datapath", "records.yaml")
@@ -42,7 +47,7 @@ RECORD_KEYS = {"ctype", "fields", "unions", "small_ints"}
 FIELD_KEYS = frozenset().union(*(c.keys for c in RECORD_FIELDS.by_kind.values()))
 TYPE_KEYS = {"doc", "storage", "refs", "state", "changed", "init", "repr", "attributes",
              "methods", "guard", "union", "clear", "new", "basetype", "gc", "dealloc",
-             "traverse", "getattro", "sequence", "field_methods", "readonly", "stub"}
+             "traverse", "getattro", "sequence", "field_methods", "readonly", "stub", "fills"}
 SEQUENCE_KEYS = {"length", "item", "set_item"}
 ATTR_KEYS = {"field", "readonly", "ref", "hand", "slot", "flag", "check", "prepared", "doc",
              "too_big", "stub"}
@@ -107,7 +112,119 @@ def _converter(ir: IR, rec: Record, key: str, name: str, node: Node, small: bool
     return conv
 
 
+UNION_MEMBER_KEYS = {"path", "user", "ah", "opcodes", "otherwise"}
+RULES = ("ah", "opcodes", "otherwise")
+
+
+def _union_member(ir: IR, rec: Record, key: str, union: str, name: str, node: Any,
+                  where: str) -> Tuple[UnionMember, Record]:
+    """One member of a union and its rule; with the IR union it is a member of."""
+    label = f"{key}.unions.{union}.{name}"
+    node = _needs(_keys(node, UNION_MEMBER_KEYS, label), {"path", "user"}, label)
+    rules = [r for r in RULES if r in node]
+    if len(rules) != 1:
+        raise SpecError(f"{where}: {label}: needs one rule that picks it (ah: true, "
+                        f"opcodes: [...] or otherwise: true), not {len(rules)}")
+    if rules[0] in ("ah", "otherwise") and node[rules[0]] is not True:
+        raise SpecError(f"{node.where(rules[0])}: {label}: {rules[0]} takes true")
+    path = str(node["path"])
+    container, _ = member_chain(ir, rec, path, node.where("path"))[-1]
+    if container.kind != "union":
+        raise SpecError(f"{node.where('path')}: {label}: {path} is not a member of a union "
+                        f"of {rec.name}")
+    opcodes = [str(o) for o in node.get("opcodes") or []]
+    if rules[0] == "opcodes" and not opcodes:
+        raise SpecError(f"{node.where('opcodes')}: {label}: opcodes names one at least")
+    return UnionMember(name, path, str(node["user"]), ah=rules[0] == "ah", opcodes=opcodes,
+                       otherwise=rules[0] == "otherwise"), container
+
+
+def _unions(ir: IR, rec: Record, key: str, node: Node) -> List[UnionModel]:
+    """`unions: {name: {member: {path, user, rule}}}`: the members of one
+    IR union each, their rules tried in order, `otherwise` last."""
+    out = []
+    unions = node.get("unions") or Node()
+    for uname, unode in unions.items():
+        if not isinstance(unode, Node) or not unode:
+            raise SpecError(f"{unions.where(uname)}: {key}.unions.{uname}: expected a mapping "
+                            f"of members")
+        members, containers = [], set()
+        for mname, mnode in unode.items():
+            member, container = _union_member(ir, rec, key, uname, mname, mnode,
+                                               unode.where(mname))
+            members.append(member)
+            containers.add(container.name)
+        if len(containers) != 1:
+            raise SpecError(f"{unions.where(uname)}: {key}.unions.{uname}: its members are "
+                            f"in different unions ({', '.join(sorted(containers))})")
+        for m in members[:-1]:
+            if m.otherwise:
+                raise SpecError(f"{unode.where(m.name)}: {key}.unions.{uname}.{m.name}: "
+                                f"otherwise is the last member's rule")
+        out.append(UnionModel(str(uname), members))
+    every = [m.name for u in out for m in u.members]
+    if len(set(every)) != len(every):
+        raise SpecError(f"{node.where('unions')}: {key}: a member name in two unions")
+    return out
+
+
+def _check_field_paths(ir: IR, rec: Record, key: str, unions: List[UnionModel],
+                       c: RecordFieldConverter, where: str) -> None:
+    """A field inside a union says which member it lives in (and where), and
+    each path it names lies inside that member."""
+    members = {m.name: m for u in unions for m in u.members}
+    if not c.union:
+        through = [r.name for r, _ in member_chain(ir, rec, c.name, where) if r.kind == "union"]
+        if through:
+            raise SpecError(f"{where}: {key}.{c.name}: it lives in {through[0]}: say in which "
+                            f"member, with its path (union: {{member: path}})")
+        return
+    for m, path in c.union:
+        if m not in members:
+            raise SpecError(f"{where}: {key}.{c.name}: {m} is not a member of a union of {key}")
+        if path != members[m].path and not path.startswith(members[m].path + "."):
+            raise SpecError(f"{where}: {key}.{c.name}: {path} is not inside member {m} "
+                            f"({members[m].path})")
+
+
+def _opcode_rules(ir: IR, key: str, node: Node, unions: List[UnionModel],
+                  convs: Dict[str, RecordFieldConverter]) -> Optional[RecordFieldConverter]:
+    """The `opcode` field the `opcodes` rules read; each opcode a member of its enum."""
+    named = [(u, m) for u in unions for m in u.members if m.opcodes]
+    if not named:
+        return None
+    opcode = convs.get("opcode")
+    enum = ir.enum(opcode.ctype) if opcode is not None and opcode.enum else None
+    if enum is None:
+        raise SpecError(f"{node.where('unions')}: {key}: an opcodes rule needs an enum "
+                        f"field `opcode`")
+    known = {e.name for e in enum.members}
+    for u, m in named:
+        for o in m.opcodes:
+            if o not in known:
+                raise SpecError(f"{node['unions'][u.name].where(m.name)}: {key}.unions."
+                                f"{u.name}.{m.name}: {o} is not a member of {enum.name}")
+    return opcode
+
+
+def _tail(ir: IR, rec: Record, unions: List[UnionModel]) -> Optional[Tuple[UnionModel, str]]:
+    """The struct's last member when it is a union whose members only
+    opcodes pick: the name a post's copy stops at."""
+    for u in unions:
+        if not all(m.opcodes for m in u.members):
+            continue
+        first = u.members[0].path
+        top = member_chain(ir, rec, first, "")[0][1]
+        if top is rec.fields[-1]:
+            return u, first.split(".")[0]
+    return None
+
+
 def _records(ir: IR, data: Node) -> List[RecordModel]:
+    # the records a type fills (`fills:`): the requests handed to the
+    # provider, whose every field must say which union member it is in
+    filled = {str(t.get("fills")) for t in (data.get("types") or {}).values()
+              if isinstance(t, Node) and t.get("fills") is not None}
     out = []
     for key, node in (data.get("records") or {}).items():
         node = _keys(node, RECORD_KEYS, key)
@@ -115,26 +232,22 @@ def _records(ir: IR, data: Node) -> List[RecordModel]:
         if rec is None or not rec.complete:
             raise SpecError(f"{node.where('ctype')}: {key}: no complete {node['ctype']} "
                             f"in {ir.source}")
-        unions = [(str(u), [str(m) for m in ms]) for u, ms in (node.get("unions") or {}).items()]
-        every = [m for _, ms in unions for m in ms]
-        if len(set(every)) != len(every):
-            raise SpecError(f"{node.where('unions')}: {key}: a member name in two unions")
+        unions = _unions(ir, rec, key, node)
         fields = node["fields"]
         convs = {name: _converter(ir, rec, key, name, fnode, bool(node.get("small_ints")),
                                   fields.where(name))
                  for name, fnode in fields.items()}
         for c in convs.values():
-            owners = set()
-            for m, _ in c.union:
-                found = [u for u, ms in unions if m in ms]
-                if not found:
-                    raise SpecError(f"{fields.where(c.name)}: {key}.{c.name}: {m} is not "
-                                    f"a member of a union of {key}")
-                owners.add(found[0])
+            if key in filled or c.union:
+                _check_field_paths(ir, rec, key, unions, c, fields.where(c.name))
+            owners = {next(u.name for u in unions if m in (x.name for x in u.members))
+                      for m, _ in c.union}
             if len(owners) > 1:
                 raise SpecError(f"{fields.where(c.name)}: {key}.{c.name}: members of "
                                 f"two unions ({', '.join(sorted(owners))})")
-        out.append(RecordModel(key, node["ctype"], unions, convs))
+        out.append(RecordModel(key, node["ctype"], unions, convs,
+                               opcode=_opcode_rules(ir, key, node, unions, convs),
+                               tail=_tail(ir, rec, unions)))
     return out
 
 
@@ -245,7 +358,37 @@ def _type(records: Any, name: str, node: Node) -> RecordTypeModel:
         getattro=node.get("getattro"),
         sequence=seq, gc=node.get("gc", True), basetype=node.get("basetype", True),
         clear=bool(node.get("clear", True)), traverse=traverse, clear_function=clear,
-        stubs=_special_stubs(node, name))
+        stubs=_special_stubs(node, name), fills=_fills(records, node, name, kind, attributes))
+
+
+def _fills(records: Dict[str, RecordModel], node: Node, name: str, kind: str,
+           attributes: List[RecordAttribute]) -> Optional[str]:
+    """`fills: <record>`: the type's fields, all of that record, make the C
+    request; the rules' inputs (opcode, the AH) are the type's own."""
+    key = node.get("fills")
+    if key is None:
+        return None
+    where = node.where("fills")
+    if key not in records or kind not in ("members", "embedded"):
+        raise SpecError(f"{where}: {name}: fills names a record the type keeps "
+                        f"(storage members or embedded)")
+    rec = records[key]
+    for a in attributes:
+        if a.kind == "field" and a.conv is not None and a.conv.record != key:
+            raise SpecError(f"{where}: {name}: {a.name} is a field of {a.conv.record}, "
+                            f"not of {key}")
+    for a in attributes:
+        if a.kind == "field" and a.conv is not None and a.conv.union and (
+                kind == "embedded" or not a.calls_changed):
+            raise SpecError(f"{where}: {name}: {a.name} is in a union: only a prepared "
+                            f"field of a `members` type is placed by the union rules")
+    shown = {a.name: a for a in attributes}
+    if rec.uses_ah and getattr(shown.get("ah"), "kind", None) != "ref":
+        raise SpecError(f"{where}: {name}: an `ah` rule of {key} needs the type's `ah` ref")
+    if rec.opcode is not None and getattr(shown.get("opcode"), "conv", None) is not rec.opcode:
+        raise SpecError(f"{where}: {name}: an `opcodes` rule of {key} needs the type's "
+                        f"opcode field")
+    return str(key)
 
 
 def _arg_parser(node: Node, key: str, name: str) -> RecordParser:

@@ -459,11 +459,6 @@ static inline void ibp_generic_dealloc(PyObject *op)
     Py_DECREF(type);
 }
 
-static inline int ibp_is_atomic(uint32_t opcode)
-{
-    return opcode == IBV_WR_ATOMIC_CMP_AND_SWP || opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
-}
-
 /*
  * The runtime of the generated parsers (convert.c; generator/emit.py and
  * templates/record_type.c.h.j2 emit the parser structs): each argument by

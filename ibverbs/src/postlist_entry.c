@@ -64,36 +64,15 @@ static inline int ibp_entry_writable(PyObject *op)
     return ibp_pl_frozen(ENTRY_PL(op));
 }
 
-static const char *const member_user[] = {
-    [IBP_SEND_WR_WR_RDMA] = "an RDMA request",
-    [IBP_SEND_WR_WR_ATOMIC] = "an atomic request",
-    [IBP_SEND_WR_WR_UD] = "a UD request",
-    [IBP_SEND_WR_DATA_IMM] = "a request other than LOCAL_INV and SEND_WITH_INV",
-    [IBP_SEND_WR_DATA_INV] = "a LOCAL_INV or SEND_WITH_INV request",
-};
-
-#define DATA_MEMBERS ((1 << IBP_SEND_WR_DATA_IMM) | (1 << IBP_SEND_WR_DATA_INV))
-
-/* Which member of a union of the send request the entry uses
- * (IBP_SEND_WR_*), if it is one of `members` (a mask of the members of
- * one union: wr, or data, where imm_data and invalidate_rkey share their
- * place); else -1 with AttributeError. */
+/* Which member of a union of the send request the entry uses, by the
+ * rules of spec/datapath/records.yaml (generated/records.h), if it is one
+ * of `members`; else -1 with AttributeError.  The AH is the entry's: the
+ * request's own place for it shares memory with remote_addr. */
 static inline int ibp_entry_member(PyObject *op, int members, const char *name)
 {
     PostListObject *pl = ENTRY_PL(op);
-    const struct ibv_send_wr *wr = PL_SEND_WR(pl, ENTRY_I(op));
-    int u;
-    if (members & DATA_MEMBERS)
-        u = wr->opcode == IBV_WR_LOCAL_INV || wr->opcode == IBV_WR_SEND_WITH_INV
-            ? IBP_SEND_WR_DATA_INV : IBP_SEND_WR_DATA_IMM;
-    else
-        u = pl->entries[ENTRY_I(op)].ah != NULL ? IBP_SEND_WR_WR_UD
-          : ibp_is_atomic(wr->opcode) ? IBP_SEND_WR_WR_ATOMIC
-          : IBP_SEND_WR_WR_RDMA;
-    if (members & (1 << u))
-        return u;
-    PyErr_Format(PyExc_AttributeError, "%s is not used by %s", name, member_user[u]);
-    return -1;
+    return ibp_send_wr_member_used(PL_SEND_WR(pl, ENTRY_I(op)),
+                                   pl->entries[ENTRY_I(op)].ah != NULL, members, name);
 }
 
 /* An inline send entry must keep pointing at readable memory. */

@@ -6,8 +6,9 @@
  *
  * A SendWR keeps each field of struct ibv_send_wr it shows in a member of
  * its own: the members of the wr union (rdma, atomic, ud) share memory in
- * C, a request may set all of them, and the post fills the one its opcode
- * and QP type use.  imm_data is kept in network order, as in C.
+ * C, a request may set all of them, and the post fills the one its rules
+ * pick (SendWR_prepare, generated).  imm_data is kept in network order,
+ * as in C.
  */
 #include "common.h"
 
@@ -29,11 +30,11 @@ static inline void ibp_SendWR_changed(SendWRObject *w)
 }
 
 /*
- * sg_list must be None or a sequence of SGE.  As in the seed, the
- * constructor stores a copy (copy=1) and assignment stores the list itself
- * (a list's later appends are posted); anything else becomes a new list.
- * Items are checked here and again when posted (fill_sges), since the list
- * can change in between.
+ * sg_list is None or a sequence.  As in the seed, the constructor stores a
+ * copy (copy=1) and assignment stores the list itself (a list's later
+ * appends are posted); anything else becomes a new list.  Its items are
+ * checked when posted (fill_sges), as the seed does: a test double stands
+ * in for an SGE until the request reaches a QP.
  */
 static int ibp_set_sg_list(PyObject **slot, PyObject *value, int copy)
 {
@@ -53,15 +54,6 @@ static int ibp_set_sg_list(PyObject **slot, PyObject *value, int copy)
             PyErr_SetString(PyExc_TypeError, "sg_list must be a list of SGE or None");
         }
         return -1;
-    }
-    Py_ssize_t n = PyList_Size(list);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (!PyObject_TypeCheck(PyList_GetItem(list, i), SGE_Type)) {
-            PyErr_Format(PyExc_TypeError, "sg_list[%zd] must be an SGE, not %s", i,
-                         ibp_type_name(PyList_GetItem(list, i)));
-            Py_DECREF(list);
-            return -1;
-        }
     }
     Py_XSETREF(*slot, list);
     return 0;
@@ -169,7 +161,8 @@ static inline int fill_sges(PyObject *list, struct ibv_sge *out, Py_ssize_t room
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *item = PyList_GetItem(list, i);
         if (!PyObject_TypeCheck(item, SGE_Type)) {
-            PyErr_SetString(PyExc_TypeError, "sg_list items must be SGE");
+            PyErr_Format(PyExc_TypeError, "sg_list[%zd] must be an SGE, not %s", i,
+                         ibp_type_name(item));
             return -1;
         }
         out[i] = ((SGEObject *)item)->sge;
@@ -190,56 +183,23 @@ int ibp_check_inline_sges(const struct ibv_send_wr *wr)
     return 0;
 }
 
-/* The fields of w that its setters checked, into *wr (w->prepared): the
- * SGEs, the AH pointer, wr_id and next are the post's to fill. */
-static void send_wr_prepare(const SendWRObject *w, struct ibv_send_wr *wr)
-{
-    memset(wr, 0, sizeof(*wr));
-    wr->opcode = w->opcode;
-    wr->send_flags = w->send_flags;
-    if (w->opcode == IBV_WR_LOCAL_INV || w->opcode == IBV_WR_SEND_WITH_INV)
-        wr->invalidate_rkey = w->invalidate_rkey;   /* shares imm_data's place */
-    else
-        wr->imm_data = w->imm_data;     /* network order already */
-    /* wr.rdma, wr.atomic and wr.ud share memory (and rkey sits at a
-     * different offset in each): fill the one the request uses. */
-    if (w->ah != NULL) {
-        wr->wr.ud.remote_qpn = w->remote_qpn;
-        wr->wr.ud.remote_qkey = w->remote_qkey;
-    } else if (ibp_is_atomic(w->opcode)) {
-        wr->wr.atomic.remote_addr = w->remote_addr;
-        wr->wr.atomic.compare_add = w->compare_add;
-        wr->wr.atomic.swap = w->swap;
-        wr->wr.atomic.rkey = w->rkey;
-    } else {
-        wr->wr.rdma.remote_addr = w->remote_addr;
-        wr->wr.rdma.rkey = w->rkey;
-    }
-}
-
 /*
- * The prepared fields into *wr.  The common opcodes take only sg_list
- * through the qp_type union (wr_id and next are the post's to fill, and
- * only BIND_MW and TSO read the union after it): under emulation every
- * load and store costs, and a post converts 32 requests per call.  Any
- * other opcode gets the whole request, zeroes included.  sg_list and
- * num_sge are those of the SGEs kept (ibp_send_wr_kept), or the filling post's
- * to overwrite.
+ * The prepared request into *wr: SendWR_prepare (generated from
+ * spec/datapath/records.yaml) placed each field.  wr_id and next are the
+ * post's to fill, and only the opcodes of the struct's last union (BIND_MW
+ * and TSO, ibp_send_wr_uses_ext) read it: every other opcode takes only
+ * sg_list up to it.  Under emulation every load and store costs, and a
+ * post converts 32 requests per call.  sg_list and num_sge are those of
+ * the SGEs kept (ibp_send_wr_kept), or the filling post's to overwrite.
  */
 #define PREPARED_FROM offsetof(struct ibv_send_wr, sg_list)
-#define PREPARED_TO offsetof(struct ibv_send_wr, bind_mw)
 static inline void copy_prepared(const SendWRObject *w, struct ibv_send_wr *wr)
 {
-    switch (w->opcode) {
-    case IBV_WR_RDMA_WRITE: case IBV_WR_RDMA_WRITE_WITH_IMM: case IBV_WR_SEND:
-    case IBV_WR_SEND_WITH_IMM: case IBV_WR_RDMA_READ: case IBV_WR_ATOMIC_CMP_AND_SWP:
-    case IBV_WR_ATOMIC_FETCH_AND_ADD: case IBV_WR_LOCAL_INV: case IBV_WR_SEND_WITH_INV:
-        memcpy((char *)wr + PREPARED_FROM, (const char *)&w->prepared + PREPARED_FROM,
-               PREPARED_TO - PREPARED_FROM);
-        return;
-    default:
+    if (__builtin_expect(ibp_send_wr_uses_ext(w->opcode), 0))
         *wr = w->prepared;
-    }
+    else
+        memcpy((char *)wr + PREPARED_FROM, (const char *)&w->prepared + PREPARED_FROM,
+               IBP_SEND_WR_EXT_FROM - PREPARED_FROM);
 }
 
 /* Whether a list's item array is where common.h's ibp_list_item reads it
@@ -302,7 +262,7 @@ static int keep_sges(PyObject *own, PyObject *sg_list, const struct ibv_sge *sge
 void ibp_send_wr_copy_kept(const SendWRObject *w, struct ibv_send_wr *wr)
 {
     copy_prepared(w, wr);
-    wr->wr_id = w->wr_id;
+    SendWR_fill(w, wr);
 }
 
 /* One SendWR into *wr, its SGEs from sg_list (w's, or a reference to it
@@ -313,24 +273,14 @@ int ibp_send_wr_fill(SendWRObject *w, PyObject *sg_list, struct ibv_send_wr *wr,
 {
     struct ibv_sge *sg = wr->sg_list;
     uint64_t stamp = w->stamp;
-    if (w->opcode == IBV_WR_BIND_MW) {
-        /* bind_mw has a union of its own (with tso): the MW and MR are
-         * read at post time, and the SendWR holds both while it runs.
-         * Never prepared: it carries pointers of objects that can close. */
-        memset(wr, 0, sizeof(*wr));
-        wr->opcode = IBV_WR_BIND_MW;
-        wr->send_flags = w->send_flags;
-        wr->imm_data = w->imm_data;     /* network order already */
-    } else {
-        /* the stamp before the fields: a store in between leaves this
-         * request prepared under the stamp it retires */
-        if (w->prepared_stamp != stamp || stamp == 0) {
-            send_wr_prepare(w, &w->prepared);
-            w->prepared_stamp = stamp;
-        }
-        copy_prepared(w, wr);
+    /* the stamp before the fields: a store in between leaves this
+     * request prepared under the stamp it retires */
+    if (w->prepared_stamp != stamp || stamp == 0) {
+        SendWR_prepare(w, &w->prepared);
+        w->prepared_stamp = stamp;
     }
-    wr->wr_id = w->wr_id;
+    copy_prepared(w, wr);
+    SendWR_fill(w, wr);
     wr->sg_list = sg;
     int rc = fill_sges(sg_list, sg, room, &wr->num_sge);
     if (rc != 0)
@@ -338,6 +288,8 @@ int ibp_send_wr_fill(SendWRObject *w, PyObject *sg_list, struct ibv_send_wr *wr,
     if ((wr->send_flags & IBV_SEND_INLINE) && ibp_check_inline_sges(wr) < 0)
         return -1;
     if (w->opcode == IBV_WR_BIND_MW) {
+        /* The MW and MR pointers are read at each post (the SendWR holds
+         * both while it runs), never prepared: their objects can close. */
         if (w->mw == NULL || w->bind_info == NULL) {
             PyErr_SetString(PyExc_ValueError, "a BIND_MW request needs mw and bind_info");
             return -1;
@@ -371,7 +323,7 @@ int ibp_send_wr_fill(SendWRObject *w, PyObject *sg_list, struct ibv_send_wr *wr,
 int ibp_recv_wr_fill(RecvWRObject *w, PyObject *sg_list, struct ibv_recv_wr *wr,
                      Py_ssize_t room)
 {
-    wr->wr_id = w->prepared.wr_id;
+    RecvWR_fill(w, wr);
     wr->next = NULL;
     int rc = fill_sges(sg_list, wr->sg_list, room, &wr->num_sge);
     if (rc == 0 && keep_sges(w->sg_list, sg_list, wr->sg_list, wr->num_sge, 0, &w->sges)) {

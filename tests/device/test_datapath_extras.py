@@ -2,8 +2,10 @@
 place) and WCBuffer / CQ.poll_into (completions without objects), plus the
 behaviour the faster post_send/post_recv/poll must keep."""
 import gc
+import sys
 import threading
 import time
+import types
 
 import pytest
 
@@ -253,6 +255,42 @@ def test_posting_to_a_closed_qp_fails_cleanly(ib, pd, cq, make_buffer):
     with pytest.raises(ib.VerbsError) as exc:
         qp.post_send(plist)
     assert exc.value.errno == 9
+
+
+def test_a_test_double_in_sg_list_is_refused_at_post_and_posts_nothing(ib, rc_pair, make_buffer):
+    """As the seed: a request stores any sg_list items (a client's unit test
+    builds RecvWR(sg_list=[fake_mr.sge(...)])), and a post refuses one that
+    is no SGE, with TypeError, before the provider sees the chain."""
+    src = make_buffer(64, fill=0x5A)
+    dst = make_buffer(64)
+    fake = types.SimpleNamespace(addr=dst.addr, length=64, lkey=dst.mr.lkey)
+    refs = sys.getrefcount(fake), sys.getrefcount(dst.mr)
+    recv = ib.RecvWR(wr_id=1, sg_list=[fake])
+    send = ib.SendWR(wr_id=2, sg_list=[src.mr.sge(64), fake], opcode=ib.WROpcode.SEND,
+                     send_flags=ib.SendFlags.SIGNALED)
+    for post, wr, index in ((rc_pair.qp_b.post_recv, recv, 0), (rc_pair.qp_a.post_send, send, 1)):
+        for arg in (wr, [wr], (wr,)):
+            with pytest.raises(TypeError, match=rf"^sg_list\[{index}\] must be an SGE, "
+                                                r"not SimpleNamespace$"):
+                post(arg)
+    with pytest.raises(TypeError, match=r"must be an SGE, not SimpleNamespace"):
+        ib.PostList([recv])
+    assert rc_pair.cq_a.poll(4) == [] and rc_pair.cq_b.poll(4) == []
+    # the same requests, their items SGEs now: the receive the provider
+    # gets is the one posted now (nothing of the refused posts queued)
+    recv.sg_list[0] = dst.mr.sge(64)
+    recv.wr_id = 3
+    rc_pair.qp_b.post_recv(recv)
+    send.sg_list = [src.mr.sge(64)]
+    rc_pair.qp_a.post_send(send)
+    (sent,) = poll_until(rc_pair.cq_a, 1)
+    (got,) = poll_until(rc_pair.cq_b, 1)
+    sent.raise_for_status()
+    got.raise_for_status()
+    assert (sent.wr_id, got.wr_id, got.byte_len) == (2, 3, 64)
+    assert bytes(dst.array) == b"\x5a" * 64
+    del recv, send
+    assert (sys.getrefcount(fake), sys.getrefcount(dst.mr)) == refs
 
 
 # ---- WCBuffer / poll_into -------------------------------------------------------

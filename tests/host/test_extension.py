@@ -227,8 +227,8 @@ def test_work_requests_hold_c_values_with_range_checks():
         wr.wr_id = 2**64
     with pytest.raises(ValueError):
         wr.imm_data = 2**32
-    with pytest.raises(TypeError):
-        wr.sg_list = [1]
+    with pytest.raises(TypeError, match="sg_list must be a list of SGE or None"):
+        wr.sg_list = 1      # items are checked at post (test_wr_doubles)
     with pytest.raises(TypeError):
         wr.ah = object()
     rwr = ib.RecvWR(wr_id=3)

@@ -142,10 +142,10 @@ SPEC_MISTAKES = {
                                        r"PostList\.new: required must be 0\.\.1"),
     "constructor_naming_one_twice": ("keyword_only: [raise_on_error]", "keyword_only: [capacity]",
                                      r"WCBuffer\.new: the argument names must be distinct"),
-    "union_member_in_two_unions": ("data: [imm, inv]", "data: [imm, rdma]",
+    "union_member_in_two_unions": ("tso: {path: tso,", "rdma: {path: tso,",
                                    r"send_wr: a member name in two unions"),
     "field_in_two_unions": ("invalidate_rkey: {union: {inv: invalidate_rkey}}",
-                            "invalidate_rkey: {union: {inv: invalidate_rkey, rdma: invalidate_rkey}}",
+                            "invalidate_rkey: {union: {inv: invalidate_rkey, rdma: wr.rdma.rkey}}",
                             r"send_wr\.invalidate_rkey: members of two unions \(data, wr\)"),
     # a field's `convert:` names a converter kind (generator/converters/record_fields.py),
     # which says what C type it takes

@@ -45,7 +45,8 @@ NAME_POSITIONS = [
     # spec/gil.yaml: the kinds of verbs are names
     "gil",
     # spec/datapath/records.yaml
-    "records", "records/*/fields", "records/*/unions", "records/*/fields/*/union",
+    "records", "records/*/fields", "records/*/unions", "records/*/unions/*",
+    "records/*/fields/*/union",
     "types", "types/*/attributes", "types/*/methods", "types/*/field_methods",
     "types/*/state", "types/*/storage/reach", "types/*/stub",
 ] + [f"{m}/{part}" for m in _M for part in ("params", "params/*/struct", "impl",
