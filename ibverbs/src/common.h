@@ -524,7 +524,7 @@ static inline int ibp_wr_kept(const struct ibp_sge_cache *c, PyObject *sg_list)
 IBP_HIDDEN void ibp_send_wr_copy_kept(const SendWRObject *w, struct ibv_send_wr *wr);
 
 IBP_HIDDEN PyObject *ibp_post_failed(const char *verb, int rc, Py_ssize_t index, uint64_t wr_id);
-IBP_HIDDEN int ibp_check_ah_fits_qp(PyObject *qp, int has_ah, Py_ssize_t index);
+IBP_HIDDEN int ibp_check_ah_fits_qp(PyObject *qp, PyObject *ah, Py_ssize_t index);
 
 /* postlist.c */
 IBP_HIDDEN PyObject *ibp_postlist_post(PyObject *self, PyObject *list, enum post_target target);
