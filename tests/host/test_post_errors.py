@@ -5,19 +5,10 @@ siw and erdma -ENOMEM; either is VerbsError(errno=ENOMEM)."""
 from __future__ import annotations
 
 import errno
-import importlib.util
 import json
 import os
-import pathlib
-import shutil
-import subprocess
-import sys
 
 import pytest
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 
 POSTS = """
 import ctypes, json, sys
@@ -52,27 +43,16 @@ json.dump(out, sys.stdout)
 """
 
 
-@pytest.fixture(scope="module")
-def nullverbs():
-    spec = importlib.util.spec_from_file_location("host_micro", ROOT / "bench" / "host_micro.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.build_nullverbs()
-
-
-def failed_posts(lib, result):
-    env = dict(os.environ, IBVERBS_LIBRARY=lib, NULLVERBS_POST_RESULT=str(result),
-               PYTHONPATH=str(ROOT))
-    out = subprocess.run([sys.executable, "-c", POSTS], capture_output=True, text=True,
-                         env=env, cwd=ROOT, timeout=60)
+def failed_posts(on_null_provider, result):
+    out = on_null_provider(POSTS, NULLVERBS_POST_RESULT=str(result))
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 
 
 @pytest.mark.parametrize("result", [errno.ENOMEM, -errno.ENOMEM], ids=["ENOMEM", "-ENOMEM"])
-def test_a_failed_post_raises_the_positive_errno_whatever_the_providers_sign(nullverbs, result):
-    for way, failure in failed_posts(nullverbs, result).items():
+def test_a_failed_post_raises_the_positive_errno_whatever_the_providers_sign(on_null_provider,
+                                                                             result):
+    for way, failure in failed_posts(on_null_provider, result).items():
         assert failure is not None, f"{way} did not raise"
         code, message = failure
         assert code == errno.ENOMEM, f"{way}: errno {code}"
