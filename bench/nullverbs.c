@@ -10,6 +10,10 @@
  *                          cqe = 1000000 + K (K = 0, any smaller cqe: the
  *                          CQ is always empty).
  *
+ * With NULLVERBS_POST_RESULT=<int> in the environment when a device is
+ * opened, its post_send / post_recv fail instead, returning that value
+ * (tests/host/test_post_errors.py: siw and erdma return -ENOMEM).
+ *
  * So instruction counts measured through it (valgrind --tool=callgrind)
  * are the binding's own cost, with no device in the way.  Every other
  * symbol the extension requires is a stub that aborts; bench/host_micro.py
@@ -59,6 +63,20 @@ static int null_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_
     return 0;
 }
 
+static int post_result;     /* NULLVERBS_POST_RESULT */
+
+static int failing_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+    *bad = wr;
+    return post_result;
+}
+
+static int failing_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+    *bad = wr;
+    return post_result;
+}
+
 static int null_poll_cq(struct ibv_cq *cq, int num, struct ibv_wc *wc)
 {
     int k = cq->cqe >= 1000000 ? cq->cqe - 1000000 : 0;
@@ -106,6 +124,13 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
     ctx->ops.post_send = null_post_send;
     ctx->ops.post_recv = null_post_recv;
     ctx->ops.req_notify_cq = null_req_notify_cq;
+    const char *result = getenv("NULLVERBS_POST_RESULT");
+    if (result != NULL) {
+        /* its own functions: the measured ones stay as they are */
+        post_result = atoi(result);
+        ctx->ops.post_send = failing_post_send;
+        ctx->ops.post_recv = failing_post_recv;
+    }
     return ctx;
 }
 

@@ -45,6 +45,13 @@ them in use):
     packed_struct: ARG    (with `ctype: C TYPE`) the bytes-like argument ARG
         holds at least a CTYPE whose `size` member is its whole length
         (ValueError; a variable-length struct packed in Python)
+    packed_items: ARG     (with `ctype:`, `count: MEMBER`, `item: C TYPE`,
+        `header: MEMBER`, `kinds: {C CONSTANT: C TYPE}`, `kind_flags: [C
+        CONSTANT, ...]`) after ARG's CTYPE, exactly `count` items fill it,
+        each starting with an ITEM `header` whose `type` and `size` say its
+        kind and its own length, inside ARG; an item of a kind listed
+        (without the kind_flags bits) at least that kind's struct
+        (ValueError; what the verb walks by the items' own sizes, unbounded)
   parameter and `struct:` field values
     self.FIELD            a member of self's verbs struct (self_ptr->FIELD)
     self                  (a struct field) self's verbs pointer
@@ -374,8 +381,50 @@ class PackedStruct(CheckRule):
                      f"(({ctype} *)PyBytes_AsString(", data, "))->size == PyBytes_Size(", data, ")")
 
 
+class PackedItems(CheckRule):
+    """The items after a packed variable-length struct (struct
+    ibv_flow_attr's specs): libibverbs walks `count` of them by each one's
+    own header size, and reads each known kind's whole struct, so a header
+    that lies reads past the buffer.  The walk is checked here first
+    (ibp_packed_items_ok, ibverbs/src/convert.c)."""
+
+    key = "packed_items"
+    extra = frozenset({"ctype", "count", "item", "header", "kinds", "kind_flags"})
+
+    def expr(self, scope: Scope, entry: Any, where: str) -> CExpr:
+        cname, path, pspec = scope.arg(entry[self.key], where)
+        if pspec.get("convert") != "bytes" or path is not None:
+            scope.fail(where, f"packed_items: {entry[self.key]} is no `convert: bytes` argument")
+        ctypes = {}
+        for key in ("ctype", "item"):
+            value = entry.get(key)
+            if not isinstance(value, str) or not all(_is_name(w) for w in value.split()):
+                scope.fail(where, f"packed_items: needs `{key}:` (a C struct type)")
+            ctypes[key] = value
+        for key in ("count", "header"):
+            if not isinstance(entry.get(key), str) or not _is_name(entry[key]):
+                scope.fail(where, f"packed_items: needs `{key}:` (a member name)")
+        kinds = entry.get("kinds") or {}
+        flags = entry.get("kind_flags") or []
+        if not hasattr(kinds, "items") or not all(
+                _is_name(k) and isinstance(v, str) and all(_is_name(w) for w in v.split())
+                for k, v in kinds.items()):
+            scope.fail(where, "packed_items: `kinds:` maps C constants to C struct types")
+        if not isinstance(flags, list) or not all(isinstance(f, str) and _is_name(f) for f in flags):
+            scope.fail(where, "packed_items: `kind_flags:` is a list of C constants")
+        ctype, item, header = ctypes["ctype"], ctypes["item"], entry["header"]
+        data = ArgBytes(cname)
+        table = ", ".join(f"{{{k}, sizeof({v})}}" for k, v in kinds.items())
+        return CExpr("ibp_packed_items_ok(PyBytes_AsString(", data, "), PyBytes_Size(", data, "), "
+                     f"sizeof({ctype}), (({ctype} *)PyBytes_AsString(", data,
+                     f"))->{entry['count']}, offsetof({item}, {header}.type), "
+                     f"offsetof({item}, {header}.size), "
+                     f"(const struct ibp_packed_kind[]){{{table or '{0, 0}'}}}, {len(kinds)}, "
+                     f"{' | '.join(flags) or '0'})")
+
+
 CHECKS: Dict[str, CheckRule] = {r.key: r for r in (SameContext(), SamePD(), NotNone(), IsNone(), State(),
-                             ProviderOp(), WCFlag(), PackedStruct())}
+                             ProviderOp(), WCFlag(), PackedStruct(), PackedItems())}
 CHECK_EXTRA = {"error", "message"}
 
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import select
 import socket
 import struct
 import sys
@@ -44,6 +43,7 @@ import ibverbs as ib
 from ._cli_args import (DEFAULT_TCP_PORT, EXIT_CODES, EXIT_FAILED, EXIT_INTERRUPTED,  # noqa: F401
                         EXIT_NO_DEVICE, EXIT_NO_LIBRARY, EXIT_OK, EXIT_USAGE, MAX_COUNT, MAX_SIZE,
                         build_parser, parse_args)
+from ._cmevents import _readable
 
 _PARAMS = struct.Struct("!II")  # count, size: the client tells the server
 SYSFS_INFINIBAND = "/sys/class/infiniband"
@@ -414,7 +414,7 @@ class _Side:
             if not armed:               # arm, then poll once more: no completion slips by
                 self.cq.req_notify()
                 armed = True
-            elif select.select([channel.fd], [], [], left)[0]:
+            elif _readable(channel.fd, left):
                 channel.get_cq_event()  # readable: does not block
                 self.cq.ack_events(1)
                 armed = False

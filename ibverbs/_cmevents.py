@@ -107,11 +107,14 @@ def _make_event(event: int, status: int, cm_id: Optional[CMID], listen_id: Optio
     return CMEvent(kind, status, cm_id, listen_id, private_data, param)
 
 
-def _readable(fd: int, timeout: float) -> bool:
-    """Whether fd becomes readable within timeout seconds.  poll(), not
-    select(): select() takes no fd of 1024 or more (FD_SETSIZE), which a
-    process with a thousand connections has."""
+def _readable(fd: int, timeout: Optional[float]) -> bool:
+    """Whether fd becomes readable within timeout seconds (None: waits until
+    it does).  poll(), not select(): select() takes no fd of 1024 or more
+    (FD_SETSIZE), which a process with a thousand connections has.  Every
+    wait of the package on a channel's fd is this one."""
     poller = select.poll()
     poller.register(fd, select.POLLIN)
+    if timeout is None:
+        return bool(poller.poll())
     # poll() takes milliseconds: round up, so that a short timeout still waits
     return bool(poller.poll(max(0, math.ceil(timeout * 1000))))

@@ -194,7 +194,17 @@ class FlowAttr:
             if pack is None:
                 raise TypeError(f"specs[{i}] must be a FlowSpecEth, FlowSpecIPv4 or "
                                 f"FlowSpecTCPUDP, not {type(spec).__name__}")
-            body += pack()
+            packed = bytes(pack())
+            # libibverbs steps from spec to spec by the size in each header,
+            # not by what was packed: the two must agree
+            if len(packed) < _HEAD.size:
+                raise ValueError(f"specs[{i}].pack() gave {len(packed)} bytes, less than a "
+                                 f"spec header ({_HEAD.size})")
+            _, size = _HEAD.unpack_from(packed)
+            if size != len(packed):
+                raise ValueError(f"specs[{i}].pack() gave {len(packed)} bytes, but its "
+                                 f"header's size says {size}")
+            body += packed
         if len(self.specs) > 255:
             raise ValueError("at most 255 specs")
         if not 1 <= self.port <= 255:

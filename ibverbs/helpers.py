@@ -489,10 +489,9 @@ def cq_wait(cq, n: int = 1, timeout: float | None = None, *, raise_on_error: boo
             cq.req_notify()
             armed = True
             continue
-        import select
+        from ._cmevents import _readable
 
-        readable, _, _ = select.select([channel.fd], [], [], remaining)
-        if readable:
+        if _readable(channel.fd, remaining):
             event_cq = channel.get_cq_event()
             event_cq.ack_events(1)
             armed = False

@@ -232,3 +232,27 @@ def rc_pair(ib: Any, pd: "ibv.PD", port: int, gid_index: int, access: int) -> It
     pair = RCPair(ib, pd, pd, port, gid_index, gid_index, access)
     yield pair
     pair.close()
+
+
+@pytest.fixture(scope="session")
+def on_null_provider() -> Callable[..., Any]:
+    """run(code, **env): `code` run by a fresh interpreter whose ibverbs
+    loads the null provider (bench/nullverbs.c, built by bench/host_micro.py)
+    instead of libibverbs.so.1; env adds environment variables (those of
+    nullverbs.c included).  Its CompletedProcess, text output captured."""
+    import importlib.util
+    import shutil
+    import subprocess
+    if shutil.which("gcc") is None:
+        pytest.skip("the null provider needs gcc")
+    spec = importlib.util.spec_from_file_location("host_micro", ROOT / "bench" / "host_micro.py")
+    assert spec is not None and spec.loader is not None
+    host_micro = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(host_micro)
+    lib = host_micro.build_nullverbs()
+
+    def run(code: str, **env: str) -> "subprocess.CompletedProcess[str]":
+        full = dict(os.environ, IBVERBS_LIBRARY=lib, PYTHONPATH=str(ROOT), **env)
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              env=full, cwd=ROOT, timeout=120)
+    return run

@@ -155,6 +155,23 @@ IBP_HIDDEN int ibp_conv_handle(PyObject *obj, const char *name,
  * them, or NULL with TypeError naming the item (EBADF for a closed one). */
 IBP_HIDDEN PyObject *ibp_conv_handles(PyObject *obj, const char *name, PyTypeObject *type);
 
+/* The items packed after a variable-length struct (`packed_items:` checks,
+ * generator/rules.py: struct ibv_flow_attr and its specs).  1 when, after
+ * the head_size bytes of the head, exactly count items fill the len bytes,
+ * each starting with a header of a 32-bit kind (at kind_offset) and its
+ * own 16-bit size (at size_offset), the size at least the header and
+ * inside the buffer, and an item whose kind, without the kind_flags bits,
+ * is in kinds at least that kind's struct; 0 otherwise.  What the verb
+ * walks by the items' own sizes, with no bound. */
+struct ibp_packed_kind {
+    uint32_t kind;
+    size_t size;
+};
+IBP_HIDDEN int ibp_packed_items_ok(const char *data, Py_ssize_t len, size_t head_size,
+                                   unsigned count, size_t kind_offset, size_t size_offset,
+                                   const struct ibp_packed_kind *kinds, size_t nkinds,
+                                   uint32_t kind_flags);
+
 /* ---- handle bookkeeping (handles.c) ------------------------------------- */
 
 /* Is it open? Raise VerbsError(EBADF) if not. */
@@ -571,7 +588,7 @@ static inline int ibp_recv_wr_kept(const RecvWRObject *w)
 IBP_HIDDEN void ibp_send_wr_copy_kept(const SendWRObject *w, struct ibv_send_wr *wr);
 
 IBP_HIDDEN PyObject *ibp_post_failed(const char *verb, int rc, Py_ssize_t index, uint64_t wr_id);
-IBP_HIDDEN int ibp_check_ah_fits_qp(PyObject *qp, int has_ah, Py_ssize_t index);
+IBP_HIDDEN int ibp_check_ah_fits_qp(PyObject *qp, PyObject *ah, Py_ssize_t index);
 
 /* postlist.c */
 IBP_HIDDEN PyObject *ibp_postlist_post(PyObject *self, PyObject *list, enum post_target target);

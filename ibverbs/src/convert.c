@@ -527,3 +527,29 @@ int ibp_unpack_fastcall(struct ibp_parser *p, PyObject *const *args, Py_ssize_t 
             return -1;
     return required(p, out);
 }
+
+int ibp_packed_items_ok(const char *data, Py_ssize_t len, size_t head_size, unsigned count,
+                        size_t kind_offset, size_t size_offset,
+                        const struct ibp_packed_kind *kinds, size_t nkinds, uint32_t kind_flags)
+{
+    size_t header = (size_offset > kind_offset + sizeof(uint32_t)
+                     ? size_offset : kind_offset + sizeof(uint32_t)) + sizeof(uint16_t);
+    if (len < 0 || (size_t)len < head_size)
+        return 0;
+    size_t at = head_size;
+    for (unsigned i = 0; i < count; i++) {
+        if ((size_t)len - at < header)
+            return 0;
+        uint32_t kind;
+        uint16_t size;
+        memcpy(&kind, data + at + kind_offset, sizeof(kind));
+        memcpy(&size, data + at + size_offset, sizeof(size));
+        if (size < header || (size_t)len - at < size)
+            return 0;
+        for (size_t k = 0; k < nkinds; k++)
+            if ((kind & ~kind_flags) == kinds[k].kind && size < kinds[k].size)
+                return 0;
+        at += size;
+    }
+    return at == (size_t)len;
+}

@@ -91,9 +91,14 @@ int ibp_error_code(long rc)
 {
     if (rc > 0)
         return (int)rc;
+    /* Below -1 it is a negated errno (siw and erdma return -ENOMEM), whatever
+     * errno a call inside the provider happened to leave; -1 is librdmacm's
+     * "see errno". */
+    if (rc < -1 && rc > -4096)
+        return (int)-rc;
     if (errno > 0)
         return errno;
-    if (rc < 0 && rc > -4096)
+    if (rc < 0)
         return (int)-rc;
     return EIO;
 }

@@ -133,7 +133,7 @@ static PyObject *post_send_one(PyObject *self, SendWRObject *w, int *no_room)
     struct ibv_send_wr wr, *bad = NULL;
     struct ibv_sge sges[STACK_SGES];
     wr.sg_list = sges;
-    if (ibp_check_ah_fits_qp(self, w->ah != NULL, 0) < 0)
+    if (ibp_check_ah_fits_qp(self, w->ah, 0) < 0)
         return NULL;
     int filled = ibp_send_wr_fill(w, w->sg_list, &wr, STACK_SGES);
     if (filled != 0) {
@@ -269,7 +269,7 @@ static Py_ssize_t send_chain_on_stack(PyObject *self, PyObject *arg, struct chai
             continue;
         }
         wr->sg_list = sge;
-        if (ibp_check_ah_fits_qp(self, w->ah != NULL, i) < 0)
+        if (ibp_check_ah_fits_qp(self, w->ah, i) < 0)
             return -1;
         int filled = ibp_send_wr_fill(w, w->sg_list, wr, c->stack_sges + STACK_SGES - sge);
         if (filled != 0)
@@ -367,7 +367,7 @@ static PyObject *post_send_any(PyObject *self, PyObject *arg)
         struct ibv_send_wr *wr = &wrs[i];
         SendWRObject *w = (SendWRObject *)ibp_wr_seq_item(&s, i);
         wr->sg_list = sge;
-        if (ibp_check_ah_fits_qp(self, w->ah != NULL, i) < 0)
+        if (ibp_check_ah_fits_qp(self, w->ah, i) < 0)
             goto done;
         int filled = ibp_send_wr_fill(w, w->sg_list, wr, s.nsge - (sge - c.sges));
         if (filled != 0) {

@@ -245,16 +245,6 @@ static void ibp_PostList_dealloc(PyObject *op)
 }
 
 /* Every AH still open (a closed one would be a dangling pointer). */
-static int pl_check_ahs(PostListObject *pl)
-{
-    for (Py_ssize_t i = 0; i < pl->n; i++) {
-        PyObject *ah = pl->entries[i].ah;
-        if (ah != NULL && ibp_check_open(ah) < 0)
-            return -1;
-    }
-    return 0;
-}
-
 /* The provider copies INLINE data from the SGEs' addresses at post time:
  * their MRs must still be open (MR.close() drops the export that kept a
  * Python buffer in place) and the memory readable. */
@@ -308,13 +298,12 @@ PyObject *ibp_postlist_post(PyObject *self, PyObject *list, enum post_target tar
                      want == PL_SEND ? "SendWR" : "RecvWR", ibp_pl_what(pl));
         return NULL;
     }
-    if (target == POST_SEND && pl->n_ah != (QP_PTR(self)->qp_type == IBV_QPT_UD ? pl->n : 0)) {
+    /* A list may be posted on any QP: its AHs are checked against this one. */
+    if (target == POST_SEND && (pl->n_ah > 0 || QP_PTR(self)->qp_type == IBV_QPT_UD)) {
         for (Py_ssize_t i = 0; i < pl->n; i++)
-            if (ibp_check_ah_fits_qp(self, pl->entries[i].ah != NULL, i) < 0)
+            if (ibp_check_ah_fits_qp(self, pl->entries[i].ah, i) < 0)
                 return NULL;
     }
-    if (pl->n_ah > 0 && pl_check_ahs(pl) < 0)
-        return NULL;
     if (pl_check_inline(pl) < 0)
         return NULL;
     void *handle = IBP_HANDLE(self)->ptr;

@@ -42,25 +42,28 @@ static void ibp_WC_dealloc(PyObject *op)
     Py_DECREF(type);
 }
 
-/* Small ints (counts, statuses, opcodes), made once: no call into
- * libpython on the busy-polling path. */
+/* Small ints (counts, statuses, opcodes), made once at import (ibp_wc_init):
+ * no call into libpython, and no check, on the busy-polling path. */
+static PyObject *small_counts[256];
+
 PyObject *ibp_count_result(long n)
 {
-    static PyObject *counts[256];
     if (n < 0 || n >= 256)
         return PyLong_FromLong(n);
-    if (counts[n] == NULL && (counts[n] = PyLong_FromLong(n)) == NULL)
-        return NULL;
-    return Py_NewRef(counts[n]);
+    return Py_NewRef(small_counts[n]);
 }
 
 /* The fields a completion loop reads, found by the identity of the
  * (interned) attribute name before the generic lookup: under emulation the
- * type's MRO lookup and descriptor call cost more than the field. */
+ * type's MRO lookup and descriptor call cost more than the field.  Only for
+ * WC itself: a subclass inherits this slot, and its own property or class
+ * attribute of one of these names must win, as for any other name. */
 static PyObject *wc_hot_names[4];
 
 static PyObject *ibp_WC_getattro(PyObject *op, PyObject *name)
 {
+    if (__builtin_expect(Py_TYPE(op) != WC_Type, 0))
+        return PyObject_GenericGetAttr(op, name);
     if (name == wc_hot_names[0])
         return WC_get_status(op, NULL);
     if (name == wc_hot_names[1])
@@ -464,6 +467,9 @@ int ibp_wc_test_hooks_init(PyObject *module)
 
 int ibp_wc_init(void)
 {
+    for (long n = 0; n < 256; n++)
+        if ((small_counts[n] = PyLong_FromLong(n)) == NULL)
+            return -1;
     static const char *const hot[4] = {"status", "opcode", "wr_id", "byte_len"};
     for (int i = 0; i < 4; i++)
         if ((wc_hot_names[i] = PyUnicode_InternFromString(hot[i])) == NULL)

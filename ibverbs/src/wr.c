@@ -336,28 +336,48 @@ int ibp_recv_wr_fill(RecvWRObject *w, PyObject *sg_list, struct ibv_recv_wr *wr,
 
 PyObject *ibp_post_failed(const char *verb, int rc, Py_ssize_t index, uint64_t wr_id)
 {
-    return ibp_raise_detail(verb, rc, "%s failed: %s (work request %zd, wr_id=%llu)",
-                            verb, strerror(rc), index, (unsigned long long)wr_id);
+    /* Providers disagree on the sign: mlx5 and rxe return ENOMEM, siw and
+     * erdma -ENOMEM.  A post does not set errno, so the return is all. */
+    int err = rc < 0 ? -rc : rc;
+    return ibp_raise_detail(verb, err, "%s failed: %s (work request %zd, wr_id=%llu)",
+                            verb, strerror(err), index, (unsigned long long)wr_id);
 }
 
 /* wr.ud.ah shares its memory with wr.rdma.remote_addr: a UD request
  * without an AH would hand the provider a remote address as an AH pointer
- * (and an AH on another QP type would become a remote address). */
-int ibp_check_ah_fits_qp(PyObject *qp, int has_ah, Py_ssize_t index)
+ * (and an AH on another QP type would become a remote address).  An AH of
+ * another device or PD than the QP's reaches the provider as is: it reads
+ * that device's address vector (a PD's AHs are its own to the verbs
+ * spec), so it is refused here, as QPEx.wr_set_ud_addr refuses it. */
+int ibp_check_ah_fits_qp(PyObject *qp, PyObject *ah, Py_ssize_t index)
 {
-    int ud = QP_PTR(qp)->qp_type == IBV_QPT_UD;
-    if (ud && !has_ah) {
+    struct ibv_qp *q = QP_PTR(qp);
+    int ud = q->qp_type == IBV_QPT_UD;
+    if (ud && ah == NULL) {
         PyErr_Format(PyExc_ValueError, "work request %zd has no ah: a UD QP sends "
                      "through an address handle (SendWR(ah=..., remote_qpn=..., "
                      "remote_qkey=...))", index);
         return -1;
     }
-    if (!ud && has_ah) {
+    if (!ud && ah != NULL) {
         PyErr_Format(PyExc_ValueError, "work request %zd has an ah, but only a UD QP "
                      "takes one", index);
         return -1;
     }
+    if (ah == NULL)
+        return 0;
+    if (ibp_check_open(ah) < 0)
+        return -1;
+    struct ibv_ah *a = AH_PTR(ah);
+    if (a->context != q->context) {
+        PyErr_Format(PyExc_ValueError, "work request %zd: its ah belongs to another "
+                     "context (device) than the QP", index);
+        return -1;
+    }
+    if (a->pd != q->pd) {
+        PyErr_Format(PyExc_ValueError, "work request %zd: its ah belongs to another PD "
+                     "than the QP", index);
+        return -1;
+    }
     return 0;
 }
-
-

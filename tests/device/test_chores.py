@@ -9,7 +9,7 @@ import time
 import pytest
 
 import rxe
-from conftest import poll_until
+from conftest import high_fds, poll_until
 
 
 def _write(ib, qp, src_mr, remote, wr_id=1):
@@ -129,6 +129,24 @@ def test_wait_sleeping_on_the_channel(ib, ctx, pd, port, gid_index, access, make
         qp.close()
         cq.close()
         channel.close()
+
+
+def test_wait_sleeps_on_a_channel_fd_above_1023(ib, ctx, pd, port, gid_index, access,
+                                                make_buffer):
+    """A process with a thousand connections has channel fds of 1024 and
+    more: select() refuses those (FD_SETSIZE), the wait must not."""
+    src, dst = make_buffer(64, fill=3), make_buffer(64)
+    with high_fds(), ctx.create_comp_channel() as channel:
+        assert channel.fd >= 1024
+        with ctx.create_cq(16, channel=channel) as cq, pd.create_qp(ib.QPInitAttr(cq, cq)) as qp:
+            info = ib.local_qp_info(qp, ctx.query_port(port), ctx.query_gid(port, gid_index),
+                                    port=port)
+            ib.connect_rc(qp, info, port=port, sgid_index=gid_index, access=access)
+            with pytest.raises(TimeoutError, match="0 of 1"):
+                cq.wait(timeout=0.2, sleep=True)
+            _write(ib, qp, src.mr, dst.mr.remote(0, 64), wr_id=6)
+            assert [wc.wr_id for wc in cq.wait(timeout=10, sleep=True)] == [6]
+            assert (dst.array == 3).all()
 
 
 def test_wait_checks_its_arguments(ib, cq):

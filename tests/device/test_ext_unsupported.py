@@ -104,6 +104,25 @@ def test_create_flow_is_unsupported_on_rc_qps_of_rxe(ib, pd, cq):
     assert ib.Flow._open_count() == 0
 
 
+def test_create_flow_refuses_specs_libibverbs_would_walk_past_the_rule(ib, pd, cq):
+    """libibverbs steps from spec to spec by each header's size, num_of_specs
+    times, with no bound: a header that lies is refused before the verb
+    (rxe would answer EOPNOTSUPP; a NIC with flow steering reads past)."""
+    import struct
+    rule = ib.FlowAttr([ib.FlowSpecEth(ether_type=0x0800)]).pack()
+    lying = rule[:24] + struct.pack("=H", 400) + rule[26:]      # the spec's hdr.size
+    extra = bytearray(rule + ib.FlowSpecEth().pack())         # a spec num_of_specs omits
+    struct.pack_into("=H", extra, 8, len(extra))
+    with pd.create_qp(ib.QPInitAttr(cq, cq)) as qp:
+        for bad in (lying, bytes(extra)):
+            with pytest.raises(ValueError, match="attr's specs must fill it"):
+                qp._create_flow(bad)
+        with pytest.raises(ib.VerbsError) as e:     # the honest rule reaches rxe
+            qp._create_flow(rule)
+        assert_unsupported(e, "ibv_create_flow")
+    assert ib.Flow._open_count() == 0
+
+
 def test_raw_packet_qp_is_refused_by_rxe(ib, pd, cq):
     # Flow steering and RSS need raw packet QPs, which rxe does not create.
     with pytest.raises(ib.VerbsError):

@@ -1,7 +1,7 @@
 """The GIL rules (spec/gil.yaml) and the holds of calls that release it.
 
 1. Verbs that enter the kernel release the GIL: another thread's Python loop
-   keeps counting while one thread registers a large MR of memory not yet
+   steps in the middle of the call while one thread registers a large MR of memory not yet
    faulted in, creates or modifies a QP, or waits for an event.
 2. Every call that releases the GIL holds busy every object it hands the
    provider: for each such method (the generated ones and the hand-written
@@ -666,38 +666,51 @@ def test_close_of_what_a_released_hand_call_holds_is_refused(ib, cm, device_name
         pool.close()
 
 
-# ---- 1: another thread keeps counting -------------------------------------------------
+# ---- 1: another thread keeps running -------------------------------------------------
+#
+# What releasing the GIL guarantees is that another thread CAN run during the
+# call, not how fast: the machine's load decides that (a counter's rate during
+# a registration was 7% of its rate alone under `make test-asan`).  So these
+# tests look for the other thread's steps inside the call's middle: with the
+# GIL held by the call there are none (its Python before and after the verb
+# takes microseconds, and the other thread gets the GIL only after a 5 ms
+# switch interval), however loaded the machine.
 
-def _counted_during(call):
-    """How far another thread's loop counted while call() ran, what it
-    counts in the same time alone, and the longest the loop stood still
-    meanwhile (a call holding the GIL stops it for the call's duration)."""
+def _steps_during(call):
+    """call()'s result, how long it took, and the times (perf_counter) at
+    which another thread's Python loop stepped while it ran (sampled: at
+    most one a millisecond), with the longest the loop stood still."""
     stop = threading.Event()
-    state = {"n": 0, "gap": 0.0, "watch": False}
+    state = {"watch": False, "stamps": [], "gap": 0.0}
 
-    def counter():
-        n, last = 0, time.perf_counter()
+    def stepper():
+        last = time.perf_counter()
         while not stop.is_set():
-            n += 1
             now = time.perf_counter()
-            if state["watch"] and now - last > state["gap"]:
-                state["gap"] = now - last
+            if state["watch"]:
+                state["gap"] = max(state["gap"], now - last)
+                if not state["stamps"] or now - state["stamps"][-1] > 0.001:
+                    state["stamps"].append(now)
             last = now
-            state["n"] = n
-    t = threading.Thread(target=counter, daemon=True)
+    t = threading.Thread(target=stepper, daemon=True)
     t.start()
-    time.sleep(0.1)
-    c0, t0 = state["n"], time.perf_counter()
+    time.sleep(0.05)
     state["watch"] = True
-    result = call()
-    state["watch"] = False
-    elapsed = time.perf_counter() - t0
-    c1 = state["n"]
-    time.sleep(0.2)
-    alone = (state["n"] - c1) / 0.2 * elapsed
-    stop.set()
-    t.join()
-    return result, elapsed, c1 - c0, alone, state["gap"]
+    t0 = time.perf_counter()
+    try:
+        result = call()
+    finally:
+        t1 = time.perf_counter()
+        state["watch"] = False
+        stop.set()
+        t.join()
+    return result, t1 - t0, [s for s in state["stamps"] if t0 < s < t1], t0, state["gap"]
+
+
+def _stepped_in_the_middle(stamps, t0, elapsed):
+    """The steps in the middle half of the call: none unless it let go of
+    the GIL while the verb ran."""
+    return [s for s in stamps if t0 + elapsed / 4 < s < t0 + elapsed * 3 / 4]
 
 
 def test_registering_a_large_mr_lets_other_threads_run(ib, pd, access):
@@ -706,24 +719,25 @@ def test_registering_a_large_mr_lets_other_threads_run(ib, pd, access):
     if hasattr(mmap, "MADV_NOHUGEPAGE"):
         buf.madvise(mmap.MADV_NOHUGEPAGE)     # one fault per 4 KiB page
     try:
-        mr, elapsed, during, alone, gap = _counted_during(lambda: pd.reg_mr(buf, access))
+        mr, elapsed, stamps, t0, gap = _steps_during(lambda: pd.reg_mr(buf, access))
         try:
             assert mr.length == size
         finally:
             mr.close()
-        print(f"reg_mr of {size >> 20} MiB: {elapsed:.3f} s; the other thread counted "
-              f"{during} ({alone:.0f} alone), stood still at most {gap * 1e3:.1f} ms")
+        middle = _stepped_in_the_middle(stamps, t0, elapsed)
+        print(f"reg_mr of {size >> 20} MiB: {elapsed:.3f} s; the other thread stepped "
+              f"{len(stamps)} ms of it ({len(middle)} in its middle half), stood still at "
+              f"most {gap * 1e3:.1f} ms")
         assert elapsed > 0.1, "registration too quick to tell"
-        assert during > 0.1 * alone, (elapsed, during, alone, gap)
-        assert gap < 0.5 * elapsed, (elapsed, during, alone, gap)
+        assert middle, (elapsed, len(stamps), gap)
     finally:
         buf.close()
 
 
 @pytest.mark.parametrize("verb", ["create_qp", "modify_qp", "destroy_qp"])
 def test_creating_modifying_and_closing_a_qp_lets_other_threads_run(ib, ctx, pd, port, verb):
-    """Each stopped at its pause point for 0.3 s: meanwhile this thread
-    counts (with the GIL held there, it could not run at all)."""
+    """Each stopped at its pause point: meanwhile this thread counts (with
+    the GIL held there, it could not run at all)."""
     cq = ctx.create_cq(8)
     qp = pd.create_qp(ib.QPInitAttr(cq, cq)) if verb != "create_qp" else None
     call = {"create_qp": lambda: pd.create_qp(ib.QPInitAttr(cq, cq)),
@@ -732,10 +746,12 @@ def test_creating_modifying_and_closing_a_qp_lets_other_threads_run(ib, ctx, pd,
     t, box, paused = paused_call(call, PAUSE)
     try:
         assert paused
-        n, end = 0, time.perf_counter() + 0.3
-        while time.perf_counter() < end:
+        # as many steps as it takes, however loaded the machine: the call
+        # stays stopped inside its released section all along
+        n, end = 0, time.perf_counter() + 60
+        while n < 1000 and time.perf_counter() < end:
             n += 1
-        assert n > 1000
+        assert n == 1000
         assert t.is_alive()
     finally:
         box = resume(t, box, PAUSE)
@@ -759,12 +775,11 @@ def test_waiting_for_an_event_lets_other_threads_run(ib, ctx, port):
     cq.req_notify()
     flush = threading.Timer(0.5, lambda: qp.modify(ib.QPAttrMask.STATE, qp_state=ib.QPState.ERR))
     flush.start()
-    got, elapsed, during, alone, gap = _counted_during(ch.get_cq_event)
+    got, elapsed, stamps, t0, gap = _steps_during(ch.get_cq_event)
     flush.join()
     assert got is cq
     assert elapsed > 0.3
-    assert during > 0.1 * alone, (elapsed, during, alone)
-    assert gap < 0.5 * elapsed, (elapsed, gap)
+    assert _stepped_in_the_middle(stamps, t0, elapsed), (elapsed, len(stamps), gap)
     cq.ack_events(1)
     assert len(cq.poll(4)) == 1
     for obj in (qp, mr, pd, cq, ch):

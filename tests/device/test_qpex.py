@@ -451,6 +451,11 @@ def test_ud_send_with_wr_set_ud_addr(ib, ctx, pd, port, gid_index, make_buffer):
             a.wr_send()
             with pytest.raises(TypeError):
                 a.wr_set_ud_addr("not an AH", b.qp_num, QKEY)
+            with ctx.alloc_pd() as other, other.create_ah(ib.AHAttr(
+                    dgid=gid, sgid_index=gid_index, port_num=port, is_global=1,
+                    hop_limit=64)) as foreign:
+                with pytest.raises(ValueError, match="ah belongs to another PD"):
+                    a.wr_set_ud_addr(foreign, b.qp_num, QKEY)
             a.wr_abort()
         finally:
             for qp in qps:

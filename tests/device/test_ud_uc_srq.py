@@ -103,3 +103,34 @@ def test_post_srq_ops_without_tag_matching_is_a_clean_error(ib, pd):
         assert exc.value.errno == errno.EOPNOTSUPP
         with pytest.raises(ValueError):
             srq.post_srq_ops(opcode=0, tag=2**64)
+
+
+def test_a_ud_request_with_an_ah_of_another_pd_or_context_is_refused_by_every_post(
+        ib, ctx, ctx2, pd, port, gid_index, gid_index2, make_buffer):
+    """The provider would read another PD's (or device's) address vector:
+    every post path refuses it before the call, as QPEx.wr_set_ud_addr does."""
+    src = make_buffer(64, fill=0x42)
+    with ctx.create_cq(16) as cq, ctx.alloc_pd() as pd_other, ctx2.alloc_pd() as pd2:
+        qp = ud_qp(ib, pd, cq, port)
+        attr = ib.AHAttr(dgid=ctx.query_gid(port, gid_index), sgid_index=gid_index,
+                         port_num=port, is_global=1, hop_limit=64)
+        attr2 = ib.AHAttr(dgid=ctx2.query_gid(port, gid_index2), sgid_index=gid_index2,
+                          port_num=port, is_global=1, hop_limit=64)
+        try:
+            with pd.create_ah(attr) as own, pd_other.create_ah(attr) as other_pd, \
+                    pd2.create_ah(attr2) as other_ctx:
+                def wr(ah):
+                    return ib.SendWR(wr_id=2, sg_list=[src.mr.sge()], opcode=ib.WROpcode.SEND,
+                                     send_flags=ib.SendFlags.SIGNALED, ah=ah,
+                                     remote_qpn=qp.qp_num, remote_qkey=QKEY)
+                for ah, mismatch in ((other_pd, "another PD"), (other_ctx, "another context")):
+                    for post in (lambda: qp.post_send(wr(ah)),
+                                 lambda: qp.post_send([wr(own), wr(ah)]),
+                                 lambda: qp.post_send(ib.PostList([wr(own), wr(ah)]))):
+                        with pytest.raises(ValueError, match=mismatch):
+                            post()
+                assert cq.poll(16) == []       # nothing reached the provider
+                qp.post_send(wr(own))          # its own PD's AH still goes
+                poll_until(cq, 1)[0].raise_for_status()
+        finally:
+            qp.close()

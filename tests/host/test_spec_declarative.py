@@ -180,6 +180,16 @@ def write_spec(tmp_path, text):
     ("methods:\n  QP:\n    f:\n      verb: ibv_create_flow\n      params: {qp: self, flow: {arg: attr, convert: bytes}}\n"
      "      errors: \"null\"\n      checks:\n        - {packed_struct: attr, ctype: struct ibv_flow_attr, size: 8, message: m}\n",
      "spec/zz.yaml:8: QP.f: packed_struct: unknown key 'size'"),
+    ("methods:\n  QP:\n    f:\n      verb: ibv_create_flow\n      params: {qp: self, flow: {arg: attr, convert: bytes}}\n"
+     "      errors: \"null\"\n      checks:\n        - {packed_items: attr, ctype: struct ibv_flow_attr, count: num_of_specs, header: hdr, message: m}\n",
+     "spec/zz.yaml:8: QP.f: packed_items: needs `item:` (a C struct type)"),
+    ("methods:\n  QP:\n    f:\n      verb: ibv_create_flow\n      params: {qp: self, flow: {arg: attr, convert: bytes}}\n"
+     "      errors: \"null\"\n      checks:\n        - {packed_items: attr, ctype: struct ibv_flow_attr, item: struct ibv_flow_spec, header: hdr, message: m}\n",
+     "spec/zz.yaml:8: QP.f: packed_items: needs `count:` (a member name)"),
+    ("methods:\n  QP:\n    f:\n      verb: ibv_create_flow\n      params: {qp: self, flow: {arg: attr, convert: bytes}}\n"
+     "      errors: \"null\"\n      checks:\n        - {packed_items: attr, ctype: struct ibv_flow_attr, count: num_of_specs, item: struct ibv_flow_spec,\n"
+     "           header: hdr, kinds: [IBV_FLOW_SPEC_ETH], message: m}\n",
+     "spec/zz.yaml:8: QP.f: packed_items: `kinds:` maps C constants to C struct types"),
 ])
 def test_rule_errors_name_the_file_and_line(tmp_path, text, message):
     d = write_spec(tmp_path, text)

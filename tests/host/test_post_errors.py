@@ -1,0 +1,60 @@
+"""What a failed post raises, through the null provider (bench/nullverbs.c)
+made to fail every post with a chosen return (NULLVERBS_POST_RESULT).
+Providers disagree on the sign of that return: mlx5 and rxe return ENOMEM,
+siw and erdma -ENOMEM; either is VerbsError(errno=ENOMEM)."""
+from __future__ import annotations
+
+import errno
+import json
+import os
+
+import pytest
+
+POSTS = """
+import ctypes, json, sys
+import ibverbs as ib
+ctx = ib.get_device_list()[0].open()
+pd = ctx.alloc_pd()
+cq = ctx.create_cq(16)
+qp = pd.create_qp(ib.QPInitAttr(cq, cq, qp_type=ib.QPType.RC, max_send_wr=16, max_recv_wr=16))
+mem = bytearray(4096)
+addr = ctypes.addressof((ctypes.c_char * 4096).from_buffer(mem))
+mr = pd.reg_mr(addr, 4096, 7)
+send = ib.SendWR(wr_id=5, sg_list=[mr.sge(8)], opcode=ib.WROpcode.SEND, send_flags=2)
+recv = ib.RecvWR(wr_id=6, sg_list=[mr.sge(8)])
+ways = {
+    "post_send(wr)": lambda: qp.post_send(send),
+    "post_send(wr) again": lambda: qp.post_send(send),     # the kept request's way
+    "post_send([wr, wr])": lambda: qp.post_send([send, send]),
+    "post_send(PostList)": lambda: qp.post_send(ib.PostList([send, send])),
+    "post_recv(wr)": lambda: qp.post_recv(recv),
+    "post_recv(wr) again": lambda: qp.post_recv(recv),
+    "post_recv([wr, wr])": lambda: qp.post_recv([recv, recv]),
+    "post_recv(PostList)": lambda: qp.post_recv(ib.PostList([recv, recv])),
+}
+out = {}
+for name, post in ways.items():
+    try:
+        post()
+        out[name] = None
+    except ib.VerbsError as e:
+        out[name] = [e.errno, str(e)]
+json.dump(out, sys.stdout)
+"""
+
+
+def failed_posts(on_null_provider, result):
+    out = on_null_provider(POSTS, NULLVERBS_POST_RESULT=str(result))
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("result", [errno.ENOMEM, -errno.ENOMEM], ids=["ENOMEM", "-ENOMEM"])
+def test_a_failed_post_raises_the_positive_errno_whatever_the_providers_sign(on_null_provider,
+                                                                             result):
+    for way, failure in failed_posts(on_null_provider, result).items():
+        assert failure is not None, f"{way} did not raise"
+        code, message = failure
+        assert code == errno.ENOMEM, f"{way}: errno {code}"
+        assert os.strerror(errno.ENOMEM) in message, f"{way}: {message}"
+        assert "wr_id=" in message, f"{way}: {message}"
