@@ -82,12 +82,16 @@ PyAPI_FUNC(void *) PyMem_Calloc(size_t nelem, size_t elsize);
  * busy          threads inside a call on this object with the GIL released;
  *               close() refuses with EBUSY while non-zero, so a blocked
  *               get_cq_event never wakes up on freed memory.
+ * closing       a close() is destroying it with the GIL released (ptr is
+ *               NULL meanwhile, yet it is not closed until that returns):
+ *               another close() waits for that one's outcome.
  */
 typedef struct {
     PyObject_HEAD
     void *ptr;
     Py_ssize_t live_children;
     Py_ssize_t busy;
+    int closing;
 } IbvHandle;
 
 #define IBP_HANDLE(o) ((IbvHandle *)(o))
@@ -208,6 +212,13 @@ IBP_HIDDEN void ibp_none_pool(void);
  * end_poll(), whose provider lock a poll/resize would deadlock on. */
 IBP_HIDDEN int ibp_cq_check_not_polling(PyObject *cq);
 
+/* A close() that destroys with the GIL released brackets it with these;
+ * a close() of an object being closed waits (GIL released) until it ends,
+ * so that it reports the real outcome, never success before the object is
+ * closed (or while its destroy may still fail and leave it open). */
+IBP_HIDDEN void ibp_close_begin(PyObject *obj);
+IBP_HIDDEN void ibp_close_end(PyObject *obj);
+IBP_HIDDEN void ibp_close_wait(PyObject *obj);
 /* close() may go ahead: no live children, no call in flight. */
 IBP_HIDDEN int ibp_check_closable(PyObject *obj, const char *verb);
 /* A new handle object of type with its parents (NULL entries skipped):

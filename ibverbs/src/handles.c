@@ -46,6 +46,45 @@ int ibp_check_closable(PyObject *obj, const char *verb)
     return 0;
 }
 
+/* ---- one close at a time ------------------------------------------------ */
+
+/* One condition for every object: closes that overlap are rare, and a
+ * waiter rechecks its own object's flag when woken. */
+static pthread_mutex_t close_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t close_ended = PTHREAD_COND_INITIALIZER;
+static unsigned long closes_ended;
+
+void ibp_close_begin(PyObject *obj)
+{
+    IBP_HANDLE(obj)->closing = 1;
+}
+
+void ibp_close_end(PyObject *obj)
+{
+    /* GIL held, like the waiter's check: the flag and the count move
+     * together as far as a waiter can tell. */
+    IBP_HANDLE(obj)->closing = 0;
+    pthread_mutex_lock(&close_lock);
+    closes_ended++;
+    pthread_cond_broadcast(&close_ended);
+    pthread_mutex_unlock(&close_lock);
+}
+
+void ibp_close_wait(PyObject *obj)
+{
+    while (IBP_HANDLE(obj)->closing) {
+        pthread_mutex_lock(&close_lock);
+        unsigned long seen = closes_ended;
+        pthread_mutex_unlock(&close_lock);
+        Py_BEGIN_ALLOW_THREADS
+        pthread_mutex_lock(&close_lock);
+        while (closes_ended == seen)
+            pthread_cond_wait(&close_ended, &close_lock);
+        pthread_mutex_unlock(&close_lock);
+        Py_END_ALLOW_THREADS
+    }
+}
+
 /* ---- fork(): whose verbs object is it? -------------------------------- */
 
 /*
@@ -286,7 +325,10 @@ PyObject *ibp_handle_new(PyTypeObject *type, void *ptr, PyObject **parent_slots,
         }
         handle_types[nhandle_types++] = type;
     }
-    if (track_origin(obj) < 0) {
+    /* Only an open one has an origin to record: a closed one (a class
+     * call, ptr NULL) would never be forgotten, since only closing or
+     * freeing an open one forgets its entry. */
+    if (ptr != NULL && track_origin(obj) < 0) {
         Py_DECREF(obj);     /* ptr not set yet: its dealloc destroys nothing */
         return NULL;
     }
@@ -294,6 +336,7 @@ PyObject *ibp_handle_new(PyTypeObject *type, void *ptr, PyObject **parent_slots,
     h->ptr = ptr;
     h->live_children = 0;
     h->busy = 0;
+    h->closing = 0;
     for (int i = 0; i < nparents; i++) {
         PyObject *parent = parents[i];
         if (parent != NULL) {
