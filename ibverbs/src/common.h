@@ -211,6 +211,16 @@ IBP_HIDDEN void ibp_none_pool(void);
 /* cqex.c: RuntimeError (-1) when cq is a CQEx between start_poll() and
  * end_poll(), whose provider lock a poll/resize would deadlock on. */
 IBP_HIDDEN int ibp_cq_check_not_polling(PyObject *cq);
+/* Provider locks (spec cq_locks:, generator/cq_locks.py): the first of the
+ * n CQs (NULL entries skipped) that is a CQEx mid-poll, whose lock a verb
+ * taking it would deadlock on; NULL when none (no exception). */
+IBP_HIDDEN PyObject *ibp_cq_locked(PyObject *const *cqs, int n);
+/* -1 with VerbsError EBUSY naming the cause when ibp_cq_locked finds one. */
+IBP_HIDDEN int ibp_refuse_cq_locked(PyObject *obj, const char *verb,
+                                    PyObject *const *cqs, int n);
+/* The `when` of cq_locks: the modifies that take the CQ lock (mlx5). */
+IBP_HIDDEN int ibp_qp_modify_to_reset(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask);
+IBP_HIDDEN int ibp_wq_modify_reset_to_rdy(struct ibv_wq *wq, struct ibv_wq_attr *attr);
 
 /* A close() that destroys with the GIL released brackets it with these;
  * a close() of an object being closed waits (GIL released) until it ends,
