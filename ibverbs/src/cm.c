@@ -21,7 +21,10 @@
 #include "common.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
 #include <sys/socket.h>
 
 #pragma GCC visibility push(hidden)
@@ -89,6 +92,61 @@ static int is_conn_event(enum rdma_cm_event_type type)
            type == RDMA_CM_EVENT_ESTABLISHED;
 }
 
+/*
+ * A CONNECT_REQUEST's new rdma_cm_id starts with the listener's context
+ * (librdmacm copies it), so an event for the new ID read before we change
+ * that would name the listener.  Reading an event and giving a new ID its
+ * own token (reserved: its CMID object may not exist yet) are one step under
+ * read_lock, so no later read of any thread sees the copied one.  The lock
+ * is never held while waiting: a blocking channel is polled first, outside
+ * it (another thread may take the event meanwhile: then wait again).
+ */
+static pthread_mutex_t read_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int channel_readable(int fd, int timeout_ms)
+{
+    struct pollfd p = { .fd = fd, .events = POLLIN };
+    return poll(&p, 1, timeout_ms);
+}
+
+/* rdma_get_cm_event with the new ID's token set (GIL released). */
+static int read_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event **event)
+{
+    int flags = fcntl(channel->fd, F_GETFL);
+    int blocking = flags >= 0 && !(flags & O_NONBLOCK);
+    for (;;) {
+        if (blocking && channel_readable(channel->fd, -1) < 0)
+            return -1;      /* errno: EINTR */
+        pthread_mutex_lock(&read_lock);
+        if (blocking && channel_readable(channel->fd, 0) == 0) {
+            pthread_mutex_unlock(&read_lock);   /* another thread read it */
+            continue;
+        }
+        int rc = rdma_get_cm_event(channel, event);
+        int err = errno;
+        if (rc == 0 && (*event)->event == RDMA_CM_EVENT_CONNECT_REQUEST)
+            (*event)->id->context = (void *)(uintptr_t)ibp_registry_reserve((*event)->id);
+        pthread_mutex_unlock(&read_lock);
+        errno = err;
+        return rc;
+    }
+}
+
+/* The CMID of an event's ID: the object registered under its token, or
+ * (a CONNECT_REQUEST's new ID, whichever of its events is handled first)
+ * a new one, which takes the reserved token.  None when it has none. */
+static PyObject *event_cmid(enum rdma_cm_event_type type, struct rdma_cm_id *id, void *token,
+                            PyObject *channel)
+{
+    PyObject *obj = ibp_registry_find(token);
+    if (obj != NULL)
+        return obj;
+    if (token != NULL ? ibp_registry_reserved(id, token)
+                      : type == RDMA_CM_EVENT_CONNECT_REQUEST)   /* no token could be reserved */
+        return ibp_cmid_new(id, channel);
+    return Py_NewRef(Py_None);
+}
+
 PyObject *ibp_hand_EventChannel_get_cm_event(PyObject *self, PyObject *unused)
 {
     (void)unused;
@@ -121,8 +179,10 @@ PyObject *ibp_hand_EventChannel_get_cm_event(PyObject *self, PyObject *unused)
     Py_BEGIN_ALLOW_THREADS
     ibp_test_pause_point();   /* IBVERBS_TEST_HOOKS */
     errno = 0;
-    rc = rdma_get_cm_event(channel, &event);
+    rc = read_cm_event(channel, &event);
     err = errno;
+    if (rc == 0 && event->event == RDMA_CM_EVENT_CONNECT_REQUEST)
+        ibp_test_pause_point();   /* IBVERBS_TEST_HOOKS: only when turned on after the call began */
     if (rc == 0) {
         type = event->event;
         status = event->status;
@@ -155,14 +215,10 @@ PyObject *ibp_hand_EventChannel_get_cm_event(PyObject *self, PyObject *unused)
         return ibp_raise("rdma_get_cm_event", ibp_error_code(err ? err : rc));
     PyObject *id_obj = NULL, *listen_obj = NULL, *data_obj = NULL, *param = NULL;
     PyObject *result = NULL;
-    if (type == RDMA_CM_EVENT_CONNECT_REQUEST) {
-        /* A new ID for the incoming connection, on the listener's channel. */
-        id_obj = ibp_cmid_new(id, self);
-    } else {
-        id_obj = ibp_registry_find(id_token);
-        if (id_obj == NULL)
-            id_obj = Py_NewRef(Py_None);
-    }
+    /* A CONNECT_REQUEST's ID is new, for the incoming connection, on the
+     * listener's channel: made here, or by the thread that handled one of
+     * its later events first. */
+    id_obj = event_cmid(type, id, id_token, self);
     if (id_obj == NULL)
         goto done;
     listen_obj = ibp_registry_find(listen_token);

@@ -255,6 +255,12 @@ IBP_HIDDEN void ibp_registry_remove(void *ptr);
 /* The object whose token is that context value: a new reference, or NULL
  * (no exception) when none is registered any more. */
 IBP_HIDDEN PyObject *ibp_registry_find(const void *token);
+/* A token for ptr before its object exists (GIL released allowed): the
+ * caller writes it into ptr's context field; ibp_registry_add(ptr) later
+ * registers the object under it.  0 when out of memory. */
+IBP_HIDDEN uint64_t ibp_registry_reserve(void *ptr);
+/* Whether token is reserved for ptr and no object registered under it yet. */
+IBP_HIDDEN int ibp_registry_reserved(void *ptr, const void *token);
 /* Adds the test hooks (_registry_alias, _test_pause) when IBVERBS_TEST_HOOKS=1. */
 IBP_HIDDEN int ibp_test_hooks_init(PyObject *module);
 /* Whether IBVERBS_TEST_HOOKS=1 was set at import (other files add hooks of their own). */

@@ -422,6 +422,69 @@ static int registry_set(void *ptr, uint64_t token, PyObject *obj)
     return rc;
 }
 
+/*
+ * Reserved tokens: a verbs object that events may name before it has a
+ * Python object (the new rdma_cm_id of a CONNECT_REQUEST, whose context
+ * librdmacm copies from the listener) gets its token at once, with the GIL
+ * released; the object registered for it later takes that token.  A pthread
+ * mutex, not the GIL, guards them; tokens are taken atomically for that.
+ */
+struct reservation { void *ptr; uint64_t token; };
+static pthread_mutex_t reserve_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct reservation *reservations;
+static size_t nreservations, reservations_room;
+
+static uint64_t next_token(void)
+{
+    return __atomic_add_fetch(&last_token, 1, __ATOMIC_RELAXED);
+}
+
+uint64_t ibp_registry_reserve(void *ptr)
+{
+    uint64_t token = next_token();
+    pthread_mutex_lock(&reserve_lock);
+    if (nreservations == reservations_room) {
+        size_t room = reservations_room ? 2 * reservations_room : 8;
+        struct reservation *grown = realloc(reservations, room * sizeof(*grown));
+        if (grown == NULL) {
+            pthread_mutex_unlock(&reserve_lock);
+            return 0;       /* no token: its events name no object until it is wrapped */
+        }
+        reservations = grown;
+        reservations_room = room;
+    }
+    reservations[nreservations++] = (struct reservation){ ptr, token };
+    pthread_mutex_unlock(&reserve_lock);
+    return token;
+}
+
+/* The reservation matching ptr (token 0: any token), removed; 0 when none. */
+static uint64_t take_reservation(void *ptr, uint64_t token)
+{
+    uint64_t found = 0;
+    pthread_mutex_lock(&reserve_lock);
+    for (size_t i = 0; i < nreservations; i++) {
+        if (reservations[i].ptr == ptr && (token == 0 || reservations[i].token == token)) {
+            found = reservations[i].token;
+            reservations[i] = reservations[--nreservations];
+            break;
+        }
+    }
+    pthread_mutex_unlock(&reserve_lock);
+    return found;
+}
+
+int ibp_registry_reserved(void *ptr, const void *token)
+{
+    int found = 0;
+    pthread_mutex_lock(&reserve_lock);
+    for (size_t i = 0; i < nreservations && !found; i++)
+        found = reservations[i].ptr == ptr &&
+                reservations[i].token == (uint64_t)(uintptr_t)token;
+    pthread_mutex_unlock(&reserve_lock);
+    return found;
+}
+
 int ibp_registry_add(void *ptr, PyObject *obj)
 {
     void **field = context_field(ptr, obj);
@@ -429,7 +492,9 @@ int ibp_registry_add(void *ptr, PyObject *obj)
         PyErr_Format(PyExc_SystemError, "%s is not a type events name", ibp_type_name(obj));
         return -1;
     }
-    uint64_t token = ++last_token;
+    uint64_t token = __atomic_load_n(&nreservations, __ATOMIC_ACQUIRE) ? take_reservation(ptr, 0) : 0;
+    if (token == 0)
+        token = next_token();
     if (registry_set(ptr, token, obj) < 0)
         return -1;
     *field = (void *)(uintptr_t)token;
