@@ -220,7 +220,7 @@ IBP_HIDDEN int ibp_refuse_cq_locked(PyObject *obj, const char *verb,
                                     PyObject *const *cqs, int n);
 /* The `when` of cq_locks: the modifies that take the CQ lock (mlx5). */
 IBP_HIDDEN int ibp_qp_modify_to_reset(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask);
-IBP_HIDDEN int ibp_wq_modify_reset_to_rdy(struct ibv_wq *wq, struct ibv_wq_attr *attr);
+IBP_HIDDEN int ibp_wq_modify_takes_cq_lock(struct ibv_wq *wq, struct ibv_wq_attr *attr);
 
 /* A close() that destroys with the GIL released brackets it with these;
  * a close() of an object being closed waits (GIL released) until it ends,

@@ -61,14 +61,17 @@ int ibp_qp_modify_to_reset(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask
     return (mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RESET;
 }
 
-int ibp_wq_modify_reset_to_rdy(struct ibv_wq *wq, struct ibv_wq_attr *attr)
+int ibp_wq_modify_takes_cq_lock(struct ibv_wq *wq, struct ibv_wq_attr *attr)
 {
-    /* mlx5_modify_wq cleans the CQ when a WQ leaves RESET for RDY */
-    if (!(attr->attr_mask & IBV_WQ_ATTR_STATE) || attr->wq_state != IBV_WQS_RDY)
+    /* mlx5_modify_wq cleans the CQ of the WQ's completions when it leaves
+     * RESET for RDY; to RESET counts too (the recording provider's model,
+     * tests/recording): refusing one more call is safe, a deadlock is not */
+    if (!(attr->attr_mask & IBV_WQ_ATTR_STATE))
         return 0;
     enum ibv_wq_state current = (attr->attr_mask & IBV_WQ_ATTR_CURR_STATE)
                                 ? attr->curr_wq_state : wq->state;
-    return current == IBV_WQS_RESET;
+    return attr->wq_state == IBV_WQS_RESET ||
+           (current == IBV_WQS_RESET && attr->wq_state == IBV_WQS_RDY);
 }
 
 static void stop_polling(struct CQExObject *cq)
