@@ -22,13 +22,11 @@ hanging.
 """
 from __future__ import annotations
 
-import re
 from typing import Any, Dict, List, NamedTuple, Optional
 
 from .spec import SpecError
 
 KEYS = {"cqs", "when"}
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 class CqLock(NamedTuple):
@@ -66,7 +64,7 @@ def read(name: str, node: Any, parents: List[Any], destroy: Optional[str],
             if verb == destroy:
                 raise SpecError(f"{where}: {name}: cq_locks.{verb}: a destroy takes the locks "
                                 "always ('when' is for methods)")
-            if not _IDENTIFIER.match(when):
+            if not (when.isascii() and when.isidentifier()):
                 raise SpecError(f"{where}: {name}: cq_locks.{verb}.when must name a C "
                                 f"function, got {when!r}")
         locks[verb] = CqLock(verb, cqs, when)
