@@ -21,10 +21,7 @@
 #include "common.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
-#include <poll.h>
-#include <pthread.h>
 #include <sys/socket.h>
 
 #pragma GCC visibility push(hidden)
@@ -94,57 +91,45 @@ static int is_conn_event(enum rdma_cm_event_type type)
 
 /*
  * A CONNECT_REQUEST's new rdma_cm_id starts with the listener's context
- * (librdmacm copies it), so an event for the new ID read before we change
- * that would name the listener.  Reading an event and giving a new ID its
- * own token (reserved: its CMID object may not exist yet) are one step under
- * read_lock, so no later read of any thread sees the copied one.  The lock
- * is never held while waiting: a blocking channel is polled first, outside
- * it (another thread may take the event meanwhile: then wait again).
+ * (librdmacm copies it), so an event for the new ID that another thread
+ * reads before that changes names the listener.  The reader of the request
+ * reserves the new ID's token at once, GIL released (handles.c); an event
+ * whose token names an object of another rdma_cm_id was copied so, and
+ * finds the new ID by its reservation.  Whichever thread handles an event
+ * of the new ID first makes its CMID, under the reserved token; the
+ * request's reader then releases the reservation.
  */
-static pthread_mutex_t read_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static int channel_readable(int fd, int timeout_ms)
-{
-    struct pollfd p = { .fd = fd, .events = POLLIN };
-    return poll(&p, 1, timeout_ms);
-}
-
-/* rdma_get_cm_event with the new ID's token set (GIL released). */
-static int read_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event **event)
-{
-    int flags = fcntl(channel->fd, F_GETFL);
-    int blocking = flags >= 0 && !(flags & O_NONBLOCK);
-    for (;;) {
-        if (blocking && channel_readable(channel->fd, -1) < 0)
-            return -1;      /* errno: EINTR */
-        pthread_mutex_lock(&read_lock);
-        if (blocking && channel_readable(channel->fd, 0) == 0) {
-            pthread_mutex_unlock(&read_lock);   /* another thread read it */
-            continue;
-        }
-        int rc = rdma_get_cm_event(channel, event);
-        int err = errno;
-        if (rc == 0 && (*event)->event == RDMA_CM_EVENT_CONNECT_REQUEST)
-            (*event)->id->context = (void *)(uintptr_t)ibp_registry_reserve((*event)->id);
-        pthread_mutex_unlock(&read_lock);
-        errno = err;
-        return rc;
-    }
-}
-
-/* The CMID of an event's ID: the object registered under its token, or
- * (a CONNECT_REQUEST's new ID, whichever of its events is handled first)
- * a new one, which takes the reserved token.  None when it has none. */
 static PyObject *event_cmid(enum rdma_cm_event_type type, struct rdma_cm_id *id, void *token,
                             PyObject *channel)
 {
     PyObject *obj = ibp_registry_find(token);
-    if (obj != NULL)
+    if (obj != NULL && IBP_HANDLE(obj)->ptr == id && type != RDMA_CM_EVENT_CONNECT_REQUEST)
         return obj;
-    if (token != NULL ? ibp_registry_reserved(id, token)
-                      : type == RDMA_CM_EVENT_CONNECT_REQUEST)   /* no token could be reserved */
-        return ibp_cmid_new(id, channel);
-    return Py_NewRef(Py_None);
+    int copied = obj != NULL && IBP_HANDLE(obj)->ptr != id;   /* the listener's */
+    Py_XDECREF(obj);
+    uint64_t reserved = 0;
+    int wrapped = 0;
+    int has = ibp_registry_reservation(id, &reserved, &wrapped);
+    if (type == RDMA_CM_EVENT_CONNECT_REQUEST) {
+        obj = has && wrapped ? ibp_registry_find((void *)(uintptr_t)reserved)
+                             : ibp_cmid_new(id, channel);
+        ibp_registry_release(id);
+        return obj != NULL || PyErr_Occurred() ? obj : Py_NewRef(Py_None);
+    }
+    if (!has && copied) {
+        /* its request's reader has not reserved yet: reserve for it */
+        reserved = ibp_registry_reserve(id);
+        has = reserved != 0;
+    } else if (has && !copied && reserved != (uint64_t)(uintptr_t)token) {
+        has = 0;    /* a token of an object gone, whose address a new ID has now */
+    }
+    if (!has)
+        return Py_NewRef(Py_None);
+    if (wrapped) {
+        obj = ibp_registry_find((void *)(uintptr_t)reserved);
+        return obj ? obj : Py_NewRef(Py_None);
+    }
+    return ibp_cmid_new(id, channel);
 }
 
 PyObject *ibp_hand_EventChannel_get_cm_event(PyObject *self, PyObject *unused)
@@ -179,10 +164,15 @@ PyObject *ibp_hand_EventChannel_get_cm_event(PyObject *self, PyObject *unused)
     Py_BEGIN_ALLOW_THREADS
     ibp_test_pause_point();   /* IBVERBS_TEST_HOOKS */
     errno = 0;
-    rc = read_cm_event(channel, &event);
+    rc = rdma_get_cm_event(channel, &event);
     err = errno;
-    if (rc == 0 && event->event == RDMA_CM_EVENT_CONNECT_REQUEST)
-        ibp_test_pause_point();   /* IBVERBS_TEST_HOOKS: only when turned on after the call began */
+    if (rc == 0 && event->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
+        uint64_t token = ibp_registry_reserve(event->id);
+        if (token != 0)
+            event->id->context = (void *)(uintptr_t)token;
+        if (ibp_test_pausing)     /* IBVERBS_TEST_HOOKS */
+            ibp_test_pause(IBP_PAUSE_CONNECT_REQUEST);
+    }
     if (rc == 0) {
         type = event->event;
         status = event->status;

@@ -428,8 +428,10 @@ static int registry_set(void *ptr, uint64_t token, PyObject *obj)
  * librdmacm copies from the listener) gets its token at once, with the GIL
  * released; the object registered for it later takes that token.  A pthread
  * mutex, not the GIL, guards them; tokens are taken atomically for that.
+ * An entry stays (marked wrapped) until its reserver releases it, so a
+ * second object is never made for it.
  */
-struct reservation { void *ptr; uint64_t token; };
+struct reservation { void *ptr; uint64_t token; int wrapped; };
 static pthread_mutex_t reserve_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct reservation *reservations;
 static size_t nreservations, reservations_room;
@@ -439,50 +441,72 @@ static uint64_t next_token(void)
     return __atomic_add_fetch(&last_token, 1, __ATOMIC_RELAXED);
 }
 
+/* The reservation of ptr (reserve_lock held), NULL if none. */
+static struct reservation *reservation_of(void *ptr)
+{
+    for (size_t i = 0; i < nreservations; i++)
+        if (reservations[i].ptr == ptr)
+            return &reservations[i];
+    return NULL;
+}
+
 uint64_t ibp_registry_reserve(void *ptr)
 {
-    uint64_t token = next_token();
+    uint64_t token = 0;
     pthread_mutex_lock(&reserve_lock);
+    struct reservation *r = reservation_of(ptr);
+    if (r != NULL) {
+        token = r->token;
+        goto done;
+    }
     if (nreservations == reservations_room) {
         size_t room = reservations_room ? 2 * reservations_room : 8;
         struct reservation *grown = realloc(reservations, room * sizeof(*grown));
-        if (grown == NULL) {
-            pthread_mutex_unlock(&reserve_lock);
-            return 0;       /* no token: its events name no object until it is wrapped */
-        }
+        if (grown == NULL)
+            goto done;      /* 0: its events name no object until it is wrapped */
         reservations = grown;
         reservations_room = room;
     }
-    reservations[nreservations++] = (struct reservation){ ptr, token };
+    token = next_token();
+    reservations[nreservations++] = (struct reservation){ ptr, token, 0 };
+done:
     pthread_mutex_unlock(&reserve_lock);
     return token;
 }
 
-/* The reservation matching ptr (token 0: any token), removed; 0 when none. */
-static uint64_t take_reservation(void *ptr, uint64_t token)
+int ibp_registry_reservation(void *ptr, uint64_t *token, int *wrapped)
 {
-    uint64_t found = 0;
     pthread_mutex_lock(&reserve_lock);
-    for (size_t i = 0; i < nreservations; i++) {
-        if (reservations[i].ptr == ptr && (token == 0 || reservations[i].token == token)) {
-            found = reservations[i].token;
-            reservations[i] = reservations[--nreservations];
-            break;
-        }
+    struct reservation *r = reservation_of(ptr);
+    if (r != NULL) {
+        *token = r->token;
+        *wrapped = r->wrapped;
     }
     pthread_mutex_unlock(&reserve_lock);
-    return found;
+    return r != NULL;
 }
 
-int ibp_registry_reserved(void *ptr, const void *token)
+void ibp_registry_release(void *ptr)
 {
-    int found = 0;
     pthread_mutex_lock(&reserve_lock);
-    for (size_t i = 0; i < nreservations && !found; i++)
-        found = reservations[i].ptr == ptr &&
-                reservations[i].token == (uint64_t)(uintptr_t)token;
+    struct reservation *r = reservation_of(ptr);
+    if (r != NULL)
+        *r = reservations[--nreservations];
     pthread_mutex_unlock(&reserve_lock);
-    return found;
+}
+
+/* The reserved token of ptr, now taken by its object; 0 when none. */
+static uint64_t use_reservation(void *ptr)
+{
+    uint64_t token = 0;
+    pthread_mutex_lock(&reserve_lock);
+    struct reservation *r = reservation_of(ptr);
+    if (r != NULL && !r->wrapped) {
+        token = r->token;
+        r->wrapped = 1;
+    }
+    pthread_mutex_unlock(&reserve_lock);
+    return token;
 }
 
 int ibp_registry_add(void *ptr, PyObject *obj)
@@ -492,7 +516,7 @@ int ibp_registry_add(void *ptr, PyObject *obj)
         PyErr_Format(PyExc_SystemError, "%s is not a type events name", ibp_type_name(obj));
         return -1;
     }
-    uint64_t token = __atomic_load_n(&nreservations, __ATOMIC_ACQUIRE) ? take_reservation(ptr, 0) : 0;
+    uint64_t token = __atomic_load_n(&nreservations, __ATOMIC_ACQUIRE) ? use_reservation(ptr) : 0;
     if (token == 0)
         token = next_token();
     if (registry_set(ptr, token, obj) < 0)
@@ -590,11 +614,11 @@ static pthread_cond_t pause_changed = PTHREAD_COND_INITIALIZER;
 volatile int ibp_test_pausing;
 static int npaused;
 
-void ibp_test_pause(void)
+void ibp_test_pause(int kind)
 {
     /* GIL released: pthread calls only */
     pthread_mutex_lock(&pause_lock);
-    if (ibp_test_pausing) {
+    if (ibp_test_pausing == kind) {
         ibp_test_pausing = 0;
         npaused = 1;
         pthread_cond_broadcast(&pause_changed);
@@ -607,7 +631,8 @@ void ibp_test_pause(void)
 static PyObject *test_pause(PyObject *module, PyObject *on)
 {
     (void)module;
-    int truth = PyObject_IsTrue(on);
+    int truth = PyUnicode_Check(on) && PyUnicode_CompareWithASCIIString(on, "connect_request") == 0
+                ? IBP_PAUSE_CONNECT_REQUEST : PyObject_IsTrue(on);
     if (truth < 0)
         return NULL;
     pthread_mutex_lock(&pause_lock);
@@ -650,7 +675,7 @@ static PyMethodDef test_hook_functions[] = {
      "Test hook: map events naming obj to other (IBVERBS_TEST_HOOKS=1 only)."},
     {"_test_pause", test_pause, METH_O,
      "_test_pause($module, on, /)\n--\n\n"
-     "Test hook: stop calls in their GIL-released section while on (IBVERBS_TEST_HOOKS=1 only)."},
+     "Test hook: stop calls in their GIL-released section while on; \"connect_request\": only the read of a CONNECT_REQUEST (IBVERBS_TEST_HOOKS=1 only)."},
     {"_test_paused", test_paused, METH_O,
      "_test_paused($module, timeout, /)\n--\n\n"
      "Test hook: wait up to timeout seconds for a stopped call; how many are (IBVERBS_TEST_HOOKS=1 only)."},

@@ -609,9 +609,8 @@ def test_an_event_of_a_new_id_handled_before_its_connect_request_names_the_new_i
         cm.wait_event(client_channel, E.ADDR_RESOLVED, TIMEOUT)
         client_id.resolve_route()
         cm.wait_event(client_channel, E.ROUTE_RESOLVED, TIMEOUT)
+        _ibverbs._test_pause("connect_request")    # it stops once it has read one
         reader, box = in_thread(channel.get_cm_event)
-        time.sleep(0.5)                 # past its first pause point, waiting for an event
-        _ibverbs._test_pause(True)      # so it stops once it has read the CONNECT_REQUEST
         try:
             client_id.connect(private_data=b"hi", retry_count=1, rnr_retry_count=1)
             assert _ibverbs._test_paused(TIMEOUT) == 1, box
