@@ -92,44 +92,34 @@ static int is_conn_event(enum rdma_cm_event_type type)
 /*
  * A CONNECT_REQUEST's new rdma_cm_id starts with the listener's context
  * (librdmacm copies it), so an event for the new ID that another thread
- * reads before that changes names the listener.  The reader of the request
- * reserves the new ID's token at once, GIL released (handles.c); an event
- * whose token names an object of another rdma_cm_id was copied so, and
- * finds the new ID by its reservation.  Whichever thread handles an event
- * of the new ID first makes its CMID, under the reserved token; the
- * request's reader then releases the reservation.
+ * reads before that changes would name the listener.  The reader of the
+ * request reserves the new ID's token at once, GIL released (handles.c);
+ * the reservation lives as long as the ID's CMID.  An event whose token
+ * names the object of another rdma_cm_id was copied so: it finds the new ID
+ * by its reservation.  Whichever thread handles an event of the new ID
+ * first makes its CMID, under the reserved token.  No reservation (the
+ * request's reader has not made it yet, or the ID is gone): None, never a
+ * guess at an ID that may have been freed.
  */
 static PyObject *event_cmid(enum rdma_cm_event_type type, struct rdma_cm_id *id, void *token,
                             PyObject *channel)
 {
     PyObject *obj = ibp_registry_find(token);
-    if (obj != NULL && IBP_HANDLE(obj)->ptr == id && type != RDMA_CM_EVENT_CONNECT_REQUEST)
+    if (obj != NULL && IBP_HANDLE(obj)->ptr == id)
         return obj;
-    int copied = obj != NULL && IBP_HANDLE(obj)->ptr != id;   /* the listener's */
+    int copied = obj != NULL;        /* the listener's, for a new ID */
     Py_XDECREF(obj);
     uint64_t reserved = 0;
     int wrapped = 0;
-    int has = ibp_registry_reservation(id, &reserved, &wrapped);
-    if (type == RDMA_CM_EVENT_CONNECT_REQUEST) {
-        obj = has && wrapped ? ibp_registry_find((void *)(uintptr_t)reserved)
-                             : ibp_cmid_new(id, channel);
-        ibp_registry_release(id);
-        return obj != NULL || PyErr_Occurred() ? obj : Py_NewRef(Py_None);
-    }
-    if (!has && copied) {
-        /* its request's reader has not reserved yet: reserve for it */
-        reserved = ibp_registry_reserve(id);
-        has = reserved != 0;
-    } else if (has && !copied && reserved != (uint64_t)(uintptr_t)token) {
-        has = 0;    /* a token of an object gone, whose address a new ID has now */
-    }
-    if (!has)
-        return Py_NewRef(Py_None);
-    if (wrapped) {
-        obj = ibp_registry_find((void *)(uintptr_t)reserved);
-        return obj ? obj : Py_NewRef(Py_None);
-    }
-    return ibp_cmid_new(id, channel);
+    if (!ibp_registry_reservation(id, &reserved, &wrapped))
+        return type == RDMA_CM_EVENT_CONNECT_REQUEST ? ibp_cmid_new(id, channel)   /* none: out of memory */
+                                                     : Py_NewRef(Py_None);
+    if (!copied && reserved != (uint64_t)(uintptr_t)token)
+        return Py_NewRef(Py_None);   /* a token of an object gone */
+    if (!wrapped)
+        return ibp_cmid_new(id, channel);   /* registered under the reserved token */
+    obj = ibp_registry_find((void *)(uintptr_t)reserved);
+    return obj ? obj : Py_NewRef(Py_None);
 }
 
 PyObject *ibp_hand_EventChannel_get_cm_event(PyObject *self, PyObject *unused)
@@ -170,8 +160,6 @@ PyObject *ibp_hand_EventChannel_get_cm_event(PyObject *self, PyObject *unused)
         uint64_t token = ibp_registry_reserve(event->id);
         if (token != 0)
             event->id->context = (void *)(uintptr_t)token;
-        if (ibp_test_pausing)     /* IBVERBS_TEST_HOOKS */
-            ibp_test_pause(IBP_PAUSE_CONNECT_REQUEST);
     }
     if (rc == 0) {
         type = event->event;

@@ -259,10 +259,9 @@ IBP_HIDDEN PyObject *ibp_registry_find(const void *token);
  * one again while reserved): ibp_registry_add(ptr) later registers the
  * object under it.  0 when out of memory. */
 IBP_HIDDEN uint64_t ibp_registry_reserve(void *ptr);
-/* Whether ptr has a reservation: its token, and whether an object took it. */
+/* Whether ptr has a reservation: its token, and whether an object took it
+ * (it stays until that object leaves the registry). */
 IBP_HIDDEN int ibp_registry_reservation(void *ptr, uint64_t *token, int *wrapped);
-/* The reserver is done with ptr's reservation. */
-IBP_HIDDEN void ibp_registry_release(void *ptr);
 /* Adds the test hooks (_registry_alias, _test_pause) when IBVERBS_TEST_HOOKS=1. */
 IBP_HIDDEN int ibp_test_hooks_init(PyObject *module);
 /* Whether IBVERBS_TEST_HOOKS=1 was set at import (other files add hooks of their own). */
@@ -312,16 +311,13 @@ IBP_HIDDEN void ibp_unhold(PyObject *held);
 IBP_HIDDEN int ibp_hold_each(PyObject *tuple, PyObject **held);
 IBP_HIDDEN void ibp_unhold_each(PyObject *held);
 /* Tests only (IBVERBS_TEST_HOOKS=1, handles.c): a call with the GIL
- * released stops here while a test says so (_test_pause(True)); the reader
- * of a CONNECT_REQUEST stops at its own point (_test_pause("connect_request")). */
-#define IBP_PAUSE_ANY 1
-#define IBP_PAUSE_CONNECT_REQUEST 2
+ * released stops here while a test says so (_test_pause). */
 extern IBP_HIDDEN volatile int ibp_test_pausing;
-IBP_HIDDEN void ibp_test_pause(int kind);
+IBP_HIDDEN void ibp_test_pause(void);
 static inline void ibp_test_pause_point(void)
 {
     if (ibp_test_pausing)
-        ibp_test_pause(IBP_PAUSE_ANY);
+        ibp_test_pause();
 }
 
 /* ---- rdma_cm (cm.c, cm_id.c, cm_addr.c; librdmacm dlopen'ed on first use) */

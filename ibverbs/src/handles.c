@@ -486,7 +486,7 @@ int ibp_registry_reservation(void *ptr, uint64_t *token, int *wrapped)
     return r != NULL;
 }
 
-void ibp_registry_release(void *ptr)
+static void release_reservation(void *ptr)
 {
     pthread_mutex_lock(&reserve_lock);
     struct reservation *r = reservation_of(ptr);
@@ -540,6 +540,8 @@ static uint64_t registry_token(void *ptr)
 
 void ibp_registry_remove(void *ptr)
 {
+    if (__atomic_load_n(&nreservations, __ATOMIC_ACQUIRE))
+        release_reservation(ptr);      /* its object is gone: the address is free */
     uint64_t token = registry_token(ptr);
     forget_pointer(registry, ptr);
     if (token != 0 && by_token != NULL) {
@@ -602,6 +604,27 @@ static PyObject *registry_alias(PyObject *module, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* _test_copy_context(obj, other): obj's verbs object gets other's user
+ * context, as librdmacm gives a CONNECT_REQUEST's new ID its listener's
+ * (cm.c: its events must still reach obj). */
+static PyObject *copy_context(PyObject *module, PyObject *args)
+{
+    (void)module;
+    PyObject *obj, *other;
+    if (!PyArg_ParseTuple(args, "OO:_test_copy_context", &obj, &other))
+        return NULL;
+    if (ibp_check_open(obj) < 0 || ibp_check_open(other) < 0)
+        return NULL;
+    void **to = context_field(IBP_HANDLE(obj)->ptr, obj);
+    void **from = context_field(IBP_HANDLE(other)->ptr, other);
+    if (to == NULL || from == NULL) {
+        PyErr_SetString(PyExc_TypeError, "_test_copy_context takes two registered objects");
+        return NULL;
+    }
+    *to = *from;
+    Py_RETURN_NONE;
+}
+
 /* _test_pause(on) and _test_paused(timeout): once on, the next call that
  * releases the GIL (generated, hand-written ones the spec lists, close() of
  * a class whose destroy does, a PostList post with release_gil) stops
@@ -614,11 +637,11 @@ static pthread_cond_t pause_changed = PTHREAD_COND_INITIALIZER;
 volatile int ibp_test_pausing;
 static int npaused;
 
-void ibp_test_pause(int kind)
+void ibp_test_pause(void)
 {
     /* GIL released: pthread calls only */
     pthread_mutex_lock(&pause_lock);
-    if (ibp_test_pausing == kind) {
+    if (ibp_test_pausing) {
         ibp_test_pausing = 0;
         npaused = 1;
         pthread_cond_broadcast(&pause_changed);
@@ -631,8 +654,7 @@ void ibp_test_pause(int kind)
 static PyObject *test_pause(PyObject *module, PyObject *on)
 {
     (void)module;
-    int truth = PyUnicode_Check(on) && PyUnicode_CompareWithASCIIString(on, "connect_request") == 0
-                ? IBP_PAUSE_CONNECT_REQUEST : PyObject_IsTrue(on);
+    int truth = PyObject_IsTrue(on);
     if (truth < 0)
         return NULL;
     pthread_mutex_lock(&pause_lock);
@@ -673,9 +695,12 @@ static PyMethodDef test_hook_functions[] = {
     {"_registry_alias", registry_alias, METH_VARARGS,
      "_registry_alias($module, obj, other, /)\n--\n\n"
      "Test hook: map events naming obj to other (IBVERBS_TEST_HOOKS=1 only)."},
+    {"_test_copy_context", copy_context, METH_VARARGS,
+     "_test_copy_context($module, obj, other, /)\n--\n\n"
+     "Test hook: give obj's verbs object other's user context (IBVERBS_TEST_HOOKS=1 only)."},
     {"_test_pause", test_pause, METH_O,
      "_test_pause($module, on, /)\n--\n\n"
-     "Test hook: stop calls in their GIL-released section while on; \"connect_request\": only the read of a CONNECT_REQUEST (IBVERBS_TEST_HOOKS=1 only)."},
+     "Test hook: stop calls in their GIL-released section while on (IBVERBS_TEST_HOOKS=1 only)."},
     {"_test_paused", test_paused, METH_O,
      "_test_paused($module, timeout, /)\n--\n\n"
      "Test hook: wait up to timeout seconds for a stopped call; how many are (IBVERBS_TEST_HOOKS=1 only)."},

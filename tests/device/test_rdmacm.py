@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import rxe
-from conftest import high_fds, in_fork_child, in_thread, poll_until, resume, run_paused
+from conftest import high_fds, in_fork_child, poll_until, run_paused
 
 SERVER_IP, CLIENT_IP = rxe.VM_DEVICES["rxe0"], rxe.VM_DEVICES["rxe1"]
 TIMEOUT = 20.0      # seconds per event (TCG emulation is slow)
@@ -590,40 +590,27 @@ def test_async_events_awaited_through_two_cmids_contexts_wake_both(ib, cm, chann
                 obj.close()
 
 
-def test_an_event_of_a_new_id_handled_before_its_connect_request_names_the_new_id(ib, cm,
-                                                                                   channel):
-    """librdmacm gives a CONNECT_REQUEST's new ID the listener's context,
-    which names the listener until the new ID gets its own.  Thread A reads
-    the CONNECT_REQUEST and stops (test hook) before handling it; the client
-    gives up meanwhile, and this thread reads the new ID's next event: it
-    names the new ID (the CMID A's event then carries), never the listener."""
+def test_an_event_whose_id_carries_its_listeners_context_names_the_new_id(ib, cm, channel):
+    """librdmacm gives a CONNECT_REQUEST's new ID its listener's context
+    until the request's reader gives it its own, so an event of the new ID
+    that another thread reads in that window carries the listener's token.
+    Such an event is made here (test hook: the new ID's context set back to
+    its listener's, as librdmacm left it) and must still name the new ID."""
     from ibverbs import _ibverbs
-    E = cm.CMEventType
-    port = free_port()
-    listener = channel.create_id(cm.PortSpace.TCP)
-    listener.bind_addr((SERVER_IP, port))
-    listener.listen()
-    with cm.create_event_channel() as client_channel:
-        client_id = client_channel.create_id(cm.PortSpace.TCP)
-        client_id.resolve_addr((SERVER_IP, port), src=CLIENT_IP)
-        cm.wait_event(client_channel, E.ADDR_RESOLVED, TIMEOUT)
-        client_id.resolve_route()
-        cm.wait_event(client_channel, E.ROUTE_RESOLVED, TIMEOUT)
-        _ibverbs._test_pause("connect_request")    # it stops once it has read one
-        reader, box = in_thread(channel.get_cm_event)
-        try:
-            client_id.connect(private_data=b"hi", retry_count=1, rnr_retry_count=1)
-            assert _ibverbs._test_paused(TIMEOUT) == 1, box
-            client_id.close()           # its REJ reaches the new ID
-            ev = cm.wait_event(channel, None, TIMEOUT)
-        finally:
-            box = resume(reader, box)
-        request = box["result"]
-        assert request.event == E.CONNECT_REQUEST and request.listen_id is listener
-        assert ev.id is not listener, f"{ev.event_str} of the new ID named the listener"
-        assert ev.id is request.id and isinstance(ev.id, ib.CMID)
-        request.id.close()
-    listener.close()
+    listener, client, server, _, _ = connect_pair(ib, cm, channel, free_port())
+    try:
+        _ibverbs._test_copy_context(server.cm_id, listener)
+        client.cm_id.disconnect()
+        ev = cm.wait_event(channel, cm.CMEventType.DISCONNECTED, TIMEOUT)
+        assert ev.id is not listener, "the new ID's DISCONNECTED named its listener"
+        assert ev.id is server.cm_id
+        server.cm_id.disconnect()
+        ev = cm.wait_event(channel, cm.CMEventType.DISCONNECTED, TIMEOUT)
+        assert ev.id is client.cm_id
+    finally:
+        client.close()
+        server.close()
+        listener.close()
 
 
 def test_migrate_id_moves_events_and_the_parent_count(ib, cm, channel):
