@@ -428,8 +428,9 @@ static int registry_set(void *ptr, uint64_t token, PyObject *obj)
  * librdmacm copies from the listener) gets its token at once, with the GIL
  * released; the object registered for it later takes that token.  A pthread
  * mutex, not the GIL, guards them; tokens are taken atomically for that.
- * An entry stays (marked wrapped) until its reserver releases it, so a
- * second object is never made for it.
+ * An entry stays (marked wrapped) until its object leaves the registry, so
+ * an event still carrying the copied context finds that object, and a
+ * second one is never made.
  */
 struct reservation { void *ptr; uint64_t token; int wrapped; };
 static pthread_mutex_t reserve_lock = PTHREAD_MUTEX_INITIALIZER;
