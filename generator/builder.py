@@ -10,7 +10,7 @@ import fnmatch
 import keyword
 from typing import Any, Dict, List, Optional, Set, Tuple, cast
 
-from . import entries as entry_points, gil, hand_gil, handle_rules, pyimpl
+from . import cq_locks, entries as entry_points, gil, hand_gil, handle_rules, pyimpl
 from .cexpr import CExpr, Ref, SelfPtr
 from .converters import ATTRIBUTES, FIELDS, REQUIRED, AttributeConverter
 from .converters.args import spec_default
@@ -271,6 +271,11 @@ class Builder:
                            else [Keepalive(str(sspec["keepalive"]), sname) for sname, sspec in slot_specs
                                  if sspec.get("keepalive")])
         handle_rules.apply(model, node)
+        locks = cq_locks.read(h.name, node, parents, destroy,
+                              [m.verb for m in methods if m.verb])
+        model.destroy_cq_lock = locks.get(destroy) if destroy else None
+        for m in methods:
+            m.cq_lock = locks.get(m.verb) if m.verb else None
         model.entries = entry_points.build(self.ir, h.name, node["ctype"], node, base is not None,
                                            {m.name for m in methods if m.short_way})
         for aname, _ in model.attributes:

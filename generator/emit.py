@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, List, Tuple
 
+from . import cq_locks
 from .converters.composite import KwargsParam
 from .ctext import FASTCALL_KEYWORDS, SELF_PTR, declare, indented
 from .model import MethodKind, MethodModel
@@ -63,6 +64,7 @@ def method_body(m: MethodModel) -> List[str]:
     if m.prologue:
         body.append(m.prologue)
     body += [line for p in m.params for line in p.hold_for_call(m.release_gil)]
+    body += _cq_lock_check(m)
     body += _call(m) + [line for p in m.params for line in p.after_call(m.release_gil)]
     body += _error_check(m)
     assert m.returns is not None
@@ -181,6 +183,19 @@ def _call(m: MethodModel) -> List[str]:
         return lines + [stmt]
     return (["Py_BEGIN_ALLOW_THREADS", "ibp_test_pause_point();   /* IBVERBS_TEST_HOOKS */"]
             + lines + [stmt, "Py_END_ALLOW_THREADS"])
+
+
+def _cq_lock_check(m: MethodModel) -> List[str]:
+    """Refused (EBUSY) while a CQEx whose lock the verb takes is mid-poll
+    (spec cq_locks:, generator/cq_locks.py): it would deadlock on it."""
+    lock = m.cq_lock
+    if lock is None:
+        return []
+    args = [p.released_call_arg() if m.release_gil else p.call_arg() for p in m.params]
+    when = f"{lock.when}({', '.join(args)}) && " if lock.when else ""
+    return [f'if ({when}ibp_refuse_cq_locked(self, "{m.verb}", '
+            f"{cq_locks.cq_array(lock, m.owner, 'self')}) < 0)",
+            "    goto exit;"]
 
 
 _FAILED = {"null": "rc == NULL", "errno": "rc != 0", "negative": "rc < 0"}

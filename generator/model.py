@@ -158,6 +158,8 @@ class MethodModel:
     # what its wrapper holds while the hand code runs without the GIL (spec
     # `holds:`, generator/hand_gil.py): (C expression, local, a sequence)
     hand_holds: List[HandHold] = field(default_factory=list)
+    # the CQs whose provider lock its verb takes (spec cq_locks:, generator/cq_locks.py)
+    cq_lock: Optional[Any] = None
 
     @property
     def hand(self) -> bool:
@@ -309,6 +311,8 @@ class HandleModel:
     docs: Dict[str, str] = field(default_factory=dict)   # getter name -> docstring
     # provider entry points kept for the hand short ways (generator/entries.py)
     entries: List[Entry] = field(default_factory=list)
+    # the CQs whose provider lock its destroy verb takes (generator/cq_locks.py)
+    destroy_cq_lock: Optional[Any] = None
 
     @property
     def has_gc(self) -> bool:

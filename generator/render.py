@@ -11,7 +11,7 @@ from typing import Any, Dict, List
 
 import jinja2
 
-from . import checksum, emit
+from . import checksum, cq_locks, emit
 from .ctext import c_text
 from .model import MethodKind, Model
 from .record_model import CMModel, RecordsModel
@@ -40,6 +40,7 @@ def environment(template_dir: str) -> jinja2.Environment:
     env.globals["MethodKind"] = MethodKind
     # the C of the model's converters and wrappers (generator/emit.py)
     env.filters["c_body"] = emit.function_lines
+    env.filters["cq_array"] = cq_locks.cq_array
     env.filters["c_entered"] = emit.entered_lines
     env.filters["c_unpack"] = emit.unpack_lines
     env.filters["c_getter"] = emit.getter_lines

@@ -88,7 +88,8 @@ HANDLE_KEYS = {"ctype", "doc", "destroy", "parents", "attributes", "methods",
                # generator/handle_rules.py
                "detach", "before_close", "close_doc", "no_new", "repr", "docs",
                "subclassed",
-               "entries"}    # provider entry points of the short ways (generator/entries.py)
+               "entries",    # provider entry points of the short ways (generator/entries.py)
+               "cq_locks"}   # verbs that take a CQ's provider lock (generator/cq_locks.py)
 STRUCT_KEYS = {"ctype", "doc", "fields", "writable", "since"}
 ENUM_KEYS = {"c", "match", "kind", "prefix", "since", "members"}
 #: The keys of a method, by its kind (one declaration each: a new key is

@@ -27,6 +27,11 @@ The reader is removed when nobody waits any more, so nothing holds the
 channel or context alive between waits (async events read beyond what was
 awaited are kept, with the context, for the next ``async_event()``).
 
+Readers are kept by fd, not by Python object: several Context objects can
+wrap one ibv_context (each CMID's ``.context`` is its own), and the loop
+watches an fd for one callback only, so their waiters share one reader (its
+events go to them in order, whichever object each awaited through).
+
 The fds stay non-blocking: do not mix these coroutines with blocking
 ``get_cq_event()`` / ``get_async_event()`` calls on the same channel or
 context (those would raise EAGAIN).  Everything runs in the event loop's
@@ -74,8 +79,8 @@ class _FdReader:
         raise NotImplementedError
 
 
-# Active readers, by id() of the channel or context they serve; each holds
-# its object strongly and is dropped when its last waiter goes.
+# Active readers, by the fd they watch; each holds the object(s) it reads
+# through strongly and is dropped when its last waiter goes.
 _channels: Dict[int, "_ChannelReader"] = {}
 _contexts: Dict[int, "_ContextReader"] = {}
 
@@ -95,9 +100,10 @@ class _ChannelReader(_FdReader):
     @classmethod
     def of(cls, channel: CompChannel) -> _ChannelReader:
         loop = _running_loop()
-        reader = _channels.get(id(channel))
-        if reader is None:
-            reader = _channels[id(channel)] = cls(loop, channel)
+        fd = channel.fd
+        reader = _channels.get(fd)
+        if reader is None or reader.channel.closed:   # closed: fd is another's now
+            reader = _channels[fd] = cls(loop, channel)
         elif reader.loop is not loop:
             raise RuntimeError("this completion channel is being waited on by another event loop")
         return reader
@@ -116,8 +122,8 @@ class _ChannelReader(_FdReader):
             self.waiters.pop(id(cq), None)
         if not self.waiters:
             self.stop()
-            if _channels.get(id(self.channel)) is self:
-                del _channels[id(self.channel)]
+            if _channels.get(self.fd) is self:
+                del _channels[self.fd]
 
     def on_readable(self) -> None:
         while True:
@@ -188,19 +194,28 @@ class _ContextReader(_FdReader):
 
     def __init__(self, loop: asyncio.AbstractEventLoop, ctx: Context) -> None:
         super().__init__(loop, ctx.async_fd)
-        self.ctx = ctx
+        self.contexts: List[Context] = [ctx]   # the objects of this fd awaited through
         self.events: Deque[AsyncEvent] = deque()
         self.waiters: Deque[asyncio.Future[AsyncEvent]] = deque()
 
     @classmethod
     def of(cls, ctx: Context) -> _ContextReader:
         loop = _running_loop()
-        reader = _contexts.get(id(ctx))
-        if reader is None:
-            reader = _contexts[id(ctx)] = cls(loop, ctx)
+        fd = ctx.async_fd
+        reader = _contexts.get(fd)
+        if reader is None or all(c.closed for c in reader.contexts):
+            # none open: the fd may be another context's now, its kept events moot
+            reader = _contexts[fd] = cls(loop, ctx)
         elif reader.loop is not loop:
             raise RuntimeError("this context's async events are awaited by another event loop")
+        elif not any(c is ctx for c in reader.contexts):
+            reader.contexts.append(ctx)
         return reader
+
+    @property
+    def ctx(self) -> Context:
+        """An open object of the fd's context to read through (the first if none is)."""
+        return next((c for c in self.contexts if not c.closed), self.contexts[0])
 
     def on_readable(self) -> None:
         while True:
@@ -227,8 +242,8 @@ class _ContextReader(_FdReader):
             self.waiters.remove(fut)
         if not self.waiters:
             self.stop()
-            if not self.events and _contexts.get(id(self.ctx)) is self:
-                del _contexts[id(self.ctx)]
+            if not self.events and _contexts.get(self.fd) is self:
+                del _contexts[self.fd]
 
 
 async def async_event(ctx: Context) -> AsyncEvent:
@@ -236,8 +251,8 @@ async def async_event(ctx: Context) -> AsyncEvent:
     reader = _ContextReader.of(ctx)
     if reader.events:
         ev = reader.events.popleft()
-        if not reader.events and not reader.waiters:
-            _contexts.pop(id(ctx), None)
+        if not reader.events and not reader.waiters and _contexts.get(reader.fd) is reader:
+            del _contexts[reader.fd]
         return ev
     fut: asyncio.Future[AsyncEvent] = reader.loop.create_future()
     reader.waiters.append(fut)

@@ -89,6 +89,39 @@ static int is_conn_event(enum rdma_cm_event_type type)
            type == RDMA_CM_EVENT_ESTABLISHED;
 }
 
+/*
+ * A CONNECT_REQUEST's new rdma_cm_id starts with the listener's context
+ * (librdmacm copies it), so an event for the new ID that another thread
+ * reads before that changes would name the listener.  The reader of the
+ * request reserves the new ID's token at once, GIL released (handles.c);
+ * the reservation lives as long as the ID's CMID.  An event whose token
+ * names the object of another rdma_cm_id was copied so: it finds the new ID
+ * by its reservation.  Whichever thread handles an event of the new ID
+ * first makes its CMID, under the reserved token.  No reservation (the
+ * request's reader has not made it yet, or the ID is gone): None, never a
+ * guess at an ID that may have been freed.
+ */
+static PyObject *event_cmid(enum rdma_cm_event_type type, struct rdma_cm_id *id, void *token,
+                            PyObject *channel)
+{
+    PyObject *obj = ibp_registry_find(token);
+    if (obj != NULL && IBP_HANDLE(obj)->ptr == id)
+        return obj;
+    int copied = obj != NULL;        /* the listener's, for a new ID */
+    Py_XDECREF(obj);
+    uint64_t reserved = 0;
+    int wrapped = 0;
+    if (!ibp_registry_reservation(id, &reserved, &wrapped))
+        return type == RDMA_CM_EVENT_CONNECT_REQUEST ? ibp_cmid_new(id, channel)   /* none: out of memory */
+                                                     : Py_NewRef(Py_None);
+    if (!copied && reserved != (uint64_t)(uintptr_t)token)
+        return Py_NewRef(Py_None);   /* a token of an object gone */
+    if (!wrapped)
+        return ibp_cmid_new(id, channel);   /* registered under the reserved token */
+    obj = ibp_registry_find((void *)(uintptr_t)reserved);
+    return obj ? obj : Py_NewRef(Py_None);
+}
+
 PyObject *ibp_hand_EventChannel_get_cm_event(PyObject *self, PyObject *unused)
 {
     (void)unused;
@@ -123,6 +156,11 @@ PyObject *ibp_hand_EventChannel_get_cm_event(PyObject *self, PyObject *unused)
     errno = 0;
     rc = rdma_get_cm_event(channel, &event);
     err = errno;
+    if (rc == 0 && event->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
+        uint64_t token = ibp_registry_reserve(event->id);
+        if (token != 0)
+            event->id->context = (void *)(uintptr_t)token;
+    }
     if (rc == 0) {
         type = event->event;
         status = event->status;
@@ -155,14 +193,10 @@ PyObject *ibp_hand_EventChannel_get_cm_event(PyObject *self, PyObject *unused)
         return ibp_raise("rdma_get_cm_event", ibp_error_code(err ? err : rc));
     PyObject *id_obj = NULL, *listen_obj = NULL, *data_obj = NULL, *param = NULL;
     PyObject *result = NULL;
-    if (type == RDMA_CM_EVENT_CONNECT_REQUEST) {
-        /* A new ID for the incoming connection, on the listener's channel. */
-        id_obj = ibp_cmid_new(id, self);
-    } else {
-        id_obj = ibp_registry_find(id_token);
-        if (id_obj == NULL)
-            id_obj = Py_NewRef(Py_None);
-    }
+    /* A CONNECT_REQUEST's ID is new, for the incoming connection, on the
+     * listener's channel: made here, or by the thread that handled one of
+     * its later events first. */
+    id_obj = event_cmid(type, id, id_token, self);
     if (id_obj == NULL)
         goto done;
     listen_obj = ibp_registry_find(listen_token);

@@ -82,12 +82,16 @@ PyAPI_FUNC(void *) PyMem_Calloc(size_t nelem, size_t elsize);
  * busy          threads inside a call on this object with the GIL released;
  *               close() refuses with EBUSY while non-zero, so a blocked
  *               get_cq_event never wakes up on freed memory.
+ * closing       a close() is destroying it with the GIL released (ptr is
+ *               NULL meanwhile, yet it is not closed until that returns):
+ *               another close() waits for that one's outcome.
  */
 typedef struct {
     PyObject_HEAD
     void *ptr;
     Py_ssize_t live_children;
     Py_ssize_t busy;
+    int closing;
 } IbvHandle;
 
 #define IBP_HANDLE(o) ((IbvHandle *)(o))
@@ -224,7 +228,24 @@ IBP_HIDDEN void ibp_none_pool(void);
 /* cqex.c: RuntimeError (-1) when cq is a CQEx between start_poll() and
  * end_poll(), whose provider lock a poll/resize would deadlock on. */
 IBP_HIDDEN int ibp_cq_check_not_polling(PyObject *cq);
+/* Provider locks (spec cq_locks:, generator/cq_locks.py): the first of the
+ * n CQs (NULL entries skipped) that is a CQEx mid-poll, whose lock a verb
+ * taking it would deadlock on; NULL when none (no exception). */
+IBP_HIDDEN PyObject *ibp_cq_locked(PyObject *const *cqs, int n);
+/* -1 with VerbsError EBUSY naming the cause when ibp_cq_locked finds one. */
+IBP_HIDDEN int ibp_refuse_cq_locked(PyObject *obj, const char *verb,
+                                    PyObject *const *cqs, int n);
+/* The `when` of cq_locks: the modifies that take the CQ lock (mlx5). */
+IBP_HIDDEN int ibp_qp_modify_to_reset(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask);
+IBP_HIDDEN int ibp_wq_modify_takes_cq_lock(struct ibv_wq *wq, struct ibv_wq_attr *attr);
 
+/* A close() that destroys with the GIL released brackets it with these;
+ * a close() of an object being closed waits (GIL released) until it ends,
+ * so that it reports the real outcome, never success before the object is
+ * closed (or while its destroy may still fail and leave it open). */
+IBP_HIDDEN void ibp_close_begin(PyObject *obj);
+IBP_HIDDEN void ibp_close_end(PyObject *obj);
+IBP_HIDDEN void ibp_close_wait(PyObject *obj);
 /* close() may go ahead: no live children, no call in flight. */
 IBP_HIDDEN int ibp_check_closable(PyObject *obj, const char *verb);
 /* A new handle object of type with its parents (NULL entries skipped):
@@ -251,6 +272,13 @@ IBP_HIDDEN void ibp_registry_remove(void *ptr);
 /* The object whose token is that context value: a new reference, or NULL
  * (no exception) when none is registered any more. */
 IBP_HIDDEN PyObject *ibp_registry_find(const void *token);
+/* A token for ptr before its object exists (GIL released allowed; the same
+ * one again while reserved): ibp_registry_add(ptr) later registers the
+ * object under it.  0 when out of memory. */
+IBP_HIDDEN uint64_t ibp_registry_reserve(void *ptr);
+/* Whether ptr has a reservation: its token, and whether an object took it
+ * (it stays until that object leaves the registry). */
+IBP_HIDDEN int ibp_registry_reservation(void *ptr, uint64_t *token, int *wrapped);
 /* Adds the test hooks (_registry_alias, _test_pause) when IBVERBS_TEST_HOOKS=1. */
 IBP_HIDDEN int ibp_test_hooks_init(PyObject *module);
 /* Whether IBVERBS_TEST_HOOKS=1 was set at import (other files add hooks of their own). */

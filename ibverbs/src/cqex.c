@@ -32,6 +32,48 @@ int ibp_cq_check_not_polling(PyObject *cq)
     return 0;
 }
 
+PyObject *ibp_cq_locked(PyObject *const *cqs, int n)
+{
+    for (int i = 0; i < n; i++) {
+        PyObject *cq = cqs[i];
+        if (cq != NULL && !Py_IS_TYPE(cq, CQ_Type) && CQEx_Type != NULL &&
+            PyObject_TypeCheck(cq, CQEx_Type) && ((struct CQExObject *)cq)->polling)
+            return cq;
+    }
+    return NULL;
+}
+
+int ibp_refuse_cq_locked(PyObject *obj, const char *verb, PyObject *const *cqs, int n)
+{
+    if (ibp_cq_locked(cqs, n) == NULL)
+        return 0;
+    ibp_raise_detail(verb, EBUSY,
+                     "%s refused: a CQEx of this %s is between start_poll() and end_poll(), "
+                     "and the provider takes that CQ's lock in %s (it would deadlock): "
+                     "call end_poll() first", verb, ibp_type_name(obj), verb);
+    return -1;
+}
+
+int ibp_qp_modify_to_reset(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
+{
+    (void)qp;
+    /* mlx5_modify_qp cleans the CQs of the QP's completions on RESET */
+    return (mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RESET;
+}
+
+int ibp_wq_modify_takes_cq_lock(struct ibv_wq *wq, struct ibv_wq_attr *attr)
+{
+    /* mlx5_modify_wq cleans the CQ of the WQ's completions when it leaves
+     * RESET for RDY; to RESET counts too (the recording provider's model,
+     * tests/recording): refusing one more call is safe, a deadlock is not */
+    if (!(attr->attr_mask & IBV_WQ_ATTR_STATE))
+        return 0;
+    enum ibv_wq_state current = (attr->attr_mask & IBV_WQ_ATTR_CURR_STATE)
+                                ? attr->curr_wq_state : wq->state;
+    return attr->wq_state == IBV_WQS_RESET ||
+           (current == IBV_WQS_RESET && attr->wq_state == IBV_WQS_RDY);
+}
+
 static void stop_polling(struct CQExObject *cq)
 {
     ibv_end_poll(cq->ex_ptr);

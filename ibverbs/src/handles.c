@@ -46,6 +46,45 @@ int ibp_check_closable(PyObject *obj, const char *verb)
     return 0;
 }
 
+/* ---- one close at a time ------------------------------------------------ */
+
+/* One condition for every object: closes that overlap are rare, and a
+ * waiter rechecks its own object's flag when woken. */
+static pthread_mutex_t close_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t close_ended = PTHREAD_COND_INITIALIZER;
+static unsigned long closes_ended;
+
+void ibp_close_begin(PyObject *obj)
+{
+    IBP_HANDLE(obj)->closing = 1;
+}
+
+void ibp_close_end(PyObject *obj)
+{
+    /* GIL held, like the waiter's check: the flag and the count move
+     * together as far as a waiter can tell. */
+    IBP_HANDLE(obj)->closing = 0;
+    pthread_mutex_lock(&close_lock);
+    closes_ended++;
+    pthread_cond_broadcast(&close_ended);
+    pthread_mutex_unlock(&close_lock);
+}
+
+void ibp_close_wait(PyObject *obj)
+{
+    while (IBP_HANDLE(obj)->closing) {
+        pthread_mutex_lock(&close_lock);
+        unsigned long seen = closes_ended;
+        pthread_mutex_unlock(&close_lock);
+        Py_BEGIN_ALLOW_THREADS
+        pthread_mutex_lock(&close_lock);
+        while (closes_ended == seen)
+            pthread_cond_wait(&close_ended, &close_lock);
+        pthread_mutex_unlock(&close_lock);
+        Py_END_ALLOW_THREADS
+    }
+}
+
 /* ---- fork(): whose verbs object is it? -------------------------------- */
 
 /*
@@ -287,7 +326,10 @@ PyObject *ibp_handle_new(PyTypeObject *type, void *ptr, PyObject **parent_slots,
         }
         handle_types[nhandle_types++] = type;
     }
-    if (track_origin(obj) < 0) {
+    /* Only an open one has an origin to record: a closed one (a class
+     * call, ptr NULL) would never be forgotten, since only closing or
+     * freeing an open one forgets its entry. */
+    if (ptr != NULL && track_origin(obj) < 0) {
         Py_DECREF(obj);     /* ptr not set yet: its dealloc destroys nothing */
         return NULL;
     }
@@ -295,6 +337,7 @@ PyObject *ibp_handle_new(PyTypeObject *type, void *ptr, PyObject **parent_slots,
     h->ptr = ptr;
     h->live_children = 0;
     h->busy = 0;
+    h->closing = 0;
     for (int i = 0; i < nparents; i++) {
         PyObject *parent = parents[i];
         if (parent != NULL) {
@@ -380,6 +423,94 @@ static int registry_set(void *ptr, uint64_t token, PyObject *obj)
     return rc;
 }
 
+/*
+ * Reserved tokens: a verbs object that events may name before it has a
+ * Python object (the new rdma_cm_id of a CONNECT_REQUEST, whose context
+ * librdmacm copies from the listener) gets its token at once, with the GIL
+ * released; the object registered for it later takes that token.  A pthread
+ * mutex, not the GIL, guards them; tokens are taken atomically for that.
+ * An entry stays (marked wrapped) until its object leaves the registry, so
+ * an event still carrying the copied context finds that object, and a
+ * second one is never made.
+ */
+struct reservation { void *ptr; uint64_t token; int wrapped; };
+static pthread_mutex_t reserve_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct reservation *reservations;
+static size_t nreservations, reservations_room;
+
+static uint64_t next_token(void)
+{
+    return __atomic_add_fetch(&last_token, 1, __ATOMIC_RELAXED);
+}
+
+/* The reservation of ptr (reserve_lock held), NULL if none. */
+static struct reservation *reservation_of(void *ptr)
+{
+    for (size_t i = 0; i < nreservations; i++)
+        if (reservations[i].ptr == ptr)
+            return &reservations[i];
+    return NULL;
+}
+
+uint64_t ibp_registry_reserve(void *ptr)
+{
+    uint64_t token = 0;
+    pthread_mutex_lock(&reserve_lock);
+    struct reservation *r = reservation_of(ptr);
+    if (r != NULL) {
+        token = r->token;
+        goto done;
+    }
+    if (nreservations == reservations_room) {
+        size_t room = reservations_room ? 2 * reservations_room : 8;
+        struct reservation *grown = realloc(reservations, room * sizeof(*grown));
+        if (grown == NULL)
+            goto done;      /* 0: its events name no object until it is wrapped */
+        reservations = grown;
+        reservations_room = room;
+    }
+    token = next_token();
+    reservations[nreservations++] = (struct reservation){ ptr, token, 0 };
+done:
+    pthread_mutex_unlock(&reserve_lock);
+    return token;
+}
+
+int ibp_registry_reservation(void *ptr, uint64_t *token, int *wrapped)
+{
+    pthread_mutex_lock(&reserve_lock);
+    struct reservation *r = reservation_of(ptr);
+    if (r != NULL) {
+        *token = r->token;
+        *wrapped = r->wrapped;
+    }
+    pthread_mutex_unlock(&reserve_lock);
+    return r != NULL;
+}
+
+static void release_reservation(void *ptr)
+{
+    pthread_mutex_lock(&reserve_lock);
+    struct reservation *r = reservation_of(ptr);
+    if (r != NULL)
+        *r = reservations[--nreservations];
+    pthread_mutex_unlock(&reserve_lock);
+}
+
+/* The reserved token of ptr, now taken by its object; 0 when none. */
+static uint64_t use_reservation(void *ptr)
+{
+    uint64_t token = 0;
+    pthread_mutex_lock(&reserve_lock);
+    struct reservation *r = reservation_of(ptr);
+    if (r != NULL && !r->wrapped) {
+        token = r->token;
+        r->wrapped = 1;
+    }
+    pthread_mutex_unlock(&reserve_lock);
+    return token;
+}
+
 int ibp_registry_add(void *ptr, PyObject *obj)
 {
     void **field = context_field(ptr, obj);
@@ -387,7 +518,9 @@ int ibp_registry_add(void *ptr, PyObject *obj)
         PyErr_Format(PyExc_SystemError, "%s is not a type events name", ibp_type_name(obj));
         return -1;
     }
-    uint64_t token = ++last_token;
+    uint64_t token = __atomic_load_n(&nreservations, __ATOMIC_ACQUIRE) ? use_reservation(ptr) : 0;
+    if (token == 0)
+        token = next_token();
     if (registry_set(ptr, token, obj) < 0)
         return -1;
     *field = (void *)(uintptr_t)token;
@@ -409,6 +542,8 @@ static uint64_t registry_token(void *ptr)
 
 void ibp_registry_remove(void *ptr)
 {
+    if (__atomic_load_n(&nreservations, __ATOMIC_ACQUIRE))
+        release_reservation(ptr);      /* its object is gone: the address is free */
     uint64_t token = registry_token(ptr);
     forget_pointer(registry, ptr);
     if (token != 0 && by_token != NULL) {
@@ -468,6 +603,27 @@ static PyObject *registry_alias(PyObject *module, PyObject *args)
     }
     if (registry_set(IBP_HANDLE(obj)->ptr, token, other) < 0)
         return NULL;
+    Py_RETURN_NONE;
+}
+
+/* _test_copy_context(obj, other): obj's verbs object gets other's user
+ * context, as librdmacm gives a CONNECT_REQUEST's new ID its listener's
+ * (cm.c: its events must still reach obj). */
+static PyObject *copy_context(PyObject *module, PyObject *args)
+{
+    (void)module;
+    PyObject *obj, *other;
+    if (!PyArg_ParseTuple(args, "OO:_test_copy_context", &obj, &other))
+        return NULL;
+    if (ibp_check_open(obj) < 0 || ibp_check_open(other) < 0)
+        return NULL;
+    void **to = context_field(IBP_HANDLE(obj)->ptr, obj);
+    void **from = context_field(IBP_HANDLE(other)->ptr, other);
+    if (to == NULL || from == NULL) {
+        PyErr_SetString(PyExc_TypeError, "_test_copy_context takes two registered objects");
+        return NULL;
+    }
+    *to = *from;
     Py_RETURN_NONE;
 }
 
@@ -541,6 +697,9 @@ static PyMethodDef test_hook_functions[] = {
     {"_registry_alias", registry_alias, METH_VARARGS,
      "_registry_alias($module, obj, other, /)\n--\n\n"
      "Test hook: map events naming obj to other (IBVERBS_TEST_HOOKS=1 only)."},
+    {"_test_copy_context", copy_context, METH_VARARGS,
+     "_test_copy_context($module, obj, other, /)\n--\n\n"
+     "Test hook: give obj's verbs object other's user context (IBVERBS_TEST_HOOKS=1 only)."},
     {"_test_pause", test_pause, METH_O,
      "_test_pause($module, on, /)\n--\n\n"
      "Test hook: stop calls in their GIL-released section while on (IBVERBS_TEST_HOOKS=1 only)."},

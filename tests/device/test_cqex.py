@@ -390,3 +390,68 @@ def test_another_thread_polling_mid_poll_gets_an_error_not_a_deadlock(ib, ex_pai
     assert cq.wr_id == 1002
     cq.end_poll()
     poll_until(ex_pair.cq_a)
+
+
+def flushed_completion(ib, pd, cq, port):
+    """A QP on cq whose receive was flushed (QP in ERR): cq holds one
+    completion, for start_poll() to make current; the QP and its MR."""
+    import numpy as np
+    buf = np.zeros(64, dtype=np.uint8)
+    mr = pd.reg_mr(buf.ctypes.data, buf.nbytes, ib.AccessFlags.LOCAL_WRITE)
+    mr._keepalive(buf)
+    qp = pd.create_qp(ib.QPInitAttr(cq, cq))
+    qp.to_init(port)
+    qp.post_recv(ib.RecvWR(wr_id=7, sg_list=[mr.sge(16)]))
+    qp.modify(ib.QPAttrMask.STATE, qp_state=ib.QPState.ERR)
+    return qp, mr
+
+
+def test_verbs_taking_the_cq_lock_are_refused_while_a_cqex_of_theirs_is_mid_poll(ib, ctx, pd,
+                                                                                 port):
+    """mlx5 takes the CQ's lock in destroy_qp and modify_qp to RESET, and a
+    poll holds it from start_poll() to end_poll(): those calls would hang.
+    They are refused with EBUSY (rxe takes no such lock: only the refusal
+    is seen here), and go through once the poll ended."""
+    with ctx.create_cq_ex(16) as cq:
+        qp, mr = flushed_completion(ib, pd, cq, port)
+        start_poll_until(cq)
+        try:
+            assert cq.wr_id == 7
+            for call, verb in ((qp.close, "ibv_destroy_qp"), (qp.reset, "ibv_modify_qp")):
+                with pytest.raises(ib.VerbsError) as exc:
+                    call()
+                assert exc.value.errno == errno.EBUSY, verb
+                assert verb in str(exc.value) and "end_poll()" in str(exc.value), str(exc.value)
+            assert not qp.closed and qp.state == ib.QPState.ERR
+            qp.modify(ib.QPAttrMask.STATE, qp_state=ib.QPState.ERR)   # no lock taken: allowed
+        finally:
+            cq.end_poll()
+        qp.reset()
+        assert qp.state == ib.QPState.RESET
+        qp.close()
+        mr.close()
+
+
+def test_a_qp_collected_while_its_cqex_is_mid_poll_is_reported_not_hung(ib, device_names, port):
+    """Its dealloc runs with the GIL held: had it taken the poll's lock
+    (mlx5), the whole process would hang.  It takes the failed-destroy path
+    instead: reported through sys.unraisablehook, the QP leaked (in a fork()
+    child, whose exit gives it back)."""
+    from conftest import in_fork_child, open_device
+
+    def body():
+        import sys
+        reports = []
+        sys.unraisablehook = lambda u: reports.append(str(u.exc_value))
+        ctx = open_device(ib, device_names[0])
+        pd = ctx.alloc_pd()
+        cq = ctx.create_cq_ex(16)
+        qp, mr = flushed_completion(ib, pd, cq, port)
+        start_poll_until(cq)
+        del qp
+        gc.collect()
+        cq.end_poll()
+        return " | ".join(reports) or "nothing reported"
+
+    out = in_fork_child(body)
+    assert "ibv_destroy_qp failed" in out and "leaked" in out, out

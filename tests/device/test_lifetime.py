@@ -6,7 +6,7 @@ import random
 import numpy as np
 import pytest
 
-from conftest import poll_until
+from conftest import in_thread, paused_call, poll_until, resume
 
 
 def test_closing_a_parent_with_children_raises_and_keeps_everything_usable(ib, ctx, access):
@@ -35,6 +35,29 @@ def test_closed_objects_raise_ebadf_and_close_twice_is_harmless(ib, ctx):
     with pytest.raises(ib.VerbsError):
         with pd:
             pass
+
+
+def test_a_close_during_another_threads_close_waits_for_its_outcome(ib, ctx, pd):
+    """The first close() destroys with the GIL released; until it returns
+    the object is not closed (its parents still count it), so a second
+    close() in another thread must not return early."""
+    cq = ctx.create_cq(8)
+    qp = pd.create_qp(ib.QPInitAttr(cq, cq))
+    first, first_box, paused = paused_call(qp.close)
+    try:
+        assert paused
+        second, second_box = in_thread(qp.close)
+        second.join(0.5)
+        assert second.is_alive(), f"the second close() returned early: {second_box}"
+        with pytest.raises(ib.VerbsError) as exc:
+            cq.close()                      # the QP is not closed yet
+        assert exc.value.errno == errno.EBUSY
+    finally:
+        assert resume(first, first_box) == {"result": None}
+    second.join(10)
+    assert not second.is_alive() and second_box == {"result": None}
+    assert qp.closed
+    cq.close()                              # the QP is gone from its parents
 
 
 def test_a_cq_in_use_by_a_qp_cannot_be_closed(ib, pd, cq):

@@ -533,6 +533,86 @@ def test_asyncio_reader_on_the_channel_fd(ib, cm, channel):
         assert cm.cm_event_str(ev.event) == "RDMA_CM_EVENT_ADDR_RESOLVED" == ev.event_str
 
 
+def test_async_events_awaited_through_two_cmids_contexts_wake_both(ib, cm, channel, port,
+                                                                  gid_index, access):
+    """Each CMID's .context is its own Context object of librdmacm's one
+    ibv_context: one async fd.  Awaited together, both waiters are woken
+    (an event loop watches an fd with one reader: a second add_reader
+    replaced the first, whose waiter then slept for ever)."""
+    import asyncio
+    from ibverbs import aio
+    with channel.create_id() as id_a, channel.create_id() as id_b:
+        id_a.bind_addr(SERVER_IP)
+        id_b.bind_addr(SERVER_IP)
+        ctx_a, ctx_b = id_a.context, id_b.context
+        assert ctx_a is not ctx_b and ctx_a.async_fd == ctx_b.async_fd
+        pd = ctx_a.alloc_pd()
+        cq = ctx_a.create_cq(16)
+        buf = np.zeros(64, dtype=np.uint8)
+        mr = pd.reg_mr(buf.ctypes.data, buf.nbytes, access)
+        srqs = [pd.create_srq(max_wr=16) for _ in range(2)]
+        qps = []
+        try:
+            info = lambda q: ib.local_qp_info(q, ctx_a.query_port(port),
+                                              ctx_a.query_gid(port, gid_index), port=port)
+            senders = []
+            for srq in srqs:
+                a = pd.create_qp(ib.QPInitAttr(cq, cq))
+                b = pd.create_qp(ib.QPInitAttr(cq, cq, srq=srq))
+                qps += [a, b]
+                ib.connect_rc(a, info(b), port=port, sgid_index=gid_index, access=access)
+                ib.connect_rc(b, info(a), port=port, sgid_index=gid_index, access=access)
+                srq.post_recv([ib.RecvWR(wr_id=i, sg_list=[mr.sge(16)]) for i in range(4)])
+                srq.modify(srq_limit=4)     # the first receive goes below it
+                senders.append(a)
+
+            async def main():
+                waiters = [asyncio.ensure_future(ctx.async_event()) for ctx in (ctx_a, ctx_b)]
+                await asyncio.sleep(0.05)
+                assert not any(w.done() for w in waiters)
+                for a in senders:
+                    a.post_send(ib.SendWR(wr_id=1, sg_list=[mr.sge(16)], opcode=ib.WROpcode.SEND,
+                                          send_flags=ib.SendFlags.SIGNALED))
+                done, pending = await asyncio.wait(waiters, timeout=TIMEOUT)
+                for w in pending:
+                    w.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
+                assert not pending, "a waiter was never woken"
+                return [w.result() for w in waiters]
+
+            events = asyncio.run(main())
+            assert {e.event_type for e in events} == {ib.EventType.SRQ_LIMIT_REACHED}
+            assert sorted(map(id, (e.element for e in events))) == sorted(map(id, srqs))
+            assert not aio._contexts
+            poll_until(cq, 4)
+        finally:
+            for obj in (*qps, *srqs, mr, cq, pd):
+                obj.close()
+
+
+def test_an_event_whose_id_carries_its_listeners_context_names_the_new_id(ib, cm, channel):
+    """librdmacm gives a CONNECT_REQUEST's new ID its listener's context
+    until the request's reader gives it its own, so an event of the new ID
+    that another thread reads in that window carries the listener's token.
+    Such an event is made here (test hook: the new ID's context set back to
+    its listener's, as librdmacm left it) and must still name the new ID."""
+    from ibverbs import _ibverbs
+    listener, client, server, _, _ = connect_pair(ib, cm, channel, free_port())
+    try:
+        _ibverbs._test_copy_context(server.cm_id, listener)
+        client.cm_id.disconnect()
+        ev = cm.wait_event(channel, cm.CMEventType.DISCONNECTED, TIMEOUT)
+        assert ev.id is not listener, "the new ID's DISCONNECTED named its listener"
+        assert ev.id is server.cm_id
+        server.cm_id.disconnect()
+        ev = cm.wait_event(channel, cm.CMEventType.DISCONNECTED, TIMEOUT)
+        assert ev.id is client.cm_id
+    finally:
+        client.close()
+        server.close()
+        listener.close()
+
+
 def test_migrate_id_moves_events_and_the_parent_count(ib, cm, channel):
     E = cm.CMEventType
     with cm.create_event_channel() as other:
