@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple, cast
 
 from . import entries as entry_points, gil, hand_gil, handle_rules, pyimpl
 from .cexpr import CExpr, Ref, SelfPtr
+from .enum_fields import EnumFields
 from .converters import ATTRIBUTES, FIELDS, REQUIRED, AttributeConverter
 from .converters.args import spec_default
 from .converters.fields import field_kind
@@ -45,6 +46,9 @@ class Builder:
         self.handle_names = {h.name for h in spec.handles}
         self.struct_models: Dict[str, StructModel] = {}
         self.enum_models: Dict[str, EnumModel] = {}
+        self.struct_ctype = {s.name: s.node["ctype"] for s in spec.structs}
+        # which fields show as enum members: set once the enums are built
+        self.enum_fields = EnumFields([], {})
 
     def enums(self) -> List[EnumModel]:
         out = []
@@ -184,7 +188,8 @@ class Builder:
                                handle=handle, none_ok=bool(fspec and fspec.get("none_ok")))
         if kind == "int":
             converter = FIELDS[kind](pyname, member, writable, t,
-                                     self._field_members(cls, pyname, fspec, t, where))
+                                     self._field_members(cls, pyname, fspec, t, where),
+                                     self.enum_fields.of(self.struct_ctype[cls], path, t))
         elif kind == "struct":
             converter = FIELDS[kind](pyname, member, writable, struct_class)
         else:
@@ -365,7 +370,8 @@ class Builder:
                 t = member_type(self.ir, record, aspec, where)
                 if not is_int(t):
                     raise SpecError(f"{where}: {h.name}.{aname}: {aspec} is not an integer")
-                attributes.append(HandleAttribute(aname, ATTRIBUTES["member"](aspec, t)))
+                attributes.append(HandleAttribute(aname, ATTRIBUTES["member"](
+                    aspec, t, self.enum_fields.of(h.node["ctype"], aspec, t))))
             elif aspec.get("convert", "int") == "str":
                 attributes.append(HandleAttribute(aname, ATTRIBUTES["str"](_attribute_c(aspec["expr"], where))))
             else:
@@ -554,6 +560,7 @@ def coverage(ir: IR, spec: Spec, methods: List[MethodModel]) -> List[Tuple[str, 
 def build(ir: IR, spec: Spec) -> Model:
     b = Builder(ir, spec)
     enums = b.enums()
+    b.enum_fields = EnumFields(enums, spec.enum_fields)
     structs = b.structs()
     handles = b.handles()
     functions = [b.method(m) for m in spec.functions if not b.absent(m)]

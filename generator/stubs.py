@@ -136,7 +136,8 @@ def _struct_class(s: StructModel, handles: Set[str]) -> StubClass:
     for f in s.fields:
         t = f.pytype
         if f.settable:
-            accepts = GID_LIKE if t == "Gid" else t
+            accepts = (GID_LIKE if t == "Gid" else f"{t} | int"
+                       if getattr(f.converter, "enum_class", None) else t)
             if accepts != t:
                 c.lines += ["@property", _with_doc(f"def {f.name}(self) -> {t}:", f.doc),
                             f"@{f.name}.setter", f"def {f.name}(self, value: {accepts}) -> None: ..."]

@@ -162,10 +162,16 @@ def _modify(qp, state: str, mask, fields) -> None:
     ``ibv_modify_qp(->RTR)``)."""
     from .errors import VerbsError
 
+    operation = f"ibv_modify_qp(->{state})"
     try:
         qp.modify(mask, **fields)
     except VerbsError as exc:
-        raise VerbsError(f"ibv_modify_qp(->{state})", exc.errno) from exc
+        # the cause the binding found (the GID index, the port, the state)
+        # stays in the message, under the transition's name
+        detail = exc.detail
+        if isinstance(detail, str) and detail.startswith("ibv_modify_qp failed: "):
+            detail = operation + detail[len("ibv_modify_qp"):]
+        raise VerbsError(operation, exc.errno, detail) from exc
 
 
 def to_init(qp, port, access=0, pkey_index=0, qkey=0):

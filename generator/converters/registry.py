@@ -277,6 +277,9 @@ class RecordFieldConverter:
         # ibv_qp_ex's wr_id on), the code reaches each member by name, and
         # tests/host/test_layout.py checks them against gcc there.
         self.layout = list(layout)
+        # the Python enum class it shows as (generator/enum_fields.py), set
+        # by generator/records.py; None: a plain int
+        self.enum_class: Optional[str] = None
 
     @classmethod
     def refuses(cls, t: "Type") -> Optional[str]:

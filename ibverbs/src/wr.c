@@ -347,10 +347,16 @@ int ibp_recv_wr_fill(RecvWRObject *w, PyObject *sg_list, struct ibv_recv_wr *wr,
     return rc;
 }
 
-PyObject *ibp_post_failed(const char *verb, int rc, Py_ssize_t index, uint64_t wr_id)
+PyObject *ibp_post_failed(PyObject *queue, const char *verb, int rc, Py_ssize_t index,
+                          uint64_t wr_id)
 {
-    return ibp_raise_detail(verb, rc, "%s failed: %s (work request %zd, wr_id=%llu)",
-                            verb, strerror(rc), index, (unsigned long long)wr_id);
+    char why[IBP_WHY_LEN];
+    int send = strcmp(verb, "ibv_post_send") == 0;
+    if (!ibp_explain_post(why, sizeof(why), queue, send, rc))
+        return ibp_raise_detail(verb, rc, "%s failed: %s (work request %zd, wr_id=%llu)",
+                                verb, strerror(rc), index, (unsigned long long)wr_id);
+    return ibp_raise_detail(verb, rc, "%s failed: %s: %s (work request %zd, wr_id=%llu)",
+                            verb, strerror(rc), why, index, (unsigned long long)wr_id);
 }
 
 /* wr.ud.ah shares its memory with wr.rdma.remote_addr: a UD request
