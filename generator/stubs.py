@@ -292,6 +292,7 @@ def render(model: Model, records: RecordsModel, cm: CMModel,
     text = env.get_template(TEMPLATE).render(
         ir=model.ir, spec=_Inputs(specs), command=vrender.COMMAND,
         comment_open="#", comment_mid="#", comment_close="",
-        classes=stubs.classes, stub_functions=stubs.functions)
+        classes=stubs.classes, stub_functions=stubs.functions,
+        enum_names=[e.name for e in model.enums])
     text += "\n__all__ = [\n" + "".join(f"    {n!r},\n" for n in _public_names(text)) + "]\n"
     return {OUTPUT: vrender.finish(text)}
