@@ -93,6 +93,24 @@ class Builder:
         self.enum_models = {e.name: e for e in out}
         return out
 
+    def enum_field_names(self) -> Dict[str, str]:
+        """spec `enum_fields:` ("struct ibv_wc.wc_flags": WCFlags), each
+        member found in the headers and each class built."""
+        out = {}
+        for key, cls in self.spec.enum_fields.items():
+            where = f"{self.spec.enum_field_where.get(key, 'spec')}: enum_fields: {key}"
+            record, dot, path = key.partition(".")
+            rec = self.ir.record(record)
+            if not dot or rec is None:
+                raise SpecError(f"{where}: no {record} in {self.ir.source}")
+            t = member_type(self.ir, rec, path, where)
+            if not is_int(t):
+                raise SpecError(f"{where}: {t.spelling} is no integer")
+            if cls not in self.enum_models:
+                raise SpecError(f"{where}: no enum class {cls}")
+            out[key] = cls
+        return out
+
     def named_default(self, owner: str, arg: str, default: Optional[str]) -> Optional[str]:
         """An integer default of an enum or flag argument (spec/docs.yaml
         docs.enums) by its name, as docstrings show it: "QPType.RC",
@@ -560,7 +578,7 @@ def coverage(ir: IR, spec: Spec, methods: List[MethodModel]) -> List[Tuple[str, 
 def build(ir: IR, spec: Spec) -> Model:
     b = Builder(ir, spec)
     enums = b.enums()
-    b.enum_fields = EnumFields(enums, spec.enum_fields)
+    b.enum_fields = EnumFields(enums, b.enum_field_names())
     structs = b.structs()
     handles = b.handles()
     functions = [b.method(m) for m in spec.functions if not b.absent(m)]

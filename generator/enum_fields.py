@@ -6,25 +6,19 @@ device_cap_flags, ...).  Its getter returns a prebuilt member of that class
 another enum class (TypeError), and its stub names the class."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 from .ir import Type
-from .spec import SpecError
-
-if TYPE_CHECKING:
-    from .model import EnumModel
 
 
 class EnumFields:
-    def __init__(self, enums: List[EnumModel], fields: Dict[str, str]) -> None:
+    def __init__(self, enums: Sequence[Any], fields: Dict[str, str]) -> None:
+        """enums: the model's EnumModels (not imported: the converters
+        import this module, and generator.model imports them)."""
         self.enums = enums
         self.index = {e.name: i for i, e in enumerate(enums)}
         self.by_ctype = {e.cname: e.name for e in enums if e.cname.startswith("enum ")}
-        names = {e.name for e in enums}
-        for where, cls in fields.items():
-            if cls not in names:
-                raise SpecError(f"spec/enums.yaml: enum_fields: {where}: no enum class {cls}")
-        self.fields = fields
+        self.fields = fields      # checked against the IR by generator/builder.py
 
     def of(self, record_ctype: str, path: str, t: Type) -> Optional[str]:
         """The class of member `path` (a C path, "grh.sgid_index") of the

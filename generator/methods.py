@@ -8,7 +8,6 @@ as data; generator/emit.py writes the C.
 """
 from __future__ import annotations
 
-import re
 from typing import AbstractSet, Any, Dict, List, NoReturn, Optional, Tuple, cast
 
 from . import docstrings, gil
@@ -206,21 +205,22 @@ class MethodBuilder:
         passed = {p.name: c.call_arg() for p, c in zip(params, converters)}
         out = []
         for err, calls in node.items():
-            if err != "any" and not re.fullmatch(r"E[A-Z0-9]+", str(err)):
+            if err != "any" and not (str(err)[:1] == "E" and str(err).isupper()
+                                     and str(err).isalnum()):
                 self.fail(f"explain: {err!r} is not an errno name (EINVAL ...) or any", "explain")
             c_calls = []
             for call in calls if isinstance(calls, list) else [calls]:
-                found = re.fullmatch(r"(\w+)\((.*)\)", str(call).strip())
-                if found is None:
+                name, paren, rest = str(call).strip().partition("(")
+                if not (paren and rest.endswith(")") and name.isidentifier()):
                     self.fail(f"explain: {call!r} is not explainer(arg, ...)", "explain")
                 args = ["why", "sizeof(why)"]
-                for arg in filter(None, (a.strip() for a in found.group(2).split(","))):
-                    head, _, rest = arg.partition("->")
+                for arg in filter(None, (a.strip() for a in rest[:-1].split(","))):
+                    head, _, member = arg.partition("->")
                     if head not in passed:
                         self.fail(f"explain: {call!r}: {head!r} is not a parameter of {self.m.verb}",
                                   "explain")
-                    args.append(f"({passed[head]})->{rest}" if rest else passed[head])
-                c_calls.append(f"ibp_explain_{found.group(1)}({', '.join(args)})")
+                    args.append(f"({passed[head]})->{member}" if member else passed[head])
+                c_calls.append(f"ibp_explain_{name}({', '.join(args)})")
             out.append(Explain(None if err == "any" else str(err), c_calls))
         return out
 

@@ -160,6 +160,7 @@ class Spec:
     enums: List[EnumSpec] = field(default_factory=list)
     # "struct ibv_wc.wc_flags" -> the class of an integer field holding one
     enum_fields: Dict[str, str] = field(default_factory=dict)
+    enum_field_where: Dict[str, str] = field(default_factory=dict)   # its file:line
     functions: List[Method] = field(default_factory=list)
     optional: Dict[str, str] = field(default_factory=dict)     # symbol -> "36 (IBVERBS_1.14)"
     # symbols.versions: ELF symbol version -> the rdma-core release that added it
@@ -358,8 +359,9 @@ def load(spec_dir: str) -> Spec:
             if "prefix" not in node:
                 raise SpecError(f"{node.where()}: {cls}: needs 'prefix'")
             spec.enums.append(EnumSpec(cls, node))
-        for where, cls in (data.get("enum_fields") or {}).items():
-            spec.enum_fields[str(where)] = str(cls)
+        for key, cls in (data.get("enum_fields") or {}).items():
+            spec.enum_fields[str(key)] = str(cls)
+            spec.enum_field_where[str(key)] = data["enum_fields"].where(key)
         for cls, mnodes in (data.get("methods") or {}).items():
             if not isinstance(mnodes, Node):
                 raise SpecError(f"{data['methods'].where(cls)}: methods of {cls}: expected a mapping")

@@ -145,7 +145,7 @@ class IntField(FieldConverter):
             return []
         lines = int_convert("value", self.member, self.t, self.pyname, fail="return -1;")
         if self.enum_class is not None:     # a member of another enum class: TypeError
-            lines = [f'if (!PyLong_CheckExact(value) && ibp_enum_check('
+            lines = [f'if (value != NULL && !PyLong_CheckExact(value) && ibp_enum_check('
                      f'{enum_c_index(self.enum_class)}, value, "{self.pyname}") < 0)',
                      "    return -1;"] + lines
         if self.members is None:

@@ -26,7 +26,8 @@ class IntRecordField(RecordFieldConverter):
 
     def from_py(self, unsigned: str) -> List[str]:
         lines = [] if self.enum_class is None else [
-            f'if (!PyLong_CheckExact(value) && ibp_enum_check({enum_c_index(self.enum_class)}, value, "{self.name}") < 0)',
+            "if (value != NULL && !PyLong_CheckExact(value)",
+            f'        && ibp_enum_check({enum_c_index(self.enum_class)}, value, "{self.name}") < 0)',
             "    return -1;"]
         lines += ["uint64_t x;",
                  f'if ({unsigned}(value, "{self.name}", {self.unsigned_max}, &x) < 0)',
