@@ -224,6 +224,14 @@ class MethodBuilder:
             out.append(Explain(None if err == "any" else str(err), c_calls))
         return out
 
+    def arg_enum(self, arg: str) -> Optional[str]:
+        """The enum or flag class argument `arg` takes (spec/docs.yaml's
+        docs.enums, "Class.arg" first), when the enums hold it: its stub
+        names it, a member of another enum class is a TypeError."""
+        docs = self.b.spec.doc_enums
+        cls = docs.get(f"{self.m.owner}.{arg}") or docs.get(arg)
+        return cls if cls in getattr(self.b, "enum_models", {}) else None
+
     def optional_c_text(self, key: str) -> Optional[str]:
         value = self.m.node.get(key)
         return None if value is None else self.c_text(value)

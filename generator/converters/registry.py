@@ -79,6 +79,7 @@ class Context(Protocol):
     def member_type(self, record: "Record", path: str, where: str) -> "Type": ...
     def context_owner(self, hctype: str) -> Optional[str]: ...
     def c_text(self, value: Any) -> str: ...   # a spec value (C text or a rule's CExpr) as C
+    def arg_enum(self, arg: str) -> Optional[str]: ...   # the enum class an argument takes
 
 
 PARAMS = Registry("parameter")

@@ -580,7 +580,7 @@ int ibp_enum_check(int which, PyObject *value, const char *what)
     PyObject *shown = PyObject_Repr(value);
     if (shown == NULL)
         return -1;
-    PyErr_Format(PyExc_TypeError, "%s must be a %s (or an int), not %U", what,
+    PyErr_Format(PyExc_TypeError, "%s must be %s or an int, not %U", what,
                  enum_names[which], shown);
     Py_DECREF(shown);
     return -1;

@@ -3,6 +3,9 @@ reads as members of the enum classes (wc.status.name works), and they are
 still the ints the seed's users compare with."""
 from __future__ import annotations
 
+import numpy as np
+import pytest
+
 from conftest import poll_until
 
 
@@ -44,3 +47,15 @@ def test_a_failed_completion_names_its_status(ib, rc_pair, make_buffer):
 def test_qp_state_reads_as_a_member(ib, rc_pair):
     assert rc_pair.qp_a.query(ib.QPAttrMask.STATE)[0]["qp_state"] is ib.QPState.RTS
     assert rc_pair.qp_a.qp_type is ib.QPType.RC
+
+
+def test_a_member_of_another_enum_class_is_refused_by_a_method(ib, pd, cq):
+    memory = np.zeros(4096, dtype=np.uint8)
+    with pytest.raises(TypeError, match="access must be AccessFlags or an int, not <WCOpcode"):
+        pd.reg_mr(memory, ib.WCOpcode.RDMA_WRITE)         # == 1 == LOCAL_WRITE: silently taken before
+    with pd.reg_mr(memory, 1) as mr:                      # plain ints, as before
+        assert mr.lkey
+    with pd.create_qp(ib.QPInitAttr(cq, cq, qp_type=ib.QPType.RC)) as qp:
+        with pytest.raises(TypeError, match="attr_mask must be QPAttrMask or an int"):
+            qp.modify(ib.AccessFlags.LOCAL_WRITE, qp_state=ib.QPState.INIT)
+        assert qp.query(ib.QPAttrMask.STATE)[0]["qp_state"] is ib.QPState.RESET

@@ -56,15 +56,15 @@ def test_data_path_records_show_members_and_take_ints():
 
 def test_a_member_of_another_enum_class_is_refused():
     import ibverbs as ib
-    with pytest.raises(TypeError, match="opcode must be a WROpcode .* not <WCOpcode.SEND: 0>"):
+    with pytest.raises(TypeError, match="opcode must be WROpcode or an int, not <WCOpcode.SEND: 0>"):
         ib.SendWR(opcode=ib.WCOpcode.SEND)
     wr = ib.SendWR()
-    with pytest.raises(TypeError, match="send_flags must be a SendFlags"):
+    with pytest.raises(TypeError, match="send_flags must be SendFlags or an int"):
         wr.send_flags = ib.AccessFlags.LOCAL_WRITE
     assert wr.opcode == 0 and wr.send_flags == 0      # unchanged
-    with pytest.raises(TypeError, match="qp_type must be a QPType"):
+    with pytest.raises(TypeError, match="qp_type must be QPType or an int"):
         ib.QPInitAttr(None, None, qp_type=ib.WCOpcode.SEND)
-    with pytest.raises(TypeError, match="qp_state must be a QPState"):
+    with pytest.raises(TypeError, match="qp_state must be QPState or an int"):
         ib.QPAttr(qp_state=ib.PortState.ACTIVE)
 
 
@@ -76,3 +76,6 @@ def test_the_stubs_name_the_classes():
         assert line in stub, line
     assert "def opcode(self, value: WROpcode | int) -> None: ..." in stub
     assert "qp_type: QPType | int = ..." in stub
+    # and the enum arguments of generated methods (spec/docs.yaml's docs.enums)
+    assert "access: AccessFlags | int = ...) -> None:" in stub      # MR.rereg_mr
+    assert "attr_mask: QPAttrMask | int" in stub
