@@ -118,10 +118,6 @@ def test_full_send_queue_says_so(ib, pd, port, gid_index, access, make_buffer):
             pair.qp_a.post_send(wrs)      # one call: nothing completes in between
         assert failed.value.errno == errno.ENOMEM
         assert f"send queue full (max_send_wr={granted})" in str(failed.value), str(failed.value)
-        # what was posted completes
-        done = 0
-        while done < granted:
-            done += len(pair.cq_a.poll(16))
     finally:
         pair.close()
 
