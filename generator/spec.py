@@ -97,7 +97,8 @@ ENUM_KEYS = {"c", "match", "kind", "prefix", "since", "members"}
 VERB_METHOD_KEYS = {"verb", "params", "errors", "returns", "gil", "checks", "doc",
                     "requires", "signature", "verbs", "prologue", "epilogue", "guard",
                     "since",
-                    "explain"} | rules.METHOD_KEYS   # declarative rules, expanded by generator/rules.py
+                    "explain",  # errno -> explainer(arg, ...) calls after a failure (generator/methods.py)
+                    } | rules.METHOD_KEYS   # declarative rules, expanded by generator/rules.py
 HAND_METHOD_KEYS = {"hand", "doc", "verbs", "keywords", "since",
                     "stub",    # the typed signature (generator/stubs.py)
                     "impl",    # a generated parser of the arguments (generator/impl.py)
