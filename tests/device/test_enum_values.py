@@ -60,4 +60,4 @@ def test_a_member_of_another_enum_class_is_refused_by_a_method(ib, pd, cq):
     with pd.create_qp(ib.QPInitAttr(cq, cq, qp_type=ib.QPType.RC)) as qp:
         with pytest.raises(TypeError, match="attr_mask must be QPAttrMask or an int"):
             qp.modify(ib.AccessFlags.LOCAL_WRITE, qp_state=ib.QPState.INIT)
-        assert qp.query(ib.QPAttrMask.STATE)[0]["qp_state"] is ib.QPState.RESET
+        assert qp.state is ib.QPState.RESET
