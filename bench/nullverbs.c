@@ -189,12 +189,20 @@ EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_c
 
 EXPORT int ibv_destroy_cq(struct ibv_cq *cq) { free(cq); return 0; }
 
+/* The caps a QP was created with, for ibv_query_qp (a failed post's
+ * message names the queue's size). */
+struct null_qp {
+    struct ibv_qp qp;
+    struct ibv_qp_cap cap;
+};
+
 EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
     static uint32_t qpn = 0x11;
-    struct ibv_qp *qp = calloc(1, sizeof(*qp));
-    if (qp == NULL)
+    struct null_qp *nq = calloc(1, sizeof(*nq));
+    if (nq == NULL)
         return NULL;
+    struct ibv_qp *qp = &nq->qp;
     qp->context = pd->context;
     qp->pd = pd;
     qp->send_cq = attr->send_cq;
@@ -203,7 +211,23 @@ EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *
     qp->qp_type = attr->qp_type;
     qp->qp_num = qpn++;
     qp->state = IBV_QPS_RESET;
+    nq->cap = attr->cap;
     return qp;
+}
+
+EXPORT int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
+                        struct ibv_qp_init_attr *init_attr)
+{
+    const struct null_qp *nq = (const struct null_qp *)qp;
+    memset(attr, 0, sizeof(*attr));
+    memset(init_attr, 0, sizeof(*init_attr));
+    attr->qp_state = attr->cur_qp_state = qp->state;
+    attr->cap = init_attr->cap = nq->cap;
+    init_attr->send_cq = qp->send_cq;
+    init_attr->recv_cq = qp->recv_cq;
+    init_attr->srq = qp->srq;
+    init_attr->qp_type = qp->qp_type;
+    return 0;
 }
 
 EXPORT int ibv_destroy_qp(struct ibv_qp *qp) { free(qp); return 0; }

@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple, cast
 
 from . import cq_locks, entries as entry_points, gil, hand_gil, handle_rules, pyimpl
 from .cexpr import CExpr, Ref, SelfPtr
+from .enum_fields import EnumFields
 from .converters import ATTRIBUTES, FIELDS, REQUIRED, AttributeConverter
 from .converters.args import spec_default
 from .converters.fields import field_kind
@@ -45,6 +46,9 @@ class Builder:
         self.handle_names = {h.name for h in spec.handles}
         self.struct_models: Dict[str, StructModel] = {}
         self.enum_models: Dict[str, EnumModel] = {}
+        self.struct_ctype = {s.name: s.node["ctype"] for s in spec.structs}
+        # which fields show as enum members: set once the enums are built
+        self.enum_fields = EnumFields([], {})
 
     def enums(self) -> List[EnumModel]:
         out = []
@@ -87,6 +91,24 @@ class Builder:
                 result.append((py, value, cname_m))
             out.append(EnumModel(e.name, node["kind"], cname, result))
         self.enum_models = {e.name: e for e in out}
+        return out
+
+    def enum_field_names(self) -> Dict[str, str]:
+        """spec `enum_fields:` ("struct ibv_wc.wc_flags": WCFlags), each
+        member found in the headers and each class built."""
+        out = {}
+        for key, cls in self.spec.enum_fields.items():
+            where = f"{self.spec.enum_field_where.get(key, 'spec')}: enum_fields: {key}"
+            record, dot, path = key.partition(".")
+            rec = self.ir.record(record)
+            if not dot or rec is None:
+                raise SpecError(f"{where}: no {record} in {self.ir.source}")
+            t = member_type(self.ir, rec, path, where)
+            if not is_int(t):
+                raise SpecError(f"{where}: {t.spelling} is no integer")
+            if cls not in self.enum_models:
+                raise SpecError(f"{where}: no enum class {cls}")
+            out[key] = cls
         return out
 
     def named_default(self, owner: str, arg: str, default: Optional[str]) -> Optional[str]:
@@ -184,7 +206,8 @@ class Builder:
                                handle=handle, none_ok=bool(fspec and fspec.get("none_ok")))
         if kind == "int":
             converter = FIELDS[kind](pyname, member, writable, t,
-                                     self._field_members(cls, pyname, fspec, t, where))
+                                     self._field_members(cls, pyname, fspec, t, where),
+                                     self.enum_fields.of(self.struct_ctype[cls], path, t))
         elif kind == "struct":
             converter = FIELDS[kind](pyname, member, writable, struct_class)
         else:
@@ -370,7 +393,8 @@ class Builder:
                 t = member_type(self.ir, record, aspec, where)
                 if not is_int(t):
                     raise SpecError(f"{where}: {h.name}.{aname}: {aspec} is not an integer")
-                attributes.append(HandleAttribute(aname, ATTRIBUTES["member"](aspec, t)))
+                attributes.append(HandleAttribute(aname, ATTRIBUTES["member"](
+                    aspec, t, self.enum_fields.of(h.node["ctype"], aspec, t))))
             elif aspec.get("convert", "int") == "str":
                 attributes.append(HandleAttribute(aname, ATTRIBUTES["str"](_attribute_c(aspec["expr"], where))))
             else:
@@ -559,6 +583,7 @@ def coverage(ir: IR, spec: Spec, methods: List[MethodModel]) -> List[Tuple[str, 
 def build(ir: IR, spec: Spec) -> Model:
     b = Builder(ir, spec)
     enums = b.enums()
+    b.enum_fields = EnumFields(enums, b.enum_field_names())
     structs = b.structs()
     handles = b.handles()
     functions = [b.method(m) for m in spec.functions if not b.absent(m)]

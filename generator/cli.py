@@ -37,7 +37,9 @@ def render_all(prefix: Optional[str], spec_root: str = SPEC_DIR,
                                              parse.parse(prefix, rdmacm.HEADER))
     model = builder.build(ir, spec.load(spec_root))
     cm = rdmacm.build(cm_ir, spec.load(rdmacm.spec_dir(spec_root)))
-    record_types = records.build(model.ir, spec_root)
+    from .enum_fields import EnumFields
+    record_types = records.build(model.ir, spec_root,
+                                 EnumFields(model.enums, model.spec.enum_fields))
     files = render.render(model, TEMPLATE_DIR)
     files.update(render.render_records(record_types, TEMPLATE_DIR))
     files.update(render.render_rdmacm(cm, TEMPLATE_DIR))

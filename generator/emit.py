@@ -205,9 +205,19 @@ _CODE = {"null": "0", "errno": "rc", "negative": "rc"}
 def _error_check(m: MethodModel) -> List[str]:
     if m.errors not in _FAILED:
         return []
-    return [f"if ({_FAILED[m.errors]}) {{",
-            f'    ibp_raise("{m.verb}", ibp_error_code({_CODE[m.errors]}));',
-            "    goto exit;", "}"]
+    if not m.explain:
+        return [f"if ({_FAILED[m.errors]}) {{",
+                f'    ibp_raise("{m.verb}", ibp_error_code({_CODE[m.errors]}));',
+                "    goto exit;", "}"]
+    # spec `explain:` the cause, found only now that the verb has failed
+    lines = [f"if ({_FAILED[m.errors]}) {{",
+             f"    int err = ibp_error_code({_CODE[m.errors]});",
+             "    char why[IBP_WHY_LEN] = \"\";"]
+    for e in m.explain:
+        tried = " || ".join(e.calls)
+        lines.append(f"    if (!why[0]{f' && err == {e.errno}' if e.errno else ''})")
+        lines.append(f"        (void)({tried});")
+    return lines + [f'    ibp_raise_explained("{m.verb}", err, why);', "    goto exit;", "}"]
 
 
 def kwargs_parse(m: MethodModel, kw: KwargsParam) -> List[str]:

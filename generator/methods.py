@@ -18,7 +18,7 @@ from .converters.composite import MASK_BITS
 from .ctext import SELF_PTR, is_int, py_repr_default
 from .ir import Function, Param, Record, Type
 from .members import find_field, member_type
-from .model import Check, MethodModel, OptionalSymbol, StructModel
+from .model import Check, Explain, MethodModel, OptionalSymbol, StructModel
 from .spec import Method, Node, SpecError, check_keys
 
 #: `convert:` kinds the parameter's C type decides (an int, or an address
@@ -175,6 +175,7 @@ class MethodBuilder:
             symbols=symbols,
             checks=[Check(self.c_text(chk["expr"]), chk.get("error", "ValueError"), chk["message"])
                     for chk in m.node.get("checks", []) or []],
+            explain=self.explain(params, converters),
             guard=self.optional_c_text("guard"), prologue=self.optional_c_text("prologue"),
             epilogue=self.optional_c_text("epilogue"), errors=m.node["errors"],
             release_gil=self.releases_gil(f.name), returns=returns,
@@ -191,6 +192,45 @@ class MethodBuilder:
             self.fail(str(exc).split(": ", 1)[1], "doc")
         mm.doc = f"{mm.signature}\n--\n\n{text}"
         return mm
+
+    def explain(self, params: Any, converters: List[ParamConverter]) -> List[Explain]:
+        """`explain:` errno (or `any`) -> "explainer(arg, ...)" or a list of
+        them: each arg a verb parameter (or `param->member`), handed over as
+        the verb got it."""
+        node = self.m.node.get("explain")
+        if node is None:
+            return []
+        if not isinstance(node, dict):
+            self.fail("explain: a mapping errno -> explainer call(s)", "explain")
+        passed = {p.name: c.call_arg() for p, c in zip(params, converters)}
+        out = []
+        for err, calls in node.items():
+            if err != "any" and not (str(err)[:1] == "E" and str(err).isupper()
+                                     and str(err).isalnum()):
+                self.fail(f"explain: {err!r} is not an errno name (EINVAL ...) or any", "explain")
+            c_calls = []
+            for call in calls if isinstance(calls, list) else [calls]:
+                name, paren, rest = str(call).strip().partition("(")
+                if not (paren and rest.endswith(")") and name.isidentifier()):
+                    self.fail(f"explain: {call!r} is not explainer(arg, ...)", "explain")
+                args = ["why", "sizeof(why)"]
+                for arg in filter(None, (a.strip() for a in rest[:-1].split(","))):
+                    head, _, member = arg.partition("->")
+                    if head not in passed:
+                        self.fail(f"explain: {call!r}: {head!r} is not a parameter of {self.m.verb}",
+                                  "explain")
+                    args.append(f"({passed[head]})->{member}" if member else passed[head])
+                c_calls.append(f"ibp_explain_{name}({', '.join(args)})")
+            out.append(Explain(None if err == "any" else str(err), c_calls))
+        return out
+
+    def arg_enum(self, arg: str) -> Optional[str]:
+        """The enum or flag class argument `arg` takes (spec/docs.yaml's
+        docs.enums, "Class.arg" first), when the enums hold it: its stub
+        names it, a member of another enum class is a TypeError."""
+        docs = self.b.spec.doc_enums
+        cls = docs.get(f"{self.m.owner}.{arg}") or docs.get(arg)
+        return cls if cls in getattr(self.b, "enum_models", {}) else None
 
     def optional_c_text(self, key: str) -> Optional[str]:
         value = self.m.node.get(key)

@@ -87,6 +87,16 @@ class Check:
     message: str
 
 
+@dataclass
+class Explain:
+    """What a method says after its verb failed (spec `explain:`): for an
+    errno (or any, None), the hand-written explainers
+    (ibverbs/src/explain.c) tried in order, each a C call that writes the
+    cause into the message buffer and returns nonzero when it found one."""
+    errno: Optional[str]
+    calls: List[str]
+
+
 class MethodKind(enum.Enum):
     """Who writes a method's C function."""
     GENERATED = "generated"   # a verb wrapper, all generated (generator/emit.py)
@@ -137,6 +147,7 @@ class MethodModel:
     owner_is_subclass: bool = False         # its class has a spec `base:`
     symbols: List[OptionalSymbol] = field(default_factory=list)
     checks: List[Check] = field(default_factory=list)
+    explain: List[Explain] = field(default_factory=list)   # after a failure
     guard: Optional[str] = None             # hand-written C precondition (< 0: raised)
     prologue: Optional[str] = None          # C statement before the call
     epilogue: Optional[str] = None          # C statement once the result exists

@@ -270,6 +270,8 @@ class RecordsModel:
     helpers: Dict[str, str]     # spec `helpers:`: the hand-written C the converters call
     records: List[RecordModel]
     types: List[RecordTypeModel]
+    # records.h's enum class indexes and names (generator/enum_fields.py)
+    enum_declarations: List[str] = field(default_factory=list)
 
 
 # --- rdma/rdma_cma.h (spec/rdmacm/, generator/rdmacm.py) ---

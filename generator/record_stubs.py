@@ -65,7 +65,7 @@ def _get_type(a: RecordAttribute) -> str:
     if a.stub is not None:
         return a.stub
     if a.kind in ("field", "kinds") and a.conv is not None:
-        return a.conv.pytype
+        return getattr(a.conv, "enum_class", None) or a.conv.pytype
     if a.kind == "flag":
         return "bool"
     if a.kind == "ref" and a.ref_type:
@@ -74,7 +74,10 @@ def _get_type(a: RecordAttribute) -> str:
 
 
 def _set_type(a: RecordAttribute) -> str:
-    return a.stub_set if a.stub_set is not None else _get_type(a)
+    if a.stub_set is not None:
+        return a.stub_set
+    enum_class = getattr(a.conv, "enum_class", None) if a.kind == "field" else None
+    return f"{enum_class} | int" if enum_class else _get_type(a)
 
 
 def _method(m: RecordMethod) -> str:

@@ -30,6 +30,7 @@ from typing import AbstractSet, Any, Dict, List, Optional, Tuple
 
 from .converters import RECORD_FIELDS, RecordFieldConverter
 from .ctext import value_runs
+from .enum_fields import EnumFields
 from .ir import IR, Record
 from .members import member_chain, member_type
 from .record_model import (EmbeddedStruct, RecordAttribute, RecordFieldMethod, RecordMethod, RecordModel,
@@ -470,13 +471,18 @@ def _special_stubs(node: Node, name: str) -> Dict[str, str]:
     return out
 
 
-def build(ir: IR, spec_root: str) -> RecordsModel:
+def build(ir: IR, spec_root: str, enum_fields: Optional[EnumFields] = None) -> RecordsModel:
     path = os.path.join(spec_root, SPEC_FILE)
     data = _keys(load_file(path, DISPLAY), TOP_KEYS, DISPLAY)
     with open(path, "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()
     helpers = dict(_keys(data["helpers"], HELPER_KEYS, "helpers"))
     records = _records(ir, data)
+    if enum_fields is not None:     # the fields that show as enum members
+        for r in records:
+            for c in r.converters.values():
+                c.enum_class = enum_fields.of_spelling(r.ctype, c.layout[0][0], c.ctype, c.enum)
     by_key = {r.key: r for r in records}
     types = [_type(by_key, name, node) for name, node in (data.get("types") or {}).items()]
-    return RecordsModel(ir, RecordsSpec(digest, [DISPLAY]), helpers, records, types)
+    return RecordsModel(ir, RecordsSpec(digest, [DISPLAY]), helpers, records, types,
+                        enum_fields.c_declarations() if enum_fields else [])

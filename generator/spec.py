@@ -81,7 +81,8 @@ def load_file(path: str, display: str) -> Node:
 
 TOP_KEYS = {"handles", "structs", "enums", "functions", "symbols", "exclusions",
             "methods", "docs",
-            "gil"}    # spec/gil.yaml: the GIL rule of each verb, by kind (generator/gil.py)
+            "gil",
+            "enum_fields"}   # integer fields that hold an enum or flag set (generator/enum_fields.py)    # spec/gil.yaml: the GIL rule of each verb, by kind (generator/gil.py)
 HANDLE_KEYS = {"ctype", "doc", "destroy", "parents", "attributes", "methods",
                "slots", "state", "before_destroy", "registered",
                "base", "before_dealloc", "release", "hand_attributes", "since",
@@ -96,7 +97,9 @@ ENUM_KEYS = {"c", "match", "kind", "prefix", "since", "members"}
 #: added to the set of the kind that reads it).
 VERB_METHOD_KEYS = {"verb", "params", "errors", "returns", "gil", "checks", "doc",
                     "requires", "signature", "verbs", "prologue", "epilogue", "guard",
-                    "since"} | rules.METHOD_KEYS   # declarative rules, expanded by generator/rules.py
+                    "since",
+                    "explain",  # errno -> explainer(arg, ...) calls after a failure (generator/methods.py)
+                    } | rules.METHOD_KEYS   # declarative rules, expanded by generator/rules.py
 HAND_METHOD_KEYS = {"hand", "doc", "verbs", "keywords", "since",
                     "stub",    # the typed signature (generator/stubs.py)
                     "impl",    # a generated parser of the arguments (generator/impl.py)
@@ -157,6 +160,9 @@ class Spec:
     handles: List[Handle] = field(default_factory=list)
     structs: List[Struct] = field(default_factory=list)
     enums: List[EnumSpec] = field(default_factory=list)
+    # "struct ibv_wc.wc_flags" -> the class of an integer field holding one
+    enum_fields: Dict[str, str] = field(default_factory=dict)
+    enum_field_where: Dict[str, str] = field(default_factory=dict)   # its file:line
     functions: List[Method] = field(default_factory=list)
     optional: Dict[str, str] = field(default_factory=dict)     # symbol -> "36 (IBVERBS_1.14)"
     # symbols.versions: ELF symbol version -> the rdma-core release that added it
@@ -355,6 +361,9 @@ def load(spec_dir: str) -> Spec:
             if "prefix" not in node:
                 raise SpecError(f"{node.where()}: {cls}: needs 'prefix'")
             spec.enums.append(EnumSpec(cls, node))
+        for key, cls in (data.get("enum_fields") or {}).items():
+            spec.enum_fields[str(key)] = str(cls)
+            spec.enum_field_where[str(key)] = data["enum_fields"].where(key)
         for cls, mnodes in (data.get("methods") or {}).items():
             if not isinstance(mnodes, Node):
                 raise SpecError(f"{data['methods'].where(cls)}: methods of {cls}: expected a mapping")

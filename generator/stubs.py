@@ -136,7 +136,8 @@ def _struct_class(s: StructModel, handles: Set[str]) -> StubClass:
     for f in s.fields:
         t = f.pytype
         if f.settable:
-            accepts = GID_LIKE if t == "Gid" else t
+            accepts = (GID_LIKE if t == "Gid" else f"{t} | int"
+                       if getattr(f.converter, "enum_class", None) else t)
             if accepts != t:
                 c.lines += ["@property", _with_doc(f"def {f.name}(self) -> {t}:", f.doc),
                             f"@{f.name}.setter", f"def {f.name}(self, value: {accepts}) -> None: ..."]
@@ -291,6 +292,7 @@ def render(model: Model, records: RecordsModel, cm: CMModel,
     text = env.get_template(TEMPLATE).render(
         ir=model.ir, spec=_Inputs(specs), command=vrender.COMMAND,
         comment_open="#", comment_mid="#", comment_close="",
-        classes=stubs.classes, stub_functions=stubs.functions)
+        classes=stubs.classes, stub_functions=stubs.functions,
+        enum_names=[e.name for e in model.enums])
     text += "\n__all__ = [\n" + "".join(f"    {n!r},\n" for n in _public_names(text)) + "]\n"
     return {OUTPUT: vrender.finish(text)}

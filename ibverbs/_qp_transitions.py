@@ -162,10 +162,16 @@ def _modify(qp, state: str, mask, fields) -> None:
     ``ibv_modify_qp(->RTR)``)."""
     from .errors import VerbsError
 
+    operation = f"ibv_modify_qp(->{state})"
     try:
         qp.modify(mask, **fields)
     except VerbsError as exc:
-        raise VerbsError(f"ibv_modify_qp(->{state})", exc.errno) from exc
+        # the cause the binding found (the GID index, the port, the state)
+        # stays in the message, under the transition's name
+        detail = exc.detail
+        if isinstance(detail, str) and detail.startswith("ibv_modify_qp failed: "):
+            detail = operation + detail[len("ibv_modify_qp"):]
+        raise VerbsError(operation, exc.errno, detail) from exc
 
 
 def to_init(qp, port, access=0, pkey_index=0, qkey=0):
@@ -214,8 +220,15 @@ def to_rts(qp, psn, timeout=14, retry_cnt=7, rnr_retry=7, max_rd_atomic=1):
 def query(qp, attr_mask=0x1FFFFF):
     # QP.query: its docstring is the spec's (spec/qp.yaml), its signature this def.
     # ``QP.query(attr_mask=all) -> (dict, QPCap)`` (ibv_query_qp).
+    #
+    # The dict is the seed's: plain ints, where QPAttr's getters give enum
+    # members (qp_state, path_mtu, qp_access_flags, ...).
+    from enum import Enum
+
     attr = qp._query(attr_mask)
-    return attr._asdict(), attr.cap
+    fields = {name: int(value) if isinstance(value, Enum) else value
+              for name, value in attr._asdict().items()}
+    return fields, attr.cap
 
 
 def reset(qp):

@@ -85,8 +85,14 @@ class CompletionError(VerbsError):
 
     @property
     def status(self) -> int:
-        """The completion's status (a WCStatus: REM_ACCESS_ERR, RETRY_EXC_ERR, WR_FLUSH_ERR, ...)."""
-        return int(self.wc.status)
+        """The completion's status (a WCStatus: REM_ACCESS_ERR, RETRY_EXC_ERR, WR_FLUSH_ERR, ...;
+        a plain int for a value WCStatus does not know)."""
+        from .enums import WCStatus
+
+        try:
+            return WCStatus(int(self.wc.status))
+        except ValueError:
+            return int(self.wc.status)
 
     @property
     def vendor_err(self) -> int:

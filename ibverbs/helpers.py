@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from ._qp_transitions import (_MTU_MAX, _MTU_MIN, _U8, _U16, _U24, _check_int, _init_request, _qp_kind,
                               _rtr_request, _rts_request)
+from .errors import VerbsError
 
 __all__ = ["QPInfo", "RemoteBuffer", "local_qp_info", "connect_rc", "tensor_addr_len",
            "reg_tensor"]
@@ -207,7 +208,9 @@ def connect_rc(qp, remote, *, port, sgid_index, access, local_psn=0, mtu=None, *
     ``max_dest_rd_atomic``, ``sl``, ``traffic_class``) go to the RTR step,
     the others to ``to_rts`` (``timeout``, ``retry_cnt``, ``rnr_retry``,
     ``max_rd_atomic``). Every argument is checked before the QP is
-    modified, so a bad one leaves the QP in RESET.
+    modified, so a bad one leaves the QP in RESET; when the provider
+    refuses the RTR or RTS step (a GID index not in the port's table, ...),
+    the QP is moved back to RESET before the VerbsError is raised.
 
     The QP is driven through its own ``to_init``, ``to_rtr`` and ``to_rts``
     (as the seed did), so a subclass or wrapper providing those is used.
@@ -230,10 +233,17 @@ def connect_rc(qp, remote, *, port, sgid_index, access, local_psn=0, mtu=None, *
     except TypeError as exc:
         raise TypeError(str(exc).replace("_rts_request()", "connect_rc()")) from None
     qp.to_init(port, access)
-    # the seed's calling convention, keywords after ``remote``: wrappers and
-    # test doubles written as ``to_rtr(self, remote, **kw)`` work
-    qp.to_rtr(remote, sgid_index=sgid_index, mtu=rtr["path_mtu"], **rtr_kwargs)
-    qp.to_rts(local_psn, **rts_kwargs)
+    try:
+        # the seed's calling convention, keywords after ``remote``: wrappers and
+        # test doubles written as ``to_rtr(self, remote, **kw)`` work
+        qp.to_rtr(remote, sgid_index=sgid_index, mtu=rtr["path_mtu"], **rtr_kwargs)
+        qp.to_rts(local_psn, **rts_kwargs)
+    except VerbsError:
+        # all or nothing: the QP as it was (RESET), ready for another try
+        reset = getattr(qp, "reset", None)
+        if reset is not None:
+            reset()
+        raise
 
 
 # --- tensors -----------------------------------------------------------------

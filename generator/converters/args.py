@@ -6,6 +6,7 @@ from typing import Any, List, Optional
 
 from ..cexpr import ArgHandle, ArgValue, uses_self
 from ..ctext import UINT32, UINT64, c_default, host_to_be32, if_given, int_convert
+from ..enum_fields import c_index as enum_c_index
 from ..ir import Type
 from .fields import HandleField
 from .registry import Context, GID_LIKE, PARAMS, ParamConverter, REQUIRED, describe, optional_type
@@ -83,6 +84,8 @@ class IntParam(ArgParam):
     keys = ArgParam.keys | {"min", "max"}
 
     def __init__(self, ctx: Context, cname: str, t: Type, pspec: Any) -> None:
+        # the enum or flag class it takes (AccessFlags, QPAttrMask, ...)
+        self.enum_class = ctx.arg_enum(str(pspec["arg"]))
         super().__init__(ctx, cname, t, pspec)
         lo, hi = pspec.get("min"), pspec.get("max")
         self.lo: Optional[str] = None if lo is None else ctx.c_text(lo)
@@ -97,9 +100,16 @@ class IntParam(ArgParam):
         init = c_default(self.default) if self.optional else "0"
         return [f"{self.t.spelling} {self.local} = {init};"]
 
+    def pytype_of(self, pspec: Any) -> str:
+        return f"{self.enum_class} | int" if self.enum_class else self.base_pytype
+
     def parse(self) -> List[str]:
-        return self.when_given(int_convert(self.var, self.local, self.t, self.name,
-                                           self.lo, self.hi))
+        refuse_other_enums = [] if self.enum_class is None else [
+            f"if (!PyLong_CheckExact({self.var})",
+            f'        && ibp_enum_check({enum_c_index(self.enum_class)}, {self.var}, "{self.name}") < 0)',
+            "    goto exit;"]
+        return self.when_given(refuse_other_enums + int_convert(self.var, self.local, self.t,
+                                                                self.name, self.lo, self.hi))
 
     def call_arg(self) -> str:
         return self.local

@@ -2,9 +2,10 @@
 the verbs object, or an expression over `self_ptr`."""
 from __future__ import annotations
 
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from ..ctext import int_getter, wide_int_to_py
+from ..enum_fields import to_py as enum_to_py
 from ..ir import Type
 from .registry import ATTRIBUTES, AttributeConverter
 
@@ -16,10 +17,16 @@ class MemberAttribute(AttributeConverter):
     pytype = "int"
     keys = frozenset({"path", "since"})
 
-    def __init__(self, path: str, t: Type) -> None:
+    def __init__(self, path: str, t: Type, enum_class: Optional[str] = None) -> None:
         self.path, self.t = path, t
+        # the enum or flag class it shows as (generator/enum_fields.py)
+        self.enum_class = enum_class
+        self.pytype = enum_class or "int"
 
     def getter(self) -> List[str]:
+        if self.enum_class is not None:
+            value = f"self_ptr->{self.path}"
+            return [f"result = {enum_to_py(self.enum_class, value, bool(self.t.signed))};"]
         return [int_getter(f"self_ptr->{self.path}", self.t)]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import List, Optional, Tuple
 
 from ..ctext import INT_LIMITS, in_runs, int_convert, int_getter, is_int
+from ..enum_fields import c_index as enum_c_index, to_py as enum_to_py
 from ..ir import Type
 from .registry import FIELDS, FieldConverter
 
@@ -123,20 +124,30 @@ class IntField(FieldConverter):
     keys = FieldConverter.keys | {"members"}
 
     def __init__(self, pyname: str, member: str, writable: bool, t: Type,
-                 members: Optional[Tuple[str, List[Tuple[int, int]]]] = None) -> None:
+                 members: Optional[Tuple[str, List[Tuple[int, int]]]] = None,
+                 enum_class: Optional[str] = None) -> None:
         super().__init__(pyname, member, writable)
         self.t = t
         # spec `members: QPType`: (the enum's name, its values as (lo, hi)
         # runs); any other value is refused when set, as SendWR.opcode is
         self.members = members
+        # the enum or flag class it shows as (generator/enum_fields.py)
+        self.enum_class = enum_class
+        self.pytype = enum_class or "int"
 
     def getter(self) -> List[str]:
+        if self.enum_class is not None:
+            return [f"result = {enum_to_py(self.enum_class, self.member, bool(self.t.signed))};"]
         return [int_getter(self.member, self.t)]
 
     def setter(self) -> List[str]:
         if not self.writable:
             return []
         lines = int_convert("value", self.member, self.t, self.pyname, fail="return -1;")
+        if self.enum_class is not None:     # a member of another enum class: TypeError
+            lines = [f'if (value != NULL && !PyLong_CheckExact(value) && ibp_enum_check('
+                     f'{enum_c_index(self.enum_class)}, value, "{self.pyname}") < 0)',
+                     "    return -1;"] + lines
         if self.members is None:
             return lines
         enum, runs = self.members

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import List, Optional
 
 from ..ctext import be32_to_host, c_text, host_to_be32, in_runs, int_to_py
+from ..enum_fields import c_index as enum_c_index, to_py as enum_to_py
 from ..ir import Type
 from .registry import RECORD_FIELDS, RecordFieldConverter
 
@@ -16,13 +17,19 @@ class IntRecordField(RecordFieldConverter):
 
     def to_py(self, small_int: str) -> List[str]:
         v = self.to_host("v")
+        if self.enum_class is not None:
+            return [f"return {enum_to_py(self.enum_class, v, bool(self.signed or self.enum))};"]
         if self.small_int:
             return [f"unsigned long long x = (unsigned long long){v};",
                     f"return x < 256 ? {small_int}((long)x) : {int_to_py('x', False, 64)};"]
         return [f"return {int_to_py(v, bool(self.signed or self.enum), self.bits)};"]
 
     def from_py(self, unsigned: str) -> List[str]:
-        lines = ["uint64_t x;",
+        lines = [] if self.enum_class is None else [
+            "if (value != NULL && !PyLong_CheckExact(value)",
+            f'        && ibp_enum_check({enum_c_index(self.enum_class)}, value, "{self.name}") < 0)',
+            "    return -1;"]
+        lines += ["uint64_t x;",
                  f'if ({unsigned}(value, "{self.name}", {self.unsigned_max}, &x) < 0)',
                  "    return -1;"]
         if self.check is not None:

@@ -79,6 +79,7 @@ class Context(Protocol):
     def member_type(self, record: "Record", path: str, where: str) -> "Type": ...
     def context_owner(self, hctype: str) -> Optional[str]: ...
     def c_text(self, value: Any) -> str: ...   # a spec value (C text or a rule's CExpr) as C
+    def arg_enum(self, arg: str) -> Optional[str]: ...   # the enum class an argument takes
 
 
 PARAMS = Registry("parameter")
@@ -277,6 +278,9 @@ class RecordFieldConverter:
         # ibv_qp_ex's wr_id on), the code reaches each member by name, and
         # tests/host/test_layout.py checks them against gcc there.
         self.layout = list(layout)
+        # the Python enum class it shows as (generator/enum_fields.py), set
+        # by generator/records.py; None: a plain int
+        self.enum_class: Optional[str] = None
 
     @classmethod
     def refuses(cls, t: "Type") -> Optional[str]:

@@ -103,6 +103,9 @@ IBP_HIDDEN PyObject *ibp_raise(const char *operation, int err);
 /* Same with a detail message (printf-style). */
 IBP_HIDDEN PyObject *ibp_raise_detail(const char *operation, int err,
                                       const char *fmt, ...);
+/* VerbsError(operation, err) whose message adds why (an explainer's,
+ * explain.c), when why is not empty: "<op> failed: <strerror>: <why>". */
+IBP_HIDDEN PyObject *ibp_raise_explained(const char *operation, int err, const char *why);
 /* The errno of a failed verb: a positive return value wins, else errno,
  * else EIO (some providers fail without setting either). */
 IBP_HIDDEN int ibp_error_code(long rc);
@@ -128,6 +131,25 @@ extern IBP_HIDDEN PyObject *ibp_VerbsError;
 extern IBP_HIDDEN PyObject *ibp_CompletionError;
 extern IBP_HIDDEN PyObject *ibp_GidClass;
 IBP_HIDDEN int ibp_errors_init(void);
+
+/* ---- why a verb failed (explain.c) --------------------------------------
+ * Each writes the cause into why[0..len) and returns nonzero when it finds
+ * one; a method's spec `explain:` names them (generator/methods.py), the
+ * generated wrapper calls them after the verb failed. */
+#define IBP_WHY_LEN 200
+IBP_HIDDEN int ibp_explain_access(char *why, size_t len, int access);
+IBP_HIDDEN int ibp_explain_port(char *why, size_t len, struct ibv_context *context, unsigned port);
+IBP_HIDDEN int ibp_explain_cq_size(char *why, size_t len, struct ibv_context *context, int cqe);
+IBP_HIDDEN int ibp_explain_qp_caps(char *why, size_t len, struct ibv_context *context,
+                                   const struct ibv_qp_init_attr *init);
+IBP_HIDDEN int ibp_explain_srq_size(char *why, size_t len, struct ibv_context *context,
+                                    const struct ibv_srq_init_attr *init);
+IBP_HIDDEN int ibp_explain_ah_attr(char *why, size_t len, struct ibv_context *context,
+                                   const struct ibv_ah_attr *ah);
+IBP_HIDDEN int ibp_explain_modify_qp(char *why, size_t len, struct ibv_qp *qp,
+                                     const struct ibv_qp_attr *attr, int mask);
+/* A post that failed with err: the QP's state, its queue's size. */
+IBP_HIDDEN int ibp_explain_post(char *why, size_t len, PyObject *queue, int send, int err);
 
 /* ---- argument conversion (convert.c) ------------------------------------ */
 
@@ -438,6 +460,31 @@ static inline uint64_t ibp_next_stamp(void)
     return ++ibp_stamp;
 }
 
+/* ---- enum members (convert.c) ---------------------------------------------
+ * A getter of a field holding an enum or a flag set (generator/enum_fields.py)
+ * returns a member of its Python class (ibverbs.enums): for the values below
+ * IBP_ENUM_TABLE_LEN the member made the first time, from a table (no call
+ * into the enum machinery on a completion loop); above, made each time.  A
+ * value that is no member of an IntEnum (a provider's newer status) comes
+ * back as a plain int.  The classes' indexes (IBP_ENUM_<Class>) and names
+ * (IBP_ENUM_NAMES) are records.h's. */
+#define IBP_ENUM_TABLE_LEN 64
+struct ibp_enum_table {
+    PyObject *cls;                                  /* NULL until first used */
+    PyObject *members[IBP_ENUM_TABLE_LEN];
+};
+extern IBP_HIDDEN struct ibp_enum_table ibp_enum_tables[];
+IBP_HIDDEN PyObject *ibp_enum_make(int which, unsigned long long bits, int is_signed);
+static inline PyObject *ibp_enum_member(int which, unsigned long long bits, int is_signed)
+{
+    PyObject *member = bits < IBP_ENUM_TABLE_LEN ? ibp_enum_tables[which].members[bits] : NULL;
+    return member != NULL ? Py_NewRef(member) : ibp_enum_make(which, bits, is_signed);
+}
+/* 0 when value may stand for a member of class which (an int, a member of
+ * that class); -1 with TypeError for a member of another enum class
+ * (SendWR(opcode=WCOpcode.SEND)): `what` names the argument or field. */
+IBP_HIDDEN int ibp_enum_check(int which, PyObject *value, const char *what);
+
 /* The data-path objects (SGE, SendWR, RecvWR, PostList, PostListEntry, WC,
  * WCBuffer, AsyncEvent) and the converters of the C struct fields they
  * show, from spec/datapath/records.yaml; their accessors and type shells
@@ -615,7 +662,10 @@ static inline int ibp_recv_wr_kept(const RecvWRObject *w)
 /* A kept SendWR into *wr: the request it keeps, its wr_id; not next. */
 IBP_HIDDEN void ibp_send_wr_copy_kept(const SendWRObject *w, struct ibv_send_wr *wr);
 
-IBP_HIDDEN PyObject *ibp_post_failed(const char *verb, int rc, Py_ssize_t index, uint64_t wr_id);
+/* VerbsError(rc) of a failed post to queue (a QP, SRQ or WQ), naming the
+ * request and, where the provider's answer allows, the cause. */
+IBP_HIDDEN PyObject *ibp_post_failed(PyObject *queue, const char *verb, int rc, Py_ssize_t index,
+                                     uint64_t wr_id);
 IBP_HIDDEN int ibp_check_ah_fits_qp(PyObject *qp, PyObject *ah, Py_ssize_t index);
 
 /* postlist.c */

@@ -553,3 +553,61 @@ int ibp_packed_items_ok(const char *data, Py_ssize_t len, size_t head_size, unsi
     }
     return at == (size_t)len;
 }
+
+/* ---- enum members -------------------------------------------------------- */
+
+struct ibp_enum_table ibp_enum_tables[IBP_ENUM_COUNT];
+static const char *const enum_names[IBP_ENUM_COUNT] = {IBP_ENUM_NAMES};
+static PyObject *enum_base;         /* enum.Enum */
+
+static PyObject *enum_class(int which)
+{
+    struct ibp_enum_table *t = &ibp_enum_tables[which];
+    if (t->cls == NULL)
+        t->cls = ibp_import_attr("ibverbs.enums", enum_names[which]);
+    return t->cls;
+}
+
+PyObject *ibp_enum_make(int which, unsigned long long bits, int is_signed)
+{
+    PyObject *number = is_signed ? PyLong_FromLongLong((long long)bits)
+                                 : PyLong_FromUnsignedLongLong(bits);
+    PyObject *cls = enum_class(which);
+    if (number == NULL || cls == NULL) {
+        Py_XDECREF(number);
+        return NULL;
+    }
+    PyObject *member = PyObject_CallFunctionObjArgs(cls, number, NULL);
+    if (member == NULL && PyErr_ExceptionMatches(PyExc_ValueError)) {
+        PyErr_Clear();              /* no member of an IntEnum: the int itself */
+        member = Py_NewRef(number);
+    }
+    Py_DECREF(number);
+    if (member != NULL && bits < IBP_ENUM_TABLE_LEN)
+        ibp_enum_tables[which].members[bits] = Py_NewRef(member);   /* kept for good */
+    return member;
+}
+
+int ibp_enum_check(int which, PyObject *value, const char *what)
+{
+    if (PyLong_CheckExact(value))
+        return 0;
+    if (enum_base == NULL && (enum_base = ibp_import_attr("enum", "Enum")) == NULL)
+        return -1;
+    PyObject *cls = enum_class(which);
+    if (cls == NULL)
+        return -1;
+    int is_enum = PyObject_IsInstance(value, enum_base);
+    if (is_enum <= 0)
+        return is_enum;             /* an int subclass, a numpy int, ...: as before */
+    int ours = PyObject_IsInstance(value, cls);
+    if (ours != 0)
+        return ours < 0 ? -1 : 0;
+    PyObject *shown = PyObject_Repr(value);
+    if (shown == NULL)
+        return -1;
+    PyErr_Format(PyExc_TypeError, "%s must be %s or an int, not %U", what,
+                 enum_names[which], shown);
+    Py_DECREF(shown);
+    return -1;
+}

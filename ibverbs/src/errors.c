@@ -87,6 +87,13 @@ PyObject *ibp_raise_detail(const char *operation, int err, const char *fmt, ...)
     return raise_with(Py_BuildValue("(sis)", operation, err, text));
 }
 
+PyObject *ibp_raise_explained(const char *operation, int err, const char *why)
+{
+    if (why == NULL || why[0] == '\0')
+        return ibp_raise(operation, err);
+    return ibp_raise_detail(operation, err, "%s: %s", strerror(err), why);
+}
+
 int ibp_error_code(long rc)
 {
     if (rc > 0)

@@ -101,9 +101,9 @@ static inline PyObject *single_wr(PyObject *arg, PyTypeObject *type)
 /* A kept request's post failed (out of line: the short way keeps no
  * register for it). */
 __attribute__((noinline, cold))
-static PyObject *kept_post_failed(const char *verb, int rc, uint64_t wr_id)
+static PyObject *kept_post_failed(PyObject *self, const char *verb, int rc, uint64_t wr_id)
 {
-    return ibp_post_failed(verb, rc, 0, wr_id);
+    return ibp_post_failed(self, verb, rc, 0, wr_id);
 }
 
 /* Where a kept request's post puts the provider's bad pointer (the only
@@ -119,7 +119,7 @@ static inline PyObject *post_send_kept(PyObject *self, SendWRObject *w)
     w->prepared.wr_id = w->wr_id;
     int rc = ibv_post_send(QP_PTR(self), &w->prepared, &kept_bad_send);
     if (__builtin_expect(rc != 0, 0))
-        return kept_post_failed("ibv_post_send", rc, w->wr_id);
+        return kept_post_failed(self, "ibv_post_send", rc, w->wr_id);
     return ibp_none();
 }
 
@@ -145,7 +145,7 @@ static PyObject *post_send_one(PyObject *self, SendWRObject *w, int *no_room)
     wr.next = NULL;
     int rc = ibv_post_send(QP_PTR(self), &wr, &bad);
     if (rc != 0)
-        return ibp_post_failed("ibv_post_send", rc, 0, bad ? bad->wr_id : 0);
+        return ibp_post_failed(self, "ibv_post_send", rc, 0, bad ? bad->wr_id : 0);
     Py_RETURN_NONE;
 }
 
@@ -177,7 +177,7 @@ static inline PyObject *post_recv_kept(PyObject *self, RecvWRObject *w, enum rec
 {
     int rc = recv_verb(self, q, &w->prepared, &kept_bad_recv);
     if (__builtin_expect(rc != 0, 0))
-        return kept_post_failed(recv_verb_name(q), rc, w->prepared.wr_id);
+        return kept_post_failed(self, recv_verb_name(q), rc, w->prepared.wr_id);
     return ibp_none();
 }
 
@@ -211,7 +211,7 @@ static PyObject *post_recv_one(PyObject *self, RecvWRObject *w, enum recv_queue 
     }
     int rc = recv_verb(self, q, &wr, &bad);
     if (rc != 0)
-        return ibp_post_failed(recv_verb_name(q), rc, 0, bad ? bad->wr_id : 0);
+        return ibp_post_failed(self, recv_verb_name(q), rc, 0, bad ? bad->wr_id : 0);
     Py_RETURN_NONE;
 }
 
@@ -315,7 +315,7 @@ static PyObject *send_chain_post(PyObject *self, struct ibv_send_wr *wrs)
     struct ibv_send_wr *bad = NULL;
     int rc = ibv_post_send(QP_PTR(self), wrs, &bad);
     if (rc != 0)
-        return ibp_post_failed("ibv_post_send", rc, bad ? bad - wrs : 0, bad ? bad->wr_id : 0);
+        return ibp_post_failed(self, "ibv_post_send", rc, bad ? bad - wrs : 0, bad ? bad->wr_id : 0);
     Py_RETURN_NONE;
 }
 
@@ -324,7 +324,7 @@ static PyObject *recv_chain_post(PyObject *self, struct ibv_recv_wr *wrs, enum r
     struct ibv_recv_wr *bad = NULL;
     int rc = recv_verb(self, q, wrs, &bad);
     if (rc != 0)
-        return ibp_post_failed(recv_verb_name(q), rc, bad ? bad - wrs : 0,
+        return ibp_post_failed(self, recv_verb_name(q), rc, bad ? bad - wrs : 0,
                                bad ? bad->wr_id : 0);
     Py_RETURN_NONE;
 }
@@ -500,7 +500,7 @@ static inline PyObject *post_recv_short(PyObject *self, PyObject *wrs, enum recv
                 return ibp_none();
             if (rc == IBP_ENTRY_CLOSED)
                 return entered(ibp_entry_closed, wrs);
-            return kept_post_failed(recv_verb_name(q), rc, w->prepared.wr_id);
+            return kept_post_failed(self, recv_verb_name(q), rc, w->prepared.wr_id);
         }
     }
     return entered(self, wrs);

@@ -330,10 +330,10 @@ PyObject *ibp_postlist_post(PyObject *self, PyObject *list, enum post_target tar
     }
     if (rc != 0) {
         if (target == POST_SEND)
-            return ibp_post_failed("ibv_post_send", rc,
+            return ibp_post_failed(self, "ibv_post_send", rc,
                                    bad_send ? bad_send - PL_SEND_WR(pl, 0) : 0,
                                    bad_send ? bad_send->wr_id : 0);
-        return ibp_post_failed(target == POST_RECV ? "ibv_post_recv" : "ibv_post_srq_recv", rc,
+        return ibp_post_failed(self, target == POST_RECV ? "ibv_post_recv" : "ibv_post_srq_recv", rc,
                                bad_recv ? bad_recv - PL_RECV_WR(pl, 0) : 0,
                                bad_recv ? bad_recv->wr_id : 0);
     }

@@ -334,13 +334,19 @@ int ibp_recv_wr_fill(RecvWRObject *w, PyObject *sg_list, struct ibv_recv_wr *wr,
     return rc;
 }
 
-PyObject *ibp_post_failed(const char *verb, int rc, Py_ssize_t index, uint64_t wr_id)
+PyObject *ibp_post_failed(PyObject *queue, const char *verb, int rc, Py_ssize_t index,
+                          uint64_t wr_id)
 {
     /* Providers disagree on the sign: mlx5 and rxe return ENOMEM, siw and
      * erdma -ENOMEM.  A post does not set errno, so the return is all. */
     int err = rc < 0 ? -rc : rc;
-    return ibp_raise_detail(verb, err, "%s failed: %s (work request %zd, wr_id=%llu)",
-                            verb, strerror(err), index, (unsigned long long)wr_id);
+    char why[IBP_WHY_LEN];
+    int send = strcmp(verb, "ibv_post_send") == 0;
+    if (!ibp_explain_post(why, sizeof(why), queue, send, err))
+        return ibp_raise_detail(verb, err, "%s failed: %s (work request %zd, wr_id=%llu)",
+                                verb, strerror(err), index, (unsigned long long)wr_id);
+    return ibp_raise_detail(verb, err, "%s failed: %s: %s (work request %zd, wr_id=%llu)",
+                            verb, strerror(err), why, index, (unsigned long long)wr_id);
 }
 
 /* wr.ud.ah shares its memory with wr.rdma.remote_addr: a UD request

@@ -205,7 +205,7 @@ def _signatures(site) -> dict:
 
 def test_signatures_show_types_and_defaults_by_name(site):
     sigs = _signatures(site)
-    assert "qp_type: int = QPType.RC" in sigs["ibverbs.QPInitAttr"]
+    assert "qp_type: QPType | int = QPType.RC" in sigs["ibverbs.QPInitAttr"]
     assert "send_cq: CQ | None" in sigs["ibverbs.QPInitAttr"]
     assert "attr_mask: int = QPAttrMask.STATE | QPAttrMask.CUR_STATE | " in sigs["ibverbs.QP.query"]
     assert "QPAttrMask.DEST_QPN)" in sigs["ibverbs.QP.query"]

@@ -58,3 +58,7 @@ def test_a_failed_post_raises_the_positive_errno_whatever_the_providers_sign(on_
         assert code == errno.ENOMEM, f"{way}: errno {code}"
         assert os.strerror(errno.ENOMEM) in message, f"{way}: {message}"
         assert "wr_id=" in message, f"{way}: {message}"
+        # the explanation reads the QP's size back (nullverbs' ibv_query_qp)
+        queue = "send queue full (max_send_wr=16)" if way.startswith("post_send") \
+            else "receive queue full (max_recv_wr=16)"
+        assert queue in message, f"{way}: {message}"
