@@ -12,7 +12,7 @@ import argparse
 import json
 import math
 import sys
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Callable, NoReturn, Optional, Sequence, Tuple
 
 DEFAULT_TCP_PORT = 18515      # the port ibv_rc_pingpong uses
 
@@ -86,7 +86,7 @@ class _Parser(argparse.ArgumentParser):
 
     json_errors = False
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         if self.json_errors:
             print(json_error(f"{self.prog}: error: {message}", EXIT_USAGE), flush=True)
         super().error(message)
