@@ -21,10 +21,16 @@
   instead of busy polling (what ``ibv_rc_pingpong -e`` does): slower round
   trips, no CPU burnt while waiting.
 
-``--json`` (every command) prints one JSON document: GUIDs are strings
-(``"5254:00ff:fe12:3456"``, as ``rdma -j`` writes them: jq would round a
-64-bit integer), enums and flags are names.  Exit codes: see EXIT_CODES;
-the arguments are checked (ibverbs._cli_args) before any device is looked for.
+``--json`` (every command) prints exactly one JSON document on every path:
+GUIDs are strings in the byte order of ``ibv_devinfo`` and ``rdma -j``
+(``"5254:00ff:fe12:3456"``: jq would round a 64-bit integer), enums and
+flags are names; a failure is ``{"error": SENTENCE, "status": STATUS}`` (the
+sentence also on stderr), except that a listing without devices is the
+empty listing.  Ports and GID indexes are checked against the device
+(status 2 and a sentence); a network failure names the peer, the port and
+the step; Ctrl-C in a ping prints the statistics so far and exits 130.
+Exit codes: see EXIT_CODES; the arguments are checked (ibverbs._cli_args)
+before any device is looked for.
 """
 
 from __future__ import annotations
