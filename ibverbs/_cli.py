@@ -21,10 +21,16 @@
   instead of busy polling (what ``ibv_rc_pingpong -e`` does): slower round
   trips, no CPU burnt while waiting.
 
-``--json`` (every command) prints one JSON document: GUIDs are strings
-(``"5254:00ff:fe12:3456"``, as ``rdma -j`` writes them: jq would round a
-64-bit integer), enums and flags are names.  Exit codes: see EXIT_CODES;
-the arguments are checked (ibverbs._cli_args) before any device is looked for.
+``--json`` (every command) prints exactly one JSON document on every path:
+GUIDs are strings in the byte order of ``ibv_devinfo`` and ``rdma -j``
+(``"5254:00ff:fe12:3456"``: jq would round a 64-bit integer), enums and
+flags are names; a failure is ``{"error": SENTENCE, "status": STATUS}`` (the
+sentence also on stderr), except that a listing without devices is the
+empty listing.  Ports and GID indexes are checked against the device
+(status 2 and a sentence); a network failure names the peer, the port and
+the step; Ctrl-C in a ping prints the statistics so far and exits 130.
+Exit codes: see EXIT_CODES; the arguments are checked (ibverbs._cli_args)
+before any device is looked for.
 """
 
 from __future__ import annotations
@@ -36,14 +42,15 @@ import socket
 import struct
 import sys
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import ibverbs as ib
 
 from ._cli_args import (DEFAULT_TCP_PORT, EXIT_CODES, EXIT_FAILED, EXIT_INTERRUPTED,  # noqa: F401
                         EXIT_NO_DEVICE, EXIT_NO_LIBRARY, EXIT_OK, EXIT_USAGE, MAX_COUNT, MAX_SIZE,
-                        build_parser, parse_args)
+                        build_parser, json_error, parse_args)
 from ._cmevents import _readable
+from ._device import guid_text
 
 _PARAMS = struct.Struct("!II")  # count, size: the client tells the server
 SYSFS_INFINIBAND = "/sys/class/infiniband"
@@ -68,12 +75,10 @@ def _hex(value: int, width: int = 16) -> str:
     return f"0x{value:0{width}x}"
 
 
-def _guid(value: int, wire_order: bool = False) -> str:
-    """A GUID as rdma -j and ibv_devinfo write it: xxxx:xxxx:xxxx:xxxx.
-    ``wire_order``: the value is a __be64 read as a host integer."""
-    raw = value.to_bytes(8, sys.byteorder if wire_order else "big")
-    h = raw.hex()
-    return ":".join(h[i:i + 4] for i in range(0, 16, 4))
+def _guid(value: int) -> str:
+    """A GUID (a __be64 read as a host integer, as every GUID the verbs give)
+    as rdma -j and ibv_devinfo write it: xxxx:xxxx:xxxx:xxxx."""
+    return guid_text(value)
 
 
 def _no_device_reason() -> str:
@@ -132,8 +137,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
     print(f"    {'device':<16}\t   node GUID")
     print(f"    {'------':<16}\t----------------")
     for dev in devices:
-        # Device.guid is the __be64 read as a host integer: wire order, as ibv_devices
-        print(f"    {dev.name:<16}\t{dev.guid.to_bytes(8, sys.byteorder).hex()}")
+        print(f"    {dev.name:<16}\t{_guid(dev.guid).replace(':', '')}")
     return 0
 
 
@@ -216,7 +220,7 @@ def _json_fields(fields: Dict[str, Any]) -> Dict[str, Any]:
     out: Dict[str, Any] = {}
     for name, value in fields.items():
         if name.endswith("guid") and isinstance(value, int):
-            out[name] = _guid(value, wire_order=True)
+            out[name] = _guid(value)
         elif name in _ENUM_FIELDS and isinstance(value, int):
             out[name] = _enum_name(_ENUM_FIELDS[name], value)
         elif name in _FLAG_FIELDS and isinstance(value, int):
@@ -263,10 +267,7 @@ def _show(name: str, value: Any) -> str:
         except (ValueError, AttributeError):
             pass
     if name.endswith("guid") and isinstance(value, int):
-        # a __be64 read as a host integer: show it in wire order, as
-        # ibv_devinfo does (xxxx:xxxx:xxxx:xxxx)
-        h = value.to_bytes(8, sys.byteorder).hex()
-        return ":".join(h[i:i + 4] for i in range(0, 16, 4))
+        return _guid(value)
     return str(value)
 
 
@@ -293,17 +294,58 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 # --- gids ------------------------------------------------------------------------
 
+def _ports(nports: int) -> str:
+    return "port 1" if nports == 1 else f"ports 1..{nports}"
+
+
+def _ports_text(nports: int) -> str:
+    return "it has " + _ports(nports)
+
+
+def _check_port(ctx: Any, port: int) -> None:
+    """A port the device has, else a sentence and exit status 2 (the verbs
+    would answer a bare EINVAL, or an empty table)."""
+    nports = ctx.query_device().phys_port_cnt
+    if not 1 <= port <= nports:
+        raise CLIError(f"{ctx.name} has no port {port} ({_ports_text(nports)})", EXIT_USAGE)
+
+
+def _check_gid_index(ctx: Any, port: int, index: int, option: str) -> None:
+    """A GID index with a GID in the port's table, else exit status 2 (the
+    verbs would fail later, in the RTR transition, with a bare errno)."""
+    try:
+        if any(bytes(ctx.query_gid(port, index))):
+            return
+    except ib.VerbsError:                   # beyond the table; some providers: an empty slot
+        pass
+    valid = [g["index"] for g in _gids(ctx, port, ctx.query_port(port).gid_tbl_len)]
+    if index not in valid:
+        raise CLIError(f"{ctx.name} port {port} has no GID at index {index} ({option}; its GID "
+                       f"indexes: {', '.join(map(str, valid)) or 'none'})", EXIT_USAGE)
+
+
 def cmd_gids(args: argparse.Namespace) -> int:
     devices = [_find_device(args.device)] if args.device else _devices()
     rows = []
+    lacking = []                    # (device, its ports) of those without -i's port
     for dev in devices:
         with dev.open() as ctx:
             nports = ctx.query_device().phys_port_cnt
+            if args.ib_port is not None and args.ib_port > nports:
+                lacking.append((dev.name, nports))
+                continue
             for port in range(1, nports + 1):
                 if args.ib_port is not None and port != args.ib_port:
                     continue
                 for g in _gids(ctx, port, ctx.query_port(port).gid_tbl_len):
                     rows.append({"device": dev.name, "port": port, **g})
+    if lacking and len(lacking) == len(devices):
+        # one device asked for, or none of them has the port: not an empty table
+        if len(lacking) == 1:
+            name, nports = lacking[0]
+            raise CLIError(f"{name} has no port {args.ib_port} ({_ports_text(nports)})", EXIT_USAGE)
+        have = "; ".join(f"{name}: {_ports(n)}" for name, n in lacking)
+        raise CLIError(f"no device has port {args.ib_port} ({have})", EXIT_USAGE)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -447,6 +489,23 @@ def _print_result(args: argparse.Namespace, text: str, result: Dict[str, Any]) -
     print(json.dumps(result, indent=2) if args.json else text, flush=True)
 
 
+class Interrupted(CLIError):
+    """Ctrl-C during a ping: what was measured so far is still the result
+    (printed as a finished ping prints it), and the status is 130."""
+
+    def __init__(self, text: str, result: Dict[str, Any]) -> None:
+        super().__init__("interrupted", EXIT_INTERRUPTED)
+        self.text, self.result = text, {**result, "interrupted": True}
+
+
+def _ping_result(rtts: Sequence[int], size: int, head: str,
+                 fields: Dict[str, Any]) -> Tuple[str, Dict[str, Any]]:
+    """(text, JSON document) of the round trips measured, none included."""
+    if rtts:
+        return head + _stats(rtts, size), {**fields, **_stats_dict(rtts, size)}
+    return head + f"0 round trips of {size} bytes", {**fields, "round_trips": 0, "size": size}
+
+
 def _echo(side: _Side, timeout: float) -> None:
     """The server's half of one round trip: receive, re-arm, send it back."""
     side.wait(want_recv=True, want_send=False, timeout=timeout)
@@ -455,10 +514,12 @@ def _echo(side: _Side, timeout: float) -> None:
     side.wait(want_recv=False, want_send=True, timeout=timeout)
 
 
-def _ping_loop(a: _Side, count: int, timeout: float, peer: Optional[_Side] = None) -> List[int]:
+def _ping_loop(a: _Side, count: int, timeout: float, rtts: List[int],
+               peer: Optional[_Side] = None) -> None:
     """a pings, the peer echoes: ``peer`` in this process, else over the wire.
-    Each echo must carry the sequence number sent (when size >= 8)."""
-    rtts = []
+    Each round trip's time goes into ``rtts`` as it completes (Ctrl-C
+    leaves what was measured).  Each echo must carry the sequence number
+    sent (when size >= 8)."""
     for seq in range(count):
         t0 = time.perf_counter_ns()
         a.post_recv()
@@ -470,7 +531,6 @@ def _ping_loop(a: _Side, count: int, timeout: float, peer: Optional[_Side] = Non
         got = a.received_seq()
         if got is not None and got != seq:
             raise RuntimeError(f"round trip {seq}: the echo carries {got}")
-    return rtts
 
 
 def _recv_exact(sock: socket.socket, n: int, what: str) -> bytes:
@@ -495,6 +555,26 @@ def _remote_info(sock: socket.socket) -> ib.QPInfo:
         raise CLIError(f"the peer sent an invalid QPInfo ({exc})") from None
 
 
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+@contextlib.contextmanager
+def _step(where: str, step: str, timeout: float) -> Iterator[None]:
+    """A network failure (or a completion that never came) as one sentence
+    naming the peer and the step: "connecting to 10.0.0.2:18515 (exchanging
+    QP info): Connection refused".  A verb's own error passes unchanged."""
+    try:
+        yield
+    except (CLIError, ib.VerbsError):
+        raise
+    except OSError as exc:                  # TimeoutError, ConnectionError, gaierror
+        reason = exc.strerror or str(exc)
+        if isinstance(exc, socket.timeout) and reason == "timed out":     # connect()'s words
+            reason = f"no answer within {timeout:g} s"
+        raise CLIError(f"{where} ({step}): {reason}") from None
+
+
 def _serve(args: argparse.Namespace, dev: ib.Device) -> int:
     try:
         family = socket.AF_INET6 if ":" in args.bind else socket.AF_INET
@@ -503,70 +583,117 @@ def _serve(args: argparse.Namespace, dev: ib.Device) -> int:
         raise CLIError(f"cannot listen on {args.bind or '*'}:{args.port}: {exc.strerror or exc}") \
             from None
     with srv:
-        print(json.dumps({"listening": srv.getsockname()[1], "device": dev.name}) if args.json
-              else f"listening on {args.bind or '*'}:{srv.getsockname()[1]} ({dev.name})", flush=True)
+        port = srv.getsockname()[1]
+        # --json: stdout is the one document at the end; the notice a
+        # script waits for (the port, with -p 0) goes to stderr
+        print(f"listening on {args.bind or '*'}:{port} ({dev.name})", flush=True,
+              file=sys.stderr if args.json else sys.stdout)
         conn, peer = srv.accept()               # a server waits for its client
-    with conn:
-        conn.settimeout(args.timeout)           # every step after it: --timeout
-        count, size = _PARAMS.unpack(_recv_exact(conn, _PARAMS.size, "parameters"))
-        if not (1 <= size <= MAX_SIZE and 1 <= count <= MAX_COUNT):
-            raise CLIError(f"the client at {peer[0]} asked for {count} round trips of {size} "
-                           f"bytes; this server serves 1..{MAX_COUNT} of 1..{MAX_SIZE} bytes")
-        remote = _remote_info(conn)
-        side = _Side(dev, args.ib_port, args.gid_index, size, events=args.events)
-        try:
-            conn.sendall(side.info().to_bytes())
-            side.connect(remote)
-            side.post_recv()
-            conn.sendall(b"R")                      # ready: the first receive is posted
-            for _ in range(count):
-                _echo(side, args.timeout)
-            _recv_exact(conn, 1, "its done mark")  # the client is done
-        finally:
-            side.close()
+    served, size = 0, 0
+    where = f"serving {_address(peer[0], peer[1])} on port {port}"
+    try:
+        with conn:
+            conn.settimeout(args.timeout)           # every step after it: --timeout
+            with _step(where, "receiving the parameters", args.timeout):
+                count, size = _PARAMS.unpack(_recv_exact(conn, _PARAMS.size, "parameters"))
+            if not (1 <= size <= MAX_SIZE and 1 <= count <= MAX_COUNT):
+                raise CLIError(f"the client at {peer[0]} asked for {count} round trips of {size} "
+                               f"bytes; this server serves 1..{MAX_COUNT} of 1..{MAX_SIZE} bytes")
+            with _step(where, "exchanging QP info", args.timeout):
+                remote = _remote_info(conn)
+            side = _Side(dev, args.ib_port, args.gid_index, size, events=args.events)
+            try:
+                with _step(where, "exchanging QP info", args.timeout):
+                    conn.sendall(side.info().to_bytes())
+                side.connect(remote)
+                side.post_recv()
+                with _step(where, "sending the ready mark", args.timeout):
+                    conn.sendall(b"R")                  # ready: the first receive is posted
+                with _step(where, "round trips", args.timeout):
+                    for _ in range(count):
+                        _echo(side, args.timeout)
+                        served += 1
+                with _step(where, "waiting for the done mark", args.timeout):
+                    _recv_exact(conn, 1, "its done mark")   # the client is done
+            finally:
+                side.close()
+    except KeyboardInterrupt:
+        raise Interrupted(f"served {served} round trips of {size} bytes to {peer[0]} (interrupted)",
+                          {"served": served, "size": size, "peer": peer[0], "device": dev.name,
+                           "listening": port}) from None
     _print_result(args, f"served {count} round trips of {size} bytes to {peer[0]}",
-                  {"served": count, "size": size, "peer": peer[0]})
+                  {"served": count, "size": size, "peer": peer[0], "device": dev.name,
+                   "listening": port})
     return 0
 
 
 def _client(args: argparse.Namespace, dev: ib.Device) -> int:
     side = _Side(dev, args.ib_port, args.gid_index, args.size, events=args.events)
+    rtts: List[int] = []
+    peer = _address(args.host, args.port)
+    fields = {"device": dev.name, "peer": args.host}
     try:
-        with socket.create_connection((args.host, args.port), timeout=args.timeout) as conn:
-            conn.sendall(_PARAMS.pack(args.count, args.size) + side.info().to_bytes())
-            remote = _remote_info(conn)
+        with _step(f"connecting to {peer}", "exchanging QP info", args.timeout):
+            conn = socket.create_connection((args.host, args.port), timeout=args.timeout)
+        with conn:
+            with _step(f"connecting to {peer}", "exchanging QP info", args.timeout):
+                conn.sendall(_PARAMS.pack(args.count, args.size) + side.info().to_bytes())
+                remote = _remote_info(conn)
             side.connect(remote)
-            _recv_exact(conn, 1, "its ready mark")   # the server's receive is posted
-            rtts = _ping_loop(side, args.count, args.timeout)
-            conn.sendall(b"D")
+            with _step(f"pinging {peer}", "waiting for the ready mark", args.timeout):
+                _recv_exact(conn, 1, "its ready mark")   # the server's receive is posted
+            with _step(f"pinging {peer}", "round trips", args.timeout):
+                _ping_loop(side, args.count, args.timeout, rtts)
+            with _step(f"pinging {peer}", "sending the done mark", args.timeout):
+                conn.sendall(b"D")
+    except KeyboardInterrupt:
+        raise Interrupted(*_ping_result(rtts, args.size, "interrupted: ", fields)) from None
     finally:
         side.close()
-    _print_result(args, _stats(rtts, args.size),
-                  {"device": dev.name, "peer": args.host, **_stats_dict(rtts, args.size)})
+    _print_result(args, *_ping_result(rtts, args.size, "", fields))
     return 0
 
 
 def _local(args: argparse.Namespace, dev: ib.Device) -> int:
     peer_dev = _find_device(args.peer_device) if args.peer_device else dev
-    a = _Side(dev, args.ib_port, args.gid_index, args.size, events=args.events)
+    if peer_dev is not dev:
+        with peer_dev.open() as ctx:
+            _check_port(ctx, args.ib_port)
+            if args.peer_gid_index is not None:
+                _check_gid_index(ctx, args.ib_port, args.peer_gid_index, "--peer-gid-index")
+    elif args.peer_gid_index is not None:
+        with dev.open() as ctx:
+            _check_gid_index(ctx, args.ib_port, args.peer_gid_index, "--peer-gid-index")
+    rtts: List[int] = []
+    fields = {"device": dev.name, "peer_device": peer_dev.name}
+    head = f"{dev.name} <-> {peer_dev.name}: "
     try:
-        b = _Side(peer_dev, args.ib_port, args.peer_gid_index, args.size, events=args.events)
+        a = _Side(dev, args.ib_port, args.gid_index, args.size, events=args.events)
         try:
-            a.connect(b.info())
-            b.connect(a.info())
-            b.post_recv()
-            rtts = _ping_loop(a, args.count, args.timeout, peer=b)
+            b = _Side(peer_dev, args.ib_port, args.peer_gid_index, args.size, events=args.events)
+            try:
+                a.connect(b.info())
+                b.connect(a.info())
+                b.post_recv()
+                _ping_loop(a, args.count, args.timeout, rtts, peer=b)
+            finally:
+                b.close()
         finally:
-            b.close()
-    finally:
-        a.close()
-    _print_result(args, f"{dev.name} <-> {peer_dev.name}: " + _stats(rtts, args.size),
-                  {"device": dev.name, "peer_device": peer_dev.name, **_stats_dict(rtts, args.size)})
+            a.close()
+    except KeyboardInterrupt:
+        raise Interrupted(*_ping_result(rtts, args.size, "interrupted: " + head, fields)) from None
+    _print_result(args, *_ping_result(rtts, args.size, head, fields))
     return 0
 
 
 def cmd_ping(args: argparse.Namespace) -> int:
     dev = _find_device(args.device)
+    # The port and GID index before anything else, the server's too (its
+    # QP is made once a client has come)
+    with dev.open() as ctx:
+        _check_port(ctx, args.ib_port)
+        if args.gid_index is not None:
+            _check_gid_index(ctx, args.ib_port, args.gid_index, "-g/--gid-index")
     if args.listen:
         return _serve(args, dev)
     if args.host:
@@ -581,27 +708,39 @@ COMMANDS = {"devices": cmd_devices, "info": cmd_info, "gids": cmd_gids, "ping": 
 _EMPTY_JSON: Dict[str, Any] = {"devices": [], "info": {"devices": []}, "gids": []}
 
 
+def _fail(args: argparse.Namespace, message: str, status: int) -> int:
+    """A failure: one line on stderr; with --json also the one document on
+    stdout, {"error": the same sentence, "status": the exit status}."""
+    if getattr(args, "json", False):
+        print(json_error(message, status), flush=True)
+    print(f"ibverbs: {message}", file=sys.stderr)
+    return status
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """The ``ibverbs`` console script; returns the exit status.  A failure is
-    one line on stderr (``ibverbs: ...``), never a traceback."""
+    one line on stderr (``ibverbs: ...``), never a traceback; with --json,
+    stdout has exactly one JSON document on every path (see _fail)."""
     args = parse_args(argv)                 # exit status 2 (or 0: --help) before any verb
     try:
         return int(COMMANDS[args.func](args))
     except NoDevice as exc:
         if args.json and args.func in _EMPTY_JSON and not getattr(args, "device", None):
+            # a listing of no devices: still the listing (documented), empty
             print(json.dumps(_EMPTY_JSON[args.func]))
-        print(f"ibverbs: {exc}", file=sys.stderr)
+            print(f"ibverbs: {exc}", file=sys.stderr)
+            return exc.status
+        return _fail(args, str(exc), exc.status)
+    except Interrupted as exc:              # Ctrl-C in a ping: the statistics so far
+        _print_result(args, exc.text, exc.result)
         return exc.status
     except CLIError as exc:
-        print(f"ibverbs: {exc}", file=sys.stderr)
-        return exc.status
+        return _fail(args, str(exc), exc.status)
     except (ib.VerbsError, TimeoutError, ConnectionError, OSError, RuntimeError,
             LookupError) as exc:
-        print(f"ibverbs: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        return _fail(args, str(exc), EXIT_FAILED)
     except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
+        return _fail(args, "interrupted", EXIT_INTERRUPTED)
     except Exception as exc:                # still one line: what failed, and where to report it
-        print(f"ibverbs: {type(exc).__name__}: {exc} (an unexpected error: please report it)",
-              file=sys.stderr)
-        return EXIT_FAILED
+        return _fail(args, f"{type(exc).__name__}: {exc} (an unexpected error: please report it)",
+                     EXIT_FAILED)

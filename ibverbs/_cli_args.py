@@ -9,8 +9,10 @@ message, never "no RDMA devices" and never a traceback.
 from __future__ import annotations
 
 import argparse
+import json
 import math
-from typing import Callable, Optional, Sequence, Tuple
+import sys
+from typing import Callable, NoReturn, Optional, Sequence, Tuple
 
 DEFAULT_TCP_PORT = 18515      # the port ibv_rc_pingpong uses
 
@@ -26,6 +28,13 @@ EXIT_CODES = {EXIT_OK: "success", EXIT_FAILED: "a verb, the peer or the network 
               EXIT_NO_LIBRARY: "libibverbs.so.1 cannot be loaded (install rdma-core)",
               EXIT_NO_DEVICE: "no RDMA device (no kernel support, no provider, or none by that name)",
               EXIT_INTERRUPTED: "interrupted (Ctrl-C)"}
+
+JSON_EPILOG = """\
+--json: stdout is exactly one JSON document, whatever happens. On a failure
+it is {"error": SENTENCE, "status": EXIT_STATUS} (the sentence also goes to
+stderr); devices/info/gids without any device give their empty listing.
+A ping server's "listening on" notice goes to stderr. Ctrl-C in a ping
+prints the statistics so far ("interrupted": true) and exits 130."""
 
 # ping's limits.  The size and count travel as 32-bit fields ("!II"), and
 # the server allocates 2 * size bytes for what a client asks: both sides
@@ -59,6 +68,30 @@ def _seconds(text: str) -> float:
     return value
 
 
+def wants_json(argv: Sequence[str]) -> bool:
+    """Whether the command line asks for --json (argparse takes a prefix:
+    --js), before it is parsed: a usage error's document too."""
+    return any(len(a) > 3 and "--json".startswith(a) for a in argv if a.startswith("--j"))
+
+
+def json_error(message: str, status: int) -> str:
+    """What --json prints for a failure: the sentence that stderr gets, and
+    the exit status."""
+    return json.dumps({"error": message, "status": status}, indent=2)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's, but with --json on the command line a usage error also
+    prints the one JSON document (on stdout; argparse's message on stderr)."""
+
+    json_errors = False
+
+    def error(self, message: str) -> NoReturn:
+        if self.json_errors:
+            print(json_error(f"{self.prog}: error: {message}", EXIT_USAGE), flush=True)
+        super().error(message)
+
+
 def _version() -> str:
     from ._version import __version__
     return f"ibverbs {__version__}"
@@ -69,10 +102,12 @@ def build_parser() -> argparse.ArgumentParser:
     return _parsers()[0]
 
 
-def _parsers() -> Tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+def _parsers(json_errors: bool = False) -> Tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     """The top-level parser and ping's (whose usage a ping error shows)."""
-    epilog = "exit status:\n" + "\n".join(f"  {code}  {what}" for code, what in EXIT_CODES.items())
-    ap = argparse.ArgumentParser(prog="ibverbs", description="RDMA devices from Python "
+    epilog = ("exit status:\n" + "\n".join(f"  {code}  {what}" for code, what in EXIT_CODES.items())
+              + "\n\n" + JSON_EPILOG)
+    parser_class = type("ArgumentParser", (_Parser,), {"json_errors": json_errors})
+    ap = parser_class(prog="ibverbs", description="RDMA devices from Python "
                                  "(also: python -m ibverbs).", epilog=epilog,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--version", action="version", version=_version())
@@ -154,7 +189,9 @@ def _subparser(ap: argparse.ArgumentParser, command: str) -> argparse.ArgumentPa
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """The command line, checked (argparse exits with status 2 on an error,
     0 after --help or --version)."""
-    ap, ping = _parsers()
+    if argv is None:
+        argv = sys.argv[1:]
+    ap, ping = _parsers(json_errors=wants_json(argv))
     args = ap.parse_args(argv)
     sub = _subparser(ap, args.command)
     for action in sub._actions:

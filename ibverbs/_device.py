@@ -1,9 +1,22 @@
 """Device discovery: get_device_list() and Device."""
 from __future__ import annotations
 
+import sys
+
 from . import _ibverbs
 
 __all__ = ["Device", "get_device_list"]
+
+
+def guid_text(guid: int) -> str:
+    """A GUID as ibv_devinfo and ``rdma -j`` print it (xxxx:xxxx:xxxx:xxxx).
+
+    Every GUID the verbs give (Device.guid, DeviceAttr.node_guid,
+    sys_image_guid, PortAttr's) is a __be64: network byte order read as a
+    host integer, so its bytes are written in memory order, not as the
+    integer's hex digits (which a little-endian host shows reversed)."""
+    h = guid.to_bytes(8, sys.byteorder).hex()
+    return ":".join(h[i:i + 4] for i in range(0, 16, 4))
 
 
 class Device:
@@ -44,7 +57,9 @@ class Device:
         return hash((self.name, self.guid))
 
     def __repr__(self) -> str:
-        return f"Device(name={self.name!r}, guid=0x{self.guid:016x})"
+        # The GUID as ibv_devinfo prints it: the integer's hex digits are
+        # byte-swapped on a little-endian host
+        return f"Device(name={self.name!r}, guid={guid_text(self.guid)})"
 
 
 def get_device_list() -> "list[Device]":

@@ -37,9 +37,11 @@ def exit_if_command(exc: ImportError) -> None:
     line is parsed first, as with the library: ``--help`` and ``--version``
     work (status 0), a bad argument is status 2."""
     if _running_the_command():
-        from ._cli_args import parse_args
+        from ._cli_args import json_error, parse_args, wants_json
 
         parse_args(sys.argv[1:])
         message = str(exc)
+        if wants_json(sys.argv[1:]):        # --json: the one document, on this path too
+            print(json_error(message, EXIT_NO_LIBRARY), flush=True)
         print(message if message.startswith("ibverbs ") else f"ibverbs: {message}", file=sys.stderr)
         raise SystemExit(EXIT_NO_LIBRARY)

@@ -5,9 +5,11 @@ What a command prints is checked with the command run in this process
 process of its own runs as `python -m ibverbs` (`cli`): exit statuses and
 stderr of failures, a server and its client, timeouts. Each process costs
 5-10 s of interpreter start and imports in the VM."""
+import contextlib
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -61,21 +63,43 @@ def test_devices_lists_every_device_with_its_guid(ib, device_names):
         assert listed[dev.name] == dev.guid.to_bytes(8, sys.byteorder).hex()
     assert set(device_names) <= set(listed)
     as_json = json.loads(here("devices", "--json").stdout)
-    # strings (jq reads numbers as doubles: a 64-bit GUID would be rounded)
+    # strings (jq reads numbers as doubles: a 64-bit GUID would be rounded),
+    # in the byte order of the text listing (it was byte-swapped: issue 36)
     assert {d["name"]: d["guid"] for d in as_json} == \
-        {d.name: guid_text(d.guid) for d in ib.get_device_list()}
+        {d.name: wire_guid_text(d.guid) for d in ib.get_device_list()}
+    assert {d["name"]: d["guid"].replace(":", "") for d in as_json} == listed
     assert all(d["node_type"] == "CA" and d["transport_type"] == "IB" for d in as_json), as_json
-
-
-def guid_text(value):
-    h = f"{value:016x}"
-    return ":".join(h[i:i + 4] for i in range(0, 16, 4))
 
 
 def wire_guid_text(value):
     """A __be64 field read as a host integer, as rdma -j writes it."""
     h = value.to_bytes(8, sys.byteorder).hex()
     return ":".join(h[i:i + 4] for i in range(0, 16, 4))
+
+
+def test_guids_are_what_rdma_and_ibv_devinfo_print(ib, device_names):
+    """One byte order everywhere: devices --json, info --json (the device's
+    guid and its node_guid), the Python API's text (Device's repr,
+    ibverbs._device.guid_text) and rdma-core's own tools."""
+    from ibverbs._device import guid_text
+
+    rdma = {d["ifname"]: d for d in json.loads(subprocess.run(
+        ["rdma", "-j", "dev"], capture_output=True, text=True, check=True, timeout=60).stdout)}
+    devices = {d["name"]: d["guid"] for d in json.loads(here("devices", "--json").stdout)}
+    info = {d["name"]: d for d in json.loads(here("info", "--json").stdout)["devices"]}
+    for dev in ib.get_device_list():
+        if dev.name not in device_names:
+            continue
+        devinfo = subprocess.run(["ibv_devinfo", "-d", dev.name], capture_output=True, text=True,
+                                 check=True, timeout=60).stdout
+        node_guid = re.search(r"^\s*node_guid:\s*(\S+)$", devinfo, re.M).group(1)
+        sys_image_guid = re.search(r"^\s*sys_image_guid:\s*(\S+)$", devinfo, re.M).group(1)
+        assert rdma[dev.name]["node_guid"] == node_guid
+        assert devices[dev.name] == node_guid, (devices, devinfo)
+        assert info[dev.name]["guid"] == node_guid
+        assert info[dev.name]["device"]["node_guid"] == node_guid
+        assert info[dev.name]["device"]["sys_image_guid"] == sys_image_guid
+        assert guid_text(dev.guid) == node_guid and f"guid={node_guid})" in repr(dev)
 
 
 def expected_json(ib, fields):
@@ -234,9 +258,12 @@ def test_ping_keeps_a_receive_that_completes_before_the_echo_send(ib, device_nam
 
 
 def test_ping_without_a_server_fails_cleanly(ib, device_names):
-    out = cli("ping", "127.0.0.1", "--port", str(free_port()), "-d", device_names[0], check=False)
+    tcp_port = free_port()
+    out = cli("ping", "127.0.0.1", "--port", str(tcp_port), "-d", device_names[0], check=False)
     stderr = rxe.own_stderr(out.stderr)
-    assert out.returncode == 1 and stderr.startswith("ibverbs:") and "Traceback" not in stderr
+    # the host, the port and the step (issue 36: it was a bare "Connection refused")
+    assert out.returncode == 1 and stderr == f"ibverbs: connecting to 127.0.0.1:{tcp_port} " \
+        "(exchanging QP info): Connection refused\n", stderr
 
 
 # --- issue 25, point 9: the TCP exchange is bounded, HOST honoured ---------------------
@@ -266,7 +293,9 @@ def test_a_server_times_out_on_a_client_that_sends_nothing(ib, device_names):
         t0 = time.monotonic()
         status, _, err = _finish(proc, timeout=30)
         waited = time.monotonic() - t0
-    assert status == 1 and err == "ibverbs: the peer sent no parameters within 2 s\n", err
+    assert status == 1 and re.fullmatch(
+        rf"ibverbs: serving 127\.0\.0\.1:\d+ on port {tcp_port} \(receiving the parameters\): "
+        r"the peer sent no parameters within 2 s\n", err), err
     assert 1.5 < waited < 20
 
 
@@ -292,7 +321,8 @@ def test_a_client_times_out_on_a_server_that_answers_nothing(ib, device_names):
                   "--timeout", "2", check=False)
         waited = time.monotonic() - t0
     err = rxe.own_stderr(out.stderr)
-    assert out.returncode == 1 and err == "ibverbs: the peer sent no QPInfo within 2 s\n", err
+    assert out.returncode == 1 and err == f"ibverbs: connecting to 127.0.0.1:{tcp_port} " \
+        "(exchanging QP info): the peer sent no QPInfo within 2 s\n", err
     assert waited < 30
 
 
@@ -325,7 +355,8 @@ def test_listen_host_is_the_address_listened_on(ib, device_names):
 def test_generated_command_lines_on_a_device(ib, device_names, line):
     """devices/info/gids with any options, ping with a bad one (a good ping
     would run): a documented status, never a traceback; 2 exactly when an
-    argument is bad, 4 for a device by another name, else 0."""
+    argument is bad or names a port the device lacks, 4 for a device by
+    another name, else 0; with --json one JSON document on stdout."""
     import cli_argv
     from ibverbs._cli_args import EXIT_CODES
 
@@ -333,11 +364,129 @@ def test_generated_command_lines_on_a_device(ib, device_names, line):
     assume(argv[0] != "ping" or not valid)
     status, out, err = cli_argv.run(argv)
     assert status in EXIT_CODES and "Traceback" not in out + err, (argv, err)
+    if "json" in chosen:
+        json.loads(out)                     # one document, whatever happened
     if not valid:
         assert status == 2, (argv, status, err)
     elif chosen.get("device") not in (None, *device_names):
         assert status == 4 and "no RDMA device named" in err, (argv, err)
+    elif argv[0] == "gids" and int(chosen.get("ib_port", 1)) > 1:      # rxe: one port
+        assert status == 2 and re.search("has no port|no device has port", err), (argv, err)
     else:
         assert status == 0 and err == "", (argv, err)
-        if "json" in chosen:
-            json.loads(out)
+
+
+# --- issue 36: ports and GID indexes checked, one JSON document, Ctrl-C --------------
+
+@pytest.mark.parametrize("argv, sentence", [
+    (["ping", "-i", "2"], "ibverbs: {d0} has no port 2 (it has port 1)\n"),
+    (["ping", "-g", "99"], "ibverbs: {d0} port 1 has no GID at index 99 (-g/--gid-index; its GID "
+                           "indexes: {gids})\n"),
+    (["ping", "--listen", "-g", "99"], "ibverbs: {d0} port 1 has no GID at index 99 "
+                                       "(-g/--gid-index; its GID indexes: {gids})\n"),
+    (["ping", "--peer-gid-index", "99"], "ibverbs: {d0} port 1 has no GID at index 99 "
+                                         "(--peer-gid-index; its GID indexes: {gids})\n"),
+    (["gids", "-i", "2"], "ibverbs: {d0} has no port 2 (it has port 1)\n"),
+])
+def test_a_port_or_gid_index_the_device_lacks_is_status_2_with_a_sentence(ib, device_names, argv,
+                                                                          sentence):
+    """Checked against the device before any QP (issue 36: -i 2 and -g 99
+    reached the provider, a raw errno with status 1; gids -i 2 printed an
+    empty table with status 0)."""
+    d0 = device_names[0]
+    from ibverbs._gid_table import sysfs_gid_entries
+    gids = ", ".join(str(row[0]) for row in sysfs_gid_entries(d0, 1, True))
+    for json_flag in ([], ["--json"]):
+        status, out, err = _here_any(*argv, "-d", d0, *json_flag)
+        assert status == 2 and err == sentence.format(d0=d0, gids=gids), (argv, err)
+        if json_flag:
+            assert json.loads(out) == {"error": err[len("ibverbs: "):-1], "status": 2}, out
+        else:
+            assert out == ""
+
+
+def test_gids_of_a_port_no_device_has_names_every_device(ib, device_names):
+    status, out, err = _here_any("gids", "-i", "3")
+    assert status == 2 and err.startswith("ibverbs: no device has port 3 (") and \
+        f"{device_names[0]}: port 1; {device_names[1]}: port 1" in err, err
+
+
+def _here_any(*args):
+    import cli_argv
+    return cli_argv.run(args)
+
+
+def test_a_server_with_json_prints_one_document(ib, device_names):
+    """ping --listen --json printed two documents (issue 36): the notice
+    that it listens goes to stderr, stdout is the result."""
+    if not rxe.in_vm():
+        pytest.skip("needs the VM's addresses")
+    tcp_port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "ibverbs", "ping", "--listen", "--port",
+                               str(tcp_port), "-d", device_names[1], "--timeout", "60", "--json"],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = server.stderr.readline()
+        assert line == f"listening on *:{tcp_port} ({device_names[1]})\n", line
+        client = cli("ping", rxe.VM_DEVICES[device_names[1]], "--port", str(tcp_port),
+                     "-d", device_names[0], "-n", "5", "--timeout", "60", "--json")
+        got = json.loads(client.stdout)
+        assert got["round_trips"] == 5 and got["peer"] == rxe.VM_DEVICES[device_names[1]], got
+        out, err = server.communicate(timeout=60)
+        assert server.returncode == 0, err
+        served = json.loads(out)                # exactly one document
+        assert served == {"served": 5, "size": 64, "peer": rxe.VM_DEVICES[device_names[0]],
+                          "device": device_names[1], "listening": tcp_port}, out
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+
+
+def test_an_error_with_json_is_one_document_too(ib, device_names):
+    tcp_port = free_port()
+    out = cli("ping", "127.0.0.1", "-p", str(tcp_port), "-d", device_names[0], "--json",
+              check=False)
+    sentence = f"connecting to 127.0.0.1:{tcp_port} (exchanging QP info): Connection refused"
+    assert out.returncode == 1 and json.loads(out.stdout) == {"error": sentence, "status": 1}
+    assert rxe.own_stderr(out.stderr) == f"ibverbs: {sentence}\n"
+
+
+def _uverbs_fds(pid):
+    n = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            n += "uverbs" in os.readlink(f"/proc/{pid}/fd/{fd}")
+    return n
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_ctrl_c_prints_the_statistics_so_far_and_exits_130(ib, device_names, as_json):
+    """SIGINT to a running ping: what it measured, as a finished ping
+    prints it (plus "interrupted"), and status 130 (issue 36: nothing)."""
+    proc = subprocess.Popen([sys.executable, "-m", "ibverbs", "ping", "-d", device_names[0],
+                             "--peer-device", device_names[1], "-n", "1000000",
+                             *(["--json"] if as_json else [])],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while _uverbs_fds(proc.pid) < 2:     # both sides open: the round trips are about to run
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        time.sleep(2)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, (out, err)
+    assert rxe.own_stderr(err) == "", err
+    if as_json:
+        got = json.loads(out)
+        assert got["interrupted"] is True and got["device"] == device_names[0], got
+        assert 0 < got["round_trips"] < 1000000 and got["min_us"] <= got["max_us"], got
+    else:
+        assert out.startswith(f"interrupted: {device_names[0]} <-> {device_names[1]}: "), out
+        m = STATS.search(out)
+        assert m and 0 < int(m.group(1)) < 1000000, out

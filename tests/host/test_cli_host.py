@@ -94,6 +94,16 @@ def test_help_version_and_usage_work_without_libibverbs(argv, status):
         assert out.stdout.startswith("usage: ibverbs")
 
 
+def test_without_libibverbs_json_is_one_document_too():
+    env = dict(os.environ, IBVERBS_LIBRARY="/nonexistent/libibverbs.so.1")
+    out = subprocess.run([sys.executable, "-m", "ibverbs", "info", "--json"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 3, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["status"] == 3 and "libibverbs" in doc["error"], doc
+    assert out.stderr.rstrip("\n").endswith(doc["error"]) and len(out.stderr.splitlines()) == 1
+
+
 def test_without_libibverbs_one_line_and_status_3(monkeypatch):
     env = dict(os.environ, IBVERBS_LIBRARY="/nonexistent/libibverbs.so.1")
     for argv in ([sys.executable, "-m", "ibverbs", "devices"],):
@@ -122,6 +132,9 @@ def test_no_rdma_in_the_kernel_says_so_in_one_line(command):
         assert "ENOSYS" in out.stderr and len(out.stderr.splitlines()) == 1
         if json_flag and command != "ping":     # a listing: empty, and still JSON
             assert json.loads(out.stdout) == ({"devices": []} if command == "info" else [])
+        elif json_flag:                         # the failure as the one document
+            assert json.loads(out.stdout) == {"error": out.stderr[len("ibverbs: "):-1],
+                                              "status": 4}
         else:
             assert out.stdout == ""
 
@@ -140,14 +153,81 @@ CLI_EXAMPLES = 15 if os.environ.get("IBVERBS_QEMU_USER") else 150
 def test_generated_command_lines_get_a_documented_status_and_no_traceback(line):
     """Any command line: status 2 (argparse's message) when an argument is
     bad, else 4 (this host has no RDMA device), never a traceback; an
-    exception escaping main() fails here."""
+    exception escaping main() fails here; with --json, stdout is one JSON
+    document."""
     from ibverbs._cli_args import EXIT_CODES
 
-    argv, valid, _ = line
+    argv, valid, chosen = line
     status, out, err = cli_argv.run(argv)
     assert status in EXIT_CODES and "Traceback" not in err + out
     assert status == (4 if valid else 2), (argv, status, err)
+    if "json" in chosen:                    # exactly one document, whatever happened
+        json.loads(out)
     if status == 4:
         assert err.startswith("ibverbs: no RDMA devices") and len(err.splitlines()) == 1, err
     else:
         assert err.splitlines()[-1].startswith("ibverbs"), err
+
+
+# --- issue 36: one JSON document on every path; network errors name the step -------
+
+@pytest.mark.parametrize("argv", [["ping", "-s", "0", "--json"], ["gids", "--json", "-i", "0"],
+                                  ["devices", "--js", "--bogus"]])
+def test_a_usage_error_with_json_is_one_document_and_argparse_s_message(argv):
+    out = cli(*argv)
+    assert out.returncode == 2, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc == {"error": out.stderr.splitlines()[-1], "status": 2}, (doc, out.stderr)
+    assert out.stderr.splitlines()[0].startswith("usage: ibverbs")
+
+
+def test_help_says_what_json_prints_on_a_failure_and_on_ctrl_c():
+    out = cli("--help").stdout
+    assert '{"error": SENTENCE, "status": EXIT_STATUS}' in out
+    assert "Ctrl-C in a ping" in out and "exits 130" in out
+
+
+def test_a_refused_connection_names_the_host_port_and_step():
+    import socket
+
+    from ibverbs import _cli
+
+    with socket.socket() as s:                 # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(_cli.CLIError) as info:
+        with _cli._step(f"connecting to 127.0.0.1:{port}", "exchanging QP info", 2):
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    assert str(info.value) == f"connecting to 127.0.0.1:{port} (exchanging QP info): " \
+        "Connection refused" and info.value.status == 1
+    with pytest.raises(_cli.CLIError) as info:
+        with _cli._step("connecting to peer.invalid:18515", "exchanging QP info", 2):
+            socket.create_connection(("peer.invalid", 18515), timeout=2).close()
+    assert str(info.value).startswith("connecting to peer.invalid:18515 (exchanging QP info): ")
+
+
+def test_a_silent_peer_names_the_step_and_the_timeout():
+    import socket
+
+    from ibverbs import _cli
+
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        port = silent.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as conn:
+            with pytest.raises(_cli.CLIError) as info:
+                with _cli._step(f"connecting to 127.0.0.1:{port}", "exchanging QP info", 0.5):
+                    _cli._remote_info(conn)
+    assert str(info.value) == f"connecting to 127.0.0.1:{port} (exchanging QP info): the peer " \
+        "sent no QPInfo within 0.5 s"
+
+
+def test_guid_text_is_the_byte_order_ibv_devinfo_prints():
+    """Every GUID the verbs give is a __be64 read as a host integer; its
+    text is its bytes in memory order (issue 36: --json showed the
+    integer's hex digits, byte-swapped on x86)."""
+    import ibverbs
+    from ibverbs._device import guid_text
+
+    value = int.from_bytes(bytes.fromhex("5254000000123456"), sys.byteorder)
+    assert guid_text(value) == "5254:0000:0012:3456"
+    assert repr(ibverbs.Device("rxe0", value)) == "Device(name='rxe0', guid=5254:0000:0012:3456)"

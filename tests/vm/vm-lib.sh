@@ -90,8 +90,42 @@ vm_qemu_args() {
         qemu+=(-fsdev "local,id=cwd,path=$cwd,security_model=none,multidevs=remap"
                -device virtio-9p-pci,fsdev=cwd,mount_tag=cwd)
     fi
-    # CMD's stdout and stderr arrive through two FIFOs that qemu-pump drains.
+    # CMD's stdout and stderr arrive through two FIFOs that qemu-pump drains
+    # (made anew for each boot attempt).
+    rm -f "$dir/out" "$dir/err"
     mkfifo "$dir/out" "$dir/err"
+}
+
+# vm_reset_ctl DIR: forget what a previous boot attempt left in DIR/ctl.
+vm_reset_ctl() {
+    rm -f "$1/ctl/status" "$1/ctl/harness-error" "$1/ctl/boot-times"
+}
+
+# vm_boot_append ATTEMPT BREAK: $vm_append, plus for a test of the retry
+# (BREAK: how many boot attempts to break, from IBVERBS_VM_BREAK_BOOTS) an
+# initramfs init that does not exist, so that the kernel panics at once
+# ("VFS: Unable to mount root fs") as a boot under load did ("IO-APIC +
+# timer doesn't work").  Into REPLY.
+vm_boot_append() {
+    REPLY=$vm_append
+    case ${2:-0} in ''|*[!0-9]*) return ;; esac
+    [ "$1" -le "${2:-0}" ] && REPLY="$REPLY rdinit=/nonexistent"
+}
+
+# vm_boot_failed DIR QRC: true when the guest in DIR never got to run the
+# command (no ctl/boot-times: it panicked, or its init failed) and QEMU
+# ended by itself.  Not after a timeout (124) nor a kill from outside (a
+# status of 128 and up: a test kills nodes on purpose), and never once the
+# command has started: a failing command is the user's, not a bad boot.
+vm_boot_failed() {
+    [ ! -f "$1/ctl/status" ] && [ ! -f "$1/ctl/boot-times" ] && [ "$2" != 124 ] && [ "$2" -lt 128 ]
+}
+
+# vm_boot_failure_line DIR: the console's first panic or harness failure
+# line (the reason a boot failed), into REPLY.
+vm_boot_failure_line() {
+    REPLY=$(grep -m1 -E 'Kernel panic|HARNESS FAILURE' "$1/console.log" 2>/dev/null | tr -d '\r')
+    [ -n "$REPLY" ] || REPLY="no panic on the console"
 }
 
 # vm_show_console DIR PROG: the tail of a guest's console and QEMU's log,
