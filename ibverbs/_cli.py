@@ -44,6 +44,7 @@ import ibverbs as ib
 from ._cli_args import (DEFAULT_TCP_PORT, EXIT_CODES, EXIT_FAILED, EXIT_INTERRUPTED,  # noqa: F401
                         EXIT_NO_DEVICE, EXIT_NO_LIBRARY, EXIT_OK, EXIT_USAGE, MAX_COUNT, MAX_SIZE,
                         build_parser, parse_args)
+from ._cli_topo import cmd_topo
 
 _PARAMS = struct.Struct("!II")  # count, size: the client tells the server
 SYSFS_INFINIBAND = "/sys/class/infiniband"
@@ -576,7 +577,8 @@ def cmd_ping(args: argparse.Namespace) -> int:
 
 # --- main ------------------------------------------------------------------------
 
-COMMANDS = {"devices": cmd_devices, "info": cmd_info, "gids": cmd_gids, "ping": cmd_ping}
+COMMANDS = {"devices": cmd_devices, "info": cmd_info, "gids": cmd_gids, "ping": cmd_ping,
+            "topo": cmd_topo}
 # What --json prints when there is no device: an empty listing, valid JSON.
 _EMPTY_JSON: Dict[str, Any] = {"devices": [], "info": {"devices": []}, "gids": []}
 

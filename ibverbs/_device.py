@@ -1,7 +1,12 @@
 """Device discovery: get_device_list() and Device."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from . import _ibverbs
+
+if TYPE_CHECKING:
+    from . import topology as _topology
 
 __all__ = ["Device", "get_device_list"]
 
@@ -34,6 +39,13 @@ class Device:
     def open(self) -> "_ibverbs.Context":
         """Open the device (ibv_open_device) -> Context."""
         return _ibverbs._open_device(self.name)
+
+    def topology(self) -> "list[_topology.PortTopology]":
+        """Where each port of the device sits, read from sysfs now: PCI
+        address, NUMA node, network devices, PCIe link (ibverbs.topology.ports;
+        a fact that does not apply is None, PortTopology.why says why)."""
+        from . import topology
+        return topology.ports(self.name)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Device):
