@@ -259,8 +259,20 @@ def _function_at(real: str, sysfs: str) -> Optional[PciFunction]:
                        link_speed=speed, link_speed_gts=gts, link_width=width)
 
 
-def _port_netdevs(dev_dir: str, port: int) -> Tuple[str, ...]:
-    names: List[str] = []
+def _port_netdevs(dev_dir: str, port: int, sysfs: str) -> Tuple[str, ...]:
+    # A PCI NIC's netdevs are its function's (device/net); rxe and siw name
+    # the one they sit on in "parent".  Only without either, the port's GID
+    # table says (gid_attrs/ndevs: one file per entry, 1024 on rxe, hence
+    # the last resort).
+    try:
+        names = sorted(os.listdir(os.path.join(dev_dir, "device", "net")))
+    except OSError:
+        names = []
+    if names:
+        return tuple(names)
+    parent = _read(os.path.join(dev_dir, "parent"))
+    if parent and os.path.isdir(os.path.join(sysfs, "class/net", parent)):
+        return (parent,)
     ndevs = os.path.join(dev_dir, "ports", str(port), "gid_attrs", "ndevs")
     try:
         entries = sorted(os.listdir(ndevs), key=lambda e: int(e) if e.isdigit() else 0)
@@ -270,13 +282,6 @@ def _port_netdevs(dev_dir: str, port: int) -> Tuple[str, ...]:
         name = _read(os.path.join(ndevs, entry))
         if name and name not in names:
             names.append(name)
-    if not names:
-        # A device with no GID bound to a netdev yet (link down) still has
-        # its PCI function's netdevs.
-        try:
-            names = sorted(os.listdir(os.path.join(dev_dir, "device", "net")))
-        except OSError:
-            pass
     return tuple(names)
 
 
@@ -301,7 +306,7 @@ def ports(device: str, *, sysfs: str = SYSFS) -> List[PortTopology]:
     result = []
     for port in _port_numbers(dev_dir):
         why: Dict[str, str] = {}
-        netdevs = _port_netdevs(dev_dir, port)
+        netdevs = _port_netdevs(dev_dir, port, sysfs)
         if not netdevs:
             why["netdevs"] = "the port has no network device (InfiniBand, or no GID bound yet)"
         fn = own_fn
@@ -345,8 +350,8 @@ def classify(a: Tuple[str, Sequence[str]], b: Tuple[str, Sequence[str]],
              numa_a: Optional[int], numa_b: Optional[int]) -> Distance:
     """The distance between two PCI functions given where they sit: each a
     (root bus, chain) pair, the chain being the bridges below the root bus
-    followed by the function itself (what :func:`_split_sysfs_path` reads
-    from a realpath), and their NUMA nodes (None: unknown).
+    followed by the function itself (read from its realpath under
+    /sys/devices), and their NUMA nodes (None: unknown).
 
     On different root buses: NODE when both NUMA nodes are known and equal,
     else SYS.  Under one root bus, with no bridge shared (below different
@@ -543,12 +548,16 @@ def nearest(target: Any = None, *, numa_node: Optional[int] = None,
     for port in all_ports(sysfs=sysfs):
         d = Distance.SYS if port.pci is None else distance(port.pci, where, sysfs=sysfs)
         choices.append(Choice(device=port.device, port=port.port, distance=d, topology=port))
-    choices.sort(key=lambda c: (c.distance, -_speed(c.topology), c.device, c.port))
+    choices.sort(key=_rank)
     return choices
 
 
-def _speed(port: PortTopology) -> float:
-    return (port.pci.link_speed_gts or 0.0) if port.pci else 0.0
+def _rank(choice: Choice) -> Tuple[Distance, float, str, int]:
+    """nearest()'s order: distance, then the fastest PCIe link (none: last),
+    then name and port."""
+    pci = choice.topology.pci
+    speed = (pci.link_speed_gts or 0.0) if pci else 0.0
+    return (choice.distance, -speed, choice.device, choice.port)
 
 
 # --- accelerators --------------------------------------------------------

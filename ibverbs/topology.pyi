@@ -89,8 +89,8 @@ def all_ports(*, sysfs: str = ...) -> list[PortTopology]:
 def classify(a: tuple[str, Sequence[str]], b: tuple[str, Sequence[str]], numa_a: int | None, numa_b: int | None) -> Distance:
     """The distance between two PCI functions given where they sit: each a
     (root bus, chain) pair, the chain being the bridges below the root bus
-    followed by the function itself (what :func:`_split_sysfs_path` reads
-    from a realpath), and their NUMA nodes (None: unknown).
+    followed by the function itself (read from its realpath under
+    /sys/devices), and their NUMA nodes (None: unknown).
 
     On different root buses: NODE when both NUMA nodes are known and equal,
     else SYS.  Under one root bus, with no bridge shared (below different
