@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 from . import _ibverbs
 
 if TYPE_CHECKING:
-    from . import topology as _topology
+    import ibverbs.topology
 
 __all__ = ["Device", "get_device_list"]
 
@@ -40,7 +40,7 @@ class Device:
         """Open the device (ibv_open_device) -> Context."""
         return _ibverbs._open_device(self.name)
 
-    def topology(self) -> "list[_topology.PortTopology]":
+    def topology(self) -> "list[ibverbs.topology.PortTopology]":
         """Where each port of the device sits, read from sysfs now: PCI
         address, NUMA node, network devices, PCIe link (ibverbs.topology.ports;
         a fact that does not apply is None, PortTopology.why says why)."""
