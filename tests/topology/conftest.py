@@ -45,7 +45,8 @@ def report() -> dict:
     start = time.monotonic()
     r = subprocess.run([str(ROOT / "tests/vm/run-in-vm"), "--topology", "pcie-tree",
                         "--timeout", "400", sys.executable, "tests/topology/guest_report.py"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=480)
+                       cwd=ROOT, capture_output=True, text=True, timeout=480,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)))   # the in-place build
     secs = time.monotonic() - start
     if r.returncode != 0:
         _unavailable(f"run-in-vm --topology pcie-tree: status {r.returncode}\n"
