@@ -46,11 +46,13 @@ def report() -> dict:
     r = subprocess.run([str(ROOT / "tests/vm/run-in-vm"), "--topology", "pcie-tree",
                         "--timeout", "400", sys.executable, "tests/topology/guest_report.py"],
                        cwd=ROOT, capture_output=True, text=True, timeout=480,
-                       env=dict(os.environ, PYTHONPATH=str(ROOT)))   # the in-place build
+                       env=dict(os.environ, PYTHONPATH=str(ROOT),  # the in-place build
+                                IBVERBS_VM_DEBUG="1"))     # the guest's boot times
     secs = time.monotonic() - start
     if r.returncode != 0:
         _unavailable(f"run-in-vm --topology pcie-tree: status {r.returncode}\n"
                      f"{r.stdout[-4000:]}\n{r.stderr[-4000:]}")
-    print(f"PCIe-tree guest: booted, reported and powered off in {secs:.1f} s")
+    boot = [line for line in r.stderr.splitlines() if "guest uptime" in line]
+    print(f"PCIe-tree guest: booted, reported and powered off in {secs:.1f} s; {boot}")
     doc: dict = json.loads(r.stdout)
     return doc

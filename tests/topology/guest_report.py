@@ -76,6 +76,7 @@ def buffer_on_node(node):
 
 def main():
     pci = sysfs_pci()
+    fn = {bdf: topology.pci_function(bdf) for bdf in pci}
     gpus = [bdf for bdf, f in pci.items() if f["class"].startswith("0x03")]
     doc = {
         "sysfs": {"pci": pci, "nics": sysfs_nics(),
@@ -88,8 +89,8 @@ def main():
         "nearest_gpu": {bdf: ranked(topology.nearest("0000" + bdf.upper())) for bdf in gpus},
         "nearest_node": {n: ranked(topology.nearest(numa_node=n)) for n in (0, 1)},
         "buffer": {n: buffer_on_node(n) for n in (0, 1)},
-        "distance": {a: {b: topology.distance(a, b).name for b in pci} for a in pci},
-        "distance_node": {a: [topology.distance(a, n).name for n in (0, 1)] for a in pci},
+        "distance": {a: {b: topology.distance(fn[a], fn[b]).name for b in pci} for a in pci},
+        "distance_node": {a: [topology.distance(fn[a], n).name for n in (0, 1)] for a in pci},
     }
     edu = [bdf for bdf, f in pci.items() if f["id"] == "1234:11e8"]
     cli = [sys.executable, "-m", "ibverbs", "topo"] + [a for bdf in edu for a in ("-b", bdf)]
