@@ -125,9 +125,10 @@ vm_qemu_args() {
 # (rxe3 PIX, rxe1 PXB, rxe4 PHB, rxe0 NODE, rxe2 SYS), so a test of the
 # order nearest() returns cannot pass by sorting names.  The NICs have no
 # peer: an rxe port is ACTIVE on a NIC whose link is up, and nothing here
-# sends.  SeaBIOS, not qboot: the expander bridges' buses are numbered and
-# their windows sized by the firmware, and the ACPI tables (their _PXM)
-# describe what it left.
+# sends.  SeaBIOS, not qboot: QEMU's ACPI tables for the expander bridges
+# (their bus ranges, windows and _PXM) describe what the firmware's PCI
+# scan left, and SeaBIOS is the firmware QEMU documents pxb-pcie with
+# (qboot with this tree is untried).
 vm_pcie_tree_args() {
     local half=$(( $(vm_mebibytes "$vm_mem") / 2 )) k
     vm_bios=/usr/share/seabios/bios.bin
