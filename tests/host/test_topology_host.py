@@ -115,3 +115,21 @@ def test_rank_is_distance_then_link_speed_then_name():
                _choice("c", Distance.NODE, 16.0), _choice("d", Distance.NODE, None),
                _choice("a0", Distance.NODE, 8.0), _choice("z", Distance.PIX, 2.5)]
     assert [c.device for c in sorted(choices, key=topology._rank)] == ["z", "c", "a0", "b", "d", "a"]
+
+
+def test_torch_is_not_imported_unless_given():
+    code = ("import sys, ibverbs.topology as t; t.nearest(0); t.nearest(bytearray(64)); "
+            "t.distance.__doc__; print('torch' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "False"
+
+
+def test_a_cpu_tensor_ranks_from_its_memorys_numa_node():
+    torch = pytest.importorskip("torch")
+    tensor = torch.ones(1 << 16)
+    node = topology.numa_node_of_address(tensor.data_ptr())
+    assert topology.numa_node_of_buffer(tensor) == node >= 0
+    assert topology._torch_target(tensor) == node
+    with pytest.raises(ValueError, match="neither a CUDA device nor a CPU tensor"):
+        topology.nearest(torch.device("cpu"))
