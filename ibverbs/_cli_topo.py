@@ -8,8 +8,13 @@ import json
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import topology
 from ._cli_args import EXIT_NO_DEVICE, EXIT_OK
+
+# ibverbs.topology (dataclasses, ctypes) is imported when `topo` runs, not
+# with the command line's other subcommands.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from . import topology
 
 # What each class means, in nvidia-smi's words.
 LEGEND = (
@@ -32,30 +37,32 @@ def _port_labels(ports: List[topology.PortTopology]) -> List[str]:
 
 
 def _cell(a: Optional[topology.PciFunction], b: Optional[topology.PciFunction]) -> str:
+    from . import topology as topo
     if a is None or b is None:
         return "n/a"
-    return topology.distance(a, b).name
+    return topo.distance(a, b).name
 
 
 def topo_document(named: List[str]) -> Dict[str, Any]:
     """What ``ibverbs topo --json`` prints: the accelerators, the RDMA
     ports (every fact of :meth:`PortTopology.as_dict`) and the matrix of
     distance class names, rows and columns by label."""
-    gpus = topology.accelerators(named)
-    ports = topology.all_ports()
+    from . import topology as topo
+    gpus = topo.accelerators(named)
+    ports = topo.all_ports()
     port_labels = _port_labels(ports)
     rows: List[Tuple[str, Optional[topology.PciFunction]]] = \
         [(f"GPU{i}", g.pci) for i, g in enumerate(gpus)] + \
         [(label, p.pci) for label, p in zip(port_labels, ports)]
     matrix = {label: {col: _cell(fn, p.pci) for col, p in zip(port_labels, ports)}
               for label, fn in rows}
-    accelerators = [{"name": f"GPU{i}", "pci_address": g.pci.address,
+    listed = [{"name": f"GPU{i}", "pci_address": g.pci.address,
                      "class": f"0x{g.pci.class_code:06x}", "named": g.named,
                      "numa_node": g.pci.numa_node, "link_speed": g.pci.link_speed,
                      "link_width": g.pci.link_width, "root": g.pci.root,
                      "bridges": list(g.pci.bridges)} for i, g in enumerate(gpus)]
     rdma = [dict(p.as_dict(), name=label) for label, p in zip(port_labels, ports)]
-    return {"accelerators": accelerators, "rdma": rdma, "matrix": matrix,
+    return {"accelerators": listed, "rdma": rdma, "matrix": matrix,
             "legend": {k: v for k, v in LEGEND}}
 
 

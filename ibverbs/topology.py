@@ -25,7 +25,6 @@ import ctypes
 import enum
 import errno
 import os
-import platform
 import re
 import sys
 from dataclasses import dataclass, field
@@ -426,6 +425,7 @@ _libc: Optional[ctypes.CDLL] = None
 
 def _syscall(name: str, *args: Any) -> int:
     global _libc
+    import platform
     numbers = _SYSCALLS.get(platform.machine())
     if numbers is None:
         raise OSError(errno.ENOSYS, f"{name}: no syscall number known for {platform.machine()}")
