@@ -42,7 +42,7 @@ CACHE_HOME := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)
 RDMA_CACHE := $(or $(IBVERBS_RDMA_CACHE),$(CACHE_HOME)/ibverbs-rdma-core)
 
 .PHONY: all help deps venv venv-gen venv-docs venv-test generate check-generated build wheel test \
-        test-host test-device test-device-slow test-cluster-fast test-cluster bench-cluster coverage \
+        test-host test-device test-device-slow test-cluster-fast test-cluster test-topology bench-cluster coverage \
         clean distclean
 
 all: check-generated wheel
@@ -57,6 +57,7 @@ help:
 	@echo 'make test-device-slow the single-VM torchrun job of tests/device/test_examples.py'
 	@echo 'make test-cluster-fast  the cross-node tier on a two-VM cluster (part of make test)'
 	@echo 'make test-cluster     the same plus the long faults (lossy links, 64 MiB checked)'
+	@echo 'make test-topology    PCIe/NUMA topology in a q35 guest with a PCIe tree (part of make test)'
 	@echo 'make build            the extension in place (what the tests import)'
 	@echo 'make wheel [ARCH=aarch64]  build and audit the wheel only (aarch64: cross-compiled)'
 	@echo 'make test-aarch64     the aarch64 wheel: host tests under qemu-user (test-aarch64-host,'
@@ -180,6 +181,13 @@ CLUSTER_ENV := IBVERBS_CLUSTER=1 IBVERBS_REQUIRE_DEVICE=1
 test-cluster-fast: build venv-test
 	$(CLUSTER_ENV) $(PY) -m pytest -q -rA --durations=15 --timeout 900 -p no:cacheprovider -m "not slow" tests/cluster
 
+# The PCIe-tree tier (tests/topology): a q35 guest with root ports, PCIe
+# switches and expander bridges on two NUMA nodes (run-in-vm --topology
+# pcie-tree), where every nvidia-smi distance class is checked; on the
+# host, as the device tier's VM cannot boot another.
+test-topology: build venv-test
+	IBVERBS_TOPOLOGY=1 IBVERBS_REQUIRE_DEVICE=1 $(PY) -m pytest -q -rA --timeout 600 -p no:cacheprovider tests/topology
+
 test-cluster: build venv-test
 	$(CLUSTER_ENV) $(PY) -m pytest -q -rA --durations=15 --timeout 3600 -p no:cacheprovider tests/cluster
 
@@ -196,7 +204,7 @@ test-cluster: build venv-test
 # guests keep time by the host's clock, retry timers included) are not
 # slowed by them.  TEST_SERIAL=1 runs the same targets one after the other.
 TEST_CPU := check-releases test-host $(TEST_CROSS)
-TEST_VM := test-device test-cluster-fast
+TEST_VM := test-device test-cluster-fast test-topology
 test: check-generated build venv-test
 ifdef TEST_SERIAL
 	$(MAKE) --no-print-directory $(TEST_CPU) $(TEST_VM)

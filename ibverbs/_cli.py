@@ -51,6 +51,7 @@ from ._cli_args import (DEFAULT_TCP_PORT, EXIT_CODES, EXIT_FAILED, EXIT_INTERRUP
                         build_parser, json_error, parse_args)
 from ._cmevents import _readable
 from ._device import guid_text
+from ._cli_topo import cmd_topo
 
 _PARAMS = struct.Struct("!II")  # count, size: the client tells the server
 SYSFS_INFINIBAND = "/sys/class/infiniband"
@@ -703,7 +704,8 @@ def cmd_ping(args: argparse.Namespace) -> int:
 
 # --- main ------------------------------------------------------------------------
 
-COMMANDS = {"devices": cmd_devices, "info": cmd_info, "gids": cmd_gids, "ping": cmd_ping}
+COMMANDS = {"devices": cmd_devices, "info": cmd_info, "gids": cmd_gids, "ping": cmd_ping,
+            "topo": cmd_topo}
 # What --json prints when there is no device: an empty listing, valid JSON.
 _EMPTY_JSON: Dict[str, Any] = {"devices": [], "info": {"devices": []}, "gids": []}
 

@@ -12,7 +12,7 @@ import argparse
 import json
 import math
 import sys
-from typing import Callable, NoReturn, Optional, Sequence, Tuple
+from typing import Any, Callable, NoReturn, Optional, Sequence, Tuple
 
 DEFAULT_TCP_PORT = 18515      # the port ibv_rc_pingpong uses
 
@@ -159,7 +159,32 @@ def _parsers(json_errors: bool = False) -> Tuple[argparse.ArgumentParser, argpar
                         "default 10)")
     p.add_argument("--json", action="store_true", help=json_help)
     p.set_defaults(func="ping")
+    _add_topo(sub, json_help)
     return ap, p
+
+
+def _bus_id(text: str) -> str:
+    from .topology import normalize_bus_id      # the standard library only
+    try:
+        return normalize_bus_id(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _add_topo(sub: Any, json_help: str) -> None:
+    p = sub.add_parser("topo", help="accelerators against RDMA devices: PCIe/NUMA distance "
+                                    "(like nvidia-smi topo -m)",
+                       description="Every PCI display or 3D controller and processing "
+                                   "accelerator (class 0x03xx, 0x1200), and each --bus-id, "
+                                   "against every RDMA device port, in the classes of "
+                                   "nvidia-smi topo -m (PIX, PXB, PHB, NODE, SYS), read "
+                                   "from sysfs.")
+    p.add_argument("-b", "--bus-id", action="append", type=_bus_id, metavar="ID",
+                   help="list this PCI function too (domain:bus:device.function, "
+                        "e.g. torch's pci_bus_id); repeatable")
+    p.add_argument("--json", action="store_true", help="one JSON document: accelerators, "
+                                                       "rdma (every port's facts), matrix")
+    p.set_defaults(func="topo")
 
 
 def _check_ping(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:

@@ -5,6 +5,12 @@ import sys
 
 from . import _ibverbs
 
+# Not typing.TYPE_CHECKING: `import ibverbs` imports no typing (a few ms);
+# mypy knows the name.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import ibverbs.topology
+
 __all__ = ["Device", "get_device_list"]
 
 
@@ -47,6 +53,13 @@ class Device:
     def open(self) -> "_ibverbs.Context":
         """Open the device (ibv_open_device) -> Context."""
         return _ibverbs._open_device(self.name)
+
+    def topology(self) -> "list[ibverbs.topology.PortTopology]":
+        """Where each port of the device sits, read from sysfs now: PCI
+        address, NUMA node, network devices, PCIe link (ibverbs.topology.ports;
+        a fact that does not apply is None, PortTopology.why says why)."""
+        from . import topology
+        return topology.ports(self.name)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Device):

@@ -63,7 +63,7 @@ GROUPS: Dict[str, List[str]] = {
               "WCOpcode", "WCStatus", "WQFlags", "WQState", "WQType", "WROpcode"],
 }
 # Submodules and what the package imports for itself: not API names.
-NOT_API = {"annotations", "cm", "errors", "aio", "cuda", "flow", "helpers", "enums"}
+NOT_API = {"annotations", "cm", "errors", "aio", "cuda", "flow", "helpers", "enums", "topology"}
 
 
 def public_names() -> List[str]:

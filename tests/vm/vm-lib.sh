@@ -46,8 +46,12 @@ vm_write_run_sh() {
 vm_qemu_args() {
     local dir=$1 qboot=/usr/share/qemu/qboot.rom verbosity=quiet kargs
     qemu=(qemu-system-x86_64 -nodefaults -no-user-config -display none
-          -machine pc -m "$vm_mem" -smp "$vm_smp"
           -no-reboot -device isa-debug-exit,iobase=0xf4,iosize=0x04)
+    if [ "${vm_topology:-}" = pcie-tree ]; then
+        vm_pcie_tree_args "$dir"
+    else
+        qemu+=(-machine pc -m "$vm_mem" -smp "$vm_smp")
+    fi
     if [ "$accel" = kvm ]; then
         qemu+=(-accel kvm -cpu host)
     else
@@ -55,10 +59,16 @@ vm_qemu_args() {
         # ~10% faster under TCG than -cpu max.
         qemu+=(-accel tcg -cpu qemu64,+ssse3,+sse4.1,+sse4.2,+popcnt)
     fi
-    if [ -f "$img/vmlinux" ] && [ -f $qboot ]; then
+    if [ -n "${vm_bios:-}" ]; then
+        # The machine needs a full firmware (vm_pcie_tree_args).
+        qemu+=(-bios "$vm_bios")
+        qboot=
+    fi
+    if [ -f "$img/vmlinux" ] && { [ -z "$qboot" ] || [ -f "$qboot" ]; }; then
         # Uncompressed ELF through its PVH entry: saves ~3 s of in-guest xz
         # decompression under TCG.  qboot is the quickest firmware for it.
-        qemu+=(-kernel "$img/vmlinux" -bios $qboot)
+        qemu+=(-kernel "$img/vmlinux")
+        [ -n "$qboot" ] && qemu+=(-bios $qboot)
     else
         qemu+=(-kernel /boot/vmlinuz-"$(cat "$img/kernel-version")")
     fi
@@ -90,6 +100,7 @@ vm_qemu_args() {
         qemu+=(-fsdev "local,id=cwd,path=$cwd,security_model=none,multidevs=remap"
                -device virtio-9p-pci,fsdev=cwd,mount_tag=cwd)
     fi
+    [ "${vm_topology:-}" = pcie-tree ] && qemu+=("${qemu_tree[@]}")
     # CMD's stdout and stderr arrive through two FIFOs that qemu-pump drains
     # (made anew for each boot attempt).
     rm -f "$dir/out" "$dir/err"
@@ -126,6 +137,72 @@ vm_boot_failed() {
 vm_boot_failure_line() {
     REPLY=$(grep -m1 -E 'Kernel panic|HARNESS FAILURE' "$1/console.log" 2>/dev/null | tr -d '\r')
     [ -n "$REPLY" ] || REPLY="no panic on the console"
+}
+
+# vm_pcie_tree_args DIR: the machine of run-in-vm --topology pcie-tree (a
+# q35 guest whose PCIe tree holds every distance class of nvidia-smi topo
+# -m, for tests/topology), added to `qemu`; writes DIR/ctl/topology, which
+# tells the init to put an rxe device on each virtio-net NIC.  Two NUMA
+# nodes (one vCPU and half the memory each) and three expander host bridges
+# (pxb-pcie: two on node 0, one on node 1) besides the root complex:
+#
+#   pxb 0x10 (node 0) - rp10 - switch up1 - dn11: accelerator bochs-display
+#                     |                   - dn12: NIC ...:03 (rxe3)
+#                     |                   - dn13 - switch up2 - dn21: NIC ...:01 (rxe1)
+#                     - rp11: NIC ...:04 (rxe4)
+#   pxb 0x40 (node 0) - rp40: NIC ...:00 (rxe0)
+#   pxb 0x80 (node 1) - rp80: NIC ...:02 (rxe2)
+#                     - rp81: accelerator virtio-gpu-pci
+#   pcie.0 (no node)  - edu (class 0x00ff: an accelerator only when named)
+#
+# The NICs' names do not follow their distance from the first accelerator
+# (rxe3 PIX, rxe1 PXB, rxe4 PHB, rxe0 NODE, rxe2 SYS), so a test of the
+# order nearest() returns cannot pass by sorting names.  The NICs have no
+# peer: an rxe port is ACTIVE on a NIC whose link is up, and nothing here
+# sends.  SeaBIOS, not qboot: QEMU's ACPI tables for the expander bridges
+# (their bus ranges, windows and _PXM) describe what the firmware's PCI
+# scan left, and SeaBIOS is the firmware QEMU documents pxb-pcie with
+# (qboot with this tree is untried).
+vm_pcie_tree_args() {
+    local half=$(( $(vm_mebibytes "$vm_mem") / 2 )) k
+    vm_bios=/usr/share/seabios/bios.bin
+    echo pcie-tree >"$1/ctl/topology"
+    qemu+=(-machine q35 -m "$(( half * 2 ))M" -smp 2
+           -object memory-backend-ram,id=mem0,size="${half}M"
+           -object memory-backend-ram,id=mem1,size="${half}M"
+           -numa node,nodeid=0,cpus=0,memdev=mem0
+           -numa node,nodeid=1,cpus=1,memdev=mem1)
+    # After the harness's own devices (vm_qemu_args): a device with no
+    # bus= goes on the last bus defined, and only bridges fit on a pxb.
+    qemu_tree=(-device pxb-pcie,id=pxb10,bus=pcie.0,bus_nr=0x10,numa_node=0
+           -device pxb-pcie,id=pxb40,bus=pcie.0,bus_nr=0x40,numa_node=0
+           -device pxb-pcie,id=pxb80,bus=pcie.0,bus_nr=0x80,numa_node=1
+           -device pcie-root-port,id=rp10,bus=pxb10,chassis=10,addr=0.0
+           -device pcie-root-port,id=rp11,bus=pxb10,chassis=11,addr=1.0
+           -device pcie-root-port,id=rp40,bus=pxb40,chassis=40,addr=0.0
+           -device pcie-root-port,id=rp80,bus=pxb80,chassis=80,addr=0.0
+           -device pcie-root-port,id=rp81,bus=pxb80,chassis=81,addr=1.0
+           -device x3130-upstream,id=up1,bus=rp10
+           -device xio3130-downstream,id=dn11,bus=up1,chassis=111,slot=1
+           -device xio3130-downstream,id=dn12,bus=up1,chassis=112,slot=2
+           -device xio3130-downstream,id=dn13,bus=up1,chassis=113,slot=3
+           -device x3130-upstream,id=up2,bus=dn13
+           -device xio3130-downstream,id=dn21,bus=up2,chassis=121,slot=1
+           -device bochs-display,bus=dn11,romfile=
+           -device virtio-gpu-pci,bus=rp81,romfile=
+           -device edu,bus=pcie.0)
+    for k in 3:dn12 1:dn21 4:rp11 0:rp40 2:rp80; do
+        qemu_tree+=(-device "virtio-net-pci,bus=${k#*:},mac=52:54:00:00:02:0${k%%:*},romfile=")
+    done
+}
+
+# vm_mebibytes SIZE: QEMU's -m SIZE (1G, 2048M, 2048) in MiB, printed.
+vm_mebibytes() {
+    case $1 in
+    *[Gg]) echo $(( ${1%?} * 1024 )) ;;
+    *[Mm]) echo "${1%?}" ;;
+    *) echo "$1" ;;
+    esac
 }
 
 # vm_show_console DIR PROG: the tail of a guest's console and QEMU's log,
