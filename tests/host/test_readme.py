@@ -12,8 +12,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 
 #: A dated measurement: a date, a time of day, a load average, "that day".
-DATED = re.compile(r"\b20\d\d-\d\d-\d\d\b|\bload (average|of|\d)|\bthat day\b|"
-                   r"\bthe make test of\b|\b\d{1,2}:\d\d\b(?! *(us|ms|s)\b)")
+DATED = re.compile(r"\b20\d\d-\d\d-\d\d\b|\bload average\b|\bload of \d|[(,;] ?load \d|"
+                   r"\bat load \d|\bthat day\b|\bthe make test of\b|\b\d{1,2}:\d\d\b(?! *(us|ms|s)\b)|"
+                   r"\bthis session\b")
 
 
 def _sections() -> list[str]:
