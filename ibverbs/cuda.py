@@ -253,13 +253,20 @@ class GpuMR:
     ``.lkey``, ``.rkey`` and ``sge()`` raise the MR's VerbsError (EBADF).
     """
 
-    __slots__ = ("mr", "addr", "length", "tensor", "__weakref__")
+    # A dict: each entry's text is the attribute's docstring (help(), the reference).
+    __slots__ = {
+        "mr": "The MR (an ibverbs.MR, from reg_dmabuf_mr or reg_mr).",
+        "addr": "The tensor's device virtual address (what SGEs and peers use).",
+        "length": "The tensor's size in bytes.",
+        "tensor": "The retained tensor (None after close()).",
+        "__weakref__": None,
+    }
 
     def __init__(self, mr, addr: int, length: int, tensor=None) -> None:
-        self.mr = mr            #: The MR (an ibverbs.MR, from reg_dmabuf_mr or reg_mr).
-        self.addr = addr        #: The tensor's device virtual address (what SGEs and peers use).
-        self.length = length    #: The tensor's size in bytes.
-        self.tensor = tensor    #: The retained tensor (None after close()).
+        self.mr = mr
+        self.addr = addr
+        self.length = length
+        self.tensor = tensor
 
     @property
     def lkey(self) -> int:

@@ -77,6 +77,15 @@ class QPInfo:
     bytes (bytes, bytearray or Gid; stored as bytes), ``port`` 1..255,
     ``mtu`` an MTU value 1..5 (stored as int). On the wire it is the 28-byte
     network-order layout ``!IIH16sBB`` (``to_bytes`` / ``from_bytes``).
+
+    Attributes:
+        qp_num: The QP number (24 bits, QP.qp_num): the peer's dest_qp_num.
+        psn: The first packet sequence number this QP sends (24 bits): the
+            peer's rq_psn.
+        lid: The port's LID (16 bits; 0 on RoCE).
+        gid: The port's GID the peer addresses (16 bytes, network order).
+        port: The port number (1..255).
+        mtu: The path MTU to use, an MTU code (1..5; the port's active_mtu).
     """
 
     #: The QP number (24 bits, QP.qp_num): the peer's dest_qp_num.
@@ -131,6 +140,12 @@ class RemoteBuffer:
     over any channel, and ``from_bytes()`` reads it back from bytes, a
     memoryview or a uint8 tensor. ``addr`` and ``length`` are 64-bit,
     ``rkey`` 32-bit (ValueError outside, TypeError for a non-int).
+
+    Attributes:
+        addr: The start address in the peer's memory (the MR's addr, or a
+            GpuMR's device address).
+        rkey: The remote key of the peer's MR (32 bits).
+        length: How many bytes from addr the peer may access.
     """
 
     #: The start address in the peer's memory (the MR's addr, or a GpuMR's device address).

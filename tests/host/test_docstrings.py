@@ -147,3 +147,60 @@ def test_the_stubs_carry_the_same_docstrings():
         assert stub_doc == inspect.cleandoc(_body(member.__doc__)), label
         checked += 1
     assert checked > 160
+
+
+# --- every public attribute says what it is where help() shows it (issue 36) ---
+
+def _help_documented(klass, name: str, raw) -> bool:
+    """The attribute's own docstring (a property, a C getter, a __slots__
+    entry), or an entry of its class's ``Attributes:`` section (a dataclass
+    field, a class default): what help() and the reference show.  A ``#:``
+    comment alone is not enough: help() never sees it."""
+    import types
+
+    if isinstance(raw, types.MemberDescriptorType):
+        slots = getattr(klass, "__slots__", ())
+        if isinstance(slots, dict) and str(slots.get(name) or "").strip():
+            return True
+    elif isinstance(raw, (property, types.GetSetDescriptorType)) or callable(raw):
+        if (getattr(raw, "__doc__", None) or "").strip():
+            return True
+    doc = inspect.cleandoc(klass.__doc__ or "")
+    m = re.search(r"^Attributes:\n((?:[ \t]+.*\n?|\n)*)", doc, re.M)
+    return bool(m and re.search(rf"^[ \t]+{re.escape(name)}( \(.*\))?:", m.group(1), re.M))
+
+
+def _public_attributes():
+    import dataclasses
+    import enum
+
+    import ibverbs.aio  # noqa: F401
+    import ibverbs.cm
+    import ibverbs.cuda
+
+    classes = [getattr(ib, n) for n in dir(ib) if not n.startswith("_")]
+    classes += [getattr(ibverbs.cm, n) for n in ibverbs.cm.__all__]
+    classes += [getattr(ibverbs.cuda, n) for n in ibverbs.cuda.__all__]
+    for cls in {c for c in classes if isinstance(c, type)
+                and not issubclass(c, (enum.Enum, BaseException))}:
+        for klass in reversed(cls.__mro__):
+            if not klass.__module__.startswith("ibverbs"):
+                continue
+            names = {n: raw for n, raw in vars(klass).items() if not n.startswith("_")}
+            if dataclasses.is_dataclass(klass):
+                names.update({f.name: None for f in dataclasses.fields(klass)
+                              if not f.name.startswith("_")})
+            for n, raw in names.items():
+                if isinstance(raw, (classmethod, staticmethod)):
+                    raw = raw.__func__
+                yield f"{cls.__name__}.{n}", klass, n, raw
+
+
+def test_every_public_attribute_has_a_docstring_help_shows():
+    attributes = list(_public_attributes())
+    assert len(attributes) > 600
+    missing = sorted({label for label, klass, n, raw in attributes
+                      if not _help_documented(klass, n, raw)})
+    assert not missing, f"{len(missing)} public attributes without a docstring: {missing}"
+    assert "The address resolved" in (ib.CMID.host.__doc__ or "")
+    assert (ib.Device.__slots__["guid"] or "").strip()
