@@ -1,9 +1,9 @@
-"""ibverbs.CMID: the rdma_cm identifier, with the seed's blocking API.
+"""ibverbs.CMID: the rdma_cm identifier, with the blocking API of ibverbs 2026.7.18.
 
 The C class (``ibverbs._ibverbs.CMID``) is event-driven: each call starts
 an operation whose outcome arrives as an event on its EventChannel (see
 ``ibverbs.cm``).  This subclass, which every CMID is once this module is
-imported, adds the seed's (ibverbs 2026.7.18 and its successors) blocking
+imported, adds ibverbs 2026.7.18's (and its successors') blocking
 way, in which a CMID owns a private event channel and each call waits
 for its outcome:
 

@@ -171,7 +171,7 @@ def synchronize() -> None:
 
 def tensor_ptr_len(t) -> tuple[int, int]:
     """``(data_ptr, nbytes)`` of a contiguous torch tensor, wherever it lives
-    (a host tensor too, as in the seed), or of an object with
+    (a host tensor too, as in ibverbs 2026.7.18), or of an object with
     ``__cuda_array_interface__``.
 
     ValueError for a non-contiguous one; TypeError for other types (a numpy
@@ -222,7 +222,7 @@ def register_tensor(pd, tensor, access) -> GpuMR:
     dma-buf first; when that raises (RuntimeError, OSError, VerbsError) the
     raw device pointer is registered with ``pd.reg_mr(ptr, nbytes, access)``.
     When that fails too: ``RuntimeError("GPUDirect registration failed.
-    dma-buf path: ...; reg_mr path: ...")`` (the seed's words) from the
+    dma-buf path: ...; reg_mr path: ...")`` (ibverbs 2026.7.18's words) from the
     reg_mr error. A host tensor: ValueError (use ``ibverbs.reg_tensor``).
     """
     _require_device_memory(tensor)

@@ -225,7 +225,7 @@ def connect_rc(qp, remote, *, port, sgid_index, access, local_psn=0, mtu=None, *
     modified, so a bad one leaves the QP in RESET.
 
     The QP is driven through its own ``to_init``, ``to_rtr`` and ``to_rts``
-    (as the seed did), so a subclass or wrapper providing those is used.
+    (as ibverbs 2026.7.18 did), so a subclass or wrapper providing those is used.
     """
     _need(qp, "connect_rc", "qp", ("to_init", "to_rtr", "to_rts"), "a QP")
     _need(remote, "connect_rc", "remote", ("qp_num", "psn", "lid", "gid", "mtu"), "a QPInfo")

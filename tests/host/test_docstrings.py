@@ -204,3 +204,25 @@ def test_every_public_attribute_has_a_docstring_help_shows():
     assert not missing, f"{len(missing)} public attributes without a docstring: {missing}"
     assert "The address resolved" in (ib.CMID.host.__doc__ or "")
     assert (ib.Device.__slots__["guid"] or "").strip()
+
+
+def test_help_never_says_the_seed():
+    """Users know the package compared against as ibverbs 2026.7.18
+    (rdma4py); "the seed" is this project's word (comments may keep it)."""
+    import pydoc
+
+    import ibverbs.aio
+    import ibverbs.cm
+    import ibverbs.cuda
+    import ibverbs.errors
+
+    said = []
+    for obj in (ib, ibverbs.cm, ibverbs.aio, ibverbs.cuda, ibverbs.errors,
+                *[getattr(ib, n) for n in dir(ib) if isinstance(getattr(ib, n), type)]):
+        text = pydoc.render_doc(obj, renderer=pydoc.plaintext)
+        said += [f"{getattr(obj, '__name__', obj)}: {m.group(0).strip()}"
+                 for m in re.finditer(r"[^\n]*\bthe seed\b[^\n]*", text, re.I)]
+    assert not said, sorted(set(said))
+    stubs = (ROOT / "generated" / "_ibverbs.pyi").read_text()
+    docstrings = "\n".join(re.findall(r'"""(.*?)"""', stubs, re.S))
+    assert "the seed" not in docstrings
