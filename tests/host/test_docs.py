@@ -205,20 +205,27 @@ def _signatures(site) -> dict:
 
 def test_signatures_show_types_and_defaults_by_name(site):
     sigs = _signatures(site)
-    assert "qp_type: int = QPType.RC" in sigs["ibverbs.QPInitAttr"]
+    assert "qp_type: QPType = QPType.RC" in sigs["ibverbs.QPInitAttr"]
     assert "send_cq: CQ | None" in sigs["ibverbs.QPInitAttr"]
-    assert "attr_mask: int = QPAttrMask.STATE | QPAttrMask.CUR_STATE | " in sigs["ibverbs.QP.query"]
+    assert "attr_mask: QPAttrMask = QPAttrMask.STATE | QPAttrMask.CUR_STATE | " in sigs["ibverbs.QP.query"]
     assert "QPAttrMask.DEST_QPN)" in sigs["ibverbs.QP.query"]
     assert "→ tuple[dict[str, Any], QPCap]" in sigs["ibverbs.QP.query"]
-    assert "qp_type: int = QPType.RC" in sigs["ibverbs.PD.create_qp_ex"]
-    assert "send_flags: int = SendFlags.SIGNALED" in sigs["ibverbs.MWBind"]
-    assert "gid_type: int | None = GIDType.ROCE_V2" in sigs["ibverbs.Context.find_gid"]
+    assert "qp_type: QPType = QPType.RC" in sigs["ibverbs.PD.create_qp_ex"]
+    assert "send_flags: SendFlags = SendFlags.SIGNALED" in sigs["ibverbs.MWBind"]
+    assert "gid_type: GIDType | None = GIDType.ROCE_V2" in sigs["ibverbs.Context.find_gid"]
     assert "CreateCQWCFlags.WITH_BYTE_LEN | " in sigs["ibverbs.Context.create_cq_ex"]
-    assert "type: int = FlowAttrType.NORMAL" in sigs["ibverbs.FlowAttr"]
+    assert "type: FlowAttrType = FlowAttrType.NORMAL" in sigs["ibverbs.FlowAttr"]
     # the docstrings (help(), the Args sections) say the same
     assert "Default: QPType.RC." in ib.PD.create_qp_ex.__doc__
     assert "Default: CreateCQWCFlags.WITH_BYTE_LEN | " in ib.Context.create_cq_ex.__doc__
     assert "qp_type=2" in ib.PD.create_qp_ex.__text_signature__   # inspect evaluates it
+    # an enum or flag argument is typed with its class, not int (issue 36)
+    enum_typed = [f"{oid}: {m.group(0)}" for oid, sig in sigs.items() if "(" in sig
+                  for m in re.finditer(r"\b(\w+): int\b", sig.split("(", 1)[1])
+                  if m.group(1) in {a.rsplit(".", 1)[-1] for a in ibverbs_api.ARG_ENUMS}
+                  and ibverbs_api.enum_typed(oid.split(".")[1] if oid.count(".") > 1 else "",
+                                             m.group(1), "int") != "int"]
+    assert not enum_typed, enum_typed
     # no enum or flag argument keeps a bare number (0 is "none" for a flag)
     enum_args = {a.rsplit(".", 1)[-1] for a in ibverbs_api.ARG_ENUMS}
     bare = [f"{oid}: {m.group(0)}" for oid, sig in sigs.items()
@@ -288,6 +295,19 @@ def test_every_guide_is_in_the_table_of_contents():
     listed = set(re.findall(r"^(guides/\w+)$", index, re.M))
     pages = {f"guides/{p.stem}" for p in (ROOT / "docs" / "guides").glob("*.md")}
     assert pages <= listed, f"guides no toctree lists: {pages - listed}"
+
+
+def test_the_footer_names_the_copyright_holders(site):
+    """"Copyright ©" with no name was the footer (issue 36): the holders
+    are LICENSE's."""
+    import html
+
+    license_line = re.search(r"^Copyright \(c\) (\d{4}), (.+)$",
+                             (ROOT / "LICENSE").read_text(), re.M)
+    index = html.unescape((site / "index.html").read_text())
+    footer = " ".join(re.sub(r"<[^>]+>", " ", index.split('class="copyright"', 1)[1]
+                             .split("</div>", 1)[0]).split())
+    assert f"{license_line.group(1)}, {license_line.group(2)}" in footer, footer
 
 
 def test_the_site_has_the_install_page_and_the_contributor_part(site, inventory):
