@@ -100,8 +100,8 @@ def _returns_section(mm: Any, handles: Set[str], own: Optional[str] = None) -> L
 def raises_of(label: str, doc_methods: Dict[str, Any]) -> List[str]:
     """docs.yaml's ``raises:`` of a method: errno name (or exception class)
     -> when, as Raises lines."""
-    entry = doc_methods.get(label)
-    raises = entry.get("raises") if hasattr(entry, "get") else None
+    entry: Any = doc_methods.get(label)
+    raises: Any = entry.get("raises") if hasattr(entry, "get") else None
     lines: List[str] = []
     for name, when in (raises or {}).items():
         name = str(name)
