@@ -199,7 +199,7 @@ test-cluster: build venv-test
 # run.  The VMs' vCPUs sleep through much of a device test (a peer's
 # timers, a process starting), and the CPU tiers take up that time: on
 # 2 cores the whole takes the VM chain's time plus a few minutes, not the
-# sum (CONTRIBUTING.md, "How long make test takes").  The CPU tiers run
+# sum (CONTRIBUTING.md, "How the tests are organised").  The CPU tiers run
 # under nice: they take the cores the VMs leave idle, and the VMs (whose
 # guests keep time by the host's clock, retry timers included) are not
 # slowed by them.  TEST_SERIAL=1 runs the same targets one after the other.

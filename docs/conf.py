@@ -11,8 +11,8 @@ the Furo theme:
   stubs to be the source of truth instead of the spec);
 * napoleon renders the Google-style Args/Returns/Raises sections that
   generator/docstrings.py writes (and that read well in help() too);
-* MyST includes sections of README.md and examples/README.md as they are,
-  so the README stays the one source of the guides;
+* MyST: the guides are Markdown pages of their own (docs/guides), and
+  CONTRIBUTING.md and examples/README.md are included whole;
 * Furo is a maintained, accessible theme with no JavaScript framework;
 * ``-W -n`` (make docs) turns any warning and any unresolved reference into
   a failure.
@@ -28,7 +28,22 @@ sys.path.insert(0, os.path.join(HERE, "_ext"))
 import ibverbs  # noqa: E402  (fails here, not page by page, when it is not built)
 
 project = "ibverbs"
-author = "the ibverbs authors"
+
+
+def _copyright_holder() -> tuple:
+    """(year, holders) from LICENSE's copyright line, so the footer names
+    whom the licence names."""
+    import re
+
+    with open(os.path.join(ROOT, "LICENSE"), encoding="utf-8") as f:
+        m = re.search(r"^Copyright \(c\) (\d{4}), (.+)$", f.read(), re.M)
+    if m is None:
+        raise RuntimeError("LICENSE has no 'Copyright (c) YEAR, HOLDERS' line")
+    return m.group(1), m.group(2).strip()
+
+
+_year, author = _copyright_holder()
+copyright = f"{_year}, {author}"              # noqa: A001 (Sphinx's name)
 version = release = ibverbs.__version__
 extensions = ["sphinx.ext.autodoc", "sphinx.ext.napoleon", "myst_parser", "ibverbs_api"]
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}

@@ -10,7 +10,7 @@ import fnmatch
 import keyword
 from typing import Any, Dict, List, Optional, Set, Tuple, cast
 
-from . import cq_locks, entries as entry_points, gil, hand_gil, handle_rules, pyimpl
+from . import cq_locks, docstrings, entries as entry_points, gil, hand_gil, handle_rules, pyimpl
 from .cexpr import CExpr, Ref, SelfPtr
 from .enum_fields import EnumFields
 from .converters import ATTRIBUTES, FIELDS, REQUIRED, AttributeConverter
@@ -502,6 +502,9 @@ class Builder:
             text = m.node.get("doc") or (f"Calls {', '.join(verbs)}." if verbs else "")
             if not text:
                 raise SpecError(f"{m.where()}: {label}: a hand-written method needs 'doc' or 'verbs'")
+            raises = docstrings.raises_of(label, self.spec.doc_methods)
+            if raises:       # the errors of its verbs, from spec/docs.yaml
+                text = f"{text}\n\nRaises:\n" + "\n".join(raises)
             sig = f"{m.name}({shown})"
             doc = f"{sig}\n--\n\n{text}"
             for v in verbs:

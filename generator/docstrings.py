@@ -9,14 +9,20 @@ reference's Sphinx napoleon renders and editors show from the stubs):
   its ``arguments`` glossary, else what its conversion takes), its range
   (spec ``min``/``max``) and default;
 * ``Returns``: the Python type the C builds (generator/pytypes.py) and what
-  it is;
-* ``Raises``: from the spec's error convention, the argument checks, the
-  closed-object check, and RuntimeError for a verb newer than the running
-  libibverbs;
-* the verb it calls and the rdma-core release that added it
-  (spec/symbols.yaml ``optional`` or the method's ``since:``), or that every
-  supported release has it; a verb verbs.h inlines into a call of the
-  provider says the provider may not implement it.
+  it is, when there is more to say than the type the signature shows (a new
+  handle, a struct, a tuple, or docs.yaml's ``returns:``);
+* ``Raises``: the errors of this verb (docs.yaml's ``raises:``, errno name
+  -> when, from the verb's man page), else the verb's failure by name; the
+  argument checks, naming the arguments; the closed-object check, naming
+  the class; EOPNOTSUPP where verbs.h inlines the verb into a call of the
+  provider; RuntimeError for a verb newer than the running libibverbs;
+* for a verb newer than the oldest supported rdma-core, the release that
+  added it (spec/symbols.yaml ``optional`` or the method's ``since:``).
+
+No sentence is the same on every method (tests/host/test_docstrings.py):
+what holds for every verb (which rdma-core releases have it, that it
+returns "the verb's result") is said once, in the reference's
+introduction, not on each method.
 """
 from __future__ import annotations
 
@@ -27,9 +33,9 @@ from .pytypes import arg_specs
 OLDEST_RELEASE = "33.2"     # the oldest rdma-core the package is tested against
 
 _RAISES = {
-    "null": "the verb failed (it returned NULL); ``errno`` says why",
-    "errno": "the verb failed; ``errno`` is the error it returned",
-    "negative": "the verb failed (a negative result); ``errno`` says why",
+    "null": "{verb} failed (it returned NULL); ``errno`` says why",
+    "errno": "{verb} failed; ``errno`` is the error it returned",
+    "negative": "{verb} failed (a negative result); ``errno`` says why",
 }
 
 
@@ -74,48 +80,65 @@ def _args_section(mm: Any, node: Any, own: Dict[str, str], glossary: Dict[str, s
     return ["Args:"] + lines if lines else []
 
 
-def _returns_section(mm: Any, handles: Set[str]) -> List[str]:
+def _returns_section(mm: Any, handles: Set[str], own: Optional[str] = None) -> List[str]:
     t = mm.result_pytype
     if t == "None":
         return []
-    if t in handles:
+    if own:
+        what = own.rstrip(".")
+    elif t in handles:
         what = f"the new {t} (close() it, or use it as a context manager)"
     elif t.startswith("tuple["):
         what = "the values the verb returned, in this order"
     elif t[:1].isupper() and t not in ("Any",):
         what = f"what the verb filled in, as a {t}"
     else:
-        what = "the verb's result"
+        return []        # the signature's type says it all
     return ["Returns:", f"    {t}: {what}."]
 
 
-def _raises_section(mm: Any, node: Any, errors: str, optional: Optional[str],
-                    verb: str) -> List[str]:
+def raises_of(label: str, doc_methods: Dict[str, Any]) -> List[str]:
+    """docs.yaml's ``raises:`` of a method: errno name (or exception class)
+    -> when, as Raises lines."""
+    entry: Any = doc_methods.get(label)
+    raises: Any = entry.get("raises") if hasattr(entry, "get") else None
     lines: List[str] = []
-    if errors in _RAISES:
-        lines.append(f"    VerbsError: {_RAISES[errors]}.")
+    for name, when in (raises or {}).items():
+        name = str(name)
+        if name.endswith(("Error", "Exception")):
+            lines.append(f"    {name}: {_sentence(str(when))}")
+        else:
+            lines.append(f"    VerbsError: {name} when {_sentence(str(when))}")
+    return lines
+
+
+def _raises_section(mm: Any, node: Any, errors: str, optional: Optional[str],
+                    verb: str, own: List[str], inline: bool) -> List[str]:
+    lines: List[str] = list(own)
+    if errors in _RAISES and not own:
+        lines.append(f"    VerbsError: {_RAISES[errors].format(verb=verb)}.")
+    if inline and errors != "none":
+        lines.append(f"    VerbsError: EOPNOTSUPP when the provider does not implement {verb} "
+                     "(verbs.h calls the provider's operation directly).")
     if mm.owner:
-        lines.append("    VerbsError: EBADF when the object is closed.")
-    if mm.args or "**" in arg_specs(node):
-        lines.append("    TypeError, ValueError: an argument of the wrong type or out of range "
-                     "(checked before the verb is called).")
+        lines.append(f"    VerbsError: EBADF when this {mm.owner} is closed.")
+    names = [a.name for a in mm.args] + (["a field"] if "**" in arg_specs(node) else [])
+    if names:
+        which = ", ".join(names)
+        lines.append(f"    TypeError, ValueError: {which} of the wrong type or out of range "
+                     f"(checked before {verb} is called).")
     if optional:
         lines.append(f"    RuntimeError: the running libibverbs predates {verb} "
                      f"(rdma-core {optional}).")
     return ["Raises:"] + lines if lines else []
 
 
-def _release_line(verb: str, optional: Optional[str], inline: bool, errors: str) -> str:
-    if optional:
-        text = (f"Optional: {verb} is in rdma-core {optional} and later; with an older "
-                "libibverbs this method raises RuntimeError (and headers older than that "
-                "do not generate it).")
-    else:
-        text = f"Calls {verb}, in every supported rdma-core release ({OLDEST_RELEASE} on)."
-    if inline and errors != "none":
-        text += (" verbs.h inlines it into a call of the provider, which may not implement "
-                 "it: then VerbsError EOPNOTSUPP.")
-    return text
+def _release_line(verb: str, optional: Optional[str]) -> Optional[str]:
+    if not optional:
+        return None
+    return (f"Optional: {verb} is in rdma-core {optional} and later; with an older "
+            "libibverbs this method raises RuntimeError (and headers older than that "
+            "do not generate it).")
 
 
 def summary_of(label: str, node: Any, doc_methods: Dict[str, Any]) -> Optional[str]:
@@ -142,11 +165,15 @@ def compose(mm: Any, label: str, node: Any, verb: str, storage: str, spec: Any,
     optional = node.get("since") or spec.optional.get(verb)
     optional = str(optional).split(" (")[0] if optional else None
     errors = node.get("errors", "none")
+    returns = entry.get("returns") if hasattr(entry, "get") else None
     parts = [_sentence(summary) if "\n" not in summary else summary]
     for section in (_args_section(mm, node, own, spec.doc_arguments, named_default),
-                    _returns_section(mm, handles),
-                    _raises_section(mm, node, errors, optional, verb)):
+                    _returns_section(mm, handles, returns),
+                    _raises_section(mm, node, errors, optional, verb,
+                                    raises_of(label, spec.doc_methods), storage == "inline")):
         if section:
             parts.append("\n".join(section))
-    parts.append(_release_line(verb, optional, storage == "inline", errors))
+    release = _release_line(verb, optional)
+    if release:
+        parts.append(release)
     return "\n\n".join(parts)

@@ -111,7 +111,7 @@ METHOD_KEYS = VERB_METHOD_KEYS | HAND_METHOD_KEYS | PYTHON_METHOD_KEYS
 SYMBOLS_KEYS = {"optional", "versions"}
 BASE_KEYS = {"class", "upcast"}    # base: {class, upcast} (a base: Class is a name)
 DOCS_KEYS = {"arguments", "methods", "fields", "enums"}
-DOC_ENTRY_KEYS = {"summary", "args"}
+DOC_ENTRY_KEYS = {"summary", "args", "returns", "raises"}
 ERROR_CONVENTIONS = {"null", "errno", "negative", "none"}
 ENUM_KINDS = {"IntEnum", "IntFlag"}
 
@@ -413,6 +413,26 @@ def _load_gil(spec: Spec, data: Node) -> None:
             raise SpecError(str(exc)) from None
 
 
+#: The exceptions a docs.yaml ``raises:`` may name besides an errno
+#: (VerbsError's): the ones the extension raises itself.
+DOC_EXCEPTIONS = {"TypeError", "ValueError", "RuntimeError", "LookupError", "TimeoutError"}
+
+
+def _check_raises(raises: Any, label: str) -> None:
+    """``raises:`` maps an errno name (EINVAL) or an exception class to a text."""
+    if raises is None:
+        return
+    if not isinstance(raises, Node):
+        raise SpecError(f"docs of {label}: raises: a mapping {{ERRNO: when}}")
+    import errno
+
+    for name in raises:
+        if str(name) not in DOC_EXCEPTIONS and not (str(name).isupper()
+                                                    and hasattr(errno, str(name))):
+            raise SpecError(f"{raises.where(name)}: docs of {label}: raises: {name!r} is "
+                            f"neither an errno name nor one of {sorted(DOC_EXCEPTIONS)}")
+
+
 def _load_docs(spec: Spec, docs: Node, display: str) -> None:
     """A file's `docs:` (spec/docs.yaml): argument glossary, method texts,
     field and attribute texts."""
@@ -430,6 +450,7 @@ def _load_docs(spec: Spec, docs: Node, display: str) -> None:
     for label, entry in (docs.get("methods") or {}).items():
         if isinstance(entry, Node):
             _check_keys(entry, DOC_ENTRY_KEYS, f"docs of {label}")
+            _check_raises(entry.get("raises"), str(label))
         elif not isinstance(entry, str):
             raise SpecError(f"{docs['methods'].where(label)}: docs of {label}: "
                             "a summary or {summary:, args:}")

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 try:
     from . import _ibverbs
-except ImportError as _exc:          # libibverbs.so.1 missing or too old
-    from ._no_library import exit_if_command
+except ImportError as _exc:          # libibverbs.so.1 missing or too old, or no extension
+    from ._no_library import EXIT_NOT_BUILT, exit_if_command, not_built_error
+    _not_built = not_built_error(_exc)
+    if _not_built is not None:       # a checkout before `make build`: say so, not "circular import"
+        exit_if_command(_not_built, EXIT_NOT_BUILT)     # the command: one line, exit status 5
+        raise _not_built from None
     exit_if_command(_exc)            # the `ibverbs` command: one line, exit status 3
     raise
 from ._device import Device, get_device_list

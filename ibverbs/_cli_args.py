@@ -22,11 +22,13 @@ EXIT_FAILED = 1        # a verb, the peer or the network failed; the message say
 EXIT_USAGE = 2         # bad arguments (argparse's own status)
 EXIT_NO_LIBRARY = 3    # libibverbs.so.1 cannot be loaded (see ibverbs/__init__.py)
 EXIT_NO_DEVICE = 4     # no RDMA device: no kernel support, no provider, none there / by that name
+EXIT_NOT_BUILT = 5     # a checkout without the built extension (ibverbs._no_library.NOT_BUILT)
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as a shell reports it)
 EXIT_CODES = {EXIT_OK: "success", EXIT_FAILED: "a verb, the peer or the network failed",
               EXIT_USAGE: "bad arguments",
               EXIT_NO_LIBRARY: "libibverbs.so.1 cannot be loaded (install rdma-core)",
               EXIT_NO_DEVICE: "no RDMA device (no kernel support, no provider, or none by that name)",
+              EXIT_NOT_BUILT: "the extension is not built here (a checkout: run `make build`)",
               EXIT_INTERRUPTED: "interrupted (Ctrl-C)"}
 
 JSON_EPILOG = """\
@@ -181,7 +183,7 @@ def _add_topo(sub: Any, json_help: str) -> None:
                                    "from sysfs.")
     p.add_argument("-b", "--bus-id", action="append", type=_bus_id, metavar="ID",
                    help="list this PCI function too (domain:bus:device.function, "
-                        "e.g. torch's pci_bus_id); repeatable")
+                        "e.g. nvidia-smi --query-gpu=pci.bus_id); repeatable")
     p.add_argument("--json", action="store_true", help="one JSON document: accelerators, "
                                                        "rdma (every port's facts), matrix")
     p.set_defaults(func="topo")

@@ -1,9 +1,9 @@
-"""ibverbs.CMID: the rdma_cm identifier, with the seed's blocking API.
+"""ibverbs.CMID: the rdma_cm identifier, with the blocking API of ibverbs 2026.7.18.
 
 The C class (``ibverbs._ibverbs.CMID``) is event-driven: each call starts
 an operation whose outcome arrives as an event on its EventChannel (see
 ``ibverbs.cm``).  This subclass, which every CMID is once this module is
-imported, adds the seed's (ibverbs 2026.7.18 and its successors) blocking
+imported, adds ibverbs 2026.7.18's (and its successors') blocking
 way, in which a CMID owns a private event channel and each call waits
 for its outcome:
 
@@ -115,17 +115,53 @@ class CMID(_ibverbs.CMID):
     __module__ = "ibverbs"
 
     # Class defaults: a CMID of the event-driven API has none of these.
-    #: The client's private data, zero-padded (a CMID of get_request(); None otherwise).
-    request_data: "Optional[bytes]" = None
+    _request_data: "Optional[bytes]" = None
     _channel: "Optional[_ibverbs.EventChannel]" = None   # a blocking CMID's own channel
     _timeout = _DEFAULT_TIMEOUT
     _connected = False
-    #: The address resolved (CMID.resolve) or listened on (CMID.listen_on); None for an event-driven CMID.
-    host: "Optional[str]" = None
-    #: The port (rdma_cm's port space, TCP) resolved or listened on; None for an event-driven CMID.
-    port: "Optional[int]" = None
-    #: The local address a CMID.resolve bound to (its ``source=``), None when none was given.
-    source: "Optional[str]" = None
+    _host: "Optional[str]" = None
+    _port: "Optional[int]" = None
+    _source: "Optional[str]" = None
+
+    # Properties rather than class defaults, so that help() shows what each is.
+    @property
+    def request_data(self) -> "Optional[bytes]":
+        """The client's private data, zero-padded (a CMID of get_request(); None otherwise)."""
+        return self._request_data
+
+    @request_data.setter
+    def request_data(self, value: "Optional[bytes]") -> None:
+        self._request_data = value
+
+    @property
+    def host(self) -> "Optional[str]":
+        """The address resolved (CMID.resolve) or listened on (CMID.listen_on);
+        None for an event-driven CMID."""
+        return self._host
+
+    @host.setter
+    def host(self, value: "Optional[str]") -> None:
+        self._host = value
+
+    @property
+    def port(self) -> "Optional[int]":
+        """The port (rdma_cm's port space, TCP) resolved or listened on; None
+        for an event-driven CMID."""
+        return self._port
+
+    @port.setter
+    def port(self, value: "Optional[int]") -> None:
+        self._port = value
+
+    @property
+    def source(self) -> "Optional[str]":
+        """The local address a CMID.resolve bound to (its ``source=``), None
+        when none was given."""
+        return self._source
+
+    @source.setter
+    def source(self, value: "Optional[str]") -> None:
+        self._source = value
 
     @property
     def connected(self) -> bool:

@@ -36,7 +36,7 @@ class Device:
     __slots__ = {
         "name": "The device name (\"mlx5_0\", \"rxe0\", ...; ibv_get_device_name).",
         "guid": ("The node GUID as ibv_get_device_guid gives it: network byte order read "
-                 "as a 64-bit int, as in the seed (DeviceAttr.node_guid is the same value)."),
+                 "as a 64-bit int, as in ibverbs 2026.7.18 (DeviceAttr.node_guid is the same value)."),
         "index": "The kernel's device index (ibv_get_device_index; -1 when unknown).",
         "node_type": "What the device is (a NodeType: CA for a NIC, RNIC for iWARP, ...).",
         "transport_type": "Its transport (a TransportType: IB for InfiniBand and RoCE, IWARP, ...).",
@@ -81,6 +81,6 @@ def get_device_list() -> "list[Device]":
 
     Raises VerbsError (errno ENOSYS, "ibv_get_device_list failed: Function
     not implemented") when the kernel has no RDMA support at all (no
-    /sys/class/infiniband), as the seed did.
+    /sys/class/infiniband), as ibverbs 2026.7.18 did.
     """
     return [Device(*row) for row in _ibverbs._device_list()]

@@ -171,7 +171,7 @@ def synchronize() -> None:
 
 def tensor_ptr_len(t) -> tuple[int, int]:
     """``(data_ptr, nbytes)`` of a contiguous torch tensor, wherever it lives
-    (a host tensor too, as in the seed), or of an object with
+    (a host tensor too, as in ibverbs 2026.7.18), or of an object with
     ``__cuda_array_interface__``.
 
     ValueError for a non-contiguous one; TypeError for other types (a numpy
@@ -222,7 +222,7 @@ def register_tensor(pd, tensor, access) -> GpuMR:
     dma-buf first; when that raises (RuntimeError, OSError, VerbsError) the
     raw device pointer is registered with ``pd.reg_mr(ptr, nbytes, access)``.
     When that fails too: ``RuntimeError("GPUDirect registration failed.
-    dma-buf path: ...; reg_mr path: ...")`` (the seed's words) from the
+    dma-buf path: ...; reg_mr path: ...")`` (ibverbs 2026.7.18's words) from the
     reg_mr error. A host tensor: ValueError (use ``ibverbs.reg_tensor``).
     """
     _require_device_memory(tensor)
@@ -253,13 +253,20 @@ class GpuMR:
     ``.lkey``, ``.rkey`` and ``sge()`` raise the MR's VerbsError (EBADF).
     """
 
-    __slots__ = ("mr", "addr", "length", "tensor", "__weakref__")
+    # A dict: each entry's text is the attribute's docstring (help(), the reference).
+    __slots__ = {
+        "mr": "The MR (an ibverbs.MR, from reg_dmabuf_mr or reg_mr).",
+        "addr": "The tensor's device virtual address (what SGEs and peers use).",
+        "length": "The tensor's size in bytes.",
+        "tensor": "The retained tensor (None after close()).",
+        "__weakref__": None,
+    }
 
     def __init__(self, mr, addr: int, length: int, tensor=None) -> None:
-        self.mr = mr            #: The MR (an ibverbs.MR, from reg_dmabuf_mr or reg_mr).
-        self.addr = addr        #: The tensor's device virtual address (what SGEs and peers use).
-        self.length = length    #: The tensor's size in bytes.
-        self.tensor = tensor    #: The retained tensor (None after close()).
+        self.mr = mr
+        self.addr = addr
+        self.length = length
+        self.tensor = tensor
 
     @property
     def lkey(self) -> int:

@@ -25,7 +25,7 @@ class VerbsError(OSError):
     or method (``"ibv_reg_mr"``), ``err`` is the errno it failed with.
 
     It reads like any ``OSError`` built as ``OSError(errno, message)``, as
-    the seed's (ibverbs 2026.7.18) did: ``e.args == (errno, message)``,
+    ibverbs 2026.7.18's did: ``e.args == (errno, message)``,
     ``e.strerror`` is the message, ``str(e)`` is ``"[Errno N] <message>"``.
     The message is ``"<operation> failed: <strerror of err>"``, or
     ``detail`` itself when given.  ``e.operation`` and ``e.detail`` keep the
@@ -63,7 +63,7 @@ class CompletionError(VerbsError):
     ``.vendor_err`` are read from it, ``errno`` is ``EIO`` and ``operation``
     is ``"work completion"``. The message reads e.g.
     ``"work completion failed: remote access error (status=10, vendor_err=0x88)"``
-    (the seed's words).
+    (ibverbs 2026.7.18's words).
 
     The verbs spec defines only ``wr_id``, ``status``, ``vendor_err`` and
     ``qp_num`` for a failed completion.

@@ -67,7 +67,25 @@ def _mask_for(value: object, mask: Optional[_Mask], full: _Mask) -> _Mask:
 
 @dataclass
 class FlowSpecEth:
-    """L2: struct ibv_flow_spec_eth (40 bytes)."""
+    """L2: struct ibv_flow_spec_eth (40 bytes).
+
+    Attributes:
+        dst_mac: Destination MAC to match: 6 bytes or "aa:bb:cc:dd:ee:ff" (None:
+            any).
+        src_mac: Source MAC to match, as dst_mac (None: any).
+        ether_type: EtherType to match, host order (0x0800 IPv4; 0: any).
+        vlan_tag: VLAN tag (TCI) to match, host order (0: any).
+        dst_mac_mask: Which bits of dst_mac must match (None: all of a given
+            dst_mac, none otherwise).
+        src_mac_mask: Which bits of src_mac must match (None: as dst_mac_mask).
+        ether_type_mask: Which bits of ether_type must match (None: all when
+            ether_type is set).
+        vlan_tag_mask: Which bits of vlan_tag must match (None: all when
+            vlan_tag is set).
+        inner: Match the inner (tunnelled) header rather than the outer one
+            (IBV_FLOW_SPEC_INNER).
+        SIZE: Size of the packed spec in bytes (struct ibv_flow_spec_eth).
+    """
     #: Destination MAC to match: 6 bytes or "aa:bb:cc:dd:ee:ff" (None: any).
     dst_mac: Union[bytes, str, None] = None
     #: Source MAC to match, as dst_mac (None: any).
@@ -109,7 +127,18 @@ class FlowSpecEth:
 
 @dataclass
 class FlowSpecIPv4:
-    """L3: struct ibv_flow_spec_ipv4 (24 bytes); addresses as str or int."""
+    """L3: struct ibv_flow_spec_ipv4 (24 bytes); addresses as str or int.
+
+    Attributes:
+        src_ip: Source IPv4 address to match: "10.0.0.1" or an int (None: any).
+        dst_ip: Destination IPv4 address to match, as src_ip (None: any).
+        src_ip_mask: Which bits of src_ip must match ("255.255.255.0" or an int;
+            None: all of a given src_ip).
+        dst_ip_mask: Which bits of dst_ip must match (None: all of a given
+            dst_ip).
+        inner: Match the inner (tunnelled) header rather than the outer one.
+        SIZE: Size of the packed spec in bytes (struct ibv_flow_spec_ipv4).
+    """
     #: Source IPv4 address to match: "10.0.0.1" or an int (None: any).
     src_ip: Union[str, int, None] = None
     #: Destination IPv4 address to match, as src_ip (None: any).
@@ -138,7 +167,19 @@ class FlowSpecIPv4:
 
 @dataclass
 class FlowSpecTCPUDP:
-    """L4: struct ibv_flow_spec_tcp_udp (16 bytes); protocol "tcp" or "udp"."""
+    """L4: struct ibv_flow_spec_tcp_udp (16 bytes); protocol "tcp" or "udp".
+
+    Attributes:
+        protocol: "udp" (IBV_FLOW_SPEC_UDP) or "tcp" (IBV_FLOW_SPEC_TCP).
+        dst_port: Destination port to match, host order (0: any).
+        src_port: Source port to match, host order (0: any).
+        dst_port_mask: Which bits of dst_port must match (None: all when
+            dst_port is set).
+        src_port_mask: Which bits of src_port must match (None: all when
+            src_port is set).
+        inner: Match the inner (tunnelled) header rather than the outer one.
+        SIZE: Size of the packed spec in bytes (struct ibv_flow_spec_tcp_udp).
+    """
     #: "udp" (IBV_FLOW_SPEC_UDP) or "tcp" (IBV_FLOW_SPEC_TCP).
     protocol: str = "udp"
     #: Destination port to match, host order (0: any).
@@ -174,6 +215,16 @@ class FlowAttr:
 
     type is a FlowAttrType (NORMAL: match the specs), priority 0 is the
     highest, flags FlowFlags.
+
+    Attributes:
+        specs: The match specs (FlowSpecEth, FlowSpecIPv4, FlowSpecTCPUDP),
+            outermost layer first.
+        port: The port the rule applies to (from 1).
+        priority: Priority: 0 is the highest; among overlapping rules the higher
+            one wins.
+        type: A FlowAttrType (NORMAL: match the specs; ALL_DEFAULT, MC_DEFAULT,
+            SNIFFER).
+        flags: FlowFlags (0 for none).
     """
     #: The match specs (FlowSpecEth, FlowSpecIPv4, FlowSpecTCPUDP), outermost layer first.
     specs: List[object] = field(default_factory=list)

@@ -78,6 +78,15 @@ class QPInfo:
     bytes (bytes, bytearray or Gid; stored as bytes), ``port`` 1..255,
     ``mtu`` an MTU value 1..5 (stored as int). On the wire it is the 28-byte
     network-order layout ``!IIH16sBB`` (``to_bytes`` / ``from_bytes``).
+
+    Attributes:
+        qp_num: The QP number (24 bits, QP.qp_num): the peer's dest_qp_num.
+        psn: The first packet sequence number this QP sends (24 bits): the
+            peer's rq_psn.
+        lid: The port's LID (16 bits; 0 on RoCE).
+        gid: The port's GID the peer addresses (16 bytes, network order).
+        port: The port number (1..255).
+        mtu: The path MTU to use, an MTU code (1..5; the port's active_mtu).
     """
 
     #: The QP number (24 bits, QP.qp_num): the peer's dest_qp_num.
@@ -132,6 +141,12 @@ class RemoteBuffer:
     over any channel, and ``from_bytes()`` reads it back from bytes, a
     memoryview or a uint8 tensor. ``addr`` and ``length`` are 64-bit,
     ``rkey`` 32-bit (ValueError outside, TypeError for a non-int).
+
+    Attributes:
+        addr: The start address in the peer's memory (the MR's addr, or a
+            GpuMR's device address).
+        rkey: The remote key of the peer's MR (32 bits).
+        length: How many bytes from addr the peer may access.
     """
 
     #: The start address in the peer's memory (the MR's addr, or a GpuMR's device address).
@@ -213,7 +228,7 @@ def connect_rc(qp, remote, *, port, sgid_index, access, local_psn=0, mtu=None, *
     the QP is moved back to RESET before the VerbsError is raised.
 
     The QP is driven through its own ``to_init``, ``to_rtr`` and ``to_rts``
-    (as the seed did), so a subclass or wrapper providing those is used.
+    (as ibverbs 2026.7.18 did), so a subclass or wrapper providing those is used.
     """
     _need(qp, "connect_rc", "qp", ("to_init", "to_rtr", "to_rts"), "a QP")
     _need(remote, "connect_rc", "remote", ("qp_num", "psn", "lid", "gid", "mtu"), "a QPInfo")

@@ -11,7 +11,7 @@ libibverbs has no provider for a device.
   NUMA node, are, in the classes of ``nvidia-smi topo -m``
   (:class:`Distance`: PIX, PXB, PHB, NODE, SYS).
 * :func:`nearest`: the RDMA ports ordered by distance from a GPU's PCI bus
-  id (``torch.cuda.get_device_properties(i).pci_bus_id``), a NUMA node or a
+  id (as nvidia-smi prints it), a torch CUDA device, a NUMA node or a
   buffer, then by link speed, then by name.
 * :func:`accelerators`: the PCI display, 3D and processing-accelerator
   functions (what ``ibverbs topo`` lists against the RDMA devices).
@@ -62,7 +62,7 @@ def normalize_bus_id(bus_id: str) -> str:
     """A PCI bus id in the form sysfs names it: ``"0000:3b:00.0"``.
 
     Accepts what tools print: an 8-digit domain (``"00000000:3B:00.0"``, as
-    torch's ``pci_bus_id`` and nvidia-smi write it), a 4-digit one, none
+    nvidia-smi and cudaDeviceGetPCIBusId write it), a 4-digit one, none
     (domain 0: ``"3b:00.0"``), either case.  Raises ValueError otherwise.
     """
     if not isinstance(bus_id, str):
@@ -490,6 +490,18 @@ def _is_torch(obj: Any) -> bool:
     return type(obj).__module__.split(".")[0] == "torch"
 
 
+def _torch_bus_id(props: Any) -> str:
+    """A CUDA device's PCI bus id from torch's device properties, whose
+    pci_domain_id, pci_bus_id and pci_device_id are ints (cudaDeviceProp's
+    pciDomainID, pciBusID, pciDeviceID); a GPU is function 0."""
+    parts = [getattr(props, name, None) for name in ("pci_domain_id", "pci_bus_id", "pci_device_id")]
+    if not all(isinstance(part, int) for part in parts):
+        raise LookupError("this torch does not report its GPU's PCI address (pci_domain_id, "
+                          "pci_bus_id, pci_device_id): pass the bus id nvidia-smi shows")
+    domain, bus, device = parts
+    return f"{domain:08x}:{bus:02x}:{device:02x}.0"
+
+
 def _torch_target(obj: Any) -> Union[str, int]:
     """A torch device or tensor -> a PCI bus id (CUDA) or a NUMA node (CPU).
     torch is already imported: the caller made the object."""
@@ -499,7 +511,7 @@ def _torch_target(obj: Any) -> Union[str, int]:
         raise TypeError(f"a torch {type(obj).__name__} has no device")
     if dev.type == "cuda":
         index = dev.index if dev.index is not None else torch.cuda.current_device()
-        return str(torch.cuda.get_device_properties(index).pci_bus_id)
+        return _torch_bus_id(torch.cuda.get_device_properties(index))
     if dev.type == "cpu" and not isinstance(obj, torch.device):
         return numa_node_of_address(int(obj.data_ptr()))
     raise ValueError(f"torch device {dev} is neither a CUDA device nor a CPU tensor")
@@ -513,7 +525,7 @@ def nearest(target: Any = None, *, numa_node: Optional[int] = None,
 
     The target is one of:
 
-    * a PCI bus id, str (``torch.cuda.get_device_properties(i).pci_bus_id``,
+    * a PCI bus id, str (``nvidia-smi --query-gpu=pci.bus_id``,
       ``"00000000:3B:00.0"``; any form :func:`normalize_bus_id` accepts);
     * a torch device or tensor: CUDA -> its GPU's bus id, a CPU tensor -> the
       NUMA node of its memory (torch is only used when given);

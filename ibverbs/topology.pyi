@@ -22,7 +22,7 @@ def normalize_bus_id(bus_id: str) -> str:
     '''A PCI bus id in the form sysfs names it: ``"0000:3b:00.0"``.
 
     Accepts what tools print: an 8-digit domain (``"00000000:3B:00.0"``, as
-    torch\'s ``pci_bus_id`` and nvidia-smi write it), a 4-digit one, none
+    nvidia-smi and cudaDeviceGetPCIBusId write it), a 4-digit one, none
     (domain 0: ``"3b:00.0"``), either case.  Raises ValueError otherwise.
     '''
 
@@ -125,7 +125,7 @@ def nearest(target: Any = None, *, numa_node: int | None = None, address: int | 
 
     The target is one of:
 
-    * a PCI bus id, str (``torch.cuda.get_device_properties(i).pci_bus_id``,
+    * a PCI bus id, str (``nvidia-smi --query-gpu=pci.bus_id``,
       ``"00000000:3B:00.0"``; any form :func:`normalize_bus_id` accepts);
     * a torch device or tensor: CUDA -> its GPU\'s bus id, a CPU tensor -> the
       NUMA node of its memory (torch is only used when given);

@@ -306,7 +306,7 @@ def _signature(app, what, name, obj, options, signature, return_annotation):  # 
         if runtime is None or signature is None or not any(
                 named_default(owner, p.name, p.default) for p in runtime.parameters.values()):
             return None
-        params = [p.replace(annotation=_annotation_text(p.annotation),
+        params = [p.replace(annotation=_annotation_text(p.annotation, owner, p.name),
                             default=p.default if p.default is p.empty
                             else _Text(_default_text(owner, p)))
                   for p in runtime.parameters.values()]
@@ -321,7 +321,7 @@ def _signature(app, what, name, obj, options, signature, return_annotation):  # 
     def one(arg: ast.arg, default: Optional[ast.expr]) -> str:
         text = arg.arg
         if arg.annotation is not None:
-            text += f": {_annotation(arg.annotation)}"
+            text += f": {enum_typed(owner, arg.arg, _annotation(arg.annotation))}"
         if default is None:
             return text
         if arg.arg in rt:
@@ -348,12 +348,29 @@ def _signature(app, what, name, obj, options, signature, return_annotation):  # 
     return f"({', '.join(parts)})", returns
 
 
-def _annotation_text(annotation):
+def _annotation_text(annotation, owner: str = "", name: str = ""):
     """An annotation as its source text (a string one, under ``from
     __future__ import annotations``, without its quotes)."""
     if annotation is inspect.Parameter.empty:
         return annotation
-    return _Text(annotation if isinstance(annotation, str) else inspect.formatannotation(annotation))
+    text = annotation if isinstance(annotation, str) else inspect.formatannotation(annotation)
+    return _Text(enum_typed(owner, name, text))
+
+
+def enum_typed(owner: str, arg: str, annotation: str) -> str:
+    """An ``int`` argument that takes an enum or flag class (spec/docs.yaml
+    docs.enums) shown as that class: ``qp_type: QPType``, not ``int``.  A
+    plain int is still accepted (the reference's introduction says so)."""
+    import ibverbs
+
+    name = ARG_ENUMS.get(f"{owner}.{arg}") or ARG_ENUMS.get(arg)
+    cls = getattr(ibverbs, name, None) if name else None
+    if not (isinstance(cls, type) and issubclass(cls, enum.Enum)):
+        return annotation
+    parts = [p.strip() for p in annotation.split("|")]
+    if "int" not in parts or name in parts:
+        return annotation
+    return " | ".join(name if p == "int" else p for p in parts)
 
 
 class _Text:

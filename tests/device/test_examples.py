@@ -174,6 +174,25 @@ def test_readme_quickstart_runs_on_the_device_it_picks(device_names, which):
     assert re.fullmatch(rf"{name} port \d+: 4096 bytes written\n", out.stdout), out.stdout
 
 
+def test_the_readme_no_nic_command_writes_on_rxe():
+    """README's no-NIC path, from its text: the command after
+    `tests/vm/run-in-vm` (we are inside that VM here), run in the checkout:
+    examples/quickstart.py, the README's program (tests/host/
+    test_readme_commands.py keeps the two equal), writes on rxe0."""
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"^<!-- tested: no-nic -->\n```bash\n(.*?)```", text, re.S | re.M).group(1)
+    line, = [ln for ln in block.splitlines() if ln.startswith("tests/vm/run-in-vm ")]
+    argv = line.split("#", 1)[0].split()[1:]
+    assert argv[0] == "python", argv
+    expected = line.split("#", 1)[1].strip()             # what the README says it prints
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("IBVERBS_DEVICE", None)
+    out = subprocess.run([sys.executable, *argv[1:]], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == expected + "\n", (out.stdout, expected)
+
+
 def test_readme_quickstart_names_a_missing_device():
     out = _run_python(_quickstart(), {"IBVERBS_DEVICE": "no_such_dev"})
     assert out.returncode == 1 and "Traceback" not in out.stderr

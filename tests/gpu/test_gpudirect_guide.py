@@ -1,5 +1,5 @@
-"""README's "GPUDirect with torch tensors" guide, run as written: its code
-block is read from README.md and executed here, so the guide cannot drift
+"""The guide "GPUDirect with torch tensors" (docs/guides/gpudirect.md), run
+as written: its code block is read from the page and executed here, so the guide cannot drift
 from what is tested (tests/host/test_docs.py checks that the guide is the
 block this module runs).
 
@@ -15,17 +15,14 @@ import re
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-GUIDE = "GPUDirect with torch tensors"     # the README section this module runs
+GUIDE = ROOT / "docs" / "guides" / "gpudirect.md"     # the page this module runs
 
 pytestmark = pytest.mark.gpu
 
 
 def guide_code() -> str:
-    """The python block of README's GPUDirect section."""
-    text = (ROOT / "README.md").read_text()
-    section = re.search(rf"^## {re.escape(GUIDE)}\n(.*?)(?=^## )", text, re.S | re.M)
-    assert section, f"README.md has no section {GUIDE!r}"
-    blocks = re.findall(r"```python\n(.*?)```", section.group(1), re.S)
+    """The python block of the GPUDirect guide."""
+    blocks = re.findall(r"```python\n(.*?)```", GUIDE.read_text(), re.S)
     assert len(blocks) == 1, "the guide is one python block"
     return blocks[0]
 
@@ -47,7 +44,7 @@ def test_the_readme_gpudirect_guide_runs_as_written(ib, ctx, pd, cq, gid_index, 
         ib.connect_rc(b, ib.local_qp_info(a, attr, gid, port=port), port=port,
                       sgid_index=gid_index, access=access)
         namespace: dict = {"__name__": "readme_gpudirect"}
-        exec(compile(guide_code(), "README.md (GPUDirect)", "exec"), namespace)
+        exec(compile(guide_code(), "docs/guides/gpudirect.md", "exec"), namespace)
         try:
             namespace["gpu_to_gpu"](pd, a, cq)       # asserts what landed (torch.equal)
         except RuntimeError as exc:

@@ -207,18 +207,25 @@ def test_signatures_show_types_and_defaults_by_name(site):
     sigs = _signatures(site)
     assert "qp_type: QPType | int = QPType.RC" in sigs["ibverbs.QPInitAttr"]
     assert "send_cq: CQ | None" in sigs["ibverbs.QPInitAttr"]
-    assert "attr_mask: int = QPAttrMask.STATE | QPAttrMask.CUR_STATE | " in sigs["ibverbs.QP.query"]
+    assert "attr_mask: QPAttrMask = QPAttrMask.STATE | QPAttrMask.CUR_STATE | " in sigs["ibverbs.QP.query"]
     assert "QPAttrMask.DEST_QPN)" in sigs["ibverbs.QP.query"]
     assert "→ tuple[dict[str, Any], QPCap]" in sigs["ibverbs.QP.query"]
-    assert "qp_type: int = QPType.RC" in sigs["ibverbs.PD.create_qp_ex"]
-    assert "send_flags: int = SendFlags.SIGNALED" in sigs["ibverbs.MWBind"]
-    assert "gid_type: int | None = GIDType.ROCE_V2" in sigs["ibverbs.Context.find_gid"]
+    assert "qp_type: QPType = QPType.RC" in sigs["ibverbs.PD.create_qp_ex"]
+    assert "send_flags: SendFlags = SendFlags.SIGNALED" in sigs["ibverbs.MWBind"]
+    assert "gid_type: GIDType | None = GIDType.ROCE_V2" in sigs["ibverbs.Context.find_gid"]
     assert "CreateCQWCFlags.WITH_BYTE_LEN | " in sigs["ibverbs.Context.create_cq_ex"]
-    assert "type: int = FlowAttrType.NORMAL" in sigs["ibverbs.FlowAttr"]
+    assert "type: FlowAttrType = FlowAttrType.NORMAL" in sigs["ibverbs.FlowAttr"]
     # the docstrings (help(), the Args sections) say the same
     assert "Default: QPType.RC." in ib.PD.create_qp_ex.__doc__
     assert "Default: CreateCQWCFlags.WITH_BYTE_LEN | " in ib.Context.create_cq_ex.__doc__
     assert "qp_type=2" in ib.PD.create_qp_ex.__text_signature__   # inspect evaluates it
+    # an enum or flag argument is typed with its class, not int (issue 36)
+    enum_typed = [f"{oid}: {m.group(0)}" for oid, sig in sigs.items() if "(" in sig
+                  for m in re.finditer(r"\b(\w+): int\b", sig.split("(", 1)[1])
+                  if m.group(1) in {a.rsplit(".", 1)[-1] for a in ibverbs_api.ARG_ENUMS}
+                  and ibverbs_api.enum_typed(oid.split(".")[1] if oid.count(".") > 1 else "",
+                                             m.group(1), "int") != "int"]
+    assert not enum_typed, enum_typed
     # no enum or flag argument keeps a bare number (0 is "none" for a flag)
     enum_args = {a.rsplit(".", 1)[-1] for a in ibverbs_api.ARG_ENUMS}
     bare = [f"{oid}: {m.group(0)}" for oid, sig in sigs.items()
@@ -257,8 +264,8 @@ def test_attribute_docstrings_are_not_read_as_types(site):
 # --- the GPUDirect guide is the code tests/gpu runs (issue #25, point 6) -------
 
 def test_the_gpudirect_guide_is_what_tests_gpu_runs():
-    """tests/gpu/test_gpudirect_guide.py executes README's GPUDirect block;
-    its extraction (run here, without a GPU) finds the guide, and the guide
+    """tests/gpu/test_gpudirect_guide.py executes the guide's block; its
+    extraction (run here, without a GPU) finds the guide, and the guide
     covers what a GPUDirect user must know."""
     import importlib.util
 
@@ -271,55 +278,36 @@ def test_the_gpudirect_guide_is_what_tests_gpu_runs():
     assert "exec(compile(guide_code()" in source
     assert "def gpu_to_gpu(" in code and "ib.cuda.register_tensor(" in code
     assert "expandable_segments:True" in code and "flush_gpudirect_writes()" in code
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split(f"## {module['GUIDE']}\n", 1)[1].split("\n## ", 1)[0]
+    page = (ROOT / "docs" / "guides" / "gpudirect.md").read_text()
+    assert module["GUIDE"].read_text() == page
     for topic in ("dma-buf", "reg_dmabuf_mr", "nvidia_peermem", "pd.reg_mr(", "What is kept alive",
                   "What cannot be kept", "resize_()", "flush_gpudirect_writes", "synchronize"):
-        assert topic in section, topic
+        assert topic in page, topic
     assert importlib.util.find_spec("ibverbs.cuda") is not None
 
 
-# --- the site is the manual: every README section is on it (issue #25, point 4) --
+# --- the site is the manual (issue #25, point 4; issue 36, point 4) ----------
 
-_INCLUDE = re.compile(r"```\{include\} (?P<path>\S+)\n(?P<options>(?::[\w-]+:.*\n)*)```")
-
-
-def _includes_of(target: str):
-    """(page, start-after, end-before) of every MyST include of ROOT/target."""
-    for page in (ROOT / "docs").rglob("*.md"):
-        for m in _INCLUDE.finditer(page.read_text()):
-            if (page.parent / m.group("path")).resolve() != (ROOT / target).resolve():
-                continue
-            opts = dict(re.findall(r':([\w-]+): "?(.*?)"?\n', m.group("options")))
-            yield page.relative_to(ROOT / "docs"), opts.get("start-after"), opts.get("end-before")
+def test_every_guide_is_in_the_table_of_contents():
+    """The guides are pages of their own (tests/host/test_readme.py checks
+    that none is a slice of the README): each is reachable from the index."""
+    index = (ROOT / "docs" / "index.md").read_text()
+    listed = set(re.findall(r"^(guides/\w+)$", index, re.M))
+    pages = {f"guides/{p.stem}" for p in (ROOT / "docs" / "guides").glob("*.md")}
+    assert pages <= listed, f"guides no toctree lists: {pages - listed}"
 
 
-def test_every_readme_section_is_on_the_site():
-    """The README sections are included (one source, MyST start-after /
-    end-before), and together the includes cover every line of each one: a
-    section, or a paragraph added to one, that no page shows fails here."""
-    text = (ROOT / "README.md").read_text()
-    covered = [False] * len(text)
-    for page, start, end in _includes_of("README.md"):
-        begin = text.index(start) + len(start) if start else 0
-        stop = text.index(end, begin) if end else len(text)
-        covered[begin:stop] = [True] * (stop - begin)
-        inner = re.findall(r"^## .*$", text[begin:stop], re.M)
-        assert not inner, f"{page} shows more than its section: {inner} too"
-    headings = [m for m in re.finditer(r"^## (.*)$", text, re.M)]
-    # a page may give a ### heading as its own (faults.md does: MyST wants
-    # no level skipped), so the heading lines are not asked for
-    subheadings = {i for m in re.finditer(r"^###+ .*$", text, re.M) for i in range(*m.span())}
-    missing = []
-    for this, nxt in zip(headings, headings[1:] + [None]):
-        if this.group(1) == "Contents":       # the README's own table of contents
-            continue
-        body = range(this.end(), nxt.start() if nxt else len(text))
-        uncovered = [i for i in body if not covered[i] and not text[i].isspace()
-                     and i not in subheadings]
-        if uncovered:
-            missing.append(f"{this.group(1)!r} from {text[uncovered[0]:uncovered[0] + 40]!r}")
-    assert not missing, f"README sections not on the site: {missing}"
+def test_the_footer_names_the_copyright_holders(site):
+    """"Copyright ©" with no name was the footer (issue 36): the holders
+    are LICENSE's."""
+    import html
+
+    license_line = re.search(r"^Copyright \(c\) (\d{4}), (.+)$",
+                             (ROOT / "LICENSE").read_text(), re.M)
+    index = html.unescape((site / "index.html").read_text())
+    footer = " ".join(re.sub(r"<[^>]+>", " ", index.split('class="copyright"', 1)[1]
+                             .split("</div>", 1)[0]).split())
+    assert f"{license_line.group(1)}, {license_line.group(2)}" in footer, footer
 
 
 def test_the_site_has_the_install_page_and_the_contributor_part(site, inventory):
@@ -331,7 +319,8 @@ def test_the_site_has_the_install_page_and_the_contributor_part(site, inventory)
     import html
 
     install = html.unescape(re.sub(r"<[^>]+>", "", (site / "guides" / "install.html").read_text()))
-    assert "pip install dist/ibverbs-" in install and "pip install ." in install
+    assert "pip install --no-index --find-links dist pyibverbs" in install
+    assert "pip install ." in install and "pyibverbs" in install
     assert "How a verb gets bound" in (site / "contributing" / "index.html").read_text()
     # the generator's internals are the contributors' part, not the user guides'
     assert "PyType_FromSpecWithBases" not in (site / "guides" / "cqex.html").read_text()

@@ -260,7 +260,7 @@ def test_device_list_is_a_list_or_enosys_without_kernel_support():
 def test_version_matches_the_distribution():
     from importlib.metadata import PackageNotFoundError, version
     try:
-        assert ib.__version__ == version("ibverbs")
+        assert ib.__version__ == version("pyibverbs")     # the distribution's name
     except PackageNotFoundError:
         assert ib.__version__ == "0+unknown"
 

@@ -38,8 +38,8 @@ def dists(tmp_path_factory):
     out = tmp_path_factory.mktemp("dist")
     _run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(ROOT)],
          env=dict(os.environ, IBVERBS_WERROR="1"))
-    sdist, = out.glob("ibverbs-*.tar.gz")
-    wheel, = out.glob("ibverbs-*.whl")
+    sdist, = out.glob("pyibverbs-*.tar.gz")      # the distribution's name, not the import name
+    wheel, = out.glob("pyibverbs-*.whl")
     return sdist, wheel
 
 
@@ -106,10 +106,18 @@ def test_the_wheel_and_the_sdist_carry_the_licences(dists):
     assert "Programming Language :: Python :: 3.9" in classifiers
     assert "Operating System :: POSIX :: Linux" in classifiers
     assert meta["Author"] == "Tristan Rice"
-    # the seed's home page and documentation describe another package (README, Install)
-    assert meta.get_all("Project-URL") is None
+    # a name of its own on the index: `pip install -U ibverbs` is another
+    # project (ibverbs 2026.7.18 and its nightlies), which would replace it
+    assert meta["Name"] == "pyibverbs"
+    assert dist_info.startswith("pyibverbs-")
+    assert wheel.name.startswith(f"pyibverbs-{meta['Version']}-cp39-abi3-")
+    assert {n.split("/", 1)[0] for n in names if not n.startswith(dist_info)} == {"ibverbs"}
+    # rdma4py's home page and documentation describe that other package
+    assert not [u for u in meta.get_all("Project-URL") or () if "rdma4py" in u or "d4l3k" in u]
     assert "API-compatible with ibverbs 2026.7.18" in meta["Summary"]
-    assert set(meta.get_all("Provides-Extra")) >= {"numpy", "torch", "gpu", "test"}
+    # the user's extras only: the generator's pins (libclang) are the Makefile's
+    assert set(meta.get_all("Provides-Extra")) == {"numpy", "torch", "gpu", "test"}
+    assert not [r for r in meta.get_all("Requires-Dist") or () if "libclang" in r]
 
 
 def test_the_wheel_ships_the_module_without_debug_info(dists, tmp_path):

@@ -159,7 +159,7 @@ def test_make_test_builds_the_aarch64_wheel_and_runs_its_host_tier(tmp_path):
     cpu = re.search(r"^TEST_CPU := (.*)$", r.stdout, re.M).group(1).split()
     vm = re.search(r"^TEST_VM := (.*)$", r.stdout, re.M).group(1).split()
     assert cpu == ["check-releases", "test-host", "test-aarch64-host"], cpu
-    assert vm == ["test-device", "test-cluster-fast"], vm
+    assert vm == ["test-device", "test-cluster-fast", "test-topology"], vm
     serial = subprocess.run(["make", "-n", "HOST_ARCH=x86_64", "TEST_SERIAL=1", "test"], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             timeout=60).stdout

@@ -15,7 +15,7 @@ from ibverbs.topology import Distance, classify, normalize_bus_id
 
 
 @pytest.mark.parametrize("given, want", [
-    ("00000000:3B:00.0", "0000:3b:00.0"),      # torch's pci_bus_id, nvidia-smi
+    ("00000000:3B:00.0", "0000:3b:00.0"),      # nvidia-smi, cudaDeviceGetPCIBusId
     ("0000:3b:00.0", "0000:3b:00.0"),          # sysfs
     ("3b:00.1", "0000:3b:00.1"),               # lspci without -D
     ("0001:AF:1F.7", "0001:af:1f.7"),
@@ -133,3 +133,14 @@ def test_a_cpu_tensor_ranks_from_its_memorys_numa_node():
     assert topology._torch_target(tensor) == node
     with pytest.raises(ValueError, match="neither a CUDA device nor a CPU tensor"):
         topology.nearest(torch.device("cpu"))
+
+
+def test_a_cuda_devices_bus_id_is_made_from_torchs_three_ints():
+    # torch's device properties hold cudaDeviceProp's pciDomainID, pciBusID
+    # and pciDeviceID as ints (pci_bus_id=59, not '00000000:3B:00.0')
+    from types import SimpleNamespace
+    props = SimpleNamespace(pci_domain_id=0, pci_bus_id=0x3B, pci_device_id=0)
+    assert topology._torch_bus_id(props) == "00000000:3b:00.0"
+    assert topology.normalize_bus_id(topology._torch_bus_id(props)) == "0000:3b:00.0"
+    with pytest.raises(LookupError, match="nvidia-smi"):
+        topology._torch_bus_id(SimpleNamespace(name="an older torch"))

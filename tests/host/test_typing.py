@@ -24,15 +24,19 @@ def mypy(*args: str, cache: pathlib.Path) -> subprocess.CompletedProcess:
 
 
 def readme_examples() -> str:
-    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
-    assert blocks, "README.md has no python examples"
+    """The python blocks of README.md and of the guides (docs/guides)."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs" / "guides").glob("*.md"))]
+    blocks = [b for page in pages
+              for b in re.findall(r"```python\n(.*?)```", page.read_text(), re.S)]
+    assert len(blocks) > 5, "README.md and the guides have no python examples"
     return "\n\n".join(f"def example_{i}() -> None:\n" + "".join(f"    {line}\n" if line else "\n"
                                                                  for line in b.splitlines())
                        for i, b in enumerate(blocks))
 
 
 def test_readme_examples_and_test_helpers_pass_mypy_strict(tmp_path):
-    """Each ```python block of README.md becomes the body of a function."""
+    """Each ```python block of README.md and the guides becomes the body of
+    a function."""
     examples = tmp_path / "readme_examples.py"
     examples.write_text(readme_examples())
     out = mypy("--strict", str(examples), "tests/conftest.py", "tests/rxe.py",
