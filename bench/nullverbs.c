@@ -174,6 +174,16 @@ EXPORT struct ibv_mr *(ibv_reg_mr_iova)(struct ibv_pd *pd, void *addr, size_t le
 
 EXPORT int ibv_dereg_mr(struct ibv_mr *mr) { free(mr); return 0; }
 
+/* As libibverbs answers for a provider without rereg_mr (rxe): a code of
+ * its own, not a negated errno (IBV_REREG_MR_ERR_CMD is -4, no -EINTR),
+ * the error in errno. */
+EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr,
+                        size_t length, int access)
+{
+    errno = EOPNOTSUPP;
+    return IBV_REREG_MR_ERR_CMD;
+}
+
 EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
                                     struct ibv_comp_channel *channel, int comp_vector)
 {

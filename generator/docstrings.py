@@ -36,6 +36,7 @@ _RAISES = {
     "null": "{verb} failed (it returned NULL); ``errno`` says why",
     "errno": "{verb} failed; ``errno`` is the error it returned",
     "negative": "{verb} failed (a negative result); ``errno`` says why",
+    "code": "{verb} failed (it returned a code of its own); ``errno`` says why",
 }
 
 

@@ -198,8 +198,10 @@ def _cq_lock_check(m: MethodModel) -> List[str]:
             "    goto exit;"]
 
 
-_FAILED = {"null": "rc == NULL", "errno": "rc != 0", "negative": "rc < 0"}
-_CODE = {"null": "0", "errno": "rc", "negative": "rc"}
+# code: a nonzero result is the verb's own code (ibv_rereg_mr's
+# IBV_REREG_MR_ERR_*, -4 being no -EINTR), the error is in errno
+_FAILED = {"null": "rc == NULL", "errno": "rc != 0", "negative": "rc < 0", "code": "rc != 0"}
+_CODE = {"null": "0", "errno": "rc", "negative": "rc", "code": "0"}
 
 
 def _error_check(m: MethodModel) -> List[str]:

@@ -151,7 +151,7 @@ class MethodModel:
     guard: Optional[str] = None             # hand-written C precondition (< 0: raised)
     prologue: Optional[str] = None          # C statement before the call
     epilogue: Optional[str] = None          # C statement once the result exists
-    errors: str = "none"                    # null | errno | negative | none
+    errors: str = "none"                    # null | errno | negative | code | none
     release_gil: bool = False
     returns: Optional[ReturnConverter] = None
     result_pytype: str = "Any"              # the Python type it returns

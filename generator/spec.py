@@ -112,7 +112,7 @@ SYMBOLS_KEYS = {"optional", "versions"}
 BASE_KEYS = {"class", "upcast"}    # base: {class, upcast} (a base: Class is a name)
 DOCS_KEYS = {"arguments", "methods", "fields", "enums"}
 DOC_ENTRY_KEYS = {"summary", "args", "returns", "raises"}
-ERROR_CONVENTIONS = {"null", "errno", "negative", "none"}
+ERROR_CONVENTIONS = {"null", "errno", "negative", "code", "none"}
 ENUM_KINDS = {"IntEnum", "IntFlag"}
 
 

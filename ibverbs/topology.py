@@ -439,20 +439,35 @@ def _syscall(name: str, *args: Any) -> int:
     return int(rc)
 
 
+def _numa_nodes(sysfs: str = "/sys") -> List[str]:
+    """The NUMA nodes sysfs shows (none on a kernel built without NUMA)."""
+    try:
+        names = os.listdir(os.path.join(sysfs, "devices", "system", "node"))
+    except OSError:
+        return []
+    return [n for n in names if n.startswith("node") and n[4:].isdigit()]
+
+
 def numa_node_of_address(address: int) -> int:
     """The NUMA node of the page holding ``address`` in this process.
 
     move_pages(2) with no target nodes reports where a resident page is;
     a page not yet touched has no node, and get_mempolicy(2)
     (MPOL_F_NODE | MPOL_F_ADDR) is asked instead, which reads it in (the
-    kernel places it by the policy in force: where it will live).  Raises
-    OSError (EFAULT: not mapped; ENOSYS: a kernel without NUMA support).
+    kernel places it by the policy in force: where it will live).  A kernel
+    without NUMA support (ENOSYS) has one node, 0, when sysfs shows at most
+    one.  Raises OSError (EFAULT: not mapped; ENOSYS with several nodes).
     """
     page = address - address % os.sysconf("SC_PAGE_SIZE")
     pages = (ctypes.c_void_p * 1)(page)
     status = (ctypes.c_int * 1)(-1)
-    _syscall("move_pages", ctypes.c_int(0), ctypes.c_ulong(1), pages, None, status,
-             ctypes.c_int(0))
+    try:
+        _syscall("move_pages", ctypes.c_int(0), ctypes.c_ulong(1), pages, None, status,
+                 ctypes.c_int(0))
+    except OSError as exc:
+        if exc.errno == errno.ENOSYS and len(_numa_nodes()) <= 1:
+            return 0
+        raise
     if status[0] >= 0:
         return int(status[0])
     if status[0] != -errno.ENOENT:

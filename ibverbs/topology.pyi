@@ -112,8 +112,9 @@ def numa_node_of_address(address: int) -> int:
     move_pages(2) with no target nodes reports where a resident page is;
     a page not yet touched has no node, and get_mempolicy(2)
     (MPOL_F_NODE | MPOL_F_ADDR) is asked instead, which reads it in (the
-    kernel places it by the policy in force: where it will live).  Raises
-    OSError (EFAULT: not mapped; ENOSYS: a kernel without NUMA support).
+    kernel places it by the policy in force: where it will live).  A kernel
+    without NUMA support (ENOSYS) has one node, 0, when sysfs shows at most
+    one.  Raises OSError (EFAULT: not mapped; ENOSYS with several nodes).
     """
 def numa_node_of_buffer(buffer: Any) -> int:
     """The NUMA node of a buffer's first page: a numpy array, a CPU torch

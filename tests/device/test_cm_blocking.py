@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -234,6 +235,11 @@ def test_connect_takes_private_data_as_accept_does(ib, cm):
             assert not cm_id.connected
             reply = cm_id.connect(None)
             assert reply[:5] == b"world" and cm_id.connected
+            # the server's accept() returns on its ESTABLISHED (the RTU): a
+            # DREQ that overtakes a late RTU under load is DISCONNECTED there
+            deadline = time.monotonic() + TIMEOUT
+            while not out and time.monotonic() < deadline:
+                time.sleep(0.01)
             done.set()
             cm_id.disconnect()
             for obj in (qp, cq, pd):

@@ -5,6 +5,7 @@ sysfs says on real kernels is tested in the PCIe-tree guest
 cluster nodes (tests/cluster/test_topology_nodes.py)."""
 from __future__ import annotations
 
+import errno
 import subprocess
 import sys
 
@@ -144,3 +145,17 @@ def test_a_cuda_devices_bus_id_is_made_from_torchs_three_ints():
     assert topology.normalize_bus_id(topology._torch_bus_id(props)) == "0000:3b:00.0"
     with pytest.raises(LookupError, match="nvidia-smi"):
         topology._torch_bus_id(SimpleNamespace(name="an older torch"))
+
+
+def test_a_kernel_without_numa_support_has_node_0(monkeypatch):
+    # move_pages is ENOSYS on a kernel built without NUMA (and under
+    # qemu-user): one node, unless sysfs shows several
+    def no_numa(name, *args):
+        raise OSError(errno.ENOSYS, f"{name}: Function not implemented")
+    monkeypatch.setattr(topology, "_syscall", no_numa)
+    monkeypatch.setattr(topology, "_numa_nodes", lambda: ["node0"])
+    assert topology.numa_node_of_buffer(bytearray(64)) == 0
+    monkeypatch.setattr(topology, "_numa_nodes", lambda: ["node0", "node1"])
+    with pytest.raises(OSError) as info:
+        topology.numa_node_of_buffer(bytearray(64))
+    assert info.value.errno == errno.ENOSYS

@@ -5,18 +5,12 @@ refuses an item that is no SGE with TypeError.  The posts run through the
 null provider (bench/nullverbs.c loaded as libibverbs)."""
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-import subprocess
-import sys
 import textwrap
 import types
 
 import pytest
 
 import ibverbs as ib
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _fake_sge():
@@ -36,20 +30,6 @@ def test_a_request_stores_test_doubles_in_its_sg_list(cls):
     # not a sequence at all is still refused at once
     with pytest.raises(TypeError, match="sg_list must be a list of SGE or None"):
         cls(sg_list=5)
-
-
-def _host_micro():
-    spec = importlib.util.spec_from_file_location("host_micro", ROOT / "bench" / "host_micro.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture(scope="module")
-def null_env():
-    hm = _host_micro()
-    return hm.our_env(hm.build_nullverbs(), str(ROOT))
 
 
 POST_DOUBLES = """
@@ -88,9 +68,8 @@ print("posted")
 """
 
 
-def test_posting_a_test_double_raises_type_error(null_env):
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(POST_DOUBLES)], env=null_env,
-                         cwd=str(ROOT), capture_output=True, text=True, timeout=120)
+def test_posting_a_test_double_raises_type_error(on_null_provider):
+    out = on_null_provider(textwrap.dedent(POST_DOUBLES))
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines == [
