@@ -43,7 +43,8 @@ def test_readme_examples_and_test_helpers_pass_mypy_strict(tmp_path):
                # the typed Python modules of the package
                "ibverbs/aio.py", "ibverbs/_buffers.py", "ibverbs/_cli.py", "ibverbs/_cli_args.py",
                "ibverbs/_gid_table.py", "ibverbs/cm.py",
-               "ibverbs/flow.py", cache=tmp_path / "cache")
+               "ibverbs/flow.py", "ibverbs/topology.py", "ibverbs/_cli_topo.py",
+               cache=tmp_path / "cache")
     assert out.returncode == 0, out.stdout + out.stderr
 
 
