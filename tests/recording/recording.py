@@ -23,16 +23,28 @@ Recorder in the child:
   rec.ctx, rec.pd, rec.cq        an open context "rec0", a PD, a CQ
   rec.mr(size)                   (MR, its buffer) registered on rec.pd
   rec.qp(qp_type=RC, **kw)       a QP on rec.cq (kw: QPInitAttr's)
+  rec.qpex(send_ops_flags=None, qp_type=RC, **kw)
+                                 a QPEx (PD.create_qp_ex) on rec.cq; by
+                                 default with every send op the provider has
   rec.requests()                 the records, oldest first, as dicts: kind
                                  ("send", "recv", "srq_recv",
-                                 "would_deadlock"), post (the post call's
+                                 "would_deadlock", "qpex"), post (the post call's
                                  number), index (place in its chain), target
                                  (qp_num, the SRQ's .handle, or for
                                  would_deadlock the QP's or WQ's .handle),
                                  every ibv_send_wr field with each union read
                                  through each member (rdma_*, atomic_*, ud_*,
                                  xrc_remote_srqn, bind_*, tso_*), num_sge and
-                                 sges, a list of (addr, length, lkey)
+                                 sges, a list of (addr, length, lkey).
+                                 A "qpex" record is one builder call of a
+                                 QPEx (tests/recording/recqpex.c says which
+                                 fields each fills): call ("wr_start",
+                                 "wr_send", "wr_set_sge", ..., "wr_complete",
+                                 "wr_abort"), post (its batch, the wr_start's
+                                 post number), index (place in the batch),
+                                 wr_id/send_flags (qpx->wr_id/wr_flags at an
+                                 operation), inline_data (bytes), inline_len
+  rec.qpex_calls_of(qp)          the "qpex" records of that QP
   rec.clear()                    forget the records
   rec.push_completion(cq, wr_id, status=0, opcode=0, byte_len=0)
                                  queue a completion on cq (a CQ or CQEx)
@@ -68,8 +80,9 @@ from typing import Any, Callable, Dict, List
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 BUILD = ROOT / "build" / "recording"
-SOURCE = HERE / "recverbs.c"
-KINDS = {1: "send", 2: "recv", 3: "srq_recv", 4: "would_deadlock"}
+SOURCES = [HERE / "recverbs.c", HERE / "recqpex.c"]
+HEADER = HERE / "recverbs.h"
+KINDS = {1: "send", 2: "recv", 3: "srq_recv", 4: "would_deadlock", 5: "qpex"}
 LOCK_VERBS = {1: "destroy_qp", 2: "modify_qp", 3: "destroy_wq", 4: "modify_wq"}
 
 
@@ -86,19 +99,21 @@ def _include_dirs() -> List[str]:
 
 
 def build() -> str:
-    """build/recording/librecverbs.so, rebuilt when recverbs.c or the
-    extension's symbol list (generated/loader.c.h) is newer."""
+    """build/recording/librecverbs.so, rebuilt when a source (recverbs.c,
+    recqpex.c, recverbs.h) or the extension's symbol list
+    (generated/loader.c.h) is newer."""
     BUILD.mkdir(parents=True, exist_ok=True)
     lib = BUILD / "librecverbs.so"
     loader = ROOT / "generated" / "loader.c.h"
-    newest = max(SOURCE.stat().st_mtime, loader.stat().st_mtime, pathlib.Path(__file__).stat().st_mtime)
+    newest = max(p.stat().st_mtime for p in [*SOURCES, HEADER, loader, pathlib.Path(__file__)])
     if lib.exists() and lib.stat().st_mtime >= newest:
         return str(lib)
     cflags = ["-O1", "-g", "-fPIC", "-fvisibility=hidden", "-Wall", "-Werror",
               "-Wno-unused-parameter", *[f"-I{d}" for d in _include_dirs()]]
-    obj = BUILD / "recverbs.o"
-    subprocess.run(["gcc", *cflags, "-c", str(SOURCE), "-o", str(obj)], check=True)
-    defined = set(subprocess.run(["nm", "--defined-only", "-g", str(obj)], check=True,
+    objs = [BUILD / (source.stem + ".o") for source in SOURCES]
+    for source, obj in zip(SOURCES, objs):
+        subprocess.run(["gcc", *cflags, "-c", str(source), "-o", str(obj)], check=True)
+    defined = set(subprocess.run(["nm", "--defined-only", "-g", *map(str, objs)], check=True,
                                  capture_output=True, text=True).stdout.split())
     required = re.findall(r'\{"(\w+)", \(void \*\*\)&slot_\w+, NULL\}', loader.read_text())
     stubs = BUILD / "recverbs_stubs.c"
@@ -110,8 +125,8 @@ def build() -> str:
                 f.write(f'__attribute__((visibility("default"))) void {name}(void)\n'
                         f'{{ fputs("recverbs: {name} is not implemented\\n", stderr); abort(); }}\n')
     tmp = BUILD / f"librecverbs.so.{os.getpid()}"
-    subprocess.run(["gcc", *cflags, "-shared", str(obj), str(stubs), "-o", str(tmp), "-lpthread"],
-                   check=True)
+    subprocess.run(["gcc", *cflags, "-shared", *map(str, objs), str(stubs), "-o", str(tmp),
+                    "-lpthread"], check=True)
     os.replace(tmp, lib)      # atomic: a child of another test never sees half a file
     return str(lib)
 
@@ -175,15 +190,20 @@ class Recorder:
         lib.rec_cq_set_locked.argtypes = [ctypes.c_uint32, ctypes.c_int]
         lib.rec_cq_locked.argtypes = [ctypes.c_uint32]
         lib.rec_fail_next_post.argtypes = [ctypes.c_int, ctypes.c_int]
+        lib.rec_qpex_call_names.restype = ctypes.c_char_p
         self.fields = [n for n in lib.rec_field_names().decode().split(",") if n]
+        # A qpex record's `call` code is its place in this list, from 1.
+        self.qpex_calls = [""] + [n for n in lib.rec_qpex_call_names().decode().split(",") if n]
         max_sge = lib.rec_max_sge()
+        max_inline = lib.rec_max_inline()
 
         class SGE(ctypes.Structure):
             _fields_ = [("addr", ctypes.c_uint64), ("length", ctypes.c_uint32),
                         ("lkey", ctypes.c_uint32)]
 
         class Request(ctypes.Structure):
-            _fields_ = [(n, ctypes.c_uint64) for n in self.fields] + [("sge", SGE * max_sge)]
+            _fields_ = [(n, ctypes.c_uint64) for n in self.fields] + [
+                ("sge", SGE * max_sge), ("inline_data", ctypes.c_uint8 * max_inline)]
 
         assert ctypes.sizeof(Request) == lib.rec_request_size(), "recverbs.c and its mirror differ"
         self._request = Request
@@ -208,6 +228,26 @@ class Recorder:
                                                qp_type=ib.QPType.RC if qp_type is None else qp_type,
                                                **kw))
 
+    def qpex(self, send_ops_flags=None, qp_type=None, **kw):
+        """A QPEx on rec.cq (PD.create_qp_ex); send_ops_flags defaults to
+        every operation the recording provider has a builder for."""
+        ib = self.ib
+        ops = ib.QPCreateSendOps
+        if send_ops_flags is None:
+            send_ops_flags = 0
+            for op in ops:
+                if op.name != "FLUSH":
+                    send_ops_flags |= op
+        kw.setdefault("max_send_wr", 64)
+        kw.setdefault("max_recv_wr", 64)
+        return self.pd.create_qp_ex(self.cq, self.cq,
+                                    qp_type=ib.QPType.RC if qp_type is None else qp_type,
+                                    send_ops_flags=int(send_ops_flags), **kw)
+
+    def qpex_calls_of(self, qp) -> List[Dict[str, Any]]:
+        """The qpex records of this QP, oldest first."""
+        return [r for r in self.requests() if r["kind"] == "qpex" and r["target"] == qp.qp_num]
+
     def requests(self) -> List[Dict[str, Any]]:
         out = []
         raw = self._request()
@@ -220,6 +260,9 @@ class Recorder:
             r["sges"] = [(s.addr, s.length, s.lkey) for s in raw.sge[:r["sges_recorded"]]]
             if r["kind"] == "would_deadlock":
                 r["lock_verb"] = LOCK_VERBS[r["opcode"]]
+            if r["kind"] == "qpex":
+                r["call"] = self.qpex_calls[r["call"]]
+                r["inline_data"] = bytes(raw.inline_data[:min(r["inline_len"], len(raw.inline_data))])
             out.append(r)
         return out
 

@@ -8,8 +8,9 @@
  *
  * One device, "rec0".  It opens, allocates PDs, registers MRs (lkey = rkey
  * = a fresh number each time), creates CQs (ibv_create_cq and, through the
- * verbs_context, ibv_create_cq_ex), RC/UD QPs (ibv_create_qp), SRQs, WQs
- * and AHs, and modifies QPs and WQs.  Every object gets a fresh .handle
+ * verbs_context, ibv_create_cq_ex), RC/UD QPs (ibv_create_qp and, through
+ * the verbs_context, ibv_create_qp_ex: recqpex.c), SRQs, WQs and AHs, and
+ * modifies QPs and WQs.  Every object gets a fresh .handle
  * (one counter for all), so a test names an object by its Python
  * `.handle`.
  *
@@ -19,7 +20,9 @@
  * and the SGEs by value (the first REC_MAX_SGE of them).  `post` numbers
  * the post calls from 1, `index` is the request's place in its chain.  The
  * field names come from rec_field_names(), so Python builds its ctypes
- * mirror from them and the two cannot drift.
+ * mirror from them and the two cannot drift (recverbs.h).  An extended
+ * QP's builder calls (wr_start ... wr_complete) are records too, one per
+ * call: see recqpex.c.
  *
  * A CQ's lock, modelled on mlx5: a CQEx's start_poll that returns a
  * completion holds its CQ's lock until end_poll (rec_cq_set_locked holds
@@ -35,51 +38,26 @@
  * created with cqe = 1000000 + K also starts with K completions queued.
  *
  * Failures: rec_fail_next_post(rc, bad_index) makes the next post call
- * return rc (any sign: providers differ) with *bad at that request.
+ * return rc (any sign: providers differ) with *bad at that request; a
+ * QPEx's wr_complete counts as a post call (bad_index unused).
  *
  * Symbols the extension requires that this file lacks are stubs that
  * abort with their name (tests/recording/recording.py generates them, as
  * bench/host_micro.py does for nullverbs).
  */
-#define _GNU_SOURCE
-#include <infiniband/verbs.h>
+#include "recverbs.h"
 
 #include <errno.h>
-#include <pthread.h>
-#include <stddef.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define EXPORT __attribute__((visibility("default")))
-
 /* ---- the records ---------------------------------------------------------- */
 
-enum { REC_SEND = 1, REC_RECV = 2, REC_SRQ_RECV = 3, REC_WOULD_DEADLOCK = 4 };
 enum { REC_LOCK_DESTROY_QP = 1, REC_LOCK_MODIFY_QP = 2, REC_LOCK_DESTROY_WQ = 3,
        REC_LOCK_MODIFY_WQ = 4 };
-#define REC_MAX_SGE 64
 
-/* Every field as 64 bits (signed ones sign-extended), so that the ctypes
- * mirror is a list of names. */
-#define REC_FIELDS(X)                                                          \
-    X(kind) X(post) X(index) X(target) X(wr_id) X(num_sge) X(opcode)           \
-    X(send_flags) X(imm_data) X(rdma_remote_addr) X(rdma_rkey)                 \
-    X(atomic_remote_addr) X(atomic_compare_add) X(atomic_swap) X(atomic_rkey)  \
-    X(ud_ah) X(ud_ah_handle) X(ud_remote_qpn) X(ud_remote_qkey)                \
-    X(xrc_remote_srqn) X(bind_mw) X(bind_rkey) X(bind_mr) X(bind_addr)         \
-    X(bind_length) X(bind_access) X(tso_hdr) X(tso_hdr_sz) X(tso_mss)          \
-    X(sg_list) X(sges_recorded)
-
-struct rec_request {
-#define REC_DECLARE(name) uint64_t name;
-    REC_FIELDS(REC_DECLARE)
-#undef REC_DECLARE
-    struct ibv_sge sge[REC_MAX_SGE];
-};
-
-static pthread_mutex_t rec_mutex = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t rec_mutex = PTHREAD_MUTEX_INITIALIZER;
 static struct rec_request *records;
 static size_t records_len, records_cap;
 static uint64_t posts;
@@ -94,6 +72,7 @@ EXPORT const char *rec_field_names(void)
 
 EXPORT size_t rec_request_size(void) { return sizeof(struct rec_request); }
 EXPORT int rec_max_sge(void) { return REC_MAX_SGE; }
+EXPORT int rec_max_inline(void) { return REC_MAX_INLINE; }
 
 EXPORT size_t rec_count(void)
 {
@@ -131,7 +110,7 @@ EXPORT void rec_fail_next_post(int rc, int bad_index)
 }
 
 /* Called with rec_mutex held. */
-static struct rec_request *rec_append(void)
+struct rec_request *rec_append(void)
 {
     if (records_len == records_cap) {
         size_t cap = records_cap ? records_cap * 2 : 256;
@@ -148,7 +127,7 @@ static struct rec_request *rec_append(void)
     return r;
 }
 
-static void rec_sges(struct rec_request *r, const struct ibv_sge *sg_list, int num_sge)
+void rec_sges(struct rec_request *r, const struct ibv_sge *sg_list, int num_sge)
 {
     r->sg_list = (uintptr_t)sg_list;
     r->num_sge = (uint64_t)(int64_t)num_sge;
@@ -207,6 +186,14 @@ static struct rec_object *obj_find_ptr(int type, const void *ptr)
         if (o->type == type && o->ptr == ptr)
             return o;
     return NULL;
+}
+
+/* Called with rec_mutex held: the AH's .handle, UINT32_MAX for a pointer
+ * that is no live AH of this provider. */
+uint32_t rec_ah_handle(const struct ibv_ah *ah)
+{
+    struct rec_object *o = obj_find_ptr(OBJ_AH, ah);
+    return o ? o->handle : UINT32_MAX;
 }
 
 static void *obj_find_handle(int type, uint32_t handle)
@@ -426,7 +413,11 @@ static int would_deadlock(uint32_t target, int verb)
 
 /* ---- the data path ------------------------------------------------------------ */
 
-static int post_fails(int count, int *bad_index)
+/* Called with rec_mutex held. */
+uint64_t rec_next_post(void) { return ++posts; }
+
+/* Called with rec_mutex held: the failure rec_fail_next_post asked for, once. */
+int rec_post_fails(int count, int *bad_index)
 {
     int rc = fail_rc;
     *bad_index = fail_at < 0 ? 0 : fail_at < count ? fail_at : count - 1;
@@ -449,8 +440,7 @@ static void rec_send_wr(struct rec_request *r, const struct ibv_send_wr *wr)
     r->atomic_swap = wr->wr.atomic.swap;
     r->atomic_rkey = wr->wr.atomic.rkey;
     r->ud_ah = (uintptr_t)wr->wr.ud.ah;
-    struct rec_object *ah = obj_find_ptr(OBJ_AH, wr->wr.ud.ah);
-    r->ud_ah_handle = ah ? ah->handle : UINT32_MAX;
+    r->ud_ah_handle = rec_ah_handle(wr->wr.ud.ah);
     r->ud_remote_qpn = wr->wr.ud.remote_qpn;
     r->ud_remote_qkey = wr->wr.ud.remote_qkey;
     r->xrc_remote_srqn = wr->qp_type.xrc.remote_srqn;
@@ -470,7 +460,7 @@ static int rec_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_s
     struct ibv_send_wr *first = wr;
     int count = 0;
     pthread_mutex_lock(&rec_mutex);
-    uint64_t post = ++posts;
+    uint64_t post = rec_next_post();
     for (; wr; wr = wr->next, count++) {
         struct rec_request *r = rec_append();
         r->kind = REC_SEND;
@@ -479,7 +469,7 @@ static int rec_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_s
         r->target = qp->qp_num;
         rec_send_wr(r, wr);
     }
-    int bad_index, rc = post_fails(count, &bad_index);
+    int bad_index, rc = rec_post_fails(count, &bad_index);
     pthread_mutex_unlock(&rec_mutex);
     if (rc != 0)
         for (*bad = first; bad_index-- > 0;)
@@ -493,7 +483,7 @@ static int rec_recv_chain(int kind, uint32_t target, struct ibv_recv_wr *wr,
     struct ibv_recv_wr *first = wr;
     int count = 0;
     pthread_mutex_lock(&rec_mutex);
-    uint64_t post = ++posts;
+    uint64_t post = rec_next_post();
     for (; wr; wr = wr->next, count++) {
         struct rec_request *r = rec_append();
         r->kind = (uint64_t)kind;
@@ -503,7 +493,7 @@ static int rec_recv_chain(int kind, uint32_t target, struct ibv_recv_wr *wr,
         r->wr_id = wr->wr_id;
         rec_sges(r, wr->sg_list, wr->num_sge);
     }
-    int bad_index, rc = post_fails(count, &bad_index);
+    int bad_index, rc = rec_post_fails(count, &bad_index);
     pthread_mutex_unlock(&rec_mutex);
     if (rc != 0)
         for (*bad = first; bad_index-- > 0;)
@@ -630,6 +620,7 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
     struct ibv_context *ctx = &vctx->context;
     vctx->sz = sizeof(*vctx);
     vctx->create_cq_ex = rec_create_cq_ex;
+    vctx->create_qp_ex = rec_create_qp_ex;
     vctx->create_wq = rec_create_wq;
     vctx->modify_wq = rec_modify_wq;
     vctx->destroy_wq = rec_destroy_wq;
@@ -697,16 +688,19 @@ EXPORT int ibv_dereg_mr(struct ibv_mr *mr) { free(mr); return 0; }
 
 /* ---- QPs, SRQs, AHs ----------------------------------------------------------- */
 
-EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+struct rec_qp *rec_qp_new(struct ibv_pd *pd, const struct ibv_qp_init_attr *attr)
 {
     static uint32_t qpn = 0x11;
     if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UD && attr->qp_type != IBV_QPT_UC) {
         errno = EOPNOTSUPP;
         return NULL;
     }
-    struct ibv_qp *qp = calloc(1, sizeof(*qp));
-    if (qp == NULL)
+    struct rec_qp *rq = calloc(1, sizeof(*rq));
+    if (rq == NULL) {
+        errno = ENOMEM;
         return NULL;
+    }
+    struct ibv_qp *qp = &rq->qpx.qp_base;
     qp->context = pd->context;
     qp->qp_context = attr->qp_context;
     qp->pd = pd;
@@ -721,7 +715,13 @@ EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *
     pthread_mutex_init(&qp->mutex, NULL);
     pthread_cond_init(&qp->cond, NULL);
     qp->handle = obj_add(OBJ_QP, qp);
-    return qp;
+    return rq;
+}
+
+EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+    struct rec_qp *rq = rec_qp_new(pd, attr);
+    return rq ? &rq->qpx.qp_base : NULL;
 }
 
 EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
@@ -753,7 +753,7 @@ EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
     if (cq_is_locked(qp->send_cq) || cq_is_locked(qp->recv_cq))
         return would_deadlock(qp->handle, REC_LOCK_DESTROY_QP);
     obj_remove(qp);
-    free(qp);
+    free((struct rec_qp *)qp);    /* every QP is a rec_qp: rec_qp_new */
     return 0;
 }
 
