@@ -361,6 +361,11 @@ static PyObject *post_send_any(PyObject *self, PyObject *arg)
     if (started <= 0)
         return started == 0 ? Py_NewRef(Py_None) : NULL;
     PyObject *result = NULL;
+    /* An iterable's own code ran in chain_start, after post_send's first
+     * check: it may have opened a wr_start batch on this QP, whose send
+     * queue lock the provider would then take again. */
+    if (s.owned != NULL && ibp_qp_send_idle(self, "post_send") < 0)
+        return chain_end(&s, &c, NULL);
     struct ibv_send_wr *wrs = c.wrs;
     struct ibv_sge *sge = c.sges;
     for (Py_ssize_t i = 0; i < s.n; i++) {

@@ -468,3 +468,29 @@ def test_a_wr_id_whose_index_closes_the_qp_aborts_its_batch_first(recording):
     # (wr_abort before the QP is destroyed), and the assignment finds it closed
     assert seen == [("outer", errno.EBADF)]
     assert [r["call"] for r in records] == ["wr_start", "wr_abort"]
+
+
+def _post_send_whose_iterable_opens_a_batch(rec):
+    ib = rec.ib
+    qp = rec.qpex()
+
+    def requests():
+        qp.wr_start()          # runs while post_send converts its argument
+        yield ib.SendWR(wr_id=1, opcode=ib.WROpcode.SEND)
+
+    try:
+        qp.post_send(requests())
+        err = None
+    except ib.VerbsError as e:
+        err = e.errno
+    qp.wr_abort()
+    return rec.requests(), err
+
+
+def test_a_post_send_whose_iterable_opens_a_batch_is_refused(recording):
+    records, err = recording(_post_send_whose_iterable_opens_a_batch)
+    # rxe and mlx5 hold the send queue's lock from wr_start on: a post_send
+    # reaching the provider then would spin for ever with the GIL held
+    assert err == errno.EBUSY
+    assert [(r["kind"], r.get("call") or r.get("lock_verb")) for r in records] == [
+        ("qpex", "wr_start"), ("qpex", "wr_abort")]

@@ -55,7 +55,10 @@ Recorder in the child:
                                  RESET or RESET->RDY on a QP/WQ of a locked CQ
                                  do nothing, record "would_deadlock" (its
                                  "lock_verb": destroy_qp, modify_qp,
-                                 destroy_wq, modify_wq) and return EDEADLK
+                                 destroy_wq, modify_wq) and return EDEADLK;
+                                 so does a post_send on a QPEx between
+                                 wr_start and wr_complete/wr_abort (the send
+                                 queue's lock: "lock_verb" post_send)
   rec.is_locked(cq)
   rec.fail_next_post(rc, bad_index=0)
                                  the next post call returns rc (negative too)
@@ -83,7 +86,7 @@ BUILD = ROOT / "build" / "recording"
 SOURCES = [HERE / "recverbs.c", HERE / "recqpex.c"]
 HEADER = HERE / "recverbs.h"
 KINDS = {1: "send", 2: "recv", 3: "srq_recv", 4: "would_deadlock", 5: "qpex"}
-LOCK_VERBS = {1: "destroy_qp", 2: "modify_qp", 3: "destroy_wq", 4: "modify_wq"}
+LOCK_VERBS = {1: "destroy_qp", 2: "modify_qp", 3: "destroy_wq", 4: "modify_wq", 5: "post_send"}
 
 
 def _include_dirs() -> List[str]:

@@ -31,7 +31,10 @@
  * RDY; on a held lock that is a self-deadlock on hardware.  Here such a
  * call does nothing, records a REC_WOULD_DEADLOCK request (target = the
  * QP's or WQ's handle, opcode = REC_LOCK_* saying which verb) and returns
- * EDEADLK, so a test can assert the binding never got that far.
+ * EDEADLK, so a test can assert the binding never got that far.  The same
+ * for a post_send on an extended QP between wr_start and wr_complete /
+ * wr_abort (REC_LOCK_POST_SEND): rxe and mlx5 hold the send queue's lock
+ * for the whole batch, and post_send takes it again.
  *
  * Completions: rec_cq_push(cq handle, wr_id, status, opcode, byte_len)
  * queues one; ibv_poll_cq and the CQEx poll take them in order.  A CQ
@@ -55,7 +58,7 @@
 /* ---- the records ---------------------------------------------------------- */
 
 enum { REC_LOCK_DESTROY_QP = 1, REC_LOCK_MODIFY_QP = 2, REC_LOCK_DESTROY_WQ = 3,
-       REC_LOCK_MODIFY_WQ = 4 };
+       REC_LOCK_MODIFY_WQ = 4, REC_LOCK_POST_SEND = 5 };
 
 pthread_mutex_t rec_mutex = PTHREAD_MUTEX_INITIALIZER;
 static struct rec_request *records;
@@ -457,6 +460,10 @@ static void rec_send_wr(struct rec_request *r, const struct ibv_send_wr *wr)
 
 static int rec_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
+    if (((struct rec_qp *)qp)->batch != 0) {
+        *bad = wr;
+        return would_deadlock(qp->handle, REC_LOCK_POST_SEND);
+    }
     struct ibv_send_wr *first = wr;
     int count = 0;
     pthread_mutex_lock(&rec_mutex);
