@@ -182,7 +182,8 @@ def test_every_operation_reaches_the_provider_as_python_called_it(recording):
 
 SGE_LISTS = [
     ("wr_start",), ("wr_id", 41), ("wr_flags", SIGNALED),
-    ("wr_send",), ("wr_set_sge_list", [(0x1000, 16, 0x11), (0x2000, 32, 0x22), (0x3000, 0, 0x33)]),
+    ("wr_send",), ("wr_id", 99), ("wr_flags", FENCE),   # too late for that send
+    ("wr_set_sge_list", [(0x1000, 16, 0x11), (0x2000, 32, 0x22), (0x3000, 0, 0x33)]),
     ("wr_id", 42),
     ("wr_rdma_write", 1, 0x9000), ("wr_set_sge_list", [(0xFFFFFFFFFFFFFFF0, 0xFFFFFFFF, 1)]),
     ("wr_id", 43),
@@ -275,6 +276,32 @@ def test_a_ud_request_without_an_address_is_aborted_not_posted(recording):
     records, err, message = recording(_ud_request_without_destination)
     assert err == errno.EINVAL and "wr_set_ud_addr" in message
     assert [r["call"] for r in records] == ["wr_start", "wr_send", "wr_set_sge", "wr_abort"]
+
+
+def _closed_with_a_batch_open(rec, how):
+    import gc
+    qp = rec.qpex()
+    qp_num = qp.qp_num
+    if how == "close":
+        qp.wr_start()
+        qp.wr_send()
+        qp.close()
+    elif how == "with":
+        with qp:
+            qp.wr_start()
+            qp.wr_send()
+    else:
+        qp.wr_start()
+        qp.wr_send()
+        del qp
+        gc.collect()
+    return [r for r in rec.requests() if r["target"] == qp_num]
+
+
+@pytest.mark.parametrize("how", ["close", "with", "garbage"])
+def test_a_qpex_closed_with_a_batch_open_aborts_it(recording, how):
+    records = recording(_closed_with_a_batch_open, how)
+    assert [r["call"] for r in records] == ["wr_start", "wr_send", "wr_abort"]
 
 
 def _complete_fails(rec, rc):
