@@ -439,15 +439,6 @@ def _syscall(name: str, *args: Any) -> int:
     return int(rc)
 
 
-def _numa_nodes(sysfs: str = "/sys") -> List[str]:
-    """The NUMA nodes sysfs shows (none on a kernel built without NUMA)."""
-    try:
-        names = os.listdir(os.path.join(sysfs, "devices", "system", "node"))
-    except OSError:
-        return []
-    return [n for n in names if n.startswith("node") and n[4:].isdigit()]
-
-
 def numa_node_of_address(address: int) -> int:
     """The NUMA node of the page holding ``address`` in this process.
 
@@ -465,7 +456,7 @@ def numa_node_of_address(address: int) -> int:
         _syscall("move_pages", ctypes.c_int(0), ctypes.c_ulong(1), pages, None, status,
                  ctypes.c_int(0))
     except OSError as exc:
-        if exc.errno == errno.ENOSYS and len(_numa_nodes()) <= 1:
+        if exc.errno == errno.ENOSYS and len(_online_nodes(SYSFS) or ()) <= 1:
             return 0
         raise
     if status[0] >= 0:

@@ -153,9 +153,9 @@ def test_a_kernel_without_numa_support_has_node_0(monkeypatch):
     def no_numa(name, *args):
         raise OSError(errno.ENOSYS, f"{name}: Function not implemented")
     monkeypatch.setattr(topology, "_syscall", no_numa)
-    monkeypatch.setattr(topology, "_numa_nodes", lambda: ["node0"])
+    monkeypatch.setattr(topology, "_online_nodes", lambda sysfs: [0])
     assert topology.numa_node_of_buffer(bytearray(64)) == 0
-    monkeypatch.setattr(topology, "_numa_nodes", lambda: ["node0", "node1"])
+    monkeypatch.setattr(topology, "_online_nodes", lambda sysfs: [0, 1])
     with pytest.raises(OSError) as info:
         topology.numa_node_of_buffer(bytearray(64))
     assert info.value.errno == errno.ENOSYS
