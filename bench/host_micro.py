@@ -211,6 +211,23 @@ def sh(cmd, **kw):
     return subprocess.run(cmd, check=True, **kw)
 
 
+def write_missing_stubs(objs, stubs, provider):
+    """Into the C file stubs: a function that says so and aborts for each
+    symbol the extension loads (generated/loader.c.h) that objs do not
+    define, so a provider for tests implements only what it models.  Not
+    verbs.h's prototypes: a stub has one shape whatever it stands for."""
+    defined = set(subprocess.run(["nm", "--defined-only", "-g", *map(str, objs)], check=True,
+                                 capture_output=True, text=True).stdout.split())
+    with open(os.path.join(ROOT, "generated", "loader.c.h")) as f:
+        required = re.findall(r'\{"(\w+)", \(void \*\*\)&slot_\w+, NULL\}', f.read())
+    with open(stubs, "w") as f:
+        f.write("#include <stdio.h>\n#include <stdlib.h>\n")
+        for name in required:
+            if name not in defined:
+                f.write(f'__attribute__((visibility("default"))) void {name}(void)\n'
+                        f'{{ fputs("{provider}: {name} is not implemented\\n", stderr); abort(); }}\n')
+
+
 def build_nullverbs():
     """build/bench/libnullverbs.so (+ the C reference program)."""
     os.makedirs(BUILD, exist_ok=True)
@@ -219,17 +236,8 @@ def build_nullverbs():
     cflags = ["-O2", "-fPIC", "-fvisibility=hidden", f"-I{inc}/usr/include"]
     obj = os.path.join(BUILD, "nullverbs.o")
     sh(["gcc", *cflags, "-c", os.path.join(ROOT, "bench", "nullverbs.c"), "-o", obj])
-    defined = set(subprocess.run(["nm", "--defined-only", "-g", obj], check=True,
-                                 capture_output=True, text=True).stdout.split())
-    with open(os.path.join(ROOT, "generated", "loader.c.h")) as f:
-        required = re.findall(r'\{"(\w+)", \(void \*\*\)&slot_\w+, NULL\}', f.read())
     stubs = os.path.join(BUILD, "nullverbs_stubs.c")
-    with open(stubs, "w") as f:
-        f.write("#include <stdio.h>\n#include <stdlib.h>\n")
-        for name in required:
-            if name not in defined:
-                f.write(f'__attribute__((visibility("default"))) void {name}(void)\n'
-                        f'{{ fputs("nullverbs: {name} is not implemented\\n", stderr); abort(); }}\n')
+    write_missing_stubs([obj], stubs, "nullverbs")
     lib = os.path.join(BUILD, "libnullverbs.so")
     sh(["gcc", *cflags, "-shared", obj, stubs, "-o", lib])
     cref = os.path.join(BUILD, "c_null.c")

@@ -74,7 +74,6 @@ import importlib.util
 import os
 import pathlib
 import pickle
-import re
 import subprocess
 import sys
 import tempfile
@@ -101,6 +100,15 @@ def _include_dirs() -> List[str]:
     return [str(ROOT / "third_party" / "rdma-core" / "include")]
 
 
+def _host_micro() -> Any:
+    """bench/host_micro.py, whose write_missing_stubs the null provider uses too."""
+    spec = importlib.util.spec_from_file_location("host_micro", ROOT / "bench" / "host_micro.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def build() -> str:
     """build/recording/librecverbs.so, rebuilt when a source (recverbs.c,
     recqpex.c, recverbs.h) or the extension's symbol list
@@ -116,17 +124,8 @@ def build() -> str:
     objs = [BUILD / (source.stem + ".o") for source in SOURCES]
     for source, obj in zip(SOURCES, objs):
         subprocess.run(["gcc", *cflags, "-c", str(source), "-o", str(obj)], check=True)
-    defined = set(subprocess.run(["nm", "--defined-only", "-g", *map(str, objs)], check=True,
-                                 capture_output=True, text=True).stdout.split())
-    required = re.findall(r'\{"(\w+)", \(void \*\*\)&slot_\w+, NULL\}', loader.read_text())
     stubs = BUILD / "recverbs_stubs.c"
-    with open(stubs, "w") as f:
-        # Not verbs.h's prototypes: a stub has one shape whatever it stands for.
-        f.write("#include <stdio.h>\n#include <stdlib.h>\n")
-        for name in required:
-            if name not in defined:
-                f.write(f'__attribute__((visibility("default"))) void {name}(void)\n'
-                        f'{{ fputs("recverbs: {name} is not implemented\\n", stderr); abort(); }}\n')
+    _host_micro().write_missing_stubs(objs, stubs, "recverbs")
     tmp = BUILD / f"librecverbs.so.{os.getpid()}"
     subprocess.run(["gcc", *cflags, "-shared", *map(str, objs), str(stubs), "-o", str(tmp),
                     "-lpthread"], check=True)
