@@ -5,11 +5,18 @@ committed generator output from generated/; building needs a C compiler and
 the CPython headers, nothing else: rdma-core's headers are the ones in
 third_party/rdma-core (what generated/ is made from), never the machine's,
 and libclang is only the generator's.  RDMA_CORE=<prefix> compiles against
-other headers (tools/release-check does, with code generated from them).  It is built for the Limited API
-(abi3) with 3.9 as the floor, so one wheel serves every CPython >= 3.9.
+other headers (tools/release-check does, with code generated from them).
+
+It is built for one target of spec/targets/targets.yaml (generated/targets.py):
+under a free-threaded CPython its free-threaded target (cp314t, the full
+API), else the stable ABI at the 3.9 floor (cp39-abi3: one wheel serves
+every GIL build of CPython >= 3.9).  IBVERBS_TARGET=<name> names one.
 """
 import glob
 import os
+import runpy
+import sys
+import sysconfig
 
 from setuptools import Extension, setup
 
@@ -19,15 +26,41 @@ except ImportError:
     from wheel.bdist_wheel import bdist_wheel as _bdist_wheel
 
 
-class bdist_wheel_abi3(_bdist_wheel):
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def build_target():
+    """The target this interpreter builds (generated/targets.py)."""
+    targets = runpy.run_path(os.path.join(HERE, "generated", "targets.py"))["TARGETS"]
+    name = os.environ.get("IBVERBS_TARGET")
+    free_threaded = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+    for t in targets:
+        if name is not None:
+            if t["name"] == name:
+                break
+            continue
+        needs = tuple(int(x) for x in t["requires_python"].split("."))
+        if t["free_threaded"] == free_threaded and sys.version_info[:2] >= needs:
+            break
+    else:
+        raise SystemExit(f"no build target for this interpreter (IBVERBS_TARGET={name}; "
+                         f"spec/targets/targets.yaml has {[t['name'] for t in targets]})")
+    if t["free_threaded"] != free_threaded:
+        raise SystemExit(f"target {t['name']} is for a {'free-threaded' if t['free_threaded'] else 'GIL'} "
+                         f"build of CPython, and this one is not")
+    return t
+
+
+TARGET = build_target()
+
+
+class bdist_wheel_target(_bdist_wheel):
     def get_tag(self):
         python, abi, plat = super().get_tag()
         if python.startswith("cp"):
-            return "cp39", "abi3", plat
+            return TARGET["python_tag"], TARGET["abi_tag"], plat
         return python, abi, plat
 
-
-HERE = os.path.dirname(os.path.abspath(__file__))
 VENDORED_INCLUDE = os.path.join("third_party", "rdma-core", "include")
 
 
@@ -87,11 +120,12 @@ setup(
             include_dirs=["ibverbs/src", "generated"] + rdma_include_dirs(),
             depends=sorted(glob.glob("generated/*.h") + glob.glob("ibverbs/src/*.h")
                            + glob.glob(os.path.join(VENDORED_INCLUDE, "*", "*.h"))),
-            define_macros=[("Py_LIMITED_API", "0x03090000")],
-            py_limited_api=True,
+            # generated/target.h defines Py_LIMITED_API from the target
+            define_macros=[(TARGET["macro"], "1")],
+            py_limited_api=TARGET["limited_api"] is not None,
             extra_compile_args=extra_compile_args,
             extra_link_args=extra_link_args,
         )
     ],
-    cmdclass={"bdist_wheel": bdist_wheel_abi3},
+    cmdclass={"bdist_wheel": bdist_wheel_target},
 )

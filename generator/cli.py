@@ -44,6 +44,9 @@ def render_all(prefix: Optional[str], spec_root: str = SPEC_DIR,
     files.update(render.render_records(record_types, TEMPLATE_DIR))
     files.update(render.render_rdmacm(cm, TEMPLATE_DIR))
     files.update(stubs.render(model, record_types, cm, TEMPLATE_DIR))
+    from . import targets
+    files.update(render.render_targets(targets.load(targets.default_path(spec_root)),
+                                       TEMPLATE_DIR))
     return files, model, cm
 
 

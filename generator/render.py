@@ -134,6 +134,24 @@ def render_rdmacm(m: CMModel, template_dir: str) -> Dict[str, str]:
     return {name: finish(text) for name, text in files.items()}
 
 
+def render_targets(targets: Any, template_dir: str) -> Dict[str, str]:
+    """generated/target.h and generated/targets.py from the build targets
+    (generator/targets.py)."""
+    from .targets import setup_view
+    env = environment(template_dir)
+    common = dict(ir=_NoIR(), command=COMMAND, targets=targets)
+    c_comment = dict(comment_open="/*", comment_mid=" *", comment_close="*/")
+    py_comment = dict(comment_open="#", comment_mid="#", comment_close="")
+    return {"target.h": finish(env.get_template("target.h.j2").render(**common, **c_comment)),
+            "targets.py": finish(env.get_template("targets.py.j2").render(
+                **common, **py_comment, targets_view=setup_view(targets)))}
+
+
+class _NoIR:
+    """The header's `from ...` for files made from the spec alone."""
+    source = "spec/targets/targets.yaml"
+
+
 def finish(text: str) -> str:
     """A rendered file as written: tidied, then its own checksum filled in."""
     return checksum.stamp(_tidy(text))

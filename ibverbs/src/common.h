@@ -3,15 +3,25 @@
  * error raising and argument conversion.  Hand-written; the generated code
  * in generated/ and the hand-written data path both build on it.
  *
- * The extension is compiled against the CPython Limited API (abi3, 3.9
- * floor) and never links libibverbs: every exported verb is reached through
- * the trampolines of generated/loader.c.h, filled by dlsym at import.
+ * The extension is compiled for a target of spec/targets/targets.yaml
+ * (generated/target.h: the Limited API at the 3.9 floor, or a free-threaded
+ * CPython's full API) and never links libibverbs: every exported verb is
+ * reached through the trampolines of generated/loader.c.h, filled by dlsym
+ * at import.
  */
 #ifndef IBVERBS_COMMON_H
 #define IBVERBS_COMMON_H
 
+#include "target.h"
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+
+#if IBP_FREE_THREADED && !defined(Py_GIL_DISABLED)
+#error "target " IBP_TARGET_NAME " is for a free-threaded CPython: these headers are a GIL build's"
+#endif
+#if !IBP_FREE_THREADED && defined(Py_GIL_DISABLED)
+#error "a free-threaded CPython builds the free-threaded target (setup.py picks it)"
+#endif
 
 #include <endian.h>
 #include <errno.h>

@@ -293,7 +293,8 @@ PyMODINIT_FUNC PyInit__ibverbs(void)
     PyObject *module = PyModule_Create(&module_def);
     if (module == NULL)
         return NULL;
-    if (PyModule_AddFunctions(module, module_functions) < 0 ||
+    if (IBP_DECLARE_GIL(module) < 0 ||
+        PyModule_AddFunctions(module, module_functions) < 0 ||
         PyModule_AddFunctions(module, ibp_generated_functions) < 0 ||
         ibp_errors_init() < 0 ||
         ibp_register_generated_types(module) < 0 ||

@@ -1,0 +1,98 @@
+"""The build targets (spec/targets/targets.yaml): load and validate them into
+Target objects, for generated/target.h (the macros the C reads) and
+generated/targets.py (what setup.py needs to build and tag a wheel).
+
+A target is an ABI the one set of sources is compiled for: the stable ABI
+at a floor (Limited API), or a free-threaded interpreter's own ABI.  What
+a target changes in the C is said here and in the macros target.h defines
+from it; the sources test those macros, never an interpreter's.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import List, Optional
+
+from .spec import SpecError, load_file
+
+TARGET_KEYS = {"doc", "python_tag", "abi_tag", "requires_python", "limited_api",
+               "free_threaded"}
+_VERSION = re.compile(r"^3\.(\d+)$")
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    doc: str
+    python_tag: str            # the wheel's python tag (cp39)
+    abi_tag: str               # the wheel's ABI tag (abi3, cp314t)
+    requires_python: str       # the oldest CPython it runs on ("3.9")
+    limited_api: Optional[str]  # the Limited API level, or None for the full API
+    free_threaded: bool        # for a free-threaded interpreter (GIL off)
+
+    @property
+    def macro(self) -> str:
+        """IBP_TARGET_<NAME>: what setup.py defines to build this target."""
+        return "IBP_TARGET_" + re.sub(r"[^A-Za-z0-9]", "_", self.name).upper()
+
+    @property
+    def limited_api_hex(self) -> Optional[str]:
+        if self.limited_api is None:
+            return None
+        minor = int(_VERSION.match(self.limited_api).group(1))  # type: ignore[union-attr]
+        return f"0x03{minor:02X}0000"
+
+    @property
+    def wheel_tag(self) -> str:
+        return f"{self.python_tag}-{self.abi_tag}"
+
+
+def load(path: str, display: str = "spec/targets/targets.yaml") -> List[Target]:
+    data = load_file(path, display)
+    if set(data) != {"targets"}:
+        raise SpecError(f"{data.where()}: the top level has one key, 'targets'")
+    targets: List[Target] = []
+    for name, node in data["targets"].items():
+        where = data["targets"].where(name)
+        unknown = set(node) - TARGET_KEYS
+        if unknown:
+            raise SpecError(f"{node.where(sorted(unknown)[0])}: target {name}: "
+                            f"unknown key {sorted(unknown)[0]!r}")
+        missing = TARGET_KEYS - {"limited_api"} - set(node)
+        if missing:
+            raise SpecError(f"{where}: target {name}: needs {', '.join(sorted(missing))}")
+        for key in ("requires_python", "limited_api"):
+            value = node.get(key)
+            if value is not None and not _VERSION.match(str(value)):
+                raise SpecError(f"{node.where(key)}: target {name}: {key} must be '3.N', "
+                                f"not {value!r}")
+        free = node["free_threaded"]
+        if not isinstance(free, bool):
+            raise SpecError(f"{node.where('free_threaded')}: target {name}: free_threaded "
+                            f"is true or false")
+        if free and node.get("limited_api") is not None:
+            raise SpecError(f"{node.where('limited_api')}: target {name}: CPython 3.14's "
+                            f"free-threaded build has no Limited API")
+        targets.append(Target(name, " ".join(str(node["doc"]).split()), str(node["python_tag"]),
+                              str(node["abi_tag"]), str(node["requires_python"]),
+                              None if node.get("limited_api") is None else str(node["limited_api"]),
+                              free))
+    if not targets:
+        raise SpecError(f"{data.where()}: no targets")
+    return targets
+
+
+def setup_view(targets: List[Target]) -> str:
+    """The TARGETS list of generated/targets.py (setup.py's view of the
+    targets, in spec order), as Python source."""
+    return json.dumps([{"name": t.name, "macro": t.macro, "python_tag": t.python_tag,
+                        "abi_tag": t.abi_tag, "requires_python": t.requires_python,
+                        "limited_api": t.limited_api_hex, "free_threaded": t.free_threaded}
+                       for t in targets], indent=4).replace("true", "True").replace(
+                           "false", "False").replace("null", "None")
+
+
+def default_path(spec_dir: str) -> str:
+    return os.path.join(spec_dir, "targets", "targets.yaml")
