@@ -68,6 +68,52 @@ PyAPI_FUNC(void *) PyMem_Calloc(size_t nelem, size_t elsize);
 
 #define IBP_HIDDEN __attribute__((visibility("hidden")))
 
+/* ---- threads (CONTRIBUTING.md, "Threads") --------------------------------
+ * On a free-threaded target (IBP_FREE_THREADED, generated/target.h) no GIL
+ * puts the threads in turn.  What stands in for it:
+ *   - every generated entry of a class (method, attribute, slot) runs in its
+ *     object's critical section (the templates' locked wrappers), which the
+ *     interpreter suspends where the GIL would have been released;
+ *   - what other objects' calls change (a handle's busy and child counts,
+ *     its closing flag, stamps) is atomic, through the macros below;
+ *   - what is global is made at import, or kept per thread.
+ * On a GIL target each of these is what it was: a plain load, store or
+ * add, no lock taken, no thread-local storage.
+ */
+#if IBP_FREE_THREADED
+#define IBP_THREAD_LOCAL _Thread_local
+typedef PyCriticalSection ibp_lock_t;
+typedef PyCriticalSection2 ibp_lock2_t;
+#define ibp_lock(cs, obj) PyCriticalSection_Begin((cs), (PyObject *)(obj))
+#define ibp_unlock(cs) PyCriticalSection_End(cs)
+#define ibp_lock2(cs, a, b) PyCriticalSection2_Begin((cs), (PyObject *)(a), (PyObject *)(b))
+#define ibp_unlock2(cs) PyCriticalSection2_End(cs)
+/* sequentially consistent: a hold's count against a close's check (handles.c) */
+#define ibp_atomic_load(p) __atomic_load_n((p), __ATOMIC_SEQ_CST)
+#define ibp_atomic_store(p, v) __atomic_store_n((p), (v), __ATOMIC_SEQ_CST)
+#define ibp_atomic_add(p, v) __atomic_add_fetch((p), (v), __ATOMIC_SEQ_CST)
+/* a value published with its own stamp (an SGE's fields: sge.c) */
+#define ibp_relaxed_load(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+#define ibp_relaxed_store(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
+#define ibp_acquire_load(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define ibp_release_store(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#else
+#define IBP_THREAD_LOCAL
+typedef struct { char unused; } ibp_lock_t;
+typedef struct { char unused; } ibp_lock2_t;
+#define ibp_lock(cs, obj) ((void)(cs), (void)(obj))
+#define ibp_unlock(cs) ((void)(cs))
+#define ibp_lock2(cs, a, b) ((void)(cs), (void)(a), (void)(b))
+#define ibp_unlock2(cs) ((void)(cs))
+#define ibp_atomic_load(p) (*(p))
+#define ibp_atomic_store(p, v) (*(p) = (v))
+#define ibp_atomic_add(p, v) (*(p) += (v))
+#define ibp_relaxed_load(p) (*(p))
+#define ibp_relaxed_store(p, v) (*(p) = (v))
+#define ibp_acquire_load(p) (*(p))
+#define ibp_release_store(p, v) (*(p) = (v))
+#endif
+
 /*
  * METH_FASTCALL | METH_KEYWORDS for the data-path methods that take their
  * arguments by keyword too (the seed's qp.post_send(wrs=...),
