@@ -77,7 +77,8 @@ PyAPI_FUNC(void *) PyMem_Calloc(size_t nelem, size_t elsize);
  * On a GIL target each is what it was: a plain load, store or add. */
 #if IBP_FREE_THREADED
 #define IBP_LOCKED(f) f##__locked
-#define IBP_THREAD_LOCAL _Thread_local
+/* initial-exec: no __tls_get_addr, whose ld.so would be a second NEEDED */
+#define IBP_THREAD_LOCAL _Thread_local __attribute__((tls_model("initial-exec")))
 typedef PyCriticalSection ibp_lock_t;
 #define ibp_lock(cs, obj) PyCriticalSection_Begin((cs), (PyObject *)(obj))
 #define ibp_unlock(cs) PyCriticalSection_End(cs)

@@ -138,12 +138,23 @@ static inline PyObject *post_send_kept(PyObject *self, SendWRObject *w)
  * caller takes a chain's way. */
 static PyObject *post_send_one_locked(PyObject *self, SendWRObject *w, int *no_room);
 
-/* Post one request: read and posted in its critical section (ibp_wr_lock). */
+/* Post one request: read and posted in its critical section (ibp_wr_lock).
+ * On a free-threaded target its AH is held too (another thread's close()
+ * of it says EBUSY until the provider has read it). */
 static PyObject *post_send_one(PyObject *self, SendWRObject *w, int *no_room)
 {
     struct ibp_wr_lock l;
     ibp_wr_lock(&l, (PyObject *)w);
+    PyObject *ah = IBP_FREE_THREADED ? w->ah : NULL;
+    if (ah != NULL) {
+        Py_INCREF(ah);
+        ibp_busy_hold(ah);
+    }
     PyObject *result = post_send_one_locked(self, w, no_room);
+    if (ah != NULL) {
+        ibp_busy_leave(ah);
+        Py_DECREF(ah);
+    }
     ibp_wr_unlock(&l);
     return result;
 }
