@@ -81,7 +81,8 @@ PyAPI_FUNC(void *) PyMem_Calloc(size_t nelem, size_t elsize);
  * add, no lock taken, no thread-local storage.
  */
 #if IBP_FREE_THREADED
-#define IBP_THREAD_LOCAL _Thread_local
+/* initial-exec: no __tls_get_addr, nor ld.so NEEDED; 168 bytes of glibc's static TLS surplus */
+#define IBP_THREAD_LOCAL _Thread_local __attribute__((tls_model("initial-exec")))
 typedef PyCriticalSection ibp_lock_t;
 typedef PyCriticalSection2 ibp_lock2_t;
 #define ibp_lock(cs, obj) PyCriticalSection_Begin((cs), (PyObject *)(obj))
@@ -113,6 +114,32 @@ typedef struct { char unused; } ibp_lock2_t;
 #define ibp_acquire_load(p) (*(p))
 #define ibp_release_store(p, v) (*(p) = (v))
 #endif
+
+/* Global state (CONTRIBUTING.md, "Threads"): ibp_mutex_t, a PyMutex never
+ * held while Python code runs; ibp_try_incref, a reference to an object of
+ * a table its dealloc leaves under the table's lock, 0 once that began
+ * (ibp_enable_try_incref as it enters); convert.c's ibp_publish and
+ * ibp_memo_take.  On a GIL target: nothing, and Py_INCREF. */
+#if IBP_FREE_THREADED
+typedef PyMutex ibp_mutex_t;
+#define ibp_mutex_lock(m) PyMutex_Lock(m)
+#define ibp_mutex_unlock(m) PyMutex_Unlock(m)
+#define ibp_try_incref(obj) PyUnstable_TryIncRef((PyObject *)(obj))
+#define ibp_enable_try_incref(obj) PyUnstable_EnableTryIncRef((PyObject *)(obj))
+#else
+typedef struct { char unused; } ibp_mutex_t;
+#define ibp_mutex_lock(m) ((void)(m))
+#define ibp_mutex_unlock(m) ((void)(m))
+#define ibp_try_incref(obj) (Py_INCREF(obj), 1)
+#define ibp_enable_try_incref(obj) ((void)(obj))
+#endif
+/* *slot = made (a new reference, kept for good) unless another thread
+ * stored one first (made is dropped): the slot's object, borrowed; NULL
+ * when made is.  Readers load the slot with ibp_acquire_load. */
+IBP_HIDDEN PyObject *ibp_publish(PyObject **slot, PyObject *made);
+/* A one-entry memo (IBP_THREAD_LOCAL) remembers the int obj in *slot: 1
+ * when it does (the caller stores its value beside it). */
+IBP_HIDDEN int ibp_memo_take(PyObject **slot, PyObject *obj);
 
 /*
  * METH_FASTCALL | METH_KEYWORDS for the data-path methods that take their
@@ -172,7 +199,7 @@ IBP_HIDDEN PyObject *ibp_raise_unavailable(const char *symbol,
                                            const char *since);
 /* ibverbs.CompletionError(wc). */
 IBP_HIDDEN PyObject *ibp_raise_completion(PyObject *wc);
-/* The type name for messages (valid until the next call; GIL held). */
+/* The type name for messages (valid until this thread's next call). */
 IBP_HIDDEN const char *ibp_type_name(PyObject *obj);
 /* getattr(import_module(module), name): a new reference, or NULL. */
 IBP_HIDDEN PyObject *ibp_import_attr(const char *module, const char *name);
@@ -278,7 +305,7 @@ static inline void *ibp_open_ptr(PyObject *obj)
  * entry records the object in ibp_entry_closed, so that the short way can
  * take the long way without keeping the object across the call. */
 #define IBP_ENTRY_CLOSED INT_MIN
-extern IBP_HIDDEN PyObject *ibp_entry_closed;   /* borrowed; only read right after */
+extern IBP_HIDDEN IBP_THREAD_LOCAL PyObject *ibp_entry_closed;   /* borrowed; read right after */
 
 /*
  * None for the short ways' returns, without counting the reference.
@@ -339,8 +366,10 @@ IBP_HIDDEN void ibp_handle_release_parents(PyObject *const *parents,
 IBP_HIDDEN void ibp_report_unraisable(PyObject *obj, const char *verb, int err);
 
 /* Verbs objects that events name (CQ, QP, SRQ, CM ID) -> their Python
- * objects.  Only touched with the GIL held; an object leaves it when
- * destroyed, so a lookup never returns a freed object.  An object is found
+ * objects.  Touched with the GIL held (on a free-threaded target, each
+ * step in the critical section of its dict); an object leaves it when
+ * destroyed, so a lookup never returns a freed object (nor, free-threaded,
+ * one whose dealloc has begun: ibp_try_incref).  An object is found
  * by the token add() writes into its verbs object's user context field
  * (cq_context, qp_context, srq_context, rdma_cm_id's context), which an
  * event reader copies before acknowledging the event: a new object at a
@@ -357,6 +386,7 @@ IBP_HIDDEN uint64_t ibp_registry_reserve(void *ptr);
 /* Whether ptr has a reservation: its token, and whether an object took it
  * (it stays until that object leaves the registry). */
 IBP_HIDDEN int ibp_registry_reservation(void *ptr, uint64_t *token, int *wrapped);
+IBP_HIDDEN int ibp_handles_init(void);    /* handles.c's maps, made at import */
 /* Adds the test hooks (_registry_alias, _test_pause) when IBVERBS_TEST_HOOKS=1. */
 IBP_HIDDEN int ibp_test_hooks_init(PyObject *module);
 /* Whether IBVERBS_TEST_HOOKS=1 was set at import (other files add hooks of their own). */
@@ -411,7 +441,7 @@ extern IBP_HIDDEN volatile int ibp_test_pausing;
 IBP_HIDDEN void ibp_test_pause(void);
 static inline void ibp_test_pause_point(void)
 {
-    if (ibp_test_pausing)
+    if (ibp_relaxed_load(&ibp_test_pausing))
         ibp_test_pause();
 }
 
@@ -533,7 +563,8 @@ extern IBP_HIDDEN struct ibp_enum_table ibp_enum_tables[];
 IBP_HIDDEN PyObject *ibp_enum_make(int which, unsigned long long bits, int is_signed);
 static inline PyObject *ibp_enum_member(int which, unsigned long long bits, int is_signed)
 {
-    PyObject *member = bits < IBP_ENUM_TABLE_LEN ? ibp_enum_tables[which].members[bits] : NULL;
+    /* acquire: filled by whichever thread made the member first (ibp_publish) */
+    PyObject *member = bits < IBP_ENUM_TABLE_LEN ? ibp_acquire_load(&ibp_enum_tables[which].members[bits]) : NULL;
     return member != NULL ? Py_NewRef(member) : ibp_enum_make(which, bits, is_signed);
 }
 /* 0 when value may stand for a member of class which (an int, a member of
@@ -639,7 +670,7 @@ struct ibp_int_memo {
     PyObject *obj;
     int value;
 };
-extern IBP_HIDDEN struct ibp_int_memo ibp_positive_int_memo;
+extern IBP_HIDDEN IBP_THREAD_LOCAL struct ibp_int_memo ibp_positive_int_memo;   /* per thread: ibp_memo_take */
 
 /* The data-path types, made at import by ibp_datapath_init (datapath.c);
  * declared in generated/records.h. */
