@@ -69,43 +69,44 @@ PyAPI_FUNC(void *) PyMem_Calloc(size_t nelem, size_t elsize);
 #define IBP_HIDDEN __attribute__((visibility("hidden")))
 
 /* ---- threads (CONTRIBUTING.md, "Threads") --------------------------------
- * On a free-threaded target (IBP_FREE_THREADED, generated/target.h) no GIL
- * puts the threads in turn.  What stands in for it:
- *   - every generated entry of a class (method, attribute, slot) runs in its
- *     object's critical section (the templates' locked wrappers), which the
- *     interpreter suspends where the GIL would have been released;
- *   - what other objects' calls change (a handle's busy and child counts,
- *     its closing flag, stamps) is atomic, through the macros below;
- *   - what is global is made at import, or kept per thread.
- * On a GIL target each of these is what it was: a plain load, store or
- * add, no lock taken, no thread-local storage.
- */
+ * On a free-threaded target (IBP_FREE_THREADED) no GIL puts the threads in
+ * turn: every generated entry of a class runs in its object's critical
+ * section (IBP_LOCKED: templates/_locked.c.j2), which the interpreter
+ * suspends where the GIL would have been released; what other objects'
+ * calls change is atomic; what is global is made at import or per thread.
+ * On a GIL target each is what it was: a plain load, store or add. */
 #if IBP_FREE_THREADED
-/* initial-exec: no __tls_get_addr, nor ld.so NEEDED; 168 bytes of glibc's static TLS surplus */
-#define IBP_THREAD_LOCAL _Thread_local __attribute__((tls_model("initial-exec")))
+#define IBP_LOCKED(f) f##__locked
+#define IBP_THREAD_LOCAL _Thread_local __attribute__((tls_model("initial-exec")))  /* no ld.so */
 typedef PyCriticalSection ibp_lock_t;
-typedef PyCriticalSection2 ibp_lock2_t;
+typedef PyMutex ibp_mutex_t;    /* global state's, never held while Python code runs */
+#define ibp_mutex_lock(m) PyMutex_Lock(m)
+#define ibp_mutex_unlock(m) PyMutex_Unlock(m)
+/* a reference to an object of a table that its dealloc leaves: 0 once that began */
+#define ibp_try_incref(obj) PyUnstable_TryIncRef((PyObject *)(obj))
+#define ibp_enable_try_incref(obj) PyUnstable_EnableTryIncRef((PyObject *)(obj))
 #define ibp_lock(cs, obj) PyCriticalSection_Begin((cs), (PyObject *)(obj))
 #define ibp_unlock(cs) PyCriticalSection_End(cs)
-#define ibp_lock2(cs, a, b) PyCriticalSection2_Begin((cs), (PyObject *)(a), (PyObject *)(b))
-#define ibp_unlock2(cs) PyCriticalSection2_End(cs)
 /* sequentially consistent: a hold's count against a close's check (handles.c) */
 #define ibp_atomic_load(p) __atomic_load_n((p), __ATOMIC_SEQ_CST)
 #define ibp_atomic_store(p, v) __atomic_store_n((p), (v), __ATOMIC_SEQ_CST)
 #define ibp_atomic_add(p, v) __atomic_add_fetch((p), (v), __ATOMIC_SEQ_CST)
-/* a value published with its own stamp (an SGE's fields: sge.c) */
 #define ibp_relaxed_load(p) __atomic_load_n((p), __ATOMIC_RELAXED)
 #define ibp_relaxed_store(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
+/* a value published by its stamp (an SGE's: sge.c) */
 #define ibp_acquire_load(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
 #define ibp_release_store(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
 #else
+#define IBP_LOCKED(f) f
 #define IBP_THREAD_LOCAL
 typedef struct { char unused; } ibp_lock_t;
-typedef struct { char unused; } ibp_lock2_t;
+typedef struct { char unused; } ibp_mutex_t;
+#define ibp_mutex_lock(m) ((void)(m))
+#define ibp_mutex_unlock(m) ((void)(m))
+#define ibp_try_incref(obj) (Py_INCREF(obj), 1)
+#define ibp_enable_try_incref(obj) ((void)(obj))
 #define ibp_lock(cs, obj) ((void)(cs), (void)(obj))
 #define ibp_unlock(cs) ((void)(cs))
-#define ibp_lock2(cs, a, b) ((void)(cs), (void)(a), (void)(b))
-#define ibp_unlock2(cs) ((void)(cs))
 #define ibp_atomic_load(p) (*(p))
 #define ibp_atomic_store(p, v) (*(p) = (v))
 #define ibp_atomic_add(p, v) (*(p) += (v))
@@ -115,30 +116,10 @@ typedef struct { char unused; } ibp_lock2_t;
 #define ibp_release_store(p, v) (*(p) = (v))
 #endif
 
-/* Global state (CONTRIBUTING.md, "Threads"): ibp_mutex_t, a PyMutex never
- * held while Python code runs; ibp_try_incref, a reference to an object of
- * a table its dealloc leaves under the table's lock, 0 once that began
- * (ibp_enable_try_incref as it enters); convert.c's ibp_publish and
- * ibp_memo_take.  On a GIL target: nothing, and Py_INCREF. */
-#if IBP_FREE_THREADED
-typedef PyMutex ibp_mutex_t;
-#define ibp_mutex_lock(m) PyMutex_Lock(m)
-#define ibp_mutex_unlock(m) PyMutex_Unlock(m)
-#define ibp_try_incref(obj) PyUnstable_TryIncRef((PyObject *)(obj))
-#define ibp_enable_try_incref(obj) PyUnstable_EnableTryIncRef((PyObject *)(obj))
-#else
-typedef struct { char unused; } ibp_mutex_t;
-#define ibp_mutex_lock(m) ((void)(m))
-#define ibp_mutex_unlock(m) ((void)(m))
-#define ibp_try_incref(obj) (Py_INCREF(obj), 1)
-#define ibp_enable_try_incref(obj) ((void)(obj))
-#endif
-/* *slot = made (a new reference, kept for good) unless another thread
- * stored one first (made is dropped): the slot's object, borrowed; NULL
- * when made is.  Readers load the slot with ibp_acquire_load. */
+/* convert.c: *slot = made (a new reference) unless another thread stored one
+ * first: the slot's object (borrowed), NULL when made is; read it with
+ * ibp_acquire_load.  ibp_memo_take: a one-entry int memo takes obj (1). */
 IBP_HIDDEN PyObject *ibp_publish(PyObject **slot, PyObject *made);
-/* A one-entry memo (IBP_THREAD_LOCAL) remembers the int obj in *slot: 1
- * when it does (the caller stores its value beside it). */
 IBP_HIDDEN int ibp_memo_take(PyObject **slot, PyObject *obj);
 
 /*
@@ -216,9 +197,8 @@ extern IBP_HIDDEN PyObject *ibp_GidClass;
 IBP_HIDDEN int ibp_errors_init(void);
 
 /* ---- why a verb failed (explain.c) --------------------------------------
- * Each writes the cause into why[0..len) and returns nonzero when it finds
- * one; a method's spec `explain:` names them (generator/methods.py), the
- * generated wrapper calls them after the verb failed. */
+ * Each writes the cause into why[0..len), nonzero when it finds one; a spec
+ * `explain:` names them, the generated wrapper calls them after the verb failed. */
 #define IBP_WHY_LEN 200
 IBP_HIDDEN int ibp_explain_access(char *why, size_t len, int access);
 IBP_HIDDEN int ibp_explain_port(char *why, size_t len, struct ibv_context *context, unsigned port);
@@ -307,17 +287,12 @@ static inline void *ibp_open_ptr(PyObject *obj)
 #define IBP_ENTRY_CLOSED INT_MIN
 extern IBP_HIDDEN IBP_THREAD_LOCAL PyObject *ibp_entry_closed;   /* borrowed; read right after */
 
-/*
- * None for the short ways' returns, without counting the reference.
- * CPython 3.12+ makes None immortal (PEP 683): the interpreter never
- * changes its count, so none needs counting.  On 3.9-3.11 ibp_none_pool()
- * gives None 2**61 references once per process at import, and each of these
- * returns draws one of them (at a billion a second, for 73 years).
- * Py_INCREF would cost more than the one instruction on 3.12+: the abi3
- * build's Py_INCREF adds 1 to all 64 bits of the count, which makes None
- * look mortal to the interpreter's Py_DECREF of the result (measured:
- * post_recv 4 instructions more on 3.13, bench/host_micro.py).
- */
+/* None for the short ways' returns, without counting the reference: 3.12+
+ * never changes an immortal's count (PEP 683); on 3.9-3.11 ibp_none_pool()
+ * gives None 2**61 references at import, each return draws one (73 years at
+ * a billion a second).  Py_INCREF would cost more on 3.12+: the abi3 build's
+ * adds 1 to all 64 bits, so None looks mortal to the interpreter's Py_DECREF
+ * (post_recv 4 instructions more on 3.13, bench/host_micro.py). */
 static inline PyObject *ibp_none(void)
 {
 #if SIZEOF_VOID_P >= 8
@@ -366,10 +341,9 @@ IBP_HIDDEN void ibp_handle_release_parents(PyObject *const *parents,
 IBP_HIDDEN void ibp_report_unraisable(PyObject *obj, const char *verb, int err);
 
 /* Verbs objects that events name (CQ, QP, SRQ, CM ID) -> their Python
- * objects.  Touched with the GIL held (on a free-threaded target, each
- * step in the critical section of its dict); an object leaves it when
- * destroyed, so a lookup never returns a freed object (nor, free-threaded,
- * one whose dealloc has begun: ibp_try_incref).  An object is found
+ * objects (free-threaded, each step in its dict's critical section); an
+ * object leaves it when destroyed (a dealloc begun: ibp_try_incref fails),
+ * so a lookup never returns a freed object.  An object is found
  * by the token add() writes into its verbs object's user context field
  * (cq_context, qp_context, srq_context, rdma_cm_id's context), which an
  * event reader copies before acknowledging the event: a new object at a
@@ -396,9 +370,20 @@ IBP_HIDDEN int ibp_test_hooks_enabled(void);
 IBP_HIDDEN PyObject *ibp_repr_fields(PyObject *obj, const char *const *names);
 IBP_HIDDEN PyObject *ibp_asdict_fields(PyObject *obj, const char *const *names);
 
-/* Enter/leave a call that releases the GIL on handle obj. */
-static inline void ibp_busy_enter(PyObject *obj) { IBP_HANDLE(obj)->busy++; }
-static inline void ibp_busy_leave(PyObject *obj) { IBP_HANDLE(obj)->busy--; }
+/* Enter/leave a call on handle obj: busy, close() says EBUSY meanwhile.
+ * ibp_busy_enter is for obj's own calls, in its critical section (its
+ * entries'); ibp_busy_hold for another object, which it counts in that
+ * object's critical section: so a close(), which checks the count in it,
+ * either sees the hold or is over (ptr NULL) before the hold counts. */
+static inline void ibp_busy_enter(PyObject *obj) { ibp_atomic_add(&IBP_HANDLE(obj)->busy, 1); }
+static inline void ibp_busy_leave(PyObject *obj) { ibp_atomic_add(&IBP_HANDLE(obj)->busy, -1); }
+static inline void ibp_busy_hold(PyObject *obj)
+{
+    ibp_lock_t cs;
+    ibp_lock(&cs, obj);
+    ibp_busy_enter(obj);
+    ibp_unlock(&cs);
+}
 
 /* Mark a just-wrapped handle as borrowed: its verbs object belongs to
  * another library (librdmacm), so close() and GC never destroy it. */
@@ -539,21 +524,34 @@ struct ibp_sge_cache {
 /* SGE_Type once a request was kept, NULL in a fork() child (handles.c). */
 extern IBP_HIDDEN PyTypeObject *ibp_kept_sge_type;
 /* The last stamp taken; 0 is no object's (a new one has stamp 0 until its
- * first store, and nothing is kept from it). */
+ * first store, and nothing is kept from it).  On a free-threaded target
+ * each thread takes its stamps from a block of its own, which it takes
+ * from the one counter when it has used it up: stamps stay unique in the
+ * process, and setters in parallel threads share no cache line. */
+#if IBP_FREE_THREADED
+#define IBP_STAMP_BLOCK 4096
+extern IBP_HIDDEN IBP_THREAD_LOCAL uint64_t ibp_stamp, ibp_stamp_end;
+IBP_HIDDEN uint64_t ibp_stamp_new_block(void);
+static inline uint64_t ibp_next_stamp(void)
+{
+    if (__builtin_expect(ibp_stamp == ibp_stamp_end, 0))
+        return ibp_stamp_new_block();
+    return ++ibp_stamp;
+}
+#else
 extern IBP_HIDDEN uint64_t ibp_stamp;
 static inline uint64_t ibp_next_stamp(void)
 {
     return ++ibp_stamp;
 }
+#endif
 
 /* ---- enum members (convert.c) ---------------------------------------------
- * A getter of a field holding an enum or a flag set (generator/enum_fields.py)
- * returns a member of its Python class (ibverbs.enums): for the values below
- * IBP_ENUM_TABLE_LEN the member made the first time, from a table (no call
- * into the enum machinery on a completion loop); above, made each time.  A
- * value that is no member of an IntEnum (a provider's newer status) comes
- * back as a plain int.  The classes' indexes (IBP_ENUM_<Class>) and names
- * (IBP_ENUM_NAMES) are records.h's. */
+ * A getter of an enum or flag field (generator/enum_fields.py) returns a
+ * member of its class (ibverbs.enums): below IBP_ENUM_TABLE_LEN the one made
+ * first, from a table (no enum machinery on a completion loop), above made
+ * each time; no member of an IntEnum (a newer status): a plain int.  Class
+ * indexes (IBP_ENUM_<Class>) and names (IBP_ENUM_NAMES): records.h. */
 #define IBP_ENUM_TABLE_LEN 64
 struct ibp_enum_table {
     PyObject *cls;                                  /* NULL until first used */
@@ -563,13 +561,11 @@ extern IBP_HIDDEN struct ibp_enum_table ibp_enum_tables[];
 IBP_HIDDEN PyObject *ibp_enum_make(int which, unsigned long long bits, int is_signed);
 static inline PyObject *ibp_enum_member(int which, unsigned long long bits, int is_signed)
 {
-    /* acquire: filled by whichever thread made the member first (ibp_publish) */
     PyObject *member = bits < IBP_ENUM_TABLE_LEN ? ibp_acquire_load(&ibp_enum_tables[which].members[bits]) : NULL;
     return member != NULL ? Py_NewRef(member) : ibp_enum_make(which, bits, is_signed);
 }
-/* 0 when value may stand for a member of class which (an int, a member of
- * that class); -1 with TypeError for a member of another enum class
- * (SendWR(opcode=WCOpcode.SEND)): `what` names the argument or field. */
+/* 0 when value may stand for a member of class which (an int, one of its
+ * members); -1 with TypeError naming `what` for another enum's (WCOpcode.SEND). */
 IBP_HIDDEN int ibp_enum_check(int which, PyObject *value, const char *what);
 
 /* The data-path objects (SGE, SendWR, RecvWR, PostList, PostListEntry, WC,
@@ -638,13 +634,11 @@ static inline void ibp_generic_dealloc(PyObject *op)
     Py_DECREF(type);
 }
 
-/*
- * The runtime of the generated parsers (convert.c; generator/emit.py and
- * templates/record_type.c.h.j2 emit the parser structs): each argument by
- * position or keyword into out[] (NULL where not given), or TypeError with
+/* The runtime of the generated parsers (convert.c; generator/emit.py and
+ * templates/record_type.c.h.j2 emit the structs): each argument by position
+ * or keyword into out[] (NULL where not given), or TypeError with
  * PyArg_ParseTupleAndKeywords's messages.  A METH_FASTCALL parser takes a
- * call with its arguments by position inline and hands any other here.
- */
+ * call with its arguments by position inline and hands any other here. */
 struct ibp_parser {
     const char *fname;
     const char *const *names;   /* NULL-terminated */
@@ -659,25 +653,21 @@ IBP_HIDDEN int ibp_unpack_tuple(struct ibp_parser *p, PyObject *args, PyObject *
                                 PyObject **out);
 
 /* An int in 1..INT32_MAX (poll's num_entries, spec `convert: positive_int`).
- * A polling loop passes the same int object every time (small ints are
- * shared): the last one converted is remembered.  Exact ints only, which
- * cannot change; anything else (IntEnum, __index__) takes the general
- * conversion, which words the errors. */
+ * A polling loop passes the same int object every time: the last exact int
+ * converted is remembered (anything else, IntEnum or __index__, takes the
+ * general conversion, which words the errors), with its value, which
+ * CQ.poll's short way (wc.c) takes when given that object. */
 IBP_HIDDEN int ibp_conv_positive_int(PyObject *arg, const char *name, int *out);
-/* That last one (a reference) and its value: CQ.poll's short way (wc.c)
- * takes the value of the object it was given when it is this one. */
 struct ibp_int_memo {
     PyObject *obj;
     int value;
 };
 extern IBP_HIDDEN IBP_THREAD_LOCAL struct ibp_int_memo ibp_positive_int_memo;   /* per thread: ibp_memo_take */
 
-/* The data-path types, made at import by ibp_datapath_init (datapath.c);
- * declared in generated/records.h. */
+/* The data-path types (generated/records.h), made at import (datapath.c). */
 IBP_HIDDEN int ibp_datapath_init(PyObject *module);
-/* Make a class from spec (deriving from base when not NULL), store it in
- * *out and add it to the module as name (module.c; every generated and
- * hand-written class goes through it). */
+/* Make a class from spec (deriving from base when not NULL) into *out, add it
+ * to the module as name (module.c; every generated and hand-written class). */
 IBP_HIDDEN int ibp_add_type(PyObject *module, const char *name, PyType_Spec *spec,
                             PyTypeObject *base, PyTypeObject **out);
 /* What each file prepares at import before its types are made. */
@@ -713,7 +703,10 @@ static inline PyObject *ibp_list_item(PyObject *list, Py_ssize_t i)
  * list layout was checked then). */
 static inline int ibp_kept_sge_matches(PyObject *item, uint64_t stamp)
 {
-    return Py_TYPE(item) == ibp_kept_sge_type && ((SGEObject *)item)->stamp == stamp;
+    /* read without the SGE's lock: its setters store the stamp last, with
+     * release (ibp_SGE_changed), and a kept value is never the SGE's own */
+    return Py_TYPE(item) == ibp_kept_sge_type
+           && ibp_acquire_load(&((SGEObject *)item)->stamp) == stamp;
 }
 
 /* Whether list holds what c kept: as many items, each an SGE with the
@@ -746,6 +739,22 @@ static inline int ibp_recv_wr_kept(const RecvWRObject *w)
     return ibp_kept_list_matches(&w->sges, w->sg_list);
 }
 
+/* A request read for a post, in its critical section and its SGE list's
+ * (free-threaded target; nothing on a GIL one): another thread's setter or
+ * list append waits until the post has read it. */
+struct ibp_wr_lock {
+    ibp_lock_t request;
+    ibp_lock_t list;
+    PyObject *sg_list;      /* the list locked (a reference), or NULL */
+};
+#if IBP_FREE_THREADED
+IBP_HIDDEN void ibp_wr_lock(struct ibp_wr_lock *l, PyObject *w);
+IBP_HIDDEN void ibp_wr_unlock(struct ibp_wr_lock *l);
+#else
+#define ibp_wr_lock(l, w) ((void)(l), (void)(w))
+#define ibp_wr_unlock(l) ((void)(l))
+#endif
+
 /* A kept SendWR into *wr: the request it keeps, its wr_id; not next. */
 IBP_HIDDEN void ibp_send_wr_copy_kept(const SendWRObject *w, struct ibv_send_wr *wr);
 
@@ -758,25 +767,22 @@ IBP_HIDDEN int ibp_check_ah_fits_qp(PyObject *qp, PyObject *ah, Py_ssize_t index
 /* postlist.c */
 IBP_HIDDEN PyObject *ibp_postlist_post(PyObject *self, PyObject *list, enum post_target target);
 
-/* wc.c */
-/* A WC's struct ibv_wc; -1 with TypeError if obj is not a WC. */
+/* wc.c: a WC's struct ibv_wc; -1 with TypeError if obj is not a WC. */
 IBP_HIDDEN int ibp_wc_to_c(PyObject *obj, struct ibv_wc *out);
 /* A WC object holding a copy of *wc (from the free list when it can). */
 IBP_HIDDEN PyObject *ibp_wc_new(const struct ibv_wc *wc);
 
 /* ---- the dlopen'ed libraries (loader.c, module.c, cm.c) ----------------- */
 
-/* One entry of a generated symbol table (generated/loader.c.h,
- * generated/rdmacm_loader.c.h): the slot its trampoline calls through. */
+/* A generated symbol table's entry (loader.c.h, rdmacm_loader.c.h): the slot its trampoline calls. */
 struct ibp_symbol {
     const char *name;
     void **slot;
     const char *since;   /* NULL: required */
 };
 
-/* A library to load: where, how, and the words of its two failures, each
- * a printf format taking the path, then dlerror()'s text or the name of
- * the required symbol it lacks. */
+/* A library to load: where, how, and the words of its two failures (printf
+ * formats: the path, then dlerror()'s text or the required symbol it lacks). */
 struct ibp_library {
     const char *env;          /* environment variable naming another path */
     const char *soname;       /* the default */
@@ -786,8 +792,7 @@ struct ibp_library {
     const char *lacks;
 };
 
-/* dlopen lib and fill its slots: the handle, or NULL with `error` raised
- * and every slot empty. */
+/* dlopen lib and fill its slots: the handle, or NULL with `error` raised, no slot filled. */
 IBP_HIDDEN void *ibp_load_symbols(const struct ibp_library *lib, PyObject *error);
 /* dlopen libibverbs.so.1 and fill the slots; ImportError on failure. */
 IBP_HIDDEN int ibp_load_library(void);
