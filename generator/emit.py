@@ -57,6 +57,7 @@ def method_body(m: MethodModel) -> List[str]:
     body += _argument_parsing(m) + _hold_on_entry(m) + _open_check(m) + _symbol_checks(m)
     body += [line for p in m.params for line in p.parse()]
     body += [line for p in m.params for line in p.post_parse()]
+    body += [line for p in m.params for line in p.hold_handles()]
     body += _checks(m)
     if m.guard:
         # hand-written precondition: < 0 with an exception set

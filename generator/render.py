@@ -7,6 +7,7 @@ Output is deterministic: the same IR and spec give byte-identical files.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any, Dict, List
 
 import jinja2
@@ -17,6 +18,54 @@ from .model import MethodKind, Model
 from .record_model import CMModel, RecordsModel
 
 COMMAND = "python -m generator generate"
+
+
+@dataclass(frozen=True)
+class LockedEntry:
+    function: str   # the C function a table names
+    kind: str       # its signature (templates/_locked.c.j2, SIGNATURES)
+
+
+#: a PyMethodDef's flags -> the signature of its function
+_METHOD_KINDS = {"METH_NOARGS": "noargs", "METH_O": "o", "METH_VARARGS": "varargs",
+                 "METH_VARARGS | METH_KEYWORDS": "varargs_kw",
+                 "METH_FASTCALL | METH_KEYWORDS": "fastcall_kw"}
+
+
+class LockedEntries:
+    """What one file's tables name (methods, attributes, slots), gathered
+    while it renders: the templates write `{{ locked(function, kind) }}`
+    where a table names a function, which gives IBP_LOCKED(function)
+    (common.h: the function itself on a GIL target, its __locked wrapper
+    on a free-threaded one), and the wrappers are rendered around the file
+    (templates/_locked.c.j2).  So no entry of any class can be reached
+    without its object's critical section on a free-threaded target.
+    A class method (METH_CLASS) has no object to lock: named as it is."""
+
+    def __init__(self) -> None:
+        self.entries: List[LockedEntry] = []
+
+    def __call__(self, function: str, kind: str) -> str:
+        if kind.startswith("METH_"):
+            if "METH_CLASS" in kind:
+                return function
+            if kind not in _METHOD_KINDS:
+                raise ValueError(f"{function}: no locked wrapper for a {kind} method")
+            kind = _METHOD_KINDS[kind]
+        entry = LockedEntry(function, kind)
+        if entry not in self.entries:
+            self.entries.append(entry)
+        return f"IBP_LOCKED({function})"
+
+    def wrap(self, env: jinja2.Environment, text: str) -> str:
+        """The rendered file with the wrappers' prototypes after its header
+        comment and their definitions at its end."""
+        if not self.entries:
+            return text
+        macros = env.get_template("_locked.c.j2").module
+        head_end = text.index("*/\n") + 3
+        return (text[:head_end] + str(macros.prototypes(self.entries)) + text[head_end:]
+                + str(macros.definitions(self.entries)))
 
 
 def _init_format(fields: Any) -> str:
@@ -76,7 +125,9 @@ def render(model: Model, template_dir: str) -> Dict[str, str]:
     files: Dict[str, str] = {}
 
     def emit(name: str, template: str, comment: Dict[str, str]=c_comment, **extra: Any) -> None:
-        files[name] = env.get_template(template).render(**common, **comment, **extra)
+        locked = LockedEntries()
+        text = env.get_template(template).render(**common, **comment, **extra, locked=locked)
+        files[name] = locked.wrap(env, text)
 
     from .loader import VERBS
     emit("loader.c.h", "loader.c.h.j2", lib=VERBS)
@@ -105,8 +156,10 @@ def render_records(m: RecordsModel, template_dir: str) -> Dict[str, str]:
     files = {"records.h": env.get_template("records.h.j2").render(**common)}
     by_key = {r.key: r for r in m.records}
     for t in m.types:
-        files[f"{t.name.lower()}.c.h"] = env.get_template("record_type.c.h.j2").render(
-            **common, t=t, by_key=by_key)
+        locked = LockedEntries()
+        text = env.get_template("record_type.c.h.j2").render(**common, t=t, by_key=by_key,
+                                                             locked=locked)
+        files[f"{t.name.lower()}.c.h"] = locked.wrap(env, text)
     return {name: finish(text) for name, text in files.items()}
 
 
@@ -128,7 +181,7 @@ def render_rdmacm(m: CMModel, template_dir: str) -> Dict[str, str]:
         f"{p}loader.c.h": env.get_template("loader.c.h.j2").render(**common, **c_comment,
                                                                   lib=RDMACM),
         f"{p}objects.h": env.get_template("rdmacm_objects.h.j2").render(**common, **c_comment),
-        f"{p}methods.c.h": env.get_template("rdmacm_methods.c.h.j2").render(**common, **c_comment),
+        f"{p}methods.c.h": _render_locked(env, "rdmacm_methods.c.h.j2", **common, **c_comment),
         f"{p}enums.py": env.get_template("enums.py.j2").render(**common, **py_comment),
     }
     return {name: finish(text) for name, text in files.items()}
@@ -150,6 +203,11 @@ def render_targets(targets: Any, template_dir: str) -> Dict[str, str]:
 class _NoIR:
     """The header's `from ...` for files made from the spec alone."""
     source = "spec/targets/targets.yaml"
+
+
+def _render_locked(env: jinja2.Environment, template: str, **context: Any) -> str:
+    locked = LockedEntries()
+    return locked.wrap(env, env.get_template(template).render(**context, locked=locked))
 
 
 def finish(text: str) -> str:

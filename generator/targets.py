@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass
 from typing import List, Optional
 
@@ -19,7 +18,12 @@ from .spec import SpecError, load_file
 
 TARGET_KEYS = {"doc", "python_tag", "abi_tag", "requires_python", "limited_api",
                "free_threaded"}
-_VERSION = re.compile(r"^3\.(\d+)$")
+
+
+def _minor(version: str) -> Optional[int]:
+    """N of a "3.N" version, or None for anything else."""
+    major, _, minor = version.partition(".")
+    return int(minor) if major == "3" and minor.isdigit() else None
 
 
 @dataclass(frozen=True)
@@ -35,14 +39,13 @@ class Target:
     @property
     def macro(self) -> str:
         """IBP_TARGET_<NAME>: what setup.py defines to build this target."""
-        return "IBP_TARGET_" + re.sub(r"[^A-Za-z0-9]", "_", self.name).upper()
+        return "IBP_TARGET_" + "".join(c if c.isalnum() else "_" for c in self.name).upper()
 
     @property
     def limited_api_hex(self) -> Optional[str]:
         if self.limited_api is None:
             return None
-        minor = int(_VERSION.match(self.limited_api).group(1))  # type: ignore[union-attr]
-        return f"0x03{minor:02X}0000"
+        return f"0x03{_minor(self.limited_api) or 0:02X}0000"
 
     @property
     def wheel_tag(self) -> str:
@@ -65,7 +68,7 @@ def load(path: str, display: str = "spec/targets/targets.yaml") -> List[Target]:
             raise SpecError(f"{where}: target {name}: needs {', '.join(sorted(missing))}")
         for key in ("requires_python", "limited_api"):
             value = node.get(key)
-            if value is not None and not _VERSION.match(str(value)):
+            if value is not None and _minor(str(value)) is None:
                 raise SpecError(f"{node.where(key)}: target {name}: {key} must be '3.N', "
                                 f"not {value!r}")
         free = node["free_threaded"]

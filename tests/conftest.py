@@ -236,10 +236,11 @@ def rc_pair(ib: Any, pd: "ibv.PD", port: int, gid_index: int, access: int) -> It
 
 @pytest.fixture(scope="session")
 def on_null_provider() -> Callable[..., Any]:
-    """run(code, **env): `code` run by a fresh interpreter whose ibverbs
-    loads the null provider (bench/nullverbs.c, built by bench/host_micro.py)
-    instead of libibverbs.so.1; env adds environment variables (those of
-    nullverbs.c included).  Its CompletedProcess, text output captured."""
+    """run(code, interpreter=None, **env): `code` run by a fresh interpreter
+    (this one, or the given executable) whose ibverbs loads the null
+    provider (bench/nullverbs.c, built by bench/host_micro.py) instead of
+    libibverbs.so.1; env adds environment variables (those of nullverbs.c
+    included).  Its CompletedProcess, text output captured."""
     import importlib.util
     import shutil
     import subprocess
@@ -251,8 +252,9 @@ def on_null_provider() -> Callable[..., Any]:
     spec.loader.exec_module(host_micro)
     lib = host_micro.build_nullverbs()
 
-    def run(code: str, **env: str) -> "subprocess.CompletedProcess[str]":
+    def run(code: str, interpreter: Optional[str] = None,
+            **env: str) -> "subprocess.CompletedProcess[str]":
         full = dict(os.environ, IBVERBS_LIBRARY=lib, PYTHONPATH=str(ROOT), **env)
-        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                              env=full, cwd=ROOT, timeout=120)
+        return subprocess.run([interpreter or sys.executable, "-c", code], capture_output=True,
+                              text=True, env=full, cwd=ROOT, timeout=120)
     return run

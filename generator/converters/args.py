@@ -251,7 +251,10 @@ class StructObjectParam(ClassArgParam):
         return None
 
     def own_declarations(self) -> List[str]:
-        return [f"struct {self.cls}Object *{self.name} = NULL;"]
+        lines = [f"struct {self.cls}Object *{self.name} = NULL;"]
+        if self.handle_fields:
+            lines += [f"ibp_lock_t {self.name}_lock;", f"int {self.name}_locked = 0;"]
+        return lines
 
     def released_declarations(self) -> List[str]:
         return [f"{self.ctype} {self.name}_c;"]
@@ -265,17 +268,30 @@ class StructObjectParam(ClassArgParam):
         *arg* for the call (a new object's parent is that one)."""
         return f"{arg}_{field}_held"
 
-    def hold_for_call(self, released: bool) -> List[str]:
+    def hold_handles(self) -> List[str]:
         """Its handles as they are now (a later argument's conversion may
-        have set them again), written into its struct and held."""
+        have set them again), written into its struct and held.  From here
+        until the call returns it is in its critical section (common.h,
+        "threads"): no other thread sets its handles or its C struct while
+        this call reads them."""
+        if not self.handle_fields:
+            return []
+        lines = [f"/* {self.name}'s handles, held as they are now */",
+                 f"ibp_lock(&{self.name}_lock, {self.name});", f"{self.name}_locked = 1;",
+                 f"if ({self.cls}_prepare({self.name}) < 0)", "    goto exit;"]
+        for f in self.handle_fields:
+            lines += [f"if (ibp_hold({self.name}->{HandleField.ref_member(f)}, NULL, "
+                      f"&{self.held_local(self.name, f)}) < 0)",
+                      "    goto exit;"]
+        return lines
+
+    def cleanup(self) -> List[str]:
+        if not self.handle_fields:
+            return []
+        return [f"if ({self.name}_locked)", f"    ibp_unlock(&{self.name}_lock);"]
+
+    def hold_for_call(self, released: bool) -> List[str]:
         lines: List[str] = []
-        if self.handle_fields:
-            lines += [f"/* {self.name}'s handles, held as they are now */",
-                      f"if ({self.cls}_prepare({self.name}) < 0)", "    goto exit;"]
-            for f in self.handle_fields:
-                lines += [f"if (ibp_hold({self.name}->{HandleField.ref_member(f)}, NULL, "
-                          f"&{self.held_local(self.name, f)}) < 0)",
-                          "    goto exit;"]
         if released:
             # another thread may set its fields (or prepare it for a call
             # of its own) while this one runs

@@ -157,11 +157,16 @@ class ParamConverter:
         them is converted (no Python code has run yet)."""
         return []
 
+    def hold_handles(self) -> List[str]:
+        """Statements holding what the verb is handed through other objects
+        (a struct's handles, as they are now), before any check reads
+        them: once held, no other thread can close them."""
+        return []
+
     def hold_for_call(self, released: bool) -> List[str]:
-        """Statements just before the call: hold what the verb is handed
-        through other objects (a struct's handles, as they are now), and,
-        for a call with the GIL released, take a private copy of what
-        another thread could change meanwhile."""
+        """Statements just before the call: for a call with the GIL
+        released, take a private copy of what another thread could change
+        meanwhile."""
         return []
 
     def after_call(self, released: bool) -> List[str]:

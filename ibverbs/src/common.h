@@ -68,6 +68,43 @@ PyAPI_FUNC(void *) PyMem_Calloc(size_t nelem, size_t elsize);
 
 #define IBP_HIDDEN __attribute__((visibility("hidden")))
 
+/* ---- threads (CONTRIBUTING.md, "Threads") --------------------------------
+ * On a free-threaded target (IBP_FREE_THREADED) no GIL puts the threads in
+ * turn: every generated entry of a class runs in its object's critical
+ * section (IBP_LOCKED: templates/_locked.c.j2), which the interpreter
+ * suspends where the GIL would have been released; what other objects'
+ * calls change is atomic; what is global is made at import or per thread.
+ * On a GIL target each is what it was: a plain load, store or add. */
+#if IBP_FREE_THREADED
+#define IBP_LOCKED(f) f##__locked
+#define IBP_THREAD_LOCAL _Thread_local
+typedef PyCriticalSection ibp_lock_t;
+#define ibp_lock(cs, obj) PyCriticalSection_Begin((cs), (PyObject *)(obj))
+#define ibp_unlock(cs) PyCriticalSection_End(cs)
+/* sequentially consistent: a hold's count against a close's check (handles.c) */
+#define ibp_atomic_load(p) __atomic_load_n((p), __ATOMIC_SEQ_CST)
+#define ibp_atomic_store(p, v) __atomic_store_n((p), (v), __ATOMIC_SEQ_CST)
+#define ibp_atomic_add(p, v) __atomic_add_fetch((p), (v), __ATOMIC_SEQ_CST)
+#define ibp_relaxed_load(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+#define ibp_relaxed_store(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
+/* a value published by its stamp (an SGE's: sge.c) */
+#define ibp_acquire_load(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define ibp_release_store(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#else
+#define IBP_LOCKED(f) f
+#define IBP_THREAD_LOCAL
+typedef struct { char unused; } ibp_lock_t;
+#define ibp_lock(cs, obj) ((void)(cs), (void)(obj))
+#define ibp_unlock(cs) ((void)(cs))
+#define ibp_atomic_load(p) (*(p))
+#define ibp_atomic_store(p, v) (*(p) = (v))
+#define ibp_atomic_add(p, v) (*(p) += (v))
+#define ibp_relaxed_load(p) (*(p))
+#define ibp_relaxed_store(p, v) (*(p) = (v))
+#define ibp_acquire_load(p) (*(p))
+#define ibp_release_store(p, v) (*(p) = (v))
+#endif
+
 /*
  * METH_FASTCALL | METH_KEYWORDS for the data-path methods that take their
  * arguments by keyword too (the seed's qp.post_send(wrs=...),
@@ -320,9 +357,20 @@ IBP_HIDDEN int ibp_test_hooks_enabled(void);
 IBP_HIDDEN PyObject *ibp_repr_fields(PyObject *obj, const char *const *names);
 IBP_HIDDEN PyObject *ibp_asdict_fields(PyObject *obj, const char *const *names);
 
-/* Enter/leave a call that releases the GIL on handle obj. */
-static inline void ibp_busy_enter(PyObject *obj) { IBP_HANDLE(obj)->busy++; }
-static inline void ibp_busy_leave(PyObject *obj) { IBP_HANDLE(obj)->busy--; }
+/* Enter/leave a call on handle obj: busy, close() says EBUSY meanwhile.
+ * ibp_busy_enter is for obj's own calls, in its critical section (its
+ * entries'); ibp_busy_hold for another object, which it counts in that
+ * object's critical section: so a close(), which checks the count in it,
+ * either sees the hold or is over (ptr NULL) before the hold counts. */
+static inline void ibp_busy_enter(PyObject *obj) { ibp_atomic_add(&IBP_HANDLE(obj)->busy, 1); }
+static inline void ibp_busy_leave(PyObject *obj) { ibp_atomic_add(&IBP_HANDLE(obj)->busy, -1); }
+static inline void ibp_busy_hold(PyObject *obj)
+{
+    ibp_lock_t cs;
+    ibp_lock(&cs, obj);
+    ibp_busy_enter(obj);
+    ibp_unlock(&cs);
+}
 
 /* Mark a just-wrapped handle as borrowed: its verbs object belongs to
  * another library (librdmacm), so close() and GC never destroy it. */
@@ -463,12 +511,27 @@ struct ibp_sge_cache {
 /* SGE_Type once a request was kept, NULL in a fork() child (handles.c). */
 extern IBP_HIDDEN PyTypeObject *ibp_kept_sge_type;
 /* The last stamp taken; 0 is no object's (a new one has stamp 0 until its
- * first store, and nothing is kept from it). */
+ * first store, and nothing is kept from it).  On a free-threaded target
+ * each thread takes its stamps from a block of its own, which it takes
+ * from the one counter when it has used it up: stamps stay unique in the
+ * process, and setters in parallel threads share no cache line. */
+#if IBP_FREE_THREADED
+#define IBP_STAMP_BLOCK 4096
+extern IBP_HIDDEN IBP_THREAD_LOCAL uint64_t ibp_stamp, ibp_stamp_end;
+IBP_HIDDEN uint64_t ibp_stamp_new_block(void);
+static inline uint64_t ibp_next_stamp(void)
+{
+    if (__builtin_expect(ibp_stamp == ibp_stamp_end, 0))
+        return ibp_stamp_new_block();
+    return ++ibp_stamp;
+}
+#else
 extern IBP_HIDDEN uint64_t ibp_stamp;
 static inline uint64_t ibp_next_stamp(void)
 {
     return ++ibp_stamp;
 }
+#endif
 
 /* ---- enum members (convert.c) ---------------------------------------------
  * A getter of a field holding an enum or a flag set (generator/enum_fields.py)
@@ -636,7 +699,10 @@ static inline PyObject *ibp_list_item(PyObject *list, Py_ssize_t i)
  * list layout was checked then). */
 static inline int ibp_kept_sge_matches(PyObject *item, uint64_t stamp)
 {
-    return Py_TYPE(item) == ibp_kept_sge_type && ((SGEObject *)item)->stamp == stamp;
+    /* read without the SGE's lock: its setters store the stamp last, with
+     * release (ibp_SGE_changed), and a kept value is never the SGE's own */
+    return Py_TYPE(item) == ibp_kept_sge_type
+           && ibp_acquire_load(&((SGEObject *)item)->stamp) == stamp;
 }
 
 /* Whether list holds what c kept: as many items, each an SGE with the
@@ -668,6 +734,22 @@ static inline int ibp_recv_wr_kept(const RecvWRObject *w)
 {
     return ibp_kept_list_matches(&w->sges, w->sg_list);
 }
+
+/* A request read for a post, in its critical section and its SGE list's
+ * (free-threaded target; nothing on a GIL one): another thread's setter or
+ * list append waits until the post has read it. */
+struct ibp_wr_lock {
+    ibp_lock_t request;
+    ibp_lock_t list;
+    PyObject *sg_list;      /* the list locked (a reference), or NULL */
+};
+#if IBP_FREE_THREADED
+IBP_HIDDEN void ibp_wr_lock(struct ibp_wr_lock *l, PyObject *w);
+IBP_HIDDEN void ibp_wr_unlock(struct ibp_wr_lock *l);
+#else
+#define ibp_wr_lock(l, w) ((void)(l), (void)(w))
+#define ibp_wr_unlock(l) ((void)(l))
+#endif
 
 /* A kept SendWR into *wr: the request it keeps, its wr_id; not next. */
 IBP_HIDDEN void ibp_send_wr_copy_kept(const SendWRObject *w, struct ibv_send_wr *wr);

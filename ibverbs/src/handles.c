@@ -24,19 +24,23 @@
 
 #include "rdmacm_objects.h"
 
+/* In obj's critical section (close() is a generated entry): a hold, which
+ * counts itself in that critical section too, is either counted before
+ * this reads busy or finds the object closed (common.h, "threads"). */
 int ibp_check_closable(PyObject *obj, const char *verb)
 {
     IbvHandle *h = IBP_HANDLE(obj);
-    if (h->live_children > 0) {
+    Py_ssize_t children = ibp_atomic_load(&h->live_children);
+    if (children > 0) {
         /* The seed's words, which callers match on. */
         const char *name = ibp_type_name(obj);
         ibp_raise_detail(verb, EBUSY,
                          "%s failed: cannot close %s with %zd open child resource(s)",
                          verb, strcmp(name, "Context") == 0 ? "context" : name,
-                         h->live_children);
+                         children);
         return -1;
     }
-    if (h->busy > 0) {
+    if (ibp_atomic_load(&h->busy) > 0) {
         ibp_raise_detail(verb, EBUSY,
                          "%s failed: a call on this %s is in progress (in another "
                          "thread, or this is a callback of that call); retry "
@@ -56,14 +60,14 @@ static unsigned long closes_ended;
 
 void ibp_close_begin(PyObject *obj)
 {
-    IBP_HANDLE(obj)->closing = 1;
+    ibp_atomic_store(&IBP_HANDLE(obj)->closing, 1);
 }
 
 void ibp_close_end(PyObject *obj)
 {
     /* GIL held, like the waiter's check: the flag and the count move
      * together as far as a waiter can tell. */
-    IBP_HANDLE(obj)->closing = 0;
+    ibp_atomic_store(&IBP_HANDLE(obj)->closing, 0);
     pthread_mutex_lock(&close_lock);
     closes_ended++;
     pthread_cond_broadcast(&close_ended);
@@ -72,7 +76,7 @@ void ibp_close_end(PyObject *obj)
 
 void ibp_close_wait(PyObject *obj)
 {
-    while (IBP_HANDLE(obj)->closing) {
+    while (ibp_atomic_load(&IBP_HANDLE(obj)->closing)) {
         pthread_mutex_lock(&close_lock);
         unsigned long seen = closes_ended;
         pthread_mutex_unlock(&close_lock);
@@ -252,7 +256,7 @@ int ibp_call_enter_forked(PyObject *self)
         raise_foreign(self);
         return -1;
     }
-    IBP_HANDLE(self)->busy++;
+    ibp_busy_enter(self);
     return 0;
 }
 
@@ -266,7 +270,7 @@ int ibp_hold(PyObject *obj, PyTypeObject *type, PyObject **held)
         return -1;
     }
     Py_INCREF(obj);
-    IBP_HANDLE(obj)->busy++;
+    ibp_busy_hold(obj);
     *held = obj;
     return 0;
 }
@@ -274,7 +278,7 @@ int ibp_hold(PyObject *obj, PyTypeObject *type, PyObject **held)
 void ibp_unhold(PyObject *held)
 {
     if (held != NULL) {
-        IBP_HANDLE(held)->busy--;
+        ibp_busy_leave(held);
         Py_DECREF(held);
     }
 }
@@ -290,7 +294,7 @@ int ibp_hold_each(PyObject *tuple, PyObject **held)
         }
     }
     for (Py_ssize_t i = 0; i < n; i++)
-        IBP_HANDLE(PyTuple_GetItem(tuple, i))->busy++;
+        ibp_busy_hold(PyTuple_GetItem(tuple, i));
     *held = Py_NewRef(tuple);
     return 0;
 }
@@ -300,7 +304,7 @@ void ibp_unhold_each(PyObject *held)
     if (held == NULL)
         return;
     for (Py_ssize_t i = 0; i < PyTuple_Size(held); i++)
-        IBP_HANDLE(PyTuple_GetItem(held, i))->busy--;
+        ibp_busy_leave(PyTuple_GetItem(held, i));
     Py_DECREF(held);
 }
 
@@ -342,7 +346,7 @@ PyObject *ibp_handle_new(PyTypeObject *type, void *ptr, PyObject **parent_slots,
         PyObject *parent = parents[i];
         if (parent != NULL) {
             Py_INCREF(parent);
-            IBP_HANDLE(parent)->live_children++;
+            ibp_atomic_add(&IBP_HANDLE(parent)->live_children, 1);
         }
         parent_slots[i] = parent;
     }
@@ -353,7 +357,7 @@ void ibp_handle_release_parents(PyObject *const *parents, int nparents)
 {
     for (int i = 0; i < nparents; i++)
         if (parents[i] != NULL)
-            IBP_HANDLE(parents[i])->live_children--;
+            ibp_atomic_add(&IBP_HANDLE(parents[i])->live_children, -1);
 }
 
 void ibp_report_unraisable(PyObject *obj, const char *verb, int err)

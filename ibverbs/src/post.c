@@ -94,9 +94,19 @@ static inline PyObject *single_wr(PyObject *arg, PyTypeObject *type)
         if (PyList_Size(arg) != 1)
             return NULL;
         arg = PyList_GetItem(arg, 0);
+    } else if (IBP_FREE_THREADED && PyTuple_CheckExact(arg)) {
+        if (PyTuple_Size(arg) != 1)     /* a list's snapshot (post_requests) */
+            return NULL;
+        arg = PyTuple_GetItem(arg, 0);
     }
     return PyObject_TypeCheck(arg, type) ? arg : NULL;
 }
+
+
+/* On a free-threaded target a chain never points into a request's own
+ * storage (its kept SGEs): once the request is unlocked another thread's
+ * post may keep others there.  A kept request is then filled as any. */
+#define CHAIN_TAKES_KEPT (!IBP_FREE_THREADED)
 
 /* A kept request's post failed (out of line: the short way spends no
  * register on its arguments but the queue's). */
@@ -109,8 +119,8 @@ static PyObject *kept_post_failed(PyObject *self, const char *verb, int rc, uint
 /* Where a kept request's post puts the provider's bad pointer (the only
  * request: never read).  Not on the stack, so that the short way keeps no
  * frame; one is enough, under the GIL. */
-static struct ibv_send_wr *kept_bad_send;
-static struct ibv_recv_wr *kept_bad_recv;
+static IBP_THREAD_LOCAL struct ibv_send_wr *kept_bad_send;
+static IBP_THREAD_LOCAL struct ibv_recv_wr *kept_bad_recv;
 
 /* A SendWR that a post read before and that has not changed since
  * (ibp_send_wr_kept): posted from the request it keeps, with nothing to read. */
@@ -126,7 +136,19 @@ static inline PyObject *post_send_kept(PyObject *self, SendWRObject *w)
 /* Post one request with its SGEs on the stack.  When they do not fit,
  * NULL without an exception and *no_room set: nothing was posted, and the
  * caller takes a chain's way. */
+static PyObject *post_send_one_locked(PyObject *self, SendWRObject *w, int *no_room);
+
+/* Post one request: read and posted in its critical section (ibp_wr_lock). */
 static PyObject *post_send_one(PyObject *self, SendWRObject *w, int *no_room)
+{
+    struct ibp_wr_lock l;
+    ibp_wr_lock(&l, (PyObject *)w);
+    PyObject *result = post_send_one_locked(self, w, no_room);
+    ibp_wr_unlock(&l);
+    return result;
+}
+
+static PyObject *post_send_one_locked(PyObject *self, SendWRObject *w, int *no_room)
 {
     if (ibp_send_wr_kept(w) && QP_PTR(self)->qp_type != IBV_QPT_UD)
         return post_send_kept(self, w);     /* post_send([wr]) */
@@ -165,6 +187,23 @@ static inline int recv_verb(PyObject *self, enum recv_queue q, struct ibv_recv_w
     }
 }
 
+/* post(self, requests, q) of what a post reads: arg itself, or on a
+ * free-threaded target a list's snapshot (a tuple, taken in the list's
+ * critical section): a list is read in place, and another thread could
+ * change it while its items are read. */
+static PyObject *post_requests(PyObject *self, PyObject *arg, enum recv_queue q,
+                               PyObject *(*post)(PyObject *, PyObject *, enum recv_queue))
+{
+    if (!IBP_FREE_THREADED || !PyList_CheckExact(arg))
+        return post(self, arg, q);
+    PyObject *requests = PySequence_Tuple(arg);
+    if (requests == NULL)
+        return NULL;
+    PyObject *result = post(self, requests, q);
+    Py_DECREF(requests);
+    return result;
+}
+
 static const char *recv_verb_name(enum recv_queue q)
 {
     return q == RECV_WQ ? "ibv_post_wq_recv" : q == RECV_SRQ ? "ibv_post_srq_recv"
@@ -195,9 +234,22 @@ static inline int recv_entry(PyObject *self, enum recv_queue q, struct ibv_recv_
     }
 }
 
+static PyObject *post_recv_one_locked(PyObject *self, RecvWRObject *w, enum recv_queue q,
+                                      int *no_room);
+
 /* The same for a receive. */
 static PyObject *post_recv_one(PyObject *self, RecvWRObject *w, enum recv_queue q,
                                int *no_room)
+{
+    struct ibp_wr_lock l;
+    ibp_wr_lock(&l, (PyObject *)w);
+    PyObject *result = post_recv_one_locked(self, w, q, no_room);
+    ibp_wr_unlock(&l);
+    return result;
+}
+
+static PyObject *post_recv_one_locked(PyObject *self, RecvWRObject *w, enum recv_queue q,
+                                      int *no_room)
 {
     if (ibp_recv_wr_kept(w))
         return post_recv_kept(self, w, q);     /* post_recv([wr]) */
@@ -262,20 +314,23 @@ static Py_ssize_t send_chain_on_stack(PyObject *self, PyObject *arg, struct chai
             return ibp_bad_wr_item(i, "SendWR", item);
         SendWRObject *w = (SendWRObject *)item;
         struct ibv_send_wr *wr = &wrs[i];
+        struct ibp_wr_lock l;
+        ibp_wr_lock(&l, item);
         /* its SGEs are those it keeps: none of the chain's room taken */
-        if (ibp_send_wr_kept(w) && !ud) {
+        if (CHAIN_TAKES_KEPT && ibp_send_wr_kept(w) && !ud) {
             ibp_send_wr_copy_kept(w, wr);
+            ibp_wr_unlock(&l);
             wr->next = i + 1 < n ? &wrs[i + 1] : NULL;
             continue;
         }
         wr->sg_list = sge;
-        if (ibp_check_ah_fits_qp(self, w->ah, i) < 0)
-            return -1;
-        int filled = ibp_send_wr_fill(w, w->sg_list, wr, c->stack_sges + STACK_SGES - sge);
+        int filled = ibp_check_ah_fits_qp(self, w->ah, i) < 0 ? -1
+                     : ibp_send_wr_fill(w, w->sg_list, wr, c->stack_sges + STACK_SGES - sge);
+        if (filled == 0 && check_inline_mrs(w->sg_list, wr) < 0)
+            filled = -1;
+        ibp_wr_unlock(&l);
         if (filled != 0)
             return filled > 0 ? 0 : -1;
-        if (check_inline_mrs(w->sg_list, wr) < 0)
-            return -1;
         wr->next = i + 1 < n ? &wrs[i + 1] : NULL;
         sge += wr->num_sge;
     }
@@ -295,13 +350,17 @@ static Py_ssize_t recv_chain_on_stack(PyObject *arg, struct chain *c)
             return ibp_bad_wr_item(i, "RecvWR", item);
         RecvWRObject *w = (RecvWRObject *)item;
         struct ibv_recv_wr *wr = &wrs[i];
-        if (ibp_recv_wr_kept(w)) {
+        struct ibp_wr_lock l;
+        ibp_wr_lock(&l, item);
+        if (CHAIN_TAKES_KEPT && ibp_recv_wr_kept(w)) {
             *wr = w->prepared;
+            ibp_wr_unlock(&l);
             wr->next = i + 1 < n ? &wrs[i + 1] : NULL;
             continue;
         }
         wr->sg_list = sge;
         int filled = ibp_recv_wr_fill(w, w->sg_list, wr, c->stack_sges + STACK_SGES - sge);
+        ibp_wr_unlock(&l);
         if (filled != 0)
             return filled > 0 ? 0 : -1;
         wr->next = i + 1 < n ? &wrs[i + 1] : NULL;
@@ -338,10 +397,18 @@ static int chain_overflow(int filled)
     return -1;
 }
 
+static PyObject *post_send_requests(PyObject *self, PyObject *arg, enum recv_queue unused);
+
 /* Everything else post_send takes: a changed or new SendWR, a list, an
  * iterable, a PostList. */
 static PyObject *post_send_any(PyObject *self, PyObject *arg)
 {
+    return post_requests(self, arg, RECV_QP, post_send_requests);
+}
+
+static PyObject *post_send_requests(PyObject *self, PyObject *arg, enum recv_queue unused)
+{
+    (void)unused;
     struct wr_seq s;
     struct chain c;
     int no_room = 0;
@@ -372,15 +439,17 @@ static PyObject *post_send_any(PyObject *self, PyObject *arg)
         struct ibv_send_wr *wr = &wrs[i];
         SendWRObject *w = (SendWRObject *)ibp_wr_seq_item(&s, i);
         wr->sg_list = sge;
-        if (ibp_check_ah_fits_qp(self, w->ah, i) < 0)
-            goto done;
-        int filled = ibp_send_wr_fill(w, w->sg_list, wr, s.nsge - (sge - c.sges));
+        struct ibp_wr_lock l;
+        ibp_wr_lock(&l, (PyObject *)w);
+        int filled = ibp_check_ah_fits_qp(self, w->ah, i) < 0 ? -1
+                     : ibp_send_wr_fill(w, w->sg_list, wr, s.nsge - (sge - c.sges));
+        if (filled == 0 && check_inline_mrs(w->sg_list, wr) < 0)
+            filled = -1;
+        ibp_wr_unlock(&l);
         if (filled != 0) {
             chain_overflow(filled);
             goto done;
         }
-        if (check_inline_mrs(w->sg_list, wr) < 0)
-            goto done;
         wr->next = i + 1 < s.n ? &wrs[i + 1] : NULL;
         sge += wr->num_sge;
     }
@@ -414,8 +483,14 @@ PyObject *ibp_hand_QP_post_send_short(PyObject *self, PyObject *wrs)
     struct ibv_qp *qp = QP_PTR(self);
     if (__builtin_expect(Py_IS_TYPE(wrs, SendWR_Type) && qp != NULL && Py_IS_TYPE(self, QP_Type), 1)) {
         SendWRObject *w = (SendWRObject *)wrs;
-        if (__builtin_expect(ibp_send_wr_kept(w) && qp->qp_type != IBV_QPT_UD, 1))
-            return post_send_kept(self, w);
+        struct ibp_wr_lock l;
+        ibp_wr_lock(&l, wrs);
+        if (__builtin_expect(ibp_send_wr_kept(w) && qp->qp_type != IBV_QPT_UD, 1)) {
+            PyObject *result = post_send_kept(self, w);
+            ibp_wr_unlock(&l);
+            return result;
+        }
+        ibp_wr_unlock(&l);
     }
     return ibp_QP_post_send_entered(self, wrs);
 }
@@ -425,13 +500,20 @@ PyObject *ibp_hand_QP_post_send_short(PyObject *self, PyObject *wrs)
  * is typed for its struct (ibv_send_wr / ibv_recv_wr) and its fill
  * function, which LTO inlines; one shared loop would need a function
  * pointer per request. */
+static PyObject *post_recv_requests(PyObject *self, PyObject *arg, enum recv_queue q);
+
 static PyObject *post_recv(PyObject *self, PyObject *arg, enum recv_queue q)
+{
+    if (ibp_check_open(self) < 0)
+        return NULL;
+    return post_requests(self, arg, q, post_recv_requests);
+}
+
+static PyObject *post_recv_requests(PyObject *self, PyObject *arg, enum recv_queue q)
 {
     struct wr_seq s;
     struct chain c;
     int no_room = 0;
-    if (ibp_check_open(self) < 0)
-        return NULL;
     if (Py_IS_TYPE(arg, PostList_Type) && q == RECV_WQ) {
         PyErr_SetString(PyExc_TypeError, "WQ.post_recv takes a RecvWR or a list of them, not a PostList");
         return NULL;
@@ -458,7 +540,10 @@ static PyObject *post_recv(PyObject *self, PyObject *arg, enum recv_queue q)
         struct ibv_recv_wr *wr = &wrs[i];
         RecvWRObject *w = (RecvWRObject *)ibp_wr_seq_item(&s, i);
         wr->sg_list = sge;
+        struct ibp_wr_lock l;
+        ibp_wr_lock(&l, (PyObject *)w);
         int filled = ibp_recv_wr_fill(w, w->sg_list, wr, s.nsge - (sge - c.sges));
+        ibp_wr_unlock(&l);
         if (filled != 0) {
             chain_overflow(filled);
             goto done;
@@ -500,14 +585,19 @@ static inline PyObject *post_recv_short(PyObject *self, PyObject *wrs, enum recv
 {
     if (__builtin_expect(Py_IS_TYPE(wrs, RecvWR_Type), 1)) {
         RecvWRObject *w = (RecvWRObject *)wrs;
+        struct ibp_wr_lock l;
+        ibp_wr_lock(&l, wrs);
         if (__builtin_expect(ibp_recv_wr_kept(w), 1)) {
             int rc = recv_entry(self, q, &w->prepared);
+            uint64_t wr_id = w->prepared.wr_id;
+            ibp_wr_unlock(&l);
             if (__builtin_expect(rc == 0, 1))
                 return ibp_none();
             if (rc == IBP_ENTRY_CLOSED)
                 return entered(ibp_entry_closed, wrs);
-            return kept_post_failed(self, recv_verb_name(q), rc, w->prepared.wr_id);
+            return kept_post_failed(self, recv_verb_name(q), rc, wr_id);
         }
+        ibp_wr_unlock(&l);
     }
     return entered(self, wrs);
 }

@@ -21,8 +21,20 @@
  *
  * The one allocation (the tuple of SGE owners) comes first: it may run the
  * garbage collector, hence finalizers that could change w.  What is read
- * after it is read under a strong reference and re-checked. */
+ * after it is read under a strong reference and re-checked.  w is read in
+ * its critical section (ibp_wr_lock). */
+static int pl_fill_locked(PostListObject *pl, Py_ssize_t i, PyObject *w);
+
 static int pl_fill(PostListObject *pl, Py_ssize_t i, PyObject *w)
+{
+    struct ibp_wr_lock l;
+    ibp_wr_lock(&l, w);
+    int rc = pl_fill_locked(pl, i, w);
+    ibp_wr_unlock(&l);
+    return rc;
+}
+
+static int pl_fill_locked(PostListObject *pl, Py_ssize_t i, PyObject *w)
 {
     struct pl_entry *e = &pl->entries[i];
     PyObject *sg_list = pl->kind == PL_SEND ? ((SendWRObject *)w)->sg_list
@@ -272,25 +284,61 @@ static int pl_check_inline(PostListObject *pl)
 }
 
 /* What a release_gil post reads besides the QP: the AHs of its entries and
- * the MRs of their SGEs, busy (close() says EBUSY) while it runs. */
+ * the MRs of their SGEs, busy (close() says EBUSY) while it runs.  On a
+ * free-threaded target every post holds them: another thread could close
+ * one between the post's check and the provider's read. */
+static void pl_hold_one(PyObject *obj, int delta)
+{
+    if (delta > 0)
+        ibp_busy_hold(obj);
+    else
+        ibp_busy_leave(obj);
+}
+
 static void pl_hold(PostListObject *pl, int delta)
 {
     for (Py_ssize_t i = 0; i < pl->n; i++) {
         struct pl_entry *e = &pl->entries[i];
         if (e->ah != NULL)
-            IBP_HANDLE(e->ah)->busy += delta;
+            pl_hold_one(e->ah, delta);
         Py_ssize_t n = e->owners == NULL ? 0 : PyTuple_Size(e->owners);
         for (Py_ssize_t j = 0; j < n; j++) {
             PyObject *owner = PyTuple_GetItem(e->owners, j);
             if (PyObject_TypeCheck(owner, MR_Type))
-                IBP_HANDLE(owner)->busy += delta;
+                pl_hold_one(owner, delta);
         }
     }
 }
 
+static PyObject *postlist_post_locked(PyObject *self, PostListObject *pl,
+                                      enum post_target target);
+
+/* A PostList handed to a post is read and posted in its critical section
+ * (its own methods take it too): another thread's update waits, or, with
+ * release_gil=True while the post runs without the lock, raises (posting). */
 PyObject *ibp_postlist_post(PyObject *self, PyObject *list, enum post_target target)
 {
+    ibp_lock_t cs;
+    ibp_lock(&cs, list);
     PostListObject *pl = (PostListObject *)list;
+    if (IBP_FREE_THREADED) {
+        /* Frozen first: a hold may wait for an AH's or MR's lock, and
+         * meanwhile this list's lock is another thread's to take. */
+        pl->posting++;
+        pl_hold(pl, 1);
+    }
+    PyObject *result = postlist_post_locked(self, pl, target);
+    if (IBP_FREE_THREADED) {
+        pl_hold(pl, -1);
+        pl->posting--;
+    }
+    ibp_unlock(&cs);
+    return result;
+}
+
+static PyObject *postlist_post_locked(PyObject *self, PostListObject *pl,
+                                      enum post_target target)
+{
     int want = target == POST_SEND ? PL_SEND : PL_RECV;
     if (pl->kind != want) {
         PyErr_Format(PyExc_TypeError, "%s needs a PostList of %s, not of %s",
@@ -318,14 +366,16 @@ PyObject *ibp_postlist_post(PyObject *self, PyObject *list, enum post_target tar
         /* The list is frozen (updates raise) until the post returns; the
          * QP/SRQ is busy already (its wrapper's ibp_call_enter). */
         pl->posting++;
-        pl_hold(pl, 1);
+        if (!IBP_FREE_THREADED)     /* held already */
+            pl_hold(pl, 1);
         Py_BEGIN_ALLOW_THREADS
         ibp_test_pause_point();   /* IBVERBS_TEST_HOOKS */
         rc = target == POST_SEND ? ibv_post_send(handle, pl->wrs, &bad_send)
            : target == POST_RECV ? ibv_post_recv(handle, pl->wrs, &bad_recv)
            : ibv_post_srq_recv(handle, pl->wrs, &bad_recv);
         Py_END_ALLOW_THREADS
-        pl_hold(pl, -1);
+        if (!IBP_FREE_THREADED)
+            pl_hold(pl, -1);
         pl->posting--;
     }
     if (rc != 0) {

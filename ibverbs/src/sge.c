@@ -9,15 +9,31 @@
 
 #include "sge.c.h"
 
-uint64_t ibp_stamp;                     /* common.h: ibp_next_stamp */
 PyTypeObject *ibp_kept_sge_type;        /* common.h: struct ibp_sge_cache */
+
+#if IBP_FREE_THREADED
+IBP_THREAD_LOCAL uint64_t ibp_stamp, ibp_stamp_end;    /* common.h: ibp_next_stamp */
+static uint64_t stamp_blocks;           /* the blocks handed out */
+
+uint64_t ibp_stamp_new_block(void)
+{
+    uint64_t block = ibp_atomic_add(&stamp_blocks, 1);
+    ibp_stamp = (block - 1) * IBP_STAMP_BLOCK + 1;  /* block 0 starts at 1: 0 is no stamp */
+    ibp_stamp_end = block * IBP_STAMP_BLOCK;
+    return ibp_stamp;
+}
+#else
+uint64_t ibp_stamp;                     /* common.h: ibp_next_stamp */
+#endif
 
 /* Every setter, __init__ again and the collector's clear call it, after
  * they store: a new stamp, which no kept request holds (common.h's struct
- * ibp_sge_cache), so those holding the old one read their lists again. */
+ * ibp_sge_cache), so those holding the old one read their lists again.
+ * Stored last, with release: a post that reads it without the SGE's lock
+ * (ibp_kept_sge_matches) and finds the stamp it kept sends its own copy. */
 static void ibp_SGE_changed(SGEObject *self)
 {
-    self->stamp = ibp_next_stamp();
+    ibp_release_store(&self->stamp, ibp_next_stamp());
 }
 
 /* SGE(target, length, lkey, offset) into self (lkey_obj, offset_obj may be NULL). */
@@ -61,18 +77,23 @@ static int sge_set(SGEObject *self, PyObject *target, PyObject *length_obj,
     /* An address (an int) first: PyObject_TypeCheck of an int calls
      * PyType_IsSubtype, which walks int's MRO. */
     if (!PyLong_CheckExact(target) && PyObject_TypeCheck(target, MR_Type)) {
-        if (ibp_check_open(target) < 0)
+        /* held while it is read: no other thread deregisters it meanwhile */
+        ibp_busy_hold(target);
+        struct ibv_mr *mr = ibp_open_ptr(target);
+        size_t mr_length = mr != NULL ? mr->length : 0;
+        uint32_t mr_lkey = mr != NULL ? mr->lkey : 0;
+        base = mr != NULL ? (uintptr_t)mr->addr : 0;
+        ibp_busy_leave(target);
+        if (mr == NULL)
             return -1;
-        struct ibv_mr *mr = MR_PTR(target);
-        if (offset > mr->length || length > mr->length - offset) {
+        if (offset > mr_length || length > mr_length - offset) {
             PyErr_Format(PyExc_ValueError,
                          "SGE range [offset %llu, +%llu) exceeds the MR's %zu bytes",
                          (unsigned long long)offset, (unsigned long long)length,
-                         mr->length);
+                         mr_length);
             return -1;
         }
-        base = (uintptr_t)mr->addr;
-        lkey = lkey_obj != NULL && lkey_obj != Py_None ? 0 : mr->lkey;
+        lkey = lkey_obj != NULL && lkey_obj != Py_None ? 0 : mr_lkey;
         if (lkey_obj != NULL && lkey_obj != Py_None &&
             ibp_conv_unsigned(lkey_obj, "lkey", UINT32_MAX, &lkey) < 0)
             return -1;

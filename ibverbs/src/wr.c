@@ -143,10 +143,61 @@ int ibp_wr_seq_init(struct wr_seq *s, PyObject *arg, PyTypeObject *type, const c
     return 0;
 }
 
+#if IBP_FREE_THREADED
+void ibp_wr_lock(struct ibp_wr_lock *l, PyObject *w)
+{
+    ibp_lock(&l->request, w);
+    for (;;) {
+        PyObject *list = WR_SG_LIST(w);
+        l->sg_list = list;
+        if (list == NULL)
+            return;
+        /* The list's lock waits (suspending the request's) only where
+         * another thread holds it: then the request may have another list
+         * when both are held again. */
+        Py_INCREF(list);
+        ibp_lock(&l->list, list);
+        if (WR_SG_LIST(w) == list)
+            return;
+        ibp_unlock(&l->list);
+        Py_DECREF(list);
+    }
+}
+
+void ibp_wr_unlock(struct ibp_wr_lock *l)
+{
+    if (l->sg_list != NULL) {
+        ibp_unlock(&l->list);
+        Py_DECREF(l->sg_list);
+    }
+    ibp_unlock(&l->request);
+}
+#endif
+
+/* An SGE's value and its stamp together: in its critical section on a
+ * free-threaded target (its setters store both in it). */
+static inline uint64_t read_sge(PyObject *item, struct ibv_sge *out)
+{
+#if IBP_FREE_THREADED
+    ibp_lock_t cs;
+    ibp_lock(&cs, item);
+    *out = ((SGEObject *)item)->sge;
+    uint64_t stamp = ((SGEObject *)item)->stamp;
+    ibp_unlock(&cs);
+    return stamp;
+#else
+    *out = ((SGEObject *)item)->sge;
+    return ((SGEObject *)item)->stamp;
+#endif
+}
+
 /* The SGEs of list into out, which has room for `room`: 1 (and nothing
  * written) when they do not fit, so that a caller can read a request once
- * before it knows how many SGEs the whole chain has. */
-static inline int fill_sges(PyObject *list, struct ibv_sge *out, Py_ssize_t room, int *num)
+ * before it knows how many SGEs the whole chain has.  The first
+ * IBP_CACHED_SGES items' stamps, as they were when read, into stamps (0
+ * for one that is not exactly an SGE: nothing is kept from it). */
+static inline int fill_sges(PyObject *list, struct ibv_sge *out, Py_ssize_t room, int *num,
+                            uint64_t *stamps)
 {
     *num = 0;
     if (list == NULL)
@@ -165,7 +216,9 @@ static inline int fill_sges(PyObject *list, struct ibv_sge *out, Py_ssize_t room
                          ibp_type_name(item));
             return -1;
         }
-        out[i] = ((SGEObject *)item)->sge;
+        uint64_t stamp = read_sge(item, &out[i]);
+        if (i < IBP_CACHED_SGES)
+            stamps[i] = Py_IS_TYPE(item, SGE_Type) ? stamp : 0;
     }
     *num = (int)n;
     return 0;
@@ -208,47 +261,45 @@ static inline void copy_prepared(const SendWRObject *w, struct ibv_send_wr *wr)
  * is kept, and every post reads its list through the API. */
 static int list_layout_checked(void)
 {
-    static int checked = -1;
-    if (checked < 0) {
+    static int checked = -1;    /* threads that check at once find the same */
+    if (ibp_relaxed_load(&checked) < 0) {
         PyObject *a = PyLong_FromLong(1001), *b = PyLong_FromLong(1002);
         PyObject *list = a && b ? PyList_New(0) : NULL;
-        checked = list != NULL && PyList_Append(list, a) == 0 && PyList_Append(list, b) == 0 &&
-                  Py_SIZE(list) == 2 && ibp_list_item(list, 0) == a && ibp_list_item(list, 1) == b;
+        int found = list != NULL && PyList_Append(list, a) == 0 && PyList_Append(list, b) == 0 &&
+                    Py_SIZE(list) == 2 && ibp_list_item(list, 0) == a && ibp_list_item(list, 1) == b;
         if (PyErr_Occurred())
             PyErr_Clear();      /* no room to check: keep nothing, try again later */
-        if (list == NULL)
-            checked = -1;
+        ibp_relaxed_store(&checked, list == NULL ? -1 : found);
         Py_XDECREF(list);
         Py_XDECREF(a);
         Py_XDECREF(b);
     }
-    return checked == 1;
+    return ibp_relaxed_load(&checked) == 1;
 }
 
 /*
  * After a post read a request's n SGEs (sges) from sg_list: keep their
  * values and stamps in c with the request's stamp, so that the posts after
  * it send the request as it is while they match (ibp_send_wr_kept,
- * ibp_recv_wr_kept).  No Python code ran since the SGEs were read, so the
- * stamps read here are those of the values read.  0 when nothing is kept:
+ * ibp_recv_wr_kept).  The SGEs' stamps are those fill_sges read with their
+ * values (sge_stamps).  0 when nothing is kept:
  * too many SGEs, no list (a request without SGEs is rare enough to read
  * each time; nor an empty list), a list that is not the request's (the
  * post compares the request's), an item that is not exactly an SGE or was
  * never stamped, a fork() child (a kept request's post makes no fork
  * check, post.c).
  */
-static int keep_sges(PyObject *own, PyObject *sg_list, const struct ibv_sge *sges, int n,
-                     uint64_t stamp, struct ibp_sge_cache *c)
+static int keep_sges(PyObject *own, PyObject *sg_list, const struct ibv_sge *sges,
+                     const uint64_t *sge_stamps, int n, uint64_t stamp, struct ibp_sge_cache *c)
 {
     c->n = 0;
     if (n < 1 || n > IBP_CACHED_SGES || own == NULL || sg_list != own || ibp_forked ||
         Py_SIZE(own) != n || !list_layout_checked())
         return 0;
     for (int i = 0; i < n; i++) {
-        PyObject *item = ibp_list_item(own, i);
-        if (Py_TYPE(item) != SGE_Type || ((SGEObject *)item)->stamp == 0)
+        if (sge_stamps[i] == 0)
             return 0;
-        c->sge_stamp[i] = ((SGEObject *)item)->stamp;
+        c->sge_stamp[i] = sge_stamps[i];
         c->sge[i] = sges[i];
     }
     c->stamp = stamp;
@@ -272,6 +323,7 @@ void ibp_send_wr_copy_kept(const SendWRObject *w, struct ibv_send_wr *wr)
 int ibp_send_wr_fill(SendWRObject *w, PyObject *sg_list, struct ibv_send_wr *wr, Py_ssize_t room)
 {
     struct ibv_sge *sg = wr->sg_list;
+    uint64_t sge_stamps[IBP_CACHED_SGES];
     uint64_t stamp = w->stamp;
     /* the stamp before the fields: a store in between leaves this
      * request prepared under the stamp it retires */
@@ -282,7 +334,7 @@ int ibp_send_wr_fill(SendWRObject *w, PyObject *sg_list, struct ibv_send_wr *wr,
     copy_prepared(w, wr);
     SendWR_fill(w, wr);
     wr->sg_list = sg;
-    int rc = fill_sges(sg_list, sg, room, &wr->num_sge);
+    int rc = fill_sges(sg_list, sg, room, &wr->num_sge, sge_stamps);
     if (rc != 0)
         return rc;
     if ((wr->send_flags & IBV_SEND_INLINE) && ibp_check_inline_sges(wr) < 0)
@@ -313,7 +365,7 @@ int ibp_send_wr_fill(SendWRObject *w, PyObject *sg_list, struct ibv_send_wr *wr,
      * (it can close), no INLINE data (its buffers are checked at each
      * post), not BIND_MW (its MW and MR are read at each post). */
     if (!(w->send_flags & IBV_SEND_INLINE)
-        && keep_sges(w->sg_list, sg_list, sg, wr->num_sge, stamp, &w->sges)) {
+        && keep_sges(w->sg_list, sg_list, sg, sge_stamps, wr->num_sge, stamp, &w->sges)) {
         w->prepared.sg_list = w->sges.sge;
         w->prepared.num_sge = wr->num_sge;
     }
@@ -323,10 +375,12 @@ int ibp_send_wr_fill(SendWRObject *w, PyObject *sg_list, struct ibv_send_wr *wr,
 int ibp_recv_wr_fill(RecvWRObject *w, PyObject *sg_list, struct ibv_recv_wr *wr,
                      Py_ssize_t room)
 {
+    uint64_t sge_stamps[IBP_CACHED_SGES];
     RecvWR_fill(w, wr);
     wr->next = NULL;
-    int rc = fill_sges(sg_list, wr->sg_list, room, &wr->num_sge);
-    if (rc == 0 && keep_sges(w->sg_list, sg_list, wr->sg_list, wr->num_sge, 0, &w->sges)) {
+    int rc = fill_sges(sg_list, wr->sg_list, room, &wr->num_sge, sge_stamps);
+    if (rc == 0 && keep_sges(w->sg_list, sg_list, wr->sg_list, sge_stamps, wr->num_sge, 0,
+                             &w->sges)) {
         w->prepared.next = NULL;
         w->prepared.sg_list = w->sges.sge;
         w->prepared.num_sge = wr->num_sge;

@@ -174,7 +174,7 @@ def test_postlist_shell_is_generated():
     for hand in ("PyType_Slot", "PyType_Spec", "PyGetSetDef", "{Py_tp_"):
         assert hand not in text, hand
     gen = (ROOT / "generated" / "postlist.c.h").read_text(encoding="utf-8")
-    assert "{Py_sq_ass_item, (void *)ibp_PostList_ass_item}" in gen
+    assert "{Py_sq_ass_item, (void *)IBP_LOCKED(ibp_PostList_ass_item)}" in gen
     assert "Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC," in gen
     # and the constructors' argument parsing (PostList's, WCBuffer's) too
     for name in ("postlist", "wcbuffer"):

@@ -26,7 +26,7 @@ import pytest
 yaml = pytest.importorskip("yaml", reason="PyYAML is not installed")
 pytest.importorskip("clang.cindex", reason="libclang is not installed (pip install libclang==18.1.1)")
 
-from generator import builder, parse, rdmacm, records, spec
+from generator import builder, parse, rdmacm, records, spec, targets
 from generator.paths import SPEC_DIR
 
 #: Where a key is a name the spec gives (glob patterns of the path of the
@@ -49,6 +49,8 @@ NAME_POSITIONS = [
     "records/*/fields/*/union",
     "types", "types/*/attributes", "types/*/methods", "types/*/field_methods",
     "types/*/state", "types/*/storage/reach", "types/*/stub",
+    # spec/targets/targets.yaml: the targets' names
+    "targets",
 ] + [f"{m}/{part}" for m in _M for part in ("params", "params/*/struct", "impl",
                                                "returns/parents", "returns/set")]
 
@@ -116,6 +118,8 @@ def load_all(root: pathlib.Path, irs, only: str = "") -> None:
         rdmacm.build(cm_ir, spec.load(rdmacm.spec_dir(str(root))))
     if not only or only.startswith("datapath/"):
         records.build(ir, str(root))
+    if not only or only.startswith("targets/"):
+        targets.load(targets.default_path(str(root)))
 
 
 def chosen(root: pathlib.Path) -> List[Key]:

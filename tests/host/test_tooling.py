@@ -158,8 +158,8 @@ def test_make_test_builds_the_aarch64_wheel_and_runs_its_host_tier(tmp_path):
     assert {"check-generated", "build", "venv-test"} <= set(test_rule.group(1).split())
     cpu = re.search(r"^TEST_CPU := (.*)$", r.stdout, re.M).group(1).split()
     vm = re.search(r"^TEST_VM := (.*)$", r.stdout, re.M).group(1).split()
-    assert cpu == ["check-releases", "test-host", "test-aarch64-host"], cpu
-    assert vm == ["test-device", "test-cluster-fast", "test-topology"], vm
+    assert cpu == ["check-releases", "test-host", "test-aarch64-host", "test-ft-host"], cpu
+    assert vm == ["test-device", "test-cluster-fast", "test-topology", "test-ft-device"], vm
     serial = subprocess.run(["make", "-n", "HOST_ARCH=x86_64", "TEST_SERIAL=1", "test"], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             timeout=60).stdout
