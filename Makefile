@@ -340,13 +340,14 @@ bench: build venv-test
 # and CQ, on a free-threaded CPython 3.14t (the cp314t build, GIL off and
 # -X gil=1) and in C with pthreads, through the null provider here and on
 # Soft-RoCE in the VM, and 3.14t's single-thread instruction counts
-# (bench/threads.py, into build/bench/threads.{txt,json}; skips, saying
-# how to get it, without the interpreter: IBVERBS_FT_PYTHON).  Boots the
-# VM: run it under the VM lock; the host part wants a quiet machine.
+# (bench/threads.py, into build/bench/threads.{txt,json}; without the
+# interpreter it says so, as the free-threaded tier does, and passes).
+# Boots the VM: run it under the VM lock; the host part wants a quiet
+# machine.
 .PHONY: bench-threads
-bench-threads: build
+bench-threads: build build-ft
 	@tools/ensure-debs libibverbs-dev valgrind
-	$(PY) bench/threads.py
+	IBVERBS_FT_PYTHON=$(FT_PYTHON) $(PY) bench/threads.py
 
 # `make docs`: the API reference (Sphinx, autodoc of the built extension,
 # the Furo theme, MyST for the README's guides) into docs/_build/html.  Any

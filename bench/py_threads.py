@@ -133,6 +133,8 @@ def measure(loop, lanes, seconds):
 
 
 def main(specs):
+    if not specs:
+        raise SystemExit("usage: py_threads.py null | py_threads.py DEVICE:GID_INDEX ...")
     lanes = [Lane(specs[min(t, len(specs) - 1)]) for t in range(MAX_THREADS)]
     for loop in LOOPS.values():         # the loops' first runs (specialization), untimed
         for lane in lanes:

@@ -3,7 +3,7 @@ bench-threads`; issue 37).
 
     .venv/bin/python bench/threads.py [--seconds S] [--rounds R] [--vm-seconds S]
                                       [--vm-rounds R] [--vm-devices rxe0,rxe1]
-                                      [--no-host] [--no-vm] [--no-ir] [--no-build]
+                                      [--no-host] [--no-vm] [--no-ir]
                                       [--json FILE] [--table FILE]
 
 The message rate of one signaled RDMA WRITE posted and its completion
@@ -35,15 +35,13 @@ Prints the tables and writes them (--table, default build/bench/threads.txt)
 and the numbers (--json, default build/bench/threads.json: what
 bench/report.py puts into BENCHMARKS.md).  Skips, saying what is missing
 and how to get it, without the free-threaded CPython (IBVERBS_FT_PYTHON, or
-FT_PYTHON below); builds the cp314t extension in place first (with
-.venv-ft, made from that CPython if absent; --no-build: as it is).  Boots
-the VM: run it under the VM lock.  Never fails on a slow number: these are
+FT_PYTHON below) or its build of the extension (make build-ft).  Boots the
+VM: run it under the VM lock.  Never fails on a slow number: these are
 measurements, not tests.
 """
 import json
 import os
 import platform
-import re
 import shutil
 import statistics
 import subprocess
@@ -58,13 +56,13 @@ import host_micro  # noqa: E402
 import run_bench   # noqa: E402  (its Server speaks the protocol of bench/*_threads.*)
 
 BUILD = host_micro.BUILD
-FT_PYTHON = os.path.expanduser("~/.cache/ibverbs-ft/3.14t/bin/python3.14t")
-FT_VENV = os.path.join(ROOT, ".venv-ft")
-FT_HOWTO = (
-    "build a free-threaded CPython 3.14 from its source release (3.14.7: python.org, tag "
-    "v3.14.7; where it comes from on a machine without those: NOTES, \"CPython 3.14t\") with "
-    "./configure --disable-gil --prefix=$HOME/.cache/ibverbs-ft/3.14t && make -j2 && "
-    "make install, or set IBVERBS_FT_PYTHON to one")
+# Where `make ft-python` installs it (the Makefile's FT_HOME)
+FT_PYTHON = os.path.join(
+    os.environ.get("IBVERBS_FT_CACHE")
+    or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+                    "ibverbs-ft"), "3.14t", "bin", "python3.14t")
+FT_HOWTO = ("set IBVERBS_FT_PYTHON, or run make ft-python IBVERBS_FT_SOURCE=<a CPython 3.14 "
+            "source tree>; CONTRIBUTING.md, Threads")
 THREADS = (1, 2)
 IMPLS = {   # name: label
     "ft": "3.14t, GIL off",
@@ -112,28 +110,16 @@ def ft_python():
     return path, None
 
 
-def ft_extension(ft, build):
-    """None when the cp314t extension is built in place (building it first
-    with build, in FT_VENV, made from ft with the Makefile's setuptools),
-    else why not."""
+def ft_extension(ft):
+    """None when the cp314t extension is built in place (make build-ft),
+    else what to do."""
     suffix = subprocess.run([ft, "-c", "import sysconfig; "
                              "print(sysconfig.get_config_var('EXT_SUFFIX'))"],
                             check=True, capture_output=True, text=True).stdout.strip()
     ext = os.path.join(ROOT, "ibverbs", "_ibverbs" + suffix)
-    if build:
-        venv_py = os.path.join(FT_VENV, "bin", "python")
-        if not os.path.exists(venv_py):
-            with open(os.path.join(ROOT, "Makefile")) as f:
-                pin = re.search(r"setuptools==[\w.]+", f.read()).group(0)
-            host_micro.sh([ft, "-m", "venv", FT_VENV])
-            host_micro.sh([venv_py, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                           pin])
-        host_micro.sh([venv_py, "setup.py", "-q", "build_ext", "--inplace"], cwd=ROOT,
-                      env=dict(os.environ, IBVERBS_WERROR="1"))
     if not os.path.exists(ext):
         return (f"the free-threaded extension {os.path.relpath(ext, ROOT)} is not built: "
-                f"IBVERBS_WERROR=1 .venv-ft/bin/python setup.py build_ext --inplace "
-                f"(.venv-ft: {ft} -m venv .venv-ft, then its pip install setuptools)")
+                "make build-ft")
     return None
 
 
@@ -159,44 +145,55 @@ def load():
         return "load average ?"
 
 
-def measure(workers, seconds, rounds, what):
-    """{impl: {api: {"rate_<n>", "cores_<n>", "ratio"}}}: medians over the
-    rounds; ratio, the median of the per-round 2/1 ratios (each pair
-    measured back to back, so that the load's drift between rounds
-    cancels)."""
-    units = [(impl, api) for impl in workers for api in (APIS if impl != "C" else ["post_poll"])]
-    samples = {u: {n: [] for n in THREADS} for u in units}
-    t0 = time.monotonic()
-    for r in range(rounds):
-        shift = r % len(units)
-        for impl, api in units[shift:] + units[:shift]:
-            for n in THREADS if r % 2 == 0 else THREADS[::-1]:
-                samples[impl, api][n].append(workers[impl].measure(f"{api}_{n} {seconds}"))
-        print(f"threads: {what} round {r + 1}/{rounds} ({time.monotonic() - t0:.0f} s)",
-              file=sys.stderr, flush=True)
-    results = {}
-    for (impl, api), per_n in samples.items():
-        row = {}
-        for n in THREADS:
-            row[f"rate_{n}"] = statistics.median(v[0] for v in per_n[n])
-            row[f"cores_{n}"] = statistics.median(v[1] for v in per_n[n])
-        row["ratio"] = statistics.median(b[0] / a[0] for a, b in zip(per_n[1], per_n[2]))
-        results.setdefault(impl, {})[api] = row
-    return results
-
-
 def run_workers(commands, seconds, rounds, what):
-    """commands: {impl: (argv, env)}; starts each, measures, closes."""
+    """commands: {impl: (argv, env)}.  Returns {impl: {api: {"rate_<n>",
+    "cores_<n>", "ratio"}}}: medians over the rounds; ratio, the median of
+    the per-round 2/1 ratios (each pair measured back to back, so that the
+    load's drift between rounds cancels).  A worker that dies (the build
+    measured crashed) is started again and the rest goes on: what it was
+    measuring becomes {"crashed": what and how}, not measured again."""
     workers = {}
+
+    def start(impl):
+        workers[impl] = Worker(impl, *commands[impl])
+        workers[impl].wait_ready()
+
+    units = [(impl, api) for impl in commands
+             for api in (APIS if impl != "C" else ["post_poll"])]
+    samples = {u: {n: [] for n in THREADS} for u in units}
+    crashed = {}
+    t0 = time.monotonic()
     try:
-        for impl, (cmd, env) in commands.items():
-            workers[impl] = Worker(impl, cmd, env)
-        for w in workers.values():
-            w.wait_ready()
-        return measure(workers, seconds, rounds, what)
+        for impl in commands:
+            start(impl)
+        for r in range(rounds):
+            shift = r % len(units)
+            for impl, api in units[shift:] + units[:shift]:
+                for n in THREADS if r % 2 == 0 else THREADS[::-1]:
+                    if (impl, api) in crashed:
+                        break
+                    try:
+                        value = workers[impl].measure(f"{api}_{n} {seconds}")
+                    except RuntimeError:
+                        workers[impl].close()
+                        crashed[impl, api] = (f"crashed in {api}_{n} (exit status "
+                                              f"{workers[impl].proc.returncode}; its stderr above)")
+                        start(impl)
+                        break
+                    samples[impl, api][n].append(value)
+            print(f"threads: {what} round {r + 1}/{rounds} ({time.monotonic() - t0:.0f} s)",
+                  file=sys.stderr, flush=True)
     finally:
         for w in workers.values():
             w.close()
+    results = {}
+    for (impl, api), per_n in samples.items():
+        row = {"crashed": crashed[impl, api]} if (impl, api) in crashed else {
+            "ratio": statistics.median(b[0] / a[0] for a, b in zip(per_n[1], per_n[2])),
+            **{f"{key}_{n}": statistics.median(v[i] for v in per_n[n])
+               for n in THREADS for i, key in enumerate(("rate", "cores"))}}
+        results.setdefault(impl, {})[api] = row
+    return results
 
 
 def python_commands(ft, specs, env):
@@ -299,8 +296,13 @@ def row_of(results, impl, api):
     return results.get(impl, {}).get("post_poll" if impl == "C" else api)
 
 
+def ratio_of(row):
+    return row["ratio"] if row and "ratio" in row else None
+
+
 def part_table(part):
-    """One place's rates: a row per API and implementation, C's last."""
+    """One place's rates: a row per API and implementation, C's last; then
+    what crashed."""
     if "skipped" in part:
         return [f"{part.get('where', 'VM')}: not measured: {part['skipped']}"]
     res = part["results"]
@@ -310,13 +312,18 @@ def part_table(part):
              + (f"; {part['host_load']}" if "host_load" in part else "")]
     head = ["API", "implementation", "1 thread", "2 threads", "2/1", "cores 1 / 2"]
     rows = [(api, impl) for api in APIS for impl in IMPLS if impl != "C"] + [("verbs", "C")]
-    cells = []
+    cells, crashes = [], []
     for api, impl in rows:
         r = row_of(res, impl, api)
-        if r is not None:
-            cells.append([api, IMPLS[impl], rate(r["rate_1"]), rate(r["rate_2"]),
-                          f"{r['ratio']:.2f}", f"{r['cores_1']:.2f} / {r['cores_2']:.2f}"])
-    return lines + grid(head, cells, left=2)
+        if r is None:
+            continue
+        if "crashed" in r:
+            cells.append([api, IMPLS[impl], "crashed", "-", "-", "-"])
+            crashes.append(f"  {api}, {IMPLS[impl]}: {r['crashed']}")
+            continue
+        cells.append([api, IMPLS[impl], rate(r["rate_1"]), rate(r["rate_2"]),
+                      f"{r['ratio']:.2f}", f"{r['cores_1']:.2f} / {r['cores_2']:.2f}"])
+    return lines + grid(head, cells, left=2) + crashes
 
 
 def ratio_table(parts):
@@ -327,9 +334,9 @@ def ratio_table(parts):
         if "skipped" in part:
             continue
         for api in APIS:
-            r = {impl: row_of(part["results"], impl, api) for impl in IMPLS}
-            cells = [f"{r[i]['ratio']:.2f}" if r[i] else "-" for i in IMPLS]
-            rel = f"{r['ft']['ratio'] / r['C']['ratio']:.2f}" if r["ft"] and r["C"] else "-"
+            r = {impl: ratio_of(row_of(part["results"], impl, api)) for impl in IMPLS}
+            cells = [f"{r[i]:.2f}" if r[i] else "-" for i in IMPLS]
+            rel = f"{r['ft'] / r['C']:.2f}" if r["ft"] and r["C"] else "-"
             rows.append([f"{name}, {api}", *cells, rel])
     return grid(head, rows) if rows else []
 
@@ -342,17 +349,17 @@ def goal_lines(parts):
     for name, part in parts.items():
         if "skipped" in part:
             continue
-        c = row_of(part["results"], "C", "plain")
+        c = ratio_of(row_of(part["results"], "C", "plain"))
         for api in APIS:
-            ft, gil = (row_of(part["results"], i, api) for i in ("ft", "gil"))
-            if not (ft and gil and c):
+            ft, gil = (ratio_of(row_of(part["results"], i, api)) for i in ("ft", "gil"))
+            if ft is None or c is None:
+                lines.append(f"goal {name} {api}: not measured")
                 continue
-            target = min(GOAL_FT, c["ratio"])
             # within 0.02: a tie, as run_bench reads its ratios
-            met = "met" if ft["ratio"] >= target - 0.02 else "NOT met"
-            lines.append(f"goal {name} {api}: GIL off 2/1 >= {GOAL_FT:g} (or C's own, "
-                         f"{c['ratio']:.2f}, where lower): {ft['ratio']:.2f} {met}; "
-                         f"-X gil=1 about 1: {gil['ratio']:.2f}")
+            met = "met" if ft >= min(GOAL_FT, c) - 0.02 else "NOT met"
+            lines.append(f"goal {name} {api}: GIL off 2/1 >= {GOAL_FT:g} (or C's own, {c:.2f}, "
+                         f"where lower): {ft:.2f} {met}; -X gil=1 about 1: "
+                         + (f"{gil:.2f}" if gil is not None else "not measured"))
     return lines
 
 
@@ -407,7 +414,7 @@ def main(argv):
                             capture_output=True, text=True).stdout.strip() or "?"
     report = {"commit": commit}
     if why is None:
-        why = ft_extension(ft, "--no-build" not in argv)
+        why = ft_extension(ft)
     if why is not None:
         report["skipped"] = why
     else:
