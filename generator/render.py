@@ -62,7 +62,7 @@ class LockedEntries:
         comment and their definitions at its end."""
         if not self.entries:
             return text
-        macros = env.get_template("_locked.c.j2").module
+        macros: Any = env.get_template("_locked.c.j2").module
         head_end = text.index("*/\n") + 3
         return (text[:head_end] + str(macros.prototypes(self.entries)) + text[head_end:]
                 + str(macros.definitions(self.entries)))

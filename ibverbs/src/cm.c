@@ -34,7 +34,10 @@
 
 /* ---- the library ------------------------------------------------------------ */
 
+/* Loaded once, by the first thread to get the lock; the others find it
+ * loaded (acquire: its slots filled), or fail each with its own error. */
 static void *librdmacm;
+static ibp_mutex_t librdmacm_lock;
 
 static int rdmacm_load(void)
 {
@@ -48,10 +51,16 @@ static int rdmacm_load(void)
         "Debian/Ubuntu, librdmacm (rdma-core) on RHEL/Fedora/SUSE.",
         "rdma_cm is unavailable: %s lacks %s (rdma-core is too old)",
     };
-    if (librdmacm != NULL)
+    if (ibp_acquire_load(&librdmacm) != NULL)
         return 0;
-    librdmacm = ibp_load_symbols(&cm, PyExc_RuntimeError);
-    return librdmacm != NULL ? 0 : -1;
+    ibp_mutex_lock(&librdmacm_lock);
+    void *handle = librdmacm;
+    if (handle == NULL) {
+        handle = ibp_load_symbols(&cm, PyExc_RuntimeError);     /* no Python code */
+        ibp_release_store(&librdmacm, handle);
+    }
+    ibp_mutex_unlock(&librdmacm_lock);
+    return handle != NULL ? 0 : -1;
 }
 
 /* ---- EventChannel --------------------------------------------------------------- */
@@ -80,7 +89,7 @@ PyObject *ibp_hand_EventChannel_create_id_impl(PyObject *self, int ps)
 }
 
 /* ibverbs._cmevents._make_event, looked up once (ibverbs imports this module,
- * so not at import time). */
+ * so not at import time), by whichever thread first (ibp_publish). */
 static PyObject *make_event;
 
 static int is_conn_event(enum rdma_cm_event_type type)
@@ -125,7 +134,9 @@ static PyObject *event_cmid(enum rdma_cm_event_type type, struct rdma_cm_id *id,
 PyObject *ibp_hand_EventChannel_get_cm_event(PyObject *self, PyObject *unused)
 {
     (void)unused;
-    if (make_event == NULL && (make_event = ibp_import_attr("ibverbs._cmevents", "_make_event")) == NULL)
+    PyObject *make = ibp_acquire_load(&make_event);
+    if (make == NULL &&
+        (make = ibp_publish(&make_event, ibp_import_attr("ibverbs._cmevents", "_make_event"))) == NULL)
         return NULL;
     struct rdma_event_channel *channel = ibp_open_ptr(self);
     if (channel == NULL)
@@ -229,7 +240,7 @@ PyObject *ibp_hand_EventChannel_get_cm_event(PyObject *self, PyObject *unused)
     }
     if (param == NULL && PyErr_Occurred())
         goto done;
-    result = PyObject_CallFunction(make_event, "iiOOOO", (int)type, status, id_obj,
+    result = PyObject_CallFunction(make, "iiOOOO", (int)type, status, id_obj,
                                    listen_obj, data_obj, param ? param : Py_None);
     if (result != NULL && ack_rc != 0) {
         Py_CLEAR(result);

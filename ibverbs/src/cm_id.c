@@ -64,7 +64,8 @@ static PyTypeObject *cmid_class;
 
 PyObject *ibp_cmid_new(struct rdma_cm_id *id, PyObject *channel)
 {
-    return CMID_wrap_type(cmid_class ? cmid_class : CMID_Type, id, channel);
+    PyTypeObject *cls = ibp_acquire_load(&cmid_class);
+    return CMID_wrap_type(cls ? cls : CMID_Type, id, channel);
 }
 
 PyObject *ibp_hand_module__set_cmid_class(PyObject *module, PyObject *cls)
@@ -75,7 +76,14 @@ PyObject *ibp_hand_module__set_cmid_class(PyObject *module, PyObject *cls)
         return NULL;
     }
     Py_INCREF(cls);
+#if IBP_FREE_THREADED
+    /* Another thread may be making a CMID of the class replaced, read
+     * without a reference: it is kept (ibverbs sets one class at import;
+     * only tests set others). */
+    ibp_release_store(&cmid_class, (PyTypeObject *)cls);
+#else
     Py_XSETREF(cmid_class, (PyTypeObject *)cls);
+#endif
     Py_RETURN_NONE;
 }
 
@@ -102,19 +110,26 @@ PyObject *ibp_hand_module__set_cmid_class(PyObject *module, PyObject *cls)
  *   attached) leaves the QP on its ID, still driven by librdmacm.
  */
 static PyObject *cm_qps;
+/* Made on first use (ibp_publish).  On a free-threaded target each step
+ * of more than one dict operation runs in the map's critical section
+ * (cm_qps_find's callers), and the CMIDs are read through it: a CMID is in
+ * the map until its dealloc takes it out, under that lock. */
 
 static int cm_qps_add(PyObject *qp, PyObject *cmid)
 {
-    if (cm_qps == NULL && (cm_qps = PyDict_New()) == NULL)
+    PyObject *map = ibp_acquire_load(&cm_qps);
+    if (map == NULL && (map = ibp_publish(&cm_qps, PyDict_New())) == NULL)
         return -1;
+    ibp_enable_try_incref(cmid);    /* ibp_cm_channel_sync */
     PyObject *key = PyLong_FromVoidPtr(qp), *value = PyLong_FromVoidPtr(cmid);
-    int rc = key && value ? PyDict_SetItem(cm_qps, key, value) : -1;
+    int rc = key && value ? PyDict_SetItem(map, key, value) : -1;
     Py_XDECREF(key);
     Py_XDECREF(value);
     return rc;
 }
 
-/* The CMID that made qp (borrowed), or NULL; removed from the map if drop. */
+/* The CMID that made qp (borrowed), or NULL; removed from the map if drop.
+ * The map's critical section held (cm_qps_lock). */
 static struct CMIDObject *cm_qps_find(PyObject *qp, int drop)
 {
     if (cm_qps == NULL)
@@ -135,12 +150,39 @@ static struct CMIDObject *cm_qps_find(PyObject *qp, int drop)
     return cmid;
 }
 
+/* The map, in its critical section (NULL when there is none yet). */
+static PyObject *cm_qps_lock(ibp_lock_t *cs)
+{
+    PyObject *map = ibp_acquire_load(&cm_qps);
+    if (map != NULL)
+        ibp_lock(cs, map);
+    return map;
+}
+
+static void cm_qps_unlock(PyObject *map, ibp_lock_t *cs)
+{
+    if (map != NULL)
+        ibp_unlock(cs);
+}
+
+/* qp leaves the map, if it is there. */
+static void cm_qps_drop(PyObject *qp)
+{
+    ibp_lock_t cs;
+    PyObject *map = cm_qps_lock(&cs);
+    cm_qps_find(qp, 1);
+    cm_qps_unlock(map, &cs);
+}
+
 int ibp_rdmacm_qp_destroying(PyObject *qp)
 {
+    ibp_lock_t cs;
+    PyObject *map = cm_qps_lock(&cs);     /* the CMID found stays while it is read */
     struct CMIDObject *cmid = cm_qps_find(qp, 0);
-    if (cmid != NULL && cmid->channel != NULL && IBP_HANDLE(cmid->channel)->busy > 0)
-        return EBUSY;       /* librdmacm may be moving it in another thread */
-    return 0;
+    int busy = cmid != NULL && cmid->channel != NULL &&
+               ibp_atomic_load(&IBP_HANDLE(cmid->channel)->busy) > 0;
+    cm_qps_unlock(map, &cs);
+    return busy ? EBUSY : 0;    /* librdmacm may be moving it in another thread */
 }
 
 /* A QP closed through qp.close() (destroyed: its object's pointer is NULL)
@@ -150,30 +192,65 @@ static void cmid_sync_qp(struct CMIDObject *self)
     if (self->qp != NULL && IBP_HANDLE(self->qp)->ptr == NULL) {
         if (self->head.ptr != NULL)
             CMID_PTR(self)->qp = NULL;
-        cm_qps_find(self->qp, 1);
+        cm_qps_drop(self->qp);
         Py_CLEAR(self->qp);
     }
 }
 
-int ibp_cm_channel_sync(PyObject *channel)
+/* Whether cmid (of the map) is on channel with its QP closed: it is to
+ * sync.  Free-threaded, the CMIDs are other objects, read in the map's
+ * critical section: what this reads is checked again in their own. */
+static int cmid_to_sync(struct CMIDObject *cmid, PyObject *channel)
 {
-    if (cm_qps == NULL)
-        return 0;
-    PyObject *closed = PyList_New(0);     /* the CMIDs to sync: it edits the map */
+    return cmid->channel == channel && cmid->qp != NULL && IBP_HANDLE(cmid->qp)->ptr == NULL;
+}
+
+/* The CMIDs to sync (references): the map is edited by the syncing. */
+static PyObject *channel_closed_qps(PyObject *map, PyObject *channel)
+{
+    PyObject *closed = PyList_New(0);
     if (closed == NULL)
-        return -1;
+        return NULL;
+    PyObject *failed = NULL;    /* dropped after the lock: its dealloc takes it */
+    ibp_lock_t cs;
+    ibp_lock(&cs, map);
     Py_ssize_t pos = 0;
     PyObject *key, *value;
-    while (PyDict_Next(cm_qps, &pos, &key, &value)) {
+    while (failed == NULL && PyDict_Next(map, &pos, &key, &value)) {
         struct CMIDObject *cmid = PyLong_AsVoidPtr(value);
-        if (cmid->channel == channel && cmid->qp != NULL && IBP_HANDLE(cmid->qp)->ptr == NULL &&
-            PyList_Append(closed, (PyObject *)cmid) < 0) {
-            Py_DECREF(closed);
-            return -1;
-        }
+        /* a CMID whose dealloc has begun (it waits for this lock to leave
+         * the map) is not taken: it lets go of its QP itself */
+        if (!cmid_to_sync(cmid, channel) || !ibp_try_incref(cmid))
+            continue;
+        if (PyList_Append(closed, (PyObject *)cmid) < 0)
+            failed = (PyObject *)cmid;
+        else
+            Py_DECREF(cmid);        /* the list holds it */
     }
-    for (Py_ssize_t i = 0; i < PyList_Size(closed); i++)
-        cmid_sync_qp((struct CMIDObject *)PyList_GetItem(closed, i));
+    ibp_unlock(&cs);
+    if (failed != NULL) {
+        Py_DECREF(failed);
+        Py_CLEAR(closed);
+    }
+    return closed;
+}
+
+int ibp_cm_channel_sync(PyObject *channel)
+{
+    PyObject *map = ibp_acquire_load(&cm_qps);
+    if (map == NULL)
+        return 0;
+    PyObject *closed = channel_closed_qps(map, channel);
+    if (closed == NULL)
+        return -1;
+    for (Py_ssize_t i = 0; i < PyList_Size(closed); i++) {
+        struct CMIDObject *cmid = (struct CMIDObject *)PyList_GetItem(closed, i);
+        ibp_lock_t cs;
+        ibp_lock(&cs, cmid);    /* another object's QP: its own calls sync it too */
+        if (cmid_to_sync(cmid, channel))
+            cmid_sync_qp(cmid);
+        ibp_unlock(&cs);
+    }
     Py_DECREF(closed);
     return 0;
 }
@@ -187,7 +264,7 @@ int ibp_cm_channel_sync(PyObject *channel)
 void ibp_cmid_detach(struct CMIDObject *self)
 {
     if (self->qp != NULL)
-        cm_qps_find(self->qp, 1);
+        cm_qps_drop(self->qp);
 }
 
 /* Only dealloc and GC get here with the QP open (close() refuses): the QP
@@ -516,8 +593,8 @@ PyObject *ibp_hand_CMID_migrate_impl(PyObject *op, PyObject *channel)
     if (rc != 0)
         return ibp_raise("rdma_migrate_id", ibp_error_code(rc));
     if (channel != self->channel) {
-        IBP_HANDLE(channel)->live_children++;
-        IBP_HANDLE(self->channel)->live_children--;
+        ibp_atomic_add(&IBP_HANDLE(channel)->live_children, 1);
+        ibp_atomic_add(&IBP_HANDLE(self->channel)->live_children, -1);
         Py_INCREF(channel);
         Py_XSETREF(self->channel, channel);
     }

@@ -77,8 +77,14 @@ PyAPI_FUNC(void *) PyMem_Calloc(size_t nelem, size_t elsize);
  * On a GIL target each is what it was: a plain load, store or add. */
 #if IBP_FREE_THREADED
 #define IBP_LOCKED(f) f##__locked
-#define IBP_THREAD_LOCAL _Thread_local
+#define IBP_THREAD_LOCAL _Thread_local __attribute__((tls_model("initial-exec")))  /* no ld.so */
 typedef PyCriticalSection ibp_lock_t;
+typedef PyMutex ibp_mutex_t;    /* global state's, never held while Python code runs */
+#define ibp_mutex_lock(m) PyMutex_Lock(m)
+#define ibp_mutex_unlock(m) PyMutex_Unlock(m)
+/* a reference to an object of a table that its dealloc leaves: 0 once that began */
+#define ibp_try_incref(obj) PyUnstable_TryIncRef((PyObject *)(obj))
+#define ibp_enable_try_incref(obj) PyUnstable_EnableTryIncRef((PyObject *)(obj))
 #define ibp_lock(cs, obj) PyCriticalSection_Begin((cs), (PyObject *)(obj))
 #define ibp_unlock(cs) PyCriticalSection_End(cs)
 /* sequentially consistent: a hold's count against a close's check (handles.c) */
@@ -94,6 +100,11 @@ typedef PyCriticalSection ibp_lock_t;
 #define IBP_LOCKED(f) f
 #define IBP_THREAD_LOCAL
 typedef struct { char unused; } ibp_lock_t;
+typedef struct { char unused; } ibp_mutex_t;
+#define ibp_mutex_lock(m) ((void)(m))
+#define ibp_mutex_unlock(m) ((void)(m))
+#define ibp_try_incref(obj) (Py_INCREF(obj), 1)
+#define ibp_enable_try_incref(obj) ((void)(obj))
 #define ibp_lock(cs, obj) ((void)(cs), (void)(obj))
 #define ibp_unlock(cs) ((void)(cs))
 #define ibp_atomic_load(p) (*(p))
@@ -104,6 +115,12 @@ typedef struct { char unused; } ibp_lock_t;
 #define ibp_acquire_load(p) (*(p))
 #define ibp_release_store(p, v) (*(p) = (v))
 #endif
+
+/* convert.c: *slot = made (a new reference) unless another thread stored one
+ * first: the slot's object (borrowed), NULL when made is; read it with
+ * ibp_acquire_load.  ibp_memo_take: a one-entry int memo takes obj (1). */
+IBP_HIDDEN PyObject *ibp_publish(PyObject **slot, PyObject *made);
+IBP_HIDDEN int ibp_memo_take(PyObject **slot, PyObject *obj);
 
 /*
  * METH_FASTCALL | METH_KEYWORDS for the data-path methods that take their
@@ -163,7 +180,7 @@ IBP_HIDDEN PyObject *ibp_raise_unavailable(const char *symbol,
                                            const char *since);
 /* ibverbs.CompletionError(wc). */
 IBP_HIDDEN PyObject *ibp_raise_completion(PyObject *wc);
-/* The type name for messages (valid until the next call; GIL held). */
+/* The type name for messages (valid until this thread's next call). */
 IBP_HIDDEN const char *ibp_type_name(PyObject *obj);
 /* getattr(import_module(module), name): a new reference, or NULL. */
 IBP_HIDDEN PyObject *ibp_import_attr(const char *module, const char *name);
@@ -180,9 +197,8 @@ extern IBP_HIDDEN PyObject *ibp_GidClass;
 IBP_HIDDEN int ibp_errors_init(void);
 
 /* ---- why a verb failed (explain.c) --------------------------------------
- * Each writes the cause into why[0..len) and returns nonzero when it finds
- * one; a method's spec `explain:` names them (generator/methods.py), the
- * generated wrapper calls them after the verb failed. */
+ * Each writes the cause into why[0..len), nonzero when it finds one; a spec
+ * `explain:` names them, the generated wrapper calls them after the verb failed. */
 #define IBP_WHY_LEN 200
 IBP_HIDDEN int ibp_explain_access(char *why, size_t len, int access);
 IBP_HIDDEN int ibp_explain_port(char *why, size_t len, struct ibv_context *context, unsigned port);
@@ -269,19 +285,14 @@ static inline void *ibp_open_ptr(PyObject *obj)
  * entry records the object in ibp_entry_closed, so that the short way can
  * take the long way without keeping the object across the call. */
 #define IBP_ENTRY_CLOSED INT_MIN
-extern IBP_HIDDEN PyObject *ibp_entry_closed;   /* borrowed; only read right after */
+extern IBP_HIDDEN IBP_THREAD_LOCAL PyObject *ibp_entry_closed;   /* borrowed; read right after */
 
-/*
- * None for the short ways' returns, without counting the reference.
- * CPython 3.12+ makes None immortal (PEP 683): the interpreter never
- * changes its count, so none needs counting.  On 3.9-3.11 ibp_none_pool()
- * gives None 2**61 references once per process at import, and each of these
- * returns draws one of them (at a billion a second, for 73 years).
- * Py_INCREF would cost more than the one instruction on 3.12+: the abi3
- * build's Py_INCREF adds 1 to all 64 bits of the count, which makes None
- * look mortal to the interpreter's Py_DECREF of the result (measured:
- * post_recv 4 instructions more on 3.13, bench/host_micro.py).
- */
+/* None for the short ways' returns, without counting the reference: 3.12+
+ * never changes an immortal's count (PEP 683); on 3.9-3.11 ibp_none_pool()
+ * gives None 2**61 references at import, each return draws one (73 years at
+ * a billion a second).  Py_INCREF would cost more on 3.12+: the abi3 build's
+ * adds 1 to all 64 bits, so None looks mortal to the interpreter's Py_DECREF
+ * (post_recv 4 instructions more on 3.13, bench/host_micro.py). */
 static inline PyObject *ibp_none(void)
 {
 #if SIZEOF_VOID_P >= 8
@@ -330,8 +341,9 @@ IBP_HIDDEN void ibp_handle_release_parents(PyObject *const *parents,
 IBP_HIDDEN void ibp_report_unraisable(PyObject *obj, const char *verb, int err);
 
 /* Verbs objects that events name (CQ, QP, SRQ, CM ID) -> their Python
- * objects.  Only touched with the GIL held; an object leaves it when
- * destroyed, so a lookup never returns a freed object.  An object is found
+ * objects (free-threaded, each step in its dict's critical section); an
+ * object leaves it when destroyed (a dealloc begun: ibp_try_incref fails),
+ * so a lookup never returns a freed object.  An object is found
  * by the token add() writes into its verbs object's user context field
  * (cq_context, qp_context, srq_context, rdma_cm_id's context), which an
  * event reader copies before acknowledging the event: a new object at a
@@ -348,6 +360,7 @@ IBP_HIDDEN uint64_t ibp_registry_reserve(void *ptr);
 /* Whether ptr has a reservation: its token, and whether an object took it
  * (it stays until that object leaves the registry). */
 IBP_HIDDEN int ibp_registry_reservation(void *ptr, uint64_t *token, int *wrapped);
+IBP_HIDDEN int ibp_handles_init(void);    /* handles.c's maps, made at import */
 /* Adds the test hooks (_registry_alias, _test_pause) when IBVERBS_TEST_HOOKS=1. */
 IBP_HIDDEN int ibp_test_hooks_init(PyObject *module);
 /* Whether IBVERBS_TEST_HOOKS=1 was set at import (other files add hooks of their own). */
@@ -413,7 +426,7 @@ extern IBP_HIDDEN volatile int ibp_test_pausing;
 IBP_HIDDEN void ibp_test_pause(void);
 static inline void ibp_test_pause_point(void)
 {
-    if (ibp_test_pausing)
+    if (ibp_relaxed_load(&ibp_test_pausing))
         ibp_test_pause();
 }
 
@@ -534,13 +547,11 @@ static inline uint64_t ibp_next_stamp(void)
 #endif
 
 /* ---- enum members (convert.c) ---------------------------------------------
- * A getter of a field holding an enum or a flag set (generator/enum_fields.py)
- * returns a member of its Python class (ibverbs.enums): for the values below
- * IBP_ENUM_TABLE_LEN the member made the first time, from a table (no call
- * into the enum machinery on a completion loop); above, made each time.  A
- * value that is no member of an IntEnum (a provider's newer status) comes
- * back as a plain int.  The classes' indexes (IBP_ENUM_<Class>) and names
- * (IBP_ENUM_NAMES) are records.h's. */
+ * A getter of an enum or flag field (generator/enum_fields.py) returns a
+ * member of its class (ibverbs.enums): below IBP_ENUM_TABLE_LEN the one made
+ * first, from a table (no enum machinery on a completion loop), above made
+ * each time; no member of an IntEnum (a newer status): a plain int.  Class
+ * indexes (IBP_ENUM_<Class>) and names (IBP_ENUM_NAMES): records.h. */
 #define IBP_ENUM_TABLE_LEN 64
 struct ibp_enum_table {
     PyObject *cls;                                  /* NULL until first used */
@@ -550,12 +561,11 @@ extern IBP_HIDDEN struct ibp_enum_table ibp_enum_tables[];
 IBP_HIDDEN PyObject *ibp_enum_make(int which, unsigned long long bits, int is_signed);
 static inline PyObject *ibp_enum_member(int which, unsigned long long bits, int is_signed)
 {
-    PyObject *member = bits < IBP_ENUM_TABLE_LEN ? ibp_enum_tables[which].members[bits] : NULL;
+    PyObject *member = bits < IBP_ENUM_TABLE_LEN ? ibp_acquire_load(&ibp_enum_tables[which].members[bits]) : NULL;
     return member != NULL ? Py_NewRef(member) : ibp_enum_make(which, bits, is_signed);
 }
-/* 0 when value may stand for a member of class which (an int, a member of
- * that class); -1 with TypeError for a member of another enum class
- * (SendWR(opcode=WCOpcode.SEND)): `what` names the argument or field. */
+/* 0 when value may stand for a member of class which (an int, one of its
+ * members); -1 with TypeError naming `what` for another enum's (WCOpcode.SEND). */
 IBP_HIDDEN int ibp_enum_check(int which, PyObject *value, const char *what);
 
 /* The data-path objects (SGE, SendWR, RecvWR, PostList, PostListEntry, WC,
@@ -624,13 +634,11 @@ static inline void ibp_generic_dealloc(PyObject *op)
     Py_DECREF(type);
 }
 
-/*
- * The runtime of the generated parsers (convert.c; generator/emit.py and
- * templates/record_type.c.h.j2 emit the parser structs): each argument by
- * position or keyword into out[] (NULL where not given), or TypeError with
+/* The runtime of the generated parsers (convert.c; generator/emit.py and
+ * templates/record_type.c.h.j2 emit the structs): each argument by position
+ * or keyword into out[] (NULL where not given), or TypeError with
  * PyArg_ParseTupleAndKeywords's messages.  A METH_FASTCALL parser takes a
- * call with its arguments by position inline and hands any other here.
- */
+ * call with its arguments by position inline and hands any other here. */
 struct ibp_parser {
     const char *fname;
     const char *const *names;   /* NULL-terminated */
@@ -645,25 +653,21 @@ IBP_HIDDEN int ibp_unpack_tuple(struct ibp_parser *p, PyObject *args, PyObject *
                                 PyObject **out);
 
 /* An int in 1..INT32_MAX (poll's num_entries, spec `convert: positive_int`).
- * A polling loop passes the same int object every time (small ints are
- * shared): the last one converted is remembered.  Exact ints only, which
- * cannot change; anything else (IntEnum, __index__) takes the general
- * conversion, which words the errors. */
+ * A polling loop passes the same int object every time: the last exact int
+ * converted is remembered (anything else, IntEnum or __index__, takes the
+ * general conversion, which words the errors), with its value, which
+ * CQ.poll's short way (wc.c) takes when given that object. */
 IBP_HIDDEN int ibp_conv_positive_int(PyObject *arg, const char *name, int *out);
-/* That last one (a reference) and its value: CQ.poll's short way (wc.c)
- * takes the value of the object it was given when it is this one. */
 struct ibp_int_memo {
     PyObject *obj;
     int value;
 };
-extern IBP_HIDDEN struct ibp_int_memo ibp_positive_int_memo;
+extern IBP_HIDDEN IBP_THREAD_LOCAL struct ibp_int_memo ibp_positive_int_memo;   /* per thread: ibp_memo_take */
 
-/* The data-path types, made at import by ibp_datapath_init (datapath.c);
- * declared in generated/records.h. */
+/* The data-path types (generated/records.h), made at import (datapath.c). */
 IBP_HIDDEN int ibp_datapath_init(PyObject *module);
-/* Make a class from spec (deriving from base when not NULL), store it in
- * *out and add it to the module as name (module.c; every generated and
- * hand-written class goes through it). */
+/* Make a class from spec (deriving from base when not NULL) into *out, add it
+ * to the module as name (module.c; every generated and hand-written class). */
 IBP_HIDDEN int ibp_add_type(PyObject *module, const char *name, PyType_Spec *spec,
                             PyTypeObject *base, PyTypeObject **out);
 /* What each file prepares at import before its types are made. */
@@ -763,25 +767,22 @@ IBP_HIDDEN int ibp_check_ah_fits_qp(PyObject *qp, PyObject *ah, Py_ssize_t index
 /* postlist.c */
 IBP_HIDDEN PyObject *ibp_postlist_post(PyObject *self, PyObject *list, enum post_target target);
 
-/* wc.c */
-/* A WC's struct ibv_wc; -1 with TypeError if obj is not a WC. */
+/* wc.c: a WC's struct ibv_wc; -1 with TypeError if obj is not a WC. */
 IBP_HIDDEN int ibp_wc_to_c(PyObject *obj, struct ibv_wc *out);
 /* A WC object holding a copy of *wc (from the free list when it can). */
 IBP_HIDDEN PyObject *ibp_wc_new(const struct ibv_wc *wc);
 
 /* ---- the dlopen'ed libraries (loader.c, module.c, cm.c) ----------------- */
 
-/* One entry of a generated symbol table (generated/loader.c.h,
- * generated/rdmacm_loader.c.h): the slot its trampoline calls through. */
+/* A generated symbol table's entry (loader.c.h, rdmacm_loader.c.h): the slot its trampoline calls. */
 struct ibp_symbol {
     const char *name;
     void **slot;
     const char *since;   /* NULL: required */
 };
 
-/* A library to load: where, how, and the words of its two failures, each
- * a printf format taking the path, then dlerror()'s text or the name of
- * the required symbol it lacks. */
+/* A library to load: where, how, and the words of its two failures (printf
+ * formats: the path, then dlerror()'s text or the required symbol it lacks). */
 struct ibp_library {
     const char *env;          /* environment variable naming another path */
     const char *soname;       /* the default */
@@ -791,8 +792,7 @@ struct ibp_library {
     const char *lacks;
 };
 
-/* dlopen lib and fill its slots: the handle, or NULL with `error` raised
- * and every slot empty. */
+/* dlopen lib and fill its slots: the handle, or NULL with `error` raised, no slot filled. */
 IBP_HIDDEN void *ibp_load_symbols(const struct ibp_library *lib, PyObject *error);
 /* dlopen libibverbs.so.1 and fill the slots; ImportError on failure. */
 IBP_HIDDEN int ibp_load_library(void);

@@ -95,7 +95,10 @@ inline int ibp_conv_u64(PyObject *v, const char *name, uint64_t max, uint64_t *o
     return ibp_conv_unsigned(v, name, max, out);
 }
 
-struct ibp_int_memo ibp_positive_int_memo;
+/* Per thread on a free-threaded target: a thread's memo is its own to
+ * compare and update (a shared one could pair one thread's object with
+ * another's value).  ibp_memo_take says what it may remember there. */
+IBP_THREAD_LOCAL struct ibp_int_memo ibp_positive_int_memo;
 
 inline int ibp_conv_positive_int(PyObject *arg, const char *name, int *out)
 {
@@ -107,8 +110,9 @@ inline int ibp_conv_positive_int(PyObject *arg, const char *name, int *out)
     if (PyLong_CheckExact(arg)) {
         long v = PyLong_AsLong(arg);
         if (v > 0 && v <= INT32_MAX) {
-            *out = last->value = (int)v;
-            Py_XSETREF(last->obj, Py_NewRef(arg));
+            *out = (int)v;
+            if (ibp_memo_take(&last->obj, arg))
+                last->value = (int)v;
             return 0;
         }
         if (v == -1 && PyErr_Occurred())
@@ -321,6 +325,41 @@ bad:
     return -1;
 }
 
+/* ---- state threads share (common.h, CONTRIBUTING.md "Threads") ---------- */
+
+PyObject *ibp_publish(PyObject **slot, PyObject *made)
+{
+    if (made == NULL)
+        return NULL;
+#if IBP_FREE_THREADED
+    /* the first store wins; release: what made holds is seen with it */
+    PyObject *first = NULL;
+    if (!__atomic_compare_exchange_n(slot, &first, made, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        Py_DECREF(made);
+        return first;
+    }
+#else
+    *slot = made;
+#endif
+    return made;
+}
+
+/* A GIL target keeps a reference, so that the address is not reused while
+ * remembered.  A free-threaded one keeps the memo per thread, where a
+ * reference would leak at the thread's exit: it remembers an immortal int
+ * only (small ints, constants of the code), which is never freed. */
+int ibp_memo_take(PyObject **slot, PyObject *obj)
+{
+#if IBP_FREE_THREADED
+    if (!PyUnstable_IsImmortal(obj))
+        return 0;
+    *slot = obj;
+#else
+    Py_XSETREF(*slot, Py_NewRef(obj));
+#endif
+    return 1;
+}
+
 /* ---- the data-path types' setters and constructors ---------------------- */
 
 /* ---- the runtime of the generated parsers (common.h) --------------------- */
@@ -354,9 +393,38 @@ static int parser_intern(struct ibp_parser *p)
     return 0;
 }
 
+/* Free-threaded, interning is published under a lock: a thread that
+ * finds interned set (acquire) sees n too.  Two first calls at once both
+ * intern; the second drops its copy.  Nothing else is ever stored. */
+static int parser_intern_once(struct ibp_parser *p)
+{
+#if IBP_FREE_THREADED
+    static ibp_mutex_t parser_lock;
+    struct ibp_parser mine = *p;
+    mine.interned = NULL;
+    if (parser_intern(&mine) < 0)
+        return -1;
+    ibp_mutex_lock(&parser_lock);
+    int first = p->interned == NULL;
+    if (first) {
+        p->n = mine.n;
+        ibp_release_store(&p->interned, mine.interned);
+    }
+    ibp_mutex_unlock(&parser_lock);
+    if (!first) {
+        for (int i = 0; i < mine.n; i++)
+            Py_DECREF(mine.interned[i]);
+        PyMem_Free(mine.interned);
+    }
+    return 0;
+#else
+    return parser_intern(p);
+#endif
+}
+
 static inline int parser_ready(struct ibp_parser *p)
 {
-    return p->interned != NULL ? 0 : parser_intern(p);
+    return ibp_acquire_load(&p->interned) != NULL ? 0 : parser_intern_once(p);
 }
 
 /* The position of str key among the names, or -1 (no error set). */
@@ -560,12 +628,15 @@ struct ibp_enum_table ibp_enum_tables[IBP_ENUM_COUNT];
 static const char *const enum_names[IBP_ENUM_COUNT] = {IBP_ENUM_NAMES};
 static PyObject *enum_base;         /* enum.Enum */
 
+/* The class and the members are looked up or made on first use, by
+ * whichever thread, and published (ibp_publish): kept for good. */
 static PyObject *enum_class(int which)
 {
     struct ibp_enum_table *t = &ibp_enum_tables[which];
-    if (t->cls == NULL)
-        t->cls = ibp_import_attr("ibverbs.enums", enum_names[which]);
-    return t->cls;
+    PyObject *cls = ibp_acquire_load(&t->cls);
+    if (cls == NULL)
+        cls = ibp_publish(&t->cls, ibp_import_attr("ibverbs.enums", enum_names[which]));
+    return cls;
 }
 
 PyObject *ibp_enum_make(int which, unsigned long long bits, int is_signed)
@@ -584,7 +655,7 @@ PyObject *ibp_enum_make(int which, unsigned long long bits, int is_signed)
     }
     Py_DECREF(number);
     if (member != NULL && bits < IBP_ENUM_TABLE_LEN)
-        ibp_enum_tables[which].members[bits] = Py_NewRef(member);   /* kept for good */
+        ibp_publish(&ibp_enum_tables[which].members[bits], Py_NewRef(member));   /* kept for good */
     return member;
 }
 
@@ -592,12 +663,13 @@ int ibp_enum_check(int which, PyObject *value, const char *what)
 {
     if (PyLong_CheckExact(value))
         return 0;
-    if (enum_base == NULL && (enum_base = ibp_import_attr("enum", "Enum")) == NULL)
+    PyObject *base = ibp_acquire_load(&enum_base);
+    if (base == NULL && (base = ibp_publish(&enum_base, ibp_import_attr("enum", "Enum"))) == NULL)
         return -1;
     PyObject *cls = enum_class(which);
     if (cls == NULL)
         return -1;
-    int is_enum = PyObject_IsInstance(value, enum_base);
+    int is_enum = PyObject_IsInstance(value, base);
     if (is_enum <= 0)
         return is_enum;             /* an int subclass, a numpy int, ...: as before */
     int ours = PyObject_IsInstance(value, cls);

@@ -23,7 +23,7 @@ int ibp_cq_check_not_polling(PyObject *cq)
     if (Py_IS_TYPE(cq, CQ_Type))
         return 0;
     if (CQEx_Type != NULL && PyObject_TypeCheck(cq, CQEx_Type) &&
-        ((struct CQExObject *)cq)->polling) {
+        ibp_relaxed_load(&((struct CQExObject *)cq)->polling)) {
         PyErr_SetString(PyExc_RuntimeError,
                         "this CQEx is between start_poll() and end_poll(): "
                         "call end_poll() first");
@@ -36,8 +36,9 @@ PyObject *ibp_cq_locked(PyObject *const *cqs, int n)
 {
     for (int i = 0; i < n; i++) {
         PyObject *cq = cqs[i];
+        /* another object's flag (a QP's CQs): relaxed, set in its own calls */
         if (cq != NULL && !Py_IS_TYPE(cq, CQ_Type) && CQEx_Type != NULL &&
-            PyObject_TypeCheck(cq, CQEx_Type) && ((struct CQExObject *)cq)->polling)
+            PyObject_TypeCheck(cq, CQEx_Type) && ibp_relaxed_load(&((struct CQExObject *)cq)->polling))
             return cq;
     }
     return NULL;
@@ -77,9 +78,9 @@ int ibp_wq_modify_takes_cq_lock(struct ibv_wq *wq, struct ibv_wq_attr *attr)
 static void stop_polling(struct CQExObject *cq)
 {
     ibv_end_poll(cq->ex_ptr);
-    cq->polling = 0;
+    ibp_relaxed_store(&cq->polling, 0);
     cq->current = 0;
-    IBP_HANDLE(cq)->busy--;    /* taken by start_poll() */
+    ibp_atomic_add(&IBP_HANDLE(cq)->busy, -1);    /* taken by start_poll() */
 }
 
 PyObject *ibp_hand_CQEx_start_poll(PyObject *self, PyObject *unused)
@@ -97,9 +98,9 @@ PyObject *ibp_hand_CQEx_start_poll(PyObject *self, PyObject *unused)
         Py_RETURN_FALSE;      /* empty, and not locked: no end_poll() */
     if (rc != 0)
         return ibp_raise("ibv_start_poll", ibp_error_code(rc));
-    cq->polling = 1;
+    ibp_relaxed_store(&cq->polling, 1);
     cq->current = 1;
-    IBP_HANDLE(self)->busy++;  /* close() refuses until end_poll() */
+    ibp_atomic_add(&IBP_HANDLE(self)->busy, 1);  /* close() refuses until end_poll() */
     Py_RETURN_TRUE;
 }
 

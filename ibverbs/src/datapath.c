@@ -26,7 +26,9 @@
  * process: None is one object for every interpreter and import of it. */
 void ibp_none_pool(void)
 {
-#if SIZEOF_VOID_P >= 8
+    /* Not on a free-threaded target: it is 3.13 or newer (None immortal),
+     * and `pooled` would be an unguarded flag. */
+#if SIZEOF_VOID_P >= 8 && !IBP_FREE_THREADED
     static int pooled;
     int major = 0, minor = 0;
     if (pooled || sscanf(Py_GetVersion(), "%d.%d", &major, &minor) != 2)

@@ -16,8 +16,9 @@ PyObject *ibp_GidClass;
 const char *ibp_type_name(PyObject *obj)
 {
     /* The Limited API hides tp_name; read __name__ into a buffer.  Callers
-     * hold the GIL and format the message at once, so one buffer is enough. */
-    static char buffer[128];
+     * format the message at once, so one buffer a thread is enough (one
+     * for the process on a GIL target, which puts the threads in turn). */
+    static IBP_THREAD_LOCAL char buffer[128];
     PyObject *name = PyObject_GetAttrString((PyObject *)Py_TYPE(obj), "__name__");
     PyObject *bytes = name ? PyUnicode_AsUTF8String(name) : NULL;
     const char *utf8 = bytes ? PyBytes_AsString(bytes) : NULL;

@@ -93,7 +93,10 @@ PyObject *ibp_hand_CompChannel_get_cq_event_impl(PyObject *self)
             Py_CLEAR(obj);   /* the registry holds QPs, SRQs, CM IDs too */
         if (obj == NULL)
             continue;   /* its CQ was destroyed meanwhile: wait for the next */
+        ibp_lock_t cs;
+        ibp_lock(&cs, obj);     /* the CQ's count: its ack_events holds it */
         ((struct CQObject *)obj)->events_received++;
+        ibp_unlock(&cs);
         return obj;
     }
 }
@@ -205,6 +208,9 @@ PyObject *ibp_hand_Context_get_async_event_impl(PyObject *self)
 PyObject *ibp_hand_Context_ack_async_event_impl(PyObject *self, AsyncEventObject *ev)
 {
     (void)self;
+    ibp_lock_t cs;
+    ibp_lock(&cs, ev);      /* the event's field, in self's (the Context's) call */
     ev->acked = 1;
+    ibp_unlock(&cs);
     Py_RETURN_NONE;
 }

@@ -101,9 +101,11 @@ void ibp_close_wait(PyObject *obj)
  * them raises VerbsError.
  */
 int ibp_forked;                 /* this process is a fork() child */
-PyObject *ibp_entry_closed;     /* common.h: IBP_ENTRY_CLOSED */
+IBP_THREAD_LOCAL PyObject *ibp_entry_closed;     /* common.h: IBP_ENTRY_CLOSED */
 static pid_t current_pid;          /* getpid(), refreshed in the child */
-static PyObject *origins;          /* dict: object address -> creating pid */
+static PyObject *origins;          /* dict: object address -> creating pid (import) */
+/* The handle classes seen (the test hooks' check); grown under its lock. */
+static ibp_mutex_t handle_types_lock;
 static PyTypeObject **handle_types;
 static int nhandle_types, handle_types_room;
 
@@ -118,19 +120,26 @@ static void atfork_child(void)
     ibp_kept_sge_type = NULL;
 }
 
+/* Once, when the first handle is made (not at import: a child forked
+ * before any is made has nothing to refuse), by whichever thread. */
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static int atfork_failed;
+
+static void register_atfork(void)
+{
+    current_pid = getpid();
+    atfork_failed = pthread_atfork(NULL, NULL, atfork_child) != 0;
+}
+
 static int track_origin(PyObject *obj)
 {
-    static int registered;
-    if (!registered) {
-        current_pid = getpid();
-        if (pthread_atfork(NULL, NULL, atfork_child) != 0) {
-            PyErr_SetString(PyExc_RuntimeError, "pthread_atfork failed");
-            return -1;
-        }
-        registered = 1;
-    }
-    if (origins == NULL && (origins = PyDict_New()) == NULL)
+    pthread_once(&atfork_once, register_atfork);
+    if (atfork_failed) {
+        PyErr_SetString(PyExc_RuntimeError, "pthread_atfork failed");
         return -1;
+    }
+    if (origins == NULL)
+        return -1;      /* not imported: cannot happen */
     PyObject *key = PyLong_FromVoidPtr(obj);
     PyObject *value = PyLong_FromLong((long)current_pid);
     int rc = (key && value) ? PyDict_SetItem(origins, key, value) : -1;
@@ -159,7 +168,7 @@ int ibp_handle_borrow(PyObject *obj)
     Py_XDECREF(key);
     Py_XDECREF(value);
     if (rc == 0)
-        any_borrowed = 1;
+        ibp_relaxed_store(&any_borrowed, 1);    /* only ever set: no order needed */
     return rc;
 }
 
@@ -172,9 +181,12 @@ static long origin_of(PyObject *obj)
     PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
     long origin = 0;
     PyObject *key = PyLong_FromVoidPtr(obj);
+    ibp_lock_t cs;
+    ibp_lock(&cs, origins);     /* the borrowed value stays while it is read */
     PyObject *pid = key ? PyDict_GetItem(origins, key) : NULL;   /* borrowed */
     if (pid != NULL)
         origin = PyLong_AsLong(pid);
+    ibp_unlock(&cs);
     Py_XDECREF(key);
     PyErr_Clear();
     PyErr_Restore(exc_type, exc_value, exc_tb);
@@ -192,7 +204,7 @@ static int inherited(PyObject *obj)
 
 int ibp_handle_foreign(PyObject *obj)
 {
-    if (!ibp_forked && !any_borrowed)
+    if (!ibp_forked && !ibp_relaxed_load(&any_borrowed))
         return 0;
     long origin = origin_of(obj);
     return origin < 0 || (ibp_forked && origin != 0 && labs(origin) != (long)current_pid);
@@ -241,12 +253,45 @@ static PyObject *raise_foreign(PyObject *obj)
  * a freed verbs object.  Handles passed as arguments (a CompChannel to
  * create_cq, an MW to bind_mw) are held busy the same way.
  */
-static int is_handle_type(PyTypeObject *type)
+/* handle_types_lock held */
+static int is_handle_type_locked(PyTypeObject *type)
 {
     for (int i = 0; i < nhandle_types; i++)
         if (handle_types[i] == type)
             return 1;
     return 0;
+}
+
+static int is_handle_type(PyTypeObject *type)
+{
+    ibp_mutex_lock(&handle_types_lock);
+    int found = is_handle_type_locked(type);
+    ibp_mutex_unlock(&handle_types_lock);
+    return found;
+}
+
+/* type among the handle classes: 0, or -1 when out of memory (nothing
+ * raised: the lock is held in here). */
+static int add_handle_type(PyTypeObject *type)
+{
+    int rc = 0;
+    ibp_mutex_lock(&handle_types_lock);
+    if (!is_handle_type_locked(type)) {
+        if (nhandle_types == handle_types_room) {
+            int room = handle_types_room ? 2 * handle_types_room : 32;
+            PyTypeObject **grown = PyMem_Realloc(handle_types, room * sizeof(*grown));
+            if (grown == NULL) {
+                rc = -1;
+                goto done;
+            }
+            handle_types = grown;
+            handle_types_room = room;
+        }
+        handle_types[nhandle_types++] = type;
+    }
+done:
+    ibp_mutex_unlock(&handle_types_lock);
+    return rc;
 }
 
 /* ibp_call_enter (common.h) in a fork() child. */
@@ -317,18 +362,9 @@ PyObject *ibp_handle_new(PyTypeObject *type, void *ptr, PyObject **parent_slots,
     PyObject *obj = alloc(type, 0);
     if (obj == NULL)
         return NULL;
-    if (!is_handle_type(type)) {
-        if (nhandle_types == handle_types_room) {
-            int room = handle_types_room ? 2 * handle_types_room : 32;
-            PyTypeObject **grown = PyMem_Realloc(handle_types, room * sizeof(*grown));
-            if (grown == NULL) {
-                Py_DECREF(obj);
-                return PyErr_NoMemory();
-            }
-            handle_types = grown;
-            handle_types_room = room;
-        }
-        handle_types[nhandle_types++] = type;
+    if (add_handle_type(type) < 0) {
+        Py_DECREF(obj);
+        return PyErr_NoMemory();
     }
     /* Only an open one has an origin to record: a closed one (a class
      * call, ptr NULL) would never be forgotten, since only closing or
@@ -393,6 +429,18 @@ void ibp_report_unraisable(PyObject *obj, const char *verb, int err)
 static PyObject *registry;   /* dict: int(pointer) -> int(token) */
 static PyObject *by_token;   /* dict: int(token) -> int(object address) */
 static uint64_t last_token;
+/* Both dicts are made at import (ibp_handles_init).  On a free-threaded
+ * target each step that reads or changes them (both at once, a lookup and
+ * the reference it takes) runs in by_token's critical section: no step
+ * calls Python code (int keys and values), so none is interrupted. */
+
+int ibp_handles_init(void)
+{
+    origins = PyDict_New();
+    registry = PyDict_New();
+    by_token = PyDict_New();
+    return origins && registry && by_token ? 0 : -1;
+}
 
 /* The user context field events copy, of a verbs object of a type
  * registered (spec `registered: true`). */
@@ -412,15 +460,15 @@ static void **context_field(void *ptr, PyObject *obj)
 /* registry[ptr] = token, by_token[token] = obj. */
 static int registry_set(void *ptr, uint64_t token, PyObject *obj)
 {
-    if (registry == NULL && (registry = PyDict_New()) == NULL)
-        return -1;
-    if (by_token == NULL && (by_token = PyDict_New()) == NULL)
-        return -1;
     PyObject *key = PyLong_FromVoidPtr(ptr);
     PyObject *tok = PyLong_FromUnsignedLongLong(token);
     PyObject *addr = PyLong_FromVoidPtr(obj);
+    ibp_enable_try_incref(obj);     /* ibp_registry_find */
+    ibp_lock_t cs;
+    ibp_lock(&cs, by_token);
     int rc = (key && tok && addr && PyDict_SetItem(registry, key, tok) == 0 &&
               PyDict_SetItem(by_token, tok, addr) == 0) ? 0 : -1;
+    ibp_unlock(&cs);
     Py_XDECREF(key);
     Py_XDECREF(tok);
     Py_XDECREF(addr);
@@ -474,7 +522,8 @@ uint64_t ibp_registry_reserve(void *ptr)
         reservations_room = room;
     }
     token = next_token();
-    reservations[nreservations++] = (struct reservation){ ptr, token, 0 };
+    reservations[nreservations] = (struct reservation){ ptr, token, 0 };
+    __atomic_store_n(&nreservations, nreservations + 1, __ATOMIC_RELEASE);   /* read unlocked */
 done:
     pthread_mutex_unlock(&reserve_lock);
     return token;
@@ -496,8 +545,10 @@ static void release_reservation(void *ptr)
 {
     pthread_mutex_lock(&reserve_lock);
     struct reservation *r = reservation_of(ptr);
-    if (r != NULL)
-        *r = reservations[--nreservations];
+    if (r != NULL) {
+        *r = reservations[nreservations - 1];
+        __atomic_store_n(&nreservations, nreservations - 1, __ATOMIC_RELEASE);
+    }
     pthread_mutex_unlock(&reserve_lock);
 }
 
@@ -531,7 +582,8 @@ int ibp_registry_add(void *ptr, PyObject *obj)
     return 0;
 }
 
-/* The token registered for ptr, 0 if none (no exception either way). */
+/* The token registered for ptr, 0 if none (no exception either way);
+ * by_token's critical section held. */
 static uint64_t registry_token(void *ptr)
 {
     if (registry == NULL)
@@ -548,6 +600,8 @@ void ibp_registry_remove(void *ptr)
 {
     if (__atomic_load_n(&nreservations, __ATOMIC_ACQUIRE))
         release_reservation(ptr);      /* its object is gone: the address is free */
+    ibp_lock_t cs;
+    ibp_lock(&cs, by_token);
     uint64_t token = registry_token(ptr);
     forget_pointer(registry, ptr);
     if (token != 0 && by_token != NULL) {
@@ -559,6 +613,7 @@ void ibp_registry_remove(void *ptr)
         Py_XDECREF(tok);
         PyErr_Restore(exc_type, exc_value, exc_tb);
     }
+    ibp_unlock(&cs);
 }
 
 PyObject *ibp_registry_find(const void *token)
@@ -570,12 +625,16 @@ PyObject *ibp_registry_find(const void *token)
         PyErr_Clear();
         return NULL;
     }
+    ibp_lock_t cs;
+    ibp_lock(&cs, by_token);
     PyObject *value = PyDict_GetItem(by_token, tok);   /* borrowed */
+    PyObject *obj = value != NULL ? (PyObject *)PyLong_AsVoidPtr(value) : NULL;
+    /* Free-threaded: an object whose last reference went in another thread
+     * is still here until its dealloc gets this lock; it is not found. */
+    if (obj != NULL && !ibp_try_incref(obj))
+        obj = NULL;
+    ibp_unlock(&cs);
     Py_DECREF(tok);
-    if (value == NULL)
-        return NULL;
-    PyObject *obj = (PyObject *)PyLong_AsVoidPtr(value);
-    Py_INCREF(obj);
     return obj;
 }
 
@@ -648,7 +707,7 @@ void ibp_test_pause(void)
     /* GIL released: pthread calls only */
     pthread_mutex_lock(&pause_lock);
     if (ibp_test_pausing) {
-        ibp_test_pausing = 0;
+        ibp_relaxed_store(&ibp_test_pausing, 0);    /* read unlocked by ibp_test_pause_point */
         npaused = 1;
         pthread_cond_broadcast(&pause_changed);
         while (npaused)
@@ -664,7 +723,7 @@ static PyObject *test_pause(PyObject *module, PyObject *on)
     if (truth < 0)
         return NULL;
     pthread_mutex_lock(&pause_lock);
-    ibp_test_pausing = truth;
+    ibp_relaxed_store(&ibp_test_pausing, truth);
     if (!truth)
         npaused = 0;
     pthread_cond_broadcast(&pause_changed);

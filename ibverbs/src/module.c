@@ -297,6 +297,7 @@ PyMODINIT_FUNC PyInit__ibverbs(void)
         PyModule_AddFunctions(module, module_functions) < 0 ||
         PyModule_AddFunctions(module, ibp_generated_functions) < 0 ||
         ibp_errors_init() < 0 ||
+        ibp_handles_init() < 0 ||
         ibp_register_generated_types(module) < 0 ||
         ibp_datapath_init(module) < 0 ||
         ibp_rdmacm_init(module) < 0 ||

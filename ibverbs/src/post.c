@@ -138,12 +138,23 @@ static inline PyObject *post_send_kept(PyObject *self, SendWRObject *w)
  * caller takes a chain's way. */
 static PyObject *post_send_one_locked(PyObject *self, SendWRObject *w, int *no_room);
 
-/* Post one request: read and posted in its critical section (ibp_wr_lock). */
+/* Post one request: read and posted in its critical section (ibp_wr_lock).
+ * On a free-threaded target its AH is held too (another thread's close()
+ * of it says EBUSY until the provider has read it). */
 static PyObject *post_send_one(PyObject *self, SendWRObject *w, int *no_room)
 {
     struct ibp_wr_lock l;
     ibp_wr_lock(&l, (PyObject *)w);
+    PyObject *ah = IBP_FREE_THREADED ? w->ah : NULL;
+    if (ah != NULL) {
+        Py_INCREF(ah);
+        ibp_busy_hold(ah);
+    }
     PyObject *result = post_send_one_locked(self, w, no_room);
+    if (ah != NULL) {
+        ibp_busy_leave(ah);
+        Py_DECREF(ah);
+    }
     ibp_wr_unlock(&l);
     return result;
 }
@@ -283,6 +294,13 @@ static inline PyObject *batch_item(PyObject *arg, int is_list, Py_ssize_t i)
     return is_list ? PyList_GetItem(arg, i) : PyTuple_GetItem(arg, i);
 }
 
+/* A fill's outcome, its request unlocked. */
+static inline int filled_unlocked(struct ibp_wr_lock *l, int filled)
+{
+    ibp_wr_unlock(l);
+    return filled;
+}
+
 /* c holds the n requests filled into its stack storage. */
 static Py_ssize_t chain_on_stack(struct chain *c, void *wrs, Py_ssize_t n)
 {
@@ -359,8 +377,8 @@ static Py_ssize_t recv_chain_on_stack(PyObject *arg, struct chain *c)
             continue;
         }
         wr->sg_list = sge;
-        int filled = ibp_recv_wr_fill(w, w->sg_list, wr, c->stack_sges + STACK_SGES - sge);
-        ibp_wr_unlock(&l);
+        int filled = filled_unlocked(&l, ibp_recv_wr_fill(w, w->sg_list, wr,
+                                                          c->stack_sges + STACK_SGES - sge));
         if (filled != 0)
             return filled > 0 ? 0 : -1;
         wr->next = i + 1 < n ? &wrs[i + 1] : NULL;
@@ -542,8 +560,8 @@ static PyObject *post_recv_requests(PyObject *self, PyObject *arg, enum recv_que
         wr->sg_list = sge;
         struct ibp_wr_lock l;
         ibp_wr_lock(&l, (PyObject *)w);
-        int filled = ibp_recv_wr_fill(w, w->sg_list, wr, s.nsge - (sge - c.sges));
-        ibp_wr_unlock(&l);
+        int filled = filled_unlocked(&l, ibp_recv_wr_fill(w, w->sg_list, wr,
+                                                          s.nsge - (sge - c.sges)));
         if (filled != 0) {
             chain_overflow(filled);
             goto done;

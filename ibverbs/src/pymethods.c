@@ -13,8 +13,10 @@ PyObject *
 ibp_call_python(PyObject **cache, const char *module, const char *name,
                 PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    /* Kept for the life of the process once found. */
-    if (*cache == NULL && (*cache = ibp_import_attr(module, name)) == NULL)
+    /* Kept for the life of the process once found (by whichever thread
+     * first: ibp_publish). */
+    PyObject *function = ibp_acquire_load(cache);
+    if (function == NULL && (function = ibp_publish(cache, ibp_import_attr(module, name))) == NULL)
         return NULL;
     Py_ssize_t n = args == NULL ? 0 : PyTuple_Size(args);
     if (n < 0)
@@ -25,7 +27,7 @@ ibp_call_python(PyObject **cache, const char *module, const char *name,
     PyTuple_SetItem(full, 0, Py_NewRef(self));   /* steals the new reference */
     for (Py_ssize_t i = 0; i < n; i++)
         PyTuple_SetItem(full, i + 1, Py_NewRef(PyTuple_GetItem(args, i)));
-    PyObject *result = PyObject_Call(*cache, full, kwargs);
+    PyObject *result = PyObject_Call(function, full, kwargs);
     Py_DECREF(full);
     return result;
 }

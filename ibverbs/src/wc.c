@@ -19,10 +19,16 @@
 #define WC_FREE_MAX 256
 static PyObject *wc_free[WC_FREE_MAX];
 static int wc_nfree;
+/* Not on a free-threaded target: one list for the process would need a
+ * lock on every WC made and freed, and one per thread leaks what it holds
+ * when its thread ends; its allocator (mimalloc) keeps per-thread pages
+ * already. */
+#define WC_FREE_LIST (!IBP_FREE_THREADED)
 
 PyObject *ibp_wc_new(const struct ibv_wc *wc)
 {
-    PyObject *op = wc_nfree > 0 ? wc_free[--wc_nfree] : PyObject_Malloc(sizeof(WCObject));
+    PyObject *op = WC_FREE_LIST && wc_nfree > 0 ? wc_free[--wc_nfree]
+                                                : PyObject_Malloc(sizeof(WCObject));
     if (op == NULL)
         return PyErr_NoMemory();
     PyObject_Init(op, WC_Type);   /* type (a reference: heap type) and refcount 1 */
@@ -33,7 +39,7 @@ PyObject *ibp_wc_new(const struct ibv_wc *wc)
 static void ibp_WC_dealloc(PyObject *op)
 {
     PyTypeObject *type = Py_TYPE(op);
-    if (type == WC_Type && wc_nfree < WC_FREE_MAX)
+    if (WC_FREE_LIST && type == WC_Type && wc_nfree < WC_FREE_MAX)
         wc_free[wc_nfree++] = op;
     else if (type == WC_Type)
         PyObject_Free(op);
@@ -111,7 +117,10 @@ int ibp_wc_to_c(PyObject *obj, struct ibv_wc *out)
         PyErr_Format(PyExc_TypeError, "wc must be a WC, not %s", ibp_type_name(obj));
         return -1;
     }
+    ibp_lock_t cs;
+    ibp_lock(&cs, obj);     /* another object's argument: its setters hold it */
     *out = ((WCObject *)obj)->wc;
+    ibp_unlock(&cs);
     return 0;
 }
 
@@ -148,6 +157,12 @@ int ibp_wc_to_c(PyObject *obj, struct ibv_wc *out)
  */
 #define RESULT_CACHE_MAX 16
 static PyObject *result_cache[RESULT_CACHE_MAX + 1][2];
+/* Not on a free-threaded target: a list is taken when its count says only
+ * the cache holds it, and two threads would take the same one (and a count
+ * read from another thread is no proof that nobody holds it); per thread,
+ * the lists would leak when their thread ends.  Every poll makes its list
+ * there, and nothing is cached or purged. */
+#define RESULT_CACHED (!IBP_FREE_THREADED)
 
 /* What a poll replaced or evicted, to drop at its end: an item per WC and
  * the two lists of a length, or the one a new list displaces. */
@@ -260,7 +275,7 @@ static PyObject *result_in_new_list(PyObject **slots, const struct ibv_wc *wcs, 
 __attribute__((noinline))
 static PyObject *poll_result(const struct ibv_wc *wcs, int n)
 {
-    if (n > RESULT_CACHE_MAX)
+    if (n > RESULT_CACHE_MAX || !RESULT_CACHED)
         return new_result(wcs, n);
     PyObject **slots = result_cache[n];
     for (int i = 0; i < 2; i++) {
@@ -341,7 +356,7 @@ static PyObject *refilled(PyObject *l, const struct ibv_wc *wcs, int n)
  * holds, with its WCs refilled in place, or NULL: poll_result's way. */
 static inline PyObject *cached_result(const struct ibv_wc *wcs, int n)
 {
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; RESULT_CACHED && i < 2; i++) {
         PyObject *l = result_cache[n][i];
         if (l != NULL && Py_REFCNT(l) == 1 && Py_SIZE(l) == n) {
             /* poll(1)'s one WC here, more out of line */
@@ -474,6 +489,8 @@ int ibp_wc_init(void)
     for (int i = 0; i < 4; i++)
         if ((wc_hot_names[i] = PyUnicode_InternFromString(hot[i])) == NULL)
             return -1;
+    if (!RESULT_CACHED)
+        return 0;       /* nothing to purge */
     PyObject *gc = PyImport_ImportModule("gc");
     PyObject *callbacks = gc != NULL ? PyObject_GetAttrString(gc, "callbacks") : NULL;
     PyObject *purge = callbacks != NULL ? PyCFunction_New(&wc_cache_purge_def, NULL) : NULL;

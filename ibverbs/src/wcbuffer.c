@@ -94,19 +94,18 @@ static PyObject *ibp_WCBuffer_count_opcode(PyObject *op, PyObject *arg)
     WCBufferObject *b = (WCBufferObject *)op;
     /* A polling loop passes the same opcode object every time: remember
      * the last one converted (an int, whose value cannot change; the
-     * reference held keeps its address from being reused). */
-    static PyObject *last_arg;
-    static uint64_t last_opcode;
+     * reference held keeps its address from being reused), per thread on
+     * a free-threaded target (ibp_memo_take: an immortal one there). */
+    static IBP_THREAD_LOCAL PyObject *last_arg;
+    static IBP_THREAD_LOCAL uint64_t last_opcode;
     uint64_t opcode;
     if (arg == last_arg) {
         opcode = last_opcode;
     } else {
         if (ibp_conv_unsigned(arg, "opcode", UINT32_MAX, &opcode) < 0)
             return NULL;
-        if (PyLong_Check(arg)) {
-            Py_XSETREF(last_arg, Py_NewRef(arg));
+        if (PyLong_Check(arg) && ibp_memo_take(&last_arg, arg))
             last_opcode = opcode;
-        }
     }
     long k = 0;
     for (int i = 0; i < b->count; i++)
@@ -167,11 +166,13 @@ static PyObject *ibp_WCBuffer_repr(PyObject *op)
                                 b->raise_on_error ? ", raise_on_error=True" : "", b->count);
 }
 
-/* CQ.poll_into(buffer): generated/cq.c.h checks that it is a WCBuffer. */
-PyObject *ibp_hand_CQ_poll_into_impl(PyObject *self, WCBufferObject *b)
+/* CQ.poll_into(buffer), in self's (the CQ's) critical section: the
+ * buffer is another object, which a free-threaded target locks too (its
+ * own methods hold it), so that a poll_into into it from another thread,
+ * or its readers, wait until this one has filled it and set its count.
+ * generated/cq.c.h checks that it is a WCBuffer. */
+static PyObject *poll_into(PyObject *self, WCBufferObject *b)
 {
-    if (ibp_check_open(self) < 0 || ibp_cq_check_not_polling(self) < 0)
-        return NULL;
     errno = 0;      /* a provider may fail without setting it: no stale value */
     int n = ibv_poll_cq(CQ_PTR(self), b->capacity, b->wc);
     if (n < 0) {
@@ -182,4 +183,15 @@ PyObject *ibp_hand_CQ_poll_into_impl(PyObject *self, WCBufferObject *b)
     if (b->raise_on_error && n > 0 && wcbuf_check(b) < 0)
         return NULL;
     return ibp_count_result(n);
+}
+
+PyObject *ibp_hand_CQ_poll_into_impl(PyObject *self, WCBufferObject *b)
+{
+    if (ibp_check_open(self) < 0 || ibp_cq_check_not_polling(self) < 0)
+        return NULL;
+    ibp_lock_t cs;
+    ibp_lock(&cs, b);
+    PyObject *result = poll_into(self, b);
+    ibp_unlock(&cs);
+    return result;
 }

@@ -17,6 +17,7 @@ import re
 import shlex
 import subprocess
 import sys
+import sysconfig
 
 import pytest
 
@@ -81,6 +82,9 @@ def wheelhouse(tmp_path_factory):
     """dist/ as `make` leaves it: the wheel of this tree (built here the way
     the Makefile's `wheel` target builds it, without the retag)."""
     pytest.importorskip("build", reason="the build frontend is not installed (make venv)")
+    if sysconfig.get_config_var("Py_GIL_DISABLED"):
+        pytest.skip("the README's blocks run the system's python3, whose wheel (abi3) the "
+                    "GIL tier builds: this free-threaded interpreter builds the cp314t one")
     dist = tmp_path_factory.mktemp("checkout") / "dist"
     r = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation",
                         "--outdir", str(dist), str(ROOT)], capture_output=True, text=True,

@@ -163,7 +163,7 @@ def test_make_test_builds_the_aarch64_wheel_and_runs_its_host_tier(tmp_path):
     serial = subprocess.run(["make", "-n", "HOST_ARCH=x86_64", "TEST_SERIAL=1", "test"], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             timeout=60).stdout
-    assert ("check-releases test-host test-aarch64-host test-device test-cluster-fast"
+    assert ("check-releases test-host test-aarch64-host test-ft-host test-device test-cluster-fast"
             in serial), serial[-2000:]
     out = _make_n(tmp_path, "test-aarch64-host")
     assert "make wheel ARCH=aarch64" in out or "wheel ARCH=aarch64" in out

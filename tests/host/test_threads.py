@@ -1,0 +1,68 @@
+"""The extension's process-wide state used from many threads at once
+(CONTRIBUTING.md, "Threads"), through the null provider: on a
+free-threaded CPython (GIL off) the threads really run together; on a GIL
+build a short switch interval interleaves them.  What each thread gets
+must be its own: its poll results, its enum members, its error messages
+(one type-name buffer per thread), its memo of num_entries."""
+from __future__ import annotations
+
+import json
+
+STRESS = """
+import json, sys, threading
+import ibverbs as ib
+sys.setswitchinterval(1e-6)
+ctx = ib.get_device_list()[0].open()
+N, ROUNDS = 8, 400
+shared = ib.WCBuffer(capacity=16)
+barrier = threading.Barrier(N)
+failures = []
+
+def work(k):
+    try:
+        mine = type(f"Mine{k}", (), {})
+        want = k % 5 + 1
+        barrier.wait()
+        # the first calls at once: parsers interned, enum classes looked up
+        buf = ib.WCBuffer(capacity=8, raise_on_error=False)
+        for r in range(ROUNDS):
+            # the null provider's CQ of 1000000 + w entries returns w a poll
+            cq = ctx.create_cq(1000000 + want)
+            for n in (1, 4, 16, 17, 250 + k, 100000 + k):
+                wcs = cq.poll(n)
+                assert len(wcs) == min(n, want), (n, len(wcs))
+                for i, wc in enumerate(wcs):
+                    assert wc.wr_id == i and wc.status is ib.WCStatus.SUCCESS, wc
+                    assert wc.opcode is ib.WCOpcode.RDMA_WRITE, wc
+            assert cq.poll_into(buf) == want
+            assert buf.count_opcode(ib.WCOpcode.RDMA_WRITE) == want
+            assert buf.count_opcode(300 + k) == 0
+            got = cq.poll_into(shared)
+            assert got == want and 1 <= len(shared) <= 5
+            try:
+                cq.poll(mine())
+            except TypeError as e:
+                assert str(e) == f"num_entries must be an int, not Mine{k}", str(e)
+            else:
+                raise AssertionError("poll(object) passed")
+            try:
+                ib.SendWR(opcode=ib.WCOpcode.SEND)
+            except TypeError as e:
+                assert "must be WROpcode or an int" in str(e), str(e)
+            cq.close()
+    except BaseException as e:
+        failures.append(f"thread {k}: {e!r}")
+
+threads = [threading.Thread(target=work, args=(k,)) for k in range(N)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+json.dump(failures, sys.stdout)
+"""
+
+
+def test_threads_share_the_global_state(on_null_provider):
+    out = on_null_provider(STRESS)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == []
