@@ -64,8 +64,9 @@ and posted again, `cq.poll(1)`) and the hot-loop API (a `PostList`,
 `cq.poll_into(WCBuffer)`). On the host through the null provider
 (`bench/nullverbs.c`, `NULLVERBS_COMPLETE_POSTS=1`: a post's completion is
 there at the next poll), so the rate is the binding's and the
-interpreter's alone; then on rxe0 in the VM (wall-clock ratios there are
-noisy). A ratio is the median of per-round ratios, each pair measured
+interpreter's alone; then on Soft-RoCE in the VM, each thread on an rxe
+device of its own (wall-clock ratios there are noisy, and need a quiet
+host: the VM's two vCPUs are two of its threads). A ratio is the median of per-round ratios, each pair measured
 back to back; **cores** is the threads' CPU time over their wall time,
 below the thread count where other work took the cores (see the load).
 The goal of issue 37: with the GIL off, 2/1 >= 1.8, or C's own ratio
