@@ -198,7 +198,9 @@ def run_workers(commands, seconds, rounds, what):
 
 def python_commands(ft, specs, env):
     py = os.path.join(BENCH, "py_threads.py")
-    return {"ft": ([ft, py, *specs], env),
+    # PYTHON_GIL=0: an import that would turn the GIL back on fails instead
+    # of measuring a GIL build under the GIL-off label
+    return {"ft": ([ft, py, *specs], dict(env, PYTHON_GIL="0")),
             "gil": ([ft, "-X", "gil=1", py, *specs], env)}
 
 
