@@ -435,6 +435,10 @@ TSAN_TESTS ?= tests/host
 TSAN_DIR := build/tsan
 TSAN_TREE = $(abspath $(TSAN_DIR))/tree
 TSAN_LOGS = $(TSAN_TREE)/tsan-logs
+# its own venv, kept across runs (pip under TSan is slow): what the host tier needs
+TSAN_VENV := $(abspath build/tsan-venv)
+TSAN_PKGS := setuptools==84.2.1 PyYAML==6.0.3 Jinja2==3.1.6 pytest==9.0.3 pytest-timeout==2.4.0 \
+             hypothesis==6.155.2 numpy==2.4.6
 .PHONY: test-tsan-ft
 test-tsan-ft:
 	@if [ -z "$(FT_TSAN_PYTHON)" ]; then echo "test-tsan-ft skipped: no CPython 3.14t built with TSan \
@@ -442,13 +446,14 @@ test-tsan-ft:
 	rm -rf $(TSAN_DIR) && mkdir -p $(TSAN_TREE) $(TSAN_LOGS) && \
 	git ls-files -z --cached --others --exclude-standard \
 	    | tar --null --ignore-failed-read -T - -cf - 2>/dev/null | tar -xf - -C $(TSAN_TREE) && \
-	cd $(TSAN_TREE) && $(FT_TSAN_PYTHON) -m venv .venv-tsan && \
-	{ .venv-tsan/bin/python -m pip --disable-pip-version-check -q install $(FT_PKGS) 2>&1 | grep -v "^WARNING: Location" || true; } && \
-	IBVERBS_TSAN=1 IBVERBS_NO_LTO=1 .venv-tsan/bin/python setup.py -q build_ext --inplace > ../build.log 2>&1 \
-	    || { cat ../build.log; exit 1; }; \
-	cd $(TSAN_TREE) && PYTHON_GIL=0 \
+	{ [ -x $(TSAN_VENV)/bin/python ] || { $(FT_TSAN_PYTHON) -m venv $(TSAN_VENV) && \
+	  $(TSAN_VENV)/bin/python -m pip --disable-pip-version-check -q install $(TSAN_PKGS) 2>&1 \
+	  | grep -v "^WARNING: Location"; true; }; } && \
+	cd $(TSAN_TREE) && IBVERBS_TSAN=1 IBVERBS_NO_LTO=1 $(TSAN_VENV)/bin/python setup.py -q build_ext --inplace \
+	    > ../build.log 2>&1 || { cat ../build.log; exit 1; }; \
+	cd $(TSAN_TREE) && PYTHON_GIL=0 IBVERBS_FT_PYTHON=$(TSAN_VENV)/bin/python \
 	    TSAN_OPTIONS="suppressions=$(TSAN_TREE)/tools/tsan-cpython.supp log_path=$(TSAN_LOGS)/tsan halt_on_error=0" \
-	    .venv-tsan/bin/python -m pytest -q -rfE --timeout 1800 -p no:cacheprovider $(TSAN_TESTS); \
+	    $(TSAN_VENV)/bin/python -m pytest -q -rfE --timeout 1800 -p no:cacheprovider $(TSAN_TESTS); \
 	status=$$?; ours=0; \
 	for f in $$(ls $(TSAN_LOGS) 2>/dev/null); do \
 	    if grep -q '_ibverbs' $(TSAN_LOGS)/$$f; then ours=$$((ours + 1)); echo "== $$f (our code)"; head -n 60 $(TSAN_LOGS)/$$f; \

@@ -207,6 +207,8 @@ class RecordTypeModel:
     # spec `fills: <record>`: the generated <Type>_fill(obj, struct *) writes
     # the fields the type shows into the C request a post hands the provider
     fills: Optional[str] = None
+    # spec `lock: <ref>`: whose critical section its entries take (its own: None)
+    lock: Optional[str] = None
 
     @property
     def members(self) -> List[Tuple[str, str]]:

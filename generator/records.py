@@ -48,7 +48,8 @@ RECORD_KEYS = {"ctype", "fields", "unions", "small_ints"}
 FIELD_KEYS = frozenset().union(*(c.keys for c in RECORD_FIELDS.by_kind.values()))
 TYPE_KEYS = {"doc", "storage", "refs", "state", "changed", "init", "repr", "attributes",
              "methods", "guard", "union", "clear", "new", "basetype", "gc", "dealloc",
-             "traverse", "getattro", "sequence", "field_methods", "readonly", "stub", "fills"}
+             "traverse", "getattro", "sequence", "field_methods", "readonly", "stub", "fills",
+             "lock"}   # the ref whose critical section its entries take (a view of another object)
 SEQUENCE_KEYS = {"length", "item", "set_item"}
 ATTR_KEYS = {"field", "readonly", "ref", "hand", "slot", "flag", "check", "prepared", "doc",
              "too_big", "stub"}
@@ -359,7 +360,19 @@ def _type(records: Any, name: str, node: Node) -> RecordTypeModel:
         getattro=node.get("getattro"),
         sequence=seq, gc=node.get("gc", True), basetype=node.get("basetype", True),
         clear=bool(node.get("clear", True)), traverse=traverse, clear_function=clear,
-        stubs=_special_stubs(node, name), fills=_fills(records, node, name, kind, attributes))
+        stubs=_special_stubs(node, name), fills=_fills(records, node, name, kind, attributes),
+        lock=_lock(node, name))
+
+
+def _lock(node: Node, name: str) -> Optional[str]:
+    """`lock: <ref>`: a view of another object (PostListEntry of its
+    PostList) is that object's state: its entries take that object's
+    critical section, which the object's own methods take too."""
+    ref = node.get("lock")
+    if ref is not None and ref not in (node.get("refs") or []):
+        raise SpecError(f"{node.where('lock')}: {name}: lock names {ref!r}, which is not one "
+                        f"of its refs")
+    return ref
 
 
 def _fills(records: Dict[str, RecordModel], node: Node, name: str, kind: str,

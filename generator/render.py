@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import jinja2
 
@@ -42,8 +42,12 @@ class LockedEntries:
     without its object's critical section on a free-threaded target.
     A class method (METH_CLASS) has no object to lock: named as it is."""
 
-    def __init__(self) -> None:
+    def __init__(self, lock_member: Optional[str] = None, object_type: str = "") -> None:
         self.entries: List[LockedEntry] = []
+        # a view's entries lock the object it shows (spec `lock:`): member
+        # lock_member of self, an object_type
+        self.lock_member = lock_member
+        self.object_type = object_type
 
     def __call__(self, function: str, kind: str) -> str:
         if kind.startswith("METH_"):
@@ -65,7 +69,7 @@ class LockedEntries:
         macros: Any = env.get_template("_locked.c.j2").module
         head_end = text.index("*/\n") + 3
         return (text[:head_end] + str(macros.prototypes(self.entries)) + text[head_end:]
-                + str(macros.definitions(self.entries)))
+                + str(macros.definitions(self.entries, self.lock_member, self.object_type)))
 
 
 def _init_format(fields: Any) -> str:
@@ -156,7 +160,7 @@ def render_records(m: RecordsModel, template_dir: str) -> Dict[str, str]:
     files = {"records.h": env.get_template("records.h.j2").render(**common)}
     by_key = {r.key: r for r in m.records}
     for t in m.types:
-        locked = LockedEntries()
+        locked = LockedEntries(t.lock, f"{t.name}Object")
         text = env.get_template("record_type.c.h.j2").render(**common, t=t, by_key=by_key,
                                                              locked=locked)
         files[f"{t.name.lower()}.c.h"] = locked.wrap(env, text)

@@ -79,6 +79,7 @@ PyAPI_FUNC(void *) PyMem_Calloc(size_t nelem, size_t elsize);
 #define IBP_LOCKED(f) f##__locked
 #define IBP_THREAD_LOCAL _Thread_local __attribute__((tls_model("initial-exec")))  /* no ld.so */
 typedef PyCriticalSection ibp_lock_t;
+typedef PyCriticalSection2 ibp_lock2_t;
 typedef PyMutex ibp_mutex_t;    /* global state's, never held while Python code runs */
 #define ibp_mutex_lock(m) PyMutex_Lock(m)
 #define ibp_mutex_unlock(m) PyMutex_Unlock(m)
@@ -99,7 +100,7 @@ typedef PyMutex ibp_mutex_t;    /* global state's, never held while Python code 
 #else
 #define IBP_LOCKED(f) f
 #define IBP_THREAD_LOCAL
-typedef struct { char unused; } ibp_lock_t;
+typedef struct { char unused; } ibp_lock_t, ibp_lock2_t;
 typedef struct { char unused; } ibp_mutex_t;
 #define ibp_mutex_lock(m) ((void)(m))
 #define ibp_mutex_unlock(m) ((void)(m))
@@ -191,9 +192,7 @@ IBP_HIDDEN PyObject *ibp_call_python(PyObject **cache, const char *module, const
                                      PyObject *self, PyObject *args, PyObject *kwargs);
 
 /* Borrowed references to the Python-level classes, looked up at import. */
-extern IBP_HIDDEN PyObject *ibp_VerbsError;
-extern IBP_HIDDEN PyObject *ibp_CompletionError;
-extern IBP_HIDDEN PyObject *ibp_GidClass;
+extern IBP_HIDDEN PyObject *ibp_VerbsError, *ibp_CompletionError, *ibp_GidClass;
 IBP_HIDDEN int ibp_errors_init(void);
 
 /* ---- why a verb failed (explain.c) --------------------------------------
@@ -476,6 +475,7 @@ IBP_HIDDEN int ibp_qp_send_idle(PyObject *self, const char *what);
 /* An SGE object's struct ibv_sge (sge.c); -1 with TypeError if obj is
  * not an SGE. */
 IBP_HIDDEN int ibp_sge_from_py(PyObject *obj, struct ibv_sge *out);
+IBP_HIDDEN uint64_t ibp_sge_read(PyObject *sge, struct ibv_sge *out);   /* value, stamp */
 
 /* ---- the data path (datapath.c, sge.c, wr.c, post.c, postlist.c, ---------
  * ----- postlist_entry.c, wc.c, wcbuffer.c, events.c) ----------------------- */
@@ -705,7 +705,7 @@ static inline int ibp_kept_sge_matches(PyObject *item, uint64_t stamp)
 {
     /* read without the SGE's lock: its setters store the stamp last, with
      * release (ibp_SGE_changed), and a kept value is never the SGE's own */
-    return Py_TYPE(item) == ibp_kept_sge_type
+    return Py_TYPE(item) == ibp_relaxed_load(&ibp_kept_sge_type)
            && ibp_acquire_load(&((SGEObject *)item)->stamp) == stamp;
 }
 
@@ -739,12 +739,11 @@ static inline int ibp_recv_wr_kept(const RecvWRObject *w)
     return ibp_kept_list_matches(&w->sges, w->sg_list);
 }
 
-/* A request read for a post, in its critical section and its SGE list's
- * (free-threaded target; nothing on a GIL one): another thread's setter or
- * list append waits until the post has read it. */
+/* A request read for a post in one critical section with its SGE list (wr.c;
+ * free-threaded target only); SGEs are then read by their stamps (sge.c). */
 struct ibp_wr_lock {
-    ibp_lock_t request;
-    ibp_lock_t list;
+    ibp_lock_t request;     /* a request without a list */
+    ibp_lock2_t both;       /* a request with its list */
     PyObject *sg_list;      /* the list locked (a reference), or NULL */
 };
 #if IBP_FREE_THREADED

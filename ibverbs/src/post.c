@@ -108,6 +108,22 @@ static inline PyObject *single_wr(PyObject *arg, PyTypeObject *type)
  * post may keep others there.  A kept request is then filled as any. */
 #define CHAIN_TAKES_KEPT (!IBP_FREE_THREADED)
 
+/* A short way, on a free-threaded target, counts itself in flight on its
+ * queue before it locks the request: that lock may wait, and the queue's
+ * critical section is suspended meanwhile, so another thread's close()
+ * must find it busy.  On a GIL target nothing (it runs no Python code). */
+static inline void short_way_enter(PyObject *queue)
+{
+    if (IBP_FREE_THREADED)
+        ibp_busy_enter(queue);
+}
+
+static inline void short_way_leave(PyObject *queue)
+{
+    if (IBP_FREE_THREADED)
+        ibp_busy_leave(queue);
+}
+
 /* A kept request's post failed (out of line: the short way spends no
  * register on its arguments but the queue's). */
 __attribute__((noinline, cold))
@@ -502,13 +518,16 @@ PyObject *ibp_hand_QP_post_send_short(PyObject *self, PyObject *wrs)
     if (__builtin_expect(Py_IS_TYPE(wrs, SendWR_Type) && qp != NULL && Py_IS_TYPE(self, QP_Type), 1)) {
         SendWRObject *w = (SendWRObject *)wrs;
         struct ibp_wr_lock l;
+        short_way_enter(self);
         ibp_wr_lock(&l, wrs);
         if (__builtin_expect(ibp_send_wr_kept(w) && qp->qp_type != IBV_QPT_UD, 1)) {
             PyObject *result = post_send_kept(self, w);
             ibp_wr_unlock(&l);
+            short_way_leave(self);
             return result;
         }
         ibp_wr_unlock(&l);
+        short_way_leave(self);
     }
     return ibp_QP_post_send_entered(self, wrs);
 }
@@ -604,11 +623,13 @@ static inline PyObject *post_recv_short(PyObject *self, PyObject *wrs, enum recv
     if (__builtin_expect(Py_IS_TYPE(wrs, RecvWR_Type), 1)) {
         RecvWRObject *w = (RecvWRObject *)wrs;
         struct ibp_wr_lock l;
+        short_way_enter(self);
         ibp_wr_lock(&l, wrs);
         if (__builtin_expect(ibp_recv_wr_kept(w), 1)) {
             int rc = recv_entry(self, q, &w->prepared);
             uint64_t wr_id = w->prepared.wr_id;
             ibp_wr_unlock(&l);
+            short_way_leave(self);
             if (__builtin_expect(rc == 0, 1))
                 return ibp_none();
             if (rc == IBP_ENTRY_CLOSED)
@@ -616,6 +637,7 @@ static inline PyObject *post_recv_short(PyObject *self, PyObject *wrs, enum recv
             return kept_post_failed(self, recv_verb_name(q), rc, wr_id);
         }
         ibp_wr_unlock(&l);
+        short_way_leave(self);
     }
     return entered(self, wrs);
 }

@@ -21,21 +21,16 @@
  *
  * The one allocation (the tuple of SGE owners) comes first: it may run the
  * garbage collector, hence finalizers that could change w.  What is read
- * after it is read under a strong reference and re-checked.  w is read in
- * its critical section (ibp_wr_lock). */
-static int pl_fill_locked(PostListObject *pl, Py_ssize_t i, PyObject *w);
-
+ * after it is read under a strong reference and re-checked.
+ *
+ * On a free-threaded target w is read in its critical section
+ * (ibp_wr_lock), which suspends the list's while it waits: the list's
+ * entry is written only once w's has ended (the list's is then held again). */
 static int pl_fill(PostListObject *pl, Py_ssize_t i, PyObject *w)
 {
     struct ibp_wr_lock l;
+    int locked = 1;
     ibp_wr_lock(&l, w);
-    int rc = pl_fill_locked(pl, i, w);
-    ibp_wr_unlock(&l);
-    return rc;
-}
-
-static int pl_fill_locked(PostListObject *pl, Py_ssize_t i, PyObject *w)
-{
     struct pl_entry *e = &pl->entries[i];
     PyObject *sg_list = pl->kind == PL_SEND ? ((SendWRObject *)w)->sg_list
                                             : ((RecvWRObject *)w)->sg_list;
@@ -97,11 +92,16 @@ static int pl_fill_locked(PostListObject *pl, Py_ssize_t i, PyObject *w)
         PyErr_SetString(PyExc_RuntimeError, "sg_list changed while it was converted");
         goto done;
     }
+    PyObject *ah = pl->kind == PL_SEND ? ((SendWRObject *)w)->ah : NULL;
+    Py_XINCREF(ah);
+    ibp_wr_unlock(&l);
+    locked = 0;
     /* The allocations above may have run the GC, hence other threads: one
      * of them may be posting this list with the GIL released now. */
-    if (ibp_pl_frozen(pl) < 0)
+    if (ibp_pl_frozen(pl) < 0) {
+        Py_XDECREF(ah);
         goto done;
-    PyObject *ah = pl->kind == PL_SEND ? ((SendWRObject *)w)->ah : NULL;
+    }
     /* The entry keeps its own SGE room and its link to the next entry. */
     struct ibv_sge *room = pl->kind == PL_SEND ? PL_SEND_WR(pl, i)->sg_list
                                                : PL_RECV_WR(pl, i)->sg_list;
@@ -116,12 +116,13 @@ static int pl_fill_locked(PostListObject *pl, Py_ssize_t i, PyObject *w)
     }
     memcpy(room, sges, nsge * sizeof(*sges));
     pl->n_ah += (ah != NULL) - (e->ah != NULL);
-    Py_XINCREF(ah);
     Py_XSETREF(e->ah, ah);
     Py_XSETREF(e->owners, owners);
     owners = NULL;
     rc = 0;
 done:
+    if (locked)
+        ibp_wr_unlock(&l);
     if (sges != stack_sges)
         PyMem_Free(sges);
     Py_XDECREF(owners);

@@ -109,11 +109,27 @@ static int sge_set(SGEObject *self, PyObject *target, PyObject *length_obj,
             return -1;
         }
     }
-    self->sge.addr = base + offset;
-    self->sge.length = (uint32_t)length;
-    self->sge.lkey = (uint32_t)lkey;
+    ibp_relaxed_store(&self->sge.addr, base + offset);
+    ibp_relaxed_store(&self->sge.length, (uint32_t)length);
+    ibp_relaxed_store(&self->sge.lkey, (uint32_t)lkey);
     ibp_SGE_changed(self);
     return 0;
+}
+
+/* Posts read SGEs without their locks (so that reading one never waits
+ * while the request and its list are locked): each field is stored and
+ * read whole, and the stamp, stored after the fields (release), is read
+ * before them (acquire): a value read is at least as new as the stamp
+ * read, so a request kept under that stamp is read again once the SGE
+ * has changed (ibp_kept_sge_matches). */
+uint64_t ibp_sge_read(PyObject *obj, struct ibv_sge *out)
+{
+    SGEObject *sge = (SGEObject *)obj;
+    uint64_t stamp = ibp_acquire_load(&sge->stamp);
+    out->addr = ibp_relaxed_load(&sge->sge.addr);
+    out->length = ibp_relaxed_load(&sge->sge.length);
+    out->lkey = ibp_relaxed_load(&sge->sge.lkey);
+    return stamp;
 }
 
 /* SGE(target, length, lkey=0, offset=0): generated/sge.c.h parses the
@@ -146,7 +162,7 @@ int ibp_sge_from_py(PyObject *obj, struct ibv_sge *out)
         PyErr_Format(PyExc_TypeError, "expected an SGE, not %s", ibp_type_name(obj));
         return -1;
     }
-    *out = ((SGEObject *)obj)->sge;
+    ibp_sge_read(obj, out);
     return 0;
 }
 

@@ -144,22 +144,25 @@ int ibp_wr_seq_init(struct wr_seq *s, PyObject *arg, PyTypeObject *type, const c
 }
 
 #if IBP_FREE_THREADED
+/* A critical section nested in another suspends the outer one until it
+ * ends when it has to wait: the request and its list are therefore taken
+ * together (PyCriticalSection2), never one inside the other.  The list is
+ * found in the request's own critical section first; the request may have
+ * another one by the time both are held: then again. */
 void ibp_wr_lock(struct ibp_wr_lock *l, PyObject *w)
 {
-    ibp_lock(&l->request, w);
     for (;;) {
+        ibp_lock(&l->request, w);
         PyObject *list = WR_SG_LIST(w);
         l->sg_list = list;
         if (list == NULL)
             return;
-        /* The list's lock waits (suspending the request's) only where
-         * another thread holds it: then the request may have another list
-         * when both are held again. */
         Py_INCREF(list);
-        ibp_lock(&l->list, list);
+        ibp_unlock(&l->request);
+        PyCriticalSection2_Begin(&l->both, w, list);
         if (WR_SG_LIST(w) == list)
             return;
-        ibp_unlock(&l->list);
+        PyCriticalSection2_End(&l->both);
         Py_DECREF(list);
     }
 }
@@ -167,28 +170,18 @@ void ibp_wr_lock(struct ibp_wr_lock *l, PyObject *w)
 void ibp_wr_unlock(struct ibp_wr_lock *l)
 {
     if (l->sg_list != NULL) {
-        ibp_unlock(&l->list);
+        PyCriticalSection2_End(&l->both);
         Py_DECREF(l->sg_list);
+    } else {
+        ibp_unlock(&l->request);
     }
-    ibp_unlock(&l->request);
 }
 #endif
 
-/* An SGE's value and its stamp together: in its critical section on a
- * free-threaded target (its setters store both in it). */
+/* An SGE's value and its stamp (sge.c: without its lock). */
 static inline uint64_t read_sge(PyObject *item, struct ibv_sge *out)
 {
-#if IBP_FREE_THREADED
-    ibp_lock_t cs;
-    ibp_lock(&cs, item);
-    *out = ((SGEObject *)item)->sge;
-    uint64_t stamp = ((SGEObject *)item)->stamp;
-    ibp_unlock(&cs);
-    return stamp;
-#else
-    *out = ((SGEObject *)item)->sge;
-    return ((SGEObject *)item)->stamp;
-#endif
+    return ibp_sge_read(item, out);
 }
 
 /* The SGEs of list into out, which has room for `room`: 1 (and nothing
@@ -304,7 +297,9 @@ static int keep_sges(PyObject *own, PyObject *sg_list, const struct ibv_sge *sge
     }
     c->stamp = stamp;
     c->n = n;
-    ibp_kept_sge_type = SGE_Type;       /* not in a fork() child: ibp_forked above */
+    /* not in a fork() child: ibp_forked above; threads store the same */
+    if (ibp_relaxed_load(&ibp_kept_sge_type) != SGE_Type)
+        ibp_relaxed_store(&ibp_kept_sge_type, SGE_Type);
     return 1;
 }
 
