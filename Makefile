@@ -75,6 +75,7 @@ help:
 	@echo 'make test-tsan-ft     the host tier on CPython 3.14t (GIL off) under ThreadSanitizer'
 	@echo 'make bench            the data path against C and pyverbs on Soft-RoCE (BENCHMARKS.md)'
 	@echo 'make bench-cluster    C and the plain API between two VMs: round trip, WRITE bandwidth'
+	@echo 'make bench-threads    1 and 2 threads on free-threaded CPython 3.14t (GIL off, -X gil=1) and C'
 	@echo 'make docs             the API reference (Sphinx) into docs/_build/html'
 	@echo 'make soak [MINUTES=10]  faults injected into random cycles of several processes on'
 	@echo '                      Soft-RoCE; RSS, verbs resources and fds per minute; fails on growth'
@@ -301,7 +302,8 @@ rdma-core:
 # `make bench`: the data path against C and pyverbs on Soft-RoCE (one VM
 # boot; table, "ratio ..." lines, message-size sweep), see bench/run_bench.py;
 # then the two-node cluster's round trip and WRITE bandwidth, C against the
-# plain API (bench/cross_node.py, as make bench-cluster); then BENCHMARKS.md
+# plain API (bench/cross_node.py, as make bench-cluster); the thread scaling
+# on free-threaded CPython (make bench-threads); then BENCHMARKS.md
 # and bench/plots/*.svg from that run (bench/report.py, matplotlib: bench
 # only, never the wheel or the tests).  BENCH_HOST=1 adds
 # the rest of the host microbenchmarks (bench/host_micro.py: all the
@@ -329,9 +331,23 @@ bench: build venv-test
 	set -o pipefail; /usr/bin/python3 bench/cross_node.py | tee build/bench/cross_node.txt
 	$(PY) bench/host_micro.py --ir --only $(BENCH_COUNTED) --table build/bench/counts.txt \
 	    $(if $(wildcard $(BENCH_SEED)),--seed $(BENCH_SEED))
+	$(MAKE) --no-print-directory bench-threads
 	$(PY) bench/report.py build/bench/run.txt build/bench/load-before.txt build/bench/load-after.txt \
-	    build/bench/counts.txt build/bench/cross_node.txt
+	    build/bench/counts.txt build/bench/cross_node.txt build/bench/threads.json
 	$(if $(BENCH_HOST),$(PY) bench/host_micro.py)
+
+# `make bench-threads`: the message rate at 1 and 2 threads, each its own QP
+# and CQ, on a free-threaded CPython 3.14t (the cp314t build, GIL off and
+# -X gil=1) and in C with pthreads, through the null provider here and on
+# Soft-RoCE in the VM, and 3.14t's single-thread instruction counts
+# (bench/threads.py, into build/bench/threads.{txt,json}; without the
+# interpreter it says so, as the free-threaded tier does, and passes).
+# Boots the VM: run it under the VM lock; the host part wants a quiet
+# machine.
+.PHONY: bench-threads
+bench-threads: build build-ft
+	@tools/ensure-debs libibverbs-dev valgrind
+	IBVERBS_FT_PYTHON=$(FT_PYTHON) $(PY) bench/threads.py
 
 # `make docs`: the API reference (Sphinx, autodoc of the built extension,
 # the Furo theme, MyST for the README's guides) into docs/_build/html.  Any

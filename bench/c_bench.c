@@ -43,6 +43,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "c_common.h"
+
 #define PORT 1
 #define WINDOW 128        /* write_window: WRs in flight (and the send queue depth) */
 #define SWEEP_WINDOW 16   /* bw: WRs in flight */
@@ -75,21 +77,13 @@ struct side {
 
 static struct ibv_context *open_by_name(const char *name)
 {
-    int n;
-    struct ibv_device **list = ibv_get_device_list(&n);
-    struct ibv_context *ctx = NULL;
-    if (list == NULL)
-        DIE("ibv_get_device_list failed");
-    for (int i = 0; i < n; i++)
-        if (strcmp(ibv_get_device_name(list[i]), name) == 0)
-            ctx = ibv_open_device(list[i]);
-    ibv_free_device_list(list);
+    struct ibv_context *ctx = open_device_named(name);
     if (ctx == NULL)
         DIE("cannot open %s", name);
     return ctx;
 }
 
-#define ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
+#define ACCESS RC_ACCESS
 
 static void side_open(struct side *s, const char *name, int gid_index)
 {
@@ -132,41 +126,13 @@ static struct ibv_qp *make_qp(struct side *s, struct ibv_cq *cq)
     return qp;
 }
 
-/* RESET -> INIT -> RTR -> RTS with the attributes ibverbs.connect_rc uses. */
 static void connect_qp(struct ibv_qp *qp, struct side *local, struct ibv_qp *peer,
                        struct side *remote)
 {
-    struct ibv_qp_attr a = {
-        .qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = PORT,
-        .qp_access_flags = ACCESS,
-    };
-    if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-        DIE("to INIT");
-    memset(&a, 0, sizeof(a));
-    a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = local->mtu < remote->mtu ? local->mtu : remote->mtu;
-    a.dest_qp_num = peer->qp_num;
-    a.rq_psn = 0;
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = 12;
-    a.ah_attr.is_global = 1;
-    a.ah_attr.grh.dgid = remote->gid;
-    a.ah_attr.grh.sgid_index = local->gid_index;
-    a.ah_attr.grh.hop_limit = 1;
-    a.ah_attr.port_num = PORT;
-    if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-        DIE("to RTR");
-    memset(&a, 0, sizeof(a));
-    a.qp_state = IBV_QPS_RTS;
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.sq_psn = 0;
-    a.max_rd_atomic = 1;
-    if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                                  IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
-        DIE("to RTS");
+    const char *failed = rc_connect(qp, PORT, peer->qp_num, &remote->gid, local->gid_index,
+                                    local->mtu < remote->mtu ? local->mtu : remote->mtu);
+    if (failed)
+        DIE("to %s", failed);
 }
 
 static void check(const struct ibv_wc *wc)

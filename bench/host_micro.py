@@ -301,16 +301,19 @@ def seed_dir(seed):
     return dest
 
 
-def write_script():
+def write_script(floors=True):
     """build/bench/micro_op.py OPS K: the named operations (a comma-separated
-    list of OPS' names and "floor_" + FLOORS'), each loop counted K times."""
+    list of OPS' names and, with floors, "floor_" + FLOORS'), each loop
+    counted K times.  Without floors it needs no _nullcall (built for one
+    interpreter: PY's)."""
     script = os.path.join(BUILD, "micro_op.py")
     with open(script, "w") as f:
         f.write(SETUP)
-        f.write(FLOOR_SETUP)
+        if floors:
+            f.write(FLOOR_SETUP)
         for name, (_, _, body) in OPS.items():
             f.write(f"def op_{name}():\n    for _ in r:\n        {body}\n")
-        for name, body in FLOORS.items():
+        for name, body in FLOORS.items() if floors else ():
             f.write(f"def floor_{name}():\n    for _ in r:\n        {body}\n")
         # First the markers' own cost (a pair around nothing).  Then each
         # loop runs once uncounted, to pay what is paid once (the
@@ -331,14 +334,16 @@ def write_script():
     return script
 
 
-def measure(env, names, k=None):
+def measure(env, names, k=None, python=None):
     """{name: instructions per unit}, the loop's own cost subtracted
     ("loop": that cost); names are OPS' and "floor_" + FLOORS'.  One
-    process under callgrind runs them all."""
+    process under callgrind runs them all, with python (default PY; the
+    floors need PY's _nullcall, so another interpreter measures OPS only)."""
     k = k or K
-    script = write_script()
+    floors = any(n.startswith("floor_") for n in names)
+    script = write_script(floors)
     names = ["loop", *[n for n in names if n != "loop"]]
-    base, *parts = callgrind([PY, script, ",".join(names), str(k)], env, marked=True)
+    base, *parts = callgrind([python or PY, script, ",".join(names), str(k)], env, marked=True)
     if len(parts) != len(names):
         raise RuntimeError(f"{len(parts)} counts for {len(names)} operations")
     per_iter = {n: (ir - base) / k for n, ir in zip(names, parts)}

@@ -1,15 +1,18 @@
 """BENCHMARKS.md and the two sweep plots from the output of one `make bench`.
 
-    .venv/bin/python bench/report.py RUN_OUTPUT LOAD_BEFORE LOAD_AFTER [COUNTS [CROSS_NODE]]
+    .venv/bin/python bench/report.py RUN_OUTPUT LOAD_BEFORE LOAD_AFTER \
+                                     [COUNTS [CROSS_NODE [THREADS]]]
 
 RUN_OUTPUT is what bench/run_bench.py printed (its stdout); LOAD_BEFORE /
 LOAD_AFTER the host's `uptime` around the VM run; COUNTS the instruction
 counts table of bench/host_micro.py --table; CROSS_NODE what
-bench/cross_node.py printed (the two-node cluster's section).  Writes
+bench/cross_node.py printed (the two-node cluster's section); THREADS the
+JSON of bench/threads.py (the thread scaling's section).  Writes
 bench/plots/bandwidth.svg, bench/plots/latency.svg and BENCHMARKS.md.
 Needs matplotlib (installed by `make bench` only: the wheel and the tests
 do not use it).
 """
+import json
 import os
 import platform
 import subprocess
@@ -48,6 +51,40 @@ bench-cluster`): the 8-byte RC round trip (`ibv_rc_pingpong -s 8` against
 `ibverbs ping -s 8`) and 64 KiB RDMA WRITE bandwidth with 16 in flight
 (`ib_write_bw` against `tests/cluster/peer.py write-bw-client`). A ratio
 above 1 is ours faster; each is the median of the per-round ratios."""
+
+THREADS_TEXT = """\
+The message rate of one signaled RDMA WRITE posted and its completion
+polled, one in flight per thread, each thread driving its own QP and CQ, at
+1 and 2 threads (`bench/threads.py`, also `make bench-threads`): the
+free-threaded build (cp314t) on a free-threaded CPython 3.14 with the GIL
+off, the same with `-X gil=1`, and C with pthreads
+(`bench/c_threads.c`) calling the same verbs through the same provider.
+The Python loops (`bench/py_threads.py`) use the plain API (a SendWR kept
+and posted again, `cq.poll(1)`) and the hot-loop API (a `PostList`,
+`cq.poll_into(WCBuffer)`). On the host through the null provider
+(`bench/nullverbs.c`, `NULLVERBS_COMPLETE_POSTS=1`: a post's completion is
+there at the next poll), so the rate is the binding's and the
+interpreter's alone; then on Soft-RoCE in the VM, each thread on an rxe
+device of its own (wall-clock ratios there are noisy, and need a quiet
+host: the VM's two vCPUs are two of its threads). A ratio is the median of per-round ratios, each pair measured
+back to back; **cores** is the threads' CPU time over their wall time,
+below the thread count where other work took the cores (see the load).
+The goal of issue 37: with the GIL off, 2/1 >= 1.8, or C's own ratio
+where that is lower; with the GIL, about 1. Then the single-thread
+instruction counts of the same calls on 3.14t, GIL off against
+`-X gil=1`."""
+
+
+def threads_section(path):
+    """The thread scaling's table, or why it is not there."""
+    if path is None or not os.path.exists(path):
+        return "(not measured: bench/threads.py did not run)"
+    with open(path) as f:
+        report = json.load(f)
+    if report.get("skipped"):
+        return f"(not measured: {report['skipped']})"
+    return THREADS_TEXT + "\n\n```\n" + report["table"] + "\n```"
+
 
 IMPLS = {   # column name in the run output: (legend, style)
     "C": ("C (libibverbs)", dict(color="black", marker="o")),
@@ -129,6 +166,7 @@ def main(argv):
     run_output, load_before, load_after = argv[:3]
     counts = argv[3] if len(argv) > 3 else None
     cross_node = argv[4] if len(argv) > 4 else None
+    threads = argv[5] if len(argv) > 5 else None
     with open(run_output) as f:
         main_table, sweep_table, sweep = parse(f.read())
     loads = []
@@ -151,6 +189,7 @@ def main(argv):
     counts_section = section(COUNTS_TEXT, counts, "(no counts: valgrind was not installed)")
     cross_section = section(CROSS_TEXT, cross_node,
                             "(not measured: bench/cross_node.py did not run)")
+    threads_text = threads_section(threads)
     md = f"""# Benchmarks
 
 Made by `make bench` (commit {commit}{' plus local changes' if dirty else ''}); every
@@ -234,6 +273,10 @@ all four meet; the binding's own cost shows at small sizes.
 ## Instructions per operation
 
 {counts_section}
+
+## Threads: free-threaded CPython
+
+{threads_text}
 
 ## Host-side numbers
 
