@@ -122,19 +122,29 @@ static void atfork_child(void)
 
 /* Once, when the first handle is made (not at import: a child forked
  * before any is made has nothing to refuse), by whichever thread. */
-static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
-static int atfork_failed;
+static pthread_mutex_t atfork_lock = PTHREAD_MUTEX_INITIALIZER;
+static int atfork_state;        /* 0: not yet, 1: registered, -1: failed */
 
-static void register_atfork(void)
+/* Not pthread_once: before glibc 2.34 it is libpthread's, and the wheel
+ * needs no more than glibc 2.17 with libc alone. */
+static int register_atfork(void)
 {
-    current_pid = getpid();
-    atfork_failed = pthread_atfork(NULL, NULL, atfork_child) != 0;
+    int state = ibp_acquire_load(&atfork_state);
+    if (state == 0) {
+        pthread_mutex_lock(&atfork_lock);
+        if (atfork_state == 0) {
+            current_pid = getpid();
+            ibp_release_store(&atfork_state, pthread_atfork(NULL, NULL, atfork_child) == 0 ? 1 : -1);
+        }
+        state = atfork_state;
+        pthread_mutex_unlock(&atfork_lock);
+    }
+    return state;
 }
 
 static int track_origin(PyObject *obj)
 {
-    pthread_once(&atfork_once, register_atfork);
-    if (atfork_failed) {
+    if (register_atfork() < 0) {
         PyErr_SetString(PyExc_RuntimeError, "pthread_atfork failed");
         return -1;
     }

@@ -2,6 +2,7 @@
 import contextlib
 import errno
 import gc
+import sysconfig
 import threading
 import weakref
 
@@ -137,6 +138,9 @@ def plant(cq, n, make):
 
 
 @pytest.mark.parametrize("then_clear", [False, True])
+@pytest.mark.skipif(bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
+                    reason="poll()'s result lists are not reused on the free-threaded target "
+                           "(CONTRIBUTING.md, Threads): there is no list to refill")
 def test_a_finalizer_that_polls_during_poll_gets_a_list_of_its_own(ib, ctx, pd, port, then_clear):
     """23.2: poll() refilled a kept list it found free, and replacing an
     object the program had put there ran its finalizer mid-refill: a poll
