@@ -24,6 +24,7 @@ def _sections() -> list[str]:
 def test_the_readme_is_a_front_door():
     assert len(README.encode()) <= 12_500, f"README.md is {len(README.encode())} bytes"
     assert _sections() == ["Install", "Quickstart", "Checking your setup",
+                           "Free-threaded Python (3.14t)",
                            "Differences from ibverbs 2026.7.18 (rdma4py)", "Read on", "License"]
     # the Quickstart comes early: a reader reaches it in the first screenfuls
     assert README.index("## Quickstart") < 4_500
