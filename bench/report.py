@@ -70,7 +70,8 @@ host: the VM's two vCPUs are two of its threads). A ratio is the median of per-r
 back to back; **cores** is the threads' CPU time over their wall time,
 below the thread count where other work took the cores (see the load).
 The goal of issue 37: with the GIL off, 2/1 >= 1.8, or C's own ratio
-where that is lower; with the GIL, about 1. Then the single-thread
+where that is lower; with the GIL, about 1 (not judged where C's own two
+threads did not get two cores or scale: the machine was busy). Then the single-thread
 instruction counts of the same calls on 3.14t, GIL off against
 `-X gil=1`."""
 

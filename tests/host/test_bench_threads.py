@@ -83,6 +83,15 @@ def test_a_crashed_worker_is_shown_as_crashed_and_the_rest_measured():
     assert "goal host hot: GIL off 2/1 >= 1.8 (or C's own, 1.95, where lower): 2.00 met" in text
 
 
+def test_no_goal_is_judged_where_the_machine_was_busy():
+    th = threads_module()
+    host = part("host, the null provider")
+    host["results"]["C"]["post_poll"]["cores_2"] = 1.2
+    text = th.render({"ft_python": "/x/python3.14t", "ft_version": "3.14.7t", "host": host})
+    assert ("goal host plain: not judged, the machine was busy (C's 2 threads: 2/1 1.95, "
+            "1.20 cores): GIL off 1.90") in text.splitlines()
+
+
 def test_without_the_interpreter_it_skips_and_says_how_to_get_one(tmp_path):
     out = tmp_path / "threads.json"
     proc = subprocess.run(
