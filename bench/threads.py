@@ -424,8 +424,11 @@ def main(argv):
         return 0
     json_path = arg(argv, "--json", os.path.join(BUILD, "threads.json"), str)
     table_path = arg(argv, "--table", os.path.join(BUILD, "threads.txt"), str)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                            capture_output=True, text=True).stdout.strip() or "?"
+    try:        # a tree without git (the aarch64 root's copy) has no commit to name
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                                capture_output=True, text=True).stdout.strip() or "?"
+    except OSError:
+        commit = "?"
     report = {"commit": commit}
     if why is None:
         why = ft_extension(ft)

@@ -118,6 +118,7 @@ def test_a_wrong_target_is_refused_with_its_file_and_line(tmp_path, edit, messag
 
 
 def test_an_unknown_method_kind_gets_no_wrapper():
+    pytest.importorskip("jinja2", reason="Jinja2 is not installed (make venv-gen)")
     from generator.render import LockedEntries
     locked = LockedEntries()
     assert locked("f", "METH_NOARGS | METH_CLASS") == "f"
