@@ -32,6 +32,7 @@ number: these are measurements, not tests.
 """
 import glob
 import os
+import platform
 import re
 import resource
 import shutil
@@ -226,6 +227,18 @@ def write_missing_stubs(objs, stubs, provider):
             if name not in defined:
                 f.write(f'__attribute__((visibility("default"))) void {name}(void)\n'
                         f'{{ fputs("{provider}: {name} is not implemented\\n", stderr); abort(); }}\n')
+
+
+def host_cpu():
+    """The CPU's model name, for the tables (bench/report.py, bench/threads.py)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
 
 
 def build_nullverbs():

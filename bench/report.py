@@ -18,6 +18,7 @@ import platform
 import subprocess
 import sys
 
+import host_micro  # host_cpu: the machine's name, as bench/threads.py gives it
 import matplotlib
 
 matplotlib.use("svg")
@@ -144,17 +145,6 @@ def plot(series, ylabel, title, path, logy):
     plt.close(fig)
 
 
-def host_cpu():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 def section(text, path, missing):
     """text and the output kept in path as a code block; missing without it."""
     if path is None or not os.path.exists(path):
@@ -197,7 +187,7 @@ Made by `make bench` (commit {commit}{' plus local changes' if dirty else ''}); 
 figure below comes from one run of it, in one boot of the test VM. The
 command rewrites this file and the two plots.
 
-Machine: {host_cpu()}, {os.cpu_count()} cores, shared with other work;
+Machine: {host_micro.host_cpu()}, {os.cpu_count()} cores, shared with other work;
 Soft-RoCE (`rdma_rxe`, rxe0 and rxe1) inside the QEMU VM of `tests/vm/`
 (TCG, no KVM, 2 vCPUs). Host load before and after the run:
 

@@ -41,7 +41,6 @@ measurements, not tests.
 """
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -212,20 +211,9 @@ def host_part(ft, lib, seconds, rounds):
     commands["C"] = ([os.path.join(BUILD, "c_threads_null"), "null"], env)
     before = load()
     results = run_workers(commands, seconds, rounds, "host")
-    return {"where": "host, the null provider (bench/nullverbs.c)", "cpu": host_cpu(),
+    return {"where": "host, the null provider (bench/nullverbs.c)", "cpu": host_micro.host_cpu(),
             "cores": os.cpu_count(), "seconds": seconds, "rounds": rounds,
             "load_before": before, "load_after": load(), "results": results}
-
-
-def host_cpu():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def inside_vm(ft, seconds, rounds, devices):

@@ -178,12 +178,6 @@ void ibp_wr_unlock(struct ibp_wr_lock *l)
 }
 #endif
 
-/* An SGE's value and its stamp (sge.c: without its lock). */
-static inline uint64_t read_sge(PyObject *item, struct ibv_sge *out)
-{
-    return ibp_sge_read(item, out);
-}
-
 /* The SGEs of list into out, which has room for `room`: 1 (and nothing
  * written) when they do not fit, so that a caller can read a request once
  * before it knows how many SGEs the whole chain has.  The first
@@ -209,7 +203,7 @@ static inline int fill_sges(PyObject *list, struct ibv_sge *out, Py_ssize_t room
                          ibp_type_name(item));
             return -1;
         }
-        uint64_t stamp = read_sge(item, &out[i]);
+        uint64_t stamp = ibp_sge_read(item, &out[i]);   /* without its lock: sge.c */
         if (i < IBP_CACHED_SGES)
             stamps[i] = Py_IS_TYPE(item, SGE_Type) ? stamp : 0;
     }
