@@ -261,13 +261,41 @@ def build_nullverbs():
     return lib
 
 
-def callgrind(cmd, env, marked=False):
+def self_cost(path, pattern):
+    """The instructions spent in the functions whose names match pattern
+    (a compiled regex), their own only (what they call is not counted
+    unless it matches too): callgrind's file, names compressed ("fn=(7)
+    name" once, then "fn=(7)"), a cost line after "calls=" being the
+    call's inclusive cost, not the caller's own."""
+    names, total, counting, after_call = {}, 0, False, False
+    with open(path) as f:
+        for line in f:
+            if line.startswith("fn="):
+                ref, _, name = line[3:].strip().partition(" ")
+                name = names.setdefault(ref, name) if name else names.get(ref, ref)
+                counting, after_call = bool(pattern.search(name)), False
+            elif line.startswith("cfn="):     # names a callee, may define its id
+                ref, _, name = line[4:].strip().partition(" ")
+                if name:
+                    names.setdefault(ref, name)
+            elif line.startswith("calls="):
+                after_call = True
+            elif line[:1].isdigit() or line[:1] in "+-*":
+                if counting and not after_call:
+                    fields = line.split()
+                    total += int(fields[1]) if len(fields) > 1 else 0
+                after_call = False
+    return total
+
+
+def callgrind(cmd, env, marked=False, attribute=None):
     """Instructions of cmd under callgrind.  With marked, a list: those
     between each pair of the script's markers (os.getppid() before a loop,
     os.getpgrp() after it), in order, so that the interpreter's start and
     the setup, whose counts move by some 100,000 instructions from one
     process to the next, stay out of the figures, and one process measures
-    every operation."""
+    every operation.  With attribute (a regex), each count is a pair: the
+    total and what the functions it matches spent (self_cost)."""
     fd, out = tempfile.mkstemp(prefix="callgrind.", dir=BUILD)
     os.close(fd)
     marks = ["--zero-before=os_getppid", "--dump-before=os_getpgrp"] if marked else []
@@ -282,8 +310,9 @@ def callgrind(cmd, env, marked=False):
                 paths.append(f"{out}.{len(paths) + 1}")
         for path in paths:
             with open(path) as f:
-                parts.append(next(int(line.split()[1]) for line in f
-                                  if line.startswith(("summary:", "totals:"))))
+                total = next(int(line.split()[1]) for line in f
+                             if line.startswith(("summary:", "totals:")))
+            parts.append((total, self_cost(path, attribute)) if attribute else total)
         return parts if marked else parts[0]
     finally:
         for path in glob.glob(out + "*"):
@@ -347,7 +376,7 @@ def write_script(floors=True):
     return script
 
 
-def measure(env, names, k=None, python=None):
+def measure(env, names, k=None, python=None, attribute=None):
     """{name: instructions per unit}, the loop's own cost subtracted
     ("loop": that cost); names are OPS' and "floor_" + FLOORS'.  One
     process under callgrind runs them all, with python (default PY; the
@@ -356,9 +385,16 @@ def measure(env, names, k=None, python=None):
     floors = any(n.startswith("floor_") for n in names)
     script = write_script(floors)
     names = ["loop", *[n for n in names if n != "loop"]]
-    base, *parts = callgrind([python or PY, script, ",".join(names), str(k)], env, marked=True)
+    base, *parts = callgrind([python or PY, script, ",".join(names), str(k)], env, marked=True,
+                             attribute=attribute)
     if len(parts) != len(names):
         raise RuntimeError(f"{len(parts)} counts for {len(names)} operations")
+    if attribute:   # {name: (instructions per unit, of which the matched functions')}
+        (base, base_in), units = base, {n: OPS[n][0] for n in OPS}
+        units.update({"floor_" + n: OPS[n][0] for n in FLOORS})
+        loop, loop_in = ((parts[0][0] - base) / k, (parts[0][1] - base_in) / k)
+        return {n: (((ir - base) / k - loop) / units[n], ((within - base_in) / k - loop_in) / units[n])
+                for n, (ir, within) in zip(names, parts) if n != "loop"}
     per_iter = {n: (ir - base) / k for n, ir in zip(names, parts)}
     loop = per_iter["loop"]
     units = {n: OPS[n][0] for n in OPS}

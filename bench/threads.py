@@ -41,6 +41,7 @@ measurements, not tests.
 """
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -79,6 +80,11 @@ VM_DEVICES = "rxe0,rxe1"
 GOAL_FT = 1.8       # issue 37: GIL off, 2 threads over 1, where C's own ratio allows
 BUSY_CORES = 1.9    # C's 2 threads had fewer cores than this: the machine was busy
 C_SCALED = 1.5      # or C's own 2/1 was below this
+# What free-threading adds to a call, by instructions: the critical sections
+# (CPython's functions that take and leave them, and our wrappers that call
+# them).  Its atomics add none: a lock-prefixed add is one instruction, as
+# the plain add it replaces (what they cost is cycles, in the scaling).
+LOCKS = re.compile(r"CriticalSection|PyMutex|ParkingLot|__locked$")
 # Instruction counts: host_micro's operation: label.
 COUNTED = {
     "post_send_1": "qp.post_send(wr)",
@@ -258,14 +264,14 @@ def instructions(ft, lib):
         return {"skipped": "valgrind is not installed (apt-get install valgrind)"}
     env = host_micro.our_env(lib, ROOT)
     names = list(COUNTED)
-    off = host_micro.measure(env, names, python=ft)
+    off = host_micro.measure(env, names, python=ft, attribute=LOCKS)
     on = host_micro.measure(dict(env, PYTHON_GIL="1"), names, python=ft)
     abi3 = host_micro.measure(env, names)
     return {"python": subprocess.run([host_micro.PY, "-c", "import platform; "
                                       "print(platform.python_version())"],
                                      capture_output=True, text=True).stdout.strip(),
-            "ops": {n: {"label": COUNTED[n], "gil_off": off[n], "gil_on": on[n], "abi3": abi3[n]}
-                    for n in names}}
+            "ops": {n: {"label": COUNTED[n], "gil_off": off[n][0], "locks": off[n][1],
+                        "gil_on": on[n], "abi3": abi3[n]} for n in names}}
 
 
 # ---- tables ----------------------------------------------------------
@@ -368,12 +374,18 @@ def goal_lines(parts):
 def ir_table(ir, ft_version):
     if "skipped" in ir:
         return [f"instruction counts not measured: {ir['skipped']}"]
-    head = ["operation", "GIL off", "-X gil=1", "GIL off vs gil=1", f"abi3 on {ir['python']}"]
+    head = ["operation", "GIL off", "-X gil=1", "GIL off vs gil=1", "critical sections",
+            "without them", f"abi3 on {ir['python']}"]
     rows = [[v["label"], f"{v['gil_off']:.0f}", f"{v['gil_on']:.0f}",
-             f"{(v['gil_off'] - v['gil_on']) / v['gil_on'] * 100:+.1f}%", f"{v['abi3']:.0f}"]
+             f"{(v['gil_off'] - v['gil_on']) / v['gil_on'] * 100:+.1f}%",
+             f"{v['locks']:.0f} ({v['locks'] / v['gil_off'] * 100:.0f}%)",
+             f"{v['gil_off'] - v['locks']:.0f} (+{v['locks'] / (v['gil_off'] - v['locks']) * 100:.0f}%)",
+             f"{v['abi3']:.0f}"]
             for v in ir["ops"].values()]
     return [f"instructions per operation, one thread, CPython {ft_version} (callgrind, null "
-            "provider, loop subtracted; the abi3 build on the GIL CPython for reference)",
+            "provider, loop subtracted; \"critical sections\": the instructions spent taking and "
+            "leaving them, which the same build spends with -X gil=1 too; atomics add none; the "
+            "abi3 build on the GIL CPython for reference)",
             *grid(head, rows)]
 
 

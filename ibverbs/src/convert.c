@@ -628,6 +628,21 @@ struct ibp_enum_table ibp_enum_tables[IBP_ENUM_COUNT];
 static const char *const enum_names[IBP_ENUM_COUNT] = {IBP_ENUM_NAMES};
 static PyObject *enum_base;         /* enum.Enum */
 
+#if IBP_FREE_THREADED
+/* Every thread's completions hand out the same members (WCStatus.SUCCESS):
+ * with free threads each Py_INCREF of one from a thread that does not own
+ * it is an atomic add on one cache line, which the cores then pass back and
+ * forth, and that alone kept two threads polling at 1.35x one thread.  A
+ * member kept here is never freed anyway, so it is made immortal, as
+ * CPython makes None and True, and its count is no longer written.  3.14
+ * has no public call for it (its own singletons use this one, which it
+ * exports). */
+PyAPI_FUNC(void) _Py_SetImmortal(PyObject *op);
+#define keep_forever(member) _Py_SetImmortal(member)
+#else
+#define keep_forever(member) ((void)0)
+#endif
+
 /* The class and the members are looked up or made on first use, by
  * whichever thread, and published (ibp_publish): kept for good. */
 static PyObject *enum_class(int which)
@@ -654,8 +669,10 @@ PyObject *ibp_enum_make(int which, unsigned long long bits, int is_signed)
         member = Py_NewRef(number);
     }
     Py_DECREF(number);
-    if (member != NULL && bits < IBP_ENUM_TABLE_LEN)
+    if (member != NULL && bits < IBP_ENUM_TABLE_LEN) {
+        keep_forever(member);
         ibp_publish(&ibp_enum_tables[which].members[bits], Py_NewRef(member));   /* kept for good */
+    }
     return member;
 }
 

@@ -48,7 +48,7 @@ def test_the_table_shows_each_rate_and_the_ratios_side_by_side():
               "VM": {"where": "rxe0 in the test VM", "skipped": "no VM here"},
               "instructions": {"python": "3.11.7", "ops": {
                   "post_send_1": {"label": "qp.post_send(wr)", "gil_off": 363.0,
-                                  "gil_on": 330.0, "abi3": 250.0}}}}
+                                  "locks": 66.0, "gil_on": 330.0, "abi3": 250.0}}}}
     text = th.render(report)
     lines = text.splitlines()
     assert "load average 0.10, 0.20, 0.30 before, load average 0.40, 0.50, 0.60 after" in text
@@ -63,7 +63,7 @@ def test_the_table_shows_each_rate_and_the_ratios_side_by_side():
     assert "goal host plain: GIL off 2/1 >= 1.8 (or C's own, 1.95, where lower): 1.90 met" in text
     assert "rxe0 in the test VM: not measured: no VM here" in text
     ir = next(x for x in lines if x.startswith("qp.post_send(wr)")).split()
-    assert ir[-4:] == ["363", "330", "+10.0%", "250"]
+    assert ir[-8:] == ["363", "330", "+10.0%", "66", "(18%)", "297", "(+22%)", "250"]
     json.dumps(report)      # what report.py reads
 
 
@@ -135,3 +135,29 @@ def test_a_short_run_on_the_null_provider_fills_the_json(tmp_path):
             assert row["ratio"] == pytest.approx(row["rate_2"] / row["rate_1"])
     assert report["table"] == (tmp_path / "t.txt").read_text().rstrip("\n")
     assert "host, plain" in report["table"] and "host, hot" in report["table"]
+
+
+def test_the_lock_column_counts_the_lock_functions_own_instructions_only(tmp_path):
+    """host_micro.self_cost, what the "critical sections" column is: a
+    matching function's own cost lines, not the inclusive cost of what it
+    calls, with names compressed as callgrind writes them (fn= and cfn=)."""
+    import re
+    hm = threads_module().host_micro
+    out = tmp_path / "callgrind.out"
+    out.write_text("events: Ir\n"
+                   "fn=(1) QP_post_send__locked\n"
+                   "10 7\n"
+                   "cfn=(2) PyCriticalSection_Begin\n"
+                   "calls=1 0\n"
+                   "11 20\n"                       # inclusive, counted under (2) itself
+                   "cfn=(3) QP_post_send\n"
+                   "calls=1 0\n"
+                   "12 400\n"                      # the post itself: not a lock's
+                   "fn=(2)\n"
+                   "5 20\n"
+                   "fn=(3)\n"
+                   "7 400\n"
+                   "fn=(4) PyCriticalSection_End\n"
+                   "+1 15\n"
+                   "totals: 442\n")
+    assert hm.self_cost(out, re.compile(r"CriticalSection|__locked$")) == 7 + 20 + 15
