@@ -11,6 +11,7 @@ struct chain {
     void *wrs;
     struct ibv_sge *sges;
     void *heap;
+    PyObject *held;     /* a list of chain_hold's tuples, or NULL */
     union {
         struct ibv_send_wr send[STACK_WRS];
         struct ibv_recv_wr recv[STACK_WRS];
@@ -21,6 +22,7 @@ struct chain {
 static int chain_alloc(struct chain *c, Py_ssize_t nwr, size_t wr_size, Py_ssize_t nsge)
 {
     c->heap = NULL;
+    c->held = NULL;
     if (nwr <= STACK_WRS && nsge <= STACK_SGES) {
         c->wrs = &c->stack_wrs;
         c->sges = c->stack_sges;
@@ -52,8 +54,11 @@ static int chain_start(struct wr_seq *s, struct chain *c, PyObject *arg, PyTypeO
     return s->n == 0 ? 0 : -1;
 }
 
+static void chain_unhold(struct chain *c);
+
 static PyObject *chain_end(struct wr_seq *s, struct chain *c, PyObject *result)
 {
+    chain_unhold(c);
     if (c->heap != NULL)
         PyMem_Free(c->heap);
     ibp_wr_seq_done(s);
@@ -72,6 +77,115 @@ static int check_inline_mrs(PyObject *sg_list, const struct ibv_send_wr *wr)
             return -1;
     }
     return 0;
+}
+
+/*
+ * On a free-threaded target what the provider reads of a send request
+ * besides the QP and the request (its AH; a BIND_MW's MW and its
+ * bind_info's MR; an INLINE request's MRs, whose buffers it copies) is held
+ * from before the request is read until its post returns, as a PostList's
+ * are (postlist.c, pl_hold): another thread's close() of one says EBUSY
+ * meanwhile, instead of destroying what the provider is about to read.  A
+ * hold may wait for that object's lock, which suspends the request's: the
+ * request is read again after it, and held anew when what it names
+ * changed.  On a GIL target no close() runs during a post: nothing held.
+ */
+static PyObject *send_wr_handles(SendWRObject *w)
+{
+    PyObject *mw = NULL, *mr = NULL;
+    if (w->opcode == IBV_WR_BIND_MW) {
+        mw = w->mw;
+        if (w->bind_info != NULL)
+            mr = ((struct MWBindInfoObject *)w->bind_info)->ref_mr;
+    }
+    int with_inline = (w->send_flags & IBV_SEND_INLINE) && w->sg_list != NULL;
+    if (w->ah == NULL && mw == NULL && mr == NULL && !with_inline)
+        return Py_NewRef(Py_None);
+    PyObject *found = PyList_New(0);
+    if (found == NULL)
+        return NULL;
+    PyObject *named[] = {w->ah, mw, mr};
+    for (size_t i = 0; i < sizeof(named) / sizeof(named[0]); i++)
+        if (named[i] != NULL && PyList_Append(found, named[i]) < 0)
+            goto fail;
+    for (Py_ssize_t j = 0; with_inline && j < PyList_Size(w->sg_list); j++) {
+        PyObject *owner = ((SGEObject *)PyList_GetItem(w->sg_list, j))->owner;
+        if (owner != NULL && PyObject_TypeCheck(owner, MR_Type) && PyList_Append(found, owner) < 0)
+            goto fail;
+    }
+    PyObject *handles = PyList_AsTuple(found);
+    Py_DECREF(found);
+    return handles;
+fail:
+    Py_DECREF(found);
+    return NULL;
+}
+
+static int same_handles(PyObject *a, PyObject *b)
+{
+    if (PyTuple_Size(a) != PyTuple_Size(b))
+        return 0;
+    for (Py_ssize_t i = 0; i < PyTuple_Size(a); i++)
+        if (PyTuple_GetItem(a, i) != PyTuple_GetItem(b, i))
+            return 0;
+    return 1;
+}
+
+/* *held: what ibp_unhold_each releases (NULL: nothing held). */
+static int send_wr_hold(SendWRObject *w, PyObject **held)
+{
+    *held = NULL;
+    if (!IBP_FREE_THREADED)
+        return 0;
+    for (;;) {
+        PyObject *wanted = send_wr_handles(w);
+        if (wanted == NULL || wanted == Py_None) {
+            Py_XDECREF(wanted);
+            return wanted == NULL ? -1 : 0;
+        }
+        int rc = ibp_hold_each(wanted, held);
+        Py_DECREF(wanted);
+        if (rc < 0)
+            return -1;
+        PyObject *now = send_wr_handles(w);
+        int same = now != NULL && now != Py_None && same_handles(now, *held);
+        Py_XDECREF(now);
+        if (same)
+            return 0;
+        ibp_unhold_each(*held);
+        *held = NULL;
+        if (now == NULL)
+            return -1;
+    }
+}
+
+/* send_wr_hold for a chain: released by chain_unhold (chain_end). */
+static int chain_hold(struct chain *c, SendWRObject *w)
+{
+    PyObject *held;
+    if (send_wr_hold(w, &held) < 0)
+        return -1;
+    if (held == NULL)
+        return 0;
+    if (c->held == NULL && (c->held = PyList_New(0)) == NULL) {
+        ibp_unhold_each(held);
+        return -1;
+    }
+    int rc = PyList_Append(c->held, held);
+    if (rc < 0)
+        ibp_unhold_each(held);
+    else
+        Py_DECREF(held);
+    return rc;
+}
+
+static void chain_unhold(struct chain *c)
+{
+    if (c->held == NULL)
+        return;
+    for (Py_ssize_t i = 0; i < PyList_Size(c->held); i++)
+        ibp_unhold_each(Py_NewRef(PyList_GetItem(c->held, i)));
+    Py_CLEAR(c->held);
 }
 
 /*
@@ -154,23 +268,15 @@ static inline PyObject *post_send_kept(PyObject *self, SendWRObject *w)
  * caller takes a chain's way. */
 static PyObject *post_send_one_locked(PyObject *self, SendWRObject *w, int *no_room);
 
-/* Post one request: read and posted in its critical section (ibp_wr_lock).
- * On a free-threaded target its AH is held too (another thread's close()
- * of it says EBUSY until the provider has read it). */
+/* Post one request: read and posted in its critical section (ibp_wr_lock),
+ * what it names held (send_wr_hold). */
 static PyObject *post_send_one(PyObject *self, SendWRObject *w, int *no_room)
 {
     struct ibp_wr_lock l;
+    PyObject *held;
     ibp_wr_lock(&l, (PyObject *)w);
-    PyObject *ah = IBP_FREE_THREADED ? w->ah : NULL;
-    if (ah != NULL) {
-        Py_INCREF(ah);
-        ibp_busy_hold(ah);
-    }
-    PyObject *result = post_send_one_locked(self, w, no_room);
-    if (ah != NULL) {
-        ibp_busy_leave(ah);
-        Py_DECREF(ah);
-    }
+    PyObject *result = send_wr_hold(w, &held) < 0 ? NULL : post_send_one_locked(self, w, no_room);
+    ibp_unhold_each(held);
     ibp_wr_unlock(&l);
     return result;
 }
@@ -342,6 +448,7 @@ static Py_ssize_t send_chain_on_stack(PyObject *self, PyObject *arg, struct chai
     struct ibv_send_wr *wrs = c->stack_wrs.send;
     struct ibv_sge *sge = c->stack_sges;
     int ud = QP_PTR(self)->qp_type == IBV_QPT_UD;
+    c->held = NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *item = batch_item(arg, is_list, i);
         if (!PyObject_TypeCheck(item, SendWR_Type))
@@ -358,7 +465,7 @@ static Py_ssize_t send_chain_on_stack(PyObject *self, PyObject *arg, struct chai
             continue;
         }
         wr->sg_list = sge;
-        int filled = ibp_check_ah_fits_qp(self, w->ah, i) < 0 ? -1
+        int filled = chain_hold(c, w) < 0 || ibp_check_ah_fits_qp(self, w->ah, i) < 0 ? -1
                      : ibp_send_wr_fill(w, w->sg_list, wr, c->stack_sges + STACK_SGES - sge);
         if (filled == 0 && check_inline_mrs(w->sg_list, wr) < 0)
             filled = -1;
@@ -378,6 +485,7 @@ static Py_ssize_t recv_chain_on_stack(PyObject *arg, struct chain *c)
     Py_ssize_t n = stack_batch_size(arg, &is_list);
     struct ibv_recv_wr *wrs = c->stack_wrs.recv;
     struct ibv_sge *sge = c->stack_sges;
+    c->held = NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *item = batch_item(arg, is_list, i);
         if (!PyObject_TypeCheck(item, RecvWR_Type))
@@ -455,8 +563,10 @@ static PyObject *post_send_requests(PyObject *self, PyObject *arg, enum recv_que
             return result;
     } else {
         Py_ssize_t n = send_chain_on_stack(self, arg, &c);
+        PyObject *result = n > 0 ? send_chain_post(self, c.wrs) : NULL;
+        chain_unhold(&c);
         if (n != 0)
-            return n < 0 ? NULL : send_chain_post(self, c.wrs);
+            return result;
     }
     int started = chain_start(&s, &c, arg, SendWR_Type, "SendWR", sizeof(struct ibv_send_wr));
     if (started <= 0)
@@ -475,7 +585,7 @@ static PyObject *post_send_requests(PyObject *self, PyObject *arg, enum recv_que
         wr->sg_list = sge;
         struct ibp_wr_lock l;
         ibp_wr_lock(&l, (PyObject *)w);
-        int filled = ibp_check_ah_fits_qp(self, w->ah, i) < 0 ? -1
+        int filled = chain_hold(&c, w) < 0 || ibp_check_ah_fits_qp(self, w->ah, i) < 0 ? -1
                      : ibp_send_wr_fill(w, w->sg_list, wr, s.nsge - (sge - c.sges));
         if (filled == 0 && check_inline_mrs(w->sg_list, wr) < 0)
             filled = -1;

@@ -585,10 +585,48 @@ def rec_requests_rewritten_while_posted(rec: Any) -> Dict[str, Any]:
             "posts": posts_a + posts_b, "refused": refused}
 
 
+def rec_ah_closed_while_posted(rec: Any) -> Dict[str, Any]:
+    """Rounds of: threads post UD requests naming one AH (one request, a
+    list of two, a list too long for the stack's chain) while another
+    thread closes that AH (closed_under_use); the provider reads each
+    request 200 us into its post.  It is never handed a request whose AH
+    was destroyed (it names an AH it no longer has with handle
+    0xFFFFFFFF): a close during a post is refused (EBUSY)."""
+    ctx, pd = rec.ctx, rec.pd
+    mem = Memory(4096)
+    mr = pd.reg_mr(mem.addr, mem.size, ACCESS)
+    qp = rec.qp(qp_type=ib.QPType.UD, max_send_wr=1024)
+    sge = mr.sge(64)
+    totals = {"rounds": 0, "calls": 0, "close_refused_ebusy": 0, "paused": 0}
+    rec.lib.rec_set_post_delay(200)     # the provider reads the AH 200 us into each post
+    deadline = time.monotonic() + SECONDS
+    while time.monotonic() < deadline or totals["rounds"] < 3:
+        rec.clear()
+        ah = pd.create_ah(ib.AHAttr(dlid=1, is_global=0))
+
+        def request(i: int) -> Any:
+            return ib.SendWR(wr_id=i, sg_list=[sge], ah=ah, remote_qpn=1, remote_qkey=1)
+
+        one, two, many = request(1), [request(2), request(3)], [request(i) for i in range(40)]
+        counts = closed_under_use([ah], [lambda: qp.post_send(one), lambda: qp.post_send(two),
+                                         lambda: qp.post_send(many)], patience=0.05)
+        for key, value in counts.items():
+            totals[key] += value
+        totals["rounds"] += 1
+        stale = [r for r in rec.requests() if r["kind"] == "send" and r["ud_ah_handle"] == 0xFFFFFFFF]
+        assert not stale, f"{len(stale)} request(s) handed to the provider after their AH was " \
+                          f"destroyed (round {totals['rounds']})"
+    rec.lib.rec_set_post_delay(0)
+    for obj in (qp, mr):
+        obj.close()
+    return totals
+
+
 SCENARIOS: Dict[str, Callable[[Any], Dict[str, Any]]] = {
     f.__name__: f for f in (null_posts_and_polls, null_close_under_use, null_mr_churn,
                             null_shared_postlist_and_wcbuffer, rec_posts_counted,
-                            rec_modify_under_use, rec_requests_rewritten_while_posted)}
+                            rec_modify_under_use, rec_requests_rewritten_while_posted,
+                            rec_ah_closed_while_posted)}
 
 
 def main(names: List[str]) -> None:

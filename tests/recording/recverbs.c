@@ -54,6 +54,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- the records ---------------------------------------------------------- */
 
@@ -102,6 +103,16 @@ EXPORT void rec_clear(void)
     pthread_mutex_lock(&rec_mutex);
     records_len = 0;
     pthread_mutex_unlock(&rec_mutex);
+}
+
+/* Every post_send sleeps this long first (rec_set_post_delay): a window,
+ * wide enough to hit, in which another thread may close what the request
+ * names (tests/host/thread_stress.py rec_ah_closed_while_posted). */
+static unsigned post_delay_us;
+
+EXPORT void rec_set_post_delay(unsigned usec)
+{
+    __atomic_store_n(&post_delay_us, usec, __ATOMIC_RELAXED);
 }
 
 EXPORT void rec_fail_next_post(int rc, int bad_index)
@@ -466,6 +477,9 @@ static int rec_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_s
     }
     struct ibv_send_wr *first = wr;
     int count = 0;
+    unsigned delay = __atomic_load_n(&post_delay_us, __ATOMIC_RELAXED);
+    if (delay != 0)
+        usleep(delay);
     pthread_mutex_lock(&rec_mutex);
     uint64_t post = rec_next_post();
     for (; wr; wr = wr->next, count++) {
