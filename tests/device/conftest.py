@@ -40,6 +40,27 @@ import rxe
 os.environ.setdefault("IBVERBS_TEST_HOOKS", "1")
 
 
+def warm_up_librdmacm() -> None:
+    """librdmacm opens each device's ibv_context the first time an ID is
+    bound to it and keeps it open for the life of the process: a module
+    that uses rdma_cm calls this at import (at collection, before any
+    fixture), so that its resource snapshot (verbs_resources_are_released)
+    compares like with like."""
+    if not rxe.in_vm():
+        return
+    import ibverbs
+    from ibverbs import cm
+    if not cm.available():
+        return
+    with cm.create_event_channel() as ch:
+        for ip in (rxe.VM_DEVICES["rxe0"], rxe.VM_DEVICES["rxe1"]):
+            with ch.create_id() as cm_id:
+                cm_id.bind_addr(ip)
+                assert cm_id.context is not None
+    del ibverbs
+    gc.collect()
+
+
 def _tests_conftest():
     """tests/conftest.py as a module of its own.  Both conftest files are
     imported under the name `conftest`, and pytest imports this one last:

@@ -5,7 +5,6 @@ processes, and its failures: refused, unreachable, timed out.  The
 module's leak check proves each leaves nothing open.
 """
 import errno
-import gc
 import os
 import subprocess
 import sys
@@ -16,29 +15,13 @@ import numpy as np
 import pytest
 
 import rxe
-from conftest import poll_until
+from conftest import poll_until, warm_up_librdmacm
 
 SERVER_IP, CLIENT_IP = rxe.VM_DEVICES["rxe0"], rxe.VM_DEVICES["rxe1"]
 TIMEOUT = 60.0      # TCG emulation is slow
 
 
-def _warm_up_librdmacm():
-    """librdmacm keeps each device's context open once an ID was bound to
-    it: do that before the module's resource snapshot (as test_rdmacm)."""
-    import ibverbs
-    from ibverbs import cm
-    if not cm.available():
-        return
-    with cm.create_event_channel() as ch:
-        for ip in (SERVER_IP, CLIENT_IP):
-            with ch.create_id() as cm_id:
-                cm_id.bind_addr(ip)
-    del ibverbs
-    gc.collect()
-
-
-if rxe.in_vm():
-    _warm_up_librdmacm()
+warm_up_librdmacm()
 
 
 @pytest.fixture

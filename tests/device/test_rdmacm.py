@@ -20,32 +20,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import rxe
-from conftest import high_fds, in_fork_child, poll_until, run_paused
+from conftest import high_fds, in_fork_child, poll_until, run_paused, warm_up_librdmacm
 
 SERVER_IP, CLIENT_IP = rxe.VM_DEVICES["rxe0"], rxe.VM_DEVICES["rxe1"]
 TIMEOUT = 20.0      # seconds per event (TCG emulation is slow)
 
 
-def _warm_up_librdmacm():
-    """librdmacm opens each device's ibv_context the first time an ID is
-    bound to it and keeps it open for the life of the process: do that
-    before the module's resource snapshot (this runs at collection, before
-    any fixture), so that the leak check compares like with like."""
-    import ibverbs
-    from ibverbs import cm
-    if not cm.available():
-        return
-    with cm.create_event_channel() as ch:
-        for ip in (SERVER_IP, CLIENT_IP):
-            with ch.create_id() as cm_id:
-                cm_id.bind_addr(ip)
-                assert cm_id.context is not None
-    del ibverbs
-    gc.collect()
-
-
-if rxe.in_vm():
-    _warm_up_librdmacm()
+warm_up_librdmacm()
 
 
 @pytest.fixture

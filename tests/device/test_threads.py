@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 import rxe
-from conftest import RCPair, in_thread as run, open_device, poll_until, process_counts
+from conftest import (RCPair, in_thread as run, open_device, poll_until, process_counts,
+                      warm_up_librdmacm)
 
 
 def blocked(t, seconds=0.3):
@@ -334,20 +335,7 @@ SERVER_IP, CLIENT_IP = rxe.VM_DEVICES["rxe0"], rxe.VM_DEVICES["rxe1"]
 CM_TIMEOUT = 20.0       # seconds per rdma_cm event (TCG emulation is slow)
 
 
-def _warm_up_librdmacm():
-    """librdmacm keeps each device's context open once an ID was bound to
-    it: do that before the module's resource snapshot (as test_rdmacm)."""
-    from ibverbs import cm
-    if not cm.available():
-        return
-    with cm.create_event_channel() as ch:
-        for ip in (SERVER_IP, CLIENT_IP):
-            with ch.create_id() as cm_id:
-                cm_id.bind_addr(ip)
-
-
-if rxe.in_vm():
-    _warm_up_librdmacm()
+warm_up_librdmacm()
 
 
 def run_all(bodies, timeout=60.0):
