@@ -666,8 +666,9 @@ def test_threads_connect_to_one_listener_through_rdma_cm_and_exchange_data(
     """A server thread listens on rxe0 and accepts; three client threads,
     each with its own event channel, resolve, connect from rxe1, send a
     message naming themselves and disconnect.  Each connection's message
-    arrives at the server on its own QP, each side sees its events, and
-    everything is destroyed."""
+    arrives at the server on its own QP, each side sees its events (the
+    server an ESTABLISHED only where the RTU arrived), and everything is
+    destroyed."""
     E = cm.CMEventType
     clients, size, port = THREADS - 1, 64, 7900 + os.getpid() % 50
     messages = {}
@@ -708,7 +709,11 @@ def test_threads_connect_to_one_listener_through_rdma_cm_and_exchange_data(
                         disconnected += 1
                     else:
                         raise AssertionError(f"unexpected event {ev.event!r}")
-                assert established == clients
+                # The passive side's ESTABLISHED comes with the client's RTU,
+                # a MAD on the unreliable GSI QP that the CM never resends:
+                # when a loaded VM drops it, that connection's next event is
+                # DISCONNECTED (seen once in 20 runs, its message delivered).
+                assert 0 < established <= clients
                 return len(sides)
             finally:
                 for conn, (pd, cq, qp, buf, mr) in sides.items():
