@@ -66,3 +66,19 @@ def test_threads_share_the_global_state(on_null_provider):
     out = on_null_provider(STRESS)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == []
+
+
+def test_enum_members_handed_out_are_immortal_where_the_gil_is_off(ib):
+    """On a free-threaded build every thread's completions hand out the same
+    members (WCStatus.SUCCESS): their reference counts, written by all the
+    threads, kept two threads polling at 1.35x one.  The extension makes
+    the members it keeps immortal there; a GIL build leaves them as they are."""
+    import sys
+    import sysconfig
+    member = ib.WC().status
+    assert member is ib.WCStatus.SUCCESS
+    free_threaded = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))   # the build, -X gil or not
+    if not hasattr(sys, "_is_immortal"):        # before 3.14: no free-threaded build either
+        assert not free_threaded
+        return
+    assert sys._is_immortal(member) == free_threaded
