@@ -11,10 +11,11 @@ import keyword
 from typing import Any, Dict, List, Optional, Set, Tuple, cast
 
 from . import cq_locks, docstrings, entries as entry_points, gil, hand_gil, handle_rules, pyimpl
-from .cexpr import CExpr, Ref, SelfPtr
+from .rule_data import SelfPtr, refs as rule_refs
 from .enum_fields import EnumFields
 from .converters import ATTRIBUTES, FIELDS, REQUIRED, AttributeConverter
 from .converters.args import spec_default
+from .converters.attributes import AttributeCheck
 from .converters.fields import field_kind
 from .ctext import FASTCALL_KEYWORDS, SELF_PTR, is_int, py_repr_default, value_runs
 from .ir import IR, Function, Type
@@ -193,25 +194,24 @@ class Builder:
             return None
         if fspec:
             check_keys(fspec, FIELDS[kind].keys, f"{cls}.{pyname} ({kind})", where)
-        member = f"c->{path}"
         if kind == "handle":
             assert convert is not None       # field_kind: "handle" from `convert: handle:X`
             handle = convert.split(":", 1)[1]
             if handle not in self.handle_names:
                 raise SpecError(f"{where}: {cls}.{pyname}: unknown handle class {handle}")
             none_ok = has_default or bool(fspec.get("none_ok"))
-            converter = FIELDS[kind](pyname, member, writable, handle, none_ok)
+            converter = FIELDS[kind](pyname, path, writable, handle, none_ok)
             return StructField(pyname, path, converter,
                                py_repr_default(default) if has_default else None,
                                handle=handle, none_ok=bool(fspec and fspec.get("none_ok")))
         if kind == "int":
-            converter = FIELDS[kind](pyname, member, writable, t,
+            converter = FIELDS[kind](pyname, path, writable, t,
                                      self._field_members(cls, pyname, fspec, t, where),
                                      self.enum_fields.of(self.struct_ctype[cls], path, t))
         elif kind == "struct":
-            converter = FIELDS[kind](pyname, member, writable, struct_class)
+            converter = FIELDS[kind](pyname, path, writable, struct_class)
         else:
-            converter = FIELDS[kind](pyname, member, writable)
+            converter = FIELDS[kind](pyname, path, writable)
         default_doc = py_repr_default(default) if (writable and has_default) else None
         return StructField(pyname, path, converter, default_doc,
                            struct_class=struct_class if kind == "struct" else None)
@@ -376,10 +376,11 @@ class Builder:
                 if "path" not in aspec and "expr" not in aspec:
                     raise SpecError(f"{where}: {h.name}.{aname}: needs 'path' or 'expr'")
             if isinstance(aspec, Node) and "checks" in aspec:
-                checks = [(_attribute_c(chk["expr"], where), chk.get("error", "ValueError"),
-                           chk["message"]) for chk in aspec["checks"]]
+                checks = [AttributeCheck(_attribute_value(chk["expr"], where),
+                                         chk.get("error", "ValueError"), chk["message"])
+                          for chk in aspec["checks"]]
                 attributes.append(HandleAttribute(aname, ATTRIBUTES["int"](
-                    _attribute_c(aspec["expr"], where), f"{h.name}.{aname}", checks)))
+                    _attribute_value(aspec["expr"], where), f"{h.name}.{aname}", checks)))
                 continue
             if isinstance(aspec, Node) and "path" in aspec and "convert" in aspec:
                 attributes.append(HandleAttribute(aname, self._member_attribute(h, record, aname, aspec, where)))
@@ -396,9 +397,9 @@ class Builder:
                 attributes.append(HandleAttribute(aname, ATTRIBUTES["member"](
                     aspec, t, self.enum_fields.of(h.node["ctype"], aspec, t))))
             elif aspec.get("convert", "int") == "str":
-                attributes.append(HandleAttribute(aname, ATTRIBUTES["str"](_attribute_c(aspec["expr"], where))))
+                attributes.append(HandleAttribute(aname, ATTRIBUTES["str"](_attribute_value(aspec["expr"], where))))
             else:
-                attributes.append(HandleAttribute(aname, ATTRIBUTES["int"](_attribute_c(aspec["expr"], where))))
+                attributes.append(HandleAttribute(aname, ATTRIBUTES["int"](_attribute_value(aspec["expr"], where))))
         return attributes
 
     def _member_attribute(self, h: Any, record: Any, aname: str, aspec: Any, where: str) -> AttributeConverter:
@@ -595,11 +596,11 @@ def build(ir: IR, spec: Spec) -> Model:
                  coverage(ir, spec, all_methods))
 
 
-def _attribute_c(value: Any, where: str) -> str:
-    """An attribute's expression as C: a getter has self's verbs pointer
-    (the templates declare it) and nothing of a method's arguments."""
-    def spell(ref: Ref) -> str:
-        if isinstance(ref, SelfPtr):
-            return SELF_PTR
-        raise SpecError(f"{where}: an attribute cannot use {ref!r}")
-    return value.render(spell) if isinstance(value, CExpr) else str(value)
+def _attribute_value(value: Any, where: str) -> Any:
+    """An attribute's expression (a generator/rule_data.py value): a getter
+    has self's verbs pointer (the templates declare it) and nothing of a
+    method's arguments."""
+    for ref in rule_refs(value):
+        if not isinstance(ref, SelfPtr):
+            raise SpecError(f"{where}: an attribute cannot use {ref!r}")
+    return value

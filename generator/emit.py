@@ -12,6 +12,7 @@ from typing import Any, List, Tuple
 
 from . import cq_locks
 from .converters.composite import KwargsParam
+from .converters.rule_c import c_of
 from .ctext import FASTCALL_KEYWORDS, SELF_PTR, declare, indented
 from .model import MethodKind, MethodModel
 from .record_model import RecordAttribute, RecordTypeModel
@@ -60,10 +61,10 @@ def method_body(m: MethodModel) -> List[str]:
     body += [line for p in m.params for line in p.hold_handles()]
     body += _checks(m)
     if m.guard:
-        # hand-written precondition: < 0 with an exception set
-        body += [f"if (({m.guard}) < 0)", "    goto exit;"]
+        # a precondition: < 0 with an exception set
+        body += [f"if (({_c(m, m.guard)}) < 0)", "    goto exit;"]
     if m.prologue:
-        body.append(m.prologue)
+        body.append(_c(m, m.prologue))
     body += [line for p in m.params for line in p.hold_for_call(m.release_gil)]
     body += _cq_lock_check(m)
     body += _call(m) + [line for p in m.params for line in p.after_call(m.release_gil)]
@@ -72,10 +73,16 @@ def method_body(m: MethodModel) -> List[str]:
     body += m.returns.lines([p.output() or [] for p in m.outputs])
     if m.epilogue:
         # runs once the result exists (e.g. records how a new object was made)
-        body += ["if (return_value != NULL) {", "    " + m.epilogue, "}"]
+        body += ["if (return_value != NULL) {", "    " + _c(m, m.epilogue), "}"]
     body += ["", EXIT] + [line for p in m.params for line in p.cleanup()]
     body += [f"ibp_unhold({held});" for held in reversed(_holds(m))]
     return body + ["return return_value;"]
+
+
+def _c(m: MethodModel, value: Any) -> str:
+    """A rule's value (generator/rule_data.py) as C in m's wrapper."""
+    assert m.refs is not None
+    return c_of(value, m.refs.spell)
 
 
 def _holds(m: MethodModel) -> List[str]:
@@ -165,7 +172,7 @@ def _symbol_checks(m: MethodModel) -> List[str]:
 def _checks(m: MethodModel) -> List[str]:
     lines: List[str] = []
     for chk in m.checks:
-        lines += [f"if (!({chk.expr})) {{",
+        lines += [f"if (!({_c(m, chk.condition)})) {{",
                   f'    PyErr_SetString(PyExc_{chk.error}, "{_label(m)}: {chk.message}");',
                   "    goto exit;", "}"]
     return lines

@@ -16,6 +16,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 from . import ctext
 from .converters import (Arg, AttributeConverter, FieldConverter, ParamConverter,  # noqa: F401
                          ReturnConverter)
+from .converters.rule_c import Refs
 from .ctext import FASTCALL_KEYWORDS  # noqa: F401 (the model's flag names)
 from .ir import IR
 from .spec import Spec
@@ -80,9 +81,10 @@ class StructModel:
 
 @dataclass
 class Check:
-    """A precondition of a method (spec `checks:`): when the C condition does
-    not hold, raise the exception with the message."""
-    expr: str
+    """A precondition of a method (spec `checks:`): when the condition (a
+    generator/rule_data.py value) does not hold, raise the exception with
+    the message."""
+    condition: Any
     error: str
     message: str
 
@@ -148,9 +150,14 @@ class MethodModel:
     symbols: List[OptionalSymbol] = field(default_factory=list)
     checks: List[Check] = field(default_factory=list)
     explain: List[Explain] = field(default_factory=list)   # after a failure
-    guard: Optional[str] = None             # hand-written C precondition (< 0: raised)
-    prologue: Optional[str] = None          # C statement before the call
-    epilogue: Optional[str] = None          # C statement once the result exists
+    # what runs around the call (generator/rule_data.py values; the emit
+    # stage writes their C): a precondition that raises (< 0), a statement
+    # before the call, one once the result exists
+    guard: Optional[Any] = None
+    prologue: Optional[Any] = None
+    epilogue: Optional[Any] = None
+    # the values of the wrapper its rules name, by parameter (converters/rule_c.py)
+    refs: Optional[Refs] = None
     errors: str = "none"                    # null | errno | negative | code | none
     release_gil: bool = False
     returns: Optional[ReturnConverter] = None
