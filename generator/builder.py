@@ -17,13 +17,13 @@ from .converters import ATTRIBUTES, FIELDS, REQUIRED, AttributeConverter
 from .converters.args import spec_default
 from .converters.attributes import AttributeCheck
 from .converters.fields import field_kind
-from .ctext import FASTCALL_KEYWORDS, SELF_PTR, is_int, py_repr_default, value_runs
+from .ctext import is_int, py_repr_default, value_runs
 from .ir import IR, Function, Type
 from .members import flat_fields, has_member, member_type
 from .impl import ImplBuilder
 from .pyimpl import PyImplError
 from .methods import MethodBuilder
-from .model import (EnumModel, HandleAttribute, HandleModel, Keepalive, MethodKind, MethodModel,
+from .model import (CallingConvention, EnumModel, HandleAttribute, HandleModel, Keepalive, MethodKind, MethodModel,
                     Model, Parent, PythonTarget, Release, Slot, StateField, StructField,
                     StructModel, SymbolModel)
 from .spec import Method, Node, Spec, SpecError, check_keys
@@ -480,7 +480,7 @@ class Builder:
                 raise SpecError(f"{m.where('stub')}: {label}: the stub's parameters "
                                 f"({', '.join(stub_names)}) are not those of {m.python}: {sig}")
             doc = f"{sig}\n--\n\n{str(m.node['doc']).strip()}"
-            return MethodModel(m.name, m.owner, f"ibp_py_{cname}", "METH_VARARGS | METH_KEYWORDS",
+            return MethodModel(m.name, m.owner, f"ibp_py_{cname}", CallingConvention.VARARGS_KW,
                                doc, kind=MethodKind.PYTHON, python=PythonTarget(module, func),
                                signature=sig)
         if m.hand is not None:
@@ -488,15 +488,15 @@ class Builder:
             inner = sig[sig.index("(") + 1:sig.rindex(")")].strip()
             params = [p.strip() for p in inner.split(",") if p.strip()]
             if not params:
-                flags = "METH_NOARGS"
+                flags = CallingConvention.NOARGS
             elif len(params) == 1 and "=" not in params[0]:
                 # keywords: true keeps the name usable as a keyword (the
                 # seed's cq.poll(num_entries=16)) at METH_O's speed.
-                flags = FASTCALL_KEYWORDS if m.node.get("keywords") else "METH_O"
+                flags = CallingConvention.FASTCALL_KW if m.node.get("keywords") else CallingConvention.O
             elif m.node.get("keywords") and "impl" in m.node:
-                flags = FASTCALL_KEYWORDS    # the generated parser: no tuple, no dict
+                flags = CallingConvention.FASTCALL_KW    # the generated parser: no tuple, no dict
             else:
-                flags = "METH_VARARGS | METH_KEYWORDS"
+                flags = CallingConvention.VARARGS_KW
             selfpart = "$self, /" if m.owner else ""
             shown = ", ".join(([selfpart] if selfpart else []) + params)
             verbs = list(m.node.get("verbs", []))

@@ -169,7 +169,4 @@ SELF_PTR = "self_ptr"
 #: (the first member with a `mask:` declares it; spec `mask` passes it)
 MASK_BITS = "mask_bits"
 
-FASTCALL_KEYWORDS = "METH_FASTCALL | METH_KEYWORDS"
-C_PARAMS = {"METH_NOARGS": "PyObject *unused", "METH_O": "PyObject *arg",
-            FASTCALL_KEYWORDS: "PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames"}
-C_ARGS = {"METH_NOARGS": "unused", "METH_O": "arg", FASTCALL_KEYWORDS: "args, nargs, kwnames"}
+

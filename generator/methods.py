@@ -18,7 +18,7 @@ from .ctext import is_int, py_repr_default
 from .rule_data import MaskBits, Ref, SelfMember, SelfPtr, refs as rule_refs, uses_self
 from .ir import Function, Param, Record, Type
 from .members import find_field, member_type
-from .model import Check, Explain, MethodModel, OptionalSymbol, StructModel
+from .model import CallingConvention, Check, Explain, MethodModel, OptionalSymbol, StructModel
 from .spec import Method, Node, SpecError, check_keys
 
 #: `convert:` kinds the parameter's C type decides (an int, or an address
@@ -167,9 +167,9 @@ class MethodBuilder:
         has_kwargs = any(p.kind == "kwargs" for p in converters)
         mm = MethodModel(
             m.name, m.owner, self.cname,
-            "METH_VARARGS | METH_KEYWORDS" if (self.args or has_kwargs) else "METH_NOARGS",
+            CallingConvention.VARARGS_KW if (self.args or has_kwargs) else CallingConvention.NOARGS,
             "", args=self.args, verbs=[f.name] + list(m.node.get("verbs", []) or []),
-            verb=f.name, params=converters,
+            verb=f.name, params=converters, param_names=[p.name for p in params],
             result_spelling=None if f.result.kind == "void" else f.result.spelling,
             owner_ctype=owner_node["ctype"] if owner_node else None,
             owner_is_subclass=bool(owner_node and "base" in owner_node),
@@ -195,34 +195,21 @@ class MethodBuilder:
         return mm
 
     def explain(self, params: Any, converters: List[ParamConverter]) -> List[Explain]:
-        """`explain:` errno (or `any`) -> "explainer(arg, ...)" or a list of
-        them: each arg a verb parameter (or `param->member`), handed over as
-        the verb got it."""
+        """`explain:` errno (or `any`) -> the explainers tried (read at spec
+        load, generator/rules.py), each handed verb parameters as the verb
+        got them."""
         node = self.m.node.get("explain")
         if node is None:
             return []
-        if not isinstance(node, dict):
-            self.fail("explain: a mapping errno -> explainer call(s)", "explain")
-        passed = {p.name: c.call_arg() for p, c in zip(params, converters)}
+        passed = {p.name for p in params}
         out = []
         for err, calls in node.items():
-            if err != "any" and not (str(err)[:1] == "E" and str(err).isupper()
-                                     and str(err).isalnum()):
-                self.fail(f"explain: {err!r} is not an errno name (EINVAL ...) or any", "explain")
-            c_calls = []
-            for call in calls if isinstance(calls, list) else [calls]:
-                name, paren, rest = str(call).strip().partition("(")
-                if not (paren and rest.endswith(")") and name.isidentifier()):
-                    self.fail(f"explain: {call!r} is not explainer(arg, ...)", "explain")
-                args = ["why", "sizeof(why)"]
-                for arg in filter(None, (a.strip() for a in rest[:-1].split(","))):
-                    head, _, member = arg.partition("->")
-                    if head not in passed:
-                        self.fail(f"explain: {call!r}: {head!r} is not a parameter of {self.m.verb}",
-                                  "explain")
-                    args.append(f"({passed[head]})->{member}" if member else passed[head])
-                c_calls.append(f"ibp_explain_{name}({', '.join(args)})")
-            out.append(Explain(None if err == "any" else str(err), c_calls))
+            for call in calls:
+                for arg in call.args:
+                    if arg.param not in passed:
+                        self.fail(f"explain: {call.explainer}: {arg.param!r} is not a parameter "
+                                  f"of {self.m.verb}", "explain")
+            out.append(Explain(None if err == "any" else str(err), list(calls)))
         return out
 
     def arg_enum(self, arg: str) -> Optional[str]:

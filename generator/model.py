@@ -13,11 +13,10 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
-from . import ctext
 from .converters import (Arg, AttributeConverter, FieldConverter, ParamConverter,  # noqa: F401
                          ReturnConverter)
 from .converters.rule_c import Refs
-from .ctext import FASTCALL_KEYWORDS  # noqa: F401 (the model's flag names)
+from .rule_data import ExplainArg, ExplainCall  # noqa: F401 (the model's explainer calls)
 from .ir import IR
 from .spec import Spec
 
@@ -92,11 +91,20 @@ class Check:
 @dataclass
 class Explain:
     """What a method says after its verb failed (spec `explain:`): for an
-    errno (or any, None), the hand-written explainers
-    (ibverbs/src/explain.c) tried in order, each a C call that writes the
-    cause into the message buffer and returns nonzero when it found one."""
+    errno (or any, None), the explainers tried in order, each writing the
+    cause into the message buffer and returning nonzero when it found one."""
     errno: Optional[str]
-    calls: List[str]
+    calls: List[ExplainCall]
+
+
+class CallingConvention(enum.Enum):
+    """How Python calls a method's C function (its PyMethodDef flags, which
+    generator/emit.py spells): no argument, one, a tuple and a dict, or a
+    vector and keyword names."""
+    NOARGS = "noargs"
+    O = "o"
+    VARARGS_KW = "varargs_kw"
+    FASTCALL_KW = "fastcall_kw"
 
 
 class MethodKind(enum.Enum):
@@ -115,9 +123,11 @@ class PythonTarget(NamedTuple):
 
 class HandHold(NamedTuple):
     """What a hand method that releases the GIL holds busy besides self
-    (spec `holds:`): the C expression of the object, the local that keeps
-    the hold, and whether it is a sequence of handles (ibp_hold_each)."""
-    expr: str
+    (spec `holds:`): a slot or parent of self (`slot`) or one of its impl
+    arguments (`arg`), the local that keeps the hold, and whether it is a
+    sequence of handles (ibp_hold_each)."""
+    slot: Optional[str]
+    arg: Optional[str]
     local: str
     each: bool
 
@@ -133,7 +143,7 @@ class MethodModel:
     name: str                  # Python name
     owner: str                 # class, "" for module functions
     cname: str                 # C function name
-    flags: str
+    flags: CallingConvention
     doc: str                   # docstring incl. the signature line
     kind: MethodKind = MethodKind.GENERATED
     signature: str = ""        # the text signature ("name($self, /, a, b=0)")
@@ -144,6 +154,7 @@ class MethodModel:
     # --- a generated wrapper (kind GENERATED): what generator/emit.py writes ---
     verb: str = ""
     params: List[ParamConverter] = field(default_factory=list)   # the verb's, in order
+    param_names: List[str] = field(default_factory=list)        # their C names, in order
     result_spelling: Optional[str] = None   # the verb's C result type, None for void
     owner_ctype: Optional[str] = None
     owner_is_subclass: bool = False         # its class has a spec `base:`
@@ -167,14 +178,15 @@ class MethodModel:
     uses_self_ptr: bool = False
     # --- a hand method with a generated parser (kind IMPL, generator/impl.py) ---
     impl: Optional[str] = None              # the hand-written function it calls
-    impl_params: List[str] = field(default_factory=list)   # that function's C parameters
+    # that function's parameters after self: (C type spelling, name)
+    impl_params: List[Tuple[str, str]] = field(default_factory=list)
     # spec `short_way: true` (generator/impl.py): the hand function its
     # wrapper hands arguments by position to first, and the generated one
     # that hand function falls back to (the call entered, the _impl called)
     short_way: Optional[str] = None
     entered: Optional[str] = None
     # what its wrapper holds while the hand code runs without the GIL (spec
-    # `holds:`, generator/hand_gil.py): (C expression, local, a sequence)
+    # `holds:`, generator/hand_gil.py)
     hand_holds: List[HandHold] = field(default_factory=list)
     # the CQs whose provider lock its verb takes (spec cq_locks:, generator/cq_locks.py)
     cq_lock: Optional[Any] = None
@@ -183,25 +195,6 @@ class MethodModel:
     def hand(self) -> bool:
         """Its C is not (all) generated: hand-written, an _impl's parser, or Python."""
         return self.kind is not MethodKind.GENERATED
-
-    # The C parameters of its function and the names passing them on, by
-    # calling convention.
-    @property
-    def c_params(self) -> str:
-        return ctext.C_PARAMS.get(self.flags, "PyObject *args, PyObject *kwargs")
-
-    @property
-    def c_args(self) -> str:
-        return ctext.C_ARGS.get(self.flags, "args, kwargs")
-
-    @property
-    def impl_prototype(self) -> str:
-        return f"PyObject *{self.impl}({', '.join(['PyObject *self'] + self.impl_params)})"
-
-    def unconverted_prototype(self, function: str) -> str:
-        """A function taking the arguments as they came (short_way's pair)."""
-        objs = [f"PyObject *{a.name}_obj" for a in self.args]
-        return f"PyObject *{function}({', '.join(['PyObject *self'] + objs)})"
 
     @property
     def outputs(self) -> List[ParamConverter]:
@@ -241,27 +234,23 @@ class EntryParam(NamedTuple):
     name: str
 
 
+class MemberStep(NamedTuple):
+    """One member on the way to a provider function: through a pointer, or
+    inside an embedded struct."""
+    member: str
+    through_pointer: bool
+
+
 class Entry(NamedTuple):
     """A provider entry point the object keeps for a hand short way (spec
     `entries:`, generator/entries.py): the member entry_<name>, the inline
-    verb it is the body of, that verb's parameters, and the C expression
-    reading the provider's function from `ptr`."""
+    verb it is the body of, that verb's parameters, and the members leading
+    from the handle's verbs object to the provider's function."""
     name: str
     verb: str
     params: List[EntryParam]
-    access: str
+    path: List[MemberStep]
 
-    @property
-    def c_params(self) -> str:
-        return _c_params(self.params)
-
-    @property
-    def c_params_but_first(self) -> str:
-        return _c_params(self.params[1:])
-
-
-def _c_params(params: List[EntryParam]) -> str:
-    return ", ".join(f"{p.ctype}{'' if p.ctype.endswith('*') else ' '}{p.name}" for p in params)
 
 
 class Release(NamedTuple):
@@ -351,25 +340,6 @@ class SymbolModel:
     params: List[Tuple[str, str]]    # C type spelling, name
     since: Optional[str]             # rdma-core release for optional ones
 
-    @property
-    def signature(self) -> str:
-        if not self.params:
-            return "void"
-        return ", ".join(ctext.declare(t, n) for t, n in self.params)
-
-    @property
-    def arg_names(self) -> str:
-        return ", ".join(n for _, n in self.params)
-
-    @property
-    def failure(self) -> Optional[str]:
-        """What the trampoline returns when the symbol is missing."""
-        t = self.result.strip()
-        if t == "void":
-            return None
-        if t.endswith("*"):
-            return "NULL"
-        return f"({t})-1"
 
 
 @dataclass

@@ -272,8 +272,8 @@ class RecordsModel:
     helpers: Dict[str, str]     # spec `helpers:`: the hand-written C the converters call
     records: List[RecordModel]
     types: List[RecordTypeModel]
-    # records.h's enum class indexes and names (generator/enum_fields.py)
-    enum_declarations: List[str] = field(default_factory=list)
+    # the enum classes, in the order of records.h's indexes (generator/enum_fields.py)
+    enum_classes: List[str] = field(default_factory=list)
 
 
 # --- rdma/rdma_cma.h (spec/rdmacm/, generator/rdmacm.py) ---

@@ -19,7 +19,7 @@ This module imports nothing of the generator (rules imports it; no circle).
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, is_dataclass
-from typing import Any, Optional, Tuple, Union
+from typing import Any, NamedTuple, Optional, Tuple, Union
 
 
 class Ref:
@@ -234,6 +234,21 @@ class VerbOfMember:
     """`verb` called on a member of self's verbs object."""
     verb: str
     member: str
+
+
+class ExplainArg(NamedTuple):
+    """A verb parameter handed to an explainer as the verb got it, or
+    (`member`) a member of what it points to."""
+    param: str
+    member: Optional[str]
+
+
+class ExplainCall(NamedTuple):
+    """One hand-written explainer (ibverbs/src/explain.c, ibp_explain_<name>)
+    and what it is handed after the message buffer."""
+    explainer: str
+    args: Tuple[ExplainArg, ...]
+
 
 
 def uses_self(value: Any) -> bool:

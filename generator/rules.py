@@ -81,7 +81,8 @@ from __future__ import annotations
 from typing import Any, Dict, FrozenSet, List, NoReturn, Optional, Tuple, Union
 
 from . import rule_data
-from .rule_data import (AllGiven, ArgBytes, ArgHandle, ArgSize, ArgValue, CompMaskBit, Flags, Given,
+from .rule_data import (AllGiven, ArgBytes, ArgHandle, ArgSize, ArgValue, CompMaskBit, ExplainArg,
+                        ExplainCall, Flags, Given,
                         MaskBits, NotGiven, ProviderHas,
                         QPExGuard, QPExOfSelf, SameOwner, SelfMember, SelfMemberBelow, SelfPtr,
                         SendIdle, SetOnNew, SgeOfSelf, SgeOfSelfDeclared, StateSet, StructLocal,
@@ -520,6 +521,40 @@ METHOD_RULES: List[MethodRule] = [QPExStep(), PostsSend(), NotPolling()]
 assert {r.key for r in METHOD_RULES} == METHOD_KEYS
 
 
+class Explainers:
+    """`explain:` errno (or `any`) -> "explainer(arg, ...)" or a list of
+    them, each arg a verb parameter or `param->member`: read into
+    ExplainCall values (generator/methods.py checks the parameters)."""
+
+    def apply(self, scope: Scope, node: Any) -> None:
+        explain = node.get("explain")
+        if explain is None:
+            return
+        where = node.where("explain")
+        if not hasattr(explain, "items"):
+            scope.fail(where, "explain: a mapping errno -> explainer call(s)")
+        out: Dict[str, List[ExplainCall]] = {}
+        for err, calls in explain.items():
+            if err != "any" and not (str(err)[:1] == "E" and str(err).isupper()
+                                     and str(err).isalnum()):
+                scope.fail(where, f"explain: {err!r} is not an errno name (EINVAL ...) or any")
+            out[err] = [self.call(scope, call, where)
+                        for call in (calls if isinstance(calls, list) else [calls])]
+        node["explain"] = _mapping(explain, out)
+
+    def call(self, scope: Scope, call: Any, where: str) -> ExplainCall:
+        name, paren, rest = str(call).strip().partition("(")
+        if not (paren and rest.endswith(")") and name.isidentifier()):
+            scope.fail(where, f"explain: {call!r} is not explainer(arg, ...)")
+        args = []
+        for arg in filter(None, (a.strip() for a in rest[:-1].split(","))):
+            head, _, member = arg.partition("->")
+            if not _is_name(head.strip()) or (member and not all(_is_name(m) for m in member.split("."))):
+                scope.fail(where, f"explain: {call!r}: {arg!r} is not a parameter or param->member")
+            args.append(ExplainArg(head.strip(), member.strip() or None))
+        return ExplainCall(name, tuple(args))
+
+
 # --- parameter and struct field values -----------------------------------------------
 
 class Values:
@@ -688,6 +723,7 @@ def _expand_method(spec: Any, method: Any) -> None:
             del node[rule.key]
     Values().apply(scope, node)
     SetOnResult().apply(scope, node)
+    Explainers().apply(scope, node)
     if "checks" in node:
         node["checks"] = expand_checks(scope, node["checks"], node.where("checks"))
     for key, lines in (("prologue", scope.prologue), ("epilogue", scope.epilogue)):

@@ -41,7 +41,10 @@ class IntReturn(_Simple):
     type_name = "int"
 
     def __init__(self, t: Type) -> None:
-        self.line = int_getter("rc", t, "return_value")
+        self.t = t
+
+    def lines(self, outputs: List[List[str]]) -> List[str]:
+        return [int_getter("rc", self.t, "return_value")]
 
 
 @RETURNS.register("bool")

@@ -161,7 +161,6 @@ def test_the_detector_walks_into_dataclasses_tuples_and_converters():
     assert offending_fields(found) == {"Inner.expr": 1, "Converter.member": 1}
 
 
-@pytest.mark.xfail(strict=True, reason="issue #38: C is still written before the emit stage")
 @pytest.mark.parametrize("which", ["verbs", "rdmacm", "records"])
 def test_spec_ir_and_model_hold_no_c_text(models, which):
     found = c_text_in(models[which], which)
