@@ -167,8 +167,145 @@ def test_spec_ir_and_model_hold_no_c_text(models, which):
     assert offending_fields(found) == {}, "\n".join(found[:40])
 
 
-def _report(models):  # pragma: no cover - a helper for a person
-    for which, m in models.items():
-        found = c_text_in(m, which)
-        for key, n in sorted(offending_fields(found).items()):
-            print(which, n, key, next(f for f in found if f.startswith(key + " at")))
+
+# --- the emit stage writes the C: change a writer, only its output changes -------
+
+
+def _changed_lines(before: Dict[str, str], after: Dict[str, str]) -> List[Tuple[str, str, str]]:
+    """(file, old line, new line) of every line that differs (same line
+    count), but a file's own checksum in its header."""
+    out = []
+    for name in sorted(before):
+        old, new = before[name].splitlines(), after[name].splitlines()
+        assert len(old) == len(new), name
+        out += [(name, a, b) for a, b in zip(old, new) if a != b and "sha256 of this file" not in a]
+    return out
+
+
+def _methods(model) -> List[Any]:
+    return [m for h in model.handles for m in h.methods] + list(model.functions)
+
+
+def test_a_rule_writer_changed_after_the_model_is_built_changes_only_its_lines(models, monkeypatch):
+    """The model holds `posts_send:` as a SendIdle value; the emit stage
+    spells it.  Changing its writer after the model exists changes exactly
+    the guard line of each method that has it, nothing else."""
+    from generator.converters import rule_c
+    from generator.rule_data import SendIdle
+    model = models["verbs"]
+    before = render.render(model, TEMPLATE_DIR)
+    monkeypatch.setitem(rule_c._WRITERS, SendIdle,
+                        lambda r, spell: f'ibp_other_send_idle(self, "{r.method}")')
+    changed = _changed_lines(before, render.render(model, TEMPLATE_DIR))
+    guarded = sorted(f"{m.owner}.{m.name}" for m in _methods(model) if isinstance(m.guard, SendIdle))
+    assert guarded == ["QP.bind_mw"]
+    assert len(changed) == len(guarded)
+    assert all(old.replace("ibp_qp_send_idle", "ibp_other_send_idle") == new
+               for _, old, new in changed)
+    assert {name for name, _, _ in changed} == {"qp.c.h"}
+
+
+def test_a_converter_changed_after_the_model_is_built_changes_only_its_output(models, monkeypatch):
+    """An integer result's line is the IntReturn converter's, written when
+    the wrapper is emitted (the model stores the C type, not the line)."""
+    from generator.converters.returns import IntReturn
+    model = models["verbs"]
+    before = render.render(model, TEMPLATE_DIR)
+    monkeypatch.setattr(IntReturn, "lines", lambda self, outputs: ["return_value = ibp_marker(rc);"])
+    changed = _changed_lines(before, render.render(model, TEMPLATE_DIR))
+    returning_int = [m for m in _methods(model) if isinstance(m.returns, IntReturn)]
+    assert len(returning_int) >= 10
+    assert len(changed) == len(returning_int)
+    assert all(new.strip() == "return_value = ibp_marker(rc);" for _, _, new in changed)
+    assert all(old.strip().startswith("return_value = PyLong_From") for _, old, _ in changed)
+
+
+def test_a_calling_convention_is_spelled_by_the_emit_stage(models, monkeypatch):
+    """METH_* flags live in generator/emit.py: the model holds the convention."""
+    from generator.model import CallingConvention
+    model = models["verbs"]
+    before = render.render(model, TEMPLATE_DIR)
+    monkeypatch.setitem(emit.METH_FLAGS, CallingConvention.O, "METH_O | 0")
+    changed = _changed_lines(before, render.render(model, TEMPLATE_DIR))
+    by_o = [m for m in _methods(model) if m.flags is CallingConvention.O]
+    assert by_o and len(changed) == len(by_o)
+    assert all("METH_O | 0" in new for _, _, new in changed)
+
+
+# --- the model dumps to stable JSON, without C -------------------------------------
+
+
+def model_json(root: Any) -> str:
+    """The model as JSON: each dataclass, named tuple or converter an object
+    of its fields (and its class name), a converter class by its kind."""
+    seen: Set[int] = set()
+
+    def data(obj: Any) -> Any:
+        if obj is None or isinstance(obj, (bool, int, float, str)):
+            return obj
+        if isinstance(obj, enum.Enum):
+            return f"{type(obj).__name__}.{obj.name}"
+        if isinstance(obj, type):        # a converter class (Refs.kinds)
+            return f"<{getattr(obj, 'kind', obj.__name__)}>"
+        if isinstance(obj, dict):
+            return {str(k): data(v) for k, v in obj.items()}
+        if isinstance(obj, (list, tuple, set, frozenset)) and not hasattr(obj, "_fields"):
+            return [data(v) for v in obj]
+        if id(obj) in seen:              # shared (a struct model in a converter, a base handle)
+            return f"<{type(obj).__name__} above>"
+        seen.add(id(obj))
+        items = dict(_fields(obj))
+        if not items and not type(obj).__module__.startswith("generator."):
+            raise TypeError(f"no JSON for {type(obj).__name__}")
+        return {"__class__": type(obj).__name__, **{k: data(v) for k, v in items.items()}}
+
+    return json.dumps(data(root), indent=1, sort_keys=True)
+
+
+def _model_only(m: Any) -> Any:
+    """The model without its IR and spec (the stage test walks those)."""
+    return {f.name: getattr(m, f.name) for f in dataclasses.fields(m) if f.name not in ("ir", "spec")}
+
+
+def test_the_model_dumps_to_stable_json_without_c(irs, models):
+    ir, cm_ir = irs
+    again = builder.build(ir, spec.load(SPEC_DIR))
+    first = model_json(_model_only(models["verbs"]))
+    assert first == model_json(_model_only(again))
+    strings: List[str] = []
+
+    def collect(node: Any, key: str, text: bool) -> None:
+        text = text or key in PYTHON_TEXT or key.startswith(("stub", "pytype"))
+        if isinstance(node, dict):
+            for k, v in node.items():
+                collect(v, k, text)
+        elif isinstance(node, list):
+            for v in node:
+                collect(v, key, text)
+        elif isinstance(node, str) and not text:
+            strings.append(f"{key}: {node}")
+    collect(json.loads(first), "", False)
+    assert len(strings) > 1000
+    assert [s for s in strings if looks_like_c(s.split(": ", 1)[1])] == []
+    # the rules' typed data is in it, by name
+    assert '"__class__": "SendIdle"' in first and '"__class__": "SameOwner"' in first
+
+
+# --- the spec stage imports nothing of the emit stage ------------------------------
+
+#: spec.py reads the converters' key sets (what a spec entry may say), no C
+SPEC_STAGE = ("generator/rules.py", "generator/rule_data.py")
+EMIT_STAGE = ("ctext", "emit", "render", "converters")
+
+
+def test_the_spec_stage_imports_nothing_that_writes_c():
+    import ast
+    import pathlib
+    root = pathlib.Path(__file__).resolve().parents[2]
+    for path in SPEC_STAGE:
+        tree = ast.parse((root / path).read_text(encoding="utf-8"))
+        imported = {(n.module or "").split(".")[0] for n in ast.walk(tree)
+                    if isinstance(n, ast.ImportFrom) and n.level}
+        imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level
+                     and not n.module for a in n.names}
+        assert not imported & set(EMIT_STAGE), (path, imported)
