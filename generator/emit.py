@@ -14,7 +14,8 @@ from . import cq_locks
 from .converters.composite import KwargsParam
 from .converters.rule_c import c_of
 from .ctext import SELF_PTR, declare, indented
-from .model import CallingConvention, Entry, EntryParam, ExplainCall, MethodKind, MethodModel, SymbolModel
+from .model import CallingConvention, Entry, EntryParam, MethodKind, MethodModel, SymbolModel
+from .rule_data import ExplainCall
 from .record_model import RecordAttribute, RecordTypeModel
 
 

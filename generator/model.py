@@ -16,7 +16,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 from .converters import (Arg, AttributeConverter, FieldConverter, ParamConverter,  # noqa: F401
                          ReturnConverter)
 from .converters.rule_c import Refs
-from .rule_data import ExplainArg, ExplainCall  # noqa: F401 (the model's explainer calls)
+from .rule_data import ExplainCall
 from .ir import IR
 from .spec import Spec
 
