@@ -225,15 +225,14 @@ def spec_refs(spec: Any, ir_new: IR, ir_old: IR) -> SpecRefs:
                 refs.record_fields.setdefault(node["ctype"], []).append(
                     (path, f"{s.name}.{pyname}", marked))
     for e in spec.enums:
-        node = e.node
-        if "c" in node:
-            refs.enums.setdefault(node["c"], []).append(e.name)
-            refs.where.setdefault(node["c"], node.where("c"))
-            if "since" in node:
-                refs.enum_since[node["c"]] = str(node["since"])
-                refs.since.add(node["c"])
+        if e.c is not None:
+            refs.enums.setdefault(e.c, []).append(e.name)
+            refs.where.setdefault(e.c, e.where("c"))
+            if e.since is not None:
+                refs.enum_since[e.c] = e.since
+                refs.since.add(e.c)
         else:
-            refs.matches.append((node["match"], e.name))
+            refs.matches.append((str(e.match), e.name))
     # records reached through explicit field paths (grh.dgid -> ibv_global_route)
     for ir in (ir_old, ir_new):
         for ctype, paths in refs.record_fields.items():

@@ -54,43 +54,42 @@ class Builder:
     def enums(self) -> List[EnumModel]:
         out = []
         for e in self.spec.enums:
-            node = e.node
-            prefix = node["prefix"]
-            if "c" in node:
-                ce = self.ir.enum(node["c"])
-                if ce is None and "since" in node:
+            prefix = e.prefix
+            if e.c is not None:
+                ce = self.ir.enum(e.c)
+                if ce is None and e.since is not None:
                     continue    # newer than these headers
                 if ce is None:
-                    raise SpecError(f"{node.where('c')}: {e.name}: no {node['c']} in "
+                    raise SpecError(f"{e.where('c')}: {e.name}: no {e.c} in "
                                     f"{self.ir.source}")
                 members = [(m.name, m.value) for m in ce.members]
                 cname = ce.name
             else:
-                pattern = node["match"]
+                pattern = str(e.match)
                 members = [(m.name, m.value) for ce in self.ir.enums
                            for m in ce.members if fnmatch.fnmatchcase(m.name, pattern)]
                 if not members:
-                    raise SpecError(f"{node.where('match')}: {e.name}: no enum member "
+                    raise SpecError(f"{e.where('match')}: {e.name}: no enum member "
                                     f"matches {pattern!r}")
                 cname = pattern
             declared = dict(members)
-            for cname_m, value in (node.get("members") or {}).items():
+            for cname_m, value in e.members.items():
                 if cname_m not in declared:
-                    members.append((cname_m, int(value)))
-                elif declared[cname_m] != int(value):
-                    raise SpecError(f"{node.where('members')}: {e.name}: {cname_m} is "
+                    members.append((cname_m, value))
+                elif declared[cname_m] != value:
+                    raise SpecError(f"{e.where('members')}: {e.name}: {cname_m} is "
                                     f"{declared[cname_m]} in {self.ir.source}, not {value}")
             result = []
             last_part = prefix.rstrip("_").split("_")[-1] + "_"
             for cname_m, value in members:
                 if not cname_m.startswith(prefix):
-                    raise SpecError(f"{node.where('prefix')}: {e.name}: member {cname_m} "
+                    raise SpecError(f"{e.where('prefix')}: {e.name}: member {cname_m} "
                                     f"does not start with {prefix}")
                 py = cname_m[len(prefix):]
                 if not py.isidentifier() or keyword.iskeyword(py):
                     py = last_part + py
                 result.append((py, value, cname_m))
-            out.append(EnumModel(e.name, node["kind"], cname, result))
+            out.append(EnumModel(e.name, e.kind, cname, result))
         self.enum_models = {e.name: e for e in out}
         return out
 
@@ -224,12 +223,11 @@ class Builder:
         if name is None:
             return None
         espec = next((e for e in self.spec.enums if e.name == name), None)
-        ce = self.ir.enum(espec.node["c"]) if espec is not None and "c" in espec.node else None
+        ce = self.ir.enum(espec.c) if espec is not None and espec.c is not None else None
         if espec is None or ce is None or t.kind != "enum" or (t.decl or t.spelling) != ce.name:
             raise SpecError(f"{where}: {cls}.{pyname}: members: {name!r} must name the spec "
                             f"enum of this field's C enum ({t.decl or t.spelling})")
-        values = {m.value for m in ce.members} | \
-            {int(v) for v in (espec.node.get("members") or {}).values()}
+        values = {m.value for m in ce.members} | set(espec.members.values())
         return name, value_runs(sorted(values))
 
     # -- handles --

@@ -349,7 +349,7 @@ class WCFlag(CheckRule):
         e: Any = next((e for e in scope.spec.enums if e.name == self.enum), None)
         if e is None:
             scope.fail(where, f"wc_flag needs the enum {self.enum}")
-        return str(e.node["prefix"])
+        return str(e.prefix)
 
     def expr(self, scope: Scope, entry: Any, where: str) -> WCFlagRequested:
         flag = _ident(entry[self.key], where, "wc_flag")

@@ -147,10 +147,39 @@ class Struct:
     node: Node
 
 
+@dataclass(frozen=True)
+class Location:
+    """Where a spec entry and each of its keys are (file:line), for errors."""
+    file: str
+    line: int
+    key_lines: Dict[str, int]
+
+    @classmethod
+    def of(cls, node: Node) -> "Location":
+        return cls(node.file, node.line, dict(getattr(node, "key_lines", {})))
+
+    def where(self, key: Optional[str] = None) -> str:
+        line = self.key_lines.get(key, self.line) if key else self.line
+        return f"{self.file}:{line}"
+
+
 @dataclass
 class EnumSpec:
+    """An enum class (spec `enums:`), read once at load: the C enum it
+    mirrors (`c`) or the pattern its C constants match (`match`), the
+    prefix its members drop, the constants the spec adds (older headers
+    lack them) and the release that added it, if newer than the floor."""
     name: str
-    node: Node
+    kind: str                     # IntEnum | IntFlag
+    prefix: str
+    c: Optional[str]
+    match: Optional[str]
+    members: Dict[str, int]
+    since: Optional[str]
+    location: Location
+
+    def where(self, key: Optional[str] = None) -> str:
+        return self.location.where(key)
 
 
 @dataclass
@@ -360,7 +389,7 @@ def load(spec_dir: str) -> Spec:
                                 f"{cls}: 'kind' must be IntEnum or IntFlag")
             if "prefix" not in node:
                 raise SpecError(f"{node.where()}: {cls}: needs 'prefix'")
-            spec.enums.append(EnumSpec(cls, node))
+            spec.enums.append(_enum(cls, node))
         for key, cls in (data.get("enum_fields") or {}).items():
             spec.enum_fields[str(key)] = str(cls)
             spec.enum_field_where[str(key)] = data["enum_fields"].where(key)
@@ -457,13 +486,28 @@ def _load_docs(spec: Spec, docs: Node, display: str) -> None:
         spec.doc_methods[str(label)] = entry
 
 
+def _enum(cls: str, node: Node) -> EnumSpec:
+    members = node.get("members") or Node()
+    if not isinstance(members, dict):
+        raise SpecError(f"{node.where('members')}: {cls}: members: C constant -> value")
+    values: Dict[str, int] = {}
+    for name, value in members.items():
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise SpecError(f"{node.where('members')}: {cls}: {name} needs an integer value")
+        values[str(name)] = value
+    return EnumSpec(cls, str(node["kind"]), str(node["prefix"]),
+                    None if "c" not in node else str(node["c"]),
+                    None if "match" not in node else str(node["match"]), values,
+                    None if "since" not in node else str(node["since"]), Location.of(node))
+
+
 def _check_unique(spec: Spec) -> None:
     seen: Dict[str, str] = {}
-    for kind, items in (("handle", spec.handles), ("struct", spec.structs),
-                        ("enum", spec.enums)):
-        for item in items:
-            where = item.node.where()
-            if item.name in seen:
-                raise SpecError(f"{where}: {kind} {item.name} already defined at "
-                                f"{seen[item.name]}")
-            seen[item.name] = where
+    items: List[Tuple[str, Any]] = [("handle", h) for h in spec.handles]
+    items += [("struct", s) for s in spec.structs] + [("enum", e) for e in spec.enums]
+    for kind, item in items:
+        where = item.where() if isinstance(item, EnumSpec) else item.node.where()
+        if item.name in seen:
+            raise SpecError(f"{where}: {kind} {item.name} already defined at "
+                            f"{seen[item.name]}")
+        seen[item.name] = where

@@ -309,3 +309,36 @@ def test_the_spec_stage_imports_nothing_that_writes_c():
         imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level
                      and not n.module for a in n.names}
         assert not imported & set(EMIT_STAGE), (path, imported)
+
+
+# --- the spec is parsed once into typed objects (issue #38, first section: enums) ---
+
+
+def test_the_enum_section_is_read_once_into_typed_objects(models):
+    """spec `enums:` becomes EnumSpec values at load (no YAML node kept):
+    the builders, the rules and the audit read their fields."""
+    loaded = models["verbs"].spec.enums
+    assert len(loaded) > 20
+    for e in loaded:
+        assert not any(isinstance(v, dict) and hasattr(v, "key_lines") for v in vars(e).values()), e.name
+        assert (e.c is None) != (e.match is None) and e.kind in ("IntEnum", "IntFlag")
+        assert all(isinstance(v, int) for v in e.members.values())
+    wc_flags = next(e for e in loaded if e.name == "CreateCQWCFlags")
+    assert wc_flags.where("prefix").startswith("spec/") and wc_flags.prefix.endswith("_")
+
+
+def test_an_enum_member_without_an_integer_is_refused_at_load(tmp_path):
+    import shutil
+    import textwrap
+    d = tmp_path / "spec"
+    shutil.copytree(SPEC_DIR, d)
+    (d / "zz.yaml").write_text(textwrap.dedent("""\
+        enums:
+          Shiny:
+            c: enum ibv_access_flags
+            kind: IntFlag
+            prefix: IBV_ACCESS_
+            members: {IBV_ACCESS_SHINY: lots}
+        """))
+    with pytest.raises(spec.SpecError, match=r"spec/zz.yaml:6: Shiny: IBV_ACCESS_SHINY needs an integer"):
+        spec.load(str(d))
