@@ -262,12 +262,14 @@ class Builder:
             entries = node.get(group) or Node()
             for sname, sspec in entries.items():
                 check_keys(sspec, keys, f"{h.name}.{sname}", entries.where(sname))
-        slots = [Slot(sname, bool(sspec.get("writable", False)), sspec.get("doc", ""))
+        slots = [Slot(sname, bool(sspec.get("writable", False)), sspec.get("doc", ""),
+                      _stub_type(sspec))
                  for sname, sspec in (node.get("slots") or {}).items()]
         state = [StateField(sname, ctype) for sname, ctype in (node.get("state") or {}).items()]
         methods = [self.method(m) for m in h.methods if not self.absent(m)]
         registered = bool(node.get("registered", False)) or bool(base and base.registered)
-        hand_attributes = [Slot(aname, bool(aspec.get("writable", False)), aspec.get("doc", ""))
+        hand_attributes = [Slot(aname, bool(aspec.get("writable", False)), aspec.get("doc", ""),
+                                _stub_type(aspec))
                            for aname, aspec in (node.get("hand_attributes") or {}).items()]
         same_object = isinstance(node.get("base"), str)
         if same_object:
@@ -461,6 +463,11 @@ class Builder:
                                   all(v in self.spec.optional for v in missing))
 
     def method(self, m: Method) -> MethodModel:
+        model = self._method(m)
+        model.stub = m.node.get("stub")
+        return model
+
+    def _method(self, m: Method) -> MethodModel:
         label = f"{m.owner}.{m.name}" if m.owner else m.name
         prefix = f"{m.owner}_" if m.owner else "module_"
         cname = f"{prefix}{m.name.lstrip('_')}" if not m.name.startswith("_") else f"{prefix}_{m.name.lstrip('_')}"
@@ -592,6 +599,12 @@ def build(ir: IR, spec: Spec) -> Model:
     all_methods = [m for h in handles for m in h.methods] + functions
     return Model(ir, spec, enums, structs, handles, functions, symbols(ir, spec),
                  coverage(ir, spec, all_methods))
+
+
+def _stub_type(node: Any) -> Optional[str]:
+    """A slot's or hand attribute's `stub:` (its type in the stubs)."""
+    stub = node.get("stub") if hasattr(node, "get") else None
+    return str(stub) if stub else None
 
 
 def _attribute_value(value: Any, where: str) -> Any:

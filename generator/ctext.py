@@ -160,8 +160,7 @@ def py_repr_default(value: Any) -> str:
     return repr(value)
 
 
-# The C parameters of a method function and the names passing them on, by
-# calling convention (METH_* flags).
+# The locals every generated wrapper shares.
 #: the local a method of a class holds its own verbs object in
 #: (generator/emit.py declares and sets it)
 SELF_PTR = "self_ptr"

@@ -5,6 +5,12 @@ declarations, argument parsing, the closed-object check, optional-symbol
 checks, conversion with range checks (each converter's parse code), the
 spec's checks, guard and prologue, the call, error handling, building the
 result, the epilogue, and the cleanup every path goes through (`exit:`).
+
+The model holds no C (tests/host/test_generator_stages.py): a method's
+calling convention, its spec rules (generator/rule_data.py, spelled by
+generator/converters/rule_c.py), the provider entries' member paths and
+the loader's symbols are data, and their C is written here, when a
+template asks.
 """
 from __future__ import annotations
 

@@ -190,6 +190,9 @@ class MethodModel:
     hand_holds: List[HandHold] = field(default_factory=list)
     # the CQs whose provider lock its verb takes (spec cq_locks:, generator/cq_locks.py)
     cq_lock: Optional[Any] = None
+    # its stub as the spec writes it (`stub:`, a hand or Python method's
+    # "(self, ...) -> T", or a list of overloads), for generator/stubs.py
+    stub: Optional[Any] = None
 
     @property
     def hand(self) -> bool:
@@ -217,10 +220,12 @@ class HandleAttribute(NamedTuple):
 
 class Slot(NamedTuple):
     """A Python object a handle keeps (spec `slots:`), or a hand-written
-    attribute (spec `hand_attributes:`)."""
+    attribute (spec `hand_attributes:`); `stub`: its type in the stubs
+    (spec `stub:`, else Any)."""
     name: str
     writable: bool
     doc: str
+    stub: Optional[str] = None
 
 
 class StateField(NamedTuple):

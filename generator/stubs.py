@@ -108,8 +108,8 @@ def _typed_params(params: List[str], types: Dict[str, str]) -> str:
     return ", ".join(out)
 
 
-def _method_def(m: MethodModel, node: Any, handles: Set[str], is_method: bool) -> str:
-    stub = node.get("stub") if node is not None else None
+def _method_def(m: MethodModel, handles: Set[str], is_method: bool) -> str:
+    stub = m.stub
     if m.hand and isinstance(stub, list):
         # several call forms (PD.reg_mr(addr, length, access) / (buffer, access))
         return "\n".join(_with_doc(f"@overload\ndef {m.name}{form}:", m.doc) for form in stub)
@@ -123,7 +123,7 @@ def _method_def(m: MethodModel, node: Any, handles: Set[str], is_method: bool) -
         result = "Any"
     else:
         # each converter's Python type (generator/converters/)
-        types = {a.name: a.pytype for a in m.args} if node is not None else {}
+        types = {a.name: a.pytype for a in m.args}
         result = m.result_pytype
     return _with_doc(f"def {m.name}({_typed_params(params, types)}) -> {result}:", m.doc)
 
@@ -154,19 +154,7 @@ def _struct_class(s: StructModel, handles: Set[str]) -> StubClass:
     return c
 
 
-def _slot_stub(spec: Any, cls: str, slot: str) -> str:
-    """A slot's type in the stub: its spec `stub:` (MR.owner: object), else Any."""
-    handle = spec.handle(cls)
-    while handle is not None:           # a subclass (ImportedMR) has its base's slots
-        sspec: Any = (handle.node.get("slots") or {}).get(slot)
-        if hasattr(sspec, "get") and sspec.get("stub"):
-            return str(sspec["stub"])
-        base: Any = handle.node.get("base")
-        handle = spec.handle(base["class"] if hasattr(base, "get") else base) if base else None
-    return "Any"
-
-
-def _handle_class(h: HandleModel, spec: Any, handles: Set[str]) -> StubClass:
+def _handle_class(h: HandleModel, handles: Set[str]) -> StubClass:
     # a class the Python layer subclasses (ibverbs.CMID) is not @final
     c = StubClass(h.name, h.doc, final=not h.subclassed)
     c.lines.append(read_only("closed", "bool", "True once close() has run."))
@@ -175,37 +163,29 @@ def _handle_class(h: HandleModel, spec: Any, handles: Set[str]) -> StubClass:
     for aname, getter in h.attributes:
         c.lines.append(read_only(aname, getter.pytype, h.docs.get(aname, "")))
     shadowed = set(h.hand_attribute_names)
-    for sname, writable, _doc in h.slots:
-        if sname not in shadowed:
-            t = _slot_stub(spec, h.name, sname)
-            c.lines.append(f"{sname}: {t}" if writable else read_only(sname, t))
-    c.lines += _hand_attribute_lines(h, spec)
+    for slot in h.slots:     # a subclass (ImportedMR) has its base's slots
+        if slot.name not in shadowed:
+            t = slot.stub or "Any"     # spec `stub:` (MR.owner: object)
+            c.lines.append(f"{slot.name}: {t}" if slot.writable else read_only(slot.name, t))
+    c.lines += _hand_attribute_lines(h)
     c.lines += [_with_doc("def close(self) -> None:", h.close_doc or
                           f"Destroy the {h.ctype} ({h.destroy}); harmless when already closed."),
                 "def __enter__(self) -> Self: ...",
                 "def __exit__(self, *exc: object) -> None: ...",
                 "@classmethod", _with_doc("def _open_count(cls) -> int:", _OPEN_COUNT_DOC.format(h.name))]
-    hspec = spec.handle(h.name)
-    nodes = {m.name: m.node for m in (hspec.methods if hspec else [])}
     for m in h.methods:
-        c.lines.append(_method_def(m, nodes.get(m.name), handles, True))
+        c.lines.append(_method_def(m, handles, True))
     return c
 
 
 _OPEN_COUNT_DOC = "How many {} objects of this process are open (leak checks)."
 
 
-def _hand_attribute_lines(h: HandleModel, spec: Any) -> List[str]:
+def _hand_attribute_lines(h: HandleModel) -> List[str]:
     """Attributes of hand-written getters/setters (spec ``hand_attributes``),
     typed by their ``stub:`` key (``stub: int``), else Any."""
-    hspec = spec.handle(h.name)
-    nodes = (hspec.node.get("hand_attributes") or {}) if hspec else {}
-    lines = []
-    for aname, writable, doc in h.hand_attributes:
-        anode: Any = nodes.get(aname)
-        t = (anode.get("stub") if hasattr(anode, "get") else None) or "Any"
-        lines.append(f"{aname}: {t}" if writable else read_only(aname, t, doc))
-    return lines
+    return [f"{a.name}: {a.stub or 'Any'}" if a.writable else read_only(a.name, a.stub or "Any", a.doc)
+            for a in h.hand_attributes]
 
 
 def _members(lines: List[str]) -> List[List[str]]:
@@ -242,8 +222,8 @@ def build(model: Model, records: RecordsModel, cm: CMModel) -> Stubs:
     handles = {h.name for h in model.handles}
     classes = record_stubs.classes(records)
     classes += [_struct_class(s, handles) for s in model.structs]
-    classes += [_handle_class(h, model.spec, handles) for h in model.handles]
-    classes += [_handle_class(h, cm.spec, handles) for h in cm.handles]
+    classes += [_handle_class(h, handles) for h in model.handles]
+    classes += [_handle_class(h, handles) for h in cm.handles]
     for cls in classes:
         # a slot written as "@property\ndef ..." spans lines
         cls.lines = [part for line in cls.lines for part in line.split("\n")]
@@ -252,14 +232,8 @@ def build(model: Model, records: RecordsModel, cm: CMModel) -> Stubs:
     for h in model.handles:
         if h.base is not None:
             _derive(by_name[h.name], by_name[h.base.name])
-    functions = (_function_defs(model.functions, model.spec, handles)
-                 + _function_defs(cm.functions, cm.spec, handles))
+    functions = [_method_def(m, handles, False) for m in model.functions + cm.functions]
     return Stubs(classes, functions)
-
-
-def _function_defs(functions: List[MethodModel], spec: Any, handles: Set[str]) -> List[str]:
-    nodes = {m.name: m.node for m in spec.functions}
-    return [_method_def(m, nodes.get(m.name), handles, False) for m in functions]
 
 
 def _public_names(text: str) -> List[str]:

@@ -342,3 +342,22 @@ def test_an_enum_member_without_an_integer_is_refused_at_load(tmp_path):
         """))
     with pytest.raises(spec.SpecError, match=r"spec/zz.yaml:6: Shiny: IBV_ACCESS_SHINY needs an integer"):
         spec.load(str(d))
+
+
+def test_the_stubs_read_the_model_not_the_spec():
+    """generator/stubs.py types slots, hand attributes and hand methods from
+    the model (Slot.stub, MethodModel.stub), not by going back to spec nodes."""
+    import ast
+    import pathlib
+    tree = ast.parse((pathlib.Path(__file__).resolve().parents[2] / "generator/stubs.py")
+                     .read_text(encoding="utf-8"))
+    reads = sorted({n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+                    and n.attr in ("node", "handle", "handles_spec")})
+    assert reads == []
+
+
+def test_slot_and_method_stubs_are_in_the_model(models):
+    mr = next(h for h in models["verbs"].handles if h.name == "MR")
+    assert next(s for s in mr.slots if s.name == "owner").stub == "object"
+    sge = next(m for m in mr.methods if m.name == "sge")
+    assert sge.stub == "(self, length: int | None = ..., offset: int = ...) -> SGE"
