@@ -12,7 +12,8 @@ from typing import AbstractSet, Any, Dict, List, NoReturn, Optional, Tuple, cast
 
 from . import docstrings, gil
 from .converters import PARAMS, REQUIRED, RETURNS, Arg, ParamConverter, ReturnConverter
-from .converters.args import ArgParam, StructObjectParam
+from .converters.args import ArgParam
+from .converters.returns import ParentSource
 from .converters.rule_c import Refs
 from .ctext import is_int, py_repr_default
 from .rule_data import MaskBits, Ref, SelfMember, SelfPtr, refs as rule_refs, uses_self
@@ -301,8 +302,8 @@ class MethodBuilder:
         return cast(ReturnConverter, RETURNS["out"](none=ret == "none"))
 
     def new_handle(self, ret: Any) -> ReturnConverter:
-        """`returns: {new: Class, parents: {...}}`: the parents as C, in the
-        order the class (or its base) declares them."""
+        """`returns: {new: Class, parents: {...}}`: where each parent comes
+        from, in the order the class (or its base) declares them."""
         cls = ret["new"]
         hspec = self.b.spec.handle(cls)
         if hspec is None:
@@ -313,19 +314,19 @@ class MethodBuilder:
             pnode = self.b.spec.handle(b["class"] if isinstance(b, Node) else b).node
         declared = list((pnode.get("parents") or {}).keys())
         given = ret.get("parents") or {}
-        parents = []
+        parents: List[Optional[ParentSource]] = []
         for pname in declared:
             src = given.get(pname)
             if src is None:
-                parents.append("NULL")
+                parents.append(None)
             elif src == "self":
-                parents.append("self")
+                parents.append(ParentSource(is_self=True))
             elif "." in src:
                 obj, fld = src.split(".", 1)
                 # as the call was handed it
-                parents.append(StructObjectParam.held_local(obj, fld))
+                parents.append(ParentSource(arg=obj, field=fld))
             else:
-                parents.append(src)
+                parents.append(ParentSource(arg=src))
         for pname in given:
             if pname not in declared:
                 self.fail(f"{cls} has no parent {pname!r}", "returns")
