@@ -210,20 +210,16 @@ def spec_refs(spec: Any, ir_new: IR, ir_old: IR) -> SpecRefs:
             if "since" in m.node:
                 refs.since.add(v)
     for s in spec.structs:
-        node = s.node
         how = f"struct class {s.name}"
-        if node["fields"] == "all":
+        if s.fields is None:
             how += " (fields: all)"
-        refs.records.setdefault(node["ctype"], []).append(how)
-        refs.where.setdefault(node["ctype"], node.where("ctype"))
-        if "since" in node:
-            refs.since.add(node["ctype"])
-        if node["fields"] != "all":
-            for pyname, fspec in node["fields"].items():
-                path = fspec if isinstance(fspec, str) else fspec.get("path", pyname)
-                marked = not isinstance(fspec, str) and "since" in fspec
-                refs.record_fields.setdefault(node["ctype"], []).append(
-                    (path, f"{s.name}.{pyname}", marked))
+        refs.records.setdefault(s.ctype, []).append(how)
+        refs.where.setdefault(s.ctype, s.where("ctype"))
+        if s.since is not None:
+            refs.since.add(s.ctype)
+        for f in s.fields or []:
+            refs.record_fields.setdefault(s.ctype, []).append(
+                (f.path, f"{s.name}.{f.name}", f.since is not None))
     for e in spec.enums:
         if e.c is not None:
             refs.enums.setdefault(e.c, []).append(e.name)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import fnmatch
 import keyword
-from typing import Any, Dict, List, Optional, Set, Tuple, cast
+from typing import Any, Dict, FrozenSet, List, Optional, Set, Tuple, cast
 
 from . import cq_locks, docstrings, entries as entry_points, gil, hand_gil, handle_rules, pyimpl
 from .rule_data import SelfPtr, refs as rule_refs
@@ -26,7 +26,7 @@ from .methods import MethodBuilder
 from .model import (CallingConvention, EnumModel, HandleAttribute, HandleModel, Keepalive, MethodKind, MethodModel,
                     Model, Parent, PythonTarget, Release, Slot, StateField, StructField,
                     StructModel, SymbolModel)
-from .spec import Method, Node, Spec, SpecError, check_keys
+from .spec import FieldSpec, Method, Node, Spec, SpecError, check_keys
 
 #: every key a struct class's field may carry, whatever its kind
 FIELD_KEYS = frozenset().union(*(c.keys for c in FIELDS.by_kind.values()))
@@ -41,13 +41,13 @@ class Builder:
         self.spec = spec
         self.struct_by_ctype: Dict[str, str] = {}
         for s in spec.structs:
-            self.struct_by_ctype[s.node["ctype"]] = s.name
+            self.struct_by_ctype[s.ctype] = s.name
         self.handle_by_ctype: Dict[str, str] = {
             h.node["ctype"]: h.name for h in spec.handles}
         self.handle_names = {h.name for h in spec.handles}
         self.struct_models: Dict[str, StructModel] = {}
         self.enum_models: Dict[str, EnumModel] = {}
-        self.struct_ctype = {s.name: s.node["ctype"] for s in spec.structs}
+        self.struct_ctype = {s.name: s.ctype for s in spec.structs}
         # which fields show as enum members: set once the enums are built
         self.enum_fields = EnumFields([], {})
 
@@ -136,52 +136,43 @@ class Builder:
     def structs(self) -> List[StructModel]:
         out = []
         for s in self.spec.structs:
-            node = s.node
-            record = self.ir.record(node["ctype"])
-            if record is None and "since" in node:
+            record = self.ir.record(s.ctype)
+            if record is None and s.since is not None:
                 continue        # newer than these headers
             if record is None or not record.complete:
-                raise SpecError(f"{node.where('ctype')}: {s.name}: no complete "
-                                f"{node['ctype']} in {self.ir.source}")
-            writable = bool(node.get("writable", False))
+                raise SpecError(f"{s.where('ctype')}: {s.name}: no complete "
+                                f"{s.ctype} in {self.ir.source}")
+            writable = s.writable
             fields: List[StructField] = []
-            spec_fields = node["fields"]
-            if spec_fields == "all":
+            if s.fields is None:        # fields: all
                 for name, t in flat_fields(self.ir, record):
-                    f = self._struct_field(s.name, name, name, t, {}, writable,
-                                           node.where("fields"), strict=False)
+                    f = self._struct_field(s.name, name, name, t, None, writable,
+                                           s.where("fields"), strict=False)
                     if f is not None:
                         fields.append(f)
-            elif isinstance(spec_fields, Node):
-                for pyname, fspec in spec_fields.items():
-                    where = spec_fields.where(pyname)
-                    if isinstance(fspec, str):
-                        fspec = {"path": fspec}
-                    # every kind's keys first: a field skipped on older headers is checked too
-                    check_keys(fspec, FIELD_KEYS, f"{s.name}.{pyname}", where)
-                    path = fspec.get("path", pyname)
-                    if "since" in fspec and not has_member(self.ir, record, path):
-                        continue    # a field newer than these headers
-                    t = member_type(self.ir, record, path, where)
-                    f = self._struct_field(s.name, pyname, path, t, fspec, writable,
-                                           where, strict=True)
-                    assert f is not None     # strict: None raised instead
-                    fields.append(f)
-            else:
-                raise SpecError(f"{node.where('fields')}: {s.name}: fields must be "
-                                f"'all' or a mapping")
+            for fspec in s.fields or []:
+                where = fspec.where()
+                # every kind's keys first: a field skipped on older headers is checked too
+                _check_field_keys(fspec, FIELD_KEYS, f"{s.name}.{fspec.name}")
+                if fspec.since is not None and not has_member(self.ir, record, fspec.path):
+                    continue    # a field newer than these headers
+                t = member_type(self.ir, record, fspec.path, where)
+                f = self._struct_field(s.name, fspec.name, fspec.path, t, fspec, writable,
+                                       where, strict=True)
+                assert f is not None     # strict: None raised instead
+                fields.append(f)
             for f in fields:
                 f.doc = self._field_doc(s.name, f.name)
-            model = StructModel(s.name, node["ctype"], node.get("doc", ""), writable,
+            model = StructModel(s.name, s.ctype, s.doc, writable,
                                 fields, any(f.handle for f in fields))
             self.struct_models[s.name] = model
             out.append(model)
         return out
 
-    def _struct_field(self, cls: str, pyname: str, path: str, t: Type, fspec: Any,
+    def _struct_field(self, cls: str, pyname: str, path: str, t: Type, fspec: Optional[FieldSpec],
                       writable: bool, where: str, strict: bool) -> Optional[StructField]:
-        convert = fspec.get("convert") if fspec else None
-        default = spec_default(fspec) if fspec else REQUIRED
+        convert = fspec.convert if fspec else None
+        default = spec_default({"default": fspec.default} if fspec and fspec.has_default else None)
         if default == REQUIRED and not strict:
             default = None
         has_default = default != REQUIRED
@@ -192,17 +183,17 @@ class Builder:
                 raise SpecError(f"{where}: {cls}.{pyname}: cannot convert {t.spelling}")
             return None
         if fspec:
-            check_keys(fspec, FIELDS[kind].keys, f"{cls}.{pyname} ({kind})", where)
+            _check_field_keys(fspec, FIELDS[kind].keys, f"{cls}.{pyname} ({kind})")
         if kind == "handle":
             assert convert is not None       # field_kind: "handle" from `convert: handle:X`
             handle = convert.split(":", 1)[1]
             if handle not in self.handle_names:
                 raise SpecError(f"{where}: {cls}.{pyname}: unknown handle class {handle}")
-            none_ok = has_default or bool(fspec.get("none_ok"))
+            none_ok = has_default or bool(fspec and fspec.none_ok)
             converter = FIELDS[kind](pyname, path, writable, handle, none_ok)
             return StructField(pyname, path, converter,
                                py_repr_default(default) if has_default else None,
-                               handle=handle, none_ok=bool(fspec and fspec.get("none_ok")))
+                               handle=handle, none_ok=bool(fspec and fspec.none_ok))
         if kind == "int":
             converter = FIELDS[kind](pyname, path, writable, t,
                                      self._field_members(cls, pyname, fspec, t, where),
@@ -215,11 +206,11 @@ class Builder:
         return StructField(pyname, path, converter, default_doc,
                            struct_class=struct_class if kind == "struct" else None)
 
-    def _field_members(self, cls: str, pyname: str, fspec: Any, t: Type,
+    def _field_members(self, cls: str, pyname: str, fspec: Optional[FieldSpec], t: Type,
                        where: str) -> Optional[Tuple[str, List[Tuple[int, int]]]]:
         """A struct field's `members: <IntEnum>`: (the enum's name, its values
         as runs), so that only its members are accepted; None without it."""
-        name = fspec.get("members") if fspec else None
+        name = fspec.members if fspec else None
         if name is None:
             return None
         espec = next((e for e in self.spec.enums if e.name == name), None)
@@ -599,6 +590,15 @@ def build(ir: IR, spec: Spec) -> Model:
     all_methods = [m for h in handles for m in h.methods] + functions
     return Model(ir, spec, enums, structs, handles, functions, symbols(ir, spec),
                  coverage(ir, spec, all_methods))
+
+
+def _check_field_keys(fspec: FieldSpec, allowed: FrozenSet[str], what: str) -> None:
+    """Refuse a key a struct field was written with that is not allowed,
+    naming its line."""
+    for key in fspec.keys:
+        if key not in allowed:
+            raise SpecError(f"{fspec.where(key)}: {what}: unknown key {key!r} "
+                            f"(expected one of: {', '.join(sorted(allowed))})")
 
 
 def _stub_type(node: Any) -> Optional[str]:

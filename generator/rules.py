@@ -225,9 +225,8 @@ class Scope:
                 self.fail(where, f"{arg} is no struct argument (convert: struct:...)")
             sname = convert.split(":", 1)[1]
             struct = self.spec.struct(sname)
-            fields: Any = struct.node.get("fields") if struct is not None else None
-            fspec: Any = fields.get(field) if hasattr(fields, "get") else None
-            fconv = str(fspec.get("convert", "")) if hasattr(fspec, "get") else ""
+            fspec = struct.field(field) if struct is not None else None
+            fconv = str(fspec.convert or "") if fspec is not None else ""
             if not fconv.startswith("handle:"):
                 self.fail(where, f"{sname} has no handle field {field!r}")
             return ArgHandle(cname, arg, field), self.handle_ctype(fconv, where), field

@@ -320,7 +320,7 @@ def test_the_enum_section_is_read_once_into_typed_objects(models):
     loaded = models["verbs"].spec.enums
     assert len(loaded) > 20
     for e in loaded:
-        assert not any(isinstance(v, dict) and hasattr(v, "key_lines") for v in vars(e).values()), e.name
+        assert not any(isinstance(v, spec.Node) for v in vars(e).values()), e.name
         assert (e.c is None) != (e.match is None) and e.kind in ("IntEnum", "IntFlag")
         assert all(isinstance(v, int) for v in e.members.values())
     wc_flags = next(e for e in loaded if e.name == "CreateCQWCFlags")
@@ -361,3 +361,40 @@ def test_slot_and_method_stubs_are_in_the_model(models):
     assert next(s for s in mr.slots if s.name == "owner").stub == "object"
     sge = next(m for m in mr.methods if m.name == "sge")
     assert sge.stub == "(self, length: int | None = ..., offset: int = ...) -> SGE"
+
+
+def test_the_structs_section_is_read_once_into_typed_objects(models):
+    """spec `structs:` becomes Struct and FieldSpec values at load (no YAML
+    node kept): the builder, the rules and the audit read their fields."""
+    structs = models["verbs"].spec.structs
+    assert len(structs) > 10
+    for s in structs:
+        assert not any(isinstance(v, spec.Node) for v in vars(s).values()), s.name
+        for f in s.fields or []:
+            assert not any(isinstance(v, spec.Node) for v in vars(f).values()), (s.name, f.name)
+    qp_init = next(s for s in structs if s.name == "QPInitAttr")
+    send_cq = qp_init.field("send_cq")
+    assert send_cq is not None and send_cq.convert == "handle:CQ" and send_cq.none_ok
+    assert qp_init.field("qp_type").members == "QPType"
+    assert any(s.fields is None for s in structs)      # fields: all
+
+
+def test_a_struct_field_key_its_converter_does_not_take_names_its_line(tmp_path):
+    import shutil
+    import textwrap
+    d = tmp_path / "spec"
+    shutil.copytree(SPEC_DIR, d)
+    (d / "zz.yaml").write_text(textwrap.dedent("""\
+        structs:
+          Shiny:
+            ctype: struct ibv_sge
+            writable: true
+            fields:
+              addr:
+                path: addr
+                none_ok: true
+        """))
+    model = None
+    with pytest.raises(spec.SpecError, match=r"spec/zz.yaml:8: Shiny.addr \(int\): unknown key 'none_ok'"):
+        model = builder.build(parse.parse(os.environ.get("RDMA_CORE") or None), spec.load(str(d)))
+    assert model is None
