@@ -34,7 +34,6 @@ generator/cli.py, which calls render() once all exist.
 """
 from __future__ import annotations
 
-import ast
 import hashlib
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Set
@@ -55,6 +54,21 @@ OUTPUT = "_ibverbs.pyi"
 class Stubs:
     classes: List[StubClass]
     functions: List[str]                  # one `def` line each
+    function_names: List[str]
+
+    def public_names(self) -> List[str]:
+        """The extension's __all__ (module.c): its public classes and
+        functions, and the names it re-exports from Python modules."""
+        public = {c.name for c in self.classes} | set(self.function_names)
+        public = {n for n in public if n[:1].isalpha()}
+        return sorted(public | {n for _, names in REEXPORTS for n in names})
+
+
+#: what the extension module re-exports from the Python layer, as the
+#: seed's extension module had them (ibverbs/src/module.c): module, names
+REEXPORTS = (("ibverbs._device", ("Device", "get_device_list")),
+             ("ibverbs.errors", ("CompletionError", "VerbsError")),
+             ("ibverbs._gid", ("Gid",)))
 
 
 def _split_params(text: str) -> List[str]:
@@ -232,21 +246,9 @@ def build(model: Model, records: RecordsModel, cm: CMModel) -> Stubs:
     for h in model.handles:
         if h.base is not None:
             _derive(by_name[h.name], by_name[h.base.name])
-    functions = [_method_def(m, handles, False) for m in model.functions + cm.functions]
-    return Stubs(classes, functions)
-
-
-def _public_names(text: str) -> List[str]:
-    """The extension's __all__ (module.c): the stub's public top-level
-    classes and functions, and the names it re-exports from Python modules
-    (`from m import X as X`)."""
-    public = set()
-    for node in ast.parse(text).body:
-        if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name[:1].isalpha():
-            public.add(node.name)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            public |= {a.name for a in node.names if a.asname == a.name}
-    return sorted(public)
+    functions = model.functions + cm.functions
+    return Stubs(classes, [_method_def(m, handles, False) for m in functions],
+                 [m.name for m in functions])
 
 
 @dataclass
@@ -267,6 +269,6 @@ def render(model: Model, records: RecordsModel, cm: CMModel,
         ir=model.ir, spec=_Inputs(specs), command=vrender.COMMAND,
         comment_open="#", comment_mid="#", comment_close="",
         classes=stubs.classes, stub_functions=stubs.functions,
-        enum_names=[e.name for e in model.enums])
-    text += "\n__all__ = [\n" + "".join(f"    {n!r},\n" for n in _public_names(text)) + "]\n"
+        enum_names=[e.name for e in model.enums], reexports=REEXPORTS)
+    text += "\n__all__ = [\n" + "".join(f"    {n!r},\n" for n in stubs.public_names()) + "]\n"
     return {OUTPUT: vrender.finish(text)}

@@ -398,3 +398,19 @@ def test_a_struct_field_key_its_converter_does_not_take_names_its_line(tmp_path)
     with pytest.raises(spec.SpecError, match=r"spec/zz.yaml:8: Shiny.addr \(int\): unknown key 'none_ok'"):
         model = builder.build(parse.parse(os.environ.get("RDMA_CORE") or None), spec.load(str(d)))
     assert model is None
+
+
+def test_the_stubs_all_comes_from_the_model_not_from_reparsing_the_stub(models):
+    """__all__ is the stub classes', functions' and re-exports' names (data),
+    and it matches what the rendered stub defines at its top level."""
+    import ast
+    from generator import stubs
+    built = stubs.build(models["verbs"], models["records"], models["rdmacm"])
+    text = stubs.render(models["verbs"], models["records"], models["rdmacm"], TEMPLATE_DIR)[stubs.OUTPUT]
+    tree = ast.parse(text)
+    defined = {n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))
+               and n.name[:1].isalpha()}
+    defined |= {a.name for n in tree.body if isinstance(n, ast.ImportFrom) for a in n.names
+                if a.asname == a.name}
+    assert built.public_names() == sorted(defined)
+    assert {"Device", "VerbsError", "QP", "SGE", "EventChannel"} <= set(built.public_names())
