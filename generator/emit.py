@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Tuple
 
-from . import cq_locks
+from .cq_locks import CqLock
 from .converters.composite import KwargsParam
 from .converters.rule_c import c_of
 from .ctext import SELF_PTR, declare, indented
@@ -266,6 +266,13 @@ def _call(m: MethodModel) -> List[str]:
             + lines + [stmt, "Py_END_ALLOW_THREADS"])
 
 
+def cq_array(lock: CqLock, owner: str, obj: str) -> str:
+    """The C array of a provider lock's CQ objects (a compound literal;
+    generator/cq_locks.py), members of the object *obj* of class *owner*."""
+    members = ", ".join(f"((struct {owner}Object *){obj})->{c}" for c in lock.cqs)
+    return f"(PyObject *const[]){{ {members} }}, {len(lock.cqs)}"
+
+
 def _cq_lock_check(m: MethodModel) -> List[str]:
     """Refused (EBUSY) while a CQEx whose lock the verb takes is mid-poll
     (spec cq_locks:, generator/cq_locks.py): it would deadlock on it."""
@@ -275,7 +282,7 @@ def _cq_lock_check(m: MethodModel) -> List[str]:
     args = [p.released_call_arg() if m.release_gil else p.call_arg() for p in m.params]
     when = f"{lock.when}({', '.join(args)}) && " if lock.when else ""
     return [f'if ({when}ibp_refuse_cq_locked(self, "{m.verb}", '
-            f"{cq_locks.cq_array(lock, m.owner, 'self')}) < 0)",
+            f"{cq_array(lock, m.owner, 'self')}) < 0)",
             "    goto exit;"]
 
 

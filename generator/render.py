@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional
 
 import jinja2
 
-from . import checksum, cq_locks, emit, enum_fields
+from . import checksum, emit, enum_fields
 from .ctext import c_text
 from .model import CallingConvention, MethodKind, Model
 from .record_model import CMModel, RecordsModel
@@ -106,7 +106,7 @@ def environment(template_dir: str) -> jinja2.Environment:
     env.filters["c_symbol_failure"] = emit.symbol_failure
     # the C of the model's converters and wrappers (generator/emit.py)
     env.filters["c_body"] = emit.function_lines
-    env.filters["cq_array"] = cq_locks.cq_array
+    env.filters["cq_array"] = emit.cq_array
     env.filters["c_entered"] = emit.entered_lines
     env.filters["c_unpack"] = emit.unpack_lines
     env.filters["c_getter"] = emit.getter_lines
