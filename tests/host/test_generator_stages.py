@@ -41,9 +41,9 @@ _C_SYNTAX = re.compile(r"->|;|&&|\|\||[=!<>]=|\b\w+\s*\(|\)\s*[\w(&*]|[{}]|&\w|\
 #: stubs, exception messages, spec reasons and release labels), not C.
 PYTHON_TEXT = frozenset({
     "doc", "docs", "signature", "message", "stub", "stubs", "close_doc", "no_new",
-    "summary", "raises", "returns_doc", "args", "coverage", "exclusions", "since",
-    "optional", "doc_arguments", "doc_methods", "doc_fields", "hand", "hand_attributes",
-    "slots", "symbols", "meaning", "why",
+    "summary", "raises", "coverage", "exclusions", "since", "optional",
+    "doc_arguments", "doc_methods", "doc_fields", "hand", "meaning", "why",
+    "default_doc", "default",
 })
 
 #: The IR's spelling of the header's own C (its input): a type as clang
