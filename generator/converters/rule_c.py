@@ -135,6 +135,8 @@ def c_of(value: Any, spell: Spell) -> str:
     writer = _WRITERS.get(type(value))
     if writer is not None:
         return writer(value, spell)
+    if not isinstance(value, (str, int, float)):
+        raise TypeError(f"no C is written for a {type(value).__name__}")
     return str(value)
 
 

@@ -414,3 +414,22 @@ def test_the_stubs_all_comes_from_the_model_not_from_reparsing_the_stub(models):
                 if a.asname == a.name}
     assert built.public_names() == sorted(defined)
     assert {"Device", "VerbsError", "QP", "SGE", "EventChannel"} <= set(built.public_names())
+
+
+def test_every_rule_value_has_a_c_writer_and_nothing_else_is_guessed():
+    """Each typed rule value of generator/rule_data.py is written by
+    converters/rule_c.py; a value it does not know is an error, never its
+    repr in the C."""
+    import inspect
+    from generator import rule_data
+    from generator.converters import rule_c
+    values = [cls for _, cls in inspect.getmembers(rule_data, inspect.isclass)
+              if cls.__module__ == rule_data.__name__ and dataclasses.is_dataclass(cls)
+              and not issubclass(cls, rule_data.Ref)]
+    # the ones named inside others (a parameter of an explainer, Given) are spelled there
+    inner = {rule_data.Given}
+    assert {v for v in values if v not in inner} <= set(rule_c._WRITERS)
+    with pytest.raises(TypeError, match="no C is written for a Given"):
+        rule_c.c_of(rule_data.Given("IBV_X"), rule_c.self_only)
+    assert rule_c.c_of("NULL", rule_c.self_only) == "NULL"       # a C constant of the spec
+    assert rule_c.c_of(rule_data.SelfMember("pd"), rule_c.self_only) == "self_ptr->pd"
