@@ -15,7 +15,7 @@ import jinja2
 from . import checksum, emit, enum_fields
 from .ctext import c_text
 from .model import CallingConvention, MethodKind, Model
-from .record_model import CMModel, RecordsModel
+from .record_model import RecordsModel
 
 COMMAND = "python -m generator generate"
 
@@ -185,7 +185,7 @@ def render_records(m: RecordsModel, template_dir: str) -> Dict[str, str]:
 RDMACM_PREFIX = "rdmacm_"
 
 
-def render_rdmacm(m: CMModel, template_dir: str) -> Dict[str, str]:
+def render_rdmacm(m: Model, template_dir: str) -> Dict[str, str]:
     """rdma_cma.h's files: the librdmacm loader, its declarations, the
     EventChannel and CMID classes and the CM enums."""
     from .loader import RDMACM

@@ -41,7 +41,7 @@ from typing import Any, Dict, List, Optional, Set
 from . import record_stubs
 from . import render as vrender
 from .model import HandleModel, MethodModel, Model, StructModel
-from .record_model import CMModel, RecordsModel
+from .record_model import RecordsModel
 from .pytypes import GID_LIKE
 from .stubtext import (StubClass, docstring_body, first_line as _first_line, read_only,
                        with_doc as _with_doc)
@@ -230,7 +230,7 @@ def _derive(cls: StubClass, base: StubClass) -> None:
     cls.lines = [line for m in own for line in m]
 
 
-def build(model: Model, records: RecordsModel, cm: CMModel) -> Stubs:
+def build(model: Model, records: RecordsModel, cm: Model) -> Stubs:
     """The classes and functions of the extension: the data-path types',
     the verbs model's, rdma_cm's (whose classes are handle classes too)."""
     handles = {h.name for h in model.handles}
@@ -257,7 +257,7 @@ class _Inputs:
     sha256: str
 
 
-def render(model: Model, records: RecordsModel, cm: CMModel,
+def render(model: Model, records: RecordsModel, cm: Model,
            template_dir: str) -> Dict[str, str]:
     """{OUTPUT: text}: the stub of the whole extension, from the verbs model,
     the data-path types and rdma_cm's."""
