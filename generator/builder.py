@@ -23,7 +23,8 @@ from .members import flat_fields, has_member, member_type
 from .impl import ImplBuilder
 from .pyimpl import PyImplError
 from .methods import MethodBuilder
-from .model import (CallingConvention, EnumModel, HandleAttribute, HandleModel, Keepalive, MethodKind, MethodModel,
+from .model import (CallingConvention, EnumModel, HandleAttribute, HandleModel, Keepalive,
+                    MethodKind, MethodModel,
                     Model, Parent, PythonTarget, Release, Slot, StateField, StructField,
                     StructModel, SymbolModel)
 from .spec import FieldSpec, Method, Node, Spec, SpecError, check_keys
@@ -388,9 +389,11 @@ class Builder:
                 attributes.append(HandleAttribute(aname, ATTRIBUTES["member"](
                     aspec, t, self.enum_fields.of(h.node["ctype"], aspec, t))))
             elif aspec.get("convert", "int") == "str":
-                attributes.append(HandleAttribute(aname, ATTRIBUTES["str"](_attribute_value(aspec["expr"], where))))
+                attributes.append(HandleAttribute(
+                    aname, ATTRIBUTES["str"](_attribute_value(aspec["expr"], where))))
             else:
-                attributes.append(HandleAttribute(aname, ATTRIBUTES["int"](_attribute_value(aspec["expr"], where))))
+                attributes.append(HandleAttribute(
+                    aname, ATTRIBUTES["int"](_attribute_value(aspec["expr"], where))))
         return attributes
 
     def _member_attribute(self, h: Any, record: Any, aname: str, aspec: Any, where: str) -> AttributeConverter:

@@ -67,7 +67,8 @@ def signature_params(sig: str) -> List[Tuple[str, object]]:
 class ImplBuilder(MethodBuilder):
     """The model of a hand method's generated wrapper; `ctx` of its converters."""
 
-    def build_impl(self, flags: CallingConvention, doc: str, signature: str, verbs: List[str]) -> MethodModel:
+    def build_impl(self, flags: CallingConvention, doc: str, signature: str,
+                   verbs: List[str]) -> MethodModel:
         if not self.m.owner:
             self.fail("impl: is for methods (the wrapper marks self in flight)", "impl")
         node = self.m.node["impl"] or Node()

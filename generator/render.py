@@ -168,7 +168,8 @@ def render_records(m: RecordsModel, template_dir: str) -> Dict[str, str]:
     object layouts) and one <type>.c.h per type."""
     env = environment(template_dir)
     common = dict(ir=m.ir, spec=m.spec, command=COMMAND, helpers=m.helpers,
-                  records=m.records, types=m.types, enum_declarations=enum_fields.c_declarations(m.enum_classes),
+                  records=m.records, types=m.types,
+                  enum_declarations=enum_fields.c_declarations(m.enum_classes),
                   comment_open="/*", comment_mid=" *",
                   comment_close="*/")
     files = {"records.h": env.get_template("records.h.j2").render(**common)}

@@ -548,7 +548,8 @@ class Explainers:
         args = []
         for arg in filter(None, (a.strip() for a in rest[:-1].split(","))):
             head, _, member = arg.partition("->")
-            if not _is_name(head.strip()) or (member and not all(_is_name(m) for m in member.split("."))):
+            members_ok = not member or all(_is_name(m) for m in member.split("."))
+            if not _is_name(head.strip()) or not members_ok:
                 scope.fail(where, f"explain: {call!r}: {arg!r} is not a parameter or param->member")
             args.append(ExplainArg(head.strip(), member.strip() or None))
         return ExplainCall(name, tuple(args))

@@ -39,7 +39,8 @@ class NewHandleReturn(ReturnConverter):
         self.cls, self.parents = cls, parents
 
     def lines(self, outputs: List[List[str]]) -> List[str]:
-        return [f"return_value = {self.cls}_wrap(rc{''.join(', ' + _parent_c(p) for p in self.parents)});"]
+        parents = "".join(", " + _parent_c(p) for p in self.parents)
+        return [f"return_value = {self.cls}_wrap(rc{parents});"]
 
     def pytype(self, output_types: List[str]) -> str:
         return self.cls

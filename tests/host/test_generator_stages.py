@@ -34,8 +34,8 @@ from generator.enum_fields import EnumFields  # noqa: E402
 #: C syntax no identifier, type spelling or constant has: member access
 #: through a pointer, a statement's end, logical and comparison operators,
 #: a call or a cast, a block, an address taken, an OR of constants.
-_C_SYNTAX = re.compile(r"->|;|&&|\|\||[=!<>]=|\b\w+\s*\(|\)\s*[\w(&*]|[{}]|&\w|\b[A-Z][A-Z0-9]*_\w*\s*\|\s*[A-Z]"
-                       r"|\w\s*[-+]\s*\d|^\s*\(")
+_C_SYNTAX = re.compile(r"->|;|&&|\|\||[=!<>]=|\b\w+\s*\(|\)\s*[\w(&*]|[{}]|&\w"
+                       r"|\b[A-Z][A-Z0-9]*_\w*\s*\|\s*[A-Z]|\w\s*[-+]\s*\d|^\s*\(")
 
 #: Fields holding text for Python users (docstrings, text signatures,
 #: stubs, exception messages, spec reasons and release labels), not C.
@@ -340,7 +340,8 @@ def test_an_enum_member_without_an_integer_is_refused_at_load(tmp_path):
             prefix: IBV_ACCESS_
             members: {IBV_ACCESS_SHINY: lots}
         """))
-    with pytest.raises(spec.SpecError, match=r"spec/zz.yaml:6: Shiny: IBV_ACCESS_SHINY needs an integer"):
+    with pytest.raises(spec.SpecError,
+                       match=r"spec/zz.yaml:6: Shiny: IBV_ACCESS_SHINY needs an integer"):
         spec.load(str(d))
 
 
@@ -395,7 +396,8 @@ def test_a_struct_field_key_its_converter_does_not_take_names_its_line(tmp_path)
                 none_ok: true
         """))
     model = None
-    with pytest.raises(spec.SpecError, match=r"spec/zz.yaml:8: Shiny.addr \(int\): unknown key 'none_ok'"):
+    with pytest.raises(spec.SpecError,
+                       match=r"spec/zz.yaml:8: Shiny.addr \(int\): unknown key 'none_ok'"):
         model = builder.build(parse.parse(os.environ.get("RDMA_CORE") or None), spec.load(str(d)))
     assert model is None
 
