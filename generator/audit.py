@@ -210,30 +210,25 @@ def spec_refs(spec: Any, ir_new: IR, ir_old: IR) -> SpecRefs:
             if "since" in m.node:
                 refs.since.add(v)
     for s in spec.structs:
-        node = s.node
         how = f"struct class {s.name}"
-        if node["fields"] == "all":
+        if s.fields is None:
             how += " (fields: all)"
-        refs.records.setdefault(node["ctype"], []).append(how)
-        refs.where.setdefault(node["ctype"], node.where("ctype"))
-        if "since" in node:
-            refs.since.add(node["ctype"])
-        if node["fields"] != "all":
-            for pyname, fspec in node["fields"].items():
-                path = fspec if isinstance(fspec, str) else fspec.get("path", pyname)
-                marked = not isinstance(fspec, str) and "since" in fspec
-                refs.record_fields.setdefault(node["ctype"], []).append(
-                    (path, f"{s.name}.{pyname}", marked))
+        refs.records.setdefault(s.ctype, []).append(how)
+        refs.where.setdefault(s.ctype, s.where("ctype"))
+        if s.since is not None:
+            refs.since.add(s.ctype)
+        for f in s.fields or []:
+            refs.record_fields.setdefault(s.ctype, []).append(
+                (f.path, f"{s.name}.{f.name}", f.since is not None))
     for e in spec.enums:
-        node = e.node
-        if "c" in node:
-            refs.enums.setdefault(node["c"], []).append(e.name)
-            refs.where.setdefault(node["c"], node.where("c"))
-            if "since" in node:
-                refs.enum_since[node["c"]] = str(node["since"])
-                refs.since.add(node["c"])
+        if e.c is not None:
+            refs.enums.setdefault(e.c, []).append(e.name)
+            refs.where.setdefault(e.c, e.where("c"))
+            if e.since is not None:
+                refs.enum_since[e.c] = e.since
+                refs.since.add(e.c)
         else:
-            refs.matches.append((node["match"], e.name))
+            refs.matches.append((str(e.match), e.name))
     # records reached through explicit field paths (grh.dgid -> ibv_global_route)
     for ir in (ir_old, ir_new):
         for ctype, paths in refs.record_fields.items():

@@ -8,24 +8,26 @@ from __future__ import annotations
 
 import fnmatch
 import keyword
-from typing import Any, Dict, List, Optional, Set, Tuple, cast
+from typing import Any, Dict, FrozenSet, List, Optional, Set, Tuple, cast
 
 from . import cq_locks, docstrings, entries as entry_points, gil, hand_gil, handle_rules, pyimpl
-from .cexpr import CExpr, Ref, SelfPtr
+from .rule_data import SelfPtr, refs as rule_refs
 from .enum_fields import EnumFields
 from .converters import ATTRIBUTES, FIELDS, REQUIRED, AttributeConverter
 from .converters.args import spec_default
+from .converters.attributes import AttributeCheck
 from .converters.fields import field_kind
-from .ctext import FASTCALL_KEYWORDS, SELF_PTR, is_int, py_repr_default, value_runs
+from .ctext import is_int, py_repr_default, value_runs
 from .ir import IR, Function, Type
 from .members import flat_fields, has_member, member_type
 from .impl import ImplBuilder
 from .pyimpl import PyImplError
 from .methods import MethodBuilder
-from .model import (EnumModel, HandleAttribute, HandleModel, Keepalive, MethodKind, MethodModel,
+from .model import (CallingConvention, EnumModel, HandleAttribute, HandleModel, Keepalive,
+                    MethodKind, MethodModel,
                     Model, Parent, PythonTarget, Release, Slot, StateField, StructField,
                     StructModel, SymbolModel)
-from .spec import Method, Node, Spec, SpecError, check_keys
+from .spec import FieldSpec, Method, Node, Spec, SpecError, check_keys
 
 #: every key a struct class's field may carry, whatever its kind
 FIELD_KEYS = frozenset().union(*(c.keys for c in FIELDS.by_kind.values()))
@@ -40,56 +42,55 @@ class Builder:
         self.spec = spec
         self.struct_by_ctype: Dict[str, str] = {}
         for s in spec.structs:
-            self.struct_by_ctype[s.node["ctype"]] = s.name
+            self.struct_by_ctype[s.ctype] = s.name
         self.handle_by_ctype: Dict[str, str] = {
             h.node["ctype"]: h.name for h in spec.handles}
         self.handle_names = {h.name for h in spec.handles}
         self.struct_models: Dict[str, StructModel] = {}
         self.enum_models: Dict[str, EnumModel] = {}
-        self.struct_ctype = {s.name: s.node["ctype"] for s in spec.structs}
+        self.struct_ctype = {s.name: s.ctype for s in spec.structs}
         # which fields show as enum members: set once the enums are built
         self.enum_fields = EnumFields([], {})
 
     def enums(self) -> List[EnumModel]:
         out = []
         for e in self.spec.enums:
-            node = e.node
-            prefix = node["prefix"]
-            if "c" in node:
-                ce = self.ir.enum(node["c"])
-                if ce is None and "since" in node:
+            prefix = e.prefix
+            if e.c is not None:
+                ce = self.ir.enum(e.c)
+                if ce is None and e.since is not None:
                     continue    # newer than these headers
                 if ce is None:
-                    raise SpecError(f"{node.where('c')}: {e.name}: no {node['c']} in "
+                    raise SpecError(f"{e.where('c')}: {e.name}: no {e.c} in "
                                     f"{self.ir.source}")
                 members = [(m.name, m.value) for m in ce.members]
                 cname = ce.name
             else:
-                pattern = node["match"]
+                pattern = str(e.match)
                 members = [(m.name, m.value) for ce in self.ir.enums
                            for m in ce.members if fnmatch.fnmatchcase(m.name, pattern)]
                 if not members:
-                    raise SpecError(f"{node.where('match')}: {e.name}: no enum member "
+                    raise SpecError(f"{e.where('match')}: {e.name}: no enum member "
                                     f"matches {pattern!r}")
                 cname = pattern
             declared = dict(members)
-            for cname_m, value in (node.get("members") or {}).items():
+            for cname_m, value in e.members.items():
                 if cname_m not in declared:
-                    members.append((cname_m, int(value)))
-                elif declared[cname_m] != int(value):
-                    raise SpecError(f"{node.where('members')}: {e.name}: {cname_m} is "
+                    members.append((cname_m, value))
+                elif declared[cname_m] != value:
+                    raise SpecError(f"{e.where('members')}: {e.name}: {cname_m} is "
                                     f"{declared[cname_m]} in {self.ir.source}, not {value}")
             result = []
             last_part = prefix.rstrip("_").split("_")[-1] + "_"
             for cname_m, value in members:
                 if not cname_m.startswith(prefix):
-                    raise SpecError(f"{node.where('prefix')}: {e.name}: member {cname_m} "
+                    raise SpecError(f"{e.where('prefix')}: {e.name}: member {cname_m} "
                                     f"does not start with {prefix}")
                 py = cname_m[len(prefix):]
                 if not py.isidentifier() or keyword.iskeyword(py):
                     py = last_part + py
                 result.append((py, value, cname_m))
-            out.append(EnumModel(e.name, node["kind"], cname, result))
+            out.append(EnumModel(e.name, e.kind, cname, result))
         self.enum_models = {e.name: e for e in out}
         return out
 
@@ -136,52 +137,43 @@ class Builder:
     def structs(self) -> List[StructModel]:
         out = []
         for s in self.spec.structs:
-            node = s.node
-            record = self.ir.record(node["ctype"])
-            if record is None and "since" in node:
+            record = self.ir.record(s.ctype)
+            if record is None and s.since is not None:
                 continue        # newer than these headers
             if record is None or not record.complete:
-                raise SpecError(f"{node.where('ctype')}: {s.name}: no complete "
-                                f"{node['ctype']} in {self.ir.source}")
-            writable = bool(node.get("writable", False))
+                raise SpecError(f"{s.where('ctype')}: {s.name}: no complete "
+                                f"{s.ctype} in {self.ir.source}")
+            writable = s.writable
             fields: List[StructField] = []
-            spec_fields = node["fields"]
-            if spec_fields == "all":
+            if s.fields is None:        # fields: all
                 for name, t in flat_fields(self.ir, record):
-                    f = self._struct_field(s.name, name, name, t, {}, writable,
-                                           node.where("fields"), strict=False)
+                    f = self._struct_field(s.name, name, name, t, None, writable,
+                                           s.where("fields"), strict=False)
                     if f is not None:
                         fields.append(f)
-            elif isinstance(spec_fields, Node):
-                for pyname, fspec in spec_fields.items():
-                    where = spec_fields.where(pyname)
-                    if isinstance(fspec, str):
-                        fspec = {"path": fspec}
-                    # every kind's keys first: a field skipped on older headers is checked too
-                    check_keys(fspec, FIELD_KEYS, f"{s.name}.{pyname}", where)
-                    path = fspec.get("path", pyname)
-                    if "since" in fspec and not has_member(self.ir, record, path):
-                        continue    # a field newer than these headers
-                    t = member_type(self.ir, record, path, where)
-                    f = self._struct_field(s.name, pyname, path, t, fspec, writable,
-                                           where, strict=True)
-                    assert f is not None     # strict: None raised instead
-                    fields.append(f)
-            else:
-                raise SpecError(f"{node.where('fields')}: {s.name}: fields must be "
-                                f"'all' or a mapping")
+            for fspec in s.fields or []:
+                where = fspec.where()
+                # every kind's keys first: a field skipped on older headers is checked too
+                _check_field_keys(fspec, FIELD_KEYS, f"{s.name}.{fspec.name}")
+                if fspec.since is not None and not has_member(self.ir, record, fspec.path):
+                    continue    # a field newer than these headers
+                t = member_type(self.ir, record, fspec.path, where)
+                f = self._struct_field(s.name, fspec.name, fspec.path, t, fspec, writable,
+                                       where, strict=True)
+                assert f is not None     # strict: None raised instead
+                fields.append(f)
             for f in fields:
                 f.doc = self._field_doc(s.name, f.name)
-            model = StructModel(s.name, node["ctype"], node.get("doc", ""), writable,
+            model = StructModel(s.name, s.ctype, s.doc, writable,
                                 fields, any(f.handle for f in fields))
             self.struct_models[s.name] = model
             out.append(model)
         return out
 
-    def _struct_field(self, cls: str, pyname: str, path: str, t: Type, fspec: Any,
+    def _struct_field(self, cls: str, pyname: str, path: str, t: Type, fspec: Optional[FieldSpec],
                       writable: bool, where: str, strict: bool) -> Optional[StructField]:
-        convert = fspec.get("convert") if fspec else None
-        default = spec_default(fspec) if fspec else REQUIRED
+        convert = fspec.convert if fspec else None
+        default = spec_default({"default": fspec.default} if fspec and fspec.has_default else None)
         if default == REQUIRED and not strict:
             default = None
         has_default = default != REQUIRED
@@ -192,44 +184,42 @@ class Builder:
                 raise SpecError(f"{where}: {cls}.{pyname}: cannot convert {t.spelling}")
             return None
         if fspec:
-            check_keys(fspec, FIELDS[kind].keys, f"{cls}.{pyname} ({kind})", where)
-        member = f"c->{path}"
+            _check_field_keys(fspec, FIELDS[kind].keys, f"{cls}.{pyname} ({kind})")
         if kind == "handle":
             assert convert is not None       # field_kind: "handle" from `convert: handle:X`
             handle = convert.split(":", 1)[1]
             if handle not in self.handle_names:
                 raise SpecError(f"{where}: {cls}.{pyname}: unknown handle class {handle}")
-            none_ok = has_default or bool(fspec.get("none_ok"))
-            converter = FIELDS[kind](pyname, member, writable, handle, none_ok)
+            none_ok = has_default or bool(fspec and fspec.none_ok)
+            converter = FIELDS[kind](pyname, path, writable, handle, none_ok)
             return StructField(pyname, path, converter,
                                py_repr_default(default) if has_default else None,
-                               handle=handle, none_ok=bool(fspec and fspec.get("none_ok")))
+                               handle=handle, none_ok=bool(fspec and fspec.none_ok))
         if kind == "int":
-            converter = FIELDS[kind](pyname, member, writable, t,
+            converter = FIELDS[kind](pyname, path, writable, t,
                                      self._field_members(cls, pyname, fspec, t, where),
                                      self.enum_fields.of(self.struct_ctype[cls], path, t))
         elif kind == "struct":
-            converter = FIELDS[kind](pyname, member, writable, struct_class)
+            converter = FIELDS[kind](pyname, path, writable, struct_class)
         else:
-            converter = FIELDS[kind](pyname, member, writable)
+            converter = FIELDS[kind](pyname, path, writable)
         default_doc = py_repr_default(default) if (writable and has_default) else None
         return StructField(pyname, path, converter, default_doc,
                            struct_class=struct_class if kind == "struct" else None)
 
-    def _field_members(self, cls: str, pyname: str, fspec: Any, t: Type,
+    def _field_members(self, cls: str, pyname: str, fspec: Optional[FieldSpec], t: Type,
                        where: str) -> Optional[Tuple[str, List[Tuple[int, int]]]]:
         """A struct field's `members: <IntEnum>`: (the enum's name, its values
         as runs), so that only its members are accepted; None without it."""
-        name = fspec.get("members") if fspec else None
+        name = fspec.members if fspec else None
         if name is None:
             return None
         espec = next((e for e in self.spec.enums if e.name == name), None)
-        ce = self.ir.enum(espec.node["c"]) if espec is not None and "c" in espec.node else None
+        ce = self.ir.enum(espec.c) if espec is not None and espec.c is not None else None
         if espec is None or ce is None or t.kind != "enum" or (t.decl or t.spelling) != ce.name:
             raise SpecError(f"{where}: {cls}.{pyname}: members: {name!r} must name the spec "
                             f"enum of this field's C enum ({t.decl or t.spelling})")
-        values = {m.value for m in ce.members} | \
-            {int(v) for v in (espec.node.get("members") or {}).values()}
+        values = {m.value for m in ce.members} | set(espec.members.values())
         return name, value_runs(sorted(values))
 
     # -- handles --
@@ -264,12 +254,14 @@ class Builder:
             entries = node.get(group) or Node()
             for sname, sspec in entries.items():
                 check_keys(sspec, keys, f"{h.name}.{sname}", entries.where(sname))
-        slots = [Slot(sname, bool(sspec.get("writable", False)), sspec.get("doc", ""))
+        slots = [Slot(sname, bool(sspec.get("writable", False)), sspec.get("doc", ""),
+                      _stub_type(sspec))
                  for sname, sspec in (node.get("slots") or {}).items()]
         state = [StateField(sname, ctype) for sname, ctype in (node.get("state") or {}).items()]
         methods = [self.method(m) for m in h.methods if not self.absent(m)]
         registered = bool(node.get("registered", False)) or bool(base and base.registered)
-        hand_attributes = [Slot(aname, bool(aspec.get("writable", False)), aspec.get("doc", ""))
+        hand_attributes = [Slot(aname, bool(aspec.get("writable", False)), aspec.get("doc", ""),
+                                _stub_type(aspec))
                            for aname, aspec in (node.get("hand_attributes") or {}).items()]
         same_object = isinstance(node.get("base"), str)
         if same_object:
@@ -376,10 +368,11 @@ class Builder:
                 if "path" not in aspec and "expr" not in aspec:
                     raise SpecError(f"{where}: {h.name}.{aname}: needs 'path' or 'expr'")
             if isinstance(aspec, Node) and "checks" in aspec:
-                checks = [(_attribute_c(chk["expr"], where), chk.get("error", "ValueError"),
-                           chk["message"]) for chk in aspec["checks"]]
+                checks = [AttributeCheck(_attribute_value(chk["expr"], where),
+                                         chk.get("error", "ValueError"), chk["message"])
+                          for chk in aspec["checks"]]
                 attributes.append(HandleAttribute(aname, ATTRIBUTES["int"](
-                    _attribute_c(aspec["expr"], where), f"{h.name}.{aname}", checks)))
+                    _attribute_value(aspec["expr"], where), f"{h.name}.{aname}", checks)))
                 continue
             if isinstance(aspec, Node) and "path" in aspec and "convert" in aspec:
                 attributes.append(HandleAttribute(aname, self._member_attribute(h, record, aname, aspec, where)))
@@ -396,9 +389,11 @@ class Builder:
                 attributes.append(HandleAttribute(aname, ATTRIBUTES["member"](
                     aspec, t, self.enum_fields.of(h.node["ctype"], aspec, t))))
             elif aspec.get("convert", "int") == "str":
-                attributes.append(HandleAttribute(aname, ATTRIBUTES["str"](_attribute_c(aspec["expr"], where))))
+                attributes.append(HandleAttribute(
+                    aname, ATTRIBUTES["str"](_attribute_value(aspec["expr"], where))))
             else:
-                attributes.append(HandleAttribute(aname, ATTRIBUTES["int"](_attribute_c(aspec["expr"], where))))
+                attributes.append(HandleAttribute(
+                    aname, ATTRIBUTES["int"](_attribute_value(aspec["expr"], where))))
         return attributes
 
     def _member_attribute(self, h: Any, record: Any, aname: str, aspec: Any, where: str) -> AttributeConverter:
@@ -462,6 +457,11 @@ class Builder:
                                   all(v in self.spec.optional for v in missing))
 
     def method(self, m: Method) -> MethodModel:
+        model = self._method(m)
+        model.stub = m.node.get("stub")
+        return model
+
+    def _method(self, m: Method) -> MethodModel:
         label = f"{m.owner}.{m.name}" if m.owner else m.name
         prefix = f"{m.owner}_" if m.owner else "module_"
         cname = f"{prefix}{m.name.lstrip('_')}" if not m.name.startswith("_") else f"{prefix}_{m.name.lstrip('_')}"
@@ -479,7 +479,7 @@ class Builder:
                 raise SpecError(f"{m.where('stub')}: {label}: the stub's parameters "
                                 f"({', '.join(stub_names)}) are not those of {m.python}: {sig}")
             doc = f"{sig}\n--\n\n{str(m.node['doc']).strip()}"
-            return MethodModel(m.name, m.owner, f"ibp_py_{cname}", "METH_VARARGS | METH_KEYWORDS",
+            return MethodModel(m.name, m.owner, f"ibp_py_{cname}", CallingConvention.VARARGS_KW,
                                doc, kind=MethodKind.PYTHON, python=PythonTarget(module, func),
                                signature=sig)
         if m.hand is not None:
@@ -487,15 +487,15 @@ class Builder:
             inner = sig[sig.index("(") + 1:sig.rindex(")")].strip()
             params = [p.strip() for p in inner.split(",") if p.strip()]
             if not params:
-                flags = "METH_NOARGS"
+                flags = CallingConvention.NOARGS
             elif len(params) == 1 and "=" not in params[0]:
                 # keywords: true keeps the name usable as a keyword (the
                 # seed's cq.poll(num_entries=16)) at METH_O's speed.
-                flags = FASTCALL_KEYWORDS if m.node.get("keywords") else "METH_O"
+                flags = CallingConvention.FASTCALL_KW if m.node.get("keywords") else CallingConvention.O
             elif m.node.get("keywords") and "impl" in m.node:
-                flags = FASTCALL_KEYWORDS    # the generated parser: no tuple, no dict
+                flags = CallingConvention.FASTCALL_KW    # the generated parser: no tuple, no dict
             else:
-                flags = "METH_VARARGS | METH_KEYWORDS"
+                flags = CallingConvention.VARARGS_KW
             selfpart = "$self, /" if m.owner else ""
             shown = ", ".join(([selfpart] if selfpart else []) + params)
             verbs = list(m.node.get("verbs", []))
@@ -595,11 +595,26 @@ def build(ir: IR, spec: Spec) -> Model:
                  coverage(ir, spec, all_methods))
 
 
-def _attribute_c(value: Any, where: str) -> str:
-    """An attribute's expression as C: a getter has self's verbs pointer
-    (the templates declare it) and nothing of a method's arguments."""
-    def spell(ref: Ref) -> str:
-        if isinstance(ref, SelfPtr):
-            return SELF_PTR
-        raise SpecError(f"{where}: an attribute cannot use {ref!r}")
-    return value.render(spell) if isinstance(value, CExpr) else str(value)
+def _check_field_keys(fspec: FieldSpec, allowed: FrozenSet[str], what: str) -> None:
+    """Refuse a key a struct field was written with that is not allowed,
+    naming its line."""
+    for key in fspec.keys:
+        if key not in allowed:
+            raise SpecError(f"{fspec.where(key)}: {what}: unknown key {key!r} "
+                            f"(expected one of: {', '.join(sorted(allowed))})")
+
+
+def _stub_type(node: Any) -> Optional[str]:
+    """A slot's or hand attribute's `stub:` (its type in the stubs)."""
+    stub = node.get("stub") if hasattr(node, "get") else None
+    return str(stub) if stub else None
+
+
+def _attribute_value(value: Any, where: str) -> Any:
+    """An attribute's expression (a generator/rule_data.py value): a getter
+    has self's verbs pointer (the templates declare it) and nothing of a
+    method's arguments."""
+    for ref in rule_refs(value):
+        if not isinstance(ref, SelfPtr):
+            raise SpecError(f"{where}: an attribute cannot use {ref!r}")
+    return value

@@ -69,9 +69,3 @@ def read(name: str, node: Any, parents: List[Any], destroy: Optional[str],
                                 f"function, got {when!r}")
         locks[verb] = CqLock(verb, cqs, when)
     return locks
-
-
-def cq_array(lock: CqLock, owner: str, obj: str) -> str:
-    """The C array of the lock's CQ objects (a compound literal)."""
-    members = ", ".join(f"((struct {owner}Object *){obj})->{c}" for c in lock.cqs)
-    return f"(PyObject *const[]){{ {members} }}, {len(lock.cqs)}"

@@ -160,13 +160,12 @@ def py_repr_default(value: Any) -> str:
     return repr(value)
 
 
-# The C parameters of a method function and the names passing them on, by
-# calling convention (METH_* flags).
+# The locals every generated wrapper shares.
 #: the local a method of a class holds its own verbs object in
 #: (generator/emit.py declares and sets it)
 SELF_PTR = "self_ptr"
+#: the local the mask bits of the optional struct members given add up in
+#: (the first member with a `mask:` declares it; spec `mask` passes it)
+MASK_BITS = "mask_bits"
 
-FASTCALL_KEYWORDS = "METH_FASTCALL | METH_KEYWORDS"
-C_PARAMS = {"METH_NOARGS": "PyObject *unused", "METH_O": "PyObject *arg",
-            FASTCALL_KEYWORDS: "PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames"}
-C_ARGS = {"METH_NOARGS": "unused", "METH_O": "arg", FASTCALL_KEYWORDS: "args, nargs, kwnames"}
+

@@ -5,16 +5,90 @@ declarations, argument parsing, the closed-object check, optional-symbol
 checks, conversion with range checks (each converter's parse code), the
 spec's checks, guard and prologue, the call, error handling, building the
 result, the epilogue, and the cleanup every path goes through (`exit:`).
+
+The model holds no C (tests/host/test_generator_stages.py): a method's
+calling convention, its spec rules (generator/rule_data.py, spelled by
+generator/converters/rule_c.py), the provider entries' member paths and
+the loader's symbols are data, and their C is written here, when a
+template asks.
 """
 from __future__ import annotations
 
-from typing import Any, List, Tuple
+from typing import Any, List, Optional, Tuple
 
-from . import cq_locks
+from .cq_locks import CqLock
 from .converters.composite import KwargsParam
-from .ctext import FASTCALL_KEYWORDS, SELF_PTR, declare, indented
-from .model import MethodKind, MethodModel
+from .converters.rule_c import c_of
+from .ctext import SELF_PTR, declare, indented
+from .model import CallingConvention, Entry, EntryParam, MethodKind, MethodModel, SymbolModel
+from .rule_data import ExplainCall
 from .record_model import RecordAttribute, RecordTypeModel
+
+
+# --- a method's function: its flags and C parameters, by calling convention ---
+
+METH_FLAGS = {CallingConvention.NOARGS: "METH_NOARGS", CallingConvention.O: "METH_O",
+              CallingConvention.VARARGS_KW: "METH_VARARGS | METH_KEYWORDS",
+              CallingConvention.FASTCALL_KW: "METH_FASTCALL | METH_KEYWORDS"}
+#: the C parameters of a method function and the names passing them on
+C_PARAMS = {CallingConvention.NOARGS: "PyObject *unused", CallingConvention.O: "PyObject *arg",
+            CallingConvention.VARARGS_KW: "PyObject *args, PyObject *kwargs",
+            CallingConvention.FASTCALL_KW: "PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames"}
+C_ARGS = {CallingConvention.NOARGS: "unused", CallingConvention.O: "arg",
+          CallingConvention.VARARGS_KW: "args, kwargs",
+          CallingConvention.FASTCALL_KW: "args, nargs, kwnames"}
+
+
+def meth_flags(m: MethodModel) -> str:
+    """Its PyMethodDef flags."""
+    return METH_FLAGS[m.flags]
+
+
+def c_params(m: MethodModel) -> str:
+    return C_PARAMS[m.flags]
+
+
+def c_args(m: MethodModel) -> str:
+    return C_ARGS[m.flags]
+
+
+def impl_prototype(m: MethodModel) -> str:
+    """The hand-written `_impl` function its generated parser calls."""
+    params = ["PyObject *self"] + [declare(ctype, name) for ctype, name in m.impl_params]
+    return f"PyObject *{m.impl}({', '.join(params)})"
+
+
+def unconverted_prototype(m: MethodModel, function: str) -> str:
+    """A function taking the arguments as they came (short_way's pair)."""
+    objs = [f"PyObject *{a.name}_obj" for a in m.args]
+    return f"PyObject *{function}({', '.join(['PyObject *self'] + objs)})"
+
+
+def entry_params(params: List[EntryParam]) -> str:
+    """A provider entry's parameters, declared."""
+    return ", ".join(declare(p.ctype, p.name) for p in params)
+
+
+# --- the loader's trampolines (templates/loader.c.h.j2) ---
+
+def symbol_params(s: SymbolModel) -> str:
+    if not s.params:
+        return "void"
+    return ", ".join(declare(t, n) for t, n in s.params)
+
+
+def symbol_args(s: SymbolModel) -> str:
+    return ", ".join(n for _, n in s.params)
+
+
+def symbol_failure(s: SymbolModel) -> Optional[str]:
+    """What the trampoline returns when the symbol is missing."""
+    t = s.result.strip()
+    if t == "void":
+        return None
+    if t.endswith("*"):
+        return "NULL"
+    return f"({t})-1"
 
 
 def getter_lines(item: Any) -> List[str]:
@@ -60,10 +134,10 @@ def method_body(m: MethodModel) -> List[str]:
     body += [line for p in m.params for line in p.hold_handles()]
     body += _checks(m)
     if m.guard:
-        # hand-written precondition: < 0 with an exception set
-        body += [f"if (({m.guard}) < 0)", "    goto exit;"]
+        # a precondition: < 0 with an exception set
+        body += [f"if (({_c(m, m.guard)}) < 0)", "    goto exit;"]
     if m.prologue:
-        body.append(m.prologue)
+        body.append(_c(m, m.prologue))
     body += [line for p in m.params for line in p.hold_for_call(m.release_gil)]
     body += _cq_lock_check(m)
     body += _call(m) + [line for p in m.params for line in p.after_call(m.release_gil)]
@@ -72,10 +146,16 @@ def method_body(m: MethodModel) -> List[str]:
     body += m.returns.lines([p.output() or [] for p in m.outputs])
     if m.epilogue:
         # runs once the result exists (e.g. records how a new object was made)
-        body += ["if (return_value != NULL) {", "    " + m.epilogue, "}"]
+        body += ["if (return_value != NULL) {", "    " + _c(m, m.epilogue), "}"]
     body += ["", EXIT] + [line for p in m.params for line in p.cleanup()]
     body += [f"ibp_unhold({held});" for held in reversed(_holds(m))]
     return body + ["return return_value;"]
+
+
+def _c(m: MethodModel, value: Any) -> str:
+    """A rule's value (generator/rule_data.py) as C in m's wrapper."""
+    assert m.refs is not None
+    return c_of(value, m.refs.spell)
 
 
 def _holds(m: MethodModel) -> List[str]:
@@ -165,7 +245,7 @@ def _symbol_checks(m: MethodModel) -> List[str]:
 def _checks(m: MethodModel) -> List[str]:
     lines: List[str] = []
     for chk in m.checks:
-        lines += [f"if (!({chk.expr})) {{",
+        lines += [f"if (!({_c(m, chk.condition)})) {{",
                   f'    PyErr_SetString(PyExc_{chk.error}, "{_label(m)}: {chk.message}");',
                   "    goto exit;", "}"]
     return lines
@@ -186,6 +266,13 @@ def _call(m: MethodModel) -> List[str]:
             + lines + [stmt, "Py_END_ALLOW_THREADS"])
 
 
+def cq_array(lock: CqLock, owner: str, obj: str) -> str:
+    """The C array of a provider lock's CQ objects (a compound literal;
+    generator/cq_locks.py), members of the object *obj* of class *owner*."""
+    members = ", ".join(f"((struct {owner}Object *){obj})->{c}" for c in lock.cqs)
+    return f"(PyObject *const[]){{ {members} }}, {len(lock.cqs)}"
+
+
 def _cq_lock_check(m: MethodModel) -> List[str]:
     """Refused (EBUSY) while a CQEx whose lock the verb takes is mid-poll
     (spec cq_locks:, generator/cq_locks.py): it would deadlock on it."""
@@ -195,7 +282,7 @@ def _cq_lock_check(m: MethodModel) -> List[str]:
     args = [p.released_call_arg() if m.release_gil else p.call_arg() for p in m.params]
     when = f"{lock.when}({', '.join(args)}) && " if lock.when else ""
     return [f'if ({when}ibp_refuse_cq_locked(self, "{m.verb}", '
-            f"{cq_locks.cq_array(lock, m.owner, 'self')}) < 0)",
+            f"{cq_array(lock, m.owner, 'self')}) < 0)",
             "    goto exit;"]
 
 
@@ -217,7 +304,7 @@ def _error_check(m: MethodModel) -> List[str]:
              f"    int err = ibp_error_code({_CODE[m.errors]});",
              "    char why[IBP_WHY_LEN] = \"\";"]
     for e in m.explain:
-        tried = " || ".join(e.calls)
+        tried = " || ".join(explain_call(m, call) for call in e.calls)
         lines.append(f"    if (!why[0]{f' && err == {e.errno}' if e.errno else ''})")
         lines.append(f"        (void)({tried});")
     return lines + [f'    ibp_raise_explained("{m.verb}", err, why);', "    goto exit;", "}"]
@@ -318,7 +405,7 @@ def _entered_call(m: MethodModel) -> List[str]:
 def _short_way_body(m: MethodModel) -> List[str]:
     """spec `short_way:` (generator/impl.py): arguments by position to the
     hand short way as they came, the rest unpacked out of line."""
-    if m.flags == "METH_O":
+    if m.flags is CallingConvention.O:
         return [f"return {m.short_way}(self, arg);"]
     n = len(m.args)
     given = ", ".join(["self"] + [f"args[{i}]" for i in range(n)])
@@ -362,15 +449,17 @@ def _hand_holds(m: MethodModel) -> Tuple[List[str], List[str]]:
     unhold = []
     for h in m.hand_holds:
         fn = "ibp_hold_each" if h.each else "ibp_hold"
-        hold += [f"if ({fn}({h.expr}, {'' if h.each else 'NULL, '}&{h.local}) < 0)", "    goto exit;"]
+        held = (f"((struct {m.owner}Object *)self)->{h.slot}" if h.slot is not None else
+                next(p for p in m.params if getattr(p, "name", None) == h.arg).call_arg())
+        hold += [f"if ({fn}({held}, {'' if h.each else 'NULL, '}&{h.local}) < 0)", "    goto exit;"]
         unhold.append(f"{'ibp_unhold_each' if h.each else 'ibp_unhold'}({h.local});")
     return hold, list(reversed(unhold))
 
 
 def _impl_arguments(m: MethodModel) -> List[str]:
-    if m.flags == "METH_O":
+    if m.flags is CallingConvention.O:
         return [f"{m.args[0].name}_obj = arg;"]
-    if m.flags != FASTCALL_KEYWORDS:     # PyArg_ParseTupleAndKeywords: not in flight yet
+    if m.flags is not CallingConvention.FASTCALL_KW:     # PyArg_ParseTupleAndKeywords: not in flight yet
         return _argument_parsing(m)[:-1] + ["    return NULL;"]
     # Arguments by position only: the call a hot loop makes, with neither a
     # tuple nor a dict; anything else goes through ibp_unpack_fastcall.
@@ -390,6 +479,21 @@ def _impl_arguments(m: MethodModel) -> List[str]:
                "    if (ibp_unpack_fastcall(&parser, args, nargs, kwnames, argv) < 0)",
                "        return NULL;"]
             + [f"    {a.name}_obj = argv[{i}];" for i, a in enumerate(m.args)] + ["}"])
+
+
+def entry_access(e: Entry) -> str:
+    """Where a provider entry's function is, read from the handle's verbs
+    object `ptr` (templates/_entries.c.j2)."""
+    return "ptr" + "".join(("->" if s.through_pointer else ".") + s.member for s in e.path)
+
+
+def explain_call(m: MethodModel, call: ExplainCall) -> str:
+    """An explainer's call: the message buffer, then each argument as the
+    verb was handed it."""
+    passed = {name: p.call_arg() for name, p in zip(m.param_names, m.params)}
+    args = ["why", "sizeof(why)"] + [f"({passed[a.param]})->{a.member}" if a.member else passed[a.param]
+                                     for a in call.args]
+    return f"ibp_explain_{call.explainer}({', '.join(args)})"
 
 
 # --- the data-path types (templates/records.h.j2, templates/record_type.c.h.j2) ---

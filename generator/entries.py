@@ -1,6 +1,7 @@
 """Provider entry points a handle keeps for its hand short ways (spec
 `entries:` of a handle class, read into HandleModel.entries;
-templates/_entries.c.j2 renders them).
+templates/_entries.c.j2 renders them, generator/emit.py entry_access
+spells the way to each).
 
     entries:
       post_recv: {verb: ibv_post_recv, path: context.ops.post_recv}
@@ -28,7 +29,7 @@ from __future__ import annotations
 from typing import AbstractSet, Any, List, Optional, Tuple
 
 from .ir import IR, Function, Record, Type
-from .model import Entry, EntryParam
+from .model import Entry, EntryParam, MemberStep
 from .spec import SpecError, check_keys
 
 ENTRY_KEYS = {"verb", "path"}
@@ -65,7 +66,7 @@ def _entry(ir: IR, cls: str, ctype: str, name: str, espec: Any, where: str) -> E
     if verb is None:
         raise SpecError(f"{label}: no function {espec['verb']}")
     _check_verb(label, verb, ctype)
-    access, pointer = _resolve(ir, label, ctype, str(espec["path"]))
+    path, pointer = _resolve(ir, label, ctype, str(espec["path"]))
     wanted = f"{verb.result.spelling} ({', '.join(p.type.spelling for p in verb.params)})"
     function = pointer.pointee
     if pointer.kind != "pointer" or function is None or function.kind != "function":
@@ -74,7 +75,7 @@ def _entry(ir: IR, cls: str, ctype: str, name: str, espec: Any, where: str) -> E
         raise SpecError(f"{label}: {espec['path']} is {pointer.spelling}, but {verb.name} "
                         f"is {wanted}")
     params = [EntryParam(p.type.spelling, p.name) for p in verb.params]
-    return Entry(name, verb.name, params, access)
+    return Entry(name, verb.name, params, path)
 
 
 def _check_verb(label: str, verb: Function, ctype: str) -> None:
@@ -89,11 +90,12 @@ def _check_verb(label: str, verb: Function, ctype: str) -> None:
         raise SpecError(f"{label}: {verb.name} has an unnamed parameter")
 
 
-def _resolve(ir: IR, label: str, ctype: str, path: str) -> Tuple[str, Type]:
-    """The C expression reading path from `ptr` (a ctype *), and the type of
-    the last member."""
+def _resolve(ir: IR, label: str, ctype: str, path: str) -> Tuple[List[MemberStep], Type]:
+    """The members leading along path from a ctype *, and the type of the
+    last one."""
     record: Optional[Record] = ir.record(ctype)
-    expr, through = "ptr", "->"
+    steps: List[MemberStep] = []
+    pointer = True
     parts = path.split(".")
     for i, part in enumerate(parts):
         if record is None:
@@ -101,14 +103,14 @@ def _resolve(ir: IR, label: str, ctype: str, path: str) -> Tuple[str, Type]:
         member = next((f for f in record.fields if f.name == part), None)
         if member is None:
             raise SpecError(f"{label}: {record.name} has no member {part!r}")
-        expr += through + part
+        steps.append(MemberStep(part, pointer))
         t = member.type
         if i == len(parts) - 1:
-            return expr, t
+            return steps, t
         if t.kind == "pointer" and t.pointee is not None and t.pointee.kind == "struct":
-            record, through = ir.record(t.pointee.decl or t.pointee.spelling), "->"
+            record, pointer = ir.record(t.pointee.decl or t.pointee.spelling), True
         elif t.kind == "struct":
-            record, through = ir.record(t.decl or t.spelling), "."
+            record, pointer = ir.record(t.decl or t.spelling), False
         else:
             record = None
     raise SpecError(f"{label}: an empty path")

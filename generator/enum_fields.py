@@ -32,12 +32,17 @@ class EnumFields:
             return named
         return self.by_ctype.get(spelling) if is_enum else None
 
-    def c_declarations(self) -> List[str]:
-        """records.h's: the classes' indexes and names (convert.c's table)."""
-        return (["enum ibp_enum_class {"]
-                + [f"    {c_index(e.name)}," for e in self.enums]
-                + ["    IBP_ENUM_COUNT", "};",
-                   "#define IBP_ENUM_NAMES " + ", ".join(f'"{e.name}"' for e in self.enums)])
+    def class_names(self) -> List[str]:
+        """The classes, in the order of their indexes."""
+        return [e.name for e in self.enums]
+
+
+def c_declarations(classes: Sequence[str]) -> List[str]:
+    """records.h's: the classes' indexes and names (convert.c's table)."""
+    return (["enum ibp_enum_class {"]
+            + [f"    {c_index(name)}," for name in classes]
+            + ["    IBP_ENUM_COUNT", "};",
+               "#define IBP_ENUM_NAMES " + ", ".join(f'"{name}"' for name in classes)])
 
 
 def c_index(cls: str) -> str:

@@ -44,8 +44,8 @@ def releases(kinds: List[gil.GilKind], verbs: List[str], where: str,
 
 def holds(node: Any, label: str, owner: str, owner_node: Any, released: bool,
           params: List[Any]) -> List[HandHold]:
-    """(C expression, local, each) of every `holds:` entry, in order; each:
-    the expression is a sequence of handles, all held."""
+    """What every `holds:` entry holds, in order (each: a sequence of
+    handles, all held)."""
     if "holds" not in node:
         if released:
             raise SpecError(f"{node.where()}: {label}: it releases the GIL (its verbs' kind, "
@@ -69,11 +69,11 @@ def holds(node: Any, label: str, owner: str, owner_node: Any, released: bool,
             if name not in own:
                 raise SpecError(f"{where}: {label}: holds {entry}: {owner} has no slot or "
                                 f"parent {name}")
-            out.append(HandHold(f"((struct {owner}Object *)self)->{name}", f"self_{name}_held", False))
+            out.append(HandHold(name, None, f"self_{name}_held", False))
             continue
         param = next((p for p in params if getattr(p, "name", None) == entry), None)
         if param is None or not hasattr(param, "cls"):
             raise SpecError(f"{where}: {label}: holds {entry}: not self.<slot or parent> "
                             "nor a handle argument of its impl:")
-        out.append(HandHold(param.call_arg(), f"{entry}_held", bool(getattr(param, "sequence", False))))
+        out.append(HandHold(None, entry, f"{entry}_held", bool(getattr(param, "sequence", False))))
     return out

@@ -33,10 +33,9 @@ from typing import List, Optional, Tuple
 
 from .converters import REQUIRED
 from .converters.registry import ParamConverter
-from .ctext import FASTCALL_KEYWORDS
 from .ir import Type, UNKNOWN
 from .methods import MethodBuilder
-from .model import MethodKind, MethodModel
+from .model import CallingConvention, MethodKind, MethodModel
 from .spec import Node, SpecError
 
 #: the C types a plain-int `impl:` argument may name
@@ -68,7 +67,8 @@ def signature_params(sig: str) -> List[Tuple[str, object]]:
 class ImplBuilder(MethodBuilder):
     """The model of a hand method's generated wrapper; `ctx` of its converters."""
 
-    def build_impl(self, flags: str, doc: str, signature: str, verbs: List[str]) -> MethodModel:
+    def build_impl(self, flags: CallingConvention, doc: str, signature: str,
+                   verbs: List[str]) -> MethodModel:
         if not self.m.owner:
             self.fail("impl: is for methods (the wrapper marks self in flight)", "impl")
         node = self.m.node["impl"] or Node()
@@ -110,12 +110,12 @@ class ImplBuilder(MethodBuilder):
         short_way = self._short_way(converters, flags)
         return MethodModel(self.m.name, self.m.owner, self.cname, flags, doc, kind=MethodKind.IMPL,
                            verbs=verbs, signature=signature, args=self.args, params=converters,
-                           impl=impl, impl_params=[_decl(p.impl_ctype, p.name)  # type: ignore[attr-defined]
+                           impl=impl, impl_params=[(p.impl_ctype, p.name)  # type: ignore[attr-defined]
                                                    for p in converters],
                            short_way=short_way and f"ibp_hand_{self.cname}_short",
                            entered=short_way and f"ibp_{self.cname}_entered")
 
-    def _short_way(self, converters: List[ParamConverter], flags: str) -> Optional[str]:
+    def _short_way(self, converters: List[ParamConverter], flags: CallingConvention) -> Optional[str]:
         """Whether spec `short_way: true` asks for the hand short way (a
         truthy string then), checked against what it needs."""
         value = self.m.node.get("short_way", False)
@@ -123,7 +123,7 @@ class ImplBuilder(MethodBuilder):
             return None
         if value is not True:
             self.fail("short_way: true or false", "short_way")
-        if flags not in ("METH_O", FASTCALL_KEYWORDS):
+        if flags not in (CallingConvention.O, CallingConvention.FASTCALL_KW):
             self.fail("short_way: needs its arguments by position: one argument, or "
                       "keywords: true", "short_way")
         for arg in self.args:
@@ -131,7 +131,3 @@ class ImplBuilder(MethodBuilder):
                 self.fail(f"short_way: argument {arg.name!r} must be required (the short "
                           "way takes the arguments by position)", "short_way")
         return "short_way"
-
-
-def _decl(ctype: str, name: str) -> str:
-    return f"{ctype}{name}" if ctype.endswith("*") else f"{ctype} {name}"

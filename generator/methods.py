@@ -11,14 +11,15 @@ from __future__ import annotations
 from typing import AbstractSet, Any, Dict, List, NoReturn, Optional, Tuple, cast
 
 from . import docstrings, gil
-from .cexpr import CExpr, MaskBits, Ref, SelfPtr, uses_self
 from .converters import PARAMS, REQUIRED, RETURNS, Arg, ParamConverter, ReturnConverter
-from .converters.args import ArgParam, StructObjectParam
-from .converters.composite import MASK_BITS
-from .ctext import SELF_PTR, is_int, py_repr_default
+from .converters.args import ArgParam
+from .converters.returns import ParentSource
+from .converters.rule_c import Refs
+from .ctext import is_int, py_repr_default
+from .rule_data import MaskBits, Ref, SelfMember, SelfPtr, refs as rule_refs, uses_self
 from .ir import Function, Param, Record, Type
 from .members import find_field, member_type
-from .model import Check, Explain, MethodModel, OptionalSymbol, StructModel
+from .model import CallingConvention, Check, Explain, MethodModel, OptionalSymbol, StructModel
 from .spec import Method, Node, SpecError, check_keys
 
 #: `convert:` kinds the parameter's C type decides (an int, or an address
@@ -45,6 +46,8 @@ class MethodBuilder:
         self.args: List[Arg] = []
         self.mask_claimed = False
         self.param_types: Dict[str, Type] = {}    # the verb's parameters
+        # the wrapper's values its rules name, spelled when it is emitted
+        self.refs = Refs()
 
     def where(self, key: Optional[str]=None) -> str:
         return self.m.where(key)
@@ -92,30 +95,29 @@ class MethodBuilder:
     def member_type(self, record: Record, path: str, where: str) -> Type:
         return member_type(self.ir, record, path, where)
 
-    def context_owner(self, hctype: str) -> Optional[str]:
-        """The owner's device context as C, when a handle of C type *hctype*
-        passed to the verb must belong to it (None: nothing to check)."""
+    def context_owner(self, hctype: str) -> Optional[Any]:
+        """The owner's device context (self's verbs pointer, or its member),
+        when a handle of C type *hctype* passed to the verb must belong to
+        it (None: nothing to check)."""
         if not self.m.owner:
             return None
         record = self.ir.record(hctype)
         if record is None or find_field(self.ir, record, "context") is None:
             return None
         owner_ctype = self.b.spec.handle(self.m.owner).node["ctype"]
-        return SELF_PTR if owner_ctype == "struct ibv_context" else f"{SELF_PTR}->context"
+        return SelfPtr() if owner_ctype == "struct ibv_context" else SelfMember("context")
 
-    def c_text(self, value: Any) -> str:
-        """A spec value as C: text written in the spec as it is, a rule's
-        CExpr (generator/rules.py) with each reference spelled by the
-        converter that declares it."""
-        return value.render(self.spell) if isinstance(value, CExpr) else str(value)
+    def check_refs(self, value: Any) -> None:
+        """Every value of the wrapper a rule's value (generator/rule_data.py)
+        names is one its converters declare."""
+        for ref in rule_refs(value):
+            self.check_ref(ref)
 
-    def spell(self, ref: Ref) -> str:
-        """A rule's reference as C: self's pointer and the mask are the
-        wrapper's; a parameter's value is spelled by its kind's converter."""
-        if isinstance(ref, SelfPtr):
-            return SELF_PTR
-        if isinstance(ref, MaskBits):
-            return MASK_BITS
+    def check_ref(self, ref: Ref) -> None:
+        """self's pointer and the mask are the wrapper's; a parameter's value
+        must be one its kind's converter declares."""
+        if isinstance(ref, (SelfPtr, MaskBits)):
+            return
         cname = str(getattr(ref, "param", ""))
         spec_params = self.m.node.get("params") or {}
         if cname not in spec_params or cname not in self.param_types:
@@ -124,10 +126,8 @@ class MethodBuilder:
         if isinstance(pspec, str) and pspec not in WORD_KINDS:
             pspec = {"arg": pspec}
         kind = self.param_kind(cname, self.param_types[cname], pspec, self.where("params"))
-        spelled = PARAMS[kind].c_ref(cname, pspec, ref)
-        if spelled is None:
+        if PARAMS[kind].c_ref(cname, ref) is None:
             self.fail(f"parameter {cname} ({kind}) has no {type(ref).__name__} a rule can use")
-        return str(spelled)
     # -- the model --
     def verb_function(self) -> Tuple[Function, List[Param]]:
         verb = self.m.verb
@@ -162,22 +162,24 @@ class MethodBuilder:
         converters = self.converters(f, params)
         owner_node = self.b.spec.handle(m.owner).node if m.owner else None
         symbols = [OptionalSymbol(sym, self.b.spec.optional[sym]) for sym in self.required_symbols(f)]
+        for key in ("checks", "guard", "prologue", "epilogue"):
+            self.check_refs(m.node.get(key))
         returns = self.returns(f.result)
         has_kwargs = any(p.kind == "kwargs" for p in converters)
         mm = MethodModel(
             m.name, m.owner, self.cname,
-            "METH_VARARGS | METH_KEYWORDS" if (self.args or has_kwargs) else "METH_NOARGS",
+            CallingConvention.VARARGS_KW if (self.args or has_kwargs) else CallingConvention.NOARGS,
             "", args=self.args, verbs=[f.name] + list(m.node.get("verbs", []) or []),
-            verb=f.name, params=converters,
+            verb=f.name, params=converters, param_names=[p.name for p in params],
             result_spelling=None if f.result.kind == "void" else f.result.spelling,
             owner_ctype=owner_node["ctype"] if owner_node else None,
             owner_is_subclass=bool(owner_node and "base" in owner_node),
             symbols=symbols,
-            checks=[Check(self.c_text(chk["expr"]), chk.get("error", "ValueError"), chk["message"])
+            checks=[Check(chk["expr"], chk.get("error", "ValueError"), chk["message"])
                     for chk in m.node.get("checks", []) or []],
             explain=self.explain(params, converters),
-            guard=self.optional_c_text("guard"), prologue=self.optional_c_text("prologue"),
-            epilogue=self.optional_c_text("epilogue"), errors=m.node["errors"],
+            guard=m.node.get("guard"), prologue=m.node.get("prologue"),
+            epilogue=m.node.get("epilogue"), errors=m.node["errors"], refs=self.refs,
             release_gil=self.releases_gil(f.name), returns=returns,
             uses_self_ptr=bool(m.owner) and (
                 any(p.uses_self_ptr for p in converters)
@@ -194,34 +196,21 @@ class MethodBuilder:
         return mm
 
     def explain(self, params: Any, converters: List[ParamConverter]) -> List[Explain]:
-        """`explain:` errno (or `any`) -> "explainer(arg, ...)" or a list of
-        them: each arg a verb parameter (or `param->member`), handed over as
-        the verb got it."""
+        """`explain:` errno (or `any`) -> the explainers tried (read at spec
+        load, generator/rules.py), each handed verb parameters as the verb
+        got them."""
         node = self.m.node.get("explain")
         if node is None:
             return []
-        if not isinstance(node, dict):
-            self.fail("explain: a mapping errno -> explainer call(s)", "explain")
-        passed = {p.name: c.call_arg() for p, c in zip(params, converters)}
+        passed = {p.name for p in params}
         out = []
         for err, calls in node.items():
-            if err != "any" and not (str(err)[:1] == "E" and str(err).isupper()
-                                     and str(err).isalnum()):
-                self.fail(f"explain: {err!r} is not an errno name (EINVAL ...) or any", "explain")
-            c_calls = []
-            for call in calls if isinstance(calls, list) else [calls]:
-                name, paren, rest = str(call).strip().partition("(")
-                if not (paren and rest.endswith(")") and name.isidentifier()):
-                    self.fail(f"explain: {call!r} is not explainer(arg, ...)", "explain")
-                args = ["why", "sizeof(why)"]
-                for arg in filter(None, (a.strip() for a in rest[:-1].split(","))):
-                    head, _, member = arg.partition("->")
-                    if head not in passed:
-                        self.fail(f"explain: {call!r}: {head!r} is not a parameter of {self.m.verb}",
-                                  "explain")
-                    args.append(f"({passed[head]})->{member}" if member else passed[head])
-                c_calls.append(f"ibp_explain_{name}({', '.join(args)})")
-            out.append(Explain(None if err == "any" else str(err), c_calls))
+            for call in calls:
+                for arg in call.args:
+                    if arg.param not in passed:
+                        self.fail(f"explain: {call.explainer}: {arg.param!r} is not a parameter "
+                                  f"of {self.m.verb}", "explain")
+            out.append(Explain(None if err == "any" else str(err), list(calls)))
         return out
 
     def arg_enum(self, arg: str) -> Optional[str]:
@@ -231,10 +220,6 @@ class MethodBuilder:
         docs = self.b.spec.doc_enums
         cls = docs.get(f"{self.m.owner}.{arg}") or docs.get(arg)
         return cls if cls in getattr(self.b, "enum_models", {}) else None
-
-    def optional_c_text(self, key: str) -> Optional[str]:
-        value = self.m.node.get(key)
-        return None if value is None else self.c_text(value)
 
     def releases_gil(self, verb: str) -> bool:
         """The verb's GIL rule: the method's own `gil:`, else its kind's
@@ -298,6 +283,7 @@ class MethodBuilder:
         kind = self.param_kind(cname, t, pspec, where)
         if not isinstance(pspec, str):
             self.check_keys(pspec, PARAMS[kind].keys, f"parameter {cname} ({kind})", where)
+        self.refs.kinds[cname] = PARAMS[kind]
         return cast(ParamConverter, PARAMS[kind].from_spec(self, cname, t, pspec))
 
     # -- the result --
@@ -316,8 +302,8 @@ class MethodBuilder:
         return cast(ReturnConverter, RETURNS["out"](none=ret == "none"))
 
     def new_handle(self, ret: Any) -> ReturnConverter:
-        """`returns: {new: Class, parents: {...}}`: the parents as C, in the
-        order the class (or its base) declares them."""
+        """`returns: {new: Class, parents: {...}}`: where each parent comes
+        from, in the order the class (or its base) declares them."""
         cls = ret["new"]
         hspec = self.b.spec.handle(cls)
         if hspec is None:
@@ -328,19 +314,19 @@ class MethodBuilder:
             pnode = self.b.spec.handle(b["class"] if isinstance(b, Node) else b).node
         declared = list((pnode.get("parents") or {}).keys())
         given = ret.get("parents") or {}
-        parents = []
+        parents: List[Optional[ParentSource]] = []
         for pname in declared:
             src = given.get(pname)
             if src is None:
-                parents.append("NULL")
+                parents.append(None)
             elif src == "self":
-                parents.append("self")
+                parents.append(ParentSource(is_self=True))
             elif "." in src:
                 obj, fld = src.split(".", 1)
                 # as the call was handed it
-                parents.append(StructObjectParam.held_local(obj, fld))
+                parents.append(ParentSource(arg=obj, field=fld))
             else:
-                parents.append(src)
+                parents.append(ParentSource(arg=src))
         for pname in given:
             if pname not in declared:
                 self.fail(f"{cls} has no parent {pname!r}", "returns")

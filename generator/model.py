@@ -13,10 +13,10 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
-from . import ctext
 from .converters import (Arg, AttributeConverter, FieldConverter, ParamConverter,  # noqa: F401
                          ReturnConverter)
-from .ctext import FASTCALL_KEYWORDS  # noqa: F401 (the model's flag names)
+from .converters.rule_c import Refs
+from .rule_data import ExplainCall
 from .ir import IR
 from .spec import Spec
 
@@ -80,9 +80,10 @@ class StructModel:
 
 @dataclass
 class Check:
-    """A precondition of a method (spec `checks:`): when the C condition does
-    not hold, raise the exception with the message."""
-    expr: str
+    """A precondition of a method (spec `checks:`): when the condition (a
+    generator/rule_data.py value) does not hold, raise the exception with
+    the message."""
+    condition: Any
     error: str
     message: str
 
@@ -90,11 +91,20 @@ class Check:
 @dataclass
 class Explain:
     """What a method says after its verb failed (spec `explain:`): for an
-    errno (or any, None), the hand-written explainers
-    (ibverbs/src/explain.c) tried in order, each a C call that writes the
-    cause into the message buffer and returns nonzero when it found one."""
+    errno (or any, None), the explainers tried in order, each writing the
+    cause into the message buffer and returning nonzero when it found one."""
     errno: Optional[str]
-    calls: List[str]
+    calls: List[ExplainCall]
+
+
+class CallingConvention(enum.Enum):
+    """How Python calls a method's C function (its PyMethodDef flags, which
+    generator/emit.py spells): no argument, one, a tuple and a dict, or a
+    vector and keyword names."""
+    NOARGS = "noargs"
+    O = "o"
+    VARARGS_KW = "varargs_kw"
+    FASTCALL_KW = "fastcall_kw"
 
 
 class MethodKind(enum.Enum):
@@ -113,9 +123,11 @@ class PythonTarget(NamedTuple):
 
 class HandHold(NamedTuple):
     """What a hand method that releases the GIL holds busy besides self
-    (spec `holds:`): the C expression of the object, the local that keeps
-    the hold, and whether it is a sequence of handles (ibp_hold_each)."""
-    expr: str
+    (spec `holds:`): a slot or parent of self (`slot`) or one of its impl
+    arguments (`arg`), the local that keeps the hold, and whether it is a
+    sequence of handles (ibp_hold_each)."""
+    slot: Optional[str]
+    arg: Optional[str]
     local: str
     each: bool
 
@@ -131,7 +143,7 @@ class MethodModel:
     name: str                  # Python name
     owner: str                 # class, "" for module functions
     cname: str                 # C function name
-    flags: str
+    flags: CallingConvention
     doc: str                   # docstring incl. the signature line
     kind: MethodKind = MethodKind.GENERATED
     signature: str = ""        # the text signature ("name($self, /, a, b=0)")
@@ -142,15 +154,21 @@ class MethodModel:
     # --- a generated wrapper (kind GENERATED): what generator/emit.py writes ---
     verb: str = ""
     params: List[ParamConverter] = field(default_factory=list)   # the verb's, in order
+    param_names: List[str] = field(default_factory=list)        # their C names, in order
     result_spelling: Optional[str] = None   # the verb's C result type, None for void
     owner_ctype: Optional[str] = None
     owner_is_subclass: bool = False         # its class has a spec `base:`
     symbols: List[OptionalSymbol] = field(default_factory=list)
     checks: List[Check] = field(default_factory=list)
     explain: List[Explain] = field(default_factory=list)   # after a failure
-    guard: Optional[str] = None             # hand-written C precondition (< 0: raised)
-    prologue: Optional[str] = None          # C statement before the call
-    epilogue: Optional[str] = None          # C statement once the result exists
+    # what runs around the call (generator/rule_data.py values; the emit
+    # stage writes their C): a precondition that raises (< 0), a statement
+    # before the call, one once the result exists
+    guard: Optional[Any] = None
+    prologue: Optional[Any] = None
+    epilogue: Optional[Any] = None
+    # the values of the wrapper its rules name, by parameter (converters/rule_c.py)
+    refs: Optional[Refs] = None
     errors: str = "none"                    # null | errno | negative | code | none
     release_gil: bool = False
     returns: Optional[ReturnConverter] = None
@@ -160,41 +178,26 @@ class MethodModel:
     uses_self_ptr: bool = False
     # --- a hand method with a generated parser (kind IMPL, generator/impl.py) ---
     impl: Optional[str] = None              # the hand-written function it calls
-    impl_params: List[str] = field(default_factory=list)   # that function's C parameters
+    # that function's parameters after self: (C type spelling, name)
+    impl_params: List[Tuple[str, str]] = field(default_factory=list)
     # spec `short_way: true` (generator/impl.py): the hand function its
     # wrapper hands arguments by position to first, and the generated one
     # that hand function falls back to (the call entered, the _impl called)
     short_way: Optional[str] = None
     entered: Optional[str] = None
     # what its wrapper holds while the hand code runs without the GIL (spec
-    # `holds:`, generator/hand_gil.py): (C expression, local, a sequence)
+    # `holds:`, generator/hand_gil.py)
     hand_holds: List[HandHold] = field(default_factory=list)
     # the CQs whose provider lock its verb takes (spec cq_locks:, generator/cq_locks.py)
     cq_lock: Optional[Any] = None
+    # its stub as the spec writes it (`stub:`, a hand or Python method's
+    # "(self, ...) -> T", or a list of overloads), for generator/stubs.py
+    stub: Optional[Any] = None
 
     @property
     def hand(self) -> bool:
         """Its C is not (all) generated: hand-written, an _impl's parser, or Python."""
         return self.kind is not MethodKind.GENERATED
-
-    # The C parameters of its function and the names passing them on, by
-    # calling convention.
-    @property
-    def c_params(self) -> str:
-        return ctext.C_PARAMS.get(self.flags, "PyObject *args, PyObject *kwargs")
-
-    @property
-    def c_args(self) -> str:
-        return ctext.C_ARGS.get(self.flags, "args, kwargs")
-
-    @property
-    def impl_prototype(self) -> str:
-        return f"PyObject *{self.impl}({', '.join(['PyObject *self'] + self.impl_params)})"
-
-    def unconverted_prototype(self, function: str) -> str:
-        """A function taking the arguments as they came (short_way's pair)."""
-        objs = [f"PyObject *{a.name}_obj" for a in self.args]
-        return f"PyObject *{function}({', '.join(['PyObject *self'] + objs)})"
 
     @property
     def outputs(self) -> List[ParamConverter]:
@@ -217,10 +220,12 @@ class HandleAttribute(NamedTuple):
 
 class Slot(NamedTuple):
     """A Python object a handle keeps (spec `slots:`), or a hand-written
-    attribute (spec `hand_attributes:`)."""
+    attribute (spec `hand_attributes:`); `stub`: its type in the stubs
+    (spec `stub:`, else Any)."""
     name: str
     writable: bool
     doc: str
+    stub: Optional[str] = None
 
 
 class StateField(NamedTuple):
@@ -234,27 +239,23 @@ class EntryParam(NamedTuple):
     name: str
 
 
+class MemberStep(NamedTuple):
+    """One member on the way to a provider function: through a pointer, or
+    inside an embedded struct."""
+    member: str
+    through_pointer: bool
+
+
 class Entry(NamedTuple):
     """A provider entry point the object keeps for a hand short way (spec
     `entries:`, generator/entries.py): the member entry_<name>, the inline
-    verb it is the body of, that verb's parameters, and the C expression
-    reading the provider's function from `ptr`."""
+    verb it is the body of, that verb's parameters, and the members leading
+    from the handle's verbs object to the provider's function."""
     name: str
     verb: str
     params: List[EntryParam]
-    access: str
+    path: List[MemberStep]
 
-    @property
-    def c_params(self) -> str:
-        return _c_params(self.params)
-
-    @property
-    def c_params_but_first(self) -> str:
-        return _c_params(self.params[1:])
-
-
-def _c_params(params: List[EntryParam]) -> str:
-    return ", ".join(f"{p.ctype}{'' if p.ctype.endswith('*') else ' '}{p.name}" for p in params)
 
 
 class Release(NamedTuple):
@@ -344,25 +345,6 @@ class SymbolModel:
     params: List[Tuple[str, str]]    # C type spelling, name
     since: Optional[str]             # rdma-core release for optional ones
 
-    @property
-    def signature(self) -> str:
-        if not self.params:
-            return "void"
-        return ", ".join(ctext.declare(t, n) for t, n in self.params)
-
-    @property
-    def arg_names(self) -> str:
-        return ", ".join(n for _, n in self.params)
-
-    @property
-    def failure(self) -> Optional[str]:
-        """What the trampoline returns when the symbol is missing."""
-        t = self.result.strip()
-        if t == "void":
-            return None
-        if t.endswith("*"):
-            return "NULL"
-        return f"({t})-1"
 
 
 @dataclass

@@ -22,8 +22,9 @@ gets emitted:
                                 where the spec says `impl:` (impl.py)
   generated/rdmacm_enums.py     the CM enums (event types, port spaces)
 
-This module builds the model (model.CMModel); generator/render.py renders
-it (render_rdmacm).  Nothing here changes the verbs output: the verbs
+This module builds its model (a model.Model, as verbs.h's: enums, handle
+classes and functions, no struct classes); generator/render.py renders it
+(render_rdmacm).  Nothing here changes the verbs output: the verbs
 model, spec and templates render what they did, and the rdmacm files are
 added next to them.
 """
@@ -35,7 +36,6 @@ from typing import List, Optional
 from . import builder as vbuilder
 from . import model as vmodel
 from .ir import IR
-from .record_model import CMModel
 from .spec import Spec, SpecError
 
 HEADER = "rdma/rdma_cma.h"
@@ -53,7 +53,7 @@ def bound_names(spec: Spec, methods: List[vmodel.MethodModel]) -> List[str]:
     return sorted(names)
 
 
-def build(ir: IR, spec: Spec) -> CMModel:
+def build(ir: IR, spec: Spec) -> vmodel.Model:
     b = vbuilder.Builder(ir, spec)
     enums = b.enums()
     for h in spec.handles:
@@ -77,11 +77,11 @@ def build(ir: IR, spec: Spec) -> CMModel:
     if missing - inline:
         raise SpecError(f"spec/{SPEC_SUBDIR}: binds {', '.join(sorted(missing - inline))}, "
                         f"which {ir.source} does not export")
-    return CMModel(ir, spec, enums, handles, functions, symbols,
-                   vbuilder.coverage(ir, spec, all_methods))
+    return vmodel.Model(ir, spec, enums, [], handles, functions, symbols,
+                        vbuilder.coverage(ir, spec, all_methods))
 
 
-def load(prefix: Optional[str], spec_root: str) -> CMModel:
-    """Parse rdma_cma.h at *prefix* and load spec/rdmacm/: the CMModel."""
+def load(prefix: Optional[str], spec_root: str) -> vmodel.Model:
+    """Parse rdma_cma.h at *prefix* and load spec/rdmacm/: its model."""
     from . import parse, spec as vspec
     return build(parse.parse(prefix, HEADER), vspec.load(spec_dir(spec_root)))

@@ -1,7 +1,6 @@
 """The model of the data-path types (spec/datapath/records.yaml, made by
-generator/records.py) and of rdma_cm (spec/rdmacm/, generator/rdmacm.py):
-what to emit, as typed dataclasses (no C text here), beside generator/model.py
-for the verbs."""
+generator/records.py): what to emit, as typed dataclasses (no C text here),
+beside generator/model.py for the verbs and rdma_cm."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -9,8 +8,6 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from .converters import RecordFieldConverter
 from .ir import IR
-from .model import EnumModel, HandleModel, MethodModel, SymbolModel
-from .spec import Spec
 
 # --- the data-path types (spec/datapath/records.yaml, generator/records.py) ---
 
@@ -272,19 +269,5 @@ class RecordsModel:
     helpers: Dict[str, str]     # spec `helpers:`: the hand-written C the converters call
     records: List[RecordModel]
     types: List[RecordTypeModel]
-    # records.h's enum class indexes and names (generator/enum_fields.py)
-    enum_declarations: List[str] = field(default_factory=list)
-
-
-# --- rdma/rdma_cma.h (spec/rdmacm/, generator/rdmacm.py) ---
-
-
-@dataclass
-class CMModel:
-    ir: IR
-    spec: Spec
-    enums: List[EnumModel]
-    handles: List[HandleModel]
-    functions: List[MethodModel]
-    symbols: List[SymbolModel]
-    coverage: List[Tuple[str, str, str]]
+    # the enum classes, in the order of records.h's indexes (generator/enum_fields.py)
+    enum_classes: List[str] = field(default_factory=list)

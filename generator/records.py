@@ -498,4 +498,4 @@ def build(ir: IR, spec_root: str, enum_fields: Optional[EnumFields] = None) -> R
     by_key = {r.key: r for r in records}
     types = [_type(by_key, name, node) for name, node in (data.get("types") or {}).items()]
     return RecordsModel(ir, RecordsSpec(digest, [DISPLAY]), helpers, records, types,
-                        enum_fields.c_declarations() if enum_fields else [])
+                        enum_fields.class_names() if enum_fields else [])

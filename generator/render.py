@@ -12,10 +12,10 @@ from typing import Any, Dict, List, Optional
 
 import jinja2
 
-from . import checksum, cq_locks, emit
+from . import checksum, emit, enum_fields
 from .ctext import c_text
-from .model import MethodKind, Model
-from .record_model import CMModel, RecordsModel
+from .model import CallingConvention, MethodKind, Model
+from .record_model import RecordsModel
 
 COMMAND = "python -m generator generate"
 
@@ -49,8 +49,10 @@ class LockedEntries:
         self.lock_member = lock_member
         self.object_type = object_type
 
-    def __call__(self, function: str, kind: str) -> str:
-        if kind.startswith("METH_"):
+    def __call__(self, function: str, kind: Any) -> str:
+        if isinstance(kind, CallingConvention):
+            kind = kind.value      # its name is its signature's
+        elif kind.startswith("METH_"):
             if "METH_CLASS" in kind:
                 return function
             if kind not in _METHOD_KINDS:
@@ -91,14 +93,26 @@ def environment(template_dir: str) -> jinja2.Environment:
     env.filters["cstring"] = c_text
     env.globals["init_format"] = _init_format
     env.globals["MethodKind"] = MethodKind
+    env.globals["CallingConvention"] = CallingConvention
+    # a method function's flags and C parameters, the loader's trampolines
+    env.filters["c_meth_flags"] = emit.meth_flags
+    env.filters["c_params"] = emit.c_params
+    env.filters["c_args"] = emit.c_args
+    env.filters["c_impl_prototype"] = emit.impl_prototype
+    env.globals["c_unconverted_prototype"] = emit.unconverted_prototype
+    env.filters["c_entry_params"] = emit.entry_params
+    env.filters["c_symbol_params"] = emit.symbol_params
+    env.filters["c_symbol_args"] = emit.symbol_args
+    env.filters["c_symbol_failure"] = emit.symbol_failure
     # the C of the model's converters and wrappers (generator/emit.py)
     env.filters["c_body"] = emit.function_lines
-    env.filters["cq_array"] = cq_locks.cq_array
+    env.filters["cq_array"] = emit.cq_array
     env.filters["c_entered"] = emit.entered_lines
     env.filters["c_unpack"] = emit.unpack_lines
     env.filters["c_getter"] = emit.getter_lines
     env.filters["c_setter"] = emit.setter_lines
     env.filters["c_prepare"] = emit.prepare_lines
+    env.filters["c_entry_access"] = emit.entry_access
     env.filters["record_prototypes"] = emit.record_prototypes
     env.filters["record_state_decls"] = emit.record_state_decls
     # the header's stamp (generator/checksum.py)
@@ -154,7 +168,8 @@ def render_records(m: RecordsModel, template_dir: str) -> Dict[str, str]:
     object layouts) and one <type>.c.h per type."""
     env = environment(template_dir)
     common = dict(ir=m.ir, spec=m.spec, command=COMMAND, helpers=m.helpers,
-                  records=m.records, types=m.types, enum_declarations=m.enum_declarations,
+                  records=m.records, types=m.types,
+                  enum_declarations=enum_fields.c_declarations(m.enum_classes),
                   comment_open="/*", comment_mid=" *",
                   comment_close="*/")
     files = {"records.h": env.get_template("records.h.j2").render(**common)}
@@ -171,7 +186,7 @@ def render_records(m: RecordsModel, template_dir: str) -> Dict[str, str]:
 RDMACM_PREFIX = "rdmacm_"
 
 
-def render_rdmacm(m: CMModel, template_dir: str) -> Dict[str, str]:
+def render_rdmacm(m: Model, template_dir: str) -> Dict[str, str]:
     """rdma_cma.h's files: the librdmacm loader, its declarations, the
     EventChannel and CMID classes and the CM enums."""
     from .loader import RDMACM

@@ -2,20 +2,20 @@
 
 The spec says what a rule means ("send_cq must be of this PD's context",
 "a QPEx batch operation", "the new CQEx remembers its wc_flags"); this stage
-turns each such key into what the model stage emits: a check expression, a
-guard, a fixed parameter value, a statement before the call (prologue) or
-after it (epilogue).  Wherever that names a value of the wrapper (a
-converted argument, a bytes argument's size, self's verbs pointer) it is a
-typed reference in a CExpr (generator/cexpr.py), which the converter
-declaring the value spells once the model is built: no C local's name is
-written here.  It runs inside ``spec.load`` once the whole spec is
-read, rewrites the loaded nodes in place and leaves no rule key behind, so
-generator/model.py (and every other reader of the spec) sees only the forms
-it always knew.  One class per rule kind: it validates its YAML (a
-``RuleError`` naming file and line; ``spec.load`` raises it as SpecError)
-and knows what C it becomes.  This module imports nothing of the generator
-but the leaf generator/cexpr.py (``spec`` imports it), so there is no
-import circle.
+turns each such key into typed data (generator/rule_data.py): what to
+check, which guard keeps an order, which value a parameter takes, what runs
+before the call (prologue) or after it (epilogue).  Wherever that names a
+value of the wrapper (a converted argument, a bytes argument's size, self's
+verbs pointer) it is a typed reference, which the converter declaring the
+value spells when the wrapper is emitted: no C is written here, and the
+emit stage (generator/converters/rule_c.py) alone spells each rule.  It
+runs inside ``spec.load`` once the whole spec is read, rewrites the loaded
+nodes in place and leaves no rule key behind, so generator/model.py (and
+every other reader of the spec) sees only the forms it always knew.  One
+class per rule kind: it validates its YAML (a ``RuleError`` naming file and
+line; ``spec.load`` raises it as SpecError) and knows what it means.  This
+module imports nothing of the generator but the leaf generator/rule_data.py
+(``spec`` imports it), so there is no import circle.
 
 The keys (the reference; CONTRIBUTING.md "How to bind a new verb" shows
 them in use):
@@ -80,11 +80,16 @@ from __future__ import annotations
 
 from typing import Any, Dict, FrozenSet, List, NoReturn, Optional, Tuple, Union
 
-from .cexpr import ArgBytes, ArgHandle, ArgSize, ArgValue, CExpr, MaskBits, SelfPtr, StructLocal
+from . import rule_data
+from .rule_data import (AllGiven, ArgBytes, ArgHandle, ArgSize, ArgValue, CompMaskBit, ExplainArg,
+                        ExplainCall, Flags, Given,
+                        MaskBits, NotGiven, ProviderHas,
+                        QPExGuard, QPExOfSelf, SameOwner, SelfMember, SelfMemberBelow, SelfPtr,
+                        SendIdle, SetOnNew, SgeOfSelf, SgeOfSelfDeclared, StateSet, StructLocal,
+                        WCFlagRequested, MemberAddress, VerbOfMember)
 
-#: a C statement or expression a rule makes (plain text where it names no
-#: value of the wrapper)
-CCode = Union[str, CExpr]
+#: what a rule puts before or after the call (generator/rule_data.py)
+Step = Union[rule_data.NotPolling, SgeOfSelfDeclared, CompMaskBit, SetOnNew]
 
 # method-level keys of this module (spec.METHOD_KEYS accepts them)
 METHOD_KEYS = {"qpex", "posts_send", "not_polling"}
@@ -147,8 +152,8 @@ class Scope:
     def __init__(self, spec: Any, owner: str, name: str, node: Any) -> None:
         self.spec, self.owner, self.name, self.node = spec, owner, name, node
         self.label = f"{owner}.{name}" if owner else name
-        self.prologue: List[CCode] = []
-        self.epilogue: List[CCode] = []
+        self.prologue: List[Step] = []
+        self.epilogue: List[Step] = []
 
     def fail(self, where: str, message: str) -> NoReturn:
         raise RuleError(f"{where}: {self.label}: {message}")
@@ -207,7 +212,7 @@ class Scope:
             self.fail(where, f"no argument {name!r} (it has: {', '.join(self.args()) or 'none'})")
         return found
 
-    def handle_ref(self, ref: Any, where: str) -> Tuple[CExpr, str, str]:
+    def handle_ref(self, ref: Any, where: str) -> Tuple[ArgHandle, str, str]:
         """(the PyObject * of a handle argument or ARG.FIELD of a struct
         argument, the handle's C type, the last name) for a check."""
         if not isinstance(ref, str):
@@ -220,15 +225,14 @@ class Scope:
                 self.fail(where, f"{arg} is no struct argument (convert: struct:...)")
             sname = convert.split(":", 1)[1]
             struct = self.spec.struct(sname)
-            fields: Any = struct.node.get("fields") if struct is not None else None
-            fspec: Any = fields.get(field) if hasattr(fields, "get") else None
-            fconv = str(fspec.get("convert", "")) if hasattr(fspec, "get") else ""
+            fspec = struct.field(field) if struct is not None else None
+            fconv = str(fspec.convert or "") if fspec is not None else ""
             if not fconv.startswith("handle:"):
                 self.fail(where, f"{sname} has no handle field {field!r}")
-            return CExpr(ArgHandle(cname, arg, field)), self.handle_ctype(fconv, where), field
+            return ArgHandle(cname, arg, field), self.handle_ctype(fconv, where), field
         if not convert.startswith("handle:"):
             self.fail(where, f"{arg} is no handle argument (convert: handle:...)")
-        return CExpr(ArgHandle(cname, arg)), self.handle_ctype(convert, where), arg
+        return ArgHandle(cname, arg), self.handle_ctype(convert, where), arg
 
     def handle_ctype(self, convert: str, where: str) -> str:
         node = self.handle_node(convert.split(":", 1)[1])
@@ -242,12 +246,12 @@ class Scope:
             self.fail(where, f"{name} is no optional struct field with a `mask:`")
         return str(pspec["mask"])
 
-    def location(self, name: Any, where: str) -> CExpr:
+    def location(self, name: Any, where: str) -> ArgValue:
         """The C lvalue holding an integer argument once converted."""
         cname, path, pspec = self.arg(name, where)
         if pspec.get("convert") not in (None, "int"):
             self.fail(where, f"{name} is not an integer argument")
-        return CExpr(ArgValue(cname, path))
+        return ArgValue(cname, path)
 
 
 # --- checks ------------------------------------------------------------------------
@@ -260,7 +264,8 @@ class CheckRule:
     #: keys of its entry besides its own, `error:` and `message:`
     extra: FrozenSet[str] = frozenset()
 
-    def expr(self, scope: Scope, entry: Any, where: str) -> CExpr:
+    def expr(self, scope: Scope, entry: Any, where: str) -> Any:
+        """What must hold (generator/rule_data.py)."""
         raise NotImplementedError
 
     def message(self, scope: Scope, entry: Any, where: str) -> Optional[str]:
@@ -270,10 +275,9 @@ class CheckRule:
 class SameContext(CheckRule):
     key = "same_context"
 
-    def expr(self, scope: Scope, entry: Any, where: str) -> CExpr:
+    def expr(self, scope: Scope, entry: Any, where: str) -> SameOwner:
         obj, ctype, _ = scope.handle_ref(entry[self.key], where)
-        own = CExpr(SelfPtr()) + ("" if scope.owner_ctype(where) == "struct ibv_context" else "->context")
-        return obj + f" == NULL || (({ctype} *)IBP_HANDLE(" + obj + ")->ptr)->context == " + own
+        return SameOwner(obj, ctype, "context", scope.owner_ctype(where) == "struct ibv_context")
 
     def message(self, scope: Scope, entry: Any, where: str) -> Optional[str]:
         return f"{scope.handle_ref(entry[self.key], where)[2]} belongs to another context"
@@ -282,10 +286,9 @@ class SameContext(CheckRule):
 class SamePD(CheckRule):
     key = "same_pd"
 
-    def expr(self, scope: Scope, entry: Any, where: str) -> CExpr:
+    def expr(self, scope: Scope, entry: Any, where: str) -> SameOwner:
         obj, ctype, _ = scope.handle_ref(entry[self.key], where)
-        own = CExpr(SelfPtr()) + ("" if scope.owner_ctype(where) == "struct ibv_pd" else "->pd")
-        return obj + f" == NULL || (({ctype} *)IBP_HANDLE(" + obj + ")->ptr)->pd == " + own
+        return SameOwner(obj, ctype, "pd", scope.owner_ctype(where) == "struct ibv_pd")
 
     def message(self, scope: Scope, entry: Any, where: str) -> Optional[str]:
         return f"{scope.handle_ref(entry[self.key], where)[2]} belongs to another PD"
@@ -295,39 +298,39 @@ class NotNone(CheckRule):
     key = "not_none"
     error = "TypeError"
 
-    def expr(self, scope: Scope, entry: Any, where: str) -> CExpr:
+    def expr(self, scope: Scope, entry: Any, where: str) -> AllGiven:
         refs = entry[self.key]
         if not isinstance(refs, list) or not refs:
             scope.fail(where, "not_none: a list of arguments")
-        return CExpr.join(" && ", [scope.handle_ref(r, where)[0] + " != NULL" for r in refs])
+        return AllGiven(tuple(scope.handle_ref(r, where)[0] for r in refs))
 
 
 class IsNone(CheckRule):
     key = "is_none"
 
-    def expr(self, scope: Scope, entry: Any, where: str) -> CExpr:
-        return scope.handle_ref(entry[self.key], where)[0] + " == NULL"
+    def expr(self, scope: Scope, entry: Any, where: str) -> NotGiven:
+        return NotGiven(scope.handle_ref(entry[self.key], where)[0])
 
 
 class State(CheckRule):
     key = "state"
     error = "RuntimeError"
 
-    def expr(self, scope: Scope, entry: Any, where: str) -> CExpr:
+    def expr(self, scope: Scope, entry: Any, where: str) -> StateSet:
         field = _ident(entry[self.key], where, "state")
         if not scope.has_state(scope.owner, field):
             scope.fail(where, f"{scope.owner} has no state {field!r}")
-        return CExpr(f"((struct {scope.owner}Object *)self)->{field}")
+        return StateSet(scope.owner, field)
 
 
 class ProviderOp(CheckRule):
     key = "provider_op"
     error = "RuntimeError"
 
-    def expr(self, scope: Scope, entry: Any, where: str) -> CExpr:
+    def expr(self, scope: Scope, entry: Any, where: str) -> ProviderHas:
         op = _ident(entry[self.key], where, "provider_op")
         scope.owner_ctype(where)
-        return CExpr(SelfPtr(), f"->{op} != NULL")
+        return ProviderHas(op)
 
     def message(self, scope: Scope, entry: Any, where: str) -> Optional[str]:
         return f"the provider does not offer {entry[self.key]}"
@@ -345,15 +348,14 @@ class WCFlag(CheckRule):
         e: Any = next((e for e in scope.spec.enums if e.name == self.enum), None)
         if e is None:
             scope.fail(where, f"wc_flag needs the enum {self.enum}")
-        return str(e.node["prefix"])
+        return str(e.prefix)
 
-    def expr(self, scope: Scope, entry: Any, where: str) -> CExpr:
+    def expr(self, scope: Scope, entry: Any, where: str) -> WCFlagRequested:
         flag = _ident(entry[self.key], where, "wc_flag")
         if not scope.has_state(scope.owner, "wc_flags"):
             scope.fail(where, f"wc_flag: {scope.owner} has no state 'wc_flags'")
         op = _ident(entry.get("provider_op", scope.name), where, "provider_op")
-        return CExpr(f"(((struct {scope.owner}Object *)self)->wc_flags & {self.prefix(scope, where)}{flag})"
-                     " && ", SelfPtr(), f"->{op} != NULL")
+        return WCFlagRequested(scope.owner, f"{self.prefix(scope, where)}{flag}", op)
 
     def message(self, scope: Scope, entry: Any, where: str) -> Optional[str]:
         field = scope.name[len("read_"):] if scope.name.startswith("read_") else scope.name
@@ -369,16 +371,14 @@ class PackedStruct(CheckRule):
     key = "packed_struct"
     extra = frozenset({"ctype"})
 
-    def expr(self, scope: Scope, entry: Any, where: str) -> CExpr:
+    def expr(self, scope: Scope, entry: Any, where: str) -> rule_data.PackedStruct:
         cname, path, pspec = scope.arg(entry[self.key], where)
         if pspec.get("convert") != "bytes" or path is not None:
             scope.fail(where, f"packed_struct: {entry[self.key]} is no `convert: bytes` argument")
         ctype = entry.get("ctype")
         if not isinstance(ctype, str) or not all(_is_name(w) for w in ctype.split()):
             scope.fail(where, "packed_struct: needs `ctype:` (a C struct type)")
-        data = ArgBytes(cname)
-        return CExpr("PyBytes_Size(", data, f") >= (Py_ssize_t)sizeof({ctype}) && "
-                     f"(({ctype} *)PyBytes_AsString(", data, "))->size == PyBytes_Size(", data, ")")
+        return rule_data.PackedStruct(ArgBytes(cname), ctype)
 
 
 class PackedItems(CheckRule):
@@ -391,7 +391,7 @@ class PackedItems(CheckRule):
     key = "packed_items"
     extra = frozenset({"ctype", "count", "item", "header", "kinds", "kind_flags"})
 
-    def expr(self, scope: Scope, entry: Any, where: str) -> CExpr:
+    def expr(self, scope: Scope, entry: Any, where: str) -> rule_data.PackedItems:
         cname, path, pspec = scope.arg(entry[self.key], where)
         if pspec.get("convert") != "bytes" or path is not None:
             scope.fail(where, f"packed_items: {entry[self.key]} is no `convert: bytes` argument")
@@ -412,15 +412,8 @@ class PackedItems(CheckRule):
             scope.fail(where, "packed_items: `kinds:` maps C constants to C struct types")
         if not isinstance(flags, list) or not all(isinstance(f, str) and _is_name(f) for f in flags):
             scope.fail(where, "packed_items: `kind_flags:` is a list of C constants")
-        ctype, item, header = ctypes["ctype"], ctypes["item"], entry["header"]
-        data = ArgBytes(cname)
-        table = ", ".join(f"{{{k}, sizeof({v})}}" for k, v in kinds.items())
-        return CExpr("ibp_packed_items_ok(PyBytes_AsString(", data, "), PyBytes_Size(", data, "), "
-                     f"sizeof({ctype}), (({ctype} *)PyBytes_AsString(", data,
-                     f"))->{entry['count']}, offsetof({item}, {header}.type), "
-                     f"offsetof({item}, {header}.size), "
-                     f"(const struct ibp_packed_kind[]){{{table or '{0, 0}'}}}, {len(kinds)}, "
-                     f"{' | '.join(flags) or '0'})")
+        return rule_data.PackedItems(ArgBytes(cname), ctypes["ctype"], entry["count"], ctypes["item"],
+                           entry["header"], tuple(kinds.items()), tuple(flags))
 
 
 CHECKS: Dict[str, CheckRule] = {r.key: r for r in (SameContext(), SamePD(), NotNone(), IsNone(), State(),
@@ -429,7 +422,8 @@ CHECK_EXTRA = {"error", "message"}
 
 
 def expand_checks(scope: Scope, checks: Any, where: str) -> List[Any]:
-    """`checks:` with every rule entry turned into {expr, error, message}."""
+    """`checks:` with every rule entry turned into {expr, error, message}
+    (expr: what must hold, generator/rule_data.py)."""
     if not isinstance(checks, list):
         scope.fail(where, "checks: a list")
     out = []
@@ -474,8 +468,7 @@ class QPExStep(MethodRule):
     """`qpex:` a wr_* method of the QPEx batch API (ibverbs/src/qpex.c)."""
 
     key = "qpex"
-    phases = {"start": "IBP_QPEX_START", "end": "IBP_QPEX_END",
-              "operation": "IBP_QPEX_OP_NEW", "setter": "IBP_QPEX_SETTER"}
+    phases = ("start", "end", "operation", "setter")
 
     def apply(self, scope: Scope, node: Any) -> None:
         where = node.where(self.key)
@@ -489,9 +482,8 @@ class QPExStep(MethodRule):
         params = node.get("params")
         if params is None or "qp" in params:
             scope.fail(where, "qpex: the QPEx passes `qp` itself; leave it out of params")
-        node["guard"] = (f'ibp_qpex_guard(self, IBP_QPEX_OP({scope.name}), "{scope.name}", '
-                         f"{self.phases[phase]})")
-        node["params"] = _copy_node(params, [("qp", {"value": "IBP_QPEX(self)"})] + list(params.items()),
+        node["guard"] = QPExGuard(scope.name, phase)
+        node["params"] = _copy_node(params, [("qp", {"value": QPExOfSelf()})] + list(params.items()),
                                     dict(params.key_lines, qp=node.key_lines[self.key])
                                     if hasattr(params, "key_lines") else {})
 
@@ -507,7 +499,7 @@ class PostsSend(MethodRule):
             scope.fail(where, "posts_send: true or absent")
         if not scope.owner or not scope.is_a(scope.owner, "QP") or "guard" in node:
             scope.fail(where, "posts_send: for QP methods without a `guard:`")
-        node["guard"] = f'ibp_qp_send_idle(self, "{scope.name}")'
+        node["guard"] = SendIdle(scope.name)
 
 
 class NotPolling(MethodRule):
@@ -521,12 +513,46 @@ class NotPolling(MethodRule):
             scope.fail(where, "not_polling: true or absent")
         if not scope.owner or not scope.is_a(scope.owner, "CQ"):
             scope.fail(where, "not_polling: for CQ methods")
-        scope.prologue.append("if (ibp_cq_check_not_polling(self) < 0) goto exit;"
-                              "  /* CQEx mid-poll: the provider holds the CQ lock */")
+        scope.prologue.append(rule_data.NotPolling())
 
 
 METHOD_RULES: List[MethodRule] = [QPExStep(), PostsSend(), NotPolling()]
 assert {r.key for r in METHOD_RULES} == METHOD_KEYS
+
+
+class Explainers:
+    """`explain:` errno (or `any`) -> "explainer(arg, ...)" or a list of
+    them, each arg a verb parameter or `param->member`: read into
+    ExplainCall values (generator/methods.py checks the parameters)."""
+
+    def apply(self, scope: Scope, node: Any) -> None:
+        explain = node.get("explain")
+        if explain is None:
+            return
+        where = node.where("explain")
+        if not hasattr(explain, "items"):
+            scope.fail(where, "explain: a mapping errno -> explainer call(s)")
+        out: Dict[str, List[ExplainCall]] = {}
+        for err, calls in explain.items():
+            if err != "any" and not (str(err)[:1] == "E" and str(err).isupper()
+                                     and str(err).isalnum()):
+                scope.fail(where, f"explain: {err!r} is not an errno name (EINVAL ...) or any")
+            out[err] = [self.call(scope, call, where)
+                        for call in (calls if isinstance(calls, list) else [calls])]
+        node["explain"] = _mapping(explain, out)
+
+    def call(self, scope: Scope, call: Any, where: str) -> ExplainCall:
+        name, paren, rest = str(call).strip().partition("(")
+        if not (paren and rest.endswith(")") and name.isidentifier()):
+            scope.fail(where, f"explain: {call!r} is not explainer(arg, ...)")
+        args = []
+        for arg in filter(None, (a.strip() for a in rest[:-1].split(","))):
+            head, _, member = arg.partition("->")
+            members_ok = not member or all(_is_name(m) for m in member.split("."))
+            if not _is_name(head.strip()) or not members_ok:
+                scope.fail(where, f"explain: {call!r}: {arg!r} is not a parameter or param->member")
+            args.append(ExplainArg(head.strip(), member.strip() or None))
+        return ExplainCall(name, tuple(args))
 
 
 # --- parameter and struct field values -----------------------------------------------
@@ -538,9 +564,9 @@ class Values:
     def param(self, scope: Scope, cname: str, pspec: Any, where: str, in_struct: str = "") -> Any:
         field = _self_field(pspec, where, "self.FIELD")
         if field is not None:
-            return {"value": CExpr(SelfPtr(), f"->{field}")}
+            return {"value": SelfMember(field)}
         if in_struct and pspec == "self":
-            return {"value": CExpr(SelfPtr())}
+            return {"value": SelfPtr()}
         if not hasattr(pspec, "get"):
             return pspec
         if "flags" in pspec:
@@ -553,14 +579,12 @@ class Values:
             ccname, path, arg = scope.arg(pspec["size_of"], where)
             if arg.get("convert") != "bytes" or path is not None:
                 scope.fail(where, f"size_of: {pspec['size_of']} is no `convert: bytes` argument")
-            return {"value": CExpr(ArgSize(ccname))}
+            return {"value": ArgSize(ccname)}
         if "sge_of" in pspec:
             if pspec["sge_of"] != "self" or not scope.is_a(scope.owner, "MR"):
                 scope.fail(where, "sge_of: self, in a method of MR")
-            me = SelfPtr()
-            scope.prologue.append(CExpr("struct ibv_sge sge = {.addr = (uintptr_t)", me, "->addr, "
-                                        ".length = (uint32_t)", me, "->length, .lkey = ", me, "->lkey};"))
-            return {"value": "&sge"}
+            scope.prologue.append(SgeOfSelfDeclared())
+            return {"value": SgeOfSelf()}
         if "below" in pspec or "comp_mask_bit" in pspec:
             pspec = _mapping(pspec, dict(pspec))
         if "below" in pspec:
@@ -569,31 +593,29 @@ class Values:
             below = _self_field(pspec.pop("below"), where, "below: self.FIELD")
             if below is None:
                 scope.fail(where, "below: self.FIELD")
-            pspec["max"] = CExpr(SelfPtr(), f"->{below} - 1")
+            pspec["max"] = SelfMemberBelow(below)
         if "comp_mask_bit" in pspec:
             if not in_struct:
                 scope.fail(where, "comp_mask_bit: only for struct fields")
             bit = _ident(pspec.pop("comp_mask_bit"), where, "comp_mask_bit")
-            target = StructLocal(in_struct)
-            scope.prologue.append(CExpr("if (", target, f".{cname} != 0) ", target, f".comp_mask |= {bit};"
-                                        "  /* flags need their mask bit */"))
+            scope.prologue.append(CompMaskBit(StructLocal(in_struct), cname, bit))
         return pspec
 
-    def flags(self, scope: Scope, pspec: Any, where: str) -> CExpr:
+    def flags(self, scope: Scope, pspec: Any, where: str) -> Flags:
         names = pspec["flags"]
         if set(pspec) != {"flags"} or not isinstance(names, list) or not names:
             scope.fail(where, "flags: a list of C constants (and `mask`)")
-        out: List[CExpr] = []
+        out: List[Union[str, MaskBits]] = []
         for name in names:
             name = _ident(name, where, "a flag")
             if name == "mask":
                 masked = [a for a, (_, path, s) in scope.args().items() if path and "mask" in s]
                 if not masked:
                     scope.fail(where, "flags: mask, but no struct field has a `mask:`")
-                out.append(CExpr(MaskBits()))
+                out.append(MaskBits())
             else:
-                out.append(CExpr(name))
-        return CExpr.join(" | ", out)
+                out.append(name)
+        return Flags(tuple(out))
 
     def apply(self, scope: Scope, node: Any) -> None:
         params = node.get("params")
@@ -637,19 +659,19 @@ class SetOnResult:
             if scope.has_slot(cls, field):
                 if value != "self":
                     scope.fail(where, f"set: slot {field} takes `self`")
-                c_value: CCode = "Py_NewRef(self)"
+                stored: Union[int, ArgValue, Given, None] = None
             elif scope.has_state(cls, field):
-                c_value = self.state_value(scope, value, where)
+                stored = self.state_value(scope, value, where)
             else:
                 scope.fail(where, f"set: {cls} has no state or slot {field!r}")
-            scope.epilogue.append(f"((struct {cls}Object *)return_value)->{field} = " + CExpr(c_value) + ";")
+            scope.epilogue.append(SetOnNew(cls, field, stored))
         del ret["set"]
 
-    def state_value(self, scope: Scope, value: Any, where: str) -> CExpr:
+    def state_value(self, scope: Scope, value: Any, where: str) -> Union[int, ArgValue, Given]:
         if isinstance(value, int) and not isinstance(value, bool):
-            return CExpr(str(value))
+            return value
         if hasattr(value, "get") and set(value) == {"given"}:
-            return CExpr("(", MaskBits(), f" & {scope.mask_of(value['given'], where)}) != 0")
+            return Given(scope.mask_of(value['given'], where))
         return scope.location(value, where)
 
 
@@ -668,18 +690,17 @@ class Attribute:
                 scope.fail(where, "an attribute from a function: {verb, of, convert}")
             func = _ident(aspec["verb"], where, "verb")
             member = _ident(aspec["of"], where, "of")
-            return _mapping(aspec, {"expr": CExpr(f"{func}(", SelfPtr(), f"->{member})"),
+            return _mapping(aspec, {"expr": VerbOfMember(func, member),
                                     "convert": aspec.get("convert", "int")})
         if "path" in aspec and aspec.get("convert") == "address":
             if set(aspec) != {"path", "convert"}:
                 scope.fail(where, "a pointer attribute: {path, convert: address}")
-            return _mapping(aspec, {"expr": CExpr("(uintptr_t)", SelfPtr(),
-                                                  f"->{_ident(aspec['path'], where, 'path')}"),
+            return _mapping(aspec, {"expr": MemberAddress(_ident(aspec['path'], where, 'path')),
                                     "convert": "int"})
         if "checks" in aspec:
             out = dict(aspec)
             if "path" in out:
-                out["expr"] = CExpr(SelfPtr(), f"->{_ident(out.pop('path'), where, 'path')}")
+                out["expr"] = SelfMember(_ident(out.pop('path'), where, 'path'))
             out["checks"] = expand_checks(scope, aspec["checks"], aspec.where("checks"))
             return _mapping(aspec, out)
         return aspec
@@ -702,6 +723,7 @@ def _expand_method(spec: Any, method: Any) -> None:
             del node[rule.key]
     Values().apply(scope, node)
     SetOnResult().apply(scope, node)
+    Explainers().apply(scope, node)
     if "checks" in node:
         node["checks"] = expand_checks(scope, node["checks"], node.where("checks"))
     for key, lines in (("prologue", scope.prologue), ("epilogue", scope.epilogue)):

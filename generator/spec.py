@@ -141,16 +141,79 @@ class Handle:
     methods: List[Method]
 
 
+@dataclass(frozen=True)
+class FieldSpec:
+    """A field of a struct class as the spec writes it (`name: C path`, or
+    {path, convert, default, members, none_ok, since}), read once at load;
+    `keys`: the keys it was written with (its converter refuses those it
+    does not take, generator/builder.py)."""
+    name: str
+    path: str
+    convert: Optional[str]
+    has_default: bool
+    default: Any              # as written (None: the string "None")
+    members: Optional[str]    # the IntEnum whose members alone it takes
+    none_ok: bool
+    since: Optional[str]
+    keys: Tuple[str, ...]
+    location: "Location"
+
+    def where(self, key: Optional[str] = None) -> str:
+        return self.location.where(key)
+
+
 @dataclass
 class Struct:
+    """A struct class (spec `structs:`), read once at load: its C type, its
+    fields (None: `fields: all`, every member whose type converts)."""
     name: str
-    node: Node
+    ctype: str
+    doc: str
+    writable: bool
+    since: Optional[str]
+    fields: Optional[List[FieldSpec]]
+    location: "Location"
+
+    def where(self, key: Optional[str] = None) -> str:
+        return self.location.where(key)
+
+    def field(self, name: str) -> Optional[FieldSpec]:
+        return next((f for f in self.fields or [] if f.name == name), None)
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a spec entry and each of its keys are (file:line), for errors."""
+    file: str
+    line: int
+    key_lines: Dict[str, int]
+
+    @classmethod
+    def of(cls, node: Node) -> "Location":
+        return cls(node.file, node.line, dict(getattr(node, "key_lines", {})))
+
+    def where(self, key: Optional[str] = None) -> str:
+        line = self.key_lines.get(key, self.line) if key else self.line
+        return f"{self.file}:{line}"
 
 
 @dataclass
 class EnumSpec:
+    """An enum class (spec `enums:`), read once at load: the C enum it
+    mirrors (`c`) or the pattern its C constants match (`match`), the
+    prefix its members drop, the constants the spec adds (older headers
+    lack them) and the release that added it, if newer than the floor."""
     name: str
-    node: Node
+    kind: str                     # IntEnum | IntFlag
+    prefix: str
+    c: Optional[str]
+    match: Optional[str]
+    members: Dict[str, int]
+    since: Optional[str]
+    location: Location
+
+    def where(self, key: Optional[str] = None) -> str:
+        return self.location.where(key)
 
 
 @dataclass
@@ -350,7 +413,7 @@ def load(spec_dir: str) -> Spec:
             if "ctype" not in node or "fields" not in node:
                 raise SpecError(f"{node.where()}: {cls}: needs 'ctype' and 'fields'")
             _check_field_keys(cls, node["fields"])
-            spec.structs.append(Struct(cls, node))
+            spec.structs.append(_struct(cls, node))
         for cls, node in (data.get("enums") or {}).items():
             _check_keys(node, ENUM_KEYS, cls)
             if ("c" in node) == ("match" in node):
@@ -360,7 +423,7 @@ def load(spec_dir: str) -> Spec:
                                 f"{cls}: 'kind' must be IntEnum or IntFlag")
             if "prefix" not in node:
                 raise SpecError(f"{node.where()}: {cls}: needs 'prefix'")
-            spec.enums.append(EnumSpec(cls, node))
+            spec.enums.append(_enum(cls, node))
         for key, cls in (data.get("enum_fields") or {}).items():
             spec.enum_fields[str(key)] = str(cls)
             spec.enum_field_where[str(key)] = data["enum_fields"].where(key)
@@ -457,13 +520,54 @@ def _load_docs(spec: Spec, docs: Node, display: str) -> None:
         spec.doc_methods[str(label)] = entry
 
 
+def _struct(cls: str, node: Node) -> Struct:
+    fields = node["fields"]
+    if fields != "all" and not isinstance(fields, Node):
+        raise SpecError(f"{node.where('fields')}: {cls}: fields must be 'all' or a mapping")
+    return Struct(cls, str(node["ctype"]), str(node.get("doc", "")), bool(node.get("writable", False)),
+                  None if "since" not in node else str(node["since"]),
+                  None if fields == "all" else [_field(cls, name, fspec, fields.where(name))
+                                                for name, fspec in fields.items()],
+                  Location.of(node))
+
+
+def _field(cls: str, name: str, fspec: Any, where: str) -> FieldSpec:
+    file, _, line = where.rpartition(":")
+    if isinstance(fspec, str):
+        return FieldSpec(name, fspec, None, False, None, None, False, None, ("path",),
+                         Location(file, int(line), {}))
+    if not isinstance(fspec, Node):
+        raise SpecError(f"{where}: {cls}.{name}: expected a mapping, got {fspec!r}")
+    return FieldSpec(name, str(fspec.get("path", name)),
+                     None if fspec.get("convert") is None else str(fspec["convert"]),
+                     "default" in fspec, fspec.get("default"),
+                     None if fspec.get("members") is None else str(fspec["members"]),
+                     bool(fspec.get("none_ok")), None if "since" not in fspec else str(fspec["since"]),
+                     tuple(fspec), Location.of(fspec))
+
+
+def _enum(cls: str, node: Node) -> EnumSpec:
+    members = node.get("members") or Node()
+    if not isinstance(members, dict):
+        raise SpecError(f"{node.where('members')}: {cls}: members: C constant -> value")
+    values: Dict[str, int] = {}
+    for name, value in members.items():
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise SpecError(f"{node.where('members')}: {cls}: {name} needs an integer value")
+        values[str(name)] = value
+    return EnumSpec(cls, str(node["kind"]), str(node["prefix"]),
+                    None if "c" not in node else str(node["c"]),
+                    None if "match" not in node else str(node["match"]), values,
+                    None if "since" not in node else str(node["since"]), Location.of(node))
+
+
 def _check_unique(spec: Spec) -> None:
     seen: Dict[str, str] = {}
-    for kind, items in (("handle", spec.handles), ("struct", spec.structs),
-                        ("enum", spec.enums)):
-        for item in items:
-            where = item.node.where()
-            if item.name in seen:
-                raise SpecError(f"{where}: {kind} {item.name} already defined at "
-                                f"{seen[item.name]}")
-            seen[item.name] = where
+    items: List[Tuple[str, Any]] = [("handle", h) for h in spec.handles]
+    items += [("struct", s) for s in spec.structs] + [("enum", e) for e in spec.enums]
+    for kind, item in items:
+        where = item.node.where() if isinstance(item, Handle) else item.where()
+        if item.name in seen:
+            raise SpecError(f"{where}: {kind} {item.name} already defined at "
+                            f"{seen[item.name]}")
+        seen[item.name] = where

@@ -34,7 +34,6 @@ generator/cli.py, which calls render() once all exist.
 """
 from __future__ import annotations
 
-import ast
 import hashlib
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Set
@@ -42,7 +41,7 @@ from typing import Any, Dict, List, Optional, Set
 from . import record_stubs
 from . import render as vrender
 from .model import HandleModel, MethodModel, Model, StructModel
-from .record_model import CMModel, RecordsModel
+from .record_model import RecordsModel
 from .pytypes import GID_LIKE
 from .stubtext import (StubClass, docstring_body, first_line as _first_line, read_only,
                        with_doc as _with_doc)
@@ -55,6 +54,21 @@ OUTPUT = "_ibverbs.pyi"
 class Stubs:
     classes: List[StubClass]
     functions: List[str]                  # one `def` line each
+    function_names: List[str]
+
+    def public_names(self) -> List[str]:
+        """The extension's __all__ (module.c): its public classes and
+        functions, and the names it re-exports from Python modules."""
+        public = {c.name for c in self.classes} | set(self.function_names)
+        public = {n for n in public if n[:1].isalpha()}
+        return sorted(public | {n for _, names in REEXPORTS for n in names})
+
+
+#: what the extension module re-exports from the Python layer, as the
+#: seed's extension module had them (ibverbs/src/module.c): module, names
+REEXPORTS = (("ibverbs._device", ("Device", "get_device_list")),
+             ("ibverbs.errors", ("CompletionError", "VerbsError")),
+             ("ibverbs._gid", ("Gid",)))
 
 
 def _split_params(text: str) -> List[str]:
@@ -108,8 +122,8 @@ def _typed_params(params: List[str], types: Dict[str, str]) -> str:
     return ", ".join(out)
 
 
-def _method_def(m: MethodModel, node: Any, handles: Set[str], is_method: bool) -> str:
-    stub = node.get("stub") if node is not None else None
+def _method_def(m: MethodModel, handles: Set[str], is_method: bool) -> str:
+    stub = m.stub
     if m.hand and isinstance(stub, list):
         # several call forms (PD.reg_mr(addr, length, access) / (buffer, access))
         return "\n".join(_with_doc(f"@overload\ndef {m.name}{form}:", m.doc) for form in stub)
@@ -123,7 +137,7 @@ def _method_def(m: MethodModel, node: Any, handles: Set[str], is_method: bool) -
         result = "Any"
     else:
         # each converter's Python type (generator/converters/)
-        types = {a.name: a.pytype for a in m.args} if node is not None else {}
+        types = {a.name: a.pytype for a in m.args}
         result = m.result_pytype
     return _with_doc(f"def {m.name}({_typed_params(params, types)}) -> {result}:", m.doc)
 
@@ -154,19 +168,7 @@ def _struct_class(s: StructModel, handles: Set[str]) -> StubClass:
     return c
 
 
-def _slot_stub(spec: Any, cls: str, slot: str) -> str:
-    """A slot's type in the stub: its spec `stub:` (MR.owner: object), else Any."""
-    handle = spec.handle(cls)
-    while handle is not None:           # a subclass (ImportedMR) has its base's slots
-        sspec: Any = (handle.node.get("slots") or {}).get(slot)
-        if hasattr(sspec, "get") and sspec.get("stub"):
-            return str(sspec["stub"])
-        base: Any = handle.node.get("base")
-        handle = spec.handle(base["class"] if hasattr(base, "get") else base) if base else None
-    return "Any"
-
-
-def _handle_class(h: HandleModel, spec: Any, handles: Set[str]) -> StubClass:
+def _handle_class(h: HandleModel, handles: Set[str]) -> StubClass:
     # a class the Python layer subclasses (ibverbs.CMID) is not @final
     c = StubClass(h.name, h.doc, final=not h.subclassed)
     c.lines.append(read_only("closed", "bool", "True once close() has run."))
@@ -175,37 +177,29 @@ def _handle_class(h: HandleModel, spec: Any, handles: Set[str]) -> StubClass:
     for aname, getter in h.attributes:
         c.lines.append(read_only(aname, getter.pytype, h.docs.get(aname, "")))
     shadowed = set(h.hand_attribute_names)
-    for sname, writable, _doc in h.slots:
-        if sname not in shadowed:
-            t = _slot_stub(spec, h.name, sname)
-            c.lines.append(f"{sname}: {t}" if writable else read_only(sname, t))
-    c.lines += _hand_attribute_lines(h, spec)
+    for slot in h.slots:     # a subclass (ImportedMR) has its base's slots
+        if slot.name not in shadowed:
+            t = slot.stub or "Any"     # spec `stub:` (MR.owner: object)
+            c.lines.append(f"{slot.name}: {t}" if slot.writable else read_only(slot.name, t))
+    c.lines += _hand_attribute_lines(h)
     c.lines += [_with_doc("def close(self) -> None:", h.close_doc or
                           f"Destroy the {h.ctype} ({h.destroy}); harmless when already closed."),
                 "def __enter__(self) -> Self: ...",
                 "def __exit__(self, *exc: object) -> None: ...",
                 "@classmethod", _with_doc("def _open_count(cls) -> int:", _OPEN_COUNT_DOC.format(h.name))]
-    hspec = spec.handle(h.name)
-    nodes = {m.name: m.node for m in (hspec.methods if hspec else [])}
     for m in h.methods:
-        c.lines.append(_method_def(m, nodes.get(m.name), handles, True))
+        c.lines.append(_method_def(m, handles, True))
     return c
 
 
 _OPEN_COUNT_DOC = "How many {} objects of this process are open (leak checks)."
 
 
-def _hand_attribute_lines(h: HandleModel, spec: Any) -> List[str]:
+def _hand_attribute_lines(h: HandleModel) -> List[str]:
     """Attributes of hand-written getters/setters (spec ``hand_attributes``),
     typed by their ``stub:`` key (``stub: int``), else Any."""
-    hspec = spec.handle(h.name)
-    nodes = (hspec.node.get("hand_attributes") or {}) if hspec else {}
-    lines = []
-    for aname, writable, doc in h.hand_attributes:
-        anode: Any = nodes.get(aname)
-        t = (anode.get("stub") if hasattr(anode, "get") else None) or "Any"
-        lines.append(f"{aname}: {t}" if writable else read_only(aname, t, doc))
-    return lines
+    return [f"{a.name}: {a.stub or 'Any'}" if a.writable else read_only(a.name, a.stub or "Any", a.doc)
+            for a in h.hand_attributes]
 
 
 def _members(lines: List[str]) -> List[List[str]]:
@@ -236,14 +230,14 @@ def _derive(cls: StubClass, base: StubClass) -> None:
     cls.lines = [line for m in own for line in m]
 
 
-def build(model: Model, records: RecordsModel, cm: CMModel) -> Stubs:
+def build(model: Model, records: RecordsModel, cm: Model) -> Stubs:
     """The classes and functions of the extension: the data-path types',
     the verbs model's, rdma_cm's (whose classes are handle classes too)."""
     handles = {h.name for h in model.handles}
     classes = record_stubs.classes(records)
     classes += [_struct_class(s, handles) for s in model.structs]
-    classes += [_handle_class(h, model.spec, handles) for h in model.handles]
-    classes += [_handle_class(h, cm.spec, handles) for h in cm.handles]
+    classes += [_handle_class(h, handles) for h in model.handles]
+    classes += [_handle_class(h, handles) for h in cm.handles]
     for cls in classes:
         # a slot written as "@property\ndef ..." spans lines
         cls.lines = [part for line in cls.lines for part in line.split("\n")]
@@ -252,27 +246,9 @@ def build(model: Model, records: RecordsModel, cm: CMModel) -> Stubs:
     for h in model.handles:
         if h.base is not None:
             _derive(by_name[h.name], by_name[h.base.name])
-    functions = (_function_defs(model.functions, model.spec, handles)
-                 + _function_defs(cm.functions, cm.spec, handles))
-    return Stubs(classes, functions)
-
-
-def _function_defs(functions: List[MethodModel], spec: Any, handles: Set[str]) -> List[str]:
-    nodes = {m.name: m.node for m in spec.functions}
-    return [_method_def(m, nodes.get(m.name), handles, False) for m in functions]
-
-
-def _public_names(text: str) -> List[str]:
-    """The extension's __all__ (module.c): the stub's public top-level
-    classes and functions, and the names it re-exports from Python modules
-    (`from m import X as X`)."""
-    public = set()
-    for node in ast.parse(text).body:
-        if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name[:1].isalpha():
-            public.add(node.name)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            public |= {a.name for a in node.names if a.asname == a.name}
-    return sorted(public)
+    functions = model.functions + cm.functions
+    return Stubs(classes, [_method_def(m, handles, False) for m in functions],
+                 [m.name for m in functions])
 
 
 @dataclass
@@ -281,7 +257,7 @@ class _Inputs:
     sha256: str
 
 
-def render(model: Model, records: RecordsModel, cm: CMModel,
+def render(model: Model, records: RecordsModel, cm: Model,
            template_dir: str) -> Dict[str, str]:
     """{OUTPUT: text}: the stub of the whole extension, from the verbs model,
     the data-path types and rdma_cm's."""
@@ -293,6 +269,6 @@ def render(model: Model, records: RecordsModel, cm: CMModel,
         ir=model.ir, spec=_Inputs(specs), command=vrender.COMMAND,
         comment_open="#", comment_mid="#", comment_close="",
         classes=stubs.classes, stub_functions=stubs.functions,
-        enum_names=[e.name for e in model.enums])
-    text += "\n__all__ = [\n" + "".join(f"    {n!r},\n" for n in _public_names(text)) + "]\n"
+        enum_names=[e.name for e in model.enums], reexports=REEXPORTS)
+    text += "\n__all__ = [\n" + "".join(f"    {n!r},\n" for n in stubs.public_names()) + "]\n"
     return {OUTPUT: vrender.finish(text)}

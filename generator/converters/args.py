@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any, List, Optional
 
-from ..cexpr import ArgHandle, ArgValue, uses_self
+from ..rule_data import ArgHandle, ArgValue, uses_self
 from ..ctext import UINT32, UINT64, c_default, host_to_be32, if_given, int_convert
 from ..enum_fields import c_index as enum_c_index
 from ..ir import Type
 from .fields import HandleField
 from .registry import Context, GID_LIKE, PARAMS, ParamConverter, REQUIRED, describe, optional_type
+from .rule_c import c_of, optional_c, self_only
 
 
 def spec_default(node: Any, key: str = "default") -> Any:
@@ -87,13 +88,14 @@ class IntParam(ArgParam):
         # the enum or flag class it takes (AccessFlags, QPAttrMask, ...)
         self.enum_class = ctx.arg_enum(str(pspec["arg"]))
         super().__init__(ctx, cname, t, pspec)
-        lo, hi = pspec.get("min"), pspec.get("max")
-        self.lo: Optional[str] = None if lo is None else ctx.c_text(lo)
-        self.hi: Optional[str] = None if hi is None else ctx.c_text(hi)
-        self.uses_self_ptr = uses_self(lo) or uses_self(hi)
+        # each a number, a C constant or a rule's value (generator/rule_data.py)
+        self.lo, self.hi = pspec.get("min"), pspec.get("max")
+        ctx.check_refs((self.lo, self.hi))
+        self.refs = ctx.refs
+        self.uses_self_ptr = uses_self(self.lo) or uses_self(self.hi)
 
     @classmethod
-    def c_ref(cls, cname: str, pspec: Any, ref: Any) -> Optional[str]:
+    def c_ref(cls, cname: str, ref: Any) -> Optional[str]:
         return integer_ref(cls, cname, ref)
 
     def own_declarations(self) -> List[str]:
@@ -108,8 +110,9 @@ class IntParam(ArgParam):
             f"if (!PyLong_CheckExact({self.var})",
             f'        && ibp_enum_check({enum_c_index(self.enum_class)}, {self.var}, "{self.name}") < 0)',
             "    goto exit;"]
+        lo, hi = (optional_c(v, self.refs.spell) for v in (self.lo, self.hi))
         return self.when_given(refuse_other_enums + int_convert(self.var, self.local, self.t,
-                                                                self.name, self.lo, self.hi))
+                                                                self.name, lo, hi))
 
     def call_arg(self) -> str:
         return self.local
@@ -127,7 +130,7 @@ class UnsignedParam(ArgParam):
         return cls.meaning
 
     @classmethod
-    def c_ref(cls, cname: str, pspec: Any, ref: Any) -> Optional[str]:
+    def c_ref(cls, cname: str, ref: Any) -> Optional[str]:
         return integer_ref(cls, cname, ref)
 
     def own_declarations(self) -> List[str]:
@@ -187,7 +190,7 @@ class HandleParam(ClassArgParam):
         self.label = ctx.label
 
     @classmethod
-    def c_ref(cls, cname: str, pspec: Any, ref: Any) -> Optional[str]:
+    def c_ref(cls, cname: str, ref: Any) -> Optional[str]:
         if isinstance(ref, ArgHandle) and ref.field is None:
             return str(ref.arg)      # its object: the local named after it
         return None
@@ -221,11 +224,12 @@ def hold_argument(var: str, cls: str, held: str) -> List[str]:
     return [f"if (ibp_hold({var}, {cls}_Type, &{held}) < 0)", "    goto exit;"]
 
 
-def context_check(owner_ctx: Optional[str], label: str, name: str, local: str) -> List[str]:
-    """Handles passed to a verb must belong to the same device context."""
+def context_check(owner_ctx: Optional[Any], label: str, name: str, local: str) -> List[str]:
+    """Handles passed to a verb must belong to the same device context
+    (owner_ctx: self's, a rule_data value; None: nothing to check)."""
     if owner_ctx is None:
         return []
-    return [f"if ({local} != NULL && {local}->context != {owner_ctx}) {{",
+    return [f"if ({local} != NULL && {local}->context != {c_of(owner_ctx, self_only)}) {{",
             f'    PyErr_SetString(PyExc_ValueError, "{label}: {name} belongs to another context");',
             "    goto exit;", "}"]
 
@@ -245,7 +249,7 @@ class StructObjectParam(ClassArgParam):
         self.handle_fields = [f.name for f in model.handle_fields]
 
     @classmethod
-    def c_ref(cls, cname: str, pspec: Any, ref: Any) -> Optional[str]:
+    def c_ref(cls, cname: str, ref: Any) -> Optional[str]:
         if isinstance(ref, ArgHandle) and ref.field is not None:
             return f"{ref.arg}->{HandleField.ref_member(ref.field)}"
         return None

@@ -2,12 +2,13 @@
 the verbs object, or an expression over `self_ptr`."""
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, List, NamedTuple, Optional, Sequence
 
 from ..ctext import int_getter, wide_int_to_py
 from ..enum_fields import to_py as enum_to_py
 from ..ir import Type
 from .registry import ATTRIBUTES, AttributeConverter
+from .rule_c import c_of, self_only
 
 
 @ATTRIBUTES.register("member")
@@ -30,23 +31,32 @@ class MemberAttribute(AttributeConverter):
         return [int_getter(f"self_ptr->{self.path}", self.t)]
 
 
+class AttributeCheck(NamedTuple):
+    """What must hold before a getter reads (a generator/rule_data.py
+    value), and the exception and message when it does not."""
+    condition: Any
+    error: str
+    message: str
+
+
 @ATTRIBUTES.register("int")
 class IntExprAttribute(AttributeConverter):
-    """An unsigned integer expression, after optional checks (each: a C
-    condition, the exception and message when it does not hold)."""
+    """An unsigned integer expression over self's verbs object, after
+    optional checks (each: a condition, the exception and message when it
+    does not hold); generator/rule_data.py values."""
     pytype = "int"
     keys = frozenset({"expr", "checks", "convert"})
 
-    def __init__(self, expr: str, label: str = "", checks: Sequence[Tuple[str, str, str]] = ()) -> None:
+    def __init__(self, expr: Any, label: str = "", checks: Sequence[AttributeCheck] = ()) -> None:
         self.expr, self.label, self.checks = expr, label, list(checks)
 
     def getter(self) -> List[str]:
         guard: List[str] = []
         for cond, exc, message in self.checks:
-            guard += [f"if (!({cond})) {{",
+            guard += [f"if (!({c_of(cond, self_only)})) {{",
                       f'    PyErr_SetString(PyExc_{exc}, "{self.label}: {message}");',
                       "    return NULL;", "}"]
-        return guard + [f"result = {wide_int_to_py(self.expr, signed=False)};"]
+        return guard + [f"result = {wide_int_to_py(c_of(self.expr, self_only), signed=False)};"]
 
 
 @ATTRIBUTES.register("str")
@@ -55,11 +65,11 @@ class StrExprAttribute(AttributeConverter):
     pytype = "str | None"
     keys = frozenset({"expr", "convert"})
 
-    def __init__(self, expr: str) -> None:
-        self.expr = expr
+    def __init__(self, expr: Any) -> None:
+        self.expr = expr        # a generator/rule_data.py value
 
     def getter(self) -> List[str]:
-        return [f"const char *s = {self.expr};",
+        return [f"const char *s = {c_of(self.expr, self_only)};",
                 "result = s ? PyUnicode_FromString(s) : Py_NewRef(Py_None);"]
 
 

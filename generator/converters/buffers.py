@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from typing import Any, List, Optional
 
-from ..cexpr import ArgBytes, ArgSize
+from ..rule_data import ArgBytes, ArgSize
 from ..ctext import c_format_text
 from ..ir import Type
 from .args import ArgParam
 from .registry import BUFFER_LIKE, Context, PARAMS
+from .rule_c import c_of
 
 
 @PARAMS.register("bytes")
 class BytesParam(ArgParam):
     """Any bytes-like object, copied; other parameters and `checks` may use
-    its size (a rule's `size_of:`, generator/cexpr.py ArgSize; QP._create_flow:
+    its size (a rule's `size_of:`, generator/rule_data.py ArgSize; QP._create_flow:
     struct ibv_flow_attr and its specs)."""
     base_pytype = BUFFER_LIKE
     keys = ArgParam.keys | {"max", "hint"}
@@ -25,7 +26,9 @@ class BytesParam(ArgParam):
 
     def __init__(self, ctx: Context, cname: str, t: Type, pspec: Any) -> None:
         super().__init__(ctx, cname, t, pspec)
-        self.max = None if pspec.get("max") is None else ctx.c_text(pspec["max"])
+        self.max_value = pspec.get("max")      # a number, a constant or a rule's value
+        ctx.check_refs(self.max_value)
+        self.refs = ctx.refs
         self.hint = pspec.get("hint")     # why the bound, in the error: "(<hint>)"
         self.size = self.size_local(cname)
 
@@ -35,7 +38,7 @@ class BytesParam(ArgParam):
         return f"{cls.local_name(cname)}_size"
 
     @classmethod
-    def c_ref(cls, cname: str, pspec: Any, ref: Any) -> Optional[str]:
+    def c_ref(cls, cname: str, ref: Any) -> Optional[str]:
         if isinstance(ref, ArgSize):
             return cls.size_local(cname)
         if isinstance(ref, ArgBytes):
@@ -51,11 +54,12 @@ class BytesParam(ArgParam):
                  f"if ({local}_bytes == NULL)", "    goto exit;",
                  f"{size} = PyBytes_Size({local}_bytes);",
                  f"(void){size};   /* for the parameters and checks that want it */"]
-        if self.max is not None:
+        if self.max_value is not None:
+            most = c_of(self.max_value, self.refs.spell)
             hint = f" ({c_format_text(self.hint)})" if self.hint else ""
-            lines += [f"if ({size} > (Py_ssize_t)({self.max})) {{",
+            lines += [f"if ({size} > (Py_ssize_t)({most})) {{",
                       f'    PyErr_Format(PyExc_ValueError, "{self.name} must be at most %lld '
-                      f'bytes{hint}, got %zd", (long long)({self.max}), {size});',
+                      f'bytes{hint}, got %zd", (long long)({most}), {size});',
                       "    goto exit;", "}"]
         return lines
 

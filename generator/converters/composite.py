@@ -5,15 +5,14 @@ from __future__ import annotations
 
 from typing import Any, FrozenSet, List, Optional
 
-from ..cexpr import ArgHandle, ArgValue, StructLocal, uses_self
-from ..ctext import c_default, if_given, indented, int_convert
+from ..ctext import MASK_BITS, c_default, if_given, indented, int_convert
+from ..rule_data import ArgHandle, ArgValue, StructLocal, uses_self
 from ..ir import Type
 from .args import ArgParam, context_check, hold_argument, spec_default
 from .registry import Arg, Context, PARAMS, ParamConverter, REQUIRED, describe, optional_type
+from .rule_c import c_of, optional_c
 
-#: the local the mask bits of the optional members given add up in (the
-#: first member with a `mask:` declares it; spec `mask` passes it)
-MASK_BITS = "mask_bits"
+__all__ = ["MASK_BITS", "KwargsParam", "StructFieldsParam"]
 
 
 class _Member:
@@ -34,11 +33,13 @@ class _ConstantMember(_Member):
     keys = frozenset({"value"})
 
     def __init__(self, ctx: Context, target: str, value: Any) -> None:
-        self.target, self.value = target, ctx.c_text(value)
+        # a number, a C constant or a rule's value (generator/rule_data.py)
+        self.target, self.value, self.refs = target, value, ctx.refs
+        ctx.check_refs(value)
         self.uses_self_ptr = uses_self(value)
 
     def parse(self) -> List[str]:
-        return [f"{self.target} = {self.value};"]
+        return [f"{self.target} = {c_of(self.value, self.refs.spell)};"]
 
 
 class _ArgMember(_Member):
@@ -66,19 +67,23 @@ class _IntMember(_ArgMember):
 
     def __init__(self, ctx: Context, target: str, t: Type, fspec: Any) -> None:
         super().__init__(ctx, target, fspec, "int")
-        lo, hi = fspec.get("min"), fspec.get("max")
-        self.conv = int_convert(self.var, target, t, self.name,
-                                None if lo is None else ctx.c_text(lo),
-                                None if hi is None else ctx.c_text(hi))
-        self.uses_self_ptr = uses_self(lo) or uses_self(hi)
+        self.t, self.refs = t, ctx.refs
+        self.lo, self.hi = fspec.get("min"), fspec.get("max")
+        ctx.check_refs((self.lo, self.hi))
+        self.uses_self_ptr = uses_self(self.lo) or uses_self(self.hi)
+
+    def conversion(self) -> List[str]:
+        return int_convert(self.var, self.target, self.t, self.name,
+                           optional_c(self.lo, self.refs.spell), optional_c(self.hi, self.refs.spell))
 
     def parse(self) -> List[str]:
         if self.mask is not None:
             return ([f"if ({self.var} != NULL && {self.var} != Py_None) {{"]
-                    + indented(self.conv + [f"{MASK_BITS} |= {self.mask};"]) + ["}"])
+                    + indented(self.conversion() + [f"{MASK_BITS} |= {self.mask};"]) + ["}"])
         if self.default != REQUIRED:
-            return [f"{self.target} = {c_default(self.default)};"] + if_given(self.var, self.conv)
-        return self.conv
+            return [f"{self.target} = {c_default(self.default)};"] + if_given(self.var,
+                                                                                self.conversion())
+        return self.conversion()
 
 
 class _HandleMember(_ArgMember):
@@ -133,7 +138,7 @@ class StructFieldsParam(ParamConverter):
         return ArgParam.local_name(cname)
 
     @classmethod
-    def c_ref(cls, cname: str, pspec: Any, ref: Any) -> Optional[str]:
+    def c_ref(cls, cname: str, ref: Any) -> Optional[str]:
         if isinstance(ref, ArgValue) and ref.path is not None:
             return f"{cls.local_name(cname)}.{ref.path}"
         if isinstance(ref, StructLocal):

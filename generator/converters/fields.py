@@ -21,8 +21,8 @@ class HandleField(FieldConverter):
     setter used to give."""
     keys = FieldConverter.keys | {"none_ok"}
 
-    def __init__(self, pyname: str, member: str, writable: bool, cls: str, none_ok: bool) -> None:
-        super().__init__(pyname, member, writable)
+    def __init__(self, pyname: str, path: str, writable: bool, cls: str, none_ok: bool) -> None:
+        super().__init__(pyname, path, writable)
         self.cls = cls
         # a required field that may hold None until the struct is used (the
         # seed's QPInitAttr(None, None) filled later)
@@ -123,10 +123,10 @@ class IntField(FieldConverter):
     pytype = "int"
     keys = FieldConverter.keys | {"members"}
 
-    def __init__(self, pyname: str, member: str, writable: bool, t: Type,
+    def __init__(self, pyname: str, path: str, writable: bool, t: Type,
                  members: Optional[Tuple[str, List[Tuple[int, int]]]] = None,
                  enum_class: Optional[str] = None) -> None:
-        super().__init__(pyname, member, writable)
+        super().__init__(pyname, path, writable)
         self.t = t
         # spec `members: QPType`: (the enum's name, its values as (lo, hi)
         # runs); any other value is refused when set, as SendWR.opcode is
@@ -164,8 +164,8 @@ class IntField(FieldConverter):
 class NestedStructField(FieldConverter):
     """A nested struct of another struct class, copied in and out."""
 
-    def __init__(self, pyname: str, member: str, writable: bool, cls: str) -> None:
-        super().__init__(pyname, member, writable)
+    def __init__(self, pyname: str, path: str, writable: bool, cls: str) -> None:
+        super().__init__(pyname, path, writable)
         self.cls = cls
 
     @property

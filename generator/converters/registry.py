@@ -77,8 +77,10 @@ class Context(Protocol):
     def struct_model(self, cls: str) -> Any: ...   # a model.StructModel (model imports us)
     def struct_class_of(self, ctype: str) -> Optional[str]: ...
     def member_type(self, record: "Record", path: str, where: str) -> "Type": ...
-    def context_owner(self, hctype: str) -> Optional[str]: ...
-    def c_text(self, value: Any) -> str: ...   # a spec value (C text or a rule's CExpr) as C
+    def context_owner(self, hctype: str) -> Optional[Any]: ...   # a rule_data value
+    #: the wrapper's values a rule names, spelled at emit time (converters/rule_c.py)
+    refs: Any
+    def check_refs(self, value: Any) -> None: ...   # a rule's value names only declared ones
     def arg_enum(self, arg: str) -> Optional[str]: ...   # the enum class an argument takes
 
 
@@ -120,9 +122,9 @@ class ParamConverter:
     parse_can_fail = False
 
     @classmethod
-    def c_ref(cls, cname: str, pspec: Any, ref: Any) -> Optional[str]:
+    def c_ref(cls, cname: str, ref: Any) -> Optional[str]:
         """The C spelling of a value this kind declares for parameter
-        *cname* that a rule's expression refers to (a generator.cexpr.Ref),
+        *cname* that a rule's value refers to (a generator.rule_data.Ref),
         None when it declares no such value."""
         return None
 
@@ -202,10 +204,15 @@ class FieldConverter:
     #: (generator/builder.py refuses any other).
     keys: FrozenSet[str] = frozenset({"path", "convert", "default", "since"})
 
-    def __init__(self, pyname: str, member: str, writable: bool) -> None:
+    def __init__(self, pyname: str, path: str, writable: bool) -> None:
         self.pyname = pyname
-        self.member = member            # the C lvalue, "c->grh.dgid"
+        self.path = path                # the member inside the C struct, "grh.dgid"
         self.writable = writable
+
+    @property
+    def member(self) -> str:
+        """The C lvalue of the member in the getter and setter (`c` is the struct)."""
+        return f"c->{self.path}"
 
     @property
     def settable(self) -> bool:

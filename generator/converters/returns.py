@@ -3,22 +3,44 @@ the verb's result as an int, bool, host-order be32 or str, or None / the
 out parameters (one item, or a tuple of them)."""
 from __future__ import annotations
 
-from typing import List
+from typing import List, NamedTuple, Optional
 
 from ..ctext import be32_to_host, indented, int_getter, int_to_py
 from ..ir import Type
+from .args import StructObjectParam
 from .registry import RETURNS, ReturnConverter
+
+
+class ParentSource(NamedTuple):
+    """Where a new object's parent comes from (spec `returns: {parents:}`):
+    self, the handle argument `arg`, or the handle in field `field` of the
+    struct argument `arg` as the call was handed it."""
+    is_self: bool = False
+    arg: Optional[str] = None
+    field: Optional[str] = None
+
+
+def _parent_c(source: Optional[ParentSource]) -> str:
+    if source is None:
+        return "NULL"
+    if source.is_self:
+        return "self"
+    if source.field is not None:
+        return StructObjectParam.held_local(str(source.arg), source.field)
+    return str(source.arg)      # its object: the local named after it
 
 
 @RETURNS.register("new")
 class NewHandleReturn(ReturnConverter):
-    """A new object of a handle class, with its parents (C expressions)."""
+    """A new object of a handle class, with its parents (None: no parent),
+    in the order the class declares them."""
 
-    def __init__(self, cls: str, parents: List[str]) -> None:
+    def __init__(self, cls: str, parents: List[Optional[ParentSource]]) -> None:
         self.cls, self.parents = cls, parents
 
     def lines(self, outputs: List[List[str]]) -> List[str]:
-        return [f"return_value = {self.cls}_wrap(rc{''.join(', ' + p for p in self.parents)});"]
+        parents = "".join(", " + _parent_c(p) for p in self.parents)
+        return [f"return_value = {self.cls}_wrap(rc{parents});"]
 
     def pytype(self, output_types: List[str]) -> str:
         return self.cls
@@ -41,7 +63,10 @@ class IntReturn(_Simple):
     type_name = "int"
 
     def __init__(self, t: Type) -> None:
-        self.line = int_getter("rc", t, "return_value")
+        self.t = t
+
+    def lines(self, outputs: List[List[str]]) -> List[str]:
+        return [int_getter("rc", self.t, "return_value")]
 
 
 @RETURNS.register("bool")

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any, List, Optional
 
-from ..cexpr import ArgValue, CExpr, uses_self
-from ..ctext import SELF_PTR, int_getter, is_int
+from ..ctext import MASK_BITS, SELF_PTR, int_getter, is_int
 from ..ir import Type
-from .composite import MASK_BITS
 from .registry import Context, PARAMS, ParamConverter
+from .rule_c import Refs, c_of
+from ..rule_data import ArgValue, uses_self
 
 
 @PARAMS.register("self")
@@ -42,16 +42,18 @@ class ValueParam(ParamConverter):
     """A constant (spec `value:`)."""
     keys = frozenset({"value"})
 
-    def __init__(self, value: str, uses_self_ptr: bool = False) -> None:
-        self.value = value
-        self.uses_self_ptr = uses_self_ptr
+    def __init__(self, value: Any, refs: Refs) -> None:
+        self.value = value      # a number, a C constant or a rule's value (generator/rule_data.py)
+        self.refs = refs
+        self.uses_self_ptr = uses_self(value)
 
     @classmethod
     def from_spec(cls, ctx: Context, cname: str, t: Type, pspec: Any) -> "ValueParam":
-        return cls(ctx.c_text(pspec["value"]), uses_self(pspec["value"]))
+        ctx.check_refs(pspec["value"])
+        return cls(pspec["value"], ctx.refs)
 
     def call_arg(self) -> str:
-        return self.value
+        return c_of(self.value, self.refs.spell)
 
 
 class _Local(ParamConverter):
@@ -177,11 +179,16 @@ class OutListParam(ParamConverter):
     (struct entries) or all of them (integers) returned as a list."""
     keys = frozenset({"out", "count"})
 
-    def __init__(self, cname: str, pointee: Type, count: str, struct_class: Optional[str]) -> None:
+    def __init__(self, cname: str, pointee: Type, count: ArgValue, struct_class: Optional[str],
+                 refs: Refs) -> None:
         self.list = f"{cname}_list"
         self.pointee = pointee
-        self.count = count
+        self.count_ref, self.refs = count, refs     # the parameter giving the count
         self.struct_class = struct_class
+
+    @property
+    def count(self) -> str:
+        return c_of(self.count_ref, self.refs.spell)
 
     @classmethod
     def from_spec(cls, ctx: Context, cname: str, t: Type, pspec: Any) -> "OutListParam":
@@ -189,7 +196,9 @@ class OutListParam(ParamConverter):
         struct_class = ctx.struct_class_of(pointee.decl or pointee.spelling) if pointee else None
         if pointee is None or (struct_class is None and not is_int(pointee)):
             ctx.fail(f"out list {cname}: no struct class for {t.spelling}")
-        return cls(cname, pointee, ctx.c_text(CExpr(ArgValue(str(pspec["count"])))), struct_class)
+        count = ArgValue(str(pspec["count"]))
+        ctx.check_refs(count)
+        return cls(cname, pointee, count, struct_class, ctx.refs)
 
     def declarations(self) -> List[str]:
         return [f"{self.pointee.spelling} *{self.list} = NULL;"]

@@ -291,7 +291,7 @@ def _undeclared_locals(m):
 
 def test_renaming_a_converter_local_follows_into_the_rules(ir, monkeypatch):
     """A rule's check, value or prologue names a converted argument, a bytes
-    argument's size, a struct being filled (generator/cexpr.py); only the
+    argument's size, a struct being filled (generator/rule_data.py); only the
     converter spells its local.  Renamed there, every wrapper still uses
     only locals it declares, the rules' expressions included."""
     from generator.converters.args import ArgParam
@@ -300,8 +300,9 @@ def test_renaming_a_converter_local_follows_into_the_rules(ir, monkeypatch):
     methods = [m for h in model.handles for m in h.methods if not m.hand]
     methods += [m for m in model.functions if not m.hand]
     made_by_rules = {f"{m.owner}.{m.name}" for m in methods
-                     if "_renamed" in " ".join([c.expr for c in m.checks]
-                                               + [m.prologue or "", m.epilogue or ""]
+                     if "_renamed" in " ".join([emit._c(m, c.condition) for c in m.checks]
+                                               + [emit._c(m, v) for v in (m.prologue, m.epilogue)
+                                                  if v is not None]
                                                + [p.call_arg() for p in m.params])}
     # size_of (QP._create_flow), location (a `set:` of CQ), comp_mask_bit
     assert {"QP._create_flow"} <= made_by_rules and len(made_by_rules) >= 3

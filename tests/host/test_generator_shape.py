@@ -146,7 +146,7 @@ def test_every_spec_kind_has_a_converter():
     assert all(hasattr(cls, "from_spec") for cls in PARAMS.by_kind.values())
 
 
-# --- rules name values by what they are (generator/cexpr.py) ---
+# --- rules name values by what they are (generator/rule_data.py) ---
 
 #: how converters spell their locals (generator/converters/): a rule that
 #: wrote one of these would break when the converter renames its local

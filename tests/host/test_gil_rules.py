@@ -111,7 +111,8 @@ def test_handle_arguments_are_held_before_anything_is_converted(built):
 def test_hand_methods_get_their_rule_from_their_verbs_and_hold_what_the_spec_lists(built):
     ctx = next(h for h in built.handles if h.name == "Context")
     table = next(m for m in ctx.methods if m.name == "create_rwq_ind_table")
-    assert table.release_gil and table.hand_holds == [("wqs_c", "wqs_held", True)]
+    # the impl argument wqs, a sequence of handles (its C the emit stage writes)
+    assert table.release_gil and table.hand_holds == [(None, "wqs", "wqs_held", True)]
     body = "\n".join(emit.impl_body(table))
     # the WQs are held once converted, before the hand code runs, and let go after
     assert body.index("ibp_hold_each(wqs_c, &wqs_held)") < body.index(
