@@ -270,7 +270,10 @@ def callgrind(cmd, env, marked=False):
     every operation."""
     fd, out = tempfile.mkstemp(prefix="callgrind.", dir=BUILD)
     os.close(fd)
-    marks = ["--zero-before=os_getppid", "--dump-before=os_getpgrp"] if marked else []
+    marks = []
+    if marked:
+        before, after = marker_functions(cmd[0])
+        marks = [f"--zero-before={before}", f"--dump-before={after}"]
     try:
         sh(["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out, *marks, *cmd],
            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -290,13 +293,38 @@ def callgrind(cmd, env, marked=False):
             os.unlink(path)
 
 
+def marker_functions(python):
+    """The C functions that callgrind zeroes and dumps at: the interpreter's
+    os.getppid and os.getpgrp (os_getppid, os_getpgrp), or where neither
+    its binary nor its libpython keeps static symbols (Debian's python3.14
+    is stripped of them) the libc functions they call: the same place, give or take a constant that
+    the loop's subtraction takes out."""
+    files = subprocess.run(
+        [python, "-c", "import sys, sysconfig as c; print(sys.executable); "
+         "print(c.get_config_var('Py_ENABLE_SHARED') and "
+         "(c.get_config_var('LIBDIR') or '') + '/' + (c.get_config_var('LDLIBRARY') or ''))"],
+        capture_output=True, text=True).stdout.split()
+    for path in files:
+        try:
+            symbols = subprocess.run(["nm", os.path.realpath(path)], capture_output=True,
+                                     text=True).stdout
+        except OSError:
+            continue
+        if re.search(r" [tT] os_getppid\b", symbols):
+            return "os_getppid", "os_getpgrp"
+    return "getppid", "getpgrp"
+
+
 def build_nullcall():
     """build/bench/_nullcall*.so (bench/nullcall.c): the floor's do-nothing calls."""
-    suffix, include = subprocess.run(
-        [PY, "-c", "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX')); "
-         "print(sysconfig.get_paths()['include'])"],
+    suffix, include, limited = subprocess.run(
+        [PY, "-c", "import sys, sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX')); "
+         "print(sysconfig.get_paths()['include']); "
+         # the Limited API level of the abi3 target this interpreter builds (setup.py)
+         "print('0x030e0000' if sys.version_info >= (3, 14) else '0x03090000')"],
         check=True, capture_output=True, text=True).stdout.split()
     sh(["gcc", "-O2", "-fPIC", "-shared", "-Wall", "-Werror", f"-I{include}",
+        f"-DPy_LIMITED_API={limited}",
         os.path.join(ROOT, "bench", "nullcall.c"), "-o",
         os.path.join(BUILD, "_nullcall" + suffix)])
 
