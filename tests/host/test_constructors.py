@@ -233,3 +233,30 @@ def test_init_replaced_on_the_class_itself_is_called(monkeypatch):
     assert ib.SendWR(wr_id=5).wr_id == 5
     with pytest.raises(TypeError, match="invalid keyword argument for SendWR"):
         ib.SendWR(anything="goes")
+
+
+# --- what is generated ---------------------------------------------------------
+
+def test_the_vectorcall_constructors_are_generated_under_the_target_macro_only():
+    """Emitted for the types the spec marks, inside #if IBP_TYPE_VECTORCALL
+    (generated/target.h: 1 on cp314-abi3 only), so the other targets' C is
+    what it was; the slot names the generated function."""
+    import pathlib
+    import re
+    generated = pathlib.Path(__file__).resolve().parents[2] / "generated"
+    with_slot = set()
+    for path in sorted(generated.glob("*.c.h")):
+        text = path.read_text(encoding="utf-8")
+        for m in re.finditer(r"\{Py_tp_vectorcall, \(void \*\)(\w+)_vectorcall\}", text):
+            with_slot.add(m.group(1))
+            assert text.rfind("#if IBP_TYPE_VECTORCALL", 0, m.start()) > \
+                text.rfind("#endif", 0, m.start()), path.name
+            assert f"\n{m.group(1)}_vectorcall(PyObject *type," in text, path.name
+    assert with_slot == {"SGE", "SendWR", "RecvWR"}
+    target = (generated / "target.h").read_text(encoding="utf-8")
+    target = target[target.index("#if defined(IBP_TARGET_"):]    # the targets' blocks
+    blocks = re.findall(r"defined\((IBP_TARGET_\w+)\)\n/\*.*?\*/\n(.*?)(?=#elif|#else)", target,
+                        re.S)
+    on = {name for name, body in blocks if "#define IBP_TYPE_VECTORCALL 1" in body}
+    assert on == {"IBP_TARGET_CP314_ABI3"}
+    assert len(blocks) == 3
