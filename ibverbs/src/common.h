@@ -22,11 +22,6 @@
 #if !IBP_FREE_THREADED && defined(Py_GIL_DISABLED)
 #error "a free-threaded CPython builds the free-threaded target (setup.py picks it)"
 #endif
-#if IBP_TYPE_VECTORCALL && IBP_FREE_THREADED
-/* The generated vectorcall constructors run outside any critical section
- * and compare tp_init with the unwrapped function (generator/targets.py). */
-#error "target " IBP_TARGET_NAME ": vectorcall constructors are for GIL targets only"
-#endif
 
 #include <endian.h>
 #include <errno.h>
@@ -656,17 +651,6 @@ IBP_HIDDEN int ibp_unpack_fastcall(struct ibp_parser *p, PyObject *const *args, 
                                    PyObject *kwnames, PyObject **out);
 IBP_HIDDEN int ibp_unpack_tuple(struct ibp_parser *p, PyObject *args, PyObject *kwargs,
                                 PyObject **out);
-#if IBP_TYPE_VECTORCALL
-/* The vectorcall constructors' (records.yaml `vectorcall: true`): a call's
- * vector parsed with ibp_unpack_tuple's rules, order of checks and
- * messages (ibp_unpack_fastcall's differ: a method's); and the call made
- * through the metatype's tp_call (type.__call__: tp_new, then tp_init), for
- * a class whose __init__ or __new__ was replaced. */
-IBP_HIDDEN int ibp_unpack_vector(struct ibp_parser *p, PyObject *const *args, Py_ssize_t nargs,
-                                 PyObject *kwnames, PyObject **out);
-IBP_HIDDEN PyObject *ibp_call_type_vector(PyObject *type, PyObject *const *args, size_t nargsf,
-                                          PyObject *kwnames);
-#endif
 
 /* An int in 1..INT32_MAX (poll's num_entries, spec `convert: positive_int`).
  * A polling loop passes the same int object every time: the last exact int
