@@ -50,6 +50,10 @@ def build_target():
     else:
         raise SystemExit(f"no build target for this interpreter (IBVERBS_TARGET={name}; "
                          f"spec/targets/targets.yaml has {[t['name'] for t in targets]})")
+    needs = tuple(int(x) for x in t["requires_python"].split("."))
+    if sys.version_info[:2] < needs:
+        raise SystemExit(f"target {t['name']} needs CPython {t['requires_python']} or later, "
+                         f"not {sys.version_info[0]}.{sys.version_info[1]}")
     if t["free_threaded"] != free_threaded:
         raise SystemExit(f"target {t['name']} is for a {'free-threaded' if t['free_threaded'] else 'GIL'} "
                          f"build of CPython, and this one is not")

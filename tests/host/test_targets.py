@@ -139,6 +139,11 @@ def test_ibverbs_target_names_an_older_target_on_a_newer_interpreter():
     assert _setup_py_target((3, 14), name="cp39-abi3") == "cp39-abi3"
 
 
+def test_ibverbs_target_refuses_a_target_newer_than_the_interpreter():
+    with pytest.raises(SystemExit, match="target cp314-abi3 needs CPython 3.14 or later, not 3.11"):
+        _setup_py_target((3, 11), name="cp314-abi3")
+
+
 def test_two_targets_for_one_build_and_version_are_refused(tmp_path):
     text = (ROOT / "spec" / "targets" / "targets.yaml").read_text()
     path = tmp_path / "targets.yaml"
