@@ -537,9 +537,11 @@ clean:
 # The venv is rebuilt on the next make.  The caches under ~/.cache are
 # shared by every checkout of this user, so only CACHES=1 removes them (each
 # needs the network again: tools/rdma-core fetches each release, tools/
-# aarch64-root the arm64 root, tests/vm the kernel images).
+# aarch64-root the arm64 root, tools/sid-root the sid root, tests/vm the
+# kernel images).
 VM_CACHES := $(or $(IBVERBS_VM_CACHE),$(CACHE_HOME)/ibverbs-vm) \
-             $(or $(IBVERBS_AARCH64_CACHE),$(CACHE_HOME)/ibverbs-aarch64)
+             $(or $(IBVERBS_AARCH64_CACHE),$(CACHE_HOME)/ibverbs-aarch64) \
+             $(or $(IBVERBS_SID_CACHE),$(CACHE_HOME)/ibverbs-sid)
 distclean: clean
 	rm -rf $(VENV) $(FT_VENV)
 	$(if $(CACHES),rm -rf $(RDMA_CACHE) $(VM_CACHES),@echo "distclean: kept the shared caches $(RDMA_CACHE) $(VM_CACHES) (CACHES=1 removes them)")
