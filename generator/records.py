@@ -49,8 +49,8 @@ FIELD_KEYS = frozenset().union(*(c.keys for c in RECORD_FIELDS.by_kind.values())
 TYPE_KEYS = {"doc", "storage", "refs", "state", "changed", "init", "repr", "attributes",
              "methods", "guard", "union", "clear", "new", "basetype", "gc", "dealloc",
              "traverse", "getattro", "sequence", "field_methods", "readonly", "stub", "fills",
-             "lock",
-             "vectorcall"}   # a Py_tp_vectorcall constructor where the target's API has the slot   # the ref whose critical section its entries take (a view of another object)
+             "lock",    # the ref whose critical section its entries take (a view of another object)
+             "vectorcall"}  # a Py_tp_vectorcall constructor where the target's API has the slot
 SEQUENCE_KEYS = {"length", "item", "set_item"}
 ATTR_KEYS = {"field", "readonly", "ref", "hand", "slot", "flag", "check", "prepared", "doc",
              "too_big", "stub"}
