@@ -559,14 +559,20 @@ int ibp_unpack_vector(struct ibp_parser *p, PyObject *const *args, Py_ssize_t na
                       PyObject *kwnames, PyObject **out)
 {
     Py_ssize_t nkw = kwnames != NULL ? PyTuple_Size(kwnames) : 0;
-    if (parser_ready(p) < 0 || positional(p, nargs, p->nkwonly ? nkw : 0) < 0)
+    if (parser_ready(p) < 0)
         return -1;
     const int n = p->n;
     int i = 0;
-    for (; i < nargs; i++)          /* nargs <= n: positional() checked */
+    for (; i < nargs && i < n; i++)
         out[i] = args[i];
     for (; i < n; i++)
         out[i] = NULL;
+    /* All by position, as many as may be (SGE(addr, length, lkey)): no
+     * check can fail, and no name is looked at. */
+    if (nkw == 0 && nargs >= p->nrequired && nargs <= n - p->nkwonly)
+        return 0;
+    if (positional(p, nargs, p->nkwonly ? nkw : 0) < 0)
+        return -1;
     /* As ibp_unpack_tuple: with keyword-only names, a missing argument is
      * named before an unknown keyword.  kwnames holds only str. */
     PyObject *unknown = NULL;
