@@ -60,6 +60,9 @@ help:
 	@echo 'make test-topology    PCIe/NUMA topology in a q35 guest with a PCIe tree (part of make test)'
 	@echo 'make build            the extension in place (what the tests import)'
 	@echo 'make wheel [ARCH=aarch64]  build and audit the wheel only (aarch64: cross-compiled)'
+	@echo 'make wheel-314        the cp314-abi3 wheel (vectorcall constructors), built in a Debian'
+	@echo '                      sid root (tools/sid-root) by its python3.14, audited'
+	@echo 'make test-314-host    the host tier on it there (SID_PY=python3.15: on 3.15)'
 	@echo 'make test-aarch64     the aarch64 wheel: host tests under qemu-user (test-aarch64-host,'
 	@echo '                      part of make test on x86_64), then device smoke tests on'
 	@echo '                      Soft-RoCE in an aarch64 VM (test-aarch64-device)'
@@ -284,6 +287,45 @@ wheel-ft: venv-ft
 	    > build/wheel-ft.log 2>&1 || { cat build/wheel-ft.log; exit 1; }; \
 	  TARGET=cp314t PY=$(FT_PY) tools/audit-wheel build/wheel-tmp-ft dist; fi
 
+# `make wheel-314`: the cp314-abi3 wheel (spec/targets/targets.yaml: the
+# Limited API at 3.14's level, vectorcall constructors), built by Debian
+# sid's python3.14 in a sid root (tools/sid-root: made once with mmdebstrap,
+# cached in ~/.cache/ibverbs-sid) from a copy of the tree ($(SID_DIR)/tree),
+# and audited here as the abi3 wheel is.  `make test-314-host`: the host
+# tier on that wheel in the root, under python3.14 (SID_PY=python3.15: on
+# 3.15's GIL build, which loads the same wheel).  Both skip, saying why,
+# where the root cannot be made (it needs root, mmdebstrap and, once, the
+# network).
+SID_DIR := build/sid
+SID_PY ?= python3.14
+SID_HOST_TESTS ?= tests/host
+SID_ROOT := $(CURDIR)/tools/sid-root
+SID_SKIP = echo "$@: skipped: no Debian sid root (tools/sid-root failed: it needs root, mmdebstrap and the network once)" >&2
+.PHONY: wheel-314 test-314-host
+wheel-314: venv
+	@$(SID_ROOT) >/dev/null || { $(SID_SKIP); exit 0; }; \
+	set -e; rm -rf $(SID_DIR)/tree build/wheel-tmp-314 dist/*-cp314-abi3-*.whl; \
+	mkdir -p $(SID_DIR)/tree build/wheel-tmp-314; \
+	git ls-files -z --cached --others --exclude-standard \
+	    | tar --null --ignore-failed-read -T - -cf - 2>/dev/null | tar -xf - -C $(SID_DIR)/tree; \
+	rm -f $(SID_DIR)/tree/ibverbs/*.so; \
+	(cd $(SID_DIR)/tree && IBVERBS_WERROR=1 $(SID_ROOT) run \
+	    'python3.14 -m pip wheel -q --no-deps --no-build-isolation --wheel-dir wheel .') \
+	    > build/wheel-314.log 2>&1 || { cat build/wheel-314.log; exit 1; }; \
+	cp $(SID_DIR)/tree/wheel/*-cp314-abi3-*.whl build/wheel-tmp-314/; \
+	TARGET=cp314-abi3 PY=$(PY) tools/audit-wheel build/wheel-tmp-314 dist
+
+# The wheel-314 tree, the wheel unpacked into it (as test-aarch64-host's).
+test-314-host: wheel-314
+	@$(SID_ROOT) >/dev/null || { $(SID_SKIP); exit 0; }; \
+	set -e; rm -f $(SID_DIR)/tree/ibverbs/*.so; \
+	$(PY) -m zipfile -e $$(ls dist/*-cp314-abi3-*.whl) $(SID_DIR)/tree; \
+	start=$$(date +%s); \
+	cd $(SID_DIR)/tree && $(SID_ROOT) run '$(SID_PY) -c "import sys, ibverbs._ibverbs as m; \
+	    print(sys.version.split()[0], m._target, m.__file__)" && \
+	    $(SID_PY) -m pytest -q -p no:cacheprovider $(SID_HOST_TESTS)'; \
+	echo "$@: host tier on $(SID_PY) took $$(( $$(date +%s) - start )) s"
+
 RELEASES := 33.2 44.0 56.1 65.0
 
 .PHONY: check-releases audit rdma-core
@@ -495,9 +537,11 @@ clean:
 # The venv is rebuilt on the next make.  The caches under ~/.cache are
 # shared by every checkout of this user, so only CACHES=1 removes them (each
 # needs the network again: tools/rdma-core fetches each release, tools/
-# aarch64-root the arm64 root, tests/vm the kernel images).
+# aarch64-root the arm64 root, tools/sid-root the sid root, tests/vm the
+# kernel images).
 VM_CACHES := $(or $(IBVERBS_VM_CACHE),$(CACHE_HOME)/ibverbs-vm) \
-             $(or $(IBVERBS_AARCH64_CACHE),$(CACHE_HOME)/ibverbs-aarch64)
+             $(or $(IBVERBS_AARCH64_CACHE),$(CACHE_HOME)/ibverbs-aarch64) \
+             $(or $(IBVERBS_SID_CACHE),$(CACHE_HOME)/ibverbs-sid)
 distclean: clean
 	rm -rf $(VENV) $(FT_VENV)
 	$(if $(CACHES),rm -rf $(RDMA_CACHE) $(VM_CACHES),@echo "distclean: kept the shared caches $(RDMA_CACHE) $(VM_CACHES) (CACHES=1 removes them)")

@@ -9,8 +9,11 @@ other headers (tools/release-check does, with code generated from them).
 
 It is built for one target of spec/targets/targets.yaml (generated/targets.py):
 under a free-threaded CPython its free-threaded target (cp314t, the full
-API), else the stable ABI at the 3.9 floor (cp39-abi3: one wheel serves
-every GIL build of CPython >= 3.9).  IBVERBS_TARGET=<name> names one.
+API); under a GIL build of 3.14 or later the stable ABI at 3.14's level
+(cp314-abi3: vectorcall constructors), under 3.9-3.13 the stable ABI at the
+3.9 floor (cp39-abi3: one wheel serves every GIL build of CPython >= 3.9).
+Of the targets for its kind of build, the newest whose requires_python the
+interpreter meets.  IBVERBS_TARGET=<name> names one.
 """
 import glob
 import os
@@ -34,6 +37,8 @@ def build_target():
     targets = runpy.run_path(os.path.join(HERE, "generated", "targets.py"))["TARGETS"]
     name = os.environ.get("IBVERBS_TARGET")
     free_threaded = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+    # the newest first (a stable sort: spec order among equals)
+    targets = sorted(targets, key=lambda t: -int(t["requires_python"].split(".")[1]))
     for t in targets:
         if name is not None:
             if t["name"] == name:
@@ -45,6 +50,10 @@ def build_target():
     else:
         raise SystemExit(f"no build target for this interpreter (IBVERBS_TARGET={name}; "
                          f"spec/targets/targets.yaml has {[t['name'] for t in targets]})")
+    needs = tuple(int(x) for x in t["requires_python"].split("."))
+    if sys.version_info[:2] < needs:
+        raise SystemExit(f"target {t['name']} needs CPython {t['requires_python']} or later, "
+                         f"not {sys.version_info[0]}.{sys.version_info[1]}")
     if t["free_threaded"] != free_threaded:
         raise SystemExit(f"target {t['name']} is for a {'free-threaded' if t['free_threaded'] else 'GIL'} "
                          f"build of CPython, and this one is not")

@@ -22,9 +22,14 @@
  *                    (WC's, which answers its hot fields before the generic
  *                    lookup)
  *
- * Built against the 3.9 Limited API, as the extension is.
+ * Built against the Limited API of the target the interpreter builds
+ * (bench/host_micro.py passes it: 3.9's, or 3.14's under 3.14+), as the
+ * extension is.  At 3.14's, Null is also called through Py_tp_vectorcall,
+ * a do-nothing one (the allocation only), as SGE and SendWR are there.
  */
+#ifndef Py_LIMITED_API
 #define Py_LIMITED_API 0x03090000
+#endif
 #include <Python.h>
 
 #ifndef METH_FASTCALL
@@ -132,6 +137,15 @@ static PyObject *null_getattro(PyObject *self, PyObject *name)
     return zero;
 }
 
+#ifdef Py_tp_vectorcall
+static PyObject *null_vectorcall(PyObject *type, PyObject *const *args, size_t nargsf,
+                                 PyObject *kwnames)
+{
+    (void)args, (void)nargsf, (void)kwnames;
+    return PyType_GenericAlloc((PyTypeObject *)type, 0);
+}
+#endif
+
 static PyMethodDef null_methods[] = {
     {"nop", (PyCFunction)(void (*)(void))null_nop, METH_FASTCALL | METH_KEYWORDS, NULL},
     {"make", (PyCFunction)(void (*)(void))null_make, METH_FASTCALL | METH_KEYWORDS, NULL},
@@ -146,6 +160,9 @@ static PyType_Slot null_slots[] = {
     {Py_tp_traverse, (void *)null_traverse},
     {Py_tp_clear, (void *)null_clear},
     {Py_tp_methods, null_methods},
+#ifdef Py_tp_vectorcall
+    {Py_tp_vectorcall, (void *)null_vectorcall},
+#endif
     {0, NULL},
 };
 
@@ -175,7 +192,7 @@ PyMODINIT_FUNC PyInit__nullcall(void)
         return NULL;
     }
     Null_Type = (PyTypeObject *)PyType_FromSpec(&null_spec);
-    Py_XINCREF(Null_Type);
+    Py_XINCREF((PyObject *)Null_Type);
     if (Null_Type == NULL || PyModule_AddObject(m, "Null", (PyObject *)Null_Type) < 0) {
         Py_DECREF(m);
         return NULL;

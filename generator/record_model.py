@@ -206,6 +206,9 @@ class RecordTypeModel:
     fills: Optional[str] = None
     # spec `lock: <ref>`: whose critical section its entries take (its own: None)
     lock: Optional[str] = None
+    # spec `vectorcall: true`: a Py_tp_vectorcall constructor as well, on the
+    # targets whose API has the slot (generated/target.h's IBP_TYPE_VECTORCALL)
+    vectorcall: bool = False
 
     @property
     def members(self) -> List[Tuple[str, str]]:

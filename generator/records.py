@@ -42,14 +42,15 @@ SPEC_FILE = os.path.join("datapath", "records.yaml")
 DISPLAY = "spec/datapath/records.yaml"
 
 TOP_KEYS = {"helpers", "records", "types"}
-HELPER_KEYS = {"unsigned", "small_int", "parse", "type_name"}
+HELPER_KEYS = {"unsigned", "small_int", "parse", "type_name", "parse_vector", "call_type"}
 RECORD_KEYS = {"ctype", "fields", "unions", "small_ints"}
 # a field's: those of every converter kind (generator/converters/record_fields.py)
 FIELD_KEYS = frozenset().union(*(c.keys for c in RECORD_FIELDS.by_kind.values()))
 TYPE_KEYS = {"doc", "storage", "refs", "state", "changed", "init", "repr", "attributes",
              "methods", "guard", "union", "clear", "new", "basetype", "gc", "dealloc",
              "traverse", "getattro", "sequence", "field_methods", "readonly", "stub", "fills",
-             "lock"}   # the ref whose critical section its entries take (a view of another object)
+             "lock",    # the ref whose critical section its entries take (a view of another object)
+             "vectorcall"}  # a Py_tp_vectorcall constructor where the target's API has the slot
 SEQUENCE_KEYS = {"length", "item", "set_item"}
 ATTR_KEYS = {"field", "readonly", "ref", "hand", "slot", "flag", "check", "prepared", "doc",
              "too_big", "stub"}
@@ -361,7 +362,23 @@ def _type(records: Any, name: str, node: Node) -> RecordTypeModel:
         sequence=seq, gc=node.get("gc", True), basetype=node.get("basetype", True),
         clear=bool(node.get("clear", True)), traverse=traverse, clear_function=clear,
         stubs=_special_stubs(node, name), fills=_fills(records, node, name, kind, attributes),
-        lock=_lock(node, name))
+        lock=_lock(node, name), vectorcall=_vectorcall(node, name))
+
+
+def _vectorcall(node: Node, name: str) -> bool:
+    """`vectorcall: true`: the type's constructor is also reached through
+    Py_tp_vectorcall (on targets whose API has it), made of the same
+    generated parser and stores as its tp_init: that needs a generated
+    tp_init (`init: keywords` or an argument mapping) and the generic
+    tp_new, which the vectorcall function stands in for."""
+    value = node.get("vectorcall", False)
+    if not isinstance(value, bool):
+        raise SpecError(f"{node.where('vectorcall')}: {name}.vectorcall: true or false")
+    if value and (node.get("new") is not None
+                  or not (node.get("init") == "keywords" or isinstance(node.get("init"), Node))):
+        raise SpecError(f"{node.where('vectorcall')}: {name}.vectorcall: needs `init: keywords` "
+                        f"or an init argument mapping, and no `new`")
+    return value
 
 
 def _lock(node: Node, name: str) -> Optional[str]:
@@ -490,6 +507,7 @@ def build(ir: IR, spec_root: str, enum_fields: Optional[EnumFields] = None) -> R
     with open(path, "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()
     helpers = dict(_keys(data["helpers"], HELPER_KEYS, "helpers"))
+    _needs(data["helpers"], HELPER_KEYS, "helpers")
     records = _records(ir, data)
     if enum_fields is not None:     # the fields that show as enum members
         for r in records:

@@ -209,9 +209,9 @@ def render_rdmacm(m: Model, template_dir: str) -> Dict[str, str]:
 def render_targets(targets: Any, template_dir: str) -> Dict[str, str]:
     """generated/target.h and generated/targets.py from the build targets
     (generator/targets.py)."""
-    from .targets import setup_view
+    from .targets import by_newest, setup_view
     env = environment(template_dir)
-    common = dict(ir=_NoIR(), command=COMMAND, targets=targets)
+    common = dict(ir=_NoIR(), command=COMMAND, targets=targets, newest_first=by_newest(targets))
     c_comment = dict(comment_open="/*", comment_mid=" *", comment_close="*/")
     py_comment = dict(comment_open="#", comment_mid="#", comment_close="")
     return {"target.h": finish(env.get_template("target.h.j2").render(**common, **c_comment)),

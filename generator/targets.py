@@ -51,6 +51,20 @@ class Target:
     def wheel_tag(self) -> str:
         return f"{self.python_tag}-{self.abi_tag}"
 
+    @property
+    def requires_hex(self) -> str:
+        """PY_VERSION_HEX of the oldest CPython it runs on."""
+        return f"0x03{_minor(self.requires_python) or 0:02X}0000"
+
+    @property
+    def type_vectorcall(self) -> bool:
+        """Whether the generated constructors of the types users build per
+        message (spec `vectorcall: true`) are emitted: the Limited API has
+        Py_tp_vectorcall from 3.14.  The free-threaded target's full API has
+        it too, but there every entry runs in the object's critical section
+        (IBP_LOCKED) and these would not: left off until that is shown safe."""
+        return self.limited_api is not None and (_minor(self.limited_api) or 0) >= 14
+
 
 def load(path: str, display: str = "spec/targets/targets.yaml") -> List[Target]:
     data = load_file(path, display)
@@ -84,7 +98,21 @@ def load(path: str, display: str = "spec/targets/targets.yaml") -> List[Target]:
                               free))
     if not targets:
         raise SpecError(f"{data.where()}: no targets")
+    # setup.py and target.h pick, of one kind of build, the newest target an
+    # interpreter meets: two of one kind and one requires_python are ambiguous
+    seen = {}
+    for t in targets:
+        other = seen.setdefault((t.free_threaded, t.requires_python), t)
+        if other is not t:
+            raise SpecError(f"{data['targets'].where(t.name)}: target {t.name}: "
+                            f"{other.name} is for the same build and requires_python")
     return targets
+
+
+def by_newest(targets: List[Target]) -> List[Target]:
+    """*targets* from the newest requires_python to the oldest: the order
+    in which setup.py and target.h try them."""
+    return sorted(targets, key=lambda t: _minor(t.requires_python) or 0, reverse=True)
 
 
 def setup_view(targets: List[Target]) -> str:

@@ -104,7 +104,7 @@ typedef struct { char unused; } ibp_lock_t, ibp_lock2_t;
 typedef struct { char unused; } ibp_mutex_t;
 #define ibp_mutex_lock(m) ((void)(m))
 #define ibp_mutex_unlock(m) ((void)(m))
-#define ibp_try_incref(obj) (Py_INCREF(obj), 1)
+#define ibp_try_incref(obj) (Py_INCREF((PyObject *)(obj)), 1)
 #define ibp_enable_try_incref(obj) ((void)(obj))
 #define ibp_lock(cs, obj) ((void)(cs), (void)(obj))
 #define ibp_unlock(cs) ((void)(cs))

@@ -554,6 +554,71 @@ int ibp_unpack_tuple(struct ibp_parser *p, PyObject *args, PyObject *kwargs, PyO
     return unknown != NULL ? invalid_keyword(p, unknown) : 0;
 }
 
+#if IBP_TYPE_VECTORCALL
+int ibp_unpack_vector(struct ibp_parser *p, PyObject *const *args, Py_ssize_t nargs,
+                      PyObject *kwnames, PyObject **out)
+{
+    Py_ssize_t nkw = kwnames != NULL ? PyTuple_Size(kwnames) : 0;
+    if (parser_ready(p) < 0)
+        return -1;
+    const int n = p->n;
+    int i = 0;
+    for (; i < nargs && i < n; i++)
+        out[i] = args[i];
+    for (; i < n; i++)
+        out[i] = NULL;
+    /* All by position, as many as may be (SGE(addr, length, lkey)): no
+     * check can fail, and no name is looked at. */
+    if (nkw == 0 && nargs >= p->nrequired && nargs <= n - p->nkwonly)
+        return 0;
+    if (positional(p, nargs, p->nkwonly ? nkw : 0) < 0)
+        return -1;
+    /* As ibp_unpack_tuple: with keyword-only names, a missing argument is
+     * named before an unknown keyword.  kwnames holds only str. */
+    PyObject *unknown = NULL;
+    int next = (int)nargs;
+    for (Py_ssize_t k = 0; k < nkw; k++) {
+        PyObject *key = PyTuple_GetItem(kwnames, k);
+        if (p->nkwonly && keyword_position(p, key) < 0) {
+            if (unknown == NULL)
+                unknown = key;
+            continue;
+        }
+        if (store_keyword(p, key, args[nargs + k], out, &next) < 0)
+            return -1;
+    }
+    if (required(p, out) < 0)
+        return -1;
+    return unknown != NULL ? invalid_keyword(p, unknown) : 0;
+}
+
+PyObject *ibp_call_type_vector(PyObject *type, PyObject *const *args, size_t nargsf,
+                               PyObject *kwnames)
+{
+    /* Not PyObject_Vectorcall(type, ...): that is the vectorcall slot again. */
+    ternaryfunc type_call = (ternaryfunc)PyType_GetSlot(Py_TYPE(type), Py_tp_call);
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    Py_ssize_t nkw = kwnames != NULL ? PyTuple_Size(kwnames) : 0;
+    PyObject *tuple = PyTuple_New(nargs), *kwargs = NULL, *result = NULL;
+    if (tuple == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        PyTuple_SetItem(tuple, i, Py_NewRef(args[i]));     /* steals the new reference */
+    if (nkw > 0) {
+        if ((kwargs = PyDict_New()) == NULL)
+            goto done;
+        for (Py_ssize_t k = 0; k < nkw; k++)
+            if (PyDict_SetItem(kwargs, PyTuple_GetItem(kwnames, k), args[nargs + k]) < 0)
+                goto done;
+    }
+    result = type_call(type, tuple, kwargs);
+done:
+    Py_DECREF(tuple);
+    Py_XDECREF(kwargs);
+    return result;
+}
+#endif
+
 /* The one argument of a method that takes exactly one (the seed's
  * post_send(wrs), poll(num_entries)): the seed's messages. */
 static int one_argument(const struct ibp_parser *p, PyObject *const *args, Py_ssize_t nargs,

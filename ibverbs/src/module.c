@@ -305,6 +305,8 @@ PyMODINIT_FUNC PyInit__ibverbs(void)
         add_ref(module, "VerbsError", ibp_VerbsError) < 0 ||
         add_ref(module, "CompletionError", ibp_CompletionError) < 0 ||
         add_ref(module, "Gid", ibp_GidClass) < 0 ||
+        /* which build target (spec/targets/targets.yaml) this module is */
+        PyModule_AddStringConstant(module, "_target", IBP_TARGET_NAME) < 0 ||
         module_set_all(module) < 0) {
         Py_DECREF(module);
         return NULL;

@@ -218,7 +218,7 @@ static PyObject *ibp_hand_PostList_new_impl(PyTypeObject *type, PyObject *arg,
     return (PyObject *)pl;
 fail:
     ibp_wr_seq_done(&s);
-    Py_XDECREF(pl);
+    Py_XDECREF((PyObject *)pl);
     return NULL;
 }
 

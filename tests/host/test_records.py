@@ -153,6 +153,15 @@ SPEC_MISTAKES = {
                         r"send_wr\.imm_data: unknown convert"),
     "be32_on_another_type": ("      invalidated_rkey: {}\n", "      invalidated_rkey: {convert: be32}\n",
                              r"wc\.invalidated_rkey: convert: be32 on a uint32_t"),
+    # a vectorcall constructor stands in for tp_new and the generated tp_init
+    "vectorcall_beside_new": ("    new: {args: [capacity], keyword_only: [raise_on_error]}",
+                              "    vectorcall: true\n"
+                              "    new: {args: [capacity], keyword_only: [raise_on_error]}",
+                              r"WCBuffer\.vectorcall: needs `init: keywords` or an init argument "
+                              r"mapping, and no `new`"),
+    "vectorcall_not_a_flag": ("    init: keywords\n    vectorcall: true\n",
+                              "    init: keywords\n    vectorcall: yes please\n",
+                              r"SendWR\.vectorcall: true or false"),
     "field_of_no_union": ("invalidate_rkey: {union: {inv: invalidate_rkey}}",
                           "invalidate_rkey: {union: {inval: invalidate_rkey}}",
                           r"send_wr\.invalidate_rkey: inval is not a member of a union of send_wr"),

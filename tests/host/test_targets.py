@@ -93,14 +93,72 @@ def test_each_wrapper_takes_the_critical_section_on_the_free_threaded_target_onl
 
 def test_the_targets_reach_setup_py_and_the_c():
     loaded = targets.load(targets.default_path(SPEC_DIR))
-    assert [t.name for t in loaded] == ["cp39-abi3", "cp314t"]
+    assert [t.name for t in loaded] == ["cp39-abi3", "cp314-abi3", "cp314t"]
     view = runpy.run_path(str(GENERATED / "targets.py"))["TARGETS"]
     assert [(t["name"], t["python_tag"], t["abi_tag"], t["limited_api"], t["free_threaded"])
             for t in view] == [("cp39-abi3", "cp39", "abi3", "0x03090000", False),
+                               ("cp314-abi3", "cp314", "abi3", "0x030E0000", False),
                                ("cp314t", "cp314", "cp314t", None, True)]
     header = (GENERATED / "target.h").read_text()
     assert "#define Py_LIMITED_API 0x03090000" in header
+    assert "#define Py_LIMITED_API 0x030E0000" in header
     assert "PyUnstable_Module_SetGIL((m), Py_MOD_GIL_NOT_USED)" in header
+    # vectorcall constructors only where the Limited API has Py_tp_vectorcall
+    assert [t.name for t in loaded if t.type_vectorcall] == ["cp314-abi3"]
+
+
+def _setup_py_target(version, free_threaded=False, name=None):
+    """The target setup.py's build_target() picks for an interpreter of
+    *version*: the function alone, run with that interpreter's answers."""
+    import ast
+    source = (ROOT / "setup.py").read_text()
+    tree = ast.parse(source)
+    func = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "build_target")
+    code = compile(ast.Module(body=[func], type_ignores=[]), "setup.py", "exec")
+    fake_sys = type("sys", (), {"version_info": version})
+    fake_sysconfig = type("sysconfig", (), {"get_config_var": staticmethod(
+        lambda v: 1 if free_threaded and v == "Py_GIL_DISABLED" else None)})
+    env = {"IBVERBS_TARGET": name} if name else {}
+    fake_os = type("os", (), {"environ": env, "path": __import__("os").path})
+    scope = {"runpy": runpy, "os": fake_os, "sys": fake_sys, "sysconfig": fake_sysconfig,
+             "HERE": str(ROOT)}
+    exec(code, scope)
+    return scope["build_target"]()["name"]
+
+
+@pytest.mark.parametrize("version, free_threaded, expected", [
+    ((3, 9), False, "cp39-abi3"), ((3, 13), False, "cp39-abi3"),
+    ((3, 14), False, "cp314-abi3"), ((3, 15), False, "cp314-abi3"),
+    ((3, 14), True, "cp314t"),
+])
+def test_setup_py_builds_the_newest_target_the_interpreter_meets(version, free_threaded, expected):
+    assert _setup_py_target(version, free_threaded) == expected
+
+
+def test_ibverbs_target_names_an_older_target_on_a_newer_interpreter():
+    assert _setup_py_target((3, 14), name="cp39-abi3") == "cp39-abi3"
+
+
+def test_ibverbs_target_refuses_a_target_newer_than_the_interpreter():
+    with pytest.raises(SystemExit, match="target cp314-abi3 needs CPython 3.14 or later, not 3.11"):
+        _setup_py_target((3, 11), name="cp314-abi3")
+
+
+def test_two_targets_for_one_build_and_version_are_refused(tmp_path):
+    text = (ROOT / "spec" / "targets" / "targets.yaml").read_text()
+    path = tmp_path / "targets.yaml"
+    path.write_text(text.replace('requires_python: "3.14"\n    limited_api: "3.14"',
+                                 'requires_python: "3.9"\n    limited_api: "3.14"'))
+    with pytest.raises(SpecError, match=r"targets.yaml:\d+: target cp314-abi3: cp39-abi3 is for "
+                                        r"the same build and requires_python"):
+        targets.load(str(path))
+
+
+def test_the_default_target_of_a_compile_outside_setup_py_is_by_version():
+    header = (GENERATED / "target.h").read_text()
+    default = header[header.index("#include <patchlevel.h>"):header.index("#if defined(IBP_TARGET_")]
+    assert "#if PY_VERSION_HEX >= 0x030E0000\n#define IBP_TARGET_CP314_ABI3 1\n#else\n" \
+           "#define IBP_TARGET_CP39_ABI3 1\n#endif" in default
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -110,9 +168,10 @@ def test_the_targets_reach_setup_py_and_the_c():
 ])
 def test_a_wrong_target_is_refused_with_its_file_and_line(tmp_path, edit, message):
     text = (ROOT / "spec" / "targets" / "targets.yaml").read_text()
-    assert edit in text
+    head, tail = text.split("  cp314t:\n")
+    assert edit in tail
     path = tmp_path / "targets.yaml"
-    path.write_text(text.replace(edit, message))
+    path.write_text(head + "  cp314t:\n" + tail.replace(edit, message))
     with pytest.raises(SpecError, match=r"spec/targets/targets.yaml:\d+: target cp314t"):
         targets.load(str(path))
 
