@@ -85,12 +85,9 @@ PyAPI_FUNC(void *) PyMem_Calloc(size_t nelem, size_t elsize);
 #define IBP_THREAD_LOCAL _Thread_local __attribute__((tls_model("initial-exec")))  /* no ld.so */
 typedef PyCriticalSection ibp_lock_t;
 typedef PyCriticalSection2 ibp_lock2_t;
-typedef PyMutex ibp_mutex_t;    /* global state's, never held while Python code runs */
-#define ibp_mutex_lock(m) PyMutex_Lock(m)
-#define ibp_mutex_unlock(m) PyMutex_Unlock(m)
-/* a reference to an object of a table that its dealloc leaves: 0 once that began */
-#define ibp_try_incref(obj) PyUnstable_TryIncRef((PyObject *)(obj))
-#define ibp_enable_try_incref(obj) PyUnstable_EnableTryIncRef((PyObject *)(obj))
+/* global state's, never held while Python code runs; it and ibp_try_incref
+ * are the target's (target.h: the full API's, or abi3t's answers) */
+typedef IBP_MUTEX ibp_mutex_t;
 #define ibp_lock(cs, obj) PyCriticalSection_Begin((cs), (PyObject *)(obj))
 #define ibp_unlock(cs) PyCriticalSection_End(cs)
 /* sequentially consistent: a hold's count against a close's check (handles.c) */
@@ -711,7 +708,7 @@ IBP_HIDDEN int ibp_recv_wr_fill(RecvWRObject *w, PyObject *sg_list,
  * where this reads it, in this interpreter. */
 static inline PyObject *ibp_list_item(PyObject *list, Py_ssize_t i)
 {
-    return (*(PyObject ***)((char *)list + sizeof(PyVarObject)))[i];
+    return (*(PyObject ***)((char *)list + IBP_VAR_HEAD_SIZE))[i];
 }
 
 /* Whether list holds what c kept: as many items, each an SGE with the
