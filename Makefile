@@ -66,6 +66,7 @@ help:
 	@echo 'make wheel-315        the cp315-abi3t wheel (PEP 803: 3.15+, GIL and free-threaded),'
 	@echo '                      built in the sid root by its python3.15, audited'
 	@echo 'make test-315-host    the host tier on it there (python3.15, a GIL build)'
+	@echo 'make test-315-device  a subset of the device tier on it, in the VM'
 	@echo 'make test-aarch64     the aarch64 wheel: host tests under qemu-user (test-aarch64-host,'
 	@echo '                      part of make test on x86_64), then device smoke tests on'
 	@echo '                      Soft-RoCE in an aarch64 VM (test-aarch64-device)'
@@ -361,6 +362,21 @@ test-315-host: wheel-315
 	    print(sys.version.split()[0], m._target, m.__file__)" && \
 	    python3.15 -m pytest -q -p no:cacheprovider $(SID_HOST_TESTS)'; \
 	echo "$@: host tier on python3.15 took $$(( $$(date +%s) - start )) s"
+
+# `make test-315-device`: a subset of the device tier on the cp315-abi3t
+# wheel under python3.15 in the VM (which cannot chroot: tools/sid-python
+# runs the root's python in place), less the tests that start
+# sys.executable (outside the root's loader it finds an older glibc).
+SID_315_DEVICE_TESTS ?= tests/device/test_discovery.py tests/device/test_rc_ops.py \
+    tests/device/test_cq.py tests/device/test_events.py tests/device/test_kept_requests.py \
+    tests/device/test_rdmacm.py tests/device/test_gc_subclass_device.py \
+    tests/device/test_ud_uc_srq.py tests/device/test_lifetime.py
+.PHONY: test-315-device
+test-315-device: test-315-host
+	@$(SID_ROOT) >/dev/null || { $(SID_SKIP); exit 0; }; \
+	cd $(SID_315_TREE) && IBVERBS_REQUIRE_DEVICE=1 $(CURDIR)/tests/vm/run-in-vm --timeout 900 \
+	    $(CURDIR)/tools/sid-python 3.15 -m pytest -q -p no:cacheprovider \
+	    -k "not two_processes and not fork_child" $(SID_315_DEVICE_TESTS)
 
 RELEASES := 33.2 44.0 56.1 65.0
 

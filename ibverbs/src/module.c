@@ -296,6 +296,8 @@ static int ibp_module_exec(PyObject *module)
         add_ref(module, "Gid", ibp_GidClass) < 0 ||
         /* which build target (spec/targets/targets.yaml) this module is */
         PyModule_AddStringConstant(module, "_target", IBP_TARGET_NAME) < 0 ||
+        /* whether it is built to run without the GIL (cp314t, abi3t on either build) */
+        PyModule_AddIntConstant(module, "_free_threaded", IBP_FREE_THREADED) < 0 ||
         module_set_all(module) < 0)
         return -1;
     return 0;
