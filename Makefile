@@ -63,6 +63,10 @@ help:
 	@echo 'make wheel-314        the cp314-abi3 wheel (vectorcall constructors), built in a Debian'
 	@echo '                      sid root (tools/sid-root) by its python3.14, audited'
 	@echo 'make test-314-host    the host tier on it there (SID_PY=python3.15: on 3.15)'
+	@echo 'make wheel-315        the cp315-abi3t wheel (PEP 803: 3.15+, GIL and free-threaded),'
+	@echo '                      built in the sid root by its python3.15, audited'
+	@echo 'make test-315-host    the host tier on it there (python3.15, a GIL build)'
+	@echo 'make test-315-device  a subset of the device tier on it, in the VM'
 	@echo 'make test-aarch64     the aarch64 wheel: host tests under qemu-user (test-aarch64-host,'
 	@echo '                      part of make test on x86_64), then device smoke tests on'
 	@echo '                      Soft-RoCE in an aarch64 VM (test-aarch64-device)'
@@ -325,6 +329,54 @@ test-314-host: wheel-314
 	    print(sys.version.split()[0], m._target, m.__file__)" && \
 	    $(SID_PY) -m pytest -q -p no:cacheprovider $(SID_HOST_TESTS)'; \
 	echo "$@: host tier on $(SID_PY) took $$(( $$(date +%s) - start )) s"
+
+# `make wheel-315`: the cp315-abi3t wheel (PEP 803's stable ABI for
+# free-threaded builds: one .abi3t.so for CPython 3.15+, GIL and
+# free-threaded builds alike; tagged cp315-abi3.abi3t, since packaging gives
+# a GIL build abi3 tags only), built by sid's python3.15 as wheel-314 is, in
+# a tree of its own, and audited.  `make test-315-host`: the host tier on
+# it there, under python3.15, a GIL build: Debian has no free-threaded 3.15
+# and there is no source here to build one, so abi3t is tested on the GIL
+# build only.
+SID_315_TREE := $(SID_DIR)/tree-315
+.PHONY: wheel-315 test-315-host
+wheel-315: venv
+	@$(SID_ROOT) >/dev/null || { $(SID_SKIP); exit 0; }; \
+	set -e; rm -rf $(SID_315_TREE) build/wheel-tmp-315 dist/*-cp315-abi3.abi3t-*.whl; \
+	mkdir -p $(SID_315_TREE) build/wheel-tmp-315; \
+	git ls-files -z --cached --others --exclude-standard \
+	    | tar --null --ignore-failed-read -T - -cf - 2>/dev/null | tar -xf - -C $(SID_315_TREE); \
+	rm -f $(SID_315_TREE)/ibverbs/*.so; \
+	(cd $(SID_315_TREE) && IBVERBS_WERROR=1 $(SID_ROOT) run \
+	    'python3.15 -m pip wheel -q --no-deps --no-build-isolation --wheel-dir wheel .') \
+	    > build/wheel-315.log 2>&1 || { cat build/wheel-315.log; exit 1; }; \
+	cp $(SID_315_TREE)/wheel/*-cp315-abi3.abi3t-*.whl build/wheel-tmp-315/; \
+	TARGET=cp315-abi3t PY=$(PY) tools/audit-wheel build/wheel-tmp-315 dist
+
+test-315-host: wheel-315
+	@$(SID_ROOT) >/dev/null || { $(SID_SKIP); exit 0; }; \
+	set -e; rm -f $(SID_315_TREE)/ibverbs/*.so; \
+	$(PY) -m zipfile -e $$(ls dist/*-cp315-abi3.abi3t-*.whl) $(SID_315_TREE); \
+	start=$$(date +%s); \
+	cd $(SID_315_TREE) && $(SID_ROOT) run 'python3.15 -c "import sys, ibverbs._ibverbs as m; \
+	    print(sys.version.split()[0], m._target, m.__file__)" && \
+	    python3.15 -m pytest -q -p no:cacheprovider $(SID_HOST_TESTS)'; \
+	echo "$@: host tier on python3.15 took $$(( $$(date +%s) - start )) s"
+
+# `make test-315-device`: a subset of the device tier on the cp315-abi3t
+# wheel under python3.15 in the VM (which cannot chroot: tools/sid-python
+# runs the root's python in place), less the tests that start
+# sys.executable (outside the root's loader it finds an older glibc).
+SID_315_DEVICE_TESTS ?= tests/device/test_discovery.py tests/device/test_rc_ops.py \
+    tests/device/test_cq.py tests/device/test_events.py tests/device/test_kept_requests.py \
+    tests/device/test_rdmacm.py tests/device/test_gc_subclass_device.py \
+    tests/device/test_ud_uc_srq.py tests/device/test_lifetime.py
+.PHONY: test-315-device
+test-315-device: test-315-host
+	@$(SID_ROOT) >/dev/null || { $(SID_SKIP); exit 0; }; \
+	cd $(SID_315_TREE) && IBVERBS_REQUIRE_DEVICE=1 $(CURDIR)/tests/vm/run-in-vm --timeout 900 \
+	    $(CURDIR)/tools/sid-python 3.15 -m pytest -q -p no:cacheprovider \
+	    -k "not two_processes and not fork_child" $(SID_315_DEVICE_TESTS)
 
 RELEASES := 33.2 44.0 56.1 65.0
 

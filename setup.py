@@ -11,7 +11,8 @@ It is built for one target of spec/targets/targets.yaml (generated/targets.py):
 under a free-threaded CPython its free-threaded target (cp314t, the full
 API); under a GIL build of 3.14 or later the stable ABI at 3.14's level
 (cp314-abi3: vectorcall constructors), under 3.9-3.13 the stable ABI at the
-3.9 floor (cp39-abi3: one wheel serves every GIL build of CPython >= 3.9).
+3.9 floor (cp39-abi3: one wheel serves every GIL build of CPython >= 3.9);
+under 3.15+ of either build PEP 803's abi3t (cp315-abi3t, .abi3t.so).
 Of the targets for its kind of build, the newest whose requires_python the
 interpreter meets.  IBVERBS_TARGET=<name> names one.
 """
@@ -22,6 +23,7 @@ import sys
 import sysconfig
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext as _build_ext
 
 try:  # setuptools >= 70.1 ships its own
     from setuptools.command.bdist_wheel import bdist_wheel as _bdist_wheel
@@ -37,6 +39,7 @@ def build_target():
     targets = runpy.run_path(os.path.join(HERE, "generated", "targets.py"))["TARGETS"]
     name = os.environ.get("IBVERBS_TARGET")
     free_threaded = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+    build = "free-threaded" if free_threaded else "gil"
     # the newest first (a stable sort: spec order among equals)
     targets = sorted(targets, key=lambda t: -int(t["requires_python"].split(".")[1]))
     for t in targets:
@@ -45,7 +48,7 @@ def build_target():
                 break
             continue
         needs = tuple(int(x) for x in t["requires_python"].split("."))
-        if t["free_threaded"] == free_threaded and sys.version_info[:2] >= needs:
+        if build in t["builds"] and sys.version_info[:2] >= needs:
             break
     else:
         raise SystemExit(f"no build target for this interpreter (IBVERBS_TARGET={name}; "
@@ -54,13 +57,24 @@ def build_target():
     if sys.version_info[:2] < needs:
         raise SystemExit(f"target {t['name']} needs CPython {t['requires_python']} or later, "
                          f"not {sys.version_info[0]}.{sys.version_info[1]}")
-    if t["free_threaded"] != free_threaded:
-        raise SystemExit(f"target {t['name']} is for a {'free-threaded' if t['free_threaded'] else 'GIL'} "
-                         f"build of CPython, and this one is not")
+    if build not in t["builds"]:
+        raise SystemExit(f"target {t['name']} is for a {' or '.join(t['builds'])} build of "
+                         f"CPython, and this one is not")
     return t
 
 
 TARGET = build_target()
+
+
+class build_ext_target(_build_ext):
+    def get_ext_filename(self, fullname):
+        """PEP 803's suffix for an abi3t target (setuptools names a stable-ABI
+        extension .abi3.so on a GIL build): 3.15+ loads .abi3t.so on both
+        builds (importlib.machinery.EXTENSION_SUFFIXES)."""
+        name = super().get_ext_filename(fullname)
+        if TARGET["abi_tag"].split(".")[-1] == "abi3t":
+            name = name[:-len(".so")].rsplit(".", 1)[0] + ".abi3t.so"
+        return name
 
 
 class bdist_wheel_target(_bdist_wheel):
@@ -140,5 +154,5 @@ setup(
             extra_link_args=extra_link_args,
         )
     ],
-    cmdclass={"bdist_wheel": bdist_wheel_target},
+    cmdclass={"build_ext": build_ext_target, "bdist_wheel": bdist_wheel_target},
 )

@@ -17,7 +17,8 @@ from typing import List, Optional
 from .spec import SpecError, load_file
 
 TARGET_KEYS = {"doc", "python_tag", "abi_tag", "requires_python", "limited_api",
-               "free_threaded"}
+               "free_threaded", "abi3t"}
+OPTIONAL_KEYS = {"limited_api", "abi3t"}
 
 
 def _minor(version: str) -> Optional[int]:
@@ -35,6 +36,15 @@ class Target:
     requires_python: str       # the oldest CPython it runs on ("3.9")
     limited_api: Optional[str]  # the Limited API level, or None for the full API
     free_threaded: bool        # for a free-threaded interpreter (GIL off)
+    abi3t: bool = False        # PEP 803's stable ABI: for GIL builds too
+
+    @property
+    def builds(self) -> tuple:
+        """The kinds of CPython build it loads on: "gil", "free-threaded"
+        (abi3t: both)."""
+        if self.abi3t:
+            return ("gil", "free-threaded")
+        return ("free-threaded",) if self.free_threaded else ("gil",)
 
     @property
     def macro(self) -> str:
@@ -57,13 +67,29 @@ class Target:
         return f"0x03{_minor(self.requires_python) or 0:02X}0000"
 
     @property
+    def gil_build(self) -> bool:
+        """Whether it loads on a GIL build of CPython."""
+        return "gil" in self.builds
+
+    @property
     def type_vectorcall(self) -> bool:
         """Whether the generated constructors of the types users build per
         message (spec `vectorcall: true`) are emitted: the Limited API has
         Py_tp_vectorcall from 3.14.  The free-threaded target's full API has
         it too, but there every entry runs in the object's critical section
-        (IBP_LOCKED) and these would not: left off until that is shown safe."""
-        return self.limited_api is not None and (_minor(self.limited_api) or 0) >= 14
+        (IBP_LOCKED) and these would not: left off until that is shown safe
+        (on abi3t too, which is free-threaded)."""
+        return (not self.free_threaded and self.limited_api is not None
+                and (_minor(self.limited_api) or 0) >= 14)
+
+    @property
+    def object_head_size(self) -> Optional[int]:
+        """abi3t: the bytes the objects' padded head reserves for PyObject,
+        which that ABI leaves opaque: 3.15's free-threaded PyObject is 32
+        bytes on a 64-bit machine (ob_tid, ob_flags, ob_mutex, ob_gc_bits,
+        ob_ref_local, ob_ref_shared, ob_type), the GIL build's 16.  The
+        module refuses to import where object.__basicsize__ is more."""
+        return 32 if self.abi3t else None
 
 
 def load(path: str, display: str = "spec/targets/targets.yaml") -> List[Target]:
@@ -77,7 +103,7 @@ def load(path: str, display: str = "spec/targets/targets.yaml") -> List[Target]:
         if unknown:
             raise SpecError(f"{node.where(sorted(unknown)[0])}: target {name}: "
                             f"unknown key {sorted(unknown)[0]!r}")
-        missing = TARGET_KEYS - {"limited_api"} - set(node)
+        missing = TARGET_KEYS - OPTIONAL_KEYS - set(node)
         if missing:
             raise SpecError(f"{where}: target {name}: needs {', '.join(sorted(missing))}")
         for key in ("requires_python", "limited_api"):
@@ -89,23 +115,31 @@ def load(path: str, display: str = "spec/targets/targets.yaml") -> List[Target]:
         if not isinstance(free, bool):
             raise SpecError(f"{node.where('free_threaded')}: target {name}: free_threaded "
                             f"is true or false")
-        if free and node.get("limited_api") is not None:
+        abi3t = node.get("abi3t", False)
+        if not isinstance(abi3t, bool):
+            raise SpecError(f"{node.where('abi3t')}: target {name}: abi3t is true or false")
+        if abi3t and (not free or _minor(str(node.get("limited_api", ""))) is None
+                      or _minor(str(node["limited_api"])) < 15):
+            raise SpecError(f"{node.where('abi3t')}: target {name}: abi3t (PEP 803) is "
+                            f"free-threaded, with a limited_api of 3.15 or later")
+        if free and not abi3t and node.get("limited_api") is not None:
             raise SpecError(f"{node.where('limited_api')}: target {name}: CPython 3.14's "
                             f"free-threaded build has no Limited API")
         targets.append(Target(name, " ".join(str(node["doc"]).split()), str(node["python_tag"]),
                               str(node["abi_tag"]), str(node["requires_python"]),
                               None if node.get("limited_api") is None else str(node["limited_api"]),
-                              free))
+                              free, abi3t))
     if not targets:
         raise SpecError(f"{data.where()}: no targets")
     # setup.py and target.h pick, of one kind of build, the newest target an
     # interpreter meets: two of one kind and one requires_python are ambiguous
     seen = {}
     for t in targets:
-        other = seen.setdefault((t.free_threaded, t.requires_python), t)
-        if other is not t:
-            raise SpecError(f"{data['targets'].where(t.name)}: target {t.name}: "
-                            f"{other.name} is for the same build and requires_python")
+        for build in t.builds:
+            other = seen.setdefault((build, t.requires_python), t)
+            if other is not t:
+                raise SpecError(f"{data['targets'].where(t.name)}: target {t.name}: "
+                                f"{other.name} is for the same build and requires_python")
     return targets
 
 
@@ -120,7 +154,8 @@ def setup_view(targets: List[Target]) -> str:
     targets, in spec order), as Python source."""
     return json.dumps([{"name": t.name, "macro": t.macro, "python_tag": t.python_tag,
                         "abi_tag": t.abi_tag, "requires_python": t.requires_python,
-                        "limited_api": t.limited_api_hex, "free_threaded": t.free_threaded}
+                        "limited_api": t.limited_api_hex, "free_threaded": t.free_threaded,
+                        "builds": list(t.builds)}
                        for t in targets], indent=4).replace("true", "True").replace(
                            "false", "False").replace("null", "None")
 

@@ -80,42 +80,19 @@ PyAPI_FUNC(void *) PyMem_Calloc(size_t nelem, size_t elsize);
 #define IBP_THREAD_LOCAL _Thread_local __attribute__((tls_model("initial-exec")))  /* no ld.so */
 typedef PyCriticalSection ibp_lock_t;
 typedef PyCriticalSection2 ibp_lock2_t;
-typedef PyMutex ibp_mutex_t;    /* global state's, never held while Python code runs */
-#define ibp_mutex_lock(m) PyMutex_Lock(m)
-#define ibp_mutex_unlock(m) PyMutex_Unlock(m)
-/* a reference to an object of a table that its dealloc leaves: 0 once that began */
-#define ibp_try_incref(obj) PyUnstable_TryIncRef((PyObject *)(obj))
-#define ibp_enable_try_incref(obj) PyUnstable_EnableTryIncRef((PyObject *)(obj))
 #define ibp_lock(cs, obj) PyCriticalSection_Begin((cs), (PyObject *)(obj))
 #define ibp_unlock(cs) PyCriticalSection_End(cs)
-/* sequentially consistent: a hold's count against a close's check (handles.c) */
-#define ibp_atomic_load(p) __atomic_load_n((p), __ATOMIC_SEQ_CST)
-#define ibp_atomic_store(p, v) __atomic_store_n((p), (v), __ATOMIC_SEQ_CST)
-#define ibp_atomic_add(p, v) __atomic_add_fetch((p), (v), __ATOMIC_SEQ_CST)
-#define ibp_relaxed_load(p) __atomic_load_n((p), __ATOMIC_RELAXED)
-#define ibp_relaxed_store(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
-/* a value published by its stamp (an SGE's: sge.c) */
-#define ibp_acquire_load(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
-#define ibp_release_store(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
 #else
 #define IBP_LOCKED(f) f
 #define IBP_THREAD_LOCAL
 typedef struct { char unused; } ibp_lock_t, ibp_lock2_t;
-typedef struct { char unused; } ibp_mutex_t;
-#define ibp_mutex_lock(m) ((void)(m))
-#define ibp_mutex_unlock(m) ((void)(m))
-#define ibp_try_incref(obj) (Py_INCREF((PyObject *)(obj)), 1)
-#define ibp_enable_try_incref(obj) ((void)(obj))
 #define ibp_lock(cs, obj) ((void)(cs), (void)(obj))
 #define ibp_unlock(cs) ((void)(cs))
-#define ibp_atomic_load(p) (*(p))
-#define ibp_atomic_store(p, v) (*(p) = (v))
-#define ibp_atomic_add(p, v) (*(p) += (v))
-#define ibp_relaxed_load(p) (*(p))
-#define ibp_relaxed_store(p, v) (*(p) = (v))
-#define ibp_acquire_load(p) (*(p))
-#define ibp_release_store(p, v) (*(p) = (v))
 #endif
+/* The atomics (ibp_atomic_*, ibp_relaxed_*, ibp_acquire_load,
+ * ibp_release_store), the mutex of global state (never held while Python
+ * code runs) and ibp_try_incref are the target's: generated/target.h. */
+typedef IBP_MUTEX ibp_mutex_t;
 
 /* convert.c: *slot = made (a new reference) unless another thread stored one
  * first: the slot's object (borrowed), NULL when made is; read it with
@@ -695,7 +672,7 @@ IBP_HIDDEN int ibp_recv_wr_fill(RecvWRObject *w, PyObject *sg_list,
  * where this reads it, in this interpreter. */
 static inline PyObject *ibp_list_item(PyObject *list, Py_ssize_t i)
 {
-    return (*(PyObject ***)((char *)list + sizeof(PyVarObject)))[i];
+    return (*(PyObject ***)((char *)list + IBP_VAR_HEAD_SIZE))[i];
 }
 
 /* Whether list holds what c kept: as many items, each an SGE with the

@@ -351,7 +351,7 @@ PyObject *ibp_publish(PyObject **slot, PyObject *made)
 int ibp_memo_take(PyObject **slot, PyObject *obj)
 {
 #if IBP_FREE_THREADED
-    if (!PyUnstable_IsImmortal(obj))
+    if (!ibp_is_immortal(obj))
         return 0;
     *slot = obj;
 #else

@@ -278,23 +278,12 @@ static PyMethodDef module_functions[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module_def = {
-    PyModuleDef_HEAD_INIT, "ibverbs._ibverbs",
-    "libibverbs bindings (generated from verbs.h; see ibverbs for the API).",
-    -1, NULL, NULL, NULL, NULL, NULL,
-};
-
-PyMODINIT_FUNC PyInit__ibverbs(void);
-
-PyMODINIT_FUNC PyInit__ibverbs(void)
+/* The module's body; generated/module.c.h exports it for the target. */
+static int ibp_module_exec(PyObject *module)
 {
     if (ibp_load_library() < 0)
-        return NULL;
-    PyObject *module = PyModule_Create(&module_def);
-    if (module == NULL)
-        return NULL;
-    if (IBP_DECLARE_GIL(module) < 0 ||
-        PyModule_AddFunctions(module, module_functions) < 0 ||
+        return -1;
+    if (PyModule_AddFunctions(module, module_functions) < 0 ||
         PyModule_AddFunctions(module, ibp_generated_functions) < 0 ||
         ibp_errors_init() < 0 ||
         ibp_handles_init() < 0 ||
@@ -307,9 +296,9 @@ PyMODINIT_FUNC PyInit__ibverbs(void)
         add_ref(module, "Gid", ibp_GidClass) < 0 ||
         /* which build target (spec/targets/targets.yaml) this module is */
         PyModule_AddStringConstant(module, "_target", IBP_TARGET_NAME) < 0 ||
-        module_set_all(module) < 0) {
-        Py_DECREF(module);
-        return NULL;
-    }
-    return module;
+        /* whether it is built to run without the GIL (cp314t, abi3t on either build) */
+        PyModule_AddIntConstant(module, "_free_threaded", IBP_FREE_THREADED) < 0 ||
+        module_set_all(module) < 0)
+        return -1;
+    return 0;
 }

@@ -259,4 +259,4 @@ def test_the_vectorcall_constructors_are_generated_under_the_target_macro_only()
                         re.S)
     on = {name for name, body in blocks if "#define IBP_TYPE_VECTORCALL 1" in body}
     assert on == {"IBP_TARGET_CP314_ABI3"}
-    assert len(blocks) == 3
+    assert len(blocks) == 4

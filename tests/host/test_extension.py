@@ -30,7 +30,9 @@ def test_exports_only_the_module_init_and_leaves_no_verb_undefined():
     defined = [l.split()[-1] for l in out.splitlines() if l.split()[-2:-1] != ["U"] and
                len(l.split()) == 3 and l.split()[1] in "TDBR"]
     undefined = [l.split()[-1] for l in out.splitlines() if " U " in l]
-    assert defined == ["PyInit__ibverbs"]
+    # abi3t (PEP 803) exports PEP 793's slots; the others a PyInit
+    init = "PyModExport__ibverbs" if _ibverbs._target.endswith("abi3t") else "PyInit__ibverbs"
+    assert defined == [init]
     assert not [s for s in undefined if "ibv" in s]
 
 
@@ -57,6 +59,33 @@ def test_a_library_without_required_verbs_is_refused(tmp_path):
     out = subprocess.run([sys.executable, "-c", "import ibverbs"], capture_output=True,
                          text=True, env=env, cwd=os.path.dirname(os.path.dirname(ib.__file__)))
     assert out.returncode == 1 and "lacks " in out.stderr and "rdma-core is too old" in out.stderr
+
+
+def test_a_second_import_of_the_extension_gives_the_first_ones_classes():
+    """The module keeps its state in globals, once per process: made again
+    (after del sys.modules[...]) it has the first one's classes, as the
+    interpreter gives a single-phase module's copy; abi3t's PEP 793 export
+    does the same (generated/module.c.h)."""
+    code = ("import sys, ibverbs._ibverbs as a; del sys.modules['ibverbs._ibverbs']; "
+            "import importlib; b = importlib.import_module('ibverbs._ibverbs'); "
+            "print(a is not b, b.SGE is a.SGE, b.VerbsError is a.VerbsError, "
+            "b._target == a._target, sorted(b.__all__) == sorted(a.__all__))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=os.path.dirname(os.path.dirname(ib.__file__)))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True"] * 5
+
+
+def test_the_objects_fields_sit_after_the_interpreters_object_header():
+    """abi3t (PEP 803) leaves PyObject opaque: the objects open with a head
+    of IBP_OBJECT_HEAD_SIZE bytes (generated/target.h) that must cover this
+    interpreter's (the import refuses otherwise); the others' is PyObject."""
+    base = object.__basicsize__
+    head = 32 if _ibverbs._target.endswith("abi3t") else base
+    assert base <= head
+    sge = _ibverbs.SGE(0x1000, 64, 7)
+    assert (sge.addr, sge.length, sge.lkey) == (0x1000, 64, 7)     # stored past the head
+    assert _ibverbs.SGE.__basicsize__ > head
 
 
 def test_handle_classes_called_directly_give_closed_handles_as_in_the_seed():

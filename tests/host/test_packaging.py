@@ -26,10 +26,12 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 HIDDEN = ("/usr/include/infiniband", "/usr/include/rdma")
 
 
-#: the wheel this interpreter builds (spec/targets/targets.yaml): the
-#: free-threaded target's under CPython 3.14t, the abi3 one at 3.14's level
-#: under the GIL builds of 3.14+, at 3.9's under the others
-_WHEEL_TAG = ("cp314-cp314t" if sysconfig.get_config_var("Py_GIL_DISABLED")
+#: the wheel this interpreter builds (spec/targets/targets.yaml): PEP 803's
+#: abi3t under either build of 3.15+ (both ABI tags: a GIL build takes abi3
+#: tags only), the free-threaded target's under CPython 3.14t, the abi3 one
+#: at 3.14's level under the GIL build of 3.14, at 3.9's under the others
+_WHEEL_TAG = ("cp315-abi3.abi3t" if sys.version_info >= (3, 15)
+              else "cp314-cp314t" if sysconfig.get_config_var("Py_GIL_DISABLED")
               else "cp314-abi3" if sys.version_info >= (3, 14) else "cp39-abi3")
 
 

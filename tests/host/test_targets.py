@@ -93,12 +93,15 @@ def test_each_wrapper_takes_the_critical_section_on_the_free_threaded_target_onl
 
 def test_the_targets_reach_setup_py_and_the_c():
     loaded = targets.load(targets.default_path(SPEC_DIR))
-    assert [t.name for t in loaded] == ["cp39-abi3", "cp314-abi3", "cp314t"]
+    assert [t.name for t in loaded] == ["cp39-abi3", "cp314-abi3", "cp314t", "cp315-abi3t"]
     view = runpy.run_path(str(GENERATED / "targets.py"))["TARGETS"]
-    assert [(t["name"], t["python_tag"], t["abi_tag"], t["limited_api"], t["free_threaded"])
-            for t in view] == [("cp39-abi3", "cp39", "abi3", "0x03090000", False),
-                               ("cp314-abi3", "cp314", "abi3", "0x030E0000", False),
-                               ("cp314t", "cp314", "cp314t", None, True)]
+    assert [(t["name"], t["python_tag"], t["abi_tag"], t["limited_api"], t["free_threaded"],
+             t["builds"]) for t in view] == [
+        ("cp39-abi3", "cp39", "abi3", "0x03090000", False, ["gil"]),
+        ("cp314-abi3", "cp314", "abi3", "0x030E0000", False, ["gil"]),
+        ("cp314t", "cp314", "cp314t", None, True, ["free-threaded"]),
+        # PEP 803: one extension for both builds, the wheel tagged for both
+        ("cp315-abi3t", "cp315", "abi3.abi3t", "0x030F0000", True, ["gil", "free-threaded"])]
     header = (GENERATED / "target.h").read_text()
     assert "#define Py_LIMITED_API 0x03090000" in header
     assert "#define Py_LIMITED_API 0x030E0000" in header
@@ -128,8 +131,8 @@ def _setup_py_target(version, free_threaded=False, name=None):
 
 @pytest.mark.parametrize("version, free_threaded, expected", [
     ((3, 9), False, "cp39-abi3"), ((3, 13), False, "cp39-abi3"),
-    ((3, 14), False, "cp314-abi3"), ((3, 15), False, "cp314-abi3"),
-    ((3, 14), True, "cp314t"),
+    ((3, 14), False, "cp314-abi3"), ((3, 15), False, "cp315-abi3t"),
+    ((3, 14), True, "cp314t"), ((3, 15), True, "cp315-abi3t"), ((3, 16), True, "cp315-abi3t"),
 ])
 def test_setup_py_builds_the_newest_target_the_interpreter_meets(version, free_threaded, expected):
     assert _setup_py_target(version, free_threaded) == expected
@@ -157,8 +160,11 @@ def test_two_targets_for_one_build_and_version_are_refused(tmp_path):
 def test_the_default_target_of_a_compile_outside_setup_py_is_by_version():
     header = (GENERATED / "target.h").read_text()
     default = header[header.index("#include <patchlevel.h>"):header.index("#if defined(IBP_TARGET_")]
-    assert "#if PY_VERSION_HEX >= 0x030E0000\n#define IBP_TARGET_CP314_ABI3 1\n#else\n" \
+    assert "#if PY_VERSION_HEX >= 0x030F0000\n#define IBP_TARGET_CP315_ABI3T 1\n" \
+           "#elif PY_VERSION_HEX >= 0x030E0000\n#define IBP_TARGET_CP314_ABI3 1\n#else\n" \
            "#define IBP_TARGET_CP39_ABI3 1\n#endif" in default
+    assert "#if PY_VERSION_HEX >= 0x030F0000\n#define IBP_TARGET_CP315_ABI3T 1\n#else\n" \
+           "#define IBP_TARGET_CP314T 1\n#endif" in default
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -169,9 +175,10 @@ def test_the_default_target_of_a_compile_outside_setup_py_is_by_version():
 def test_a_wrong_target_is_refused_with_its_file_and_line(tmp_path, edit, message):
     text = (ROOT / "spec" / "targets" / "targets.yaml").read_text()
     head, tail = text.split("  cp314t:\n")
-    assert edit in tail
+    section, rest = tail.split("  cp315-abi3t:\n")
+    assert edit in section
     path = tmp_path / "targets.yaml"
-    path.write_text(head + "  cp314t:\n" + tail.replace(edit, message))
+    path.write_text(head + "  cp314t:\n" + section.replace(edit, message) + "  cp315-abi3t:\n" + rest)
     with pytest.raises(SpecError, match=r"spec/targets/targets.yaml:\d+: target cp314t"):
         targets.load(str(path))
 
@@ -184,3 +191,75 @@ def test_an_unknown_method_kind_gets_no_wrapper():
     assert locked("g", "METH_O") == "IBP_LOCKED(g)"
     with pytest.raises(ValueError, match="no locked wrapper"):
         locked("h", "METH_FASTCALL")
+
+
+@pytest.mark.parametrize("edit, message", [
+    ("    free_threaded: true\n", "    free_threaded: false\n"),
+    ("    limited_api: \"3.15\"\n", "    limited_api: \"3.14\"\n"),
+    ("    abi3t: true\n", "    abi3t: yes please\n"),
+])
+def test_an_abi3t_target_is_free_threaded_at_3_15_or_later(tmp_path, edit, message):
+    text = (ROOT / "spec" / "targets" / "targets.yaml").read_text()
+    head, tail = text.split("  cp315-abi3t:\n")
+    assert edit in tail
+    path = tmp_path / "targets.yaml"
+    path.write_text(head + "  cp315-abi3t:\n" + tail.replace(edit, message))
+    with pytest.raises(SpecError, match=r"targets.yaml:\d+: target cp315-abi3t: abi3t"):
+        targets.load(str(path))
+
+
+def _target_block(name: str) -> str:
+    header = (GENERATED / "target.h").read_text()
+    start = header.index(f"#if defined(IBP_TARGET_{name})\n/*") if f"#if defined(IBP_TARGET_{name})\n/*" \
+        in header else header.index(f"#elif defined(IBP_TARGET_{name})\n/*")
+    return header[start:header.index("\n#el", start)]
+
+
+def test_abi3t_is_the_stable_abi_with_an_opaque_object_and_nothing_of_the_full_api():
+    block = _target_block("CP315_ABI3T")
+    assert "#define Py_TARGET_ABI3T 0x030F0000" in block
+    assert "#define Py_LIMITED_API 0x030F0000" in block
+    assert "#define IBP_FREE_THREADED 1" in block and "#define IBP_OPAQUE_OBJECT 1" in block
+    # PEP 793's slot says it, not PyUnstable_Module_SetGIL (not in the ABI)
+    assert "#define IBP_DECLARE_GIL(m) 0" in block
+    code = re.sub(r"/\*.*?\*/", "", block, flags=re.S)
+    assert "PyUnstable" not in code and "PyMutex" not in code
+    assert "__atomic_exchange_n" in block
+    # the free-threaded target of the full API keeps its own
+    full = _target_block("CP314T")
+    assert "PyUnstable_TryIncRef" in full and "#define IBP_MUTEX PyMutex" in full
+    assert "#define IBP_OPAQUE_OBJECT 0" in full
+    for name in ("CP39_ABI3", "CP314_ABI3"):
+        assert "#define IBP_OPAQUE_OBJECT 0" in _target_block(name)
+        assert "IBP_MUTEX" not in _target_block(name)
+
+
+def test_the_padded_head_covers_both_3_15_builds_and_is_checked_at_import():
+    loaded = {t.name: t for t in targets.load(targets.default_path(SPEC_DIR))}
+    # 3.15's free-threaded PyObject, 64-bit: ob_tid 8, ob_flags 2, ob_mutex 1,
+    # ob_gc_bits 1, ob_ref_local 4, ob_ref_shared 8, ob_type 8; the GIL's: 16
+    assert loaded["cp315-abi3t"].object_head_size == 8 + 2 + 1 + 1 + 4 + 8 + 8
+    assert {n for n, t in loaded.items() if t.object_head_size} == {"cp315-abi3t"}
+    header = (GENERATED / "target.h").read_text()
+    opaque = header[header.index("#if IBP_OPAQUE_OBJECT"):]
+    assert "#define PyObject_HEAD " in opaque and "bytes[IBP_OBJECT_HEAD_SIZE]" in opaque
+    module = (GENERATED / "module.c.h").read_text()
+    export = module[module.index("#if IBP_OPAQUE_OBJECT"):]
+    assert '"__basicsize__"' in export and "> IBP_OBJECT_HEAD_SIZE" in export
+    assert "PyExc_ImportError" in export
+
+
+def test_the_module_export_is_generated_per_target():
+    module = (GENERATED / "module.c.h").read_text()
+    export = module[module.index("#if IBP_OPAQUE_OBJECT"):]
+    slots, legacy = export.split("\n#else\n")
+    assert "PyMODEXPORT_FUNC PyModExport__ibverbs(void);" in slots
+    assert "PySlot_DATA(Py_mod_gil, Py_MOD_GIL_NOT_USED)" in slots
+    assert "PySlot_DATA(Py_mod_abi, &abi_info)" in slots
+    assert "PyModuleDef" not in slots and "PyInit" not in slots
+    assert "PyMODINIT_FUNC PyInit__ibverbs(void);" in legacy
+    assert "IBP_DECLARE_GIL(module)" in legacy
+    # the module's body is hand-written once, for every target
+    source = (ROOT / "ibverbs" / "src" / "module.c").read_text()
+    assert "static int ibp_module_exec(PyObject *module)" in source
+    assert "PyInit" not in source and "PyModuleDef" not in source

@@ -7,12 +7,15 @@ the one whose best tag comes first in that order.
 
 What this records (packaging 26, pip 26):
   3.9-3.13 -> cp39-abi3;  3.14 -> cp314-abi3;  3.14t -> cp314-cp314t;
-  3.15t -> cp315-abi3t;  3.15 (GIL) -> cp314-abi3, not cp315-abi3t:
+  3.15 and 3.15t -> cp315-abi3.abi3t (PEP 803's abi3t, spec/targets/targets.yaml).
   packaging gives a GIL build abi3 tags only and a free-threaded one abi3t
-  tags only, so an abi3t wheel meant for both builds (PEP 803) must carry
-  both ABI tags, cp315-abi3.abi3t, to be taken by a GIL 3.15.
+  tags only, so the abi3t wheel, meant for both builds, carries both ABI
+  tags: tagged cp315-abi3t alone, a GIL 3.15 would take cp314-abi3.
 """
 from __future__ import annotations
+
+import pathlib
+import runpy
 
 import pytest
 
@@ -24,7 +27,9 @@ PLATFORM = "manylinux2014_x86_64.manylinux_2_17_x86_64"   # tools/audit-wheel's
 #: packaging's list: the wheels' platform is the same for all)
 PLATFORMS = ["manylinux_2_17_x86_64", "manylinux2014_x86_64", "linux_x86_64"]
 
-WHEELS = ["cp39-abi3", "cp314-abi3", "cp315-abi3t", "cp314-cp314t"]
+#: the wheels `make` builds: the targets' tags (generated/targets.py)
+WHEELS = [f"{t['python_tag']}-{t['abi_tag']}" for t in runpy.run_path(
+    str(pathlib.Path(__file__).resolve().parents[2] / "generated" / "targets.py"))["TARGETS"]]
 INTERPRETERS = {    # name: (version, ABI of the interpreter's own build)
     **{f"3.{m}": ((3, m), f"cp3{m}") for m in range(9, 14)},
     "3.14": ((3, 14), "cp314"),
@@ -66,9 +71,9 @@ EXPECTED = {
     **{f"3.{m}": "cp39-abi3" for m in range(9, 14)},
     "3.14": "cp314-abi3",
     "3.14t": "cp314-cp314t",
-    # a GIL 3.15 is given no abi3t tag: it takes the newest abi3 wheel
-    "3.15": "cp314-abi3",
-    "3.15t": "cp315-abi3t" if KNOWS_ABI3T else None,
+    # the abi3t wheel, by its abi3 tag on a GIL build, by abi3t on the other
+    "3.15": "cp315-abi3.abi3t",
+    "3.15t": "cp315-abi3.abi3t" if KNOWS_ABI3T else None,
 }
 
 
@@ -97,13 +102,15 @@ def test_pip_picks_the_same(name):
 
 
 def test_an_abi3t_wheel_for_both_builds_carries_both_abi_tags():
-    """PEP 803's abi3t wheel loads on 3.15's GIL build too; tagged
-    cp315-abi3.abi3t, pip takes it on both 3.15 builds and on nothing older."""
+    """PEP 803's abi3t wheel loads on 3.15's GIL build too: tagged
+    cp315-abi3.abi3t, pip takes it on both 3.15 builds and on nothing older;
+    tagged cp315-abi3t alone, a GIL 3.15 would pass it over for cp314-abi3."""
     if not KNOWS_ABI3T:
         pytest.skip("this packaging does not know abi3t")
-    wheels = ["cp39-abi3", "cp314-abi3", "cp315-abi3.abi3t", "cp314-cp314t"]
-    picked = {name: choice(packaging_order(*INTERPRETERS[name]), wheels) for name in INTERPRETERS}
-    assert picked == dict(EXPECTED, **{"3.15": "cp315-abi3.abi3t", "3.15t": "cp315-abi3.abi3t"})
+    assert "cp315-abi3.abi3t" in WHEELS
+    lone = [w.replace("abi3.abi3t", "abi3t") for w in WHEELS]
+    picked = {name: choice(packaging_order(*INTERPRETERS[name]), lone) for name in INTERPRETERS}
+    assert picked == dict(EXPECTED, **{"3.15": "cp314-abi3", "3.15t": "cp315-abi3t"})
 
 
 def test_the_order_ranks_the_newer_stable_abi_first():
