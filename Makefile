@@ -45,11 +45,13 @@ RDMA_CACHE := $(or $(IBVERBS_RDMA_CACHE),$(CACHE_HOME)/ibverbs-rdma-core)
         test-host test-device test-device-slow test-cluster-fast test-cluster test-topology bench-cluster coverage \
         clean distclean
 
-all: check-generated wheel wheel-ft
+all: check-generated wheel wheel-ft wheel-314 wheel-315
 
 help:
 	@echo 'make                  check generated/ against the vendored rdma-core $(BASELINE) headers,'
-	@echo '                      build the abi3 wheel into dist/ and audit it'
+	@echo '                      build the wheels into dist/ and audit them: cp39-abi3 here,'
+	@echo '                      cp314-abi3 and cp315-abi3t in a Debian sid root, cp314t where'
+	@echo '                      the free-threaded interpreter is'
 	@echo 'make test             host tests (here and, cross-built, the aarch64 wheel'"'"'s under'
 	@echo '                      qemu-user), then the device tests on Soft-RoCE in a VM (not'
 	@echo '                      the slow ones) and the cross-node tier on two VMs'
@@ -212,7 +214,7 @@ test-cluster: build venv-test
 # under nice: they take the cores the VMs leave idle, and the VMs (whose
 # guests keep time by the host's clock, retry timers included) are not
 # slowed by them.  TEST_SERIAL=1 runs the same targets one after the other.
-TEST_CPU := check-releases test-host $(TEST_CROSS) test-ft-host
+TEST_CPU := check-releases test-host $(TEST_CROSS) test-ft-host test-314-host test-315-host
 TEST_VM := test-device test-cluster-fast test-topology test-ft-device
 test: check-generated build venv-test
 ifdef TEST_SERIAL
@@ -307,6 +309,7 @@ SID_ROOT := $(CURDIR)/tools/sid-root
 SID_SKIP = echo "$@: skipped: no Debian sid root (tools/sid-root failed: it needs root, mmdebstrap and the network once)" >&2
 .PHONY: wheel-314 test-314-host
 wheel-314: venv
+	@tools/ensure-debs mmdebstrap debian-archive-keyring >&2 || true
 	@$(SID_ROOT) >/dev/null || { $(SID_SKIP); exit 0; }; \
 	set -e; rm -rf $(SID_DIR)/tree build/wheel-tmp-314 dist/*-cp314-abi3-*.whl; \
 	mkdir -p $(SID_DIR)/tree build/wheel-tmp-314; \
@@ -341,6 +344,7 @@ test-314-host: wheel-314
 SID_315_TREE := $(SID_DIR)/tree-315
 .PHONY: wheel-315 test-315-host
 wheel-315: venv
+	@tools/ensure-debs mmdebstrap debian-archive-keyring >&2 || true
 	@$(SID_ROOT) >/dev/null || { $(SID_SKIP); exit 0; }; \
 	set -e; rm -rf $(SID_315_TREE) build/wheel-tmp-315 dist/*-cp315-abi3.abi3t-*.whl; \
 	mkdir -p $(SID_315_TREE) build/wheel-tmp-315; \
