@@ -84,6 +84,8 @@ help:
 	@echo 'make test-tsan-ft     the host tier on CPython 3.14t (GIL off) under ThreadSanitizer'
 	@echo 'make bench            the data path against C and pyverbs on Soft-RoCE (BENCHMARKS.md)'
 	@echo 'make bench-cluster    C and the plain API between two VMs: round trip, WRITE bandwidth'
+	@echo 'make bench-counts-sid the budgeted operations'"'"' instruction counts on 3.14 (cp314-abi3)'
+	@echo '                      and 3.15 (cp315-abi3t) in the sid root (make bench runs it)'
 	@echo 'make bench-threads    1 and 2 threads on free-threaded CPython 3.14t (GIL off, -X gil=1) and C'
 	@echo 'make docs             the API reference (Sphinx) into docs/_build/html'
 	@echo 'make soak [MINUTES=10]  faults injected into random cycles of several processes on'
@@ -410,8 +412,8 @@ rdma-core:
 BENCH_PKGS := matplotlib==3.11.2
 # After the VM run (not beside it: it would take the VM's CPU), the
 # budgeted operations' instruction counts (bench/host_micro.py), into
-# BENCHMARKS.md; BENCH_SEED=<seed wheel or unpacked directory> adds the
-# seed's counts.
+# BENCHMARKS.md beside 3.14's and 3.15's (make bench-counts-sid);
+# BENCH_SEED=<seed wheel or unpacked directory> adds the seed's counts.
 BENCH_COUNTED := sendwr_build,sge_build,mr_sge,post_send_1,post_send_32,post_recv_1,poll_empty,poll_1,poll_16,wc_status
 BENCH_SEED ?=
 .PHONY: bench
@@ -428,11 +430,38 @@ bench: build venv-test
 	@echo "host load after:  $$(cat build/bench/load-after.txt)"
 	set -o pipefail; /usr/bin/python3 bench/cross_node.py | tee build/bench/cross_node.txt
 	$(PY) bench/host_micro.py --ir --only $(BENCH_COUNTED) --table build/bench/counts.txt \
-	    $(if $(wildcard $(BENCH_SEED)),--seed $(BENCH_SEED))
+	    --json build/bench/counts.json $(if $(wildcard $(BENCH_SEED)),--seed $(BENCH_SEED))
+	$(MAKE) --no-print-directory bench-counts-sid
 	$(MAKE) --no-print-directory bench-threads
 	$(PY) bench/report.py build/bench/run.txt build/bench/load-before.txt build/bench/load-after.txt \
 	    build/bench/counts.txt build/bench/cross_node.txt build/bench/threads.json
 	$(if $(BENCH_HOST),$(PY) bench/host_micro.py)
+
+# `make bench-counts-sid`: the same operations' instruction counts, with
+# their floors (bench/nullcall.c at the build's Limited API), on sid's
+# python3.14 with the cp314-abi3 wheel and on its python3.15 (a GIL build)
+# with the cp315-abi3t wheel, each unpacked into its wheel's tree and
+# counted there in the sid root, into build/bench/counts-314.{txt,json} and
+# counts-315.{txt,json}: BENCHMARKS.md shows them beside 3.11's.  Where the
+# root cannot be made, the JSON says why (and BENCHMARKS.md with it).
+.PHONY: bench-counts-sid
+bench-counts-sid: wheel-314 wheel-315
+	@mkdir -p build/bench; rm -f build/bench/counts-314.* build/bench/counts-315.*
+	@$(SID_ROOT) >/dev/null || { $(SID_SKIP); for v in 314 315; do \
+	    echo '{"skipped": "not measured: no Debian sid root (tools/sid-root failed:' \
+	        'it needs root, mmdebstrap and the network once)"}' > build/bench/counts-$$v.json; \
+	    done; exit 0; }; \
+	set -e; for v in 314 315; do \
+	    if [ $$v = 314 ]; then tree=$(SID_DIR)/tree; wheel=$$(ls dist/*-cp314-abi3-*.whl); \
+	    else tree=$(SID_315_TREE); wheel=$$(ls dist/*-cp315-abi3.abi3t-*.whl); fi; \
+	    py=python3.$${v#3}; \
+	    rm -f $$tree/ibverbs/*.so $$tree/build/bench/counts-$$v.*; \
+	    $(PY) -m zipfile -e $$wheel $$tree; \
+	    (cd $$tree && $(SID_ROOT) run "$$py bench/host_micro.py --ir --only $(BENCH_COUNTED) \
+	        --python /usr/bin/$$py --table build/bench/counts-$$v.txt \
+	        --json build/bench/counts-$$v.json"); \
+	    cp $$tree/build/bench/counts-$$v.txt $$tree/build/bench/counts-$$v.json build/bench/; \
+	done
 
 # `make bench-threads`: the message rate at 1 and 2 threads, each its own QP
 # and CQ, on a free-threaded CPython 3.14t (the cp314t build, GIL off and

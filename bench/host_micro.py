@@ -1,14 +1,17 @@
 """Host microbenchmarks of `make bench` (no device, no VM).
 
     .venv/bin/python bench/host_micro.py [--quick] [--ir] [--only NAME,...] [--tree DIR]
-                                         [--seed WHEEL|DIR] [--table FILE] [--python PY]
+                                         [--seed WHEEL|DIR] [--table FILE] [--json FILE]
+                                         [--python PY]
 
 --tree DIR measures the ibverbs package built in another checkout (for
 before/after comparisons); --only measures only the named operations;
 --ir only the instruction counts; --seed (or IBVERBS_SEED) measures the
 seed's package too (a wheel is unpacked into build/bench/seed, never
-installed); --table writes the counts table there (`make bench`);
---python measures under another CPython (the abi3 build is the same).
+installed); --table writes the counts table there (`make bench`), --json
+the same counts as JSON (bench/report.py's table of 3.11, 3.14 and 3.15);
+--python measures under another CPython, with the extension built in
+--tree for it (the floor is built at that build's target, its _target).
 
 1. Instructions per operation of the Python data path, counted with
    valgrind --tool=callgrind through a null provider (bench/nullverbs.c,
@@ -31,6 +34,7 @@ Prints "host <name> <value> <unit>" lines and never fails on a slow
 number: these are measurements, not tests.
 """
 import glob
+import json
 import os
 import platform
 import re
@@ -365,18 +369,27 @@ def marker_functions(python):
     return "getppid", "getpgrp"
 
 
-def build_nullcall():
-    """build/bench/_nullcall*.so (bench/nullcall.c): the floor's do-nothing calls."""
-    suffix, include, limited = subprocess.run(
-        [PY, "-c", "import sys, sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX')); "
-         "print(sysconfig.get_paths()['include']); "
-         # the Limited API level of the abi3 target this interpreter builds (setup.py)
-         "print('0x030e0000' if sys.version_info >= (3, 14) else '0x03090000')"],
+def build_nullcall(target):
+    """build/bench/_nullcall*.so (bench/nullcall.c): the floor's do-nothing
+    calls, at the Limited API of *target* (the build target's name, as the
+    module's _target gives it; generated/targets.py), as the extension is."""
+    spec = next(t for t in targets() if t["name"] == target)
+    defines = [f"-DPy_LIMITED_API={spec['limited_api'] or '0x03090000'}"]
+    if spec["abi_tag"].split(".")[-1] == "abi3t":
+        defines.append(f"-DPy_TARGET_ABI3T={spec['limited_api']}")
+    suffix, include = subprocess.run(
+        [PY, "-c", "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX')); "
+         "print(sysconfig.get_paths()['include'])"],
         check=True, capture_output=True, text=True).stdout.split()
-    sh(["gcc", "-O2", "-fPIC", "-shared", "-Wall", "-Werror", f"-I{include}",
-        f"-DPy_LIMITED_API={limited}",
+    sh(["gcc", "-O2", "-fPIC", "-shared", "-Wall", "-Werror", f"-I{include}", *defines,
         os.path.join(ROOT, "bench", "nullcall.c"), "-o",
         os.path.join(BUILD, "_nullcall" + suffix)])
+
+
+def targets():
+    """The build targets (generated/targets.py, read as setup.py reads it)."""
+    import runpy
+    return runpy.run_path(os.path.join(ROOT, "generated", "targets.py"))["TARGETS"]
 
 
 def seed_dir(seed):
@@ -511,12 +524,15 @@ def counts_table(ours, floor, seed, c_ref, budgets=None):
     return "\n".join(lines)
 
 
-def instructions(lib, only, tree, seed=None, table=None):
-    build_nullcall()
+def instructions(lib, only, tree, seed=None, table=None, json_path=None):
     env = our_env(lib, tree)
-    probe = subprocess.run([PY, "-c", "import ibverbs; print(hasattr(ibverbs, 'PostList'))"],
-                           env=env, cwd=tree, capture_output=True, text=True)
-    fast = probe.stdout.strip() == "True"
+    probe = subprocess.run([PY, "-c", "import sys, ibverbs, ibverbs._ibverbs as m; "
+                            "print(hasattr(ibverbs, 'PostList'), m._target, "
+                            "sys.version.split()[0])"],
+                           env=env, cwd=tree, capture_output=True, text=True, check=True)
+    fast, target, python = probe.stdout.split()
+    fast = fast == "True"
+    build_nullcall(target)
     names = [n for n in OPS if not (only and n not in only) and not (n in FAST_OPS and not fast)]
     ours = measure(env, names + ["floor_" + n for n in FLOORS if n in names])
     print(f"host ir_loop {ours.pop('loop'):.0f} instructions/iteration (subtracted below)",
@@ -547,6 +563,12 @@ def instructions(lib, only, tree, seed=None, table=None):
     if table:
         with open(table, "w") as f:
             f.write(text + "\n")
+    if json_path:   # bench/report.py's table of the interpreters side by side
+        with open(json_path, "w") as f:
+            json.dump({"python": python, "target": target, "ours": ours,
+                       "floor": {n[len("floor_"):]: v for n, v in floor.items()},
+                       "seed": seed_counts, "c": c_ref}, f, indent=1, sort_keys=True)
+            f.write("\n")
 
 
 def import_time(rounds):
@@ -617,9 +639,10 @@ def main(argv):
         global PY
         PY = os.path.abspath(argv[argv.index("--python") + 1])
     table = argv[argv.index("--table") + 1] if "--table" in argv else None
+    json_path = argv[argv.index("--json") + 1] if "--json" in argv else None
     if shutil.which("valgrind"):
         lib = build_nullverbs()
-        instructions(lib, only, tree, seed, table)
+        instructions(lib, only, tree, seed, table, json_path)
     else:
         print("host ir_* skipped: valgrind not installed (apt-get install valgrind)")
     if not only and "--ir" not in argv:

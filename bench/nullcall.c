@@ -22,22 +22,44 @@
  *                    (WC's, which answers its hot fields before the generic
  *                    lookup)
  *
- * Built against the Limited API of the target the interpreter builds
- * (bench/host_micro.py passes it: 3.9's, or 3.14's under 3.14+), as the
- * extension is.  At 3.14's, Null is also called through Py_tp_vectorcall,
- * a do-nothing one (the allocation only), as SGE and SendWR are there.
+ * Built against the Limited API of the target the extension was built for
+ * (bench/host_micro.py passes it from generated/targets.py: 3.9's, 3.14's,
+ * or 3.15's abi3t with Py_TARGET_ABI3T), as the extension is.  At 3.14's,
+ * Null is also called through Py_tp_vectorcall, a do-nothing one (the
+ * allocation only), as SGE and SendWR are there; not on abi3t, where ours
+ * are not either (generated/target.h: IBP_TYPE_VECTORCALL).  On abi3t the
+ * object head is padded as ours (PyObject is opaque there) and the module
+ * is exported as PEP 793 slots.
  */
 #ifndef Py_LIMITED_API
 #define Py_LIMITED_API 0x03090000
 #endif
 #include <Python.h>
 
+#ifdef Py_TARGET_ABI3T
+/* PyObject is opaque: the head of generated/target.h (IBP_OBJECT_HEAD_SIZE) */
+#define NULL_HEAD                                                           \
+    union {                                                                 \
+        unsigned char bytes[32];                                            \
+        void *align_pointer;                                                \
+        long long align_integer;                                            \
+        double align_double;                                                \
+    } head;
+#define NULL_ATTR_SIZE 0            /* object's own, inherited */
+#else
+#define NULL_HEAD PyObject_HEAD
+#define NULL_ATTR_SIZE sizeof(PyObject)
+#if defined(Py_tp_vectorcall)
+#define NULL_VECTORCALL 1
+#endif
+#endif
+
 #ifndef METH_FASTCALL
 #define METH_FASTCALL 0x0080   /* as ibverbs/src/common.h: hidden by 3.9's limited headers */
 #endif
 
 typedef struct {
-    PyObject_HEAD
+    NULL_HEAD
     PyObject *slot;
 } NullObject;
 
@@ -137,7 +159,7 @@ static PyObject *null_getattro(PyObject *self, PyObject *name)
     return zero;
 }
 
-#ifdef Py_tp_vectorcall
+#ifdef NULL_VECTORCALL
 static PyObject *null_vectorcall(PyObject *type, PyObject *const *args, size_t nargsf,
                                  PyObject *kwnames)
 {
@@ -160,7 +182,7 @@ static PyType_Slot null_slots[] = {
     {Py_tp_traverse, (void *)null_traverse},
     {Py_tp_clear, (void *)null_clear},
     {Py_tp_methods, null_methods},
-#ifdef Py_tp_vectorcall
+#ifdef NULL_VECTORCALL
     {Py_tp_vectorcall, (void *)null_vectorcall},
 #endif
     {0, NULL},
@@ -172,7 +194,7 @@ static PyType_Slot attr_slots[] = {
 };
 
 static PyType_Spec attr_spec = {
-    "_nullcall.NullAttr", sizeof(PyObject), 0, Py_TPFLAGS_DEFAULT, attr_slots,
+    "_nullcall.NullAttr", NULL_ATTR_SIZE, 0, Py_TPFLAGS_DEFAULT, attr_slots,
 };
 
 static PyType_Spec null_spec = {
@@ -180,6 +202,38 @@ static PyType_Spec null_spec = {
     Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC, null_slots,
 };
 
+static int nullcall_exec(PyObject *m)
+{
+    if (zero == NULL && (zero = PyLong_FromLong(0)) == NULL)
+        return -1;
+    Null_Type = (PyTypeObject *)PyType_FromSpec(&null_spec);
+    Py_XINCREF((PyObject *)Null_Type);
+    if (Null_Type == NULL || PyModule_AddObject(m, "Null", (PyObject *)Null_Type) < 0)
+        return -1;
+    PyObject *attr = PyType_FromSpec(&attr_spec);
+    if (attr == NULL || PyModule_AddObject(m, "NullAttr", attr) < 0) {
+        Py_XDECREF(attr);
+        return -1;
+    }
+    return 0;
+}
+
+#ifdef Py_TARGET_ABI3T
+PyMODEXPORT_FUNC PyModExport__nullcall(void);
+
+PyMODEXPORT_FUNC PyModExport__nullcall(void)
+{
+    PyABIInfo_VAR(abi_info);
+    static PySlot slots[] = {
+        PySlot_DATA(Py_mod_abi, &abi_info),
+        PySlot_DATA(Py_mod_name, "_nullcall"),
+        PySlot_FUNC(Py_mod_exec, nullcall_exec),
+        PySlot_DATA(Py_mod_gil, Py_MOD_GIL_NOT_USED),
+        PySlot_END,
+    };
+    return slots;
+}
+#else
 static struct PyModuleDef nullcall_module = {
     PyModuleDef_HEAD_INIT, "_nullcall", NULL, -1, NULL, NULL, NULL, NULL, NULL,
 };
@@ -187,21 +241,8 @@ static struct PyModuleDef nullcall_module = {
 PyMODINIT_FUNC PyInit__nullcall(void)
 {
     PyObject *m = PyModule_Create(&nullcall_module);
-    if (m == NULL || (zero == NULL && (zero = PyLong_FromLong(0)) == NULL)) {
-        Py_XDECREF(m);
-        return NULL;
-    }
-    Null_Type = (PyTypeObject *)PyType_FromSpec(&null_spec);
-    Py_XINCREF((PyObject *)Null_Type);
-    if (Null_Type == NULL || PyModule_AddObject(m, "Null", (PyObject *)Null_Type) < 0) {
-        Py_DECREF(m);
-        return NULL;
-    }
-    PyObject *attr = PyType_FromSpec(&attr_spec);
-    if (attr == NULL || PyModule_AddObject(m, "NullAttr", attr) < 0) {
-        Py_XDECREF(attr);
-        Py_DECREF(m);
-        return NULL;
-    }
+    if (m != NULL && nullcall_exec(m) < 0)
+        Py_CLEAR(m);
     return m;
 }
+#endif

@@ -5,7 +5,11 @@
 
 RUN_OUTPUT is what bench/run_bench.py printed (its stdout); LOAD_BEFORE /
 LOAD_AFTER the host's `uptime` around the VM run; COUNTS the instruction
-counts table of bench/host_micro.py --table; CROSS_NODE what
+counts table of bench/host_micro.py --table, whose --json beside it
+(COUNTS with .json for .txt: CPython 3.11, the cp39-abi3 build; -314.json,
+-315.json: 3.14 with cp314-abi3 and 3.15 with cp315-abi3t, `make
+bench-counts-sid`) make the table of the interpreters side by side, each
+with its floor (without the 3.11 JSON, the text table as it is); CROSS_NODE what
 bench/cross_node.py printed (the two-node cluster's section); THREADS the
 JSON of bench/threads.py (the thread scaling's section).  Writes
 bench/plots/bandwidth.svg, bench/plots/latency.svg and BENCHMARKS.md.
@@ -18,20 +22,17 @@ import platform
 import subprocess
 import sys
 
-import host_micro  # host_cpu: the machine's name, as bench/threads.py gives it
-import matplotlib
-
-matplotlib.use("svg")
-import matplotlib.pyplot as plt  # noqa: E402
+import host_micro  # host_cpu, BUDGETS, C_OF: the machine's name, the budgeted operations
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLOTS = os.path.join(ROOT, "bench", "plots")
 COUNTS_TEXT = """\
 What each operation of the plain API costs, counted exactly (valgrind's
 callgrind, through the null provider `bench/nullverbs.c`: no device, no VM;
-`bench/host_micro.py`, CPython {py}): instructions per operation, the bare
+`bench/host_micro.py`, {pythons}): instructions per operation, the bare
 loop subtracted. **floor** is the same call shape into C that does nothing
-(`bench/nullcall.c`: a constructor's argument tuple, keyword dict,
+(`bench/nullcall.c`, built at the same Limited API as the extension beside
+it: a constructor's argument tuple, keyword dict,
 allocation and dealloc; a method call; an attribute read; for a poll, a
 method returning a list it made once, each item read with `PyList_GetItem`,
 the least a poll handing its list back can do in the Limited API), which
@@ -40,8 +41,90 @@ same operation, **C** the C verbs' through the same provider, **floor+C**
 the two together (the least any binding can spend on a verb call: the call
 shape and the verb itself); **goal** the goal of issue 27, "below floor"
 where the floor alone exceeds it, "below floor+C" where floor+C does;
-**budget** what `tests/host/test_budgets.py` holds the count to (+10%).""".format(
-    py=platform.python_version())
+**budget** what `tests/host/test_budgets.py` holds the count to (+10%).{by_python}"""
+
+BY_PYTHON_TEXT = """
+
+The interpreters side by side: CPython 3.11 with the cp39-abi3 build,
+Debian sid's 3.14 with the cp314-abi3 build (vectorcall constructors) and
+its 3.15 with the cp315-abi3t build (PEP 803; a GIL build), the last two
+in the sid root of `tools/sid-root` (`make bench-counts-sid`), each beside
+its own floor; seed, C, floor+C, goal and status are 3.11's, and budget
+3.11's, with 3.14's after a slash where it has one."""
+
+# The interpreters of the table, in order: (counts file's suffix, Python, build target)
+PYTHONS = [("", "3.11", "cp39-abi3"), ("-314", "3.14", "cp314-abi3"),
+           ("-315", "3.15", "cp315-abi3t")]
+
+
+def load_counts(path):
+    """host_micro.py --json's counts, or {"skipped": why} where there are none."""
+    if not os.path.exists(path):
+        where = os.path.relpath(path, ROOT)
+        return {"skipped": f"not measured: no {path if where.startswith('..') else where}"}
+    with open(path) as f:
+        return json.load(f)
+
+
+def counts_by_python(counts):
+    """The budgeted operations' table, the interpreters side by side:
+    counts is [(python, target, host_micro.py --json's dict or {"skipped":
+    why})] with 3.11's first, whose seed, C, goal and status the table
+    shows.  A column not measured is "-", and a line under the table says
+    why."""
+    first = counts[0][2]
+    head = ["operation"]
+    for python, target, _ in counts:
+        head += [f"{python} {target}", "floor"]
+    head += ["seed", "ours/seed", "C", "ours/C", "floor+C", "goal", "", "budget"]
+    budgets_314 = host_micro.budgets_for((3, 14))
+    rows = []
+    for name, (label, goal, budget) in host_micro.BUDGETS.items():
+        if name not in first.get("ours", {}):
+            continue
+        row = [label]
+        for _, _, data in counts:
+            ours, floor = data.get("ours", {}).get(name), data.get("floor", {}).get(name)
+            row += [f"{ours:.0f}" if ours is not None else "-",
+                    f"{floor:.0f}" if floor is not None else "-"]
+        o, fl = first["ours"][name], first.get("floor", {}).get(name)
+        sd = first.get("seed", {}).get(name)
+        c = first.get("c", {}).get(host_micro.C_OF.get(name, ""))
+        least = fl + c if fl is not None and c is not None else None
+        status = ("met" if o <= goal else "below floor" if fl is not None and fl >= goal
+                  else "below floor+C" if least is not None and least >= goal else "NOT met")
+        budgets = str(budget) + (f" / {budgets_314[name][2]}" if name in budgets_314 else "")
+        row += [f"{sd:.0f}" if sd is not None else "-", f"{o / sd:.2f}" if sd else "-",
+                f"{c:.1f}" if c is not None else "-", f"{o / c:.1f}" if c else "-",
+                f"{least:.0f}" if least is not None else "-", f"<= {goal}", status, budgets]
+        rows.append(row)
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    lines = ["  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in
+                       enumerate(zip(r, widths))).rstrip() for r in [head, *rows]]
+    lines.insert(1, "-" * len(lines[0]))
+    lines.append("")
+    for python, target, data in counts:
+        lines.append(f"{python} {target}: " + (data["skipped"] if "skipped" in data else
+                                               f"CPython {data.get('python', '?')}"))
+    return "\n".join(lines)
+
+
+def counts_section(counts):
+    """The instruction counts' section: the interpreters side by side where
+    3.11's JSON is there (COUNTS' .json), else the text table of COUNTS."""
+    if counts is None or not os.path.exists(counts):
+        return "(no counts: valgrind was not installed)"
+    stem = os.path.splitext(counts)[0]
+    measured = [(python, target, load_counts(stem + suffix + ".json"))
+                for suffix, python, target in PYTHONS]
+    if "skipped" in measured[0][2]:
+        return section(COUNTS_TEXT.format(pythons=f"CPython {platform.python_version()}",
+                                          by_python=""), counts, None)
+    pythons = ", ".join(f"CPython {d['python']} ({d.get('target', t)})"
+                        for _, t, d in measured if "python" in d)
+    return (COUNTS_TEXT.format(pythons=pythons, by_python=BY_PYTHON_TEXT)
+            + "\n\n```\n" + counts_by_python(measured) + "\n```")
+
 
 CROSS_TEXT = """\
 The same run then boots the two-node cluster of `tests/vm/run-cluster` (two
@@ -122,6 +205,9 @@ def size_label(size):
 
 
 def plot(series, ylabel, title, path, logy):
+    import matplotlib       # here, not at import: the counts' table is tested without it
+    matplotlib.use("svg")
+    import matplotlib.pyplot as plt
     plt.rcParams["svg.hashsalt"] = "ibverbs-bench"     # stable ids: diffs show data changes
     plt.rcParams["svg.fonttype"] = "none"              # text stays text: small, greppable
     fig, ax = plt.subplots(figsize=(7, 4.2))
@@ -177,7 +263,7 @@ def main(argv):
     dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
                             ":!BENCHMARKS.md", ":!bench/plots"], cwd=ROOT,
                            capture_output=True, text=True).stdout.strip()
-    counts_section = section(COUNTS_TEXT, counts, "(no counts: valgrind was not installed)")
+    counts_text = counts_section(counts)
     cross_section = section(CROSS_TEXT, cross_node,
                             "(not measured: bench/cross_node.py did not run)")
     threads_text = threads_section(threads)
@@ -263,7 +349,7 @@ all four meet; the binding's own cost shows at small sizes.
 
 ## Instructions per operation
 
-{counts_section}
+{counts_text}
 
 ## Threads: free-threaded CPython
 

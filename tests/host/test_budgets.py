@@ -38,13 +38,13 @@ def counts():
     hm = host_micro()
     if not BUDGETS:
         pytest.skip("the budgets are CPython 3.11's instruction counts (and 3.14's constructors)")
+    from ibverbs import _ibverbs
     if sys.version_info[:2] == (3, 14):
-        from ibverbs import _ibverbs
         if _ibverbs._target != "cp314-abi3":
             pytest.skip(f"3.14's budgets are the cp314-abi3 build's, not {_ibverbs._target}'s")
         hm.PY = sys.executable      # the sid root's python3.14 (no .venv there)
     lib = hm.build_nullverbs()
-    hm.build_nullcall()
+    hm.build_nullcall(_ibverbs._target)     # the floor at the extension's Limited API
     names = list(BUDGETS)
     return hm, hm.measure(hm.our_env(lib, str(ROOT)), names + ["floor_" + n for n in names],
                           k=1000)
