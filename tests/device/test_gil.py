@@ -49,10 +49,9 @@ PAUSE = 10.0     # seconds to wait for a call to reach its pause point
 
 def _struct_handle_fields(spec):
     out = {}
-    for s in spec.structs:
-        fields = s.node["fields"]       # or "all": the C struct's plain members
-        out[s.name] = [f for f, fs in (fields.items() if hasattr(fields, "items") else ())
-                       if hasattr(fs, "get") and str(fs.get("convert", "")).startswith("handle:")]
+    for s in spec.structs:          # fields None: "all", the C struct's plain members
+        out[s.name] = [f.name for f in s.fields or ()
+                       if str(f.convert or "").startswith("handle:")]
     return out
 
 
