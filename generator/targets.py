@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from .spec import SpecError, load_file
 
@@ -39,7 +39,7 @@ class Target:
     abi3t: bool = False        # PEP 803's stable ABI: for GIL builds too
 
     @property
-    def builds(self) -> tuple:
+    def builds(self) -> Tuple[str, ...]:
         """The kinds of CPython build it loads on: "gil", "free-threaded"
         (abi3t: both)."""
         if self.abi3t:
@@ -118,8 +118,8 @@ def load(path: str, display: str = "spec/targets/targets.yaml") -> List[Target]:
         abi3t = node.get("abi3t", False)
         if not isinstance(abi3t, bool):
             raise SpecError(f"{node.where('abi3t')}: target {name}: abi3t is true or false")
-        if abi3t and (not free or _minor(str(node.get("limited_api", ""))) is None
-                      or _minor(str(node["limited_api"])) < 15):
+        limited_minor = _minor(str(node.get("limited_api", "")))
+        if abi3t and (not free or limited_minor is None or limited_minor < 15):
             raise SpecError(f"{node.where('abi3t')}: target {name}: abi3t (PEP 803) is "
                             f"free-threaded, with a limited_api of 3.15 or later")
         if free and not abi3t and node.get("limited_api") is not None:
@@ -133,7 +133,7 @@ def load(path: str, display: str = "spec/targets/targets.yaml") -> List[Target]:
         raise SpecError(f"{data.where()}: no targets")
     # setup.py and target.h pick, of one kind of build, the newest target an
     # interpreter meets: two of one kind and one requires_python are ambiguous
-    seen = {}
+    seen: Dict[Tuple[str, str], Target] = {}
     for t in targets:
         for build in t.builds:
             other = seen.setdefault((build, t.requires_python), t)

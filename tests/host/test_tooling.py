@@ -150,6 +150,7 @@ def test_make_test_builds_the_aarch64_wheel_and_runs_its_host_tier(tmp_path):
     """Generated C must compile for every target: `make test` on x86_64
     cross-builds the aarch64 wheel and runs the host tier under qemu-user
     (test-aarch64-host) in its chain of CPU tiers, after the host tier,
+    then the free-threaded and the sid root's 3.14 and 3.15 host tiers,
     beside the chain of VM tiers; TEST_SERIAL=1 runs them all in turn."""
     r = subprocess.run(["make", "-s", "-p", "-n", "-q", "HOST_ARCH=x86_64", "help"], cwd=ROOT,
                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=60)
@@ -158,13 +159,14 @@ def test_make_test_builds_the_aarch64_wheel_and_runs_its_host_tier(tmp_path):
     assert {"check-generated", "build", "venv-test"} <= set(test_rule.group(1).split())
     cpu = re.search(r"^TEST_CPU := (.*)$", r.stdout, re.M).group(1).split()
     vm = re.search(r"^TEST_VM := (.*)$", r.stdout, re.M).group(1).split()
-    assert cpu == ["check-releases", "test-host", "test-aarch64-host", "test-ft-host"], cpu
+    assert cpu == ["check-releases", "test-host", "test-aarch64-host", "test-ft-host",
+                   "test-314-host", "test-315-host"], cpu
     assert vm == ["test-device", "test-cluster-fast", "test-topology", "test-ft-device"], vm
     serial = subprocess.run(["make", "-n", "HOST_ARCH=x86_64", "TEST_SERIAL=1", "test"], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             timeout=60).stdout
-    assert ("check-releases test-host test-aarch64-host test-ft-host test-device test-cluster-fast"
-            in serial), serial[-2000:]
+    assert ("check-releases test-host test-aarch64-host test-ft-host test-314-host test-315-host "
+            "test-device test-cluster-fast" in serial), serial[-2000:]
     out = _make_n(tmp_path, "test-aarch64-host")
     assert "make wheel ARCH=aarch64" in out or "wheel ARCH=aarch64" in out
     assert "chroot" in out and "pytest" in out
