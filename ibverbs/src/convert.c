@@ -693,7 +693,7 @@ struct ibp_enum_table ibp_enum_tables[IBP_ENUM_COUNT];
 static const char *const enum_names[IBP_ENUM_COUNT] = {IBP_ENUM_NAMES};
 static PyObject *enum_base;         /* enum.Enum */
 
-#if IBP_FREE_THREADED
+#if IBP_FREE_THREADED && !defined(Py_LIMITED_API) && !defined(Py_TARGET_ABI3T)
 /* Every thread's completions hand out the same members (WCStatus.SUCCESS):
  * with free threads each Py_INCREF of one from a thread that does not own
  * it is an atomic add on one cache line, which the cores then pass back and
@@ -701,7 +701,7 @@ static PyObject *enum_base;         /* enum.Enum */
  * member kept here is never freed anyway, so it is made immortal, as
  * CPython makes None and True, and its count is no longer written.  3.14
  * has no public call for it (its own singletons use this one, which it
- * exports). */
+ * exports; a stable ABI has none, abi3t's included: there they stay mortal). */
 PyAPI_FUNC(void) _Py_SetImmortal(PyObject *op);
 #define keep_forever(member) _Py_SetImmortal(member)
 #else
