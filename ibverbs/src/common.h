@@ -98,6 +98,8 @@ typedef IBP_MUTEX ibp_mutex_t;
  * first: the slot's object (borrowed), NULL when made is; read it with
  * ibp_acquire_load.  ibp_memo_take: a one-entry int memo takes obj (1). */
 IBP_HIDDEN PyObject *ibp_publish(PyObject **slot, PyObject *made);
+/* free-threaded full API: obj immortal (never freed, its count never written) */
+IBP_HIDDEN void ibp_keep_forever(PyObject *obj);
 IBP_HIDDEN int ibp_memo_take(PyObject **slot, PyObject *obj);
 
 /*

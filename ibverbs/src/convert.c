@@ -708,6 +708,16 @@ PyAPI_FUNC(void) _Py_SetImmortal(PyObject *op);
 #define keep_forever(member) ((void)0)
 #endif
 
+/* The same for our classes (module.c's ibp_add_type): every instance made
+ * and freed per message (a WC per completion) writes its class's count,
+ * and two threads polling then share that line (plain API, 2 threads over
+ * 1: 1.6, and 1.8-2.3 with WC's class immortal).  Kept for good anyway. */
+void ibp_keep_forever(PyObject *obj)
+{
+    keep_forever(obj);
+    (void)obj;
+}
+
 /* The class and the members are looked up or made on first use, by
  * whichever thread, and published (ibp_publish): kept for good. */
 static PyObject *enum_class(int which)

@@ -253,6 +253,7 @@ int ibp_add_type(PyObject *module, const char *name, PyType_Spec *spec, PyTypeOb
     if (type == NULL)
         return -1;
     *out = (PyTypeObject *)type;
+    ibp_keep_forever(type);
     Py_INCREF(type);  /* one for the module, one for the C global */
     if (PyModule_AddObject(module, name, type) < 0) {
         Py_DECREF(type);

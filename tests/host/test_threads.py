@@ -68,7 +68,7 @@ def test_threads_share_the_global_state(on_null_provider):
     assert json.loads(out.stdout) == []
 
 
-def test_enum_members_handed_out_are_immortal_where_the_gil_is_off(ib):
+def test_enum_members_and_classes_are_immortal_where_the_gil_is_off(ib):
     """On a free-threaded build every thread's completions hand out the same
     members (WCStatus.SUCCESS): their reference counts, written by all the
     threads, kept two threads polling at 1.35x one.  The extension makes
@@ -82,3 +82,6 @@ def test_enum_members_handed_out_are_immortal_where_the_gil_is_off(ib):
         assert not free_threaded
         return
     assert sys._is_immortal(member) == free_threaded
+    # and the classes whose instances come and go per message (their counts
+    # too were one line that both threads' allocations wrote)
+    assert all(sys._is_immortal(cls) == free_threaded for cls in (ib.WC, ib.SendWR, ib.SGE, ib.QP))
