@@ -140,7 +140,7 @@ setup(
                      "ibverbs/src/postlist_entry.c", "ibverbs/src/wc.c",
                      "ibverbs/src/wcbuffer.c", "ibverbs/src/events.c",
                      "ibverbs/src/errors.c", "ibverbs/src/explain.c", "ibverbs/src/convert.c",
-                     "ibverbs/src/handles.c", "ibverbs/src/repr.c",
+                     "ibverbs/src/handles.c", "ibverbs/src/tables.c", "ibverbs/src/repr.c",
                      "ibverbs/src/cqex.c", "ibverbs/src/ext.c", "ibverbs/src/qpex.c",
                      "ibverbs/src/cm.c", "ibverbs/src/cm_id.c", "ibverbs/src/cm_addr.c",
                      "ibverbs/src/pymethods.c"],

@@ -74,13 +74,12 @@ class Target:
     @property
     def type_vectorcall(self) -> bool:
         """Whether the generated constructors of the types users build per
-        message (spec `vectorcall: true`) are emitted: the Limited API has
-        Py_tp_vectorcall from 3.14.  The free-threaded target's full API has
-        it too, but there every entry runs in the object's critical section
-        (IBP_LOCKED) and these would not: left off until that is shown safe
-        (on abi3t too, which is free-threaded)."""
-        return (not self.free_threaded and self.limited_api is not None
-                and (_minor(self.limited_api) or 0) >= 14)
+        message (spec `vectorcall: true`) are emitted: CPython has
+        Py_tp_vectorcall from 3.14, in its Limited API (and abi3t) too.  On a
+        free-threaded target they run outside the new object's critical
+        section, which no other thread can reach before they return it."""
+        api = self.limited_api if self.limited_api is not None else self.requires_python
+        return (_minor(api) or 0) >= 14
 
     @property
     def object_head_size(self) -> Optional[int]:

@@ -120,34 +120,29 @@ static int cm_qps_add(PyObject *qp, PyObject *cmid)
     PyObject *map = ibp_acquire_load(&cm_qps);
     if (map == NULL && (map = ibp_publish(&cm_qps, PyDict_New())) == NULL)
         return -1;
-    ibp_enable_try_incref(cmid);    /* ibp_cm_channel_sync */
-    PyObject *key = PyLong_FromVoidPtr(qp), *value = PyLong_FromVoidPtr(cmid);
+    PyObject *key = PyLong_FromVoidPtr(qp), *value = ibp_table_entry(cmid);
     int rc = key && value ? PyDict_SetItem(map, key, value) : -1;
     Py_XDECREF(key);
     Py_XDECREF(value);
     return rc;
 }
 
-/* The CMID that made qp (borrowed), or NULL; removed from the map if drop.
- * The map's critical section held (cm_qps_lock). */
-static struct CMIDObject *cm_qps_find(PyObject *qp, int drop)
+/* The CMID that made qp (a new reference), or NULL: none, or its dealloc
+ * has begun.  The map's critical section held (cm_qps_lock); the reference
+ * is dropped after it (a last one would run the dealloc, which takes it). */
+static struct CMIDObject *cm_qps_find(PyObject *qp)
 {
     if (cm_qps == NULL)
         return NULL;
     PyObject *exc_type, *exc_value, *exc_tb;
     PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
-    struct CMIDObject *cmid = NULL;
     PyObject *key = PyLong_FromVoidPtr(qp);
     PyObject *value = key ? PyDict_GetItem(cm_qps, key) : NULL;   /* borrowed */
-    if (value != NULL) {
-        cmid = PyLong_AsVoidPtr(value);
-        if (drop)
-            PyDict_DelItem(cm_qps, key);
-    }
+    PyObject *cmid = value ? ibp_table_object(value) : NULL;
     Py_XDECREF(key);
     PyErr_Clear();
     PyErr_Restore(exc_type, exc_value, exc_tb);
-    return cmid;
+    return (struct CMIDObject *)cmid;
 }
 
 /* The map, in its critical section (NULL when there is none yet). */
@@ -165,23 +160,32 @@ static void cm_qps_unlock(PyObject *map, ibp_lock_t *cs)
         ibp_unlock(cs);
 }
 
-/* qp leaves the map, if it is there. */
+/* qp leaves the map, if it is there (its CMID's dealloc may be why: the
+ * CMID is not looked at). */
 static void cm_qps_drop(PyObject *qp)
 {
     ibp_lock_t cs;
     PyObject *map = cm_qps_lock(&cs);
-    cm_qps_find(qp, 1);
+    PyObject *exc_type, *exc_value, *exc_tb;
+    PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
+    PyObject *key = map ? PyLong_FromVoidPtr(qp) : NULL;
+    if (key != NULL && PyDict_DelItem(map, key) < 0)
+        PyErr_Clear();      /* not there */
+    Py_XDECREF(key);
+    PyErr_Clear();
+    PyErr_Restore(exc_type, exc_value, exc_tb);
     cm_qps_unlock(map, &cs);
 }
 
 int ibp_rdmacm_qp_destroying(PyObject *qp)
 {
     ibp_lock_t cs;
-    PyObject *map = cm_qps_lock(&cs);     /* the CMID found stays while it is read */
-    struct CMIDObject *cmid = cm_qps_find(qp, 0);
+    PyObject *map = cm_qps_lock(&cs);
+    struct CMIDObject *cmid = cm_qps_find(qp);
     int busy = cmid != NULL && cmid->channel != NULL &&
                ibp_atomic_load(&IBP_HANDLE(cmid->channel)->busy) > 0;
     cm_qps_unlock(map, &cs);
+    Py_XDECREF((PyObject *)cmid);
     return busy ? EBUSY : 0;    /* librdmacm may be moving it in another thread */
 }
 
@@ -209,29 +213,35 @@ static int cmid_to_sync(struct CMIDObject *cmid, PyObject *channel)
 static PyObject *channel_closed_qps(PyObject *map, PyObject *channel)
 {
     PyObject *closed = PyList_New(0);
-    if (closed == NULL)
-        return NULL;
-    PyObject *failed = NULL;    /* dropped after the lock: its dealloc takes it */
+    /* every CMID found: its reference is dropped after the lock (a last one
+     * runs its dealloc, which edits the map) */
+    PyObject *found = PyList_New(0);
+    int failed = closed == NULL || found == NULL;
+    PyObject *unlisted = NULL;      /* one found but not held by found */
     ibp_lock_t cs;
     ibp_lock(&cs, map);
     Py_ssize_t pos = 0;
     PyObject *key, *value;
-    while (failed == NULL && PyDict_Next(map, &pos, &key, &value)) {
-        struct CMIDObject *cmid = PyLong_AsVoidPtr(value);
+    while (!failed && PyDict_Next(map, &pos, &key, &value)) {
         /* a CMID whose dealloc has begun (it waits for this lock to leave
-         * the map) is not taken: it lets go of its QP itself */
-        if (!cmid_to_sync(cmid, channel) || !ibp_try_incref(cmid))
+         * the map) is not found: it lets go of its QP itself */
+        PyObject *cmid = ibp_table_object(value);
+        if (cmid == NULL)
             continue;
-        if (PyList_Append(closed, (PyObject *)cmid) < 0)
-            failed = (PyObject *)cmid;
-        else
-            Py_DECREF(cmid);        /* the list holds it */
+        if (PyList_Append(found, cmid) < 0) {
+            unlisted = cmid;
+            failed = 1;
+            break;
+        }
+        Py_DECREF(cmid);        /* found holds it */
+        if (cmid_to_sync((struct CMIDObject *)cmid, channel) && PyList_Append(closed, cmid) < 0)
+            failed = 1;
     }
     ibp_unlock(&cs);
-    if (failed != NULL) {
-        Py_DECREF(failed);
+    Py_XDECREF(unlisted);
+    Py_XDECREF(found);
+    if (failed)
         Py_CLEAR(closed);
-    }
     return closed;
 }
 

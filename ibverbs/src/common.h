@@ -91,7 +91,7 @@ typedef struct { char unused; } ibp_lock_t, ibp_lock2_t;
 #endif
 /* The atomics (ibp_atomic_*, ibp_relaxed_*, ibp_acquire_load,
  * ibp_release_store), the mutex of global state (never held while Python
- * code runs) and ibp_try_incref are the target's: generated/target.h. */
+ * code runs) and the tables' references are the target's: generated/target.h. */
 typedef IBP_MUTEX ibp_mutex_t;
 
 /* convert.c: *slot = made (a new reference) unless another thread stored one
@@ -136,6 +136,9 @@ typedef struct {
     Py_ssize_t live_children;
     Py_ssize_t busy;
     int closing;
+#if IBP_WEAK_TABLES
+    PyObject *weakrefs;     /* a table's weak reference to it (tables.c) */
+#endif
 } IbvHandle;
 
 #define IBP_HANDLE(o) ((IbvHandle *)(o))
@@ -318,10 +321,20 @@ IBP_HIDDEN void ibp_handle_release_parents(PyObject *const *parents,
 /* Report a failure that cannot be raised (dealloc). */
 IBP_HIDDEN void ibp_report_unraisable(PyObject *obj, const char *verb, int err);
 
+/* tables.c: what a table keeps of an object that it must not keep alive,
+ * and the object back from it (a new reference; NULL, no exception, once
+ * its dealloc began).  ibp_table_leave: the kept object's dealloc, first. */
+IBP_HIDDEN PyObject *ibp_table_entry(PyObject *obj);
+IBP_HIDDEN PyObject *ibp_table_object(PyObject *entry);
+IBP_HIDDEN void ibp_table_leave(PyObject *obj);
+#if IBP_WEAK_TABLES
+extern IBP_HIDDEN PyMemberDef ibp_table_members[];
+#endif
+
 /* Verbs objects that events name (CQ, QP, SRQ, CM ID) -> their Python
  * objects (free-threaded, each step in its dict's critical section); an
- * object leaves it when destroyed (a dealloc begun: ibp_try_incref fails),
- * so a lookup never returns a freed object.  An object is found
+ * object leaves it when destroyed (a dealloc begun: ibp_table_object
+ * fails), so a lookup never returns a freed object.  An object is found
  * by the token add() writes into its verbs object's user context field
  * (cq_context, qp_context, srq_context, rdma_cm_id's context), which an
  * event reader copies before acknowledging the event: a new object at a

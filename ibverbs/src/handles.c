@@ -437,12 +437,13 @@ void ibp_report_unraisable(PyObject *obj, const char *verb, int err)
  * object's own, whatever the address holds later.
  */
 static PyObject *registry;   /* dict: int(pointer) -> int(token) */
-static PyObject *by_token;   /* dict: int(token) -> int(object address) */
+static PyObject *by_token;   /* dict: int(token) -> the object's ibp_table_entry */
 static uint64_t last_token;
 /* Both dicts are made at import (ibp_handles_init).  On a free-threaded
  * target each step that reads or changes them (both at once, a lookup and
  * the reference it takes) runs in by_token's critical section: no step
- * calls Python code (int keys and values), so none is interrupted. */
+ * calls Python code (int keys; int values, or weak references without a
+ * callback), so none is interrupted. */
 
 int ibp_handles_init(void)
 {
@@ -472,8 +473,7 @@ static int registry_set(void *ptr, uint64_t token, PyObject *obj)
 {
     PyObject *key = PyLong_FromVoidPtr(ptr);
     PyObject *tok = PyLong_FromUnsignedLongLong(token);
-    PyObject *addr = PyLong_FromVoidPtr(obj);
-    ibp_enable_try_incref(obj);     /* ibp_registry_find */
+    PyObject *addr = ibp_table_entry(obj);
     ibp_lock_t cs;
     ibp_lock(&cs, by_token);
     int rc = (key && tok && addr && PyDict_SetItem(registry, key, tok) == 0 &&
@@ -638,11 +638,9 @@ PyObject *ibp_registry_find(const void *token)
     ibp_lock_t cs;
     ibp_lock(&cs, by_token);
     PyObject *value = PyDict_GetItem(by_token, tok);   /* borrowed */
-    PyObject *obj = value != NULL ? (PyObject *)PyLong_AsVoidPtr(value) : NULL;
-    /* Free-threaded: an object whose last reference went in another thread
-     * is still here until its dealloc gets this lock; it is not found. */
-    if (obj != NULL && !ibp_try_incref(obj))
-        obj = NULL;
+    /* An object whose last reference went in another thread is still here
+     * until its dealloc gets this lock; it is not found. */
+    PyObject *obj = value != NULL ? ibp_table_object(value) : NULL;
     ibp_unlock(&cs);
     Py_DECREF(tok);
     return obj;

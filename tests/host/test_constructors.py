@@ -19,7 +19,7 @@ from ibverbs import _ibverbs
 
 #: the targets whose SGE, SendWR and RecvWR are called through
 #: Py_tp_vectorcall (generator/targets.py: Target.type_vectorcall)
-VECTORCALL_TARGETS = {"cp314-abi3"}
+VECTORCALL_TARGETS = {"cp314-abi3", "cp314t", "cp315-abi3t"}
 VECTORCALL = _ibverbs._target in VECTORCALL_TARGETS
 PY_TP_VECTORCALL = 82       # CPython's typeslots.h (3.14)
 
@@ -258,5 +258,5 @@ def test_the_vectorcall_constructors_are_generated_under_the_target_macro_only()
     blocks = re.findall(r"defined\((IBP_TARGET_\w+)\)\n/\*.*?\*/\n(.*?)(?=#elif|#else)", target,
                         re.S)
     on = {name for name, body in blocks if "#define IBP_TYPE_VECTORCALL 1" in body}
-    assert on == {"IBP_TARGET_CP314_ABI3"}
+    assert on == {"IBP_TARGET_CP314_ABI3", "IBP_TARGET_CP314T", "IBP_TARGET_CP315_ABI3T"}
     assert len(blocks) == 4

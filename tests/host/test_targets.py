@@ -106,8 +106,8 @@ def test_the_targets_reach_setup_py_and_the_c():
     assert "#define Py_LIMITED_API 0x03090000" in header
     assert "#define Py_LIMITED_API 0x030E0000" in header
     assert "PyUnstable_Module_SetGIL((m), Py_MOD_GIL_NOT_USED)" in header
-    # vectorcall constructors only where the Limited API has Py_tp_vectorcall
-    assert [t.name for t in loaded if t.type_vectorcall] == ["cp314-abi3"]
+    # vectorcall constructors where CPython has Py_tp_vectorcall (3.14)
+    assert [t.name for t in loaded if t.type_vectorcall] == ["cp314-abi3", "cp314t", "cp315-abi3t"]
 
 
 def _setup_py_target(version, free_threaded=False, name=None):
