@@ -377,6 +377,8 @@ def build_nullcall(target):
     defines = [f"-DPy_LIMITED_API={spec['limited_api'] or '0x03090000'}"]
     if spec["abi_tag"].split(".")[-1] == "abi3t":
         defines.append(f"-DPy_TARGET_ABI3T={spec['limited_api']}")
+    if spec.get("type_vectorcall"):     # its constructors are called so: the floor's too
+        defines.append("-DNULL_VECTORCALL=1")
     suffix, include = subprocess.run(
         [PY, "-c", "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX')); "
          "print(sysconfig.get_paths()['include'])"],

@@ -24,12 +24,12 @@
  *
  * Built against the Limited API of the target the extension was built for
  * (bench/host_micro.py passes it from generated/targets.py: 3.9's, 3.14's,
- * or 3.15's abi3t with Py_TARGET_ABI3T), as the extension is.  At 3.14's,
- * Null is also called through Py_tp_vectorcall, a do-nothing one (the
- * allocation only), as SGE and SendWR are there; not on abi3t, where ours
- * are not either (generated/target.h: IBP_TYPE_VECTORCALL).  On abi3t the
- * object head is padded as ours (PyObject is opaque there) and the module
- * is exported as PEP 793 slots.
+ * or 3.15's abi3t with Py_TARGET_ABI3T), as the extension is.  Where the
+ * target's SGE and SendWR are called through Py_tp_vectorcall (its
+ * type_vectorcall: NULL_VECTORCALL defined), Null is too, through a
+ * do-nothing one (the allocation only).  On abi3t the object head is
+ * padded as ours (PyObject is opaque there) and the module is exported as
+ * PEP 793 slots.
  */
 #ifndef Py_LIMITED_API
 #define Py_LIMITED_API 0x03090000
@@ -49,9 +49,6 @@
 #else
 #define NULL_HEAD PyObject_HEAD
 #define NULL_ATTR_SIZE sizeof(PyObject)
-#if defined(Py_tp_vectorcall)
-#define NULL_VECTORCALL 1
-#endif
 #endif
 
 #ifndef METH_FASTCALL

@@ -154,7 +154,7 @@ def setup_view(targets: List[Target]) -> str:
     return json.dumps([{"name": t.name, "macro": t.macro, "python_tag": t.python_tag,
                         "abi_tag": t.abi_tag, "requires_python": t.requires_python,
                         "limited_api": t.limited_api_hex, "free_threaded": t.free_threaded,
-                        "builds": list(t.builds)}
+                        "type_vectorcall": t.type_vectorcall, "builds": list(t.builds)}
                        for t in targets], indent=4).replace("true", "True").replace(
                            "false", "False").replace("null", "None")
 

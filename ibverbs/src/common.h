@@ -80,8 +80,9 @@ PyAPI_FUNC(void *) PyMem_Calloc(size_t nelem, size_t elsize);
 #define IBP_THREAD_LOCAL _Thread_local __attribute__((tls_model("initial-exec")))  /* no ld.so */
 typedef PyCriticalSection ibp_lock_t;
 typedef PyCriticalSection2 ibp_lock2_t;
-#define ibp_lock(cs, obj) PyCriticalSection_Begin((cs), (PyObject *)(obj))
-#define ibp_unlock(cs) PyCriticalSection_End(cs)
+/* none where the interpreter holds the GIL after all (abi3t on a GIL build) */
+#define ibp_lock(cs, obj) (IBP_NO_GIL ? PyCriticalSection_Begin((cs), (PyObject *)(obj)) : (void)0)
+#define ibp_unlock(cs) (IBP_NO_GIL ? PyCriticalSection_End(cs) : (void)0)
 #else
 #define IBP_LOCKED(f) f
 #define IBP_THREAD_LOCAL

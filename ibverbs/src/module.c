@@ -299,6 +299,9 @@ static int ibp_module_exec(PyObject *module)
         PyModule_AddStringConstant(module, "_target", IBP_TARGET_NAME) < 0 ||
         /* whether it is built to run without the GIL (cp314t, abi3t on either build) */
         PyModule_AddIntConstant(module, "_free_threaded", IBP_FREE_THREADED) < 0 ||
+        /* whether it takes the ways of threads without the GIL: cp314t, and
+         * abi3t on a free-threaded build (IBP_NO_GIL) */
+        PyModule_AddIntConstant(module, "_no_gil", IBP_NO_GIL) < 0 ||
         module_set_all(module) < 0)
         return -1;
     return 0;

@@ -135,7 +135,7 @@ static int same_handles(PyObject *a, PyObject *b)
 static int send_wr_hold(SendWRObject *w, PyObject **held)
 {
     *held = NULL;
-    if (!IBP_FREE_THREADED)
+    if (!IBP_NO_GIL)
         return 0;
     for (;;) {
         PyObject *wanted = send_wr_handles(w);
@@ -208,7 +208,7 @@ static inline PyObject *single_wr(PyObject *arg, PyTypeObject *type)
         if (PyList_Size(arg) != 1)
             return NULL;
         arg = PyList_GetItem(arg, 0);
-    } else if (IBP_FREE_THREADED && PyTuple_CheckExact(arg)) {
+    } else if (IBP_NO_GIL && PyTuple_CheckExact(arg)) {
         if (PyTuple_Size(arg) != 1)     /* a list's snapshot (post_requests) */
             return NULL;
         arg = PyTuple_GetItem(arg, 0);
@@ -217,10 +217,10 @@ static inline PyObject *single_wr(PyObject *arg, PyTypeObject *type)
 }
 
 
-/* On a free-threaded target a chain never points into a request's own
- * storage (its kept SGEs): once the request is unlocked another thread's
+/* Where threads run without the GIL (IBP_NO_GIL) a chain never points
+ * into a request's own storage (its kept SGEs): once the request is unlocked another thread's
  * post may keep others there.  A kept request is then filled as any. */
-#define CHAIN_TAKES_KEPT (!IBP_FREE_THREADED)
+#define CHAIN_TAKES_KEPT (!IBP_NO_GIL)
 
 /* A short way, on a free-threaded target, counts itself in flight on its
  * queue before it locks the request: that lock may wait, and the queue's
@@ -228,13 +228,13 @@ static inline PyObject *single_wr(PyObject *arg, PyTypeObject *type)
  * must find it busy.  On a GIL target nothing (it runs no Python code). */
 static inline void short_way_enter(PyObject *queue)
 {
-    if (IBP_FREE_THREADED)
+    if (IBP_NO_GIL)
         ibp_busy_enter(queue);
 }
 
 static inline void short_way_leave(PyObject *queue)
 {
-    if (IBP_FREE_THREADED)
+    if (IBP_NO_GIL)
         ibp_busy_leave(queue);
 }
 
@@ -327,7 +327,7 @@ static inline int recv_verb(PyObject *self, enum recv_queue q, struct ibv_recv_w
 static PyObject *post_requests(PyObject *self, PyObject *arg, enum recv_queue q,
                                PyObject *(*post)(PyObject *, PyObject *, enum recv_queue))
 {
-    if (!IBP_FREE_THREADED || !PyList_CheckExact(arg))
+    if (!IBP_NO_GIL || !PyList_CheckExact(arg))
         return post(self, arg, q);
     PyObject *requests = PySequence_Tuple(arg);
     if (requests == NULL)

@@ -322,14 +322,14 @@ PyObject *ibp_postlist_post(PyObject *self, PyObject *list, enum post_target tar
     ibp_lock_t cs;
     ibp_lock(&cs, list);
     PostListObject *pl = (PostListObject *)list;
-    if (IBP_FREE_THREADED) {
+    if (IBP_NO_GIL) {
         /* Frozen first: a hold may wait for an AH's or MR's lock, and
          * meanwhile this list's lock is another thread's to take. */
         pl->posting++;
         pl_hold(pl, 1);
     }
     PyObject *result = postlist_post_locked(self, pl, target);
-    if (IBP_FREE_THREADED) {
+    if (IBP_NO_GIL) {
         pl_hold(pl, -1);
         pl->posting--;
     }
@@ -367,7 +367,7 @@ static PyObject *postlist_post_locked(PyObject *self, PostListObject *pl,
         /* The list is frozen (updates raise) until the post returns; the
          * QP/SRQ is busy already (its wrapper's ibp_call_enter). */
         pl->posting++;
-        if (!IBP_FREE_THREADED)     /* held already */
+        if (!IBP_NO_GIL)     /* held already */
             pl_hold(pl, 1);
         Py_BEGIN_ALLOW_THREADS
         ibp_test_pause_point();   /* IBVERBS_TEST_HOOKS */
@@ -375,7 +375,7 @@ static PyObject *postlist_post_locked(PyObject *self, PostListObject *pl,
            : target == POST_RECV ? ibv_post_recv(handle, pl->wrs, &bad_recv)
            : ibv_post_srq_recv(handle, pl->wrs, &bad_recv);
         Py_END_ALLOW_THREADS
-        if (!IBP_FREE_THREADED)
+        if (!IBP_NO_GIL)
             pl_hold(pl, -1);
         pl->posting--;
     }

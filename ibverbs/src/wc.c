@@ -19,11 +19,11 @@
 #define WC_FREE_MAX 256
 static PyObject *wc_free[WC_FREE_MAX];
 static int wc_nfree;
-/* Not on a free-threaded target: one list for the process would need a
- * lock on every WC made and freed, and one per thread leaks what it holds
- * when its thread ends; its allocator (mimalloc) keeps per-thread pages
- * already. */
-#define WC_FREE_LIST (!IBP_FREE_THREADED)
+/* Not where threads run without the GIL (IBP_NO_GIL): one list for the
+ * process would need a lock on every WC made and freed, and one per thread
+ * leaks what it holds when its thread ends; its allocator (mimalloc) keeps
+ * per-thread pages already. */
+#define WC_FREE_LIST (!IBP_NO_GIL)
 
 PyObject *ibp_wc_new(const struct ibv_wc *wc)
 {
@@ -157,12 +157,12 @@ int ibp_wc_to_c(PyObject *obj, struct ibv_wc *out)
  */
 #define RESULT_CACHE_MAX 16
 static PyObject *result_cache[RESULT_CACHE_MAX + 1][2];
-/* Not on a free-threaded target: a list is taken when its count says only
- * the cache holds it, and two threads would take the same one (and a count
+/* Not where threads run without the GIL (IBP_NO_GIL): a list is taken
+ * when its count says only the cache holds it, and two threads would take the same one (and a count
  * read from another thread is no proof that nobody holds it); per thread,
  * the lists would leak when their thread ends.  Every poll makes its list
  * there, and nothing is cached or purged. */
-#define RESULT_CACHED (!IBP_FREE_THREADED)
+#define RESULT_CACHED (!IBP_NO_GIL)
 
 /* What a poll replaced or evicted, to drop at its end: an item per WC and
  * the two lists of a length, or the one a new list displaces. */

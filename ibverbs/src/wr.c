@@ -151,6 +151,9 @@ int ibp_wr_seq_init(struct wr_seq *s, PyObject *arg, PyTypeObject *type, const c
  * another one by the time both are held: then again. */
 void ibp_wr_lock(struct ibp_wr_lock *l, PyObject *w)
 {
+    l->sg_list = NULL;
+    if (!IBP_NO_GIL)
+        return;
     for (;;) {
         ibp_lock(&l->request, w);
         PyObject *list = WR_SG_LIST(w);
@@ -169,6 +172,8 @@ void ibp_wr_lock(struct ibp_wr_lock *l, PyObject *w)
 
 void ibp_wr_unlock(struct ibp_wr_lock *l)
 {
+    if (!IBP_NO_GIL)
+        return;
     if (l->sg_list != NULL) {
         PyCriticalSection2_End(&l->both);
         Py_DECREF(l->sg_list);

@@ -85,3 +85,16 @@ def test_enum_members_and_classes_are_immortal_where_the_gil_is_off(ib):
     # and the classes whose instances come and go per message (their counts
     # too were one line that both threads' allocations wrote)
     assert all(sys._is_immortal(cls) == free_threaded for cls in (ib.WC, ib.SendWR, ib.SGE, ib.QP))
+
+
+def test_the_ways_without_the_gil_are_taken_only_where_threads_run_without_it(ib):
+    """abi3t loads on GIL and free-threaded builds of 3.15 alike: on a GIL
+    build it takes a GIL target's ways (no critical sections, the WC free
+    list and result cache, chains that take kept requests), read from
+    sys.abiflags at import; cp314t always takes the others."""
+    import sys
+    free_build = "t" in getattr(sys, "abiflags", "")
+    assert bool(ib._ibverbs._no_gil) == (bool(ib._ibverbs._free_threaded) and free_build)
+    if ib._ibverbs._target == "cp314t":
+        assert ib._ibverbs._no_gil
+
