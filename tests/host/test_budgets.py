@@ -28,8 +28,8 @@ def host_micro():
     return module
 
 
-#: the budgets of the interpreter running the tests (3.11's, or 3.14's
-#: constructors with the cp314-abi3 build)
+#: the budgets of the interpreter running the tests (3.11's; 3.14's
+#: constructors with the cp314-abi3 build; 3.15's with cp315-abi3t)
 BUDGETS = host_micro().budgets_for(sys.version_info)
 
 
@@ -37,12 +37,14 @@ BUDGETS = host_micro().budgets_for(sys.version_info)
 def counts():
     hm = host_micro()
     if not BUDGETS:
-        pytest.skip("the budgets are CPython 3.11's instruction counts (and 3.14's constructors)")
+        pytest.skip("the budgets are CPython 3.11's, 3.14's and 3.15's instruction counts")
     from ibverbs import _ibverbs
-    if sys.version_info[:2] == (3, 14):
-        if _ibverbs._target != "cp314-abi3":
-            pytest.skip(f"3.14's budgets are the cp314-abi3 build's, not {_ibverbs._target}'s")
-        hm.PY = sys.executable      # the sid root's python3.14 (no .venv there)
+    want = {(3, 14): "cp314-abi3", (3, 15): "cp315-abi3t"}.get(sys.version_info[:2])
+    if want is not None:
+        if _ibverbs._target != want:
+            pytest.skip(f"{sys.version_info[0]}.{sys.version_info[1]}'s budgets are the {want} "
+                        f"build's, not {_ibverbs._target}'s")
+        hm.PY = sys.executable      # the sid root's python3.14 or 3.15 (no .venv there)
     lib = hm.build_nullverbs()
     hm.build_nullcall(_ibverbs._target)     # the floor at the extension's Limited API
     names = list(BUDGETS)
