@@ -7,12 +7,14 @@
  *
  * - A GIL target: a dealloc runs to its end once begun, so an object met
  *   with a count of 0 is one whose dealloc is under way in this very thread
- *   (a lookup from code it runs).
- * - cp314t: PyUnstable_TryIncRef, which fails once the dealloc began.
- * - abi3t (IBP_WEAK_TABLES): PEP 803 has no such call; the table keeps a
- *   weak reference, and PyWeakref_GetRef fails the same way.  The types
- *   kept are weakly referenceable there (ibp_table_members) and clear their
- *   weak references first thing in their dealloc (ibp_table_leave).
+ *   (a lookup from code it runs).  The table keeps the address.
+ * - A free-threaded target (IBP_WEAK_TABLES): the table keeps a weak
+ *   reference, and PyWeakref_GetRef fails once the dealloc began.  (cp314t
+ *   has PyUnstable_TryIncRef for this, abi3t does not: one way for both,
+ *   and cp314t's tiers test abi3t's under free threads, which no 3.15 here
+ *   has.)  The types kept are weakly referenceable there
+ *   (ibp_table_members) and clear their weak references first thing in
+ *   their dealloc (ibp_table_leave).
  */
 #include "common.h"
 
@@ -30,9 +32,6 @@ PyObject *ibp_table_entry(PyObject *obj)
 #if IBP_WEAK_TABLES
     return PyWeakref_NewRef(obj, NULL);
 #else
-#if IBP_FREE_THREADED
-    ibp_enable_try_incref(obj);
-#endif
     return PyLong_FromVoidPtr(obj);
 #endif
 }
@@ -52,14 +51,10 @@ PyObject *ibp_table_object(PyObject *entry)
         PyErr_Clear();
         return NULL;
     }
-#if IBP_FREE_THREADED
-    return ibp_try_incref(obj) ? obj : NULL;
-#else
     if (Py_REFCNT(obj) <= 0)
         return NULL;
     Py_INCREF(obj);
     return obj;
-#endif
 #endif
 }
 

@@ -227,7 +227,7 @@ def test_abi3t_is_the_stable_abi_with_an_opaque_object_and_nothing_of_the_full_a
     assert "__atomic_exchange_n" in block
     # the free-threaded target of the full API keeps its own
     full = _target_block("CP314T")
-    assert "PyUnstable_TryIncRef" in full and "#define IBP_MUTEX PyMutex" in full
+    assert "PyUnstable_IsImmortal" in full and "#define IBP_MUTEX PyMutex" in full
     assert "#define IBP_OPAQUE_OBJECT 0" in full
     for name in ("CP39_ABI3", "CP314_ABI3"):
         assert "#define IBP_OPAQUE_OBJECT 0" in _target_block(name)
@@ -263,3 +263,14 @@ def test_the_module_export_is_generated_per_target():
     source = (ROOT / "ibverbs" / "src" / "module.c").read_text()
     assert "static int ibp_module_exec(PyObject *module)" in source
     assert "PyInit" not in source and "PyModuleDef" not in source
+
+
+def test_the_tables_keep_weak_references_on_every_free_threaded_target():
+    """abi3t has no PyUnstable_TryIncRef: the tables of objects keep weak
+    references there, and on cp314t too, so that the one way is tested
+    under free threads (cp314t's tiers) where no 3.15t exists."""
+    header = (GENERATED / "target.h").read_text()
+    free = header[header.index("#if IBP_FREE_THREADED\n/* The tables"):]
+    assert "#define IBP_WEAK_TABLES 1" in free[:free.index("#else")]
+    assert "#define IBP_WEAK_TABLES 0" in free[free.index("#else"):free.index("#endif")]
+    assert "TryIncRef" not in re.sub(r"/\*.*?\*/", "", header, flags=re.S)

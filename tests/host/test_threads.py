@@ -98,3 +98,31 @@ def test_the_ways_without_the_gil_are_taken_only_where_threads_run_without_it(ib
     if ib._ibverbs._target == "cp314t":
         assert ib._ibverbs._no_gil
 
+
+
+def test_the_event_tables_hold_their_objects_weakly_on_a_free_threaded_target(ib, on_null_provider):
+    """The registry that maps events back to their CQ, QP, SRQ or CMID keeps
+    a weak reference on a free-threaded target (ibverbs/src/tables.c): a
+    lookup racing the object's last reference then finds nothing, never a
+    freed object.  The objects it keeps are weakly referenceable there, and
+    a dropped one is gone (no table keeps it alive); elsewhere the table
+    keeps the address, and nothing changes for them."""
+    out = on_null_provider(WEAK)
+    assert out.returncode == 0, out.stderr
+    weak, gone = json.loads(out.stdout)
+    assert weak == bool(ib._ibverbs._free_threaded)
+    assert gone in (True, None)
+
+
+WEAK = """
+import json, weakref, ibverbs as ib
+ctx = ib.get_device_list()[0].open()
+cq = ctx.create_cq(16)
+try:
+    ref = weakref.ref(cq)
+except TypeError:
+    print(json.dumps([False, None]))
+else:
+    del cq
+    print(json.dumps([True, ref() is None]))
+"""
