@@ -402,7 +402,13 @@ def test_the_cm_methods_keep_their_python_signatures():
     assert CMID.listen.__text_signature__ == "($self, /, backlog=16)"
     assert CMID.set_option.__text_signature__ == "($self, /, optname, value)"
     assert CMID.create_qp.__text_signature__ == "($self, /, pd, init_attr)"
-    assert ibverbs._ibverbs.EventChannel.create_id.__text_signature__ == "($self, /, ps=PortSpace.TCP)"
+    # a default the spec gives by name shows its number: inspect evaluates it
+    create_id = ibverbs._ibverbs.EventChannel.create_id
+    assert create_id.__text_signature__ == "($self, /, ps=262)"
+    import inspect
+    import ibverbs.cm as cm
+    assert inspect.signature(create_id).parameters["ps"].default == cm.PortSpace.TCP == 262
+    assert "PortSpace (TCP, the default" in create_id.__doc__
 
 
 def test_a_default_shown_by_name_needs_its_c_value(generator, tmp_path):
