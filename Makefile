@@ -381,14 +381,14 @@ test-315-host: wheel-315
 # PATH; without one the target says so and passes.  PY39_PKGS: the test
 # set's pins where they support 3.9, else the last release that does
 # (setuptools 82, build 1.4, pytest 8, hypothesis 6.141, numpy 2.0, mypy
-# 1.19); not torch (PyPI's builds for 3.9 are CUDA ones, gigabytes: tests/gpu
-# and the torch checks skip), Sphinx (9 needs 3.11: test-host builds the
-# docs) nor libclang (the generator is a maintainer's tool, run by .venv's
-# 3.11: the tests that parse headers skip).
+# 1.19), and tomli (tomllib before 3.11); not torch (PyPI's builds for 3.9
+# are CUDA ones, gigabytes: tests/gpu and the torch checks skip), Sphinx (9
+# needs 3.11: test-host builds the docs) nor libclang (the generator is a
+# maintainer's tool, run by .venv's 3.11: the tests that parse headers skip).
 PY39_DIR := build/py39
 PY39_VENV := build/venv-39
 PY39_PKGS := setuptools==82.0.1 wheel==0.48.0 build==1.4.4 PyYAML==6.0.3 Jinja2==3.1.6 \
-             pytest==8.4.2 pytest-timeout==2.4.0 hypothesis==6.141.1 numpy==2.0.2 mypy==1.19.1
+             pytest==8.4.2 pytest-timeout==2.4.0 hypothesis==6.141.1 numpy==2.0.2 mypy==1.19.1 tomli==2.5.0
 PY39_HOST_TESTS ?= tests/host tests/gpu
 # The first candidate that runs and is 3.9 (pyenv's shim on the PATH exists
 # but fails where 3.9 is not the selected version).
