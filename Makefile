@@ -69,6 +69,8 @@ help:
 	@echo '                      built in the sid root by its python3.15, audited'
 	@echo 'make test-315-host    the host tier on it there (python3.15, a GIL build)'
 	@echo 'make test-315-device  a subset of the device tier on it, in the VM'
+	@echo 'make test-39-host     the host tier on CPython 3.9, the cp39-abi3 floor: the wheel built'
+	@echo '                      by pyenv'"'"'s python3.9 in a copy of the tree, tested in build/venv-39'
 	@echo 'make test-aarch64     the aarch64 wheel: host tests under qemu-user (test-aarch64-host,'
 	@echo '                      part of make test on x86_64), then device smoke tests on'
 	@echo '                      Soft-RoCE in an aarch64 VM (test-aarch64-device)'
