@@ -63,8 +63,10 @@ def shown_param(param: str, impl: Optional[Node], ir: IR) -> str:
     signature.  The docstring's words name the member."""
     name, eq, text = (part.strip() for part in param.partition("="))
     entry = impl.get(name) if isinstance(impl, Node) else None
-    c_value = entry.get("c_default") if isinstance(entry, Node) else None
-    if not eq or c_value is None or not isinstance(_default(text), Named):
+    if not eq or not isinstance(entry, Node) or not isinstance(_default(text), Named):
+        return param
+    c_value = entry.get("c_default")
+    if c_value is None:
         return param
     if isinstance(c_value, int):
         return f"{name}={c_value}"

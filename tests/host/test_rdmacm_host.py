@@ -422,6 +422,11 @@ def test_a_default_shown_by_name_needs_its_c_value(generator, tmp_path):
     with pytest.raises(g["spec"].SpecError, match=r"cm.yaml:\d+: CMID.resolve_addr: impl: timeout_ms: "
                                                   r"c_default is only for a default shown by name"):
         g["rdmacm"].load(prefix(BASELINE), root)
+    # the text signature shows the constant's number: one the headers lack is named
+    root = _cm_spec_with(tmp_path / "3", g, "c_default: RDMA_PS_TCP", "c_default: RDMA_PS_NONE")
+    with pytest.raises(g["spec"].SpecError, match=r"cm.yaml:\d+: impl: ps: c_default RDMA_PS_NONE "
+                                                  r"is no enum constant of"):
+        g["rdmacm"].load(prefix(BASELINE), root)
 
 
 def test_the_rdma_cm_modules_import_each_other_one_way():
