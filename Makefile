@@ -69,6 +69,8 @@ help:
 	@echo '                      built in the sid root by its python3.15, audited'
 	@echo 'make test-315-host    the host tier on it there (python3.15, a GIL build)'
 	@echo 'make test-315-device  a subset of the device tier on it, in the VM'
+	@echo 'make test-39-host     the host tier on CPython 3.9, the cp39-abi3 floor: the wheel built'
+	@echo '                      by pyenv'"'"'s python3.9 in a copy of the tree, tested in build/venv-39'
 	@echo 'make test-aarch64     the aarch64 wheel: host tests under qemu-user (test-aarch64-host,'
 	@echo '                      part of make test on x86_64), then device smoke tests on'
 	@echo '                      Soft-RoCE in an aarch64 VM (test-aarch64-device)'
@@ -216,7 +218,7 @@ test-cluster: build venv-test
 # under nice: they take the cores the VMs leave idle, and the VMs (whose
 # guests keep time by the host's clock, retry timers included) are not
 # slowed by them.  TEST_SERIAL=1 runs the same targets one after the other.
-TEST_CPU := check-releases test-host $(TEST_CROSS) test-ft-host test-314-host test-315-host
+TEST_CPU := check-releases test-host $(TEST_CROSS) test-ft-host test-314-host test-315-host test-39-host
 TEST_VM := test-device test-cluster-fast test-topology test-ft-device
 test: check-generated build venv-test
 ifdef TEST_SERIAL
@@ -368,6 +370,61 @@ test-315-host: wheel-315
 	    print(sys.version.split()[0], m._target, m.__file__)" && \
 	    python3.15 -m pytest -q -p no:cacheprovider $(SID_HOST_TESTS)'; \
 	echo "$@: host tier on python3.15 took $$(( $$(date +%s) - start )) s"
+
+# `make test-39-host`: the host tier (tests/host, tests/gpu) on CPython 3.9,
+# the floor of the cp39-abi3 target (spec/targets/targets.yaml): the wheel
+# built by python3.9 against its own headers from a copy of the tree
+# ($(PY39_DIR)/tree, a git repository of its own, so the in-place build the
+# other tiers import is left alone, and tests/host/test_packaging.py can
+# list its files), audited as `make wheel`'s is where .venv has the auditors (into
+# $(PY39_DIR)/dist, not dist/, which holds `make wheel`'s), unpacked into the
+# copy and tested there in a venv of its own ($(PY39_VENV)).  The
+# interpreter: IBVERBS_PY39, else pyenv's newest 3.9, else python3.9 on the
+# PATH; without one the target says so and passes.  PY39_PKGS: the test
+# set's pins where they support 3.9, else the last release that does
+# (setuptools 82, build 1.4, pytest 8, hypothesis 6.141, numpy 2.0, mypy
+# 1.19), and tomli (tomllib before 3.11); not torch (PyPI's builds for 3.9
+# are CUDA ones, gigabytes: tests/gpu and the torch checks skip), Sphinx (9
+# needs 3.11: test-host builds the docs) nor libclang (the generator is a
+# maintainer's tool, run by .venv's 3.11: the tests that parse headers skip).
+PY39_DIR := build/py39
+PY39_VENV := build/venv-39
+PY39_PKGS := setuptools==82.0.1 wheel==0.48.0 build==1.4.4 PyYAML==6.0.3 Jinja2==3.1.6 \
+             pytest==8.4.2 pytest-timeout==2.4.0 hypothesis==6.141.1 numpy==2.0.2 mypy==1.19.1 tomli==2.5.0
+PY39_HOST_TESTS ?= tests/host tests/gpu
+# The first candidate that runs and is 3.9 (pyenv's shim on the PATH exists
+# but fails where 3.9 is not the selected version).
+PY39_FIND := for c in $${IBVERBS_PY39:-} $$(ls -d $$(pyenv root 2>/dev/null)/versions/3.9*/bin/python3.9 \
+	    $(HOME)/.pyenv/versions/3.9*/bin/python3.9 2>/dev/null | sort -rV) $$(command -v python3.9); do \
+	    "$$c" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 9))' 2>/dev/null && { echo "$$c"; break; }; done
+.PHONY: test-39-host
+test-39-host:
+	@py39=$$($(PY39_FIND)); \
+	[ -n "$$py39" ] || { echo "$@: skipped: no CPython 3.9 (not in pyenv, not python3.9 on the PATH; IBVERBS_PY39 names one)"; exit 0; }; \
+	set -e; start=$$(date +%s); \
+	if [ ! -f $(PY39_VENV)/.stamp ] || [ "$$(cat $(PY39_VENV)/.stamp)" != "$$py39 $(PY39_PKGS)" ]; then \
+	    rm -rf $(PY39_VENV); "$$py39" -m venv $(PY39_VENV); \
+	    $(PY39_VENV)/bin/python -m pip --disable-pip-version-check -q install $(PY39_PKGS) \
+	        > build/venv-39.log 2>&1 || { cat build/venv-39.log; exit 1; }; \
+	    echo "$$py39 $(PY39_PKGS)" > $(PY39_VENV)/.stamp; fi; \
+	rm -rf $(PY39_DIR) && mkdir -p $(PY39_DIR)/tree $(PY39_DIR)/wheel-tmp; \
+	git ls-files -z --cached --others --exclude-standard \
+	    | tar --null --ignore-failed-read -T - -cf - 2>/dev/null | tar -xf - -C $(PY39_DIR)/tree; \
+	rm -f $(PY39_DIR)/tree/ibverbs/*.so; \
+	git -C $(PY39_DIR)/tree init -q; \
+	(cd $(PY39_DIR)/tree && IBVERBS_WERROR=1 $(CURDIR)/$(PY39_VENV)/bin/python -m pip --disable-pip-version-check \
+	    wheel -q --no-deps --no-build-isolation --wheel-dir $(CURDIR)/$(PY39_DIR)/wheel-tmp .) \
+	    > $(PY39_DIR)/wheel.log 2>&1 || { cat $(PY39_DIR)/wheel.log; exit 1; }; \
+	if [ -x $(VENV)/bin/auditwheel ] && [ -x $(VENV)/bin/abi3audit ]; then \
+	    TARGET=cp39-abi3 PY=$(PY) tools/audit-wheel $(PY39_DIR)/wheel-tmp $(PY39_DIR)/dist; \
+	    wheel=$$(ls $(PY39_DIR)/dist/*-cp39-abi3-*.whl); \
+	else echo "$@: wheel not audited: $(VENV) has no auditwheel/abi3audit (make venv)"; \
+	    wheel=$$(ls $(PY39_DIR)/wheel-tmp/*-cp39-abi3-*.whl); fi; \
+	$(PY39_VENV)/bin/python -m zipfile -e $$wheel $(PY39_DIR)/tree; \
+	status=0; (cd $(PY39_DIR)/tree && $(CURDIR)/$(PY39_VENV)/bin/python -c "import sys, ibverbs._ibverbs as m; \
+	    print(sys.version.split()[0], m._target, m.__file__)" && \
+	    $(CURDIR)/$(PY39_VENV)/bin/python -m pytest -q -p no:cacheprovider $(PY39_HOST_TESTS)) || status=$$?; \
+	echo "$@: host tier on $$py39 (venv, wheel, tests) took $$(( $$(date +%s) - start )) s"; exit $$status
 
 # `make test-315-device`: a subset of the device tier on the cp315-abi3t
 # wheel under python3.15 in the VM (which cannot chroot: tools/sid-python

@@ -20,7 +20,7 @@ from .converters.fields import field_kind
 from .ctext import is_int, py_repr_default, value_runs
 from .ir import IR, Function, Type
 from .members import flat_fields, has_member, member_type
-from .impl import ImplBuilder
+from .impl import ImplBuilder, shown_param
 from .pyimpl import PyImplError
 from .methods import MethodBuilder
 from .model import (CallingConvention, EnumModel, HandleAttribute, HandleModel, Keepalive,
@@ -497,7 +497,8 @@ class Builder:
             else:
                 flags = CallingConvention.VARARGS_KW
             selfpart = "$self, /" if m.owner else ""
-            shown = ", ".join(([selfpart] if selfpart else []) + params)
+            shown = ", ".join(([selfpart] if selfpart else [])
+                              + [shown_param(p, m.node.get("impl"), self.ir) for p in params])
             verbs = list(m.node.get("verbs", []))
             text = m.node.get("doc") or (f"Calls {', '.join(verbs)}." if verbs else "")
             if not text:

@@ -33,7 +33,7 @@ from typing import List, Optional, Tuple
 
 from .converters import REQUIRED
 from .converters.registry import ParamConverter
-from .ir import Type, UNKNOWN
+from .ir import IR, Type, UNKNOWN
 from .methods import MethodBuilder
 from .model import CallingConvention, MethodKind, MethodModel
 from .spec import Node, SpecError
@@ -52,6 +52,29 @@ def _default(text: str) -> object:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):
         return Named(text)
+
+
+def shown_param(param: str, impl: Optional[Node], ir: IR) -> str:
+    """A `hand:` parameter as the text signature shows it: a default given by
+    name (`ps=PortSpace.TCP`) as the number of its `c_default:`, the enum
+    constant (RDMA_PS_TCP = 262).  inspect evaluates a text signature's
+    defaults where the method's module has no such name: CPython 3.9 raised
+    RuntimeError, out of help(ibverbs) too, and later ones drop the
+    signature.  The docstring's words name the member."""
+    name, eq, text = (part.strip() for part in param.partition("="))
+    entry = impl.get(name) if isinstance(impl, Node) else None
+    if not eq or not isinstance(entry, Node) or not isinstance(_default(text), Named):
+        return param
+    c_value = entry.get("c_default")
+    if c_value is None:
+        return param
+    if isinstance(c_value, int):
+        return f"{name}={c_value}"
+    value = next((m.value for e in ir.enums for m in e.members if m.name == c_value), None)
+    if value is None:
+        raise SpecError(f"{entry.where('c_default')}: impl: {name}: c_default {c_value} is no "
+                        f"enum constant of {ir.source}")
+    return f"{name}={value}"
 
 
 def signature_params(sig: str) -> List[Tuple[str, object]]:

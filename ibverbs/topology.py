@@ -237,7 +237,7 @@ def _function_at(real: str, sysfs: str) -> Optional[PciFunction]:
     # real may be below the function (a netdev's virtio device): cut there.
     fn_dir = real[:real.index(chain[-1]) + len(chain[-1])]
     numa_text = _read(os.path.join(fn_dir, "numa_node"))
-    numa: Optional[int] = int(numa_text) if numa_text not in (None, "") else None
+    numa: Optional[int] = int(numa_text) if numa_text else None
     if numa is not None and numa < 0:
         online = _online_nodes(sysfs)
         # No proximity domain from the firmware: on a one-node machine that

@@ -1,6 +1,7 @@
 """Host-side regression tests of issue 12 (no device needed)."""
 import gc
 import re
+import sys
 
 import pytest
 
@@ -135,6 +136,11 @@ def test_constructor_arguments_by_keyword_and_defaults():
     p = ib.PostList(wrs=[ib.SendWR(wr_id=1)], release_gil=2)
     assert (len(p), p.release_gil, p.kind) == (1, True, ib.SendWR)
     assert ib.PostList(ib.RecvWR()).release_gil is False
+    if sys.version_info < (3, 10):
+        # CPython 3.9's PyType_FromSpec drops the signature from a class's
+        # doc (3.10 keeps it): inspect finds none there
+        assert ib.WCBuffer.__text_signature__ is None
+        return
     assert ib.WCBuffer.__text_signature__ == "(capacity=16, *, raise_on_error=False)"
     assert ib.PostList.__text_signature__ == "(wrs, *, release_gil=False)"
 

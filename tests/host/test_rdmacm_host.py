@@ -402,7 +402,13 @@ def test_the_cm_methods_keep_their_python_signatures():
     assert CMID.listen.__text_signature__ == "($self, /, backlog=16)"
     assert CMID.set_option.__text_signature__ == "($self, /, optname, value)"
     assert CMID.create_qp.__text_signature__ == "($self, /, pd, init_attr)"
-    assert ibverbs._ibverbs.EventChannel.create_id.__text_signature__ == "($self, /, ps=PortSpace.TCP)"
+    # a default the spec gives by name shows its number: inspect evaluates it
+    create_id = ibverbs._ibverbs.EventChannel.create_id
+    assert create_id.__text_signature__ == "($self, /, ps=262)"
+    import inspect
+    import ibverbs.cm as cm
+    assert inspect.signature(create_id).parameters["ps"].default == cm.PortSpace.TCP == 262
+    assert "PortSpace (TCP, the default" in create_id.__doc__
 
 
 def test_a_default_shown_by_name_needs_its_c_value(generator, tmp_path):
@@ -415,6 +421,11 @@ def test_a_default_shown_by_name_needs_its_c_value(generator, tmp_path):
                          "timeout_ms: {ctype: int, min: 1, c_default: 7}}")
     with pytest.raises(g["spec"].SpecError, match=r"cm.yaml:\d+: CMID.resolve_addr: impl: timeout_ms: "
                                                   r"c_default is only for a default shown by name"):
+        g["rdmacm"].load(prefix(BASELINE), root)
+    # the text signature shows the constant's number: one the headers lack is named
+    root = _cm_spec_with(tmp_path / "3", g, "c_default: RDMA_PS_TCP", "c_default: RDMA_PS_NONE")
+    with pytest.raises(g["spec"].SpecError, match=r"cm.yaml:\d+: impl: ps: c_default RDMA_PS_NONE "
+                                                  r"is no enum constant of"):
         g["rdmacm"].load(prefix(BASELINE), root)
 
 

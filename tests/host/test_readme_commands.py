@@ -21,7 +21,9 @@ import sysconfig
 
 import pytest
 
-tomllib = pytest.importorskip("tomllib", reason="tomllib is in Python 3.11 and later")
+# tomllib is 3.11's; tomli, its source, reads the same on 3.9 and 3.10
+tomllib = pytest.importorskip("tomllib" if sys.version_info >= (3, 11) else "tomli",
+                              reason="tomllib is in Python 3.11 and later, tomli before")
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()

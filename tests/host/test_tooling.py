@@ -150,8 +150,9 @@ def test_make_test_builds_the_aarch64_wheel_and_runs_its_host_tier(tmp_path):
     """Generated C must compile for every target: `make test` on x86_64
     cross-builds the aarch64 wheel and runs the host tier under qemu-user
     (test-aarch64-host) in its chain of CPU tiers, after the host tier,
-    then the free-threaded and the sid root's 3.14 and 3.15 host tiers,
-    beside the chain of VM tiers; TEST_SERIAL=1 runs them all in turn."""
+    then the free-threaded and the sid root's 3.14 and 3.15 host tiers and
+    3.9's (the cp39-abi3 floor), beside the chain of VM tiers; TEST_SERIAL=1
+    runs them all in turn."""
     r = subprocess.run(["make", "-s", "-p", "-n", "-q", "HOST_ARCH=x86_64", "help"], cwd=ROOT,
                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=60)
     test_rule = re.search(r"^test: (.*)$", r.stdout, re.M)
@@ -160,13 +161,38 @@ def test_make_test_builds_the_aarch64_wheel_and_runs_its_host_tier(tmp_path):
     cpu = re.search(r"^TEST_CPU := (.*)$", r.stdout, re.M).group(1).split()
     vm = re.search(r"^TEST_VM := (.*)$", r.stdout, re.M).group(1).split()
     assert cpu == ["check-releases", "test-host", "test-aarch64-host", "test-ft-host",
-                   "test-314-host", "test-315-host"], cpu
+                   "test-314-host", "test-315-host", "test-39-host"], cpu
     assert vm == ["test-device", "test-cluster-fast", "test-topology", "test-ft-device"], vm
     serial = subprocess.run(["make", "-n", "HOST_ARCH=x86_64", "TEST_SERIAL=1", "test"], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             timeout=60).stdout
     assert ("check-releases test-host test-aarch64-host test-ft-host test-314-host test-315-host "
-            "test-device test-cluster-fast" in serial), serial[-2000:]
+            "test-39-host test-device test-cluster-fast" in serial), serial[-2000:]
     out = _make_n(tmp_path, "test-aarch64-host")
     assert "make wheel ARCH=aarch64" in out or "wheel ARCH=aarch64" in out
     assert "chroot" in out and "pytest" in out
+
+
+def test_the_39_tier_builds_a_copy_with_39s_headers_and_tests_it_in_its_own_venv(tmp_path):
+    """`make test-39-host`: the wheel built by CPython 3.9 (pip wheel, its own
+    headers) in a copy of the tree, the host tier run there in build/venv-39:
+    never the in-place build the other tiers import, nor .venv's pip."""
+    out = _make_n(tmp_path, "test-39-host")
+    assert "wheel -q --no-deps --no-build-isolation" in out and "build/py39/tree" in out
+    assert "build/venv-39/bin/python -m pytest" in out and "tests/host tests/gpu" in out
+    assert "build_ext --inplace" not in out
+    assert f"{tmp_path / 'venv'}/bin/python -m pip" not in out
+    assert "sys.version_info[:2] != (3, 9)" in out      # a candidate that is not 3.9 is passed over
+
+
+def test_the_39_tier_says_why_it_skips_where_there_is_no_39(tmp_path):
+    """Without CPython 3.9 (no pyenv, none on the PATH) the target passes
+    with one line that says why, like the sid root's tiers."""
+    path = "/usr/bin:/bin"
+    if shutil.which("python3.9", path=path):
+        pytest.skip("this machine has a system python3.9")
+    r = subprocess.run(["make", "-s", "test-39-host"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=60, env={"PATH": path, "HOME": str(tmp_path)})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.strip() == ("test-39-host: skipped: no CPython 3.9 (not in pyenv, not python3.9 "
+                                "on the PATH; IBVERBS_PY39 names one)"), r.stdout + r.stderr
