@@ -25,7 +25,7 @@ from .pyimpl import PyImplError
 from .methods import MethodBuilder
 from .model import (CallingConvention, EnumModel, HandleAttribute, HandleModel, Keepalive,
                     MethodKind, MethodModel,
-                    Model, Parent, PythonTarget, Release, Slot, StateField, StructField,
+                    HeaderModel, Parent, PythonTarget, Release, Slot, StateField, StructField,
                     StructModel, SymbolModel)
 from .spec import FieldSpec, Method, Node, Spec, SpecError, check_keys
 
@@ -583,7 +583,7 @@ def coverage(ir: IR, spec: Spec, methods: List[MethodModel]) -> List[Tuple[str, 
     return sorted(rows)
 
 
-def build(ir: IR, spec: Spec) -> Model:
+def build(ir: IR, spec: Spec) -> HeaderModel:
     b = Builder(ir, spec)
     enums = b.enums()
     b.enum_fields = EnumFields(enums, b.enum_field_names())
@@ -591,7 +591,7 @@ def build(ir: IR, spec: Spec) -> Model:
     handles = b.handles()
     functions = [b.method(m) for m in spec.functions if not b.absent(m)]
     all_methods = [m for h in handles for m in h.methods] + functions
-    return Model(ir, spec, enums, structs, handles, functions, symbols(ir, spec),
+    return HeaderModel(ir, spec, enums, structs, handles, functions, symbols(ir, spec),
                  coverage(ir, spec, all_methods))
 
 

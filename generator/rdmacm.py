@@ -22,7 +22,7 @@ gets emitted:
                                 where the spec says `impl:` (impl.py)
   generated/rdmacm_enums.py     the CM enums (event types, port spaces)
 
-This module builds its model (a model.Model, as verbs.h's: enums, handle
+This module builds its model (a model.HeaderModel, as verbs.h's: enums, handle
 classes and functions, no struct classes); generator/render.py renders it
 (render_rdmacm).  Nothing here changes the verbs output: the verbs
 model, spec and templates render what they did, and the rdmacm files are
@@ -53,7 +53,7 @@ def bound_names(spec: Spec, methods: List[vmodel.MethodModel]) -> List[str]:
     return sorted(names)
 
 
-def build(ir: IR, spec: Spec) -> vmodel.Model:
+def build(ir: IR, spec: Spec) -> vmodel.HeaderModel:
     b = vbuilder.Builder(ir, spec)
     enums = b.enums()
     for h in spec.handles:
@@ -77,11 +77,11 @@ def build(ir: IR, spec: Spec) -> vmodel.Model:
     if missing - inline:
         raise SpecError(f"spec/{SPEC_SUBDIR}: binds {', '.join(sorted(missing - inline))}, "
                         f"which {ir.source} does not export")
-    return vmodel.Model(ir, spec, enums, [], handles, functions, symbols,
+    return vmodel.HeaderModel(ir, spec, enums, [], handles, functions, symbols,
                         vbuilder.coverage(ir, spec, all_methods))
 
 
-def load(prefix: Optional[str], spec_root: str) -> vmodel.Model:
+def load(prefix: Optional[str], spec_root: str) -> vmodel.HeaderModel:
     """Parse rdma_cma.h at *prefix* and load spec/rdmacm/: its model."""
     from . import parse, spec as vspec
     return build(parse.parse(prefix, HEADER), vspec.load(spec_dir(spec_root)))

@@ -34,9 +34,9 @@ from .enum_fields import EnumFields
 from .ir import IR, Record
 from .members import member_chain, member_type
 from .record_model import (EmbeddedStruct, RecordAttribute, RecordFieldMethod, RecordMethod, RecordModel,
-                    RecordParser, RecordReach, RecordsModel, RecordsSpec, RecordTypeModel,
+                    RecordParser, RecordReach, RecordsModel, RecordTypeModel,
                     SequenceSlots, UnionMember, UnionModel)
-from .spec import Node, SpecError, check_keys, load_file
+from .spec import Node, SpecError, SpecFiles, check_keys, load_file
 
 SPEC_FILE = os.path.join("datapath", "records.yaml")
 DISPLAY = "spec/datapath/records.yaml"
@@ -515,5 +515,5 @@ def build(ir: IR, spec_root: str, enum_fields: Optional[EnumFields] = None) -> R
                 c.enum_class = enum_fields.of_spelling(r.ctype, c.layout[0][0], c.ctype, c.enum)
     by_key = {r.key: r for r in records}
     types = [_type(by_key, name, node) for name, node in (data.get("types") or {}).items()]
-    return RecordsModel(ir, RecordsSpec(digest, [DISPLAY]), helpers, records, types,
+    return RecordsModel(ir, SpecFiles([DISPLAY], digest), helpers, records, types,
                         enum_fields.class_names() if enum_fields else [])

@@ -217,9 +217,16 @@ class EnumSpec:
 
 
 @dataclass
-class Spec:
+class SpecFiles:
+    """What a generated file's header names of its spec: the files read
+    and their digest (every spec set has them: verbs', rdma_cm's, the
+    data-path types')."""
     files: List[str]
     sha256: str
+
+
+@dataclass
+class Spec(SpecFiles):
     handles: List[Handle] = field(default_factory=list)
     structs: List[Struct] = field(default_factory=list)
     enums: List[EnumSpec] = field(default_factory=list)
