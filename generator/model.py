@@ -277,7 +277,7 @@ class HandleModel:
     name: str
     ctype: str
     doc: str
-    destroy: str
+    destroy: Optional[str]      # None: a class with no destroy verb of its own
     parents: List[Parent]
     attributes: List[HandleAttribute]
     slots: List[Slot]

@@ -49,7 +49,7 @@ def spec_dir(spec_root: str) -> str:
 def bound_names(spec: Spec, methods: List[vmodel.MethodModel]) -> List[str]:
     """Every librdmacm function the spec binds (methods' verbs, destroys)."""
     names = {v for m in methods for v in m.verbs}
-    names |= {h.node["destroy"] for h in spec.handles if h.node.get("destroy")}
+    names |= {h.destroy for h in spec.handles if h.destroy}
     return sorted(names)
 
 

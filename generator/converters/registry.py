@@ -334,5 +334,5 @@ def describe(convert: Optional[str]) -> Optional[str]:
 
 def optional_type(t: str, pspec: Any) -> str:
     """*t*, or None too for a spec argument whose default is YAML null."""
-    optional = hasattr(pspec, "get") and "default" in pspec and pspec.get("default") is None
+    optional = pspec.has("default") and pspec.default is None
     return f"{t} | None" if optional and t != "Any" else t
