@@ -1,4 +1,4 @@
-"""Command line: python -m generator {ir,generate,check,coverage}.
+"""Command line: python -m generator {ir,model,generate,check,coverage}.
 
 RDMA_CORE (or --rdma-core) names the rdma-core headers to read: an install
 prefix or an unpacked Debian package root; by default the vendored
@@ -92,6 +92,18 @@ def cmd_check(args: Any) -> int:
     return 0
 
 
+def cmd_model(args: Any) -> int:
+    """The whole model as JSON (generator/model_json.py), before any C is written."""
+    from . import model_json
+    text = model_json.dump(build_all(_prefix(args)))
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 def cmd_stamps(args: Any) -> int:
     """The files' own checksums alone (generator/checksum.py): a hand edit; no libclang."""
     from . import checksum
@@ -133,6 +145,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--header", default="infiniband/verbs.h",
                    help="the header to parse (rdma/rdma_cma.h for librdmacm)")
     p.set_defaults(func=cmd_ir)
+    p = sub.add_parser("model", help="print the model (verbs, records, rdma_cm, targets) as JSON")
+    p.add_argument("-o", "--output")
+    p.set_defaults(func=cmd_model)
     p = sub.add_parser("generate", help="write generated/")
     p.add_argument("--out", help="another output directory")
     p.set_defaults(func=cmd_generate)

@@ -51,7 +51,7 @@ def read(h: Handle, parents: List[Any], destroy: Optional[str],
                             "destroy verb nor the verb of one of its methods")
         if entry.cqs is None:
             raise SpecError(f"{where}: {name}: cq_locks.{verb} must be a mapping with 'cqs' "
-                            f"(and optionally 'when'), got {entry.written!r}")
+                            f"(and optionally 'when'), got {entry.written}")
         cqs = entry.cqs
         bad = [c for c in cqs if c not in cq_parents]
         if not cqs or bad:

@@ -60,7 +60,7 @@ def _entry(ir: IR, cls: str, ctype: str, espec: EntrySpec) -> Entry:
         raise SpecError(f"{label}: needs {{verb: ..., path: ...}}")
     for key in espec.keys:
         if key not in ENTRY_KEYS:
-            raise SpecError(f"{where}: {cls}.entries.{name}: unknown key {key!r} "
+            raise SpecError(f"{espec.where(key)}: {cls}.entries.{name}: unknown key {key!r} "
                             f"(expected one of: {', '.join(sorted(ENTRY_KEYS))})")
     missing = sorted(ENTRY_KEYS - set(espec.keys))
     if missing:

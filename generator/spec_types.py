@@ -367,6 +367,11 @@ class EntrySpec:
     keys: Tuple[str, ...]
     at: str
     mapping: bool
+    location: Location
+
+    def where(self, key: Optional[str] = None) -> str:
+        """Where a key of the entry is (the entry's own line for no key)."""
+        return self.location.where(key) if key else self.at
 
 
 @dataclass
@@ -376,7 +381,7 @@ class CqLockSpec:
     at: str
     cqs: Optional[List[str]]       # None: the entry is no mapping with 'cqs'
     when: Any
-    written: Any                   # as written, for the error
+    written: str                   # the entry as written, for the error
 
 
 @dataclass
@@ -490,7 +495,7 @@ def handle_from(name: str, node: Any, methods: List[Method]) -> Handle:
                            espec.get("path") if isinstance(espec, dict) else None,
                            tuple(espec) if isinstance(espec, dict) else (),
                            _where_of(entries, e, location.where("entries")),
-                           isinstance(espec, dict))
+                           isinstance(espec, dict), Location.of(espec))
                  for e, espec in entries.items()]
     if node.get("cq_locks") is not None:
         locks = node["cq_locks"]
@@ -505,7 +510,7 @@ _CQ_LOCK_KEYS = {"cqs", "when"}
 def _cq_lock(verb: str, entry: Any, at: str) -> CqLockSpec:
     ok = isinstance(entry, dict) and set(entry) <= _CQ_LOCK_KEYS and "cqs" in entry
     return CqLockSpec(verb, at, [str(c) for c in entry["cqs"] or []] if ok else None,
-                      entry.get("when") if ok else None, entry)
+                      entry.get("when") if ok else None, repr(entry))
 
 
 # --- docs entries --------------------------------------------------------------------
