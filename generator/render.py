@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import jinja2
 
@@ -36,15 +36,28 @@ _METHOD_KINDS = {"METH_NOARGS": "noargs", "METH_O": "o", "METH_VARARGS": "vararg
                  "METH_FASTCALL | METH_KEYWORDS": "fastcall_kw"}
 
 
+@dataclass(frozen=True)
+class LockedFile:
+    """The wrappers one file renders (templates/_locked.c.j2): the entries
+    its tables name, and whose critical section they take (a view's
+    entries lock the object it shows, spec `lock:`: member lock_member of
+    self, an object_type; else self)."""
+    entries: Tuple[LockedEntry, ...]
+    lock_member: Optional[str]
+    object_type: str
+
+
 class LockedEntries:
     """What one file's tables name (methods, attributes, slots), gathered
     while it renders: the templates write `{{ locked(function, kind) }}`
     where a table names a function, which gives IBP_LOCKED(function)
     (common.h: the function itself on a GIL target, its __locked wrapper
     on a free-threaded one), and the wrappers are rendered around the file
-    (templates/_locked.c.j2).  So no entry of any class can be reached
-    without its object's critical section on a free-threaded target.
-    A class method (METH_CLASS) has no object to lock: named as it is."""
+    (a LockedFile: templates/_header.j2 their prototypes,
+    templates/_locked_file.j2 their definitions).  So no entry of any class
+    can be reached without its object's critical section on a
+    free-threaded target.  A class method (METH_CLASS) has no object to
+    lock: named as it is."""
 
     def __init__(self, lock_member: Optional[str] = None, object_type: str = "") -> None:
         self.entries: List[LockedEntry] = []
@@ -67,15 +80,9 @@ class LockedEntries:
             self.entries.append(entry)
         return f"IBP_LOCKED({function})"
 
-    def wrap(self, env: jinja2.Environment, text: str) -> str:
-        """The rendered file with the wrappers' prototypes after its header
-        comment and their definitions at its end."""
-        if not self.entries:
-            return text
-        macros: Any = env.get_template("_locked.c.j2").module
-        head_end = text.index("*/\n") + 3
-        return (text[:head_end] + str(macros.prototypes(self.entries)) + text[head_end:]
-                + str(macros.definitions(self.entries, self.lock_member, self.object_type)))
+    def file(self) -> LockedFile:
+        """What was gathered, as the data the templates render."""
+        return LockedFile(tuple(self.entries), self.lock_member, self.object_type)
 
 
 def _init_format(fields: Any) -> str:
@@ -256,7 +263,19 @@ class _NoIR:
 
 def _render_locked(env: jinja2.Environment, template: str, locked: LockedEntries,
                    **context: Any) -> str:
-    return locked.wrap(env, env.get_template(template).render(**context, locked=locked))
+    """A file whose tables name functions through `locked()`: rendered once
+    to learn which (the entries are the tables'), then, when any, again
+    through templates/_locked_file.j2 with their wrappers (a LockedFile)."""
+    text = env.get_template(template).render(**context, locked=locked)
+    wrappers = locked.file()
+    if not wrappers.entries:
+        return text
+    again = LockedEntries(locked.lock_member, locked.object_type)
+    text = env.get_template("_locked_file.j2").render(**context, locked=again,
+                                                      locked_file=wrappers,
+                                                      body_template=template)
+    assert again.file() == wrappers, f"{template}: another pass named other functions"
+    return text
 
 
 def finish(text: str) -> str:

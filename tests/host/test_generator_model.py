@@ -210,3 +210,24 @@ def test_the_model_command_prints_the_json(tmp_path, whole):
     prefix = os.environ.get("RDMA_CORE")
     assert main((["--rdma-core", prefix] if prefix else []) + ["model", "-o", str(out)]) == 0
     assert out.read_text(encoding="utf-8") == model_json.dump(whole)
+
+
+# --- the free-threaded wrappers are data the templates render ---------------------------
+
+
+def test_the_locked_wrappers_are_data_the_templates_render(whole):
+    """render.py gathers what a file's tables name (a LockedFile); the
+    header template declares the wrappers and _locked_file.j2 defines them
+    at the end: no C text is spliced into a rendered file."""
+    assert not hasattr(render.LockedEntries, "wrap")
+    locked = render.LockedEntries("qp", "SendWRObject")
+    assert locked("ibp_f", "METH_O") == "IBP_LOCKED(ibp_f)"
+    wrappers = locked.file()
+    assert wrappers == render.LockedFile((render.LockedEntry("ibp_f", "o"),), "qp", "SendWRObject")
+    assert dataclasses.is_dataclass(wrappers)
+    text = render.render(gmodel.Model(verbs=whole.verbs), TEMPLATE_DIR)["pd.c.h"]
+    header_end = text.index("*/\n") + 3
+    assert text[header_end:].startswith("\n#if IBP_FREE_THREADED\n")
+    assert "static PyObject *PD_close__locked(" in text[:text.index("#endif", header_end)]
+    assert text.rstrip().endswith("#endif")
+    assert text.count("PD_close__locked(PyObject *self") == 2    # declared, then defined
