@@ -16,11 +16,12 @@ from .model import Model
 def build(irs: Tuple[IR, IR], spec_root: str) -> Model:
     """verbs.h's and rdma_cma.h's IR (in that order) + the spec -> the model."""
     ir, cm_ir = irs
-    verbs = builder.build(ir, spec.load(spec_root))
-    cm = rdmacm.build(cm_ir, spec.load(rdmacm.spec_dir(spec_root)))
+    # first: the converters are made knowing the targets their C serves
+    build_targets = targets.load(targets.default_path(spec_root))
+    verbs = builder.build(ir, spec.load(spec_root), build_targets)
+    cm = rdmacm.build(cm_ir, spec.load(rdmacm.spec_dir(spec_root)), build_targets)
     record_types = records.build(ir, spec_root, EnumFields(verbs.enums, verbs.spec.enum_fields))
-    return Model(verbs=verbs, records=record_types, rdmacm=cm,
-                 targets=targets.load(targets.default_path(spec_root)))
+    return Model(verbs=verbs, records=record_types, rdmacm=cm, targets=build_targets)
 
 
 def parse_headers(prefix: Optional[str]) -> Tuple[IR, IR]:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import fnmatch
 import keyword
-from typing import AbstractSet, Any, Callable, Dict, FrozenSet, List, Optional, Set, Tuple, cast
+from typing import (AbstractSet, Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Set,
+                    Tuple, cast)
 
 from . import cq_locks, docstrings, entries as entry_points, gil, hand_gil, handle_rules, pyimpl
 from .rule_data import SelfPtr, refs as rule_refs
@@ -29,6 +30,7 @@ from .model import (CallingConvention, EnumModel, HandleAttribute, HandleModel, 
                     StructModel, SymbolModel)
 from .spec import FieldSpec, Handle, Method, Spec, SpecError
 from .spec_types import AttributeSpec
+from .targets import Target
 
 #: every key a struct class's field may carry, whatever its kind
 FIELD_KEYS = frozenset().union(*(c.keys for c in FIELDS.by_kind.values()))
@@ -38,9 +40,12 @@ HAND_ATTRIBUTE_KEYS = frozenset({"writable", "doc", "stub"})
 
 
 class Builder:
-    def __init__(self, ir: IR, spec: Spec) -> None:
+    def __init__(self, ir: IR, spec: Spec, targets: Sequence[Target] = ()) -> None:
         self.ir = ir
         self.spec = spec
+        # the build targets the generated files serve (spec/targets/targets.yaml):
+        # the converters' context (generator/converters/registry.py, Context.targets)
+        self.targets: Tuple[Target, ...] = tuple(targets)
         self.struct_by_ctype: Dict[str, str] = {}
         for s in spec.structs:
             self.struct_by_ctype[s.ctype] = s.name
@@ -565,8 +570,10 @@ def coverage(ir: IR, spec: Spec, methods: List[MethodModel]) -> List[Tuple[str, 
     return sorted(rows)
 
 
-def build(ir: IR, spec: Spec) -> HeaderModel:
-    b = Builder(ir, spec)
+def build(ir: IR, spec: Spec, targets: Sequence[Target] = ()) -> HeaderModel:
+    """verbs.h's model; *targets*: the build targets its files serve (none
+    given: a converter can assume nothing of them)."""
+    b = Builder(ir, spec, targets)
     enums = b.enums()
     b.enum_fields = EnumFields(enums, b.enum_field_names())
     structs = b.structs()

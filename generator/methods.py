@@ -42,6 +42,7 @@ class MethodBuilder:
         self.label = label
         self.cname = cname
         self.args: List[Arg] = []
+        self.targets = b.targets    # Context.targets
         self.mask_claimed = False
         self.param_types: Dict[str, Type] = {}    # the verb's parameters
         # the wrapper's values its rules name, spelled when it is emitted

@@ -31,12 +31,13 @@ added next to them.
 from __future__ import annotations
 
 import os
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 from . import builder as vbuilder
 from . import model as vmodel
 from .ir import IR
 from .spec import Spec, SpecError
+from .targets import Target
 
 HEADER = "rdma/rdma_cma.h"
 SPEC_SUBDIR = "rdmacm"
@@ -53,8 +54,8 @@ def bound_names(spec: Spec, methods: List[vmodel.MethodModel]) -> List[str]:
     return sorted(names)
 
 
-def build(ir: IR, spec: Spec) -> vmodel.HeaderModel:
-    b = vbuilder.Builder(ir, spec)
+def build(ir: IR, spec: Spec, targets: Sequence[Target] = ()) -> vmodel.HeaderModel:
+    b = vbuilder.Builder(ir, spec, targets)
     enums = b.enums()
     for h in spec.handles:
         for m in h.methods:

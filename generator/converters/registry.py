@@ -82,6 +82,11 @@ class Context(Protocol):
     refs: Any
     def check_refs(self, value: Any) -> None: ...   # a rule's value names only declared ones
     def arg_enum(self, arg: str) -> Optional[str]: ...   # the enum class an argument takes
+    #: the build targets (generator/targets.py's Target) the generated files
+    #: serve, every one from the same C: a converter whose C would depend on
+    #: them decides here, at model time, for the whole set ("" of them: the
+    #: model was built without spec/targets/, assume nothing)
+    targets: Tuple[Any, ...]
 
 
 PARAMS = Registry("parameter")

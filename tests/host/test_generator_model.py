@@ -231,3 +231,21 @@ def test_the_locked_wrappers_are_data_the_templates_render(whole):
     assert "static PyObject *PD_close__locked(" in text[:text.index("#endif", header_end)]
     assert text.rstrip().endswith("#endif")
     assert text.count("PD_close__locked(PyObject *self") == 2    # declared, then defined
+
+
+# --- the converters know the targets their C serves -----------------------------------
+
+
+def test_the_converters_context_carries_the_build_targets(whole, irs):
+    """Every target is built from the same generated C: a converter is
+    made knowing the whole set (ctx.targets, generator/converters/
+    registry.py), and today none emits differently for it."""
+    from generator import builder, methods
+    assert whole.targets and any(t.free_threaded for t in whole.targets)
+    b = builder.Builder(irs[0], whole.verbs.spec, whole.targets)
+    post_send = next(m for m in whole.verbs.spec.handle("QP").methods if m.name == "post_send")
+    ctx = methods.MethodBuilder(b, post_send, "QP.post_send", "QP_post_send")
+    assert ctx.targets == tuple(whole.targets)
+    without = builder.build(irs[0], whole.verbs.spec)
+    assert render.render(gmodel.Model(verbs=without), TEMPLATE_DIR) == \
+        render.render(gmodel.Model(verbs=whole.verbs), TEMPLATE_DIR)
