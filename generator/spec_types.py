@@ -381,7 +381,7 @@ class CqLockSpec:
     at: str
     cqs: Optional[List[str]]       # None: the entry is no mapping with 'cqs'
     when: Any
-    written: str                   # the entry as written, for the error
+    written: str                   # a wrong entry as written, for the error ("": none)
 
 
 @dataclass
@@ -510,7 +510,7 @@ _CQ_LOCK_KEYS = {"cqs", "when"}
 def _cq_lock(verb: str, entry: Any, at: str) -> CqLockSpec:
     ok = isinstance(entry, dict) and set(entry) <= _CQ_LOCK_KEYS and "cqs" in entry
     return CqLockSpec(verb, at, [str(c) for c in entry["cqs"] or []] if ok else None,
-                      entry.get("when") if ok else None, repr(entry))
+                      entry.get("when") if ok else None, "" if ok else repr(entry))
 
 
 # --- docs entries --------------------------------------------------------------------

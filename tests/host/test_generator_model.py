@@ -121,6 +121,20 @@ def test_handles_methods_and_docs_are_typed_objects_after_load(spec_dir):
     assert _no_mapping_of_the_loader(loaded.handles + loaded.functions, "spec", set()) == []
 
 
+def test_the_data_path_types_spec_is_read_once_into_typed_objects(whole):
+    """spec/datapath/records.yaml has no loader of its own beside the model
+    stage any more: generator/records_spec.py reads it, records.py builds."""
+    from generator import records_spec
+    loaded = records_spec.load(SPEC_DIR)
+    assert isinstance(loaded, spec.SpecFiles) and loaded.files == ["spec/datapath/records.yaml"]
+    assert loaded.records and loaded.types
+    assert all(dataclasses.is_dataclass(x) for x in loaded.records + loaded.types)
+    assert _no_mapping_of_the_loader(loaded, "records", set()) == []
+    assert whole.records.spec.sha256 == loaded.sha256
+    send_wr = next(r for r in loaded.records if r.key == "send_wr")
+    assert send_wr.ctype == "struct ibv_send_wr" and send_wr.location.line > 0
+
+
 def test_a_typed_handle_keeps_what_the_spec_says(whole):
     loaded = whole.verbs.spec
     qp = loaded.handle("QP")
