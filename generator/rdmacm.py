@@ -22,11 +22,11 @@ gets emitted:
                                 where the spec says `impl:` (impl.py)
   generated/rdmacm_enums.py     the CM enums (event types, port spaces)
 
-This module builds its model (a model.HeaderModel, as verbs.h's: enums, handle
-classes and functions, no struct classes); generator/render.py renders it
-(render_rdmacm).  Nothing here changes the verbs output: the verbs
-model, spec and templates render what they did, and the rdmacm files are
-added next to them.
+This module builds its part of the model (a model.HeaderModel, as verbs.h's:
+enums, handle classes and functions, no struct classes); generator/render.py
+renders it with the rest of the model.  Nothing here changes the verbs
+output: the verbs model, spec and templates render what they did, and the
+rdmacm files are added next to them.
 """
 from __future__ import annotations
 

@@ -1,9 +1,13 @@
 """Load and validate the YAML spec (spec/*.yaml).
 
 The spec is the table of what Python sees: handle classes, struct classes,
-enums, verbs bound as methods, optional symbols and exclusions.  Every value
-keeps the file and line it came from, so that an error (here or in the
-model stage) names them: ``spec/qp.yaml:12: QP.modify: unknown key 'parms'``.
+enums, verbs bound as methods, optional symbols and exclusions.  It is
+read once: the YAML mappings (Node) live only while load() runs (and
+generator/rules.py lowers the rule keys in them); what load() returns holds
+typed objects alone (Struct, EnumSpec here; Handle, Method, ParamSpec,
+DocEntry in generator/spec_types.py).  Every value keeps the file and line
+it came from, so that an error (here or in the model stage) names them:
+``spec/qp.yaml:12: QP.modify: unknown key 'parms'``.
 """
 from __future__ import annotations
 
