@@ -263,3 +263,41 @@ def test_the_converters_context_carries_the_build_targets(whole, irs):
     without = builder.build(irs[0], whole.verbs.spec)
     assert render.render(gmodel.Model(verbs=without), TEMPLATE_DIR) == \
         render.render(gmodel.Model(verbs=whole.verbs), TEMPLATE_DIR)
+
+
+def test_no_stage_after_the_loaders_reads_a_yaml_mapping(irs, monkeypatch):
+    """Every read of a loaded YAML mapping (spec.Node) happens inside a
+    loader (spec.load, generator/records_spec.py, generator/targets.py):
+    building the whole model and rendering it read none."""
+    from generator import records, records_spec, targets
+    inside = {"loaders": 0}
+    reads = []
+
+    def counted(name):
+        original = getattr(dict, name)
+
+        def read(self, *args, **kwargs):
+            if not inside["loaders"]:
+                caller = inspect.stack()[1]
+                reads.append(f"{os.path.relpath(caller.filename)}:{caller.lineno}")
+            return original(self, *args, **kwargs)
+        return read
+
+    def loader(original):
+        def load(*args, **kwargs):
+            inside["loaders"] += 1
+            try:
+                return original(*args, **kwargs)
+            finally:
+                inside["loaders"] -= 1
+        return load
+
+    for name in ("__getitem__", "get", "__contains__", "items", "keys", "values", "__iter__"):
+        monkeypatch.setattr(spec.Node, name, counted(name), raising=False)
+    monkeypatch.setattr(spec, "load", loader(spec.load))
+    monkeypatch.setattr(records, "load", loader(records_spec.load))
+    monkeypatch.setattr(targets, "load", loader(targets.load))
+    model = assemble.build(irs, SPEC_DIR)
+    files = render.render(model, TEMPLATE_DIR)
+    assert files and model.verbs.handles and model.records.types
+    assert sorted(set(reads)) == []
