@@ -241,8 +241,8 @@ def _stub_files(env: jinja2.Environment, model: Model) -> Dict[str, str]:
     text = env.get_template(stubs.TEMPLATE).render(
         ir=model.verbs.ir, spec=SpecFiles([], stubs.spec_digest(model)), command=COMMAND,
         **_PY_COMMENT, classes=built.classes, stub_functions=built.functions,
-        enum_names=[e.name for e in model.verbs.enums], reexports=stubs.REEXPORTS)
-    text += "\n__all__ = [\n" + "".join(f"    {n!r},\n" for n in built.public_names()) + "]\n"
+        enum_names=[e.name for e in model.verbs.enums], reexports=stubs.REEXPORTS,
+        public_names=built.public_names())
     return {stubs.OUTPUT: text}
 
 
