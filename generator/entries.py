@@ -26,7 +26,7 @@ without keeping the object in a register across the call.
 """
 from __future__ import annotations
 
-from typing import AbstractSet, Any, List, Optional, Tuple
+from typing import AbstractSet, List, Optional, Tuple
 
 from .ir import IR, Function, Record, Type
 from .model import Entry, EntryParam, MemberStep

@@ -35,8 +35,8 @@ from .members import member_chain, member_type
 from .record_model import (EmbeddedStruct, RecordAttribute, RecordFieldMethod, RecordMethod, RecordModel,
                     RecordParser, RecordReach, RecordsModel, RecordTypeModel,
                     SequenceSlots, UnionMember, UnionModel)
-from .records_spec import (DISPLAY, SPEC_FILE, RecordFieldSpec, RecordSpec, RecordsSpec,  # noqa: F401
-                           TypeAttributeSpec, TypeSpec, UnionMemberSpec, UnionSpec, load)
+from .records_spec import (RecordFieldSpec, RecordSpec, RecordsSpec, TypeAttributeSpec, TypeSpec,
+                           UnionMemberSpec, load)
 from .spec import SpecError
 
 # --- building -----------------------------------------------------------------
