@@ -187,27 +187,24 @@ def spec_refs(spec: Any, ir_new: IR, ir_old: IR) -> SpecRefs:
         refs.where.setdefault(fn, where)
 
     for h in spec.handles:
-        node = h.node
-        refs.records.setdefault(node["ctype"], []).append(f"handle class {h.name}")
-        refs.where.setdefault(node["ctype"], node.where("ctype"))
-        if node.get("destroy"):
-            bind(node["destroy"], f"{h.name}.close", node.where("destroy"))
-        release = node.get("release")
-        if isinstance(release, dict) and release.get("verb"):
-            bind(release["verb"], f"{h.name}.close", node.where("release"))
-        base = node.get("base")
-        if isinstance(base, dict) and base.get("upcast"):
-            bind(base["upcast"], h.name, node.where("base"))
-        for aname, aspec in (node.get("attributes") or {}).items():
-            if isinstance(aspec, str):
-                refs.record_fields.setdefault(node["ctype"], []).append(
-                    (aspec, f"{h.name}.{aname}", False))
+        refs.records.setdefault(h.ctype, []).append(f"handle class {h.name}")
+        refs.where.setdefault(h.ctype, h.where("ctype"))
+        if h.destroy:
+            bind(h.destroy, f"{h.name}.close", h.where("destroy"))
+        if h.release is not None and h.release.verb:
+            bind(h.release.verb, f"{h.name}.close", h.where("release"))
+        if h.base is not None and h.base.upcast:
+            bind(h.base.upcast, h.name, h.where("base"))
+        for a in h.attributes:
+            if a.plain and isinstance(a.path, str):
+                refs.record_fields.setdefault(h.ctype, []).append(
+                    (a.path, f"{h.name}.{a.name}", False))
     for m in spec.all_methods():
         label = f"{m.owner}.{m.name}" if m.owner else m.name
-        verbs = ([m.verb] if m.verb else []) + list(m.node.get("verbs", []) or [])
+        verbs = ([m.verb] if m.verb else []) + list(m.verbs)
         for v in verbs:
             bind(v, label, m.where("verb" if m.verb == v else "verbs"))
-            if "since" in m.node:
+            if m.has("since"):
                 refs.since.add(v)
     for s in spec.structs:
         how = f"struct class {s.name}"

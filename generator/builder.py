@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import fnmatch
 import keyword
-from typing import Any, Dict, FrozenSet, List, Optional, Set, Tuple, cast
+from typing import (AbstractSet, Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Set,
+                    Tuple, cast)
 
 from . import cq_locks, docstrings, entries as entry_points, gil, hand_gil, handle_rules, pyimpl
 from .rule_data import SelfPtr, refs as rule_refs
@@ -25,9 +26,11 @@ from .pyimpl import PyImplError
 from .methods import MethodBuilder
 from .model import (CallingConvention, EnumModel, HandleAttribute, HandleModel, Keepalive,
                     MethodKind, MethodModel,
-                    Model, Parent, PythonTarget, Release, Slot, StateField, StructField,
+                    HeaderModel, Parent, PythonTarget, Release, Slot, StateField, StructField,
                     StructModel, SymbolModel)
-from .spec import FieldSpec, Method, Node, Spec, SpecError, check_keys
+from .spec import FieldSpec, Handle, Method, Spec, SpecError
+from .spec_types import AttributeSpec
+from .targets import Target
 
 #: every key a struct class's field may carry, whatever its kind
 FIELD_KEYS = frozenset().union(*(c.keys for c in FIELDS.by_kind.values()))
@@ -37,14 +40,17 @@ HAND_ATTRIBUTE_KEYS = frozenset({"writable", "doc", "stub"})
 
 
 class Builder:
-    def __init__(self, ir: IR, spec: Spec) -> None:
+    def __init__(self, ir: IR, spec: Spec, targets: Sequence[Target] = ()) -> None:
         self.ir = ir
         self.spec = spec
+        # the build targets the generated files serve (spec/targets/targets.yaml):
+        # the converters' context (generator/converters/registry.py, Context.targets)
+        self.targets: Tuple[Target, ...] = tuple(targets)
         self.struct_by_ctype: Dict[str, str] = {}
         for s in spec.structs:
             self.struct_by_ctype[s.ctype] = s.name
         self.handle_by_ctype: Dict[str, str] = {
-            h.node["ctype"]: h.name for h in spec.handles}
+            h.ctype: h.name for h in spec.handles}
         self.handle_names = {h.name for h in spec.handles}
         self.struct_models: Dict[str, StructModel] = {}
         self.enum_models: Dict[str, EnumModel] = {}
@@ -173,7 +179,7 @@ class Builder:
     def _struct_field(self, cls: str, pyname: str, path: str, t: Type, fspec: Optional[FieldSpec],
                       writable: bool, where: str, strict: bool) -> Optional[StructField]:
         convert = fspec.convert if fspec else None
-        default = spec_default({"default": fspec.default} if fspec and fspec.has_default else None)
+        default = spec_default(bool(fspec and fspec.has_default), fspec.default if fspec else None)
         if default == REQUIRED and not strict:
             default = None
         has_default = default != REQUIRED
@@ -225,85 +231,74 @@ class Builder:
     # -- handles --
     def handles(self) -> List[HandleModel]:
         out: List[HandleModel] = []
-        bases = {(b["class"] if isinstance(b, Node) else b) for b in
-                 (h.node.get("base") for h in self.spec.handles) if b is not None}
+        bases = {h.base.cls for h in self.spec.handles if h.base is not None}
         for h in self.spec.handles:
             model = self._handle(h, out, bases)
             if model is not None:
                 out.append(model)
         return out
 
-    def _handle(self, h: Any, out: List[HandleModel], bases: Set[str]) -> Optional[HandleModel]:
-        node = h.node
-        record = self.ir.record(node["ctype"])
-        if record is None and "since" in node:
+    def _handle(self, h: Handle, out: List[HandleModel], bases: Set[str]) -> Optional[HandleModel]:
+        record = self.ir.record(h.ctype)
+        if record is None and h.has("since"):
             return None         # newer than these headers
         if record is None:
-            raise SpecError(f"{node.where('ctype')}: {h.name}: no {node['ctype']}")
-        destroy = node.get("destroy")
+            raise SpecError(f"{h.where('ctype')}: {h.name}: no {h.ctype}")
+        destroy = h.destroy
         if destroy and self.ir.function(destroy) is None:
-            raise SpecError(f"{node.where('destroy')}: {h.name}: no function {destroy}")
+            raise SpecError(f"{h.where('destroy')}: {h.name}: no function {destroy}")
         parents = self._parents(h)
         base = upcast = None
-        if isinstance(node.get("base"), Node):
+        if h.base is not None and h.base.upcast is not None:
             base, upcast = self._upcast_base(h, out, bool(parents or destroy))
             parents = list(base.parents)
             destroy = base.destroy
         attributes = self._attributes(h, record)
-        for group, keys in (("slots", SLOT_KEYS), ("hand_attributes", HAND_ATTRIBUTE_KEYS)):
-            entries = node.get(group) or Node()
-            for sname, sspec in entries.items():
-                check_keys(sspec, keys, f"{h.name}.{sname}", entries.where(sname))
-        slots = [Slot(sname, bool(sspec.get("writable", False)), sspec.get("doc", ""),
-                      _stub_type(sspec))
-                 for sname, sspec in (node.get("slots") or {}).items()]
-        state = [StateField(sname, ctype) for sname, ctype in (node.get("state") or {}).items()]
+        for group, keys in ((h.slots, SLOT_KEYS), (h.hand_attributes, HAND_ATTRIBUTE_KEYS)):
+            for sspec in group:
+                _check_keys_written(sspec.keys, sspec.where, keys, f"{h.name}.{sspec.name}")
+        slots = [Slot(s.name, s.writable, s.doc, s.stub) for s in h.slots]
+        state = [StateField(sname, ctype) for sname, ctype in h.state]
         methods = [self.method(m) for m in h.methods if not self.absent(m)]
-        registered = bool(node.get("registered", False)) or bool(base and base.registered)
-        hand_attributes = [Slot(aname, bool(aspec.get("writable", False)), aspec.get("doc", ""),
-                                _stub_type(aspec))
-                           for aname, aspec in (node.get("hand_attributes") or {}).items()]
-        same_object = isinstance(node.get("base"), str)
+        registered = h.registered or bool(base and base.registered)
+        hand_attributes = [Slot(a.name, a.writable, a.doc, a.stub) for a in h.hand_attributes]
+        same_object = h.base is not None and h.base.upcast is None
         if same_object:
-            base, parents, destroy, registered, slots = self.base_of(h.name, node, out)
+            base, parents, destroy, registered, slots = self.base_of(h, out)
         dfunc = self.ir.function(destroy) if destroy else None
-        model = HandleModel(h.name, node["ctype"], node.get("doc", ""), destroy,
+        model = HandleModel(h.name, h.ctype, h.doc, destroy,
                             parents, attributes, slots, state,
-                            node.get("before_destroy"), registered,
+                            h.before_destroy, registered,
                             methods, base=base, upcast=upcast,
-                            before_dealloc=node.get("before_dealloc"),
+                            before_dealloc=h.before_dealloc,
                             subclassed=h.name in bases,
                             release=self.release(h),
                             hand_attributes=hand_attributes,
-                            own_destroy=same_object and "destroy" in node,
+                            own_destroy=same_object and h.has("destroy"),
                             destroy_void=dfunc is not None and dfunc.result.kind == "void",
-                            destroy_releases_gil=self.destroy_releases_gil(node, destroy))
-        slot_specs = (node.get("slots") or {}).items()
+                            destroy_releases_gil=self.destroy_releases_gil(h, destroy))
         model.clear_on_close = (list(base.clear_on_close) if same_object and base is not None
-                                else [sname for sname, sspec in slot_specs
-                                      if sspec.get("clear_on_close")])
+                                else [s.name for s in h.slots if s.clear_on_close])
         model.keepalive = ([] if same_object
-                           else [Keepalive(str(sspec["keepalive"]), sname) for sname, sspec in slot_specs
-                                 if sspec.get("keepalive")])
-        handle_rules.apply(model, node)
-        locks = cq_locks.read(h.name, node, parents, destroy,
-                              [m.verb for m in methods if m.verb])
+                           else [Keepalive(s.keepalive, s.name) for s in h.slots if s.keepalive])
+        handle_rules.apply(model, h)
+        locks = cq_locks.read(h, parents, destroy, [m.verb for m in methods if m.verb])
         model.destroy_cq_lock = locks.get(destroy) if destroy else None
         for m in methods:
             m.cq_lock = locks.get(m.verb) if m.verb else None
-        model.entries = entry_points.build(self.ir, h.name, node["ctype"], node, base is not None,
+        model.entries = entry_points.build(self.ir, h, base is not None,
                                            {m.name for m in methods if m.short_way})
         for aname, _ in model.attributes:
             if aname not in model.docs:
                 model.docs[aname] = self._field_doc(h.name, aname)
         return model
 
-    def destroy_releases_gil(self, node: Any, destroy: Optional[str]) -> bool:
+    def destroy_releases_gil(self, h: Handle, destroy: Optional[str]) -> bool:
         """close()'s GIL rule: its destroy verb's kind (spec/gil.yaml)."""
         if not destroy:
             return False
         try:
-            return gil.releases(self.spec.gil_kinds, destroy, node.where("destroy"))
+            return gil.releases(self.spec.gil_kinds, destroy, h.where("destroy"))
         except gil.GilError as exc:
             raise SpecError(str(exc)) from None
 
@@ -318,132 +313,128 @@ class Builder:
                             f"docs.fields.{cls} in spec/docs.yaml")
         return text
 
-    def _parents(self, h: Any) -> List[Parent]:
-        node = h.node
+    def _parents(self, h: Handle) -> List[Parent]:
         parents = []
-        for pname, pcls in (node.get("parents") or {}).items():
-            optional = pcls.endswith("?")
-            pcls = pcls.rstrip("?")
-            if pcls not in self.handle_names:
-                raise SpecError(f"{node['parents'].where(pname)}: {h.name}: unknown "
-                                f"parent class {pcls}")
-            parents.append(Parent(pname, pcls, optional))
+        for p in h.parents:
+            if p.cls not in self.handle_names:
+                raise SpecError(f"{p.at}: {h.name}: unknown parent class {p.cls}")
+            parents.append(Parent(p.name, p.cls, p.optional))
         return parents
 
-    def _upcast_base(self, h: Any, out: List[HandleModel], own_parents_or_destroy: bool) -> Tuple[HandleModel, str]:
+    def _upcast_base(self, h: Handle, out: List[HandleModel], own_parents_or_destroy: bool) -> Tuple[HandleModel, str]:
         """`base: {class, upcast}`: the base class (defined before) and the
         function converting this class's C type to the base's."""
-        node = h.node
-        bspec = node["base"]
-        if not isinstance(bspec, Node) or set(bspec) != {"class", "upcast"}:
-            raise SpecError(f"{node.where('base')}: {h.name}: base needs exactly "
-                            f"'class' and 'upcast'")
-        base = next((b for b in out if b.name == bspec["class"]), None)
+        bspec = h.base
+        assert bspec is not None and bspec.upcast is not None
+        base = next((b for b in out if b.name == bspec.cls), None)
         if base is None:
-            raise SpecError(f"{bspec.where('class')}: {h.name}: base {bspec['class']} "
+            raise SpecError(f"{bspec.where('class')}: {h.name}: base {bspec.cls} "
                             f"must be a handle class defined before it")
         if base.has_gc or base.base is not None:
             raise SpecError(f"{bspec.where('class')}: {h.name}: subhandle.c.h.j2 supports "
                             f"bases without slots that are no subclass themselves")
-        upcast = bspec["upcast"]
+        upcast = bspec.upcast
         if self.ir.function(upcast) is None:
             raise SpecError(f"{bspec.where('upcast')}: {h.name}: no function {upcast}")
         if own_parents_or_destroy:
-            raise SpecError(f"{node.where()}: {h.name}: a subclass takes its parents "
+            raise SpecError(f"{h.where()}: {h.name}: a subclass takes its parents "
                             f"and destroy verb from its base {base.name}")
         return base, upcast
 
-    def _attributes(self, h: Any, record: Any) -> List[HandleAttribute]:
+    def _attributes(self, h: Handle, record: Any) -> List[HandleAttribute]:
         attributes = []
-        for aname, aspec in (h.node.get("attributes") or {}).items():
-            where = h.node["attributes"].where(aname)
-            if isinstance(aspec, dict):
-                kind = ("int" if "checks" in aspec else "member" if "path" in aspec
-                        and "convert" not in aspec else str(aspec.get("convert"))
-                        if "path" in aspec else "str" if aspec.get("convert") == "str"
+        for a in h.attributes:
+            aname, where = a.name, a.at
+            if not a.plain:
+                kind = ("int" if a.has_checks else "member" if a.has("path")
+                        and not a.has("convert") else str(a.convert)
+                        if a.has("path") else "str" if a.convert == "str"
                         else "int")
                 converter = ATTRIBUTES.get(kind)
-                check_keys(aspec, converter.keys if converter else {"path", "convert"},
-                           f"{h.name}.{aname}", where)
-                if "path" not in aspec and "expr" not in aspec:
+                _check_keys_written(a.keys, a.where,
+                                    converter.keys if converter else {"path", "convert"},
+                                    f"{h.name}.{aname}")
+                if not a.has("path") and not a.has("expr"):
                     raise SpecError(f"{where}: {h.name}.{aname}: needs 'path' or 'expr'")
-            if isinstance(aspec, Node) and "checks" in aspec:
-                checks = [AttributeCheck(_attribute_value(chk["expr"], where),
-                                         chk.get("error", "ValueError"), chk["message"])
-                          for chk in aspec["checks"]]
+            if a.checks is not None:
+                checks = [AttributeCheck(_attribute_value(chk.expr, where), chk.error, chk.message)
+                          for chk in a.checks]
                 attributes.append(HandleAttribute(aname, ATTRIBUTES["int"](
-                    _attribute_value(aspec["expr"], where), f"{h.name}.{aname}", checks)))
+                    _attribute_value(a.expr, where), f"{h.name}.{aname}", checks)))
                 continue
-            if isinstance(aspec, Node) and "path" in aspec and "convert" in aspec:
-                attributes.append(HandleAttribute(aname, self._member_attribute(h, record, aname, aspec, where)))
+            if not a.plain and a.has("path") and a.has("convert"):
+                attributes.append(HandleAttribute(aname, self._member_attribute(h, record, a)))
                 continue
-            if isinstance(aspec, Node) and "path" in aspec:
+            path = a.path
+            if not a.plain and a.has("path"):
                 # {path, since}: a member newer than some headers
-                if "since" in aspec and not has_member(self.ir, record, aspec["path"]):
+                if a.has("since") and not has_member(self.ir, record, str(a.path)):
                     continue
-                aspec = aspec["path"]
-            if isinstance(aspec, str):
-                t = member_type(self.ir, record, aspec, where)
+            if a.plain or a.has("path"):
+                t = member_type(self.ir, record, str(path), where)
                 if not is_int(t):
-                    raise SpecError(f"{where}: {h.name}.{aname}: {aspec} is not an integer")
+                    raise SpecError(f"{where}: {h.name}.{aname}: {path} is not an integer")
                 attributes.append(HandleAttribute(aname, ATTRIBUTES["member"](
-                    aspec, t, self.enum_fields.of(h.node["ctype"], aspec, t))))
-            elif aspec.get("convert", "int") == "str":
+                    path, t, self.enum_fields.of(h.ctype, str(path), t))))
+            elif (a.convert or "int") == "str":
                 attributes.append(HandleAttribute(
-                    aname, ATTRIBUTES["str"](_attribute_value(aspec["expr"], where))))
+                    aname, ATTRIBUTES["str"](_attribute_value(a.expr, where))))
             else:
                 attributes.append(HandleAttribute(
-                    aname, ATTRIBUTES["int"](_attribute_value(aspec["expr"], where))))
+                    aname, ATTRIBUTES["int"](_attribute_value(a.expr, where))))
         return attributes
 
-    def _member_attribute(self, h: Any, record: Any, aname: str, aspec: Any, where: str) -> AttributeConverter:
+    def _member_attribute(self, h: Handle, record: Any, a: AttributeSpec) -> AttributeConverter:
         """{path, convert: kind}: a member read by a hand-written C converter."""
-        kind = aspec["convert"]
-        converter = ATTRIBUTES.get(kind) if kind not in ("int", "member", "str") else None
+        kind, where = a.convert, a.at
+        converter = ATTRIBUTES.get(str(kind)) if kind not in ("int", "member", "str") else None
         if converter is None or not hasattr(converter, "ctype"):
-            raise SpecError(f"{where}: {h.name}.{aname}: unknown member converter {kind!r}")
-        t = member_type(self.ir, record, aspec["path"], where)
+            raise SpecError(f"{where}: {h.name}.{a.name}: unknown member converter {kind!r}")
+        t = member_type(self.ir, record, str(a.path), where)
         if t.spelling != converter.ctype:
-            raise SpecError(f"{where}: {h.name}.{aname}: {aspec['path']} is a {t.spelling}, "
+            raise SpecError(f"{where}: {h.name}.{a.name}: {a.path} is a {t.spelling}, "
                             f"not a {converter.ctype}")
-        return cast(AttributeConverter, converter(aspec["path"]))
+        return cast(AttributeConverter, converter(a.path))
 
-    def release(self, h: Any) -> Optional[Release]:
-        rel = h.node.get("release")
-        if rel is None:
+    def release(self, h: Handle) -> Optional[Release]:
+        rel = h.release
+        if rel is None and h.release_written is None:
             return None
-        if not isinstance(rel, Node) or set(rel) != {"when", "verb"}:
-            raise SpecError(f"{h.node.where('release')}: {h.name}: release needs 'when' "
+        if rel is None:
+            raise SpecError(f"{h.where('release')}: {h.name}: release needs 'when' "
                             f"(a state flag) and 'verb'")
-        if rel["when"] not in (h.node.get("state") or {}):
-            raise SpecError(f"{rel.where('when')}: {h.name}: no state {rel['when']!r}")
-        if self.ir.function(rel["verb"]) is None and rel["verb"] in self.spec.optional:
+        if rel.when not in {name for name, _ in h.state}:
+            raise SpecError(f"{rel.where('when')}: {h.name}: no state {rel.when!r}")
+        if self.ir.function(rel.verb) is None and rel.verb in self.spec.optional:
             return None     # older headers: nothing can be imported either
-        if self.ir.function(rel["verb"]) is None:
-            raise SpecError(f"{rel.where('verb')}: {h.name}: no function {rel['verb']}")
-        return Release(rel["when"], rel["verb"])
+        if self.ir.function(rel.verb) is None:
+            raise SpecError(f"{rel.where('verb')}: {h.name}: no function {rel.verb}")
+        return Release(rel.when, rel.verb)
 
-    def base_of(self, name: str, node: Any, done: List[HandleModel]) -> Tuple[Any, ...]:
+    def base_of(self, h: Handle, done: List[HandleModel]) -> Tuple[Any, ...]:
         """A same-object subclass (`base: QP`) takes its base's parents,
         destroy and registration; the base must come first in the spec and
         own the same C type (its methods run on the subclass's objects
         unchanged)."""
-        base = next((m for m in done if m.name == node["base"]), None)
+        name = h.name
+        assert h.base is not None
+        base = next((m for m in done if m.name == h.base.cls), None)
         if base is None:
-            raise SpecError(f"{node.where('base')}: {name}: base {node['base']} must be a "
+            raise SpecError(f"{h.where('base')}: {name}: base {h.base.cls} must be a "
                             "handle class declared before it")
-        if base.ctype != node["ctype"]:
-            raise SpecError(f"{node.where('ctype')}: {name}: a subclass owns the same C "
+        if base.ctype != h.ctype:
+            raise SpecError(f"{h.where('ctype')}: {name}: a subclass owns the same C "
                             f"type as its base ({base.ctype}); another type needs "
                             "base: {class, upcast}")
         for key in ("parents", "slots", "before_destroy", "registered"):
-            if key in node:
-                raise SpecError(f"{node.where(key)}: {name}: {key} comes from the base "
+            if h.has(key):
+                raise SpecError(f"{h.where(key)}: {name}: {key} comes from the base "
                                 f"{base.name}")
-        if "destroy" in node and ("state" in node or "hand_attributes" in node):
-            raise SpecError(f"{node.where('destroy')}: {name}: a subclass with its own "
+        if h.has("destroy") and (h.has("state") or h.has("hand_attributes")):
+            raise SpecError(f"{h.where('destroy')}: {name}: a subclass with its own "
                             "destroy keeps the base's layout (no state)")
-        return base, base.parents, node.get("destroy", base.destroy), base.registered, base.slots
+        destroy = h.destroy if h.has("destroy") else base.destroy
+        return base, base.parents, destroy, base.registered, base.slots
 
     # -- methods --
     def absent(self, m: Method) -> bool:
@@ -451,14 +442,14 @@ class Builder:
         that the spec marks as newer (its verb under symbols.optional, or a
         `since:` key): skipped, so that old releases still generate.  Any
         other missing verb is left to method(), which raises SpecError."""
-        verbs = [m.verb] if m.hand is None else list(m.node.get("verbs", []) or [])
+        verbs = [m.verb] if m.hand is None else list(m.verbs)
         missing = [v for v in verbs if v and self.ir.function(v) is None]
-        return bool(missing) and ("since" in m.node or
+        return bool(missing) and (m.has("since") or
                                   all(v in self.spec.optional for v in missing))
 
     def method(self, m: Method) -> MethodModel:
         model = self._method(m)
-        model.stub = m.node.get("stub")
+        model.stub = m.stub
         return model
 
     def _method(self, m: Method) -> MethodModel:
@@ -471,14 +462,14 @@ class Builder:
                 sig = pyimpl.signature(m.name, module, func)
             except PyImplError as exc:
                 raise SpecError(f"{m.where('python')}: {label}: {exc}") from None
-            stub = m.node["stub"]
+            stub = m.stub
             # overloads (a list) of a def taking *args: nothing to compare
             stub_names = pyimpl.stub_names(str(stub)) if isinstance(stub, str) else None
             if stub_names is not None and stub_names != pyimpl.names(
                     sig[sig.index("(") + 1:-1].split(", ")):
                 raise SpecError(f"{m.where('stub')}: {label}: the stub's parameters "
                                 f"({', '.join(stub_names)}) are not those of {m.python}: {sig}")
-            doc = f"{sig}\n--\n\n{str(m.node['doc']).strip()}"
+            doc = f"{sig}\n--\n\n{str(m.doc).strip()}"
             return MethodModel(m.name, m.owner, f"ibp_py_{cname}", CallingConvention.VARARGS_KW,
                                doc, kind=MethodKind.PYTHON, python=PythonTarget(module, func),
                                signature=sig)
@@ -491,16 +482,16 @@ class Builder:
             elif len(params) == 1 and "=" not in params[0]:
                 # keywords: true keeps the name usable as a keyword (the
                 # seed's cq.poll(num_entries=16)) at METH_O's speed.
-                flags = CallingConvention.FASTCALL_KW if m.node.get("keywords") else CallingConvention.O
-            elif m.node.get("keywords") and "impl" in m.node:
+                flags = CallingConvention.FASTCALL_KW if m.keywords else CallingConvention.O
+            elif m.keywords and m.impl is not None:
                 flags = CallingConvention.FASTCALL_KW    # the generated parser: no tuple, no dict
             else:
                 flags = CallingConvention.VARARGS_KW
             selfpart = "$self, /" if m.owner else ""
             shown = ", ".join(([selfpart] if selfpart else [])
-                              + [shown_param(p, m.node.get("impl"), self.ir) for p in params])
-            verbs = list(m.node.get("verbs", []))
-            text = m.node.get("doc") or (f"Calls {', '.join(verbs)}." if verbs else "")
+                              + [shown_param(p, m.impl, self.ir) for p in params])
+            verbs = list(m.verbs)
+            text = m.doc or (f"Calls {', '.join(verbs)}." if verbs else "")
             if not text:
                 raise SpecError(f"{m.where()}: {label}: a hand-written method needs 'doc' or 'verbs'")
             raises = docstrings.raises_of(label, self.spec.doc_methods)
@@ -511,7 +502,7 @@ class Builder:
             for v in verbs:
                 if self.ir.function(v) is None:
                     raise SpecError(f"{m.where('verbs')}: {label}: no function {v}")
-            if "impl" in m.node:     # a generated parser calls the hand-written _impl
+            if m.impl is not None:     # a generated parser calls the hand-written _impl
                 model = ImplBuilder(self, m, label, cname).build_impl(flags, doc, sig, verbs)
             else:
                 model = MethodModel(m.name, m.owner, f"ibp_hand_{cname}", flags, doc, kind=MethodKind.HAND,
@@ -523,11 +514,9 @@ class Builder:
         """A hand method's GIL rule, from its verbs' kinds, and what its
         wrapper holds while it runs (generator/hand_gil.py)."""
         model.release_gil = hand_gil.releases(self.spec.gil_kinds, model.verbs,
-                                              m.where("verbs"), m.node.get("gil"))
+                                              m.where("verbs"), m.gil)
         owner = self.spec.handle(m.owner) if m.owner else None
-        owner_node = owner.node if owner is not None else None
-        model.hand_holds = hand_gil.holds(m.node, label, m.owner, owner_node,
-                                          model.release_gil, model.params)
+        model.hand_holds = hand_gil.holds(m, label, owner, model.release_gil, model.params)
         if model.short_way and (model.release_gil or model.hand_holds):
             # the short way is not in flight: only a call that keeps the
             # GIL and runs no Python code may go without
@@ -564,15 +553,13 @@ def coverage(ir: IR, spec: Spec, methods: List[MethodModel]) -> List[Tuple[str, 
         for v in m.verbs:
             bound.setdefault(v, []).append(label)
     for h in spec.handles:
-        destroy = h.node.get("destroy")
-        if destroy:
-            bound.setdefault(destroy, []).append(f"{h.name}.close")
-        rel = h.node.get("release")
-        if isinstance(rel, Node) and rel.get("verb"):
-            bound.setdefault(rel["verb"], []).append(f"{h.name}.close (when {rel.get('when')})")
-        base = h.node.get("base")
-        if isinstance(base, Node) and base.get("upcast"):
-            bound.setdefault(base["upcast"], []).append(f"{h.name} (is a {base.get('class')})")
+        if h.destroy:
+            bound.setdefault(h.destroy, []).append(f"{h.name}.close")
+        rel = h.release
+        if rel is not None and rel.verb:
+            bound.setdefault(rel.verb, []).append(f"{h.name}.close (when {rel.when})")
+        if h.base is not None and h.base.upcast:
+            bound.setdefault(h.base.upcast, []).append(f"{h.name} (is a {h.base.cls})")
     rows = []
     for f in public_functions(ir):
         if f.name in bound:
@@ -584,15 +571,17 @@ def coverage(ir: IR, spec: Spec, methods: List[MethodModel]) -> List[Tuple[str, 
     return sorted(rows)
 
 
-def build(ir: IR, spec: Spec) -> Model:
-    b = Builder(ir, spec)
+def build(ir: IR, spec: Spec, targets: Sequence[Target] = ()) -> HeaderModel:
+    """verbs.h's model; *targets*: the build targets its files serve (none
+    given: a converter can assume nothing of them)."""
+    b = Builder(ir, spec, targets)
     enums = b.enums()
     b.enum_fields = EnumFields(enums, b.enum_field_names())
     structs = b.structs()
     handles = b.handles()
     functions = [b.method(m) for m in spec.functions if not b.absent(m)]
     all_methods = [m for h in handles for m in h.methods] + functions
-    return Model(ir, spec, enums, structs, handles, functions, symbols(ir, spec),
+    return HeaderModel(ir, spec, enums, structs, handles, functions, symbols(ir, spec),
                  coverage(ir, spec, all_methods))
 
 
@@ -605,10 +594,13 @@ def _check_field_keys(fspec: FieldSpec, allowed: FrozenSet[str], what: str) -> N
                             f"(expected one of: {', '.join(sorted(allowed))})")
 
 
-def _stub_type(node: Any) -> Optional[str]:
-    """A slot's or hand attribute's `stub:` (its type in the stubs)."""
-    stub = node.get("stub") if hasattr(node, "get") else None
-    return str(stub) if stub else None
+def _check_keys_written(keys: Tuple[str, ...], where: Callable[[str], str],
+                        allowed: AbstractSet[str], what: str) -> None:
+    """Refuse a key an entry was written with that is not allowed, naming its line."""
+    for key in keys:
+        if key not in allowed:
+            raise SpecError(f"{where(key)}: {what}: unknown key {key!r} "
+                            f"(expected one of: {', '.join(sorted(allowed))})")
 
 
 def _attribute_value(value: Any, where: str) -> Any:

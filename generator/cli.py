@@ -1,4 +1,4 @@
-"""Command line: python -m generator {ir,generate,check,coverage}.
+"""Command line: python -m generator {ir,model,generate,check,coverage}.
 
 RDMA_CORE (or --rdma-core) names the rdma-core headers to read: an install
 prefix or an unpacked Debian package root; by default the vendored
@@ -25,29 +25,21 @@ def _model(args: Any) -> Any:
     return builder.build(ir, spec.load(SPEC_DIR))
 
 
+def build_all(prefix: Optional[str], spec_root: str = SPEC_DIR,
+              irs: Optional[Tuple[Any, Any]] = None) -> Any:
+    """The whole model (model.Model) from the headers at prefix (None: the
+    baseline).  *irs*: verbs.h's and rdma_cma.h's IR, parsed before
+    (tests/host/test_spec_keys.py builds many specs)."""
+    from . import assemble
+    return assemble.build(irs if irs is not None else assemble.parse_headers(prefix), spec_root)
+
+
 def render_all(prefix: Optional[str], spec_root: str = SPEC_DIR,
-               irs: Optional[Tuple[Any, Any]] = None) -> Tuple[Dict[str, str], Any, Any]:
-    """Every generated file from the headers at prefix (None: the baseline):
-    verbs.h's, the data-path types' (records), rdma_cma.h's (rdmacm_*), then
-    the stub of them all (_ibverbs.pyi).  *irs*: verbs.h's and rdma_cma.h's
-    IR, parsed before (tests/host/test_spec_keys.py renders many specs).
-    Returns (files, the verbs model, the rdma_cm model)."""
-    from . import builder, parse, rdmacm, records, render, spec, stubs
-    ir, cm_ir = irs if irs is not None else (parse.parse(prefix),
-                                             parse.parse(prefix, rdmacm.HEADER))
-    model = builder.build(ir, spec.load(spec_root))
-    cm = rdmacm.build(cm_ir, spec.load(rdmacm.spec_dir(spec_root)))
-    from .enum_fields import EnumFields
-    record_types = records.build(model.ir, spec_root,
-                                 EnumFields(model.enums, model.spec.enum_fields))
-    files = render.render(model, TEMPLATE_DIR)
-    files.update(render.render_records(record_types, TEMPLATE_DIR))
-    files.update(render.render_rdmacm(cm, TEMPLATE_DIR))
-    files.update(stubs.render(model, record_types, cm, TEMPLATE_DIR))
-    from . import targets
-    files.update(render.render_targets(targets.load(targets.default_path(spec_root)),
-                                       TEMPLATE_DIR))
-    return files, model, cm
+               irs: Optional[Tuple[Any, Any]] = None) -> Tuple[Dict[str, str], Any]:
+    """Every generated file from the headers at prefix, and the model."""
+    from . import render
+    model = build_all(prefix, spec_root, irs)
+    return render.render(model, TEMPLATE_DIR), model
 
 
 def _render_all(args: Any) -> Dict[str, str]:
@@ -100,6 +92,18 @@ def cmd_check(args: Any) -> int:
     return 0
 
 
+def cmd_model(args: Any) -> int:
+    """The whole model as JSON (generator/model_json.py), before any C is written."""
+    from . import model_json
+    text = model_json.dump(build_all(_prefix(args)))
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 def cmd_stamps(args: Any) -> int:
     """The files' own checksums alone (generator/checksum.py): a hand edit; no libclang."""
     from . import checksum
@@ -141,6 +145,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--header", default="infiniband/verbs.h",
                    help="the header to parse (rdma/rdma_cma.h for librdmacm)")
     p.set_defaults(func=cmd_ir)
+    p = sub.add_parser("model", help="print the model (verbs, records, rdma_cm, targets) as JSON")
+    p.add_argument("-o", "--output")
+    p.set_defaults(func=cmd_model)
     p = sub.add_parser("generate", help="write generated/")
     p.add_argument("--out", help="another output directory")
     p.set_defaults(func=cmd_generate)

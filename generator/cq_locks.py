@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, NamedTuple, Optional
 
-from .spec import SpecError
+from .spec import Handle, SpecError
 
 KEYS = {"cqs", "when"}
 
@@ -36,29 +36,29 @@ class CqLock(NamedTuple):
     when: Optional[str]        # hand-written predicate over the verb's arguments
 
 
-def read(name: str, node: Any, parents: List[Any], destroy: Optional[str],
+def read(h: Handle, parents: List[Any], destroy: Optional[str],
          method_verbs: List[str]) -> Dict[str, CqLock]:
-    """The `cq_locks:` of handle class name (node), by verb, validated."""
-    spec = node.get("cq_locks")
-    if spec is None:
+    """The `cq_locks:` of handle class h, by verb, validated."""
+    if h.cq_locks is None:
         return {}
+    name = h.name
     cq_parents = {p.attr for p in parents if p.cls == "CQ"}
     locks: Dict[str, CqLock] = {}
-    for verb, entry in spec.items():
-        where = spec.where(verb)
+    for entry in h.cq_locks:
+        verb, where = entry.verb, entry.at
         if verb != destroy and verb not in method_verbs:
             raise SpecError(f"{where}: {name}: cq_locks names {verb}, which is neither its "
                             "destroy verb nor the verb of one of its methods")
-        if not hasattr(entry, "items") or not set(entry) <= KEYS or "cqs" not in entry:
+        if entry.cqs is None:
             raise SpecError(f"{where}: {name}: cq_locks.{verb} must be a mapping with 'cqs' "
-                            f"(and optionally 'when'), got {entry!r}")
-        cqs = [str(c) for c in entry["cqs"] or []]
+                            f"(and optionally 'when'), got {entry.written}")
+        cqs = entry.cqs
         bad = [c for c in cqs if c not in cq_parents]
         if not cqs or bad:
             raise SpecError(f"{where}: {name}: cq_locks.{verb}.cqs must name parents of class "
                             f"CQ ({', '.join(sorted(cq_parents)) or 'it has none'}), got "
                             f"{', '.join(bad) or 'none'}")
-        when = entry.get("when")
+        when = entry.when
         if when is not None:
             when = str(when)
             if verb == destroy:

@@ -29,6 +29,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Set
 
 from .pytypes import arg_specs
+from .spec_types import DocEntry, Method, ParamSpec
 
 OLDEST_RELEASE = "33.2"     # the oldest rdma-core the package is tested against
 
@@ -50,10 +51,10 @@ def _sentence(text: str) -> str:
 
 
 def _range(pspec: Any) -> str:
-    if not hasattr(pspec, "get"):
+    if not isinstance(pspec, ParamSpec):
         return ""
-    # a bound written as C (``self_ptr->num_comp_vectors - 1``) says nothing here
-    lo, hi = (v if isinstance(v, int) else None for v in (pspec.get("min"), pspec.get("max")))
+    # a bound given as a rule's value says nothing here
+    lo, hi = (v if isinstance(v, int) else None for v in (pspec.min, pspec.max))
     if lo is not None and hi is not None:
         return f" ({lo}..{hi})"
     if lo is not None:
@@ -76,7 +77,7 @@ def _args_section(mm: Any, node: Any, own: Dict[str, str], glossary: Dict[str, s
             text += f" Default: {named or a.default_doc}."
         lines.append(f"    {a.name}: {text}")
     if "**" in specs:
-        struct = specs["**"]["kwargs"]
+        struct = specs["**"].kwargs
         lines.append(f"    **fields: fields of {struct} by name (an unknown name: TypeError).")
     return ["Args:"] + lines if lines else []
 
@@ -98,13 +99,12 @@ def _returns_section(mm: Any, handles: Set[str], own: Optional[str] = None) -> L
     return ["Returns:", f"    {t}: {what}."]
 
 
-def raises_of(label: str, doc_methods: Dict[str, Any]) -> List[str]:
+def raises_of(label: str, doc_methods: Dict[str, DocEntry]) -> List[str]:
     """docs.yaml's ``raises:`` of a method: errno name (or exception class)
     -> when, as Raises lines."""
-    entry: Any = doc_methods.get(label)
-    raises: Any = entry.get("raises") if hasattr(entry, "get") else None
+    entry = doc_methods.get(label)
     lines: List[str] = []
-    for name, when in (raises or {}).items():
+    for name, when in (entry.raises if entry is not None else {}).items():
         name = str(name)
         if name.endswith(("Error", "Exception")):
             lines.append(f"    {name}: {_sentence(str(when))}")
@@ -142,19 +142,17 @@ def _release_line(verb: str, optional: Optional[str]) -> Optional[str]:
             "do not generate it).")
 
 
-def summary_of(label: str, node: Any, doc_methods: Dict[str, Any]) -> Optional[str]:
+def summary_of(label: str, m: Method, doc_methods: Dict[str, DocEntry]) -> Optional[str]:
     """The method's own text: spec ``doc:``, else spec/docs.yaml."""
-    if node.get("doc"):
-        return str(node["doc"]).strip()
+    if m.doc:
+        return str(m.doc).strip()
     entry = doc_methods.get(label)
-    if isinstance(entry, str):
-        return entry.strip()
-    if entry is not None and entry.get("summary"):
-        return str(entry["summary"]).strip()
+    if entry is not None and entry.summary:
+        return entry.summary.strip()
     return None
 
 
-def compose(mm: Any, label: str, node: Any, verb: str, storage: str, spec: Any,
+def compose(mm: Any, label: str, node: Method, verb: str, storage: str, spec: Any,
             handles: Set[str], named_default: Any = None) -> str:
     """The docstring body (after the text signature) of a generated method."""
     summary = summary_of(label, node, spec.doc_methods)
@@ -162,11 +160,11 @@ def compose(mm: Any, label: str, node: Any, verb: str, storage: str, spec: Any,
         raise DocError(f"{label}: no docstring text: add `doc:` to its spec entry or "
                        f"`{label}:` under docs.methods in spec/docs.yaml")
     entry = spec.doc_methods.get(label)
-    own = dict(entry.get("args") or {}) if hasattr(entry, "get") else {}
-    optional = node.get("since") or spec.optional.get(verb)
+    own = dict(entry.args) if entry is not None else {}
+    optional = node.since or spec.optional.get(verb)
     optional = str(optional).split(" (")[0] if optional else None
-    errors = node.get("errors", "none")
-    returns = entry.get("returns") if hasattr(entry, "get") else None
+    errors = node.errors
+    returns = entry.returns if entry is not None else None
     parts = [_sentence(summary) if "\n" not in summary else summary]
     for section in (_args_section(mm, node, own, spec.doc_arguments, named_default),
                     _returns_section(mm, handles, returns),

@@ -26,53 +26,56 @@ without keeping the object in a register across the call.
 """
 from __future__ import annotations
 
-from typing import AbstractSet, Any, List, Optional, Tuple
+from typing import AbstractSet, List, Optional, Tuple
 
 from .ir import IR, Function, Record, Type
 from .model import Entry, EntryParam, MemberStep
-from .spec import SpecError, check_keys
+from .spec import Handle, SpecError
+from .spec_types import EntrySpec
 
 ENTRY_KEYS = {"verb", "path"}
 
 
-def build(ir: IR, cls: str, ctype: str, node: Any, subclass: bool,
-          short_ways: AbstractSet[str]) -> List[Entry]:
-    """The entries of handle class cls (spec node of the class; short_ways:
-    its methods with `short_way: true`, the only ones that call an entry)."""
-    entries = node.get("entries")
-    if not entries:
+def build(ir: IR, h: Handle, subclass: bool, short_ways: AbstractSet[str]) -> List[Entry]:
+    """The entries of handle class h (short_ways: its methods with
+    `short_way: true`, the only ones that call an entry)."""
+    cls = h.name
+    if not h.entries:
         return []
     if subclass:
-        raise SpecError(f"{node.where('entries')}: {cls}: entries belong to the base class, "
+        raise SpecError(f"{h.where('entries')}: {cls}: entries belong to the base class, "
                         "whose layout a subclass shares")
-    for name in entries:
-        if name not in short_ways:
-            raise SpecError(f"{entries.where(name)}: {cls}.entries.{name}: an entry is named "
+    for e in h.entries:
+        if e.name not in short_ways:
+            raise SpecError(f"{e.at}: {cls}.entries.{e.name}: an entry is named "
                             f"for the method whose short way calls it, and {cls} has no "
-                            f"short_way method {name}")
-    return [_entry(ir, cls, ctype, name, espec, entries.where(name))
-            for name, espec in entries.items()]
+                            f"short_way method {e.name}")
+    return [_entry(ir, cls, h.ctype, e) for e in h.entries]
 
 
-def _entry(ir: IR, cls: str, ctype: str, name: str, espec: Any, where: str) -> Entry:
+def _entry(ir: IR, cls: str, ctype: str, espec: EntrySpec) -> Entry:
+    name, where = espec.name, espec.at
     label = f"{where}: {cls}.entries.{name}"
-    if not hasattr(espec, "items"):
+    if not espec.mapping:
         raise SpecError(f"{label}: needs {{verb: ..., path: ...}}")
-    check_keys(espec, ENTRY_KEYS, f"{cls}.entries.{name}", where)
-    missing = sorted(ENTRY_KEYS - set(espec))
+    for key in espec.keys:
+        if key not in ENTRY_KEYS:
+            raise SpecError(f"{espec.where(key)}: {cls}.entries.{name}: unknown key {key!r} "
+                            f"(expected one of: {', '.join(sorted(ENTRY_KEYS))})")
+    missing = sorted(ENTRY_KEYS - set(espec.keys))
     if missing:
         raise SpecError(f"{label}: needs {', '.join(missing)}")
-    verb = ir.function(str(espec["verb"]))
+    verb = ir.function(str(espec.verb))
     if verb is None:
-        raise SpecError(f"{label}: no function {espec['verb']}")
+        raise SpecError(f"{label}: no function {espec.verb}")
     _check_verb(label, verb, ctype)
-    path, pointer = _resolve(ir, label, ctype, str(espec["path"]))
+    path, pointer = _resolve(ir, label, ctype, str(espec.path))
     wanted = f"{verb.result.spelling} ({', '.join(p.type.spelling for p in verb.params)})"
     function = pointer.pointee
     if pointer.kind != "pointer" or function is None or function.kind != "function":
-        raise SpecError(f"{label}: {espec['path']} is {pointer.spelling}, not a function pointer")
+        raise SpecError(f"{label}: {espec.path} is {pointer.spelling}, not a function pointer")
     if function.spelling != wanted:
-        raise SpecError(f"{label}: {espec['path']} is {pointer.spelling}, but {verb.name} "
+        raise SpecError(f"{label}: {espec.path} is {pointer.spelling}, but {verb.name} "
                         f"is {wanted}")
     params = [EntryParam(p.type.spelling, p.name) for p in verb.params]
     return Entry(name, verb.name, params, path)

@@ -26,7 +26,7 @@ from typing import Any, List, Optional
 
 from . import gil
 from .model import HandHold
-from .spec import SpecError
+from .spec import Handle, Method, SpecError
 
 
 def releases(kinds: List[gil.GilKind], verbs: List[str], where: str,
@@ -42,32 +42,33 @@ def releases(kinds: List[gil.GilKind], verbs: List[str], where: str,
         raise SpecError(str(exc)) from None
 
 
-def holds(node: Any, label: str, owner: str, owner_node: Any, released: bool,
+def holds(m: Method, label: str, owner: Optional[Handle], released: bool,
           params: List[Any]) -> List[HandHold]:
     """What every `holds:` entry holds, in order (each: a sequence of
     handles, all held)."""
-    if "holds" not in node:
+    if not m.has("holds"):
         if released:
-            raise SpecError(f"{node.where()}: {label}: it releases the GIL (its verbs' kind, "
+            raise SpecError(f"{m.where()}: {label}: it releases the GIL (its verbs' kind, "
                             "spec/gil.yaml): list what it hands the provider besides self "
                             "as 'holds:' ([] for nothing), which its wrapper then holds")
         return []
-    entries = node["holds"]
-    where = node.where("holds")
+    entries = m.holds
+    where = m.where("holds")
     if not released:
         raise SpecError(f"{where}: {label}: 'holds' is for a method that releases the GIL")
     if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
         raise SpecError(f"{where}: {label}: 'holds' must be a list of names")
-    if entries and "impl" not in node:
+    if entries and m.impl is None:
         raise SpecError(f"{where}: {label}: a method with 'holds' needs 'impl:' "
                         "(its generated wrapper holds them)")
     out: List[HandHold] = []
     for entry in entries:
         if entry.startswith("self."):
             name = entry[len("self."):]
-            own = set((owner_node.get("slots") or {})) | set((owner_node.get("parents") or {}))
+            own = ({s.name for s in owner.slots} | {p.name for p in owner.parents}
+                   if owner is not None else set())
             if name not in own:
-                raise SpecError(f"{where}: {label}: holds {entry}: {owner} has no slot or "
+                raise SpecError(f"{where}: {label}: holds {entry}: {m.owner} has no slot or "
                                 f"parent {name}")
             out.append(HandHold(name, None, f"self_{name}_held", False))
             continue

@@ -21,22 +21,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from .spec import SpecError
+from .spec import Handle, SpecError
 
 #: Keys copied as they are (strings) onto the HandleModel field of that name.
 TEXT_RULES = ("detach", "before_close", "close_doc", "no_new", "repr")
 
 
-def apply(h: Any, node: Any) -> None:
-    """Set the rules of spec node on HandleModel h."""
+def apply(h: Any, spec: Handle) -> None:
+    """Set the rules of the spec's handle class on HandleModel h."""
     for key in TEXT_RULES:
-        if key in node:
-            setattr(h, key, str(node[key]))
-    if node.get("subclassed"):
+        if spec.has(key):
+            setattr(h, key, getattr(spec, key))
+    if spec.subclassed:
         h.subclassed = True
     getters = {p[0] for p in h.parents} | {a[0] for a in h.attributes}
-    for name, text in (node.get("docs") or {}).items():
+    for name, text, at in spec.docs:
         if name not in getters:
-            raise SpecError(f"{node['docs'].where(name)}: {h.name}: docs for {name}, which "
+            raise SpecError(f"{at}: {h.name}: docs for {name}, which "
                             "is neither a parent nor an attribute")
-        h.docs[name] = str(text)
+        h.docs[name] = text

@@ -29,14 +29,15 @@ needs its C value as `c_default:` (RDMA_PS_TCP).
 from __future__ import annotations
 
 import ast
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from .converters import REQUIRED
 from .converters.registry import ParamConverter
 from .ir import IR, Type, UNKNOWN
 from .methods import MethodBuilder
 from .model import CallingConvention, MethodKind, MethodModel
-from .spec import Node, SpecError
+from .spec import SpecError
+from .spec_types import Location, ParamSpec
 
 #: the C types a plain-int `impl:` argument may name
 INT_CTYPES = {"int": Type("int", "int", 4, True), "uint32_t": Type("uint32_t", "int", 4, False),
@@ -54,7 +55,7 @@ def _default(text: str) -> object:
         return Named(text)
 
 
-def shown_param(param: str, impl: Optional[Node], ir: IR) -> str:
+def shown_param(param: str, impl: Optional[Dict[str, Optional[ParamSpec]]], ir: IR) -> str:
     """A `hand:` parameter as the text signature shows it: a default given by
     name (`ps=PortSpace.TCP`) as the number of its `c_default:`, the enum
     constant (RDMA_PS_TCP = 262).  inspect evaluates a text signature's
@@ -62,10 +63,10 @@ def shown_param(param: str, impl: Optional[Node], ir: IR) -> str:
     RuntimeError, out of help(ibverbs) too, and later ones drop the
     signature.  The docstring's words name the member."""
     name, eq, text = (part.strip() for part in param.partition("="))
-    entry = impl.get(name) if isinstance(impl, Node) else None
-    if not eq or not isinstance(entry, Node) or not isinstance(_default(text), Named):
+    entry = impl.get(name) if impl is not None else None
+    if not eq or entry is None or not isinstance(_default(text), Named):
         return param
-    c_value = entry.get("c_default")
+    c_value = entry.c_default
     if c_value is None:
         return param
     if isinstance(c_value, int):
@@ -94,7 +95,7 @@ class ImplBuilder(MethodBuilder):
                    verbs: List[str]) -> MethodModel:
         if not self.m.owner:
             self.fail("impl: is for methods (the wrapper marks self in flight)", "impl")
-        node = self.m.node["impl"] or Node()
+        node = self.m.impl or {}
         params = signature_params(self.m.hand or "")
         names = [n for n, _ in params]
         for key in node:
@@ -104,18 +105,14 @@ class ImplBuilder(MethodBuilder):
         for name, default in params:
             if name not in node:
                 self.fail(f"impl: argument {name!r} needs a converter", "impl")
-            entry = node[name] if node[name] is not None else Node()
-            where = node.where(name)
-            if not isinstance(entry, Node):
-                self.fail(f"impl: {name}: a mapping of converter keys", "impl")
+            where = self.m.impl_where[name]
+            entry = node[name] or ParamSpec(name, Location.at(where))
             for key in ("arg", "default"):
-                if key in entry:
+                if entry.has(key):
                     raise SpecError(f"{entry.where(key)}: {self.label}: impl: {name}: {key} "
                                     "comes from the signature")
-            pspec = Node(entry, arg=name)
-            pspec.file, pspec.line = entry.file or node.file, entry.line or node.line
-            pspec.key_lines = dict(getattr(entry, "key_lines", {}))
-            c_value = pspec.pop("c_default", None)
+            c_value = entry.c_default
+            pspec = entry.without("c_default").with_values(arg=name)
             if isinstance(default, Named) and c_value is None:
                 self.fail(f"impl: {name}: the default {default} is a name: give its C "
                           "value as c_default", "impl")
@@ -123,12 +120,13 @@ class ImplBuilder(MethodBuilder):
                 self.fail(f"impl: {name}: c_default is only for a default shown by name",
                           "impl")
             if default is not REQUIRED:
-                pspec["default"] = ("None" if default is None else
-                                    c_value if c_value is not None else default)
-            ctype = pspec.pop("ctype", None)
+                pspec = pspec.with_values(default="None" if default is None else
+                                          c_value if c_value is not None else default)
+            ctype = pspec.ctype
+            pspec = pspec.without("ctype")
             if ctype is not None and ctype not in INT_CTYPES:
                 self.fail(f"impl: {name}: ctype must be one of {', '.join(INT_CTYPES)}", "impl")
-            converters.append(self.param(name, INT_CTYPES.get(ctype, UNKNOWN), pspec, where))
+            converters.append(self.param(name, INT_CTYPES.get(str(ctype), UNKNOWN), pspec, where))
         impl = f"ibp_hand_{self.cname}_impl"
         short_way = self._short_way(converters, flags)
         return MethodModel(self.m.name, self.m.owner, self.cname, flags, doc, kind=MethodKind.IMPL,
@@ -141,7 +139,7 @@ class ImplBuilder(MethodBuilder):
     def _short_way(self, converters: List[ParamConverter], flags: CallingConvention) -> Optional[str]:
         """Whether spec `short_way: true` asks for the hand short way (a
         truthy string then), checked against what it needs."""
-        value = self.m.node.get("short_way", False)
+        value = self.m.short_way
         if value is False:
             return None
         if value is not True:

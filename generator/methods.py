@@ -20,14 +20,12 @@ from .rule_data import MaskBits, Ref, SelfMember, SelfPtr, refs as rule_refs, us
 from .ir import Function, Param, Record, Type
 from .members import find_field, member_type
 from .model import CallingConvention, Check, Explain, MethodModel, OptionalSymbol, StructModel
-from .spec import Method, Node, SpecError, check_keys
+from .spec import Method, SpecError, check_keys
+from .spec_types import Location, ParamEntry, ParamSpec, ReturnsNew
 
 #: `convert:` kinds the parameter's C type decides (an int, or an address
 #: for a `void *`) rather than the kind's own converter
 BY_TYPE = ("int", "address")
-#: the keys of `returns: {new: Class, parents: {...}}` (`set:` is
-#: generator/rules.py's, gone by now)
-NEW_RETURN_KEYS = frozenset({"new", "parents"})
 #: every key a parameter's spec entry may carry, whatever its kind
 PARAM_KEYS = frozenset().union(*(c.keys for c in PARAMS.by_kind.values()))
 #: parameters written as a plain word in the spec
@@ -44,6 +42,7 @@ class MethodBuilder:
         self.label = label
         self.cname = cname
         self.args: List[Arg] = []
+        self.targets = b.targets    # Context.targets
         self.mask_claimed = False
         self.param_types: Dict[str, Type] = {}    # the verb's parameters
         # the wrapper's values its rules name, spelled when it is emitted
@@ -71,7 +70,14 @@ class MethodBuilder:
     def check_keys(self, node: Any, keys: AbstractSet[str], what: str, where: str) -> None:
         """Refuse a key of the spec entry *node* that its converter does not
         declare (generator/converters/: `keys`)."""
-        check_keys(node, keys, f"{self.label}: {what}", where)
+        if not isinstance(node, ParamSpec):
+            check_keys(node, keys, f"{self.label}: {what}", where)
+            return
+        for key in node.keys:
+            if key not in keys:
+                at = node.where(key) if key in node.location.key_lines else where
+                raise SpecError(f"{at}: {self.label}: {what}: unknown key {key!r} "
+                                f"(expected one of: {', '.join(sorted(keys))})")
 
     def claim_mask(self) -> bool:
         """True for the first member that adds to the mask (it declares it)."""
@@ -84,7 +90,7 @@ class MethodBuilder:
             if where is not None:
                 raise SpecError(f"{where}: {self.label}: unknown handle class {cls}")
             self.fail(f"unknown handle class {cls}")
-        return str(self.b.spec.handle(cls).node["ctype"])
+        return str(self.b.spec.handle(cls).ctype)
 
     def struct_model(self, cls: str) -> Optional[StructModel]:
         return cast(Optional[StructModel], self.b.struct_models.get(cls))
@@ -104,7 +110,7 @@ class MethodBuilder:
         record = self.ir.record(hctype)
         if record is None or find_field(self.ir, record, "context") is None:
             return None
-        owner_ctype = self.b.spec.handle(self.m.owner).node["ctype"]
+        owner_ctype = self.b.spec.handle(self.m.owner).ctype
         return SelfPtr() if owner_ctype == "struct ibv_context" else SelfMember("context")
 
     def check_refs(self, value: Any) -> None:
@@ -119,12 +125,10 @@ class MethodBuilder:
         if isinstance(ref, (SelfPtr, MaskBits)):
             return
         cname = str(getattr(ref, "param", ""))
-        spec_params = self.m.node.get("params") or {}
+        spec_params = self.m.params or {}
         if cname not in spec_params or cname not in self.param_types:
             self.fail(f"a rule refers to parameter {cname!r}, which the verb does not have")
-        pspec = spec_params[cname]
-        if isinstance(pspec, str) and pspec not in WORD_KINDS:
-            pspec = {"arg": pspec}
+        pspec = _entry(cname, spec_params[cname], self.where("params"))
         kind = self.param_kind(cname, self.param_types[cname], pspec, self.where("params"))
         if PARAMS[kind].c_ref(cname, ref) is None:
             self.fail(f"parameter {cname} ({kind}) has no {type(ref).__name__} a rule can use")
@@ -142,7 +146,7 @@ class MethodBuilder:
         return f, params
 
     def converters(self, f: Function, params: Any) -> List[ParamConverter]:
-        spec_params = self.m.node["params"] or Node()
+        spec_params = self.m.params or {}
         names = [p.name for p in params]
         self.param_types = {p.name: p.type for p in params}
         for key in spec_params:
@@ -153,42 +157,42 @@ class MethodBuilder:
         for p in params:
             if p.name not in spec_params:
                 self.fail(f"parameter {p.name!r} of {f.name} is not mapped", "params")
-            out.append(self.param(p.name, p.type, spec_params[p.name], spec_params.where(p.name)))
+            out.append(self.param(p.name, p.type, spec_params[p.name], self.m.param_where[p.name]))
         return out
 
     def build(self) -> MethodModel:
         m = self.m
         f, params = self.verb_function()
         converters = self.converters(f, params)
-        owner_node = self.b.spec.handle(m.owner).node if m.owner else None
+        owner = self.b.spec.handle(m.owner) if m.owner else None
         symbols = [OptionalSymbol(sym, self.b.spec.optional[sym]) for sym in self.required_symbols(f)]
-        for key in ("checks", "guard", "prologue", "epilogue"):
-            self.check_refs(m.node.get(key))
+        self.check_refs([chk.expr for chk in m.checks])
+        for value in (m.guard, m.prologue, m.epilogue):
+            self.check_refs(value)
         returns = self.returns(f.result)
         has_kwargs = any(p.kind == "kwargs" for p in converters)
         mm = MethodModel(
             m.name, m.owner, self.cname,
             CallingConvention.VARARGS_KW if (self.args or has_kwargs) else CallingConvention.NOARGS,
-            "", args=self.args, verbs=[f.name] + list(m.node.get("verbs", []) or []),
+            "", args=self.args, verbs=[f.name] + list(m.verbs),
             verb=f.name, params=converters, param_names=[p.name for p in params],
             result_spelling=None if f.result.kind == "void" else f.result.spelling,
-            owner_ctype=owner_node["ctype"] if owner_node else None,
-            owner_is_subclass=bool(owner_node and "base" in owner_node),
+            owner_ctype=owner.ctype if owner else None,
+            owner_is_subclass=bool(owner and owner.has("base")),
             symbols=symbols,
-            checks=[Check(chk["expr"], chk.get("error", "ValueError"), chk["message"])
-                    for chk in m.node.get("checks", []) or []],
+            checks=[Check(chk.expr, chk.error, chk.message) for chk in m.checks],
             explain=self.explain(params, converters),
-            guard=m.node.get("guard"), prologue=m.node.get("prologue"),
-            epilogue=m.node.get("epilogue"), errors=m.node["errors"], refs=self.refs,
+            guard=m.guard, prologue=m.prologue,
+            epilogue=m.epilogue, errors=m.errors, refs=self.refs,
             release_gil=self.releases_gil(f.name), returns=returns,
             uses_self_ptr=bool(m.owner) and (
                 any(p.uses_self_ptr for p in converters)
-                or any(uses_self(chk["expr"]) for chk in m.node.get("checks", []) or [])
-                or any(uses_self(m.node.get(key)) for key in ("guard", "prologue", "epilogue"))))
+                or any(uses_self(chk.expr) for chk in m.checks)
+                or any(uses_self(value) for value in (m.guard, m.prologue, m.epilogue))))
         mm.result_pytype = returns.pytype([p.output_pytype or "Any" for p in mm.outputs])
-        mm.signature = m.node.get("signature") or self.signature()
+        mm.signature = m.signature or self.signature()
         try:
-            text = docstrings.compose(mm, self.label, m.node, f.name, f.storage, self.b.spec,
+            text = docstrings.compose(mm, self.label, m, f.name, f.storage, self.b.spec,
                                       self.b.handle_names, self.b.named_default)
         except docstrings.DocError as exc:
             self.fail(str(exc).split(": ", 1)[1], "doc")
@@ -199,7 +203,7 @@ class MethodBuilder:
         """`explain:` errno (or `any`) -> the explainers tried (read at spec
         load, generator/rules.py), each handed verb parameters as the verb
         got them."""
-        node = self.m.node.get("explain")
+        node = self.m.explain
         if node is None:
             return []
         passed = {p.name for p in params}
@@ -226,7 +230,7 @@ class MethodBuilder:
         (spec/gil.yaml)."""
         try:
             return gil.releases(self.b.spec.gil_kinds, verb, self.where("verb"),
-                                self.m.node.get("gil"))
+                                self.m.gil)
         except gil.GilError as exc:
             raise SpecError(f"{exc}") from None
 
@@ -241,7 +245,7 @@ class MethodBuilder:
             syms.append(f.name)
         if f.macro_target and f.macro_target in self.b.spec.optional:
             syms.append(f.macro_target)
-        for sym in self.m.node.get("requires", []) or []:
+        for sym in self.m.requires:
             if sym not in self.b.spec.optional:
                 self.fail(f"requires {sym}, which is not listed under symbols.optional",
                           "requires")
@@ -254,15 +258,15 @@ class MethodBuilder:
         if isinstance(pspec, str):
             return pspec
         for key, kind in (("value", "value"), ("struct", "fields"), ("kwargs", "kwargs")):
-            if key in pspec:
+            if pspec.has(key):
                 return kind
-        if "out" in pspec:
-            if f"out:{pspec['out']}" not in PARAMS:
-                self.fail_at(where, f"unknown out kind {pspec['out']!r}")
-            return f"out:{pspec['out']}"
-        if pspec.get("arg") is None:
+        if pspec.has("out"):
+            if f"out:{pspec.out}" not in PARAMS:
+                self.fail_at(where, f"unknown out kind {pspec.out!r}")
+            return f"out:{pspec.out}"
+        if pspec.arg is None:
             self.fail_at(where, f"parameter {cname}: needs arg, value, struct, out, self or scratch")
-        convert = pspec.get("convert") or ""
+        convert = pspec.convert or ""
         kind = convert.split(":", 1)[0]
         if kind in PARAMS and kind not in BY_TYPE and issubclass(PARAMS[kind], ArgParam):
             return kind
@@ -274,8 +278,7 @@ class MethodBuilder:
         self.fail_at(where, f"parameter {cname}: cannot convert {t.spelling}")
 
     def param(self, cname: str, t: Type, pspec: Any, where: str) -> ParamConverter:
-        if isinstance(pspec, str) and pspec not in WORD_KINDS:
-            pspec = {"arg": pspec}
+        pspec = _entry(cname, pspec, where)
         if not isinstance(pspec, str):
             # every kind's keys first, so that a typo is named as one (not as
             # the kind it no longer selects)
@@ -288,10 +291,8 @@ class MethodBuilder:
 
     # -- the result --
     def returns(self, result_t: Type) -> ReturnConverter:
-        ret = self.m.node.get("returns")
-        if isinstance(ret, Node):
-            check_keys(ret, NEW_RETURN_KEYS, f"{self.label}: returns", self.where("returns"))
-        if isinstance(ret, Node) and "new" in ret:
+        ret = self.m.returns
+        if isinstance(ret, ReturnsNew):
             return self.new_handle(ret)
         if ret == "result":
             return cast(ReturnConverter, RETURNS["result"](result_t))
@@ -301,19 +302,17 @@ class MethodBuilder:
             self.fail(f"unknown returns {ret!r}", "returns")
         return cast(ReturnConverter, RETURNS["out"](none=ret == "none"))
 
-    def new_handle(self, ret: Any) -> ReturnConverter:
+    def new_handle(self, ret: ReturnsNew) -> ReturnConverter:
         """`returns: {new: Class, parents: {...}}`: where each parent comes
         from, in the order the class (or its base) declares them."""
-        cls = ret["new"]
+        cls = ret.cls
         hspec = self.b.spec.handle(cls)
         if hspec is None:
             self.fail(f"returns a new {cls}, which is not a handle class", "returns")
-        pnode = hspec.node
-        while "base" in pnode:          # a subclass has its base's parents
-            b = pnode["base"]
-            pnode = self.b.spec.handle(b["class"] if isinstance(b, Node) else b).node
-        declared = list((pnode.get("parents") or {}).keys())
-        given = ret.get("parents") or {}
+        while hspec.base is not None:          # a subclass has its base's parents
+            hspec = self.b.spec.handle(hspec.base.cls)
+        declared = [p.name for p in hspec.parents]
+        given = ret.parents
         parents: List[Optional[ParentSource]] = []
         for pname in declared:
             src = given.get(pname)
@@ -331,3 +330,11 @@ class MethodBuilder:
             if pname not in declared:
                 self.fail(f"{cls} has no parent {pname!r}", "returns")
         return cast(ReturnConverter, RETURNS["new"](cls, parents))
+
+
+def _entry(cname: str, pspec: ParamEntry, where: str) -> ParamEntry:
+    """A parameter entry as its converter takes it: a word (WORD_KINDS), or
+    a ParamSpec (an argument's name alone is {arg: name})."""
+    if isinstance(pspec, str) and pspec not in WORD_KINDS:
+        return ParamSpec(cname, Location.at(where), ("arg",), arg=pspec)
+    return pspec

@@ -17,8 +17,10 @@ from .converters import (Arg, AttributeConverter, FieldConverter, ParamConverter
                          ReturnConverter)
 from .converters.rule_c import Refs
 from .rule_data import ExplainCall
-from .ir import IR
+from .model_base import PartModel
+from .record_model import RecordsModel
 from .spec import Spec
+from .targets import Target
 
 
 @dataclass
@@ -275,7 +277,7 @@ class HandleModel:
     name: str
     ctype: str
     doc: str
-    destroy: str
+    destroy: Optional[str]      # None: a class with no destroy verb of its own
     parents: List[Parent]
     attributes: List[HandleAttribute]
     slots: List[Slot]
@@ -348,8 +350,9 @@ class SymbolModel:
 
 
 @dataclass
-class Model:
-    ir: IR
+class HeaderModel(PartModel):
+    """One header's classes: verbs.h's (generator/builder.py) or
+    rdma_cma.h's (generator/rdmacm.py), the same shapes."""
     spec: Spec
     enums: List[EnumModel]
     structs: List[StructModel]
@@ -357,3 +360,20 @@ class Model:
     functions: List[MethodModel]
     symbols: List[SymbolModel]
     coverage: List[Tuple[str, str, str]]     # function, status, detail
+
+
+@dataclass
+class Model:
+    """The whole model, what generator/render.py renders (render.render):
+    verbs.h's classes, the data-path types (spec/datapath/records.yaml),
+    rdma_cma.h's classes and the build targets.  A part left None renders
+    no files (a test renders one part); the stub of the extension needs
+    the first three."""
+    verbs: Optional[HeaderModel] = None
+    records: Optional[RecordsModel] = None
+    rdmacm: Optional[HeaderModel] = None
+    targets: Optional[List[Target]] = None
+
+    @property
+    def parts(self) -> List[PartModel]:
+        return [p for p in (self.verbs, self.records, self.rdmacm) if p is not None]

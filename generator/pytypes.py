@@ -6,13 +6,14 @@ from __future__ import annotations
 from typing import Any, Dict
 
 from .converters.registry import BUFFER_LIKE, GID_LIKE
+from .spec_types import Method, ParamSpec
 
 __all__ = ["BUFFER_LIKE", "GID_LIKE", "arg_specs"]
 
 
-def arg_specs(node: Any) -> Dict[str, Any]:
-    """Python argument name -> its spec node (a str for plain ones), for a
-    spec method node; "**" for a keyword struct."""
+def arg_specs(m: Method) -> Dict[str, Any]:
+    """Python argument name -> its parameter entry (a str for plain ones),
+    for a spec method; "**" for a keyword struct."""
     out: Dict[str, Any] = {}
 
     def visit(pspec: Any) -> None:
@@ -20,16 +21,16 @@ def arg_specs(node: Any) -> Dict[str, Any]:
             if pspec not in ("self", "out", "scratch", "mask"):
                 out[pspec] = pspec
             return
-        if not hasattr(pspec, "get"):
+        if not isinstance(pspec, ParamSpec):
             return
-        if "struct" in pspec:
-            for sub in (pspec["struct"] or {}).values():
+        if pspec.has("struct"):
+            for sub in (pspec.struct or {}).values():
                 visit(sub)
-        elif "kwargs" in pspec:
+        elif pspec.has("kwargs"):
             out["**"] = pspec
-        elif "arg" in pspec:
-            out[pspec["arg"]] = pspec
+        elif pspec.has("arg"):
+            out[str(pspec.arg)] = pspec
 
-    for pspec in (node.get("params") or {}).values():
+    for pspec in (m.params or {}).values():
         visit(pspec)
     return out

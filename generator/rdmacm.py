@@ -22,21 +22,22 @@ gets emitted:
                                 where the spec says `impl:` (impl.py)
   generated/rdmacm_enums.py     the CM enums (event types, port spaces)
 
-This module builds its model (a model.Model, as verbs.h's: enums, handle
-classes and functions, no struct classes); generator/render.py renders it
-(render_rdmacm).  Nothing here changes the verbs output: the verbs
-model, spec and templates render what they did, and the rdmacm files are
-added next to them.
+This module builds its part of the model (a model.HeaderModel, as verbs.h's:
+enums, handle classes and functions, no struct classes); generator/render.py
+renders it with the rest of the model.  Nothing here changes the verbs
+output: the verbs model, spec and templates render what they did, and the
+rdmacm files are added next to them.
 """
 from __future__ import annotations
 
 import os
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 from . import builder as vbuilder
 from . import model as vmodel
 from .ir import IR
 from .spec import Spec, SpecError
+from .targets import Target
 
 HEADER = "rdma/rdma_cma.h"
 SPEC_SUBDIR = "rdmacm"
@@ -49,12 +50,12 @@ def spec_dir(spec_root: str) -> str:
 def bound_names(spec: Spec, methods: List[vmodel.MethodModel]) -> List[str]:
     """Every librdmacm function the spec binds (methods' verbs, destroys)."""
     names = {v for m in methods for v in m.verbs}
-    names |= {h.node["destroy"] for h in spec.handles if h.node.get("destroy")}
+    names |= {h.destroy for h in spec.handles if h.destroy}
     return sorted(names)
 
 
-def build(ir: IR, spec: Spec) -> vmodel.Model:
-    b = vbuilder.Builder(ir, spec)
+def build(ir: IR, spec: Spec, targets: Sequence[Target] = ()) -> vmodel.HeaderModel:
+    b = vbuilder.Builder(ir, spec, targets)
     enums = b.enums()
     for h in spec.handles:
         for m in h.methods:
@@ -77,11 +78,11 @@ def build(ir: IR, spec: Spec) -> vmodel.Model:
     if missing - inline:
         raise SpecError(f"spec/{SPEC_SUBDIR}: binds {', '.join(sorted(missing - inline))}, "
                         f"which {ir.source} does not export")
-    return vmodel.Model(ir, spec, enums, [], handles, functions, symbols,
+    return vmodel.HeaderModel(ir, spec, enums, [], handles, functions, symbols,
                         vbuilder.coverage(ir, spec, all_methods))
 
 
-def load(prefix: Optional[str], spec_root: str) -> vmodel.Model:
+def load(prefix: Optional[str], spec_root: str) -> vmodel.HeaderModel:
     """Parse rdma_cma.h at *prefix* and load spec/rdmacm/: its model."""
     from . import parse, spec as vspec
     return build(parse.parse(prefix, HEADER), vspec.load(spec_dir(spec_root)))

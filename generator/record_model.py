@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from .converters import RecordFieldConverter
-from .ir import IR
+from .model_base import PartModel
 
 # --- the data-path types (spec/datapath/records.yaml, generator/records.py) ---
 
@@ -259,16 +259,9 @@ class RecordTypeModel:
 
 
 @dataclass
-class RecordsSpec:
-    """What the generated files' headers name: this spec file's digest."""
-    sha256: str
-    files: List[str]
-
-
-@dataclass
-class RecordsModel:
-    ir: IR
-    spec: RecordsSpec
+class RecordsModel(PartModel):
+    """The data-path types: spec/datapath/records.yaml's spec files are
+    the one file (its digest)."""
     helpers: Dict[str, str]     # spec `helpers:`: the hand-written C the converters call
     records: List[RecordModel]
     types: List[RecordTypeModel]

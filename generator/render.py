@@ -1,6 +1,7 @@
-"""Render the models through the Jinja2 templates into generated/: the
-verbs model (verbs.h's classes), the data-path types' (records) and
-rdma_cma.h's (rdmacm_*), one environment and one finish for all.
+"""Render the model (model.Model) through the Jinja2 templates into
+generated/: one entry, render(), for every file: verbs.h's classes, the
+data-path types' (records), rdma_cma.h's (rdmacm_*), the stub and the
+build targets', one environment and one finish for all.
 
 Output is deterministic: the same IR and spec give byte-identical files.
 """
@@ -8,14 +9,17 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import jinja2
 
 from . import checksum, emit, enum_fields
 from .ctext import c_text
-from .model import CallingConvention, MethodKind, Model
+from .model import CallingConvention, HeaderModel, MethodKind, Model
+from .paths import TEMPLATE_DIR
 from .record_model import RecordsModel
+from .spec import SpecFiles
+from .targets import Target
 
 COMMAND = "python -m generator generate"
 
@@ -32,15 +36,28 @@ _METHOD_KINDS = {"METH_NOARGS": "noargs", "METH_O": "o", "METH_VARARGS": "vararg
                  "METH_FASTCALL | METH_KEYWORDS": "fastcall_kw"}
 
 
+@dataclass(frozen=True)
+class LockedFile:
+    """The wrappers one file renders (templates/_locked.c.j2): the entries
+    its tables name, and whose critical section they take (a view's
+    entries lock the object it shows, spec `lock:`: member lock_member of
+    self, an object_type; else self)."""
+    entries: Tuple[LockedEntry, ...]
+    lock_member: Optional[str]
+    object_type: str
+
+
 class LockedEntries:
     """What one file's tables name (methods, attributes, slots), gathered
     while it renders: the templates write `{{ locked(function, kind) }}`
     where a table names a function, which gives IBP_LOCKED(function)
     (common.h: the function itself on a GIL target, its __locked wrapper
     on a free-threaded one), and the wrappers are rendered around the file
-    (templates/_locked.c.j2).  So no entry of any class can be reached
-    without its object's critical section on a free-threaded target.
-    A class method (METH_CLASS) has no object to lock: named as it is."""
+    (a LockedFile: templates/_header.j2 their prototypes,
+    templates/_locked_file.j2 their definitions).  So no entry of any class
+    can be reached without its object's critical section on a
+    free-threaded target.  A class method (METH_CLASS) has no object to
+    lock: named as it is."""
 
     def __init__(self, lock_member: Optional[str] = None, object_type: str = "") -> None:
         self.entries: List[LockedEntry] = []
@@ -63,15 +80,9 @@ class LockedEntries:
             self.entries.append(entry)
         return f"IBP_LOCKED({function})"
 
-    def wrap(self, env: jinja2.Environment, text: str) -> str:
-        """The rendered file with the wrappers' prototypes after its header
-        comment and their definitions at its end."""
-        if not self.entries:
-            return text
-        macros: Any = env.get_template("_locked.c.j2").module
-        head_end = text.index("*/\n") + 3
-        return (text[:head_end] + str(macros.prototypes(self.entries)) + text[head_end:]
-                + str(macros.definitions(self.entries, self.lock_member, self.object_type)))
+    def file(self) -> LockedFile:
+        """What was gathered, as the data the templates render."""
+        return LockedFile(tuple(self.entries), self.lock_member, self.object_type)
 
 
 def _init_format(fields: Any) -> str:
@@ -132,20 +143,43 @@ def _handle_template(h: Any) -> str:
     return "handle.c.h.j2"
 
 
-def render(model: Model, template_dir: str) -> Dict[str, str]:
-    """File name (relative to generated/) -> contents."""
+def render(model: Model, template_dir: str = TEMPLATE_DIR) -> Dict[str, str]:
+    """Every generated file of the model: file name (relative to
+    generated/) -> contents.  The one render entry: verbs.h's files, the
+    data-path types', rdma_cma.h's (rdmacm_*), the stub of them all
+    (_ibverbs.pyi) and the build targets' (target.h, targets.py)."""
     env = environment(template_dir)
-    c_comment = dict(comment_open="/*", comment_mid=" *", comment_close="*/")
+    files: Dict[str, str] = {}
+    if model.verbs is not None:
+        files.update(_verbs_files(env, model.verbs))
+    if model.records is not None:
+        files.update(_record_files(env, model.records))
+    if model.rdmacm is not None:
+        files.update(_rdmacm_files(env, model.rdmacm))
+    if model.verbs is not None and model.records is not None and model.rdmacm is not None:
+        files.update(_stub_files(env, model))
+    if model.targets is not None:
+        files.update(_target_files(env, model.targets))
+    return {name: finish(text) for name, text in files.items()}
+
+
+_C_COMMENT = dict(comment_open="/*", comment_mid=" *", comment_close="*/")
+_PY_COMMENT = dict(comment_open="#", comment_mid="#", comment_close="")
+
+
+def _verbs_files(env: jinja2.Environment, model: HeaderModel) -> Dict[str, str]:
+    """verbs.h's files: the loader, declarations, struct and handle classes,
+    the module, the enums and the package."""
     common = dict(ir=model.ir, spec=model.spec, command=COMMAND,
                   enums=model.enums, structs=model.structs,
                   handles=model.handles, functions=model.functions,
                   symbols=model.symbols)
     files: Dict[str, str] = {}
 
-    def emit(name: str, template: str, comment: Dict[str, str]=c_comment, **extra: Any) -> None:
-        locked = LockedEntries()
-        text = env.get_template(template).render(**common, **comment, **extra, locked=locked)
-        files[name] = locked.wrap(env, text)
+    def emit(name: str, template: str, comment: Dict[str, str] = _C_COMMENT,
+             **extra: Any) -> None:
+        files[name] = _render_locked(env, template, LockedEntries(),
+                                     **common, **comment, **extra)
 
     from .loader import VERBS
     emit("loader.c.h", "loader.c.h.j2", lib=VERBS)
@@ -156,67 +190,70 @@ def render(model: Model, template_dir: str) -> Dict[str, str]:
     emit("module.c.h", "module.c.h.j2")
     emit("handles.c.h", "includes.c.h.j2",
          includes=[f"{h.name.lower()}.c.h" for h in model.handles])
-    py_comment = dict(comment_open="#", comment_mid="#", comment_close="")
-    emit("enums.py", "enums.py.j2", comment=py_comment)
-    emit("__init__.py", "package.py.j2", comment=py_comment)
-    # _ibverbs.pyi: generator/stubs.py, from this model and the others (cli.py)
-    return {name: finish(text) for name, text in files.items()}
+    emit("enums.py", "enums.py.j2", comment=_PY_COMMENT)
+    emit("__init__.py", "package.py.j2", comment=_PY_COMMENT)
+    return files
 
 
-def render_records(m: RecordsModel, template_dir: str) -> Dict[str, str]:
+def _record_files(env: jinja2.Environment, m: RecordsModel) -> Dict[str, str]:
     """The data-path types' files: records.h (the field converters and
     object layouts) and one <type>.c.h per type."""
-    env = environment(template_dir)
     common = dict(ir=m.ir, spec=m.spec, command=COMMAND, helpers=m.helpers,
                   records=m.records, types=m.types,
                   enum_declarations=enum_fields.c_declarations(m.enum_classes),
-                  comment_open="/*", comment_mid=" *",
-                  comment_close="*/")
+                  **_C_COMMENT)
     files = {"records.h": env.get_template("records.h.j2").render(**common)}
     by_key = {r.key: r for r in m.records}
     for t in m.types:
-        locked = LockedEntries(t.lock, f"{t.name}Object")
-        text = env.get_template("record_type.c.h.j2").render(**common, t=t, by_key=by_key,
-                                                             locked=locked)
-        files[f"{t.name.lower()}.c.h"] = locked.wrap(env, text)
-    return {name: finish(text) for name, text in files.items()}
+        files[f"{t.name.lower()}.c.h"] = _render_locked(
+            env, "record_type.c.h.j2", LockedEntries(t.lock, f"{t.name}Object"),
+            **common, t=t, by_key=by_key)
+    return files
 
 
 #: rdma_cma.h's generated files are all named rdmacm_*
 RDMACM_PREFIX = "rdmacm_"
 
 
-def render_rdmacm(m: Model, template_dir: str) -> Dict[str, str]:
+def _rdmacm_files(env: jinja2.Environment, m: HeaderModel) -> Dict[str, str]:
     """rdma_cma.h's files: the librdmacm loader, its declarations, the
     EventChannel and CMID classes and the CM enums."""
     from .loader import RDMACM
-    env = environment(template_dir)
     common = dict(ir=m.ir, spec=m.spec, command=COMMAND, enums=m.enums,
                   handles=m.handles, functions=m.functions, symbols=m.symbols)
-    c_comment = dict(comment_open="/*", comment_mid=" *", comment_close="*/")
-    py_comment = dict(comment_open="#", comment_mid="#", comment_close="")
     p = RDMACM_PREFIX
-    files = {
-        f"{p}loader.c.h": env.get_template("loader.c.h.j2").render(**common, **c_comment,
+    return {
+        f"{p}loader.c.h": env.get_template("loader.c.h.j2").render(**common, **_C_COMMENT,
                                                                   lib=RDMACM),
-        f"{p}objects.h": env.get_template("rdmacm_objects.h.j2").render(**common, **c_comment),
-        f"{p}methods.c.h": _render_locked(env, "rdmacm_methods.c.h.j2", **common, **c_comment),
-        f"{p}enums.py": env.get_template("enums.py.j2").render(**common, **py_comment),
+        f"{p}objects.h": env.get_template("rdmacm_objects.h.j2").render(**common, **_C_COMMENT),
+        f"{p}methods.c.h": _render_locked(env, "rdmacm_methods.c.h.j2", LockedEntries(),
+                                          **common, **_C_COMMENT),
+        f"{p}enums.py": env.get_template("enums.py.j2").render(**common, **_PY_COMMENT),
     }
-    return {name: finish(text) for name, text in files.items()}
 
 
-def render_targets(targets: Any, template_dir: str) -> Dict[str, str]:
+def _stub_files(env: jinja2.Environment, model: Model) -> Dict[str, str]:
+    """_ibverbs.pyi: the stub of the whole extension (generator/stubs.py),
+    from verbs.h's model, the data-path types' and rdma_cm's."""
+    from . import stubs
+    assert model.verbs is not None and model.records is not None and model.rdmacm is not None
+    built = stubs.build(model.verbs, model.records, model.rdmacm)
+    text = env.get_template(stubs.TEMPLATE).render(
+        ir=model.verbs.ir, spec=SpecFiles([], stubs.spec_digest(model)), command=COMMAND,
+        **_PY_COMMENT, classes=built.classes, stub_functions=built.functions,
+        enum_names=[e.name for e in model.verbs.enums], reexports=stubs.REEXPORTS,
+        public_names=built.public_names())
+    return {stubs.OUTPUT: text}
+
+
+def _target_files(env: jinja2.Environment, targets: List[Target]) -> Dict[str, str]:
     """generated/target.h and generated/targets.py from the build targets
     (generator/targets.py)."""
     from .targets import by_newest, setup_view
-    env = environment(template_dir)
     common = dict(ir=_NoIR(), command=COMMAND, targets=targets, newest_first=by_newest(targets))
-    c_comment = dict(comment_open="/*", comment_mid=" *", comment_close="*/")
-    py_comment = dict(comment_open="#", comment_mid="#", comment_close="")
-    return {"target.h": finish(env.get_template("target.h.j2").render(**common, **c_comment)),
-            "targets.py": finish(env.get_template("targets.py.j2").render(
-                **common, **py_comment, targets_view=setup_view(targets)))}
+    return {"target.h": env.get_template("target.h.j2").render(**common, **_C_COMMENT),
+            "targets.py": env.get_template("targets.py.j2").render(
+                **common, **_PY_COMMENT, targets_view=setup_view(targets))}
 
 
 class _NoIR:
@@ -224,9 +261,21 @@ class _NoIR:
     source = "spec/targets/targets.yaml"
 
 
-def _render_locked(env: jinja2.Environment, template: str, **context: Any) -> str:
-    locked = LockedEntries()
-    return locked.wrap(env, env.get_template(template).render(**context, locked=locked))
+def _render_locked(env: jinja2.Environment, template: str, locked: LockedEntries,
+                   **context: Any) -> str:
+    """A file whose tables name functions through `locked()`: rendered once
+    to learn which (the entries are the tables'), then, when any, again
+    through templates/_locked_file.j2 with their wrappers (a LockedFile)."""
+    text = env.get_template(template).render(**context, locked=locked)
+    wrappers = locked.file()
+    if not wrappers.entries:
+        return text
+    again = LockedEntries(locked.lock_member, locked.object_type)
+    text = env.get_template("_locked_file.j2").render(**context, locked=again,
+                                                      locked_file=wrappers,
+                                                      body_template=template)
+    assert again.file() == wrappers, f"{template}: another pass named other functions"
+    return text
 
 
 def finish(text: str) -> str:

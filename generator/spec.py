@@ -1,9 +1,13 @@
 """Load and validate the YAML spec (spec/*.yaml).
 
 The spec is the table of what Python sees: handle classes, struct classes,
-enums, verbs bound as methods, optional symbols and exclusions.  Every value
-keeps the file and line it came from, so that an error (here or in the
-model stage) names them: ``spec/qp.yaml:12: QP.modify: unknown key 'parms'``.
+enums, verbs bound as methods, optional symbols and exclusions.  It is
+read once: the YAML mappings (Node) live only while load() runs (and
+generator/rules.py lowers the rule keys in them); what load() returns holds
+typed objects alone (Struct, EnumSpec here; Handle, Method, ParamSpec,
+DocEntry in generator/spec_types.py).  Every value keeps the file and line
+it came from, so that an error (here or in the model stage) names them:
+``spec/qp.yaml:12: QP.modify: unknown key 'parms'``.
 """
 from __future__ import annotations
 
@@ -16,10 +20,10 @@ from typing import AbstractSet, Any, Dict, List, Optional, Tuple
 import yaml
 
 from . import gil, rules
+from .spec_types import (DocEntry, Handle, Location, Method, ReturnsNew, SpecError, doc_entry,
+                         handle_from, method_from)
 
-
-class SpecError(Exception):
-    """A mistake in the spec, with its location."""
+__all__ = ["DocEntry", "Handle", "Location", "Method", "ReturnsNew", "SpecError"]   # the typed spec objects
 
 
 class Node(Dict[str, Any]):
@@ -117,13 +121,13 @@ ENUM_KINDS = {"IntEnum", "IntFlag"}
 
 
 @dataclass
-class Method:
+class _RawMethod:
+    """A method as read, before generator/rules.py lowers its rule keys
+    (in place); load() then makes the typed Method of it."""
     name: str
     owner: str                 # class name, or "" for module functions
     node: Node
-    hand: Optional[str] = None  # signature of a hand-written method
-    # "ibverbs.module:function" of a method written in Python: the method
-    # table calls it (imported on first call) with the object first
+    hand: Optional[str] = None
     python: Optional[str] = None
 
     @property
@@ -133,12 +137,37 @@ class Method:
     def where(self, key: Optional[str] = None) -> str:
         return self.node.where(key)
 
+    def typed(self) -> Method:
+        return method_from(self.name, self.owner, self.node, self.hand, self.python)
+
 
 @dataclass
-class Handle:
+class _RawHandle:
     name: str
     node: Node
-    methods: List[Method]
+    methods: List[_RawMethod]
+
+    def typed(self) -> Handle:
+        return handle_from(self.name, self.node, [m.typed() for m in self.methods])
+
+
+@dataclass
+class _RawSet:
+    """What generator/rules.py reads while it lowers the rule keys: the
+    handle classes and functions as read, the typed structs and enums."""
+    handles: List[_RawHandle]
+    functions: List[_RawMethod]
+    structs: List["Struct"]
+    enums: List["EnumSpec"]
+
+    def handle(self, name: str) -> Optional[_RawHandle]:
+        return next((h for h in self.handles if h.name == name), None)
+
+    def struct(self, name: str) -> Optional["Struct"]:
+        return next((s for s in self.structs if s.name == name), None)
+
+    def all_methods(self) -> List[_RawMethod]:
+        return [m for h in self.handles for m in h.methods] + self.functions
 
 
 @dataclass(frozen=True)
@@ -181,22 +210,6 @@ class Struct:
         return next((f for f in self.fields or [] if f.name == name), None)
 
 
-@dataclass(frozen=True)
-class Location:
-    """Where a spec entry and each of its keys are (file:line), for errors."""
-    file: str
-    line: int
-    key_lines: Dict[str, int]
-
-    @classmethod
-    def of(cls, node: Node) -> "Location":
-        return cls(node.file, node.line, dict(getattr(node, "key_lines", {})))
-
-    def where(self, key: Optional[str] = None) -> str:
-        line = self.key_lines.get(key, self.line) if key else self.line
-        return f"{self.file}:{line}"
-
-
 @dataclass
 class EnumSpec:
     """An enum class (spec `enums:`), read once at load: the C enum it
@@ -217,9 +230,16 @@ class EnumSpec:
 
 
 @dataclass
-class Spec:
+class SpecFiles:
+    """What a generated file's header names of its spec: the files read
+    and their digest (every spec set has them: verbs', rdma_cm's, the
+    data-path types')."""
     files: List[str]
     sha256: str
+
+
+@dataclass
+class Spec(SpecFiles):
     handles: List[Handle] = field(default_factory=list)
     structs: List[Struct] = field(default_factory=list)
     enums: List[EnumSpec] = field(default_factory=list)
@@ -234,7 +254,7 @@ class Spec:
     exclusions: Dict[str, str] = field(default_factory=dict)   # function -> reason
     # spec/docs.yaml: docstring text of generated methods (generator/docstrings.py)
     doc_arguments: Dict[str, str] = field(default_factory=dict)  # argument name -> meaning
-    doc_methods: Dict[str, Any] = field(default_factory=dict)    # "Class.method" -> summary
+    doc_methods: Dict[str, DocEntry] = field(default_factory=dict)    # "Class.method" -> its text
     # Class -> {field or attribute: docstring}: struct fields, handle attributes
     doc_fields: Dict[str, Dict[str, str]] = field(default_factory=dict)
     # argument ("Class.argument" first) -> the enum or flag class it takes
@@ -271,13 +291,13 @@ def _check_keys(node: Any, allowed: AbstractSet[str], what: str) -> None:
     check_keys(node, allowed, what)
 
 
-def _method(name: str, owner: str, node: Any, where: str) -> Method:
+def _method(name: str, owner: str, node: Any, where: str) -> _RawMethod:
     label = f"{owner}.{name}" if owner else name
     if not isinstance(node, Node):
         raise SpecError(f"{where}: {label}: expected a mapping")
     if "hand" in node:
         _check_keys(node, HAND_METHOD_KEYS, f"{label} (a hand-written method)")
-        return Method(name, owner, node, hand=str(node["hand"]))
+        return _RawMethod(name, owner, node, hand=str(node["hand"]))
     if "python" in node:
         _check_keys(node, PYTHON_METHOD_KEYS, f"{label} (a Python-layer method)")
         target = str(node["python"])
@@ -287,7 +307,7 @@ def _method(name: str, owner: str, node: Any, where: str) -> Method:
         for key in ("stub", "doc"):
             if key not in node:
                 raise SpecError(f"{node.where()}: {label}: a Python-layer method needs {key!r}")
-        return Method(name, owner, node, python=target)
+        return _RawMethod(name, owner, node, python=target)
     _check_keys(node, VERB_METHOD_KEYS, label)
     if "verb" not in node:
         raise SpecError(f"{node.where()}: {label}: needs 'verb' (or 'hand')")
@@ -301,10 +321,10 @@ def _method(name: str, owner: str, node: Any, where: str) -> Method:
     _check_param_keys(node, label)
     if node.get("gil", "hold") not in ("hold", "release"):
         raise SpecError(f"{node.where('gil')}: {label}: 'gil' must be hold or release")
-    return Method(name, owner, node)
+    return _RawMethod(name, owner, node)
 
 
-def _handle(cls: str, node: Any) -> Handle:
+def _handle(cls: str, node: Any) -> _RawHandle:
     _check_keys(node, HANDLE_KEYS, cls)
     if "ctype" not in node:
         raise SpecError(f"{node.where()}: {cls}: needs 'ctype'")
@@ -315,7 +335,7 @@ def _handle(cls: str, node: Any) -> Handle:
                             "'class' and 'upcast'")
     methods = [_method(m, cls, mnode, node.where("methods"))
                for m, mnode in (node.get("methods") or {}).items()]
-    return Handle(cls, node, methods)
+    return _RawHandle(cls, node, methods)
 
 
 def _param_keys() -> AbstractSet[str]:
@@ -395,9 +415,10 @@ def load(spec_dir: str) -> Spec:
     sub = os.path.basename(os.path.normpath(spec_dir))
     prefix = "spec" if sub == "spec" else f"spec/{sub}"
     spec = Spec(files=[], sha256="")
+    raw = _RawSet([], [], spec.structs, spec.enums)
     # `methods: {Class: {...}}` adds methods to a class of another file
     # (Context.create_cq_ex lives in spec/cqex.yaml with the rest of CQEx).
-    extra_methods: List[Tuple[str, Method, str]] = []
+    extra_methods: List[Tuple[str, _RawMethod, str]] = []
     for name in names:
         path = os.path.join(spec_dir, name)
         display = f"{prefix}/{name}"
@@ -407,7 +428,7 @@ def load(spec_dir: str) -> Spec:
         data = load_file(path, display)
         _check_keys(data, TOP_KEYS, display)
         for cls, node in (data.get("handles") or {}).items():
-            spec.handles.append(_handle(cls, node))
+            raw.handles.append(_handle(cls, node))
         for cls, node in (data.get("structs") or {}).items():
             _check_keys(node, STRUCT_KEYS, cls)
             if "ctype" not in node or "fields" not in node:
@@ -415,14 +436,6 @@ def load(spec_dir: str) -> Spec:
             _check_field_keys(cls, node["fields"])
             spec.structs.append(_struct(cls, node))
         for cls, node in (data.get("enums") or {}).items():
-            _check_keys(node, ENUM_KEYS, cls)
-            if ("c" in node) == ("match" in node):
-                raise SpecError(f"{node.where()}: {cls}: needs exactly one of 'c', 'match'")
-            if node.get("kind") not in ENUM_KINDS:
-                raise SpecError(f"{node.where('kind') if 'kind' in node else node.where()}: "
-                                f"{cls}: 'kind' must be IntEnum or IntFlag")
-            if "prefix" not in node:
-                raise SpecError(f"{node.where()}: {cls}: needs 'prefix'")
             spec.enums.append(_enum(cls, node))
         for key, cls in (data.get("enum_fields") or {}).items():
             spec.enum_fields[str(key)] = str(cls)
@@ -435,7 +448,7 @@ def load(spec_dir: str) -> Spec:
                                       data["methods"].where(cls)))
         functions = data.get("functions") or Node()
         for fname, node in functions.items():
-            spec.functions.append(_method(fname, "", node, functions.where(fname)))
+            raw.functions.append(_method(fname, "", node, functions.where(fname)))
         symbols = data.get("symbols") or Node()
         _check_keys(symbols, SYMBOLS_KEYS, f"{display}: symbols")
         _load_symbols(spec, symbols)
@@ -452,17 +465,20 @@ def load(spec_dir: str) -> Spec:
         spec.optional[sym] = _release_of(sym, version, spec.symbol_versions,
                                          spec.optional_where[sym])
     for cls, method, where in extra_methods:
-        handle = spec.handle(cls)
+        handle = raw.handle(cls)
         if handle is None:
             raise SpecError(f"{where}: methods of {cls}: no handle class {cls}")
         if any(m.name == method.name for m in handle.methods):
             raise SpecError(f"{method.where()}: {cls}.{method.name} is already defined")
         handle.methods.append(method)
-    _check_unique(spec)
+    _check_unique(raw)
     try:
-        rules.expand(spec)   # rule keys -> the checks/values/guards the model reads
+        rules.expand(raw)   # rule keys -> the checks/values/guards the model reads
     except rules.RuleError as exc:
         raise SpecError(str(exc)) from None
+    # read once: the later stages see the typed objects alone
+    spec.handles = [h.typed() for h in raw.handles]
+    spec.functions = [m.typed() for m in raw.functions]
     spec.sha256 = digest.hexdigest()
     return spec
 
@@ -517,7 +533,7 @@ def _load_docs(spec: Spec, docs: Node, display: str) -> None:
         elif not isinstance(entry, str):
             raise SpecError(f"{docs['methods'].where(label)}: docs of {label}: "
                             "a summary or {summary:, args:}")
-        spec.doc_methods[str(label)] = entry
+        spec.doc_methods[str(label)] = doc_entry(entry)
 
 
 def _struct(cls: str, node: Node) -> Struct:
@@ -547,6 +563,14 @@ def _field(cls: str, name: str, fspec: Any, where: str) -> FieldSpec:
 
 
 def _enum(cls: str, node: Node) -> EnumSpec:
+    _check_keys(node, ENUM_KEYS, cls)
+    if ("c" in node) == ("match" in node):
+        raise SpecError(f"{node.where()}: {cls}: needs exactly one of 'c', 'match'")
+    if node.get("kind") not in ENUM_KINDS:
+        raise SpecError(f"{node.where('kind') if 'kind' in node else node.where()}: "
+                        f"{cls}: 'kind' must be IntEnum or IntFlag")
+    if "prefix" not in node:
+        raise SpecError(f"{node.where()}: {cls}: needs 'prefix'")
     members = node.get("members") or Node()
     if not isinstance(members, dict):
         raise SpecError(f"{node.where('members')}: {cls}: members: C constant -> value")
@@ -561,12 +585,12 @@ def _enum(cls: str, node: Node) -> EnumSpec:
                     None if "since" not in node else str(node["since"]), Location.of(node))
 
 
-def _check_unique(spec: Spec) -> None:
+def _check_unique(spec: _RawSet) -> None:
     seen: Dict[str, str] = {}
     items: List[Tuple[str, Any]] = [("handle", h) for h in spec.handles]
     items += [("struct", s) for s in spec.structs] + [("enum", e) for e in spec.enums]
     for kind, item in items:
-        where = item.node.where() if isinstance(item, Handle) else item.where()
+        where = item.node.where() if isinstance(item, _RawHandle) else item.where()
         if item.name in seen:
             raise SpecError(f"{where}: {kind} {item.name} already defined at "
                             f"{seen[item.name]}")

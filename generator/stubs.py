@@ -30,7 +30,8 @@ the committed stub is stale:
 Nothing of the extension is stubbed by hand: templates/stubs.pyi.j2 adds
 only the imports and the aliases the spec's ``stub:`` strings name
 (``_GidLike``, ``_BufferLike``, ``_Addr``).  The three models are built by
-generator/cli.py, which calls render() once all exist.
+generator/builder.py (build_all); generator/render.py renders the stub
+(templates/stubs.pyi.j2) with the rest.
 """
 from __future__ import annotations
 
@@ -39,8 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Set
 
 from . import record_stubs
-from . import render as vrender
-from .model import HandleModel, MethodModel, Model, StructModel
+from .model import HandleModel, HeaderModel, MethodModel, Model, StructModel
 from .record_model import RecordsModel
 from .pytypes import GID_LIKE
 from .stubtext import (StubClass, docstring_body, first_line as _first_line, read_only,
@@ -230,7 +230,7 @@ def _derive(cls: StubClass, base: StubClass) -> None:
     cls.lines = [line for m in own for line in m]
 
 
-def build(model: Model, records: RecordsModel, cm: Model) -> Stubs:
+def build(model: HeaderModel, records: RecordsModel, cm: HeaderModel) -> Stubs:
     """The classes and functions of the extension: the data-path types',
     the verbs model's, rdma_cm's (whose classes are handle classes too)."""
     handles = {h.name for h in model.handles}
@@ -251,24 +251,8 @@ def build(model: Model, records: RecordsModel, cm: Model) -> Stubs:
                  [m.name for m in functions])
 
 
-@dataclass
-class _Inputs:
-    """What the stub's header names as its spec: the three spec sets together."""
-    sha256: str
-
-
-def render(model: Model, records: RecordsModel, cm: Model,
-           template_dir: str) -> Dict[str, str]:
-    """{OUTPUT: text}: the stub of the whole extension, from the verbs model,
-    the data-path types and rdma_cm's."""
-    env = vrender.environment(template_dir)
-    stubs = build(model, records, cm)
-    specs = hashlib.sha256(" ".join((model.spec.sha256, records.spec.sha256,
-                                     cm.spec.sha256)).encode()).hexdigest()
-    text = env.get_template(TEMPLATE).render(
-        ir=model.ir, spec=_Inputs(specs), command=vrender.COMMAND,
-        comment_open="#", comment_mid="#", comment_close="",
-        classes=stubs.classes, stub_functions=stubs.functions,
-        enum_names=[e.name for e in model.enums], reexports=REEXPORTS)
-    text += "\n__all__ = [\n" + "".join(f"    {n!r},\n" for n in stubs.public_names()) + "]\n"
-    return {OUTPUT: vrender.finish(text)}
+def spec_digest(model: Model) -> str:
+    """What the stub's header names as its spec: the three spec sets' digests together."""
+    assert model.verbs and model.records and model.rdmacm
+    return hashlib.sha256(" ".join((model.verbs.spec.sha256, model.records.spec.sha256,
+                                    model.rdmacm.spec.sha256)).encode()).hexdigest()

@@ -13,11 +13,10 @@ from .registry import Context, GID_LIKE, PARAMS, ParamConverter, REQUIRED, descr
 from .rule_c import c_of, optional_c, self_only
 
 
-def spec_default(node: Any, key: str = "default") -> Any:
-    """A spec default: absent -> REQUIRED; "None" (YAML has no None) -> None."""
-    if node is None or key not in node:
+def spec_default(written: bool, value: Any) -> Any:
+    """A spec default: not written -> REQUIRED; "None" (YAML has no None) -> None."""
+    if not written:
         return REQUIRED
-    value = node[key]
     return None if value in ("None", "null") else value
 
 
@@ -30,12 +29,12 @@ class ArgParam(ParamConverter):
     def __init__(self, ctx: Context, cname: str, t: Type, pspec: Any) -> None:
         self.cname = cname
         self.t = t
-        self.name = pspec["arg"]
-        self.default = spec_default(pspec)
+        self.name = pspec.arg
+        self.default = spec_default(pspec.has("default"), pspec.default)
         self.var = f"{self.name}_obj"
         self.local = self.local_name(cname)
         self.arg = ctx.add_arg(self.name, self.default, optional_type(self.pytype_of(pspec), pspec),
-                               describe(pspec.get("convert")))
+                               describe(pspec.convert))
 
     @classmethod
     def from_spec(cls, ctx: Context, cname: str, t: Type, pspec: Any) -> "ArgParam":
@@ -86,10 +85,10 @@ class IntParam(ArgParam):
 
     def __init__(self, ctx: Context, cname: str, t: Type, pspec: Any) -> None:
         # the enum or flag class it takes (AccessFlags, QPAttrMask, ...)
-        self.enum_class = ctx.arg_enum(str(pspec["arg"]))
+        self.enum_class = ctx.arg_enum(str(pspec.arg))
         super().__init__(ctx, cname, t, pspec)
         # each a number, a C constant or a rule's value (generator/rule_data.py)
-        self.lo, self.hi = pspec.get("min"), pspec.get("max")
+        self.lo, self.hi = pspec.min, pspec.max
         ctx.check_refs((self.lo, self.hi))
         self.refs = ctx.refs
         self.uses_self_ptr = uses_self(self.lo) or uses_self(self.hi)
@@ -166,7 +165,7 @@ class ClassArgParam(ArgParam):
     that class is its Python type and what its docstring says it takes."""
 
     def __init__(self, ctx: Context, cname: str, t: Type, pspec: Any) -> None:
-        self.cls = pspec["convert"].split(":", 1)[1]
+        self.cls = pspec.convert.split(":", 1)[1]
         super().__init__(ctx, cname, t, pspec)
 
     def pytype_of(self, pspec: Any) -> str:

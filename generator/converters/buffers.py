@@ -26,10 +26,10 @@ class BytesParam(ArgParam):
 
     def __init__(self, ctx: Context, cname: str, t: Type, pspec: Any) -> None:
         super().__init__(ctx, cname, t, pspec)
-        self.max_value = pspec.get("max")      # a number, a constant or a rule's value
+        self.max_value = pspec.max      # a number, a constant or a rule's value
         ctx.check_refs(self.max_value)
         self.refs = ctx.refs
-        self.hint = pspec.get("hint")     # why the bound, in the error: "(<hint>)"
+        self.hint = pspec.hint     # why the bound, in the error: "(<hint>)"
         self.size = self.size_local(cname)
 
     @classmethod
@@ -83,7 +83,7 @@ class BufferParam(ArgParam):
 
     def __init__(self, ctx: Context, cname: str, t: Type, pspec: Any) -> None:
         super().__init__(ctx, cname, t, pspec)
-        self.size = int(pspec["convert"].split(":", 1)[1])
+        self.size = int(pspec.convert.split(":", 1)[1])
 
     def own_declarations(self) -> List[str]:
         return [f"PyObject *{self.local}_bytes = NULL;"]

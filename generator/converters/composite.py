@@ -8,6 +8,7 @@ from typing import Any, FrozenSet, List, Optional
 from ..ctext import MASK_BITS, c_default, if_given, indented, int_convert
 from ..rule_data import ArgHandle, ArgValue, StructLocal, uses_self
 from ..ir import Type
+from ..spec_types import Location, ParamSpec
 from .args import ArgParam, context_check, hold_argument, spec_default
 from .registry import Arg, Context, PARAMS, ParamConverter, REQUIRED, describe, optional_type
 from .rule_c import c_of, optional_c
@@ -45,12 +46,12 @@ class _ConstantMember(_Member):
 class _ArgMember(_Member):
     def __init__(self, ctx: Context, target: str, fspec: Any, pytype: str) -> None:
         self.target = target
-        self.name = fspec["arg"]
-        self.default = spec_default(fspec)
+        self.name = fspec.arg
+        self.default = spec_default(fspec.has("default"), fspec.default)
         self.var = f"{self.name}_obj"
         self.arg = ctx.add_arg(self.name, self.default, optional_type(pytype, fspec),
-                               describe(fspec.get("convert")))
-        self.mask = fspec.get("mask")
+                               describe(fspec.convert))
+        self.mask = fspec.mask
         # the first member with a mask declares the mask (spec `mask` param)
         self.declares_mask = self.mask is not None and ctx.claim_mask()
 
@@ -68,7 +69,7 @@ class _IntMember(_ArgMember):
     def __init__(self, ctx: Context, target: str, t: Type, fspec: Any) -> None:
         super().__init__(ctx, target, fspec, "int")
         self.t, self.refs = t, ctx.refs
-        self.lo, self.hi = fspec.get("min"), fspec.get("max")
+        self.lo, self.hi = fspec.min, fspec.max
         ctx.check_refs((self.lo, self.hi))
         self.uses_self_ptr = uses_self(self.lo) or uses_self(self.hi)
 
@@ -92,7 +93,7 @@ class _HandleMember(_ArgMember):
     keys = frozenset({"arg", "default", "convert", "mask"})
 
     def __init__(self, ctx: Context, target: str, fspec: Any, where: str) -> None:
-        self.cls = fspec["convert"].split(":", 1)[1]
+        self.cls = fspec.convert.split(":", 1)[1]
         super().__init__(ctx, target, fspec, self.cls)
         self.hctype = ctx.handle_ctype(self.cls, where)
         self.context_owner = ctx.context_owner(self.hctype)
@@ -149,7 +150,7 @@ class StructFieldsParam(ParamConverter):
 
     @classmethod
     def from_spec(cls, ctx: Context, cname: str, t: Type, pspec: Any) -> "StructFieldsParam":
-        fields = pspec["struct"]
+        fields = pspec.struct or {}
         pointee = t.pointee
         if pointee is None:
             ctx.fail(f"parameter {cname}: struct needs a pointer parameter")
@@ -159,17 +160,17 @@ class StructFieldsParam(ParamConverter):
         local = cls.local_name(cname)
         members: List[_Member] = []
         for path, fspec in fields.items():
-            where = fields.where(path)
+            where = pspec.member_where(path)
             ft = ctx.member_type(record, path, where)
             target = f"{local}.{path}"
             if isinstance(fspec, str):
-                fspec = {"arg": fspec}
-            convert = fspec.get("convert") or ""
-            kind = (_ConstantMember if "value" in fspec else
+                fspec = ParamSpec(path, Location.at(where), ("arg",), arg=fspec)
+            convert = fspec.convert or ""
+            kind = (_ConstantMember if fspec.has("value") else
                     _HandleMember if convert.startswith("handle:") else _IntMember)
             ctx.check_keys(fspec, kind.keys, f"{cname}.{path}", where)
             if kind is _ConstantMember:
-                members.append(_ConstantMember(ctx, target, fspec["value"]))
+                members.append(_ConstantMember(ctx, target, fspec.value))
             elif kind is _HandleMember:
                 members.append(_HandleMember(ctx, target, fspec, where))
             else:
@@ -208,12 +209,13 @@ class KwargsParam(ParamConverter):
 
     @classmethod
     def from_spec(cls, ctx: Context, cname: str, t: Type, pspec: Any) -> "KwargsParam":
-        struct_class = pspec["kwargs"]
+        struct_class = pspec.kwargs
         model = ctx.struct_model(struct_class)
         if model is None or not model.writable:
             ctx.fail(f"kwargs needs a writable struct class, got {struct_class}")
         return cls(f"{cname}_c", model.ctype, struct_class,
-                   pspec.get("unknown", "unknown attribute"), list(pspec.get("positional") or []))
+                   pspec.unknown if pspec.has("unknown") else "unknown attribute",
+                   list(pspec.positional or []))
 
     def declarations(self) -> List[str]:
         return [f"{self.ctype} {self.local};"]

@@ -73,7 +73,7 @@ class InstanceParam(ClassArgParam):
     def __init__(self, ctx: Context, cname: str, t: Any, pspec: Any) -> None:
         super().__init__(ctx, cname, t, pspec)
         article = "an" if self.cls[0] in "AEIOU" else "a"
-        self.message = str(pspec.get("message") or f"expected {article} {self.cls}")
+        self.message = str(pspec.message or f"expected {article} {self.cls}")
 
     @classmethod
     def describe(cls, convert: str) -> Optional[str]:

@@ -82,6 +82,11 @@ class Context(Protocol):
     refs: Any
     def check_refs(self, value: Any) -> None: ...   # a rule's value names only declared ones
     def arg_enum(self, arg: str) -> Optional[str]: ...   # the enum class an argument takes
+    #: the build targets (generator/targets.py's Target) the generated files
+    #: serve, every one from the same C: a converter whose C would depend on
+    #: them decides here, at model time, for the whole set ("" of them: the
+    #: model was built without spec/targets/, assume nothing)
+    targets: Tuple[Any, ...]
 
 
 PARAMS = Registry("parameter")
@@ -334,5 +339,5 @@ def describe(convert: Optional[str]) -> Optional[str]:
 
 def optional_type(t: str, pspec: Any) -> str:
     """*t*, or None too for a spec argument whose default is YAML null."""
-    optional = hasattr(pspec, "get") and "default" in pspec and pspec.get("default") is None
+    optional = pspec.has("default") and pspec.default is None
     return f"{t} | None" if optional and t != "Any" else t

@@ -49,8 +49,8 @@ class ValueParam(ParamConverter):
 
     @classmethod
     def from_spec(cls, ctx: Context, cname: str, t: Type, pspec: Any) -> "ValueParam":
-        ctx.check_refs(pspec["value"])
-        return cls(pspec["value"], ctx.refs)
+        ctx.check_refs(pspec.value)
+        return cls(pspec.value, ctx.refs)
 
     def call_arg(self) -> str:
         return c_of(self.value, self.refs.spell)
@@ -156,7 +156,7 @@ class OutBytesParam(ParamConverter):
 
     @classmethod
     def from_spec(cls, ctx: Context, cname: str, t: Type, pspec: Any) -> "OutBytesParam":
-        return cls(cname, int(pspec["size"]))
+        return cls(cname, int(pspec.size))
 
     def declarations(self) -> List[str]:
         return [f"uint8_t {self.buf}[{self.size}];"]
@@ -196,7 +196,7 @@ class OutListParam(ParamConverter):
         struct_class = ctx.struct_class_of(pointee.decl or pointee.spelling) if pointee else None
         if pointee is None or (struct_class is None and not is_int(pointee)):
             ctx.fail(f"out list {cname}: no struct class for {t.spelling}")
-        count = ArgValue(str(pspec["count"]))
+        count = ArgValue(str(pspec.count))
         ctx.check_refs(count)
         return cls(cname, pointee, count, struct_class, ctx.refs)
 

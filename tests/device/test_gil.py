@@ -59,18 +59,18 @@ def _touched(method, struct_fields):
     """(kind, name) of what a call of the method hands the provider:
     ("arg", "channel"), ("field", "init_attr.send_cq")."""
     out = []
-    for pspec in (method.node.get("params") or {}).values():
-        if not hasattr(pspec, "get"):
+    for pspec in (method.params or {}).values():
+        if isinstance(pspec, str):      # a word, or a plain int argument
             continue
-        convert = str(pspec.get("convert", ""))
+        convert = str(pspec.convert or "")
         if convert.startswith("handle:"):
-            out.append(("arg", pspec["arg"]))
+            out.append(("arg", pspec.arg))
         elif convert.startswith("struct:"):
-            out += [("field", f"{pspec['arg']}.{f}")
+            out += [("field", f"{pspec.arg}.{f}")
                     for f in struct_fields[convert.split(":", 1)[1]]]
-        for fspec in (pspec.get("struct") or {}).values():
-            if hasattr(fspec, "get") and str(fspec.get("convert", "")).startswith("handle:"):
-                out.append(("arg", fspec["arg"]))
+        for fspec in (pspec.struct or {}).values():
+            if not isinstance(fspec, str) and str(fspec.convert or "").startswith("handle:"):
+                out.append(("arg", fspec.arg))
     return out
 
 
@@ -80,10 +80,10 @@ def released_generated_methods():
     found = {}
     for h in spec.handles:
         for m in h.methods:
-            if m.verb and gil_rules.releases(spec.gil_kinds, m.verb, m.where(), m.node.get("gil")):
+            if m.verb and gil_rules.releases(spec.gil_kinds, m.verb, m.where(), m.gil):
                 found[f"{h.name}.{m.name}"] = _touched(m, fields)
     for m in spec.functions:
-        if m.verb and gil_rules.releases(spec.gil_kinds, m.verb, m.where(), m.node.get("gil")):
+        if m.verb and gil_rules.releases(spec.gil_kinds, m.verb, m.where(), m.gil):
             found[m.name] = _touched(m, fields)
     return found
 
@@ -100,9 +100,8 @@ def released_hand_methods():
         for m in spec.all_methods():
             if m.hand is None:
                 continue
-            verbs = list(m.node.get("verbs") or [])
-            if hand_gil.releases(spec.gil_kinds, verbs, m.where(), m.node.get("gil")):
-                found[f"{m.owner}.{m.name}" if m.owner else m.name] = list(m.node["holds"])
+            if hand_gil.releases(spec.gil_kinds, list(m.verbs), m.where(), m.gil):
+                found[f"{m.owner}.{m.name}" if m.owner else m.name] = list(m.holds)
     return found
 
 

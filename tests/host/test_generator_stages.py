@@ -26,6 +26,7 @@ import pytest
 pytest.importorskip("clang.cindex", reason="libclang is not installed (pip install libclang==18.1.1)")
 
 from generator import builder, emit, parse, rdmacm, records, render, spec  # noqa: E402
+from generator.model import Model  # noqa: E402
 from generator.cli import SPEC_DIR, TEMPLATE_DIR  # noqa: E402
 from generator.enum_fields import EnumFields  # noqa: E402
 
@@ -193,10 +194,10 @@ def test_a_rule_writer_changed_after_the_model_is_built_changes_only_its_lines(m
     from generator.converters import rule_c
     from generator.rule_data import SendIdle
     model = models["verbs"]
-    before = render.render(model, TEMPLATE_DIR)
+    before = render.render(Model(verbs=model), TEMPLATE_DIR)
     monkeypatch.setitem(rule_c._WRITERS, SendIdle,
                         lambda r, spell: f'ibp_other_send_idle(self, "{r.method}")')
-    changed = _changed_lines(before, render.render(model, TEMPLATE_DIR))
+    changed = _changed_lines(before, render.render(Model(verbs=model), TEMPLATE_DIR))
     guarded = sorted(f"{m.owner}.{m.name}" for m in _methods(model) if isinstance(m.guard, SendIdle))
     assert guarded == ["QP.bind_mw"]
     assert len(changed) == len(guarded)
@@ -210,9 +211,9 @@ def test_a_converter_changed_after_the_model_is_built_changes_only_its_output(mo
     the wrapper is emitted (the model stores the C type, not the line)."""
     from generator.converters.returns import IntReturn
     model = models["verbs"]
-    before = render.render(model, TEMPLATE_DIR)
+    before = render.render(Model(verbs=model), TEMPLATE_DIR)
     monkeypatch.setattr(IntReturn, "lines", lambda self, outputs: ["return_value = ibp_marker(rc);"])
-    changed = _changed_lines(before, render.render(model, TEMPLATE_DIR))
+    changed = _changed_lines(before, render.render(Model(verbs=model), TEMPLATE_DIR))
     returning_int = [m for m in _methods(model) if isinstance(m.returns, IntReturn)]
     assert len(returning_int) >= 10
     assert len(changed) == len(returning_int)
@@ -224,9 +225,9 @@ def test_a_calling_convention_is_spelled_by_the_emit_stage(models, monkeypatch):
     """METH_* flags live in generator/emit.py: the model holds the convention."""
     from generator.model import CallingConvention
     model = models["verbs"]
-    before = render.render(model, TEMPLATE_DIR)
+    before = render.render(Model(verbs=model), TEMPLATE_DIR)
     monkeypatch.setitem(emit.METH_FLAGS, CallingConvention.O, "METH_O | 0")
-    changed = _changed_lines(before, render.render(model, TEMPLATE_DIR))
+    changed = _changed_lines(before, render.render(Model(verbs=model), TEMPLATE_DIR))
     by_o = [m for m in _methods(model) if m.flags is CallingConvention.O]
     assert by_o and len(changed) == len(by_o)
     assert all("METH_O | 0" in new for _, _, new in changed)
@@ -408,7 +409,8 @@ def test_the_stubs_all_comes_from_the_model_not_from_reparsing_the_stub(models):
     import ast
     from generator import stubs
     built = stubs.build(models["verbs"], models["records"], models["rdmacm"])
-    text = stubs.render(models["verbs"], models["records"], models["rdmacm"], TEMPLATE_DIR)[stubs.OUTPUT]
+    text = render.render(Model(verbs=models["verbs"], records=models["records"],
+                               rdmacm=models["rdmacm"]), TEMPLATE_DIR)[stubs.OUTPUT]
     tree = ast.parse(text)
     defined = {n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))
                and n.name[:1].isalpha()}

@@ -41,7 +41,8 @@ def generator():
     pytest.importorskip("clang.cindex", reason="libclang is not installed")
     from generator import builder, parse, rdmacm, render, spec
     from generator.cli import SPEC_DIR, TEMPLATE_DIR
-    return dict(builder=builder, parse=parse, rdmacm=rdmacm, render=render, spec=spec,
+    from generator.model import Model
+    return dict(builder=builder, parse=parse, rdmacm=rdmacm, render=render, spec=spec, Model=Model,
                 SPEC_DIR=SPEC_DIR, TEMPLATE_DIR=TEMPLATE_DIR)
 
 
@@ -81,7 +82,7 @@ def test_loader_carries_exactly_the_bound_functions(generator):
     bound = {name for name, status, _ in m.coverage if status == "bound"}
     inline = {f.name for f in m.ir.functions if f.storage != "exported"}
     assert {s.name for s in m.symbols} == bound - inline
-    text = generator["render"].render_rdmacm(m, generator["TEMPLATE_DIR"])["rdmacm_loader.c.h"]
+    text = generator["render"].render(generator["Model"](rdmacm=m), generator["TEMPLATE_DIR"])["rdmacm_loader.c.h"]
     for s in m.symbols:
         assert f'{{"{s.name}", (void **)&cm_slot_{s.name}' in text
         assert f"int ({s.name})(" in text or f"({s.name})(" in text
@@ -91,7 +92,7 @@ def test_loader_carries_exactly_the_bound_functions(generator):
 
 def test_rdmacm_files_are_fresh_and_headed_by_their_header(generator):
     m = cm_model(generator, BASELINE)
-    files = generator["render"].render_rdmacm(m, generator["TEMPLATE_DIR"])
+    files = generator["render"].render(generator["Model"](rdmacm=m), generator["TEMPLATE_DIR"])
     assert sorted(files) == ["rdmacm_enums.py", "rdmacm_loader.c.h", "rdmacm_methods.c.h",
                             "rdmacm_objects.h"]
     assert m.ir.sha256 in files["rdmacm_loader.c.h"]    # the headers, said once
@@ -108,7 +109,7 @@ def test_the_verbs_output_does_not_change(generator):
     vspec = g["spec"].load(g["SPEC_DIR"])
     assert not any("rdmacm" in f for f in vspec.files)
     built = g["builder"].build(g["parse"].parse(prefix(BASELINE)), vspec)
-    files = g["render"].render(built, g["TEMPLATE_DIR"])
+    files = g["render"].render(g["Model"](verbs=built), g["TEMPLATE_DIR"])
     assert not any(name.startswith("rdmacm_") for name in files)
     for name, text in files.items():
         assert (ROOT / "generated" / name).read_text() == text, f"generated/{name} is stale"
@@ -318,7 +319,7 @@ def test_cmid_is_the_c_class_with_the_blocking_api():
 
 def test_the_cm_classes_are_generated_through_the_handle_template(generator):
     m = cm_model(generator, BASELINE)
-    text = generator["render"].render_rdmacm(m, generator["TEMPLATE_DIR"])["rdmacm_methods.c.h"]
+    text = generator["render"].render(generator["Model"](rdmacm=m), generator["TEMPLATE_DIR"])["rdmacm_methods.c.h"]
     for name in ("EventChannel", "CMID"):
         for part in ("_wrap(", "_destroy(", "_close(", "_dealloc(", "_getset[]", "_spec = {"):
             assert f"{name}{part}" in text, name + part
@@ -373,7 +374,7 @@ CM_IMPL_METHODS = ("bind_addr", "resolve_addr", "resolve_route", "listen", "conn
 
 def test_the_cm_methods_arguments_are_converted_by_the_generated_parsers(generator):
     m = cm_model(generator, BASELINE)
-    text = generator["render"].render_rdmacm(m, generator["TEMPLATE_DIR"])["rdmacm_methods.c.h"]
+    text = generator["render"].render(generator["Model"](rdmacm=m), generator["TEMPLATE_DIR"])["rdmacm_methods.c.h"]
     for part in ('ibp_cm_conv_addr(dst_obj, "dst", &dst_c, 0, &dst_c_set)',
                  'ibp_cm_conv_addr(src_obj, "src", &src_c, 1, &src_c_set)',
                  'ibp_conv_handle(pd_obj, "pd", PD_Type, 0, &pd_c)',

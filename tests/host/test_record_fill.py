@@ -51,7 +51,8 @@ def _spec(tmp_path, *changes):
 def _render(ir, spec_root):
     from generator import records, render
     from generator.paths import TEMPLATE_DIR
-    return render.render_records(records.build(ir, spec_root), TEMPLATE_DIR)
+    from generator.model import Model
+    return render.render(Model(records=records.build(ir, spec_root)), TEMPLATE_DIR)
 
 
 def _function(text: str, name: str) -> str:

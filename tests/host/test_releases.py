@@ -54,7 +54,7 @@ def the_spec():
     return spec.load(SPEC_DIR)
 
 
-def labels(m: model.Model):
+def labels(m: model.HeaderModel):
     out = {f"{h.name}.{x.name}" for h in m.handles for x in h.methods}
     out |= {f.name for f in m.functions}
     return out

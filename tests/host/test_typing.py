@@ -189,11 +189,14 @@ def stub_of(ir, spec_dir) -> str:
     data-path types' and rdma_cm's)."""
     import os
 
-    from generator import builder, rdmacm, records, spec, stubs
+    from generator import builder, rdmacm, records, spec
     from generator.cli import TEMPLATE_DIR
     cm = rdmacm.load(os.environ.get("RDMA_CORE") or None, str(spec_dir))
-    return stubs.render(builder.build(ir, spec.load(str(spec_dir))),
-                        records.build(ir, str(spec_dir)), cm, TEMPLATE_DIR)["_ibverbs.pyi"]
+    from generator import render
+    from generator.model import Model
+    return render.render(Model(verbs=builder.build(ir, spec.load(str(spec_dir))),
+                               records=records.build(ir, str(spec_dir)), rdmacm=cm),
+                         TEMPLATE_DIR)["_ibverbs.pyi"]
 
 
 def class_body(stub: str, cls: str) -> str:
