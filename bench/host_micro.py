@@ -371,12 +371,11 @@ def marker_functions(python):
 
 def build_nullcall(target):
     """build/bench/_nullcall*.so (bench/nullcall.c): the floor's do-nothing
-    calls, at the Limited API of *target* (the build target's name, as the
-    module's _target gives it; generated/targets.py), as the extension is."""
+    calls, built for *target* (the build target's name, as the module's
+    _target gives it; generated/targets.py) through generated/target.h, as
+    the extension is: its Limited API and the slots it adds."""
     spec = next(t for t in targets() if t["name"] == target)
-    defines = [f"-DPy_LIMITED_API={spec['limited_api'] or '0x03090000'}"]
-    if spec["abi_tag"].split(".")[-1] == "abi3t":
-        defines.append(f"-DPy_TARGET_ABI3T={spec['limited_api']}")
+    defines = [f"-D{spec['macro']}=1", "-I" + os.path.join(ROOT, "generated")]
     suffix, include = subprocess.run(
         [PY, "-c", "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX')); "
          "print(sysconfig.get_paths()['include'])"],

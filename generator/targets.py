@@ -17,8 +17,22 @@ from typing import Dict, List, Optional, Tuple
 from .spec import SpecError, load_file
 
 TARGET_KEYS = {"doc", "python_tag", "abi_tag", "requires_python", "limited_api",
-               "free_threaded", "abi3t"}
-OPTIONAL_KEYS = {"limited_api", "abi3t"}
+               "free_threaded", "abi3t", "slots"}
+OPTIONAL_KEYS = {"limited_api", "abi3t", "slots"}
+
+#: The type slots a target may take from a stable ABI newer than its
+#: Limited API (`slots:`): the CPython that added each to the stable ABI,
+#: and what generated/target.h defines for it, since the headers at the
+#: older Limited API hide it (its values are the stable ABI's, fixed once
+#: added).  cp314-abi3 is compiled against 3.9's Limited API, where
+#: Py_INCREF, Py_DECREF and Py_TYPE are inline (from 3.12's on they are
+#: function calls), and loads only where its wheel tag says, 3.14+.
+SLOTS: Dict[str, Tuple[str, Tuple[Tuple[str, str], ...]]] = {
+    "tp_vectorcall": ("3.14", (
+        ("Py_tp_vectorcall", "82"),
+        ("PY_VECTORCALL_ARGUMENTS_OFFSET", "((size_t)1 << (8 * sizeof(size_t) - 1))"),
+    )),
+}
 
 
 def _minor(version: str) -> Optional[int]:
@@ -37,6 +51,12 @@ class Target:
     limited_api: Optional[str]  # the Limited API level, or None for the full API
     free_threaded: bool        # for a free-threaded interpreter (GIL off)
     abi3t: bool = False        # PEP 803's stable ABI: for GIL builds too
+    slots: Tuple[str, ...] = ()  # type slots of the stable ABI at requires_python (SLOTS)
+
+    @property
+    def slot_defines(self) -> Tuple[Tuple[str, str], ...]:
+        """What generated/target.h defines for the slots (SLOTS), in order."""
+        return tuple(d for s in self.slots for d in SLOTS[s][1])
 
     @property
     def builds(self) -> Tuple[str, ...]:
@@ -78,9 +98,10 @@ class Target:
         Py_tp_vectorcall from 3.14.  The free-threaded target's full API has
         it too, but there every entry runs in the object's critical section
         (IBP_LOCKED) and these would not: left off until that is shown safe
-        (on abi3t too, which is free-threaded)."""
+        (on abi3t too, which is free-threaded).  A target whose Limited API
+        is older takes the slot from 3.14's stable ABI (`slots:`)."""
         return (not self.free_threaded and self.limited_api is not None
-                and (_minor(self.limited_api) or 0) >= 14)
+                and ((_minor(self.limited_api) or 0) >= 14 or "tp_vectorcall" in self.slots))
 
     @property
     def object_head_size(self) -> Optional[int]:
@@ -125,10 +146,11 @@ def load(path: str, display: str = "spec/targets/targets.yaml") -> List[Target]:
         if free and not abi3t and node.get("limited_api") is not None:
             raise SpecError(f"{node.where('limited_api')}: target {name}: CPython 3.14's "
                             f"free-threaded build has no Limited API")
+        slots = _slots(name, node, limited_minor, _minor(str(node["requires_python"])), free)
         targets.append(Target(name, " ".join(str(node["doc"]).split()), str(node["python_tag"]),
                               str(node["abi_tag"]), str(node["requires_python"]),
                               None if node.get("limited_api") is None else str(node["limited_api"]),
-                              free, abi3t))
+                              free, abi3t, slots))
     if not targets:
         raise SpecError(f"{data.where()}: no targets")
     # setup.py and target.h pick, of one kind of build, the newest target an
@@ -141,6 +163,36 @@ def load(path: str, display: str = "spec/targets/targets.yaml") -> List[Target]:
                 raise SpecError(f"{data['targets'].where(t.name)}: target {t.name}: "
                                 f"{other.name} is for the same build and requires_python")
     return targets
+
+
+def _slots(name, node, limited_minor, requires_minor, free) -> Tuple[str, ...]:
+    """A target's `slots:`: type slots of the stable ABI at its
+    requires_python (SLOTS) that its Limited API's headers hide, for a GIL
+    target of the stable ABI (the free-threaded ones have no such mix)."""
+    slots = node.get("slots")
+    if slots is None:
+        return ()
+    where = node.where("slots")
+    if not isinstance(slots, list) or not all(isinstance(s, str) for s in slots) or not slots:
+        raise SpecError(f"{where}: target {name}: slots is a list of slot names "
+                        f"({', '.join(sorted(SLOTS))})")
+    if free or limited_minor is None:
+        raise SpecError(f"{where}: target {name}: slots are for a GIL target of the stable "
+                        f"ABI (limited_api), compiled below its requires_python")
+    for slot in slots:
+        if slot not in SLOTS:
+            raise SpecError(f"{where}: target {name}: unknown slot {slot!r} "
+                            f"(known: {', '.join(sorted(SLOTS))})")
+        added = _minor(SLOTS[slot][0]) or 0
+        if added > (requires_minor or 0):
+            raise SpecError(f"{where}: target {name}: slot {slot} is in the stable ABI from "
+                            f"{SLOTS[slot][0]}, after its requires_python")
+        if added <= limited_minor:
+            raise SpecError(f"{where}: target {name}: slot {slot} is in the Limited API at "
+                            f"3.{limited_minor} already")
+    if len(set(slots)) != len(slots):
+        raise SpecError(f"{where}: target {name}: a slot named twice")
+    return tuple(slots)
 
 
 def by_newest(targets: List[Target]) -> List[Target]:

@@ -597,7 +597,7 @@ PyObject *ibp_call_type_vector(PyObject *type, PyObject *const *args, size_t nar
 {
     /* Not PyObject_Vectorcall(type, ...): that is the vectorcall slot again. */
     ternaryfunc type_call = (ternaryfunc)PyType_GetSlot(Py_TYPE(type), Py_tp_call);
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    Py_ssize_t nargs = ibp_vectorcall_nargs(nargsf);
     Py_ssize_t nkw = kwnames != NULL ? PyTuple_Size(kwnames) : 0;
     PyObject *tuple = PyTuple_New(nargs), *kwargs = NULL, *result = NULL;
     if (tuple == NULL)
