@@ -618,6 +618,7 @@ static inline void ibp_generic_dealloc(PyObject *op)
  * or keyword into out[] (NULL where not given), or TypeError with
  * PyArg_ParseTupleAndKeywords's messages.  A METH_FASTCALL parser takes a
  * call with its arguments by position inline and hands any other here. */
+#define IBP_KWNAMES_MEMO 16     /* keywords of a call ibp_unpack_vector remembers */
 struct ibp_parser {
     const char *fname;
     const char *const *names;   /* NULL-terminated */
@@ -625,6 +626,14 @@ struct ibp_parser {
     int nkwonly;                /* the last nkwonly names: by keyword only */
     int n;                      /* these two: set on first use */
     PyObject **interned;
+#if IBP_TYPE_VECTORCALL && !IBP_FREE_THREADED
+    /* ibp_unpack_vector's memo of the last call's keywords: a call site's
+     * kwnames is one constant tuple, so a call that hands the same one
+     * again finds each keyword's position here (kwpos[k]), without reading
+     * the tuple.  The reference keeps the tuple, so its address names it. */
+    PyObject *kwnames;
+    unsigned char kwpos[IBP_KWNAMES_MEMO];
+#endif
 };
 IBP_HIDDEN int ibp_unpack_fastcall(struct ibp_parser *p, PyObject *const *args, Py_ssize_t nargs,
                                    PyObject *kwnames, PyObject **out);

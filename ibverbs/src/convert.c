@@ -555,10 +555,41 @@ int ibp_unpack_tuple(struct ibp_parser *p, PyObject *args, PyObject *kwargs, PyO
 }
 
 #if IBP_TYPE_VECTORCALL
+/* The call's keywords by the positions remembered for its kwnames
+ * (struct ibp_parser: kwpos): 0, or -1 where a check would fail (a keyword
+ * given by position too, a required argument missing), which the full
+ * parse then words.  Nothing is raised. */
+#if !IBP_FREE_THREADED
+static inline int remembered_keywords(const struct ibp_parser *p, PyObject *const *values,
+                                      Py_ssize_t nkw, PyObject **out)
+{
+    for (Py_ssize_t k = 0; k < nkw; k++) {
+        int j = p->kwpos[k];
+        if (out[j] != NULL)
+            return -1;
+        out[j] = values[k];
+    }
+    for (int i = 0; i < p->nrequired; i++)
+        if (out[i] == NULL)
+            return -1;
+    return 0;
+}
+
+/* After a full parse that found every keyword: kwnames and the positions
+ * into the parser's memo. */
+static void remember_keywords(struct ibp_parser *p, PyObject *kwnames,
+                              const unsigned char *kwpos, Py_ssize_t nkw)
+{
+    memcpy(p->kwpos, kwpos, (size_t)nkw);
+    Py_INCREF(kwnames);
+    Py_XSETREF(p->kwnames, kwnames);    /* the old tuple's dealloc runs no Python code */
+}
+#endif
+
 int ibp_unpack_vector(struct ibp_parser *p, PyObject *const *args, Py_ssize_t nargs,
                       PyObject *kwnames, PyObject **out)
 {
-    Py_ssize_t nkw = kwnames != NULL ? PyTuple_Size(kwnames) : 0;
+    Py_ssize_t nkw = kwnames != NULL ? Py_SIZE(kwnames) : 0;
     if (parser_ready(p) < 0)
         return -1;
     const int n = p->n;
@@ -571,6 +602,17 @@ int ibp_unpack_vector(struct ibp_parser *p, PyObject *const *args, Py_ssize_t na
      * check can fail, and no name is looked at. */
     if (nkw == 0 && nargs >= p->nrequired && nargs <= n - p->nkwonly)
         return 0;
+#if !IBP_FREE_THREADED
+    /* The call site of the last call again: its keywords' positions are
+     * known, and distinct, so there are no more arguments than names. */
+    if (kwnames != NULL && kwnames == p->kwnames && nargs <= n - p->nkwonly) {
+        if (remembered_keywords(p, args + nargs, nkw, out) == 0)
+            return 0;
+        for (i = (int)nargs; i < n; i++)
+            out[i] = NULL;
+    }
+    unsigned char kwpos[IBP_KWNAMES_MEMO];
+#endif
     if (positional(p, nargs, p->nkwonly ? nkw : 0) < 0)
         return -1;
     /* As ibp_unpack_tuple: with keyword-only names, a missing argument is
@@ -586,10 +628,20 @@ int ibp_unpack_vector(struct ibp_parser *p, PyObject *const *args, Py_ssize_t na
         }
         if (store_keyword(p, key, args[nargs + k], out, &next) < 0)
             return -1;
+#if !IBP_FREE_THREADED
+        if (k < IBP_KWNAMES_MEMO)
+            kwpos[k] = (unsigned char)(next - 1);
+#endif
     }
     if (required(p, out) < 0)
         return -1;
-    return unknown != NULL ? invalid_keyword(p, unknown) : 0;
+    if (unknown != NULL)
+        return invalid_keyword(p, unknown);
+#if !IBP_FREE_THREADED
+    if (nkw > 0 && nkw <= IBP_KWNAMES_MEMO)
+        remember_keywords(p, kwnames, kwpos, nkw);
+#endif
+    return 0;
 }
 
 PyObject *ibp_call_type_vector(PyObject *type, PyObject *const *args, size_t nargsf,
@@ -598,7 +650,7 @@ PyObject *ibp_call_type_vector(PyObject *type, PyObject *const *args, size_t nar
     /* Not PyObject_Vectorcall(type, ...): that is the vectorcall slot again. */
     ternaryfunc type_call = (ternaryfunc)PyType_GetSlot(Py_TYPE(type), Py_tp_call);
     Py_ssize_t nargs = ibp_vectorcall_nargs(nargsf);
-    Py_ssize_t nkw = kwnames != NULL ? PyTuple_Size(kwnames) : 0;
+    Py_ssize_t nkw = kwnames != NULL ? Py_SIZE(kwnames) : 0;
     PyObject *tuple = PyTuple_New(nargs), *kwargs = NULL, *result = NULL;
     if (tuple == NULL)
         return NULL;
