@@ -604,6 +604,13 @@ static inline PyObject *ibp_wr_seq_item(const struct wr_seq *s, Py_ssize_t i)
     return s->is_list ? PyList_GetItem(s->seq, i) : PyTuple_GetItem(s->seq, i);
 }
 
+/* PyLong_Check, without a call for an exact int: the Limited API's asks
+ * PyType_GetFlags every time (some 10 instructions per field converted). */
+static inline int ibp_long_check(PyObject *v)
+{
+    return PyLong_CheckExact(v) || PyLong_Check(v);
+}
+
 /* tp_dealloc of an object without references to drop (or after dropping them). */
 static inline void ibp_generic_dealloc(PyObject *op)
 {

@@ -80,7 +80,7 @@ inline int ibp_conv_u64(PyObject *v, const char *name, uint64_t max, uint64_t *o
         PyErr_Format(PyExc_AttributeError, "cannot delete %s", name);
         return -1;
     }
-    if (PyLong_Check(v)) {
+    if (ibp_long_check(v)) {
         /* The common case in one call; anything else (negative, too big)
          * goes the general way, which words the error. */
         int overflow;
@@ -586,31 +586,13 @@ static void remember_keywords(struct ibp_parser *p, PyObject *kwnames,
 }
 #endif
 
-int ibp_unpack_vector(struct ibp_parser *p, PyObject *const *args, Py_ssize_t nargs,
-                      PyObject *kwnames, PyObject **out)
+/* ibp_unpack_vector's full parse: everything but the two quick ways, with
+ * out[] holding the arguments by position and NULL after them. */
+static __attribute__((noinline)) int unpack_vector_keywords(
+    struct ibp_parser *p, PyObject *const *args, Py_ssize_t nargs, Py_ssize_t nkw,
+    PyObject *kwnames, PyObject **out)
 {
-    Py_ssize_t nkw = kwnames != NULL ? Py_SIZE(kwnames) : 0;
-    if (parser_ready(p) < 0)
-        return -1;
-    const int n = p->n;
-    int i = 0;
-    for (; i < nargs && i < n; i++)
-        out[i] = args[i];
-    for (; i < n; i++)
-        out[i] = NULL;
-    /* All by position, as many as may be (SGE(addr, length, lkey)): no
-     * check can fail, and no name is looked at. */
-    if (nkw == 0 && nargs >= p->nrequired && nargs <= n - p->nkwonly)
-        return 0;
 #if !IBP_FREE_THREADED
-    /* The call site of the last call again: its keywords' positions are
-     * known, and distinct, so there are no more arguments than names. */
-    if (kwnames != NULL && kwnames == p->kwnames && nargs <= n - p->nkwonly) {
-        if (remembered_keywords(p, args + nargs, nkw, out) == 0)
-            return 0;
-        for (i = (int)nargs; i < n; i++)
-            out[i] = NULL;
-    }
     unsigned char kwpos[IBP_KWNAMES_MEMO];
 #endif
     if (positional(p, nargs, p->nkwonly ? nkw : 0) < 0)
@@ -642,6 +624,34 @@ int ibp_unpack_vector(struct ibp_parser *p, PyObject *const *args, Py_ssize_t na
         remember_keywords(p, kwnames, kwpos, nkw);
 #endif
     return 0;
+}
+
+int ibp_unpack_vector(struct ibp_parser *p, PyObject *const *args, Py_ssize_t nargs,
+                      PyObject *kwnames, PyObject **out)
+{
+    Py_ssize_t nkw = kwnames != NULL ? Py_SIZE(kwnames) : 0;
+    if (parser_ready(p) < 0)
+        return -1;
+    const int n = p->n;
+    /* out[] comes all NULL (the generated caller's initialiser: a few
+     * stores, where a loop here becomes a call of memset) */
+    for (int i = 0; i < nargs && i < n; i++)
+        out[i] = args[i];
+    /* All by position, as many as may be (SGE(addr, length, lkey)): no
+     * check can fail, and no name is looked at. */
+    if (nkw == 0 && nargs >= p->nrequired && nargs <= n - p->nkwonly)
+        return 0;
+#if !IBP_FREE_THREADED
+    /* The call site of the last call again: its keywords' positions are
+     * known, and distinct, so there are no more arguments than names. */
+    if (kwnames != NULL && kwnames == p->kwnames && nargs <= n - p->nkwonly) {
+        if (remembered_keywords(p, args + nargs, nkw, out) == 0)
+            return 0;
+        for (int i = (int)nargs; i < n; i++)
+            out[i] = NULL;
+    }
+#endif
+    return unpack_vector_keywords(p, args, nargs, nkw, kwnames, out);
 }
 
 PyObject *ibp_call_type_vector(PyObject *type, PyObject *const *args, size_t nargsf,
