@@ -54,7 +54,13 @@ static int sge_set(SGEObject *self, PyObject *target, PyObject *length_obj,
     }
     {
         int64_t len = -1;
-        if (ibp_long_check(length_obj)) {
+        /* an int of one digit at once (PyLong_AsSsize_t, as ibp_conv_u64) */
+        Py_ssize_t quick = ibp_long_check(length_obj) ? PyLong_AsSsize_t(length_obj) : -1;
+        if (quick >= 0 && (size_t)quick <= UINT32_MAX) {
+            len = quick;
+        } else if (ibp_long_check(length_obj)) {
+            if (quick == -1 && PyErr_Occurred())
+                PyErr_Clear();      /* OverflowError: said below */
             /* Any int from 2**32 on, however large, gets the message that says why. */
             int overflow = 0;
             long long v = PyLong_AsLongLongAndOverflow(length_obj, &overflow);
