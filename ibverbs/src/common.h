@@ -644,6 +644,53 @@ struct ibp_parser {
 };
 IBP_HIDDEN int ibp_unpack_fastcall(struct ibp_parser *p, PyObject *const *args, Py_ssize_t nargs,
                                    PyObject *kwnames, PyObject **out);
+
+#if IBP_TYPE_VECTORCALL
+IBP_HIDDEN int ibp_unpack_vector_full(struct ibp_parser *p, PyObject *const *args,
+                                      Py_ssize_t nargs, PyObject *kwnames, PyObject **out);
+
+/* The vectorcall constructors' parse (records.h), into out[], which comes
+ * all NULL: inline (always: the compiler would keep SendWR's out of line),
+ * the two quick ways of a ready parser (every argument by position; a call
+ * site's kwnames remembered); anything else, and the words of any error,
+ * ibp_unpack_vector_full's (convert.c). */
+static inline __attribute__((always_inline)) int
+ibp_unpack_vector(struct ibp_parser *p, PyObject *const *args, Py_ssize_t nargs,
+                  PyObject *kwnames, PyObject **out)
+{
+    if (ibp_acquire_load(&p->interned) == NULL)
+        return ibp_unpack_vector_full(p, args, nargs, kwnames, out);
+    const int n = p->n;
+    if (nargs > n - p->nkwonly)
+        return ibp_unpack_vector_full(p, args, nargs, kwnames, out);
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        out[i] = args[i];
+    if (kwnames == NULL)
+        return nargs >= p->nrequired ? 0 : ibp_unpack_vector_full(p, args, nargs, kwnames, out);
+#if !IBP_FREE_THREADED
+    /* The call site of the last call again (its kwnames, one constant
+     * tuple): its keywords' positions are known, and distinct. */
+    if (kwnames == p->kwnames) {
+        PyObject *const *values = args + nargs;
+        Py_ssize_t nkw = Py_SIZE(kwnames), k = 0;
+        for (; k < nkw; k++) {
+            int j = p->kwpos[k];
+            if (out[j] != NULL)     /* given by position too */
+                break;
+            out[j] = values[k];
+        }
+        int i = 0;
+        while (k == nkw && i < p->nrequired && out[i] != NULL)
+            i++;
+        if (k == nkw && i == p->nrequired)
+            return 0;
+        for (i = 0; i < n; i++)     /* the full parse words the error */
+            out[i] = NULL;
+    }
+#endif
+    return ibp_unpack_vector_full(p, args, nargs, kwnames, out);
+}
+#endif
 IBP_HIDDEN int ibp_unpack_tuple(struct ibp_parser *p, PyObject *args, PyObject *kwargs,
                                 PyObject **out);
 

@@ -557,28 +557,9 @@ int ibp_unpack_tuple(struct ibp_parser *p, PyObject *args, PyObject *kwargs, PyO
 }
 
 #if IBP_TYPE_VECTORCALL
-/* The call's keywords by the positions remembered for its kwnames
- * (struct ibp_parser: kwpos): 0, or -1 where a check would fail (a keyword
- * given by position too, a required argument missing), which the full
- * parse then words.  Nothing is raised. */
 #if !IBP_FREE_THREADED
-static inline int remembered_keywords(const struct ibp_parser *p, PyObject *const *values,
-                                      Py_ssize_t nkw, PyObject **out)
-{
-    for (Py_ssize_t k = 0; k < nkw; k++) {
-        int j = p->kwpos[k];
-        if (out[j] != NULL)
-            return -1;
-        out[j] = values[k];
-    }
-    for (int i = 0; i < p->nrequired; i++)
-        if (out[i] == NULL)
-            return -1;
-    return 0;
-}
-
 /* After a full parse that found every keyword: kwnames and the positions
- * into the parser's memo. */
+ * into the parser's memo (common.h: ibp_unpack_vector). */
 static void remember_keywords(struct ibp_parser *p, PyObject *kwnames,
                               const unsigned char *kwpos, Py_ssize_t nkw)
 {
@@ -588,12 +569,20 @@ static void remember_keywords(struct ibp_parser *p, PyObject *kwnames,
 }
 #endif
 
-/* ibp_unpack_vector's full parse: everything but the two quick ways, with
- * out[] holding the arguments by position and NULL after them. */
-static __attribute__((noinline)) int unpack_vector_keywords(
-    struct ibp_parser *p, PyObject *const *args, Py_ssize_t nargs, Py_ssize_t nkw,
-    PyObject *kwnames, PyObject **out)
+/* What ibp_unpack_vector's quick ways leave (common.h): the full parse,
+ * into out[], which comes all NULL. */
+int ibp_unpack_vector_full(struct ibp_parser *p, PyObject *const *args, Py_ssize_t nargs,
+                           PyObject *kwnames, PyObject **out)
 {
+    Py_ssize_t nkw = kwnames != NULL ? Py_SIZE(kwnames) : 0;
+    if (parser_ready(p) < 0)
+        return -1;
+    for (int i = 0; i < nargs && i < p->n; i++)
+        out[i] = args[i];
+    /* All by position, as many as may be: no check can fail, and no name
+     * is looked at (the quick way once the parser is ready). */
+    if (nkw == 0 && nargs >= p->nrequired && nargs <= p->n - p->nkwonly)
+        return 0;
 #if !IBP_FREE_THREADED
     unsigned char kwpos[IBP_KWNAMES_MEMO];
 #endif
@@ -626,34 +615,6 @@ static __attribute__((noinline)) int unpack_vector_keywords(
         remember_keywords(p, kwnames, kwpos, nkw);
 #endif
     return 0;
-}
-
-int ibp_unpack_vector(struct ibp_parser *p, PyObject *const *args, Py_ssize_t nargs,
-                      PyObject *kwnames, PyObject **out)
-{
-    Py_ssize_t nkw = kwnames != NULL ? Py_SIZE(kwnames) : 0;
-    if (parser_ready(p) < 0)
-        return -1;
-    const int n = p->n;
-    /* out[] comes all NULL (the generated caller's initialiser: a few
-     * stores, where a loop here becomes a call of memset) */
-    for (int i = 0; i < nargs && i < n; i++)
-        out[i] = args[i];
-    /* All by position, as many as may be (SGE(addr, length, lkey)): no
-     * check can fail, and no name is looked at. */
-    if (nkw == 0 && nargs >= p->nrequired && nargs <= n - p->nkwonly)
-        return 0;
-#if !IBP_FREE_THREADED
-    /* The call site of the last call again: its keywords' positions are
-     * known, and distinct, so there are no more arguments than names. */
-    if (kwnames != NULL && kwnames == p->kwnames && nargs <= n - p->nkwonly) {
-        if (remembered_keywords(p, args + nargs, nkw, out) == 0)
-            return 0;
-        for (int i = (int)nargs; i < n; i++)
-            out[i] = NULL;
-    }
-#endif
-    return unpack_vector_keywords(p, args, nargs, nkw, kwnames, out);
 }
 
 PyObject *ibp_call_type_vector(PyObject *type, PyObject *const *args, size_t nargsf,
