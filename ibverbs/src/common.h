@@ -547,6 +547,30 @@ static inline PyObject *ibp_enum_member(int which, unsigned long long bits, int 
  * members); -1 with TypeError naming `what` for another enum's (WCOpcode.SEND). */
 IBP_HIDDEN int ibp_enum_check(int which, PyObject *value, const char *what);
 
+/* The runtime of the generated parsers (convert.c; generator/emit.py and
+ * templates/record_type.c.h.j2 emit the structs): each argument by position
+ * or keyword into out[] (NULL where not given), or TypeError with
+ * PyArg_ParseTupleAndKeywords's messages.  A METH_FASTCALL parser takes a
+ * call with its arguments by position inline and hands any other here. */
+#define IBP_KWNAMES_MEMO 16     /* keywords of a call ibp_unpack_vector remembers */
+struct ibp_parser {
+    const char *fname;
+    const char *const *names;   /* NULL-terminated */
+    int nrequired;
+    int nkwonly;                /* the last nkwonly names: by keyword only */
+    int n;                      /* these two: set on first use */
+    PyObject **interned;
+#if IBP_TYPE_VECTORCALL && !IBP_FREE_THREADED
+    /* ibp_unpack_vector's memo (records.h) of the last call's keywords: a
+     * call site's kwnames is one constant tuple, so a call that hands the
+     * same one again finds each keyword's position here (kwpos[k]), without
+     * reading the tuple.  The reference keeps the tuple, so its address
+     * names it. */
+    PyObject *kwnames;
+    unsigned char kwpos[IBP_KWNAMES_MEMO];
+#endif
+};
+
 /* The data-path objects (SGE, SendWR, RecvWR, PostList, PostListEntry, WC,
  * WCBuffer, AsyncEvent) and the converters of the C struct fields they
  * show, from spec/datapath/records.yaml; their accessors and type shells
@@ -620,77 +644,9 @@ static inline void ibp_generic_dealloc(PyObject *op)
     Py_DECREF(type);
 }
 
-/* The runtime of the generated parsers (convert.c; generator/emit.py and
- * templates/record_type.c.h.j2 emit the structs): each argument by position
- * or keyword into out[] (NULL where not given), or TypeError with
- * PyArg_ParseTupleAndKeywords's messages.  A METH_FASTCALL parser takes a
- * call with its arguments by position inline and hands any other here. */
-#define IBP_KWNAMES_MEMO 16     /* keywords of a call ibp_unpack_vector remembers */
-struct ibp_parser {
-    const char *fname;
-    const char *const *names;   /* NULL-terminated */
-    int nrequired;
-    int nkwonly;                /* the last nkwonly names: by keyword only */
-    int n;                      /* these two: set on first use */
-    PyObject **interned;
-#if IBP_TYPE_VECTORCALL && !IBP_FREE_THREADED
-    /* ibp_unpack_vector's memo of the last call's keywords: a call site's
-     * kwnames is one constant tuple, so a call that hands the same one
-     * again finds each keyword's position here (kwpos[k]), without reading
-     * the tuple.  The reference keeps the tuple, so its address names it. */
-    PyObject *kwnames;
-    unsigned char kwpos[IBP_KWNAMES_MEMO];
-#endif
-};
 IBP_HIDDEN int ibp_unpack_fastcall(struct ibp_parser *p, PyObject *const *args, Py_ssize_t nargs,
                                    PyObject *kwnames, PyObject **out);
 
-#if IBP_TYPE_VECTORCALL
-IBP_HIDDEN int ibp_unpack_vector_full(struct ibp_parser *p, PyObject *const *args,
-                                      Py_ssize_t nargs, PyObject *kwnames, PyObject **out);
-
-/* The vectorcall constructors' parse (records.h), into out[], which comes
- * all NULL: inline (always: the compiler would keep SendWR's out of line),
- * the two quick ways of a ready parser (every argument by position; a call
- * site's kwnames remembered); anything else, and the words of any error,
- * ibp_unpack_vector_full's (convert.c). */
-static inline __attribute__((always_inline)) int
-ibp_unpack_vector(struct ibp_parser *p, PyObject *const *args, Py_ssize_t nargs,
-                  PyObject *kwnames, PyObject **out)
-{
-    if (ibp_acquire_load(&p->interned) == NULL)
-        return ibp_unpack_vector_full(p, args, nargs, kwnames, out);
-    const int n = p->n;
-    if (nargs > n - p->nkwonly)
-        return ibp_unpack_vector_full(p, args, nargs, kwnames, out);
-    for (Py_ssize_t i = 0; i < nargs; i++)
-        out[i] = args[i];
-    if (kwnames == NULL)
-        return nargs >= p->nrequired ? 0 : ibp_unpack_vector_full(p, args, nargs, kwnames, out);
-#if !IBP_FREE_THREADED
-    /* The call site of the last call again (its kwnames, one constant
-     * tuple): its keywords' positions are known, and distinct. */
-    if (kwnames == p->kwnames) {
-        PyObject *const *values = args + nargs;
-        Py_ssize_t nkw = Py_SIZE(kwnames), k = 0;
-        for (; k < nkw; k++) {
-            int j = p->kwpos[k];
-            if (out[j] != NULL)     /* given by position too */
-                break;
-            out[j] = values[k];
-        }
-        int i = 0;
-        while (k == nkw && i < p->nrequired && out[i] != NULL)
-            i++;
-        if (k == nkw && i == p->nrequired)
-            return 0;
-        for (i = 0; i < n; i++)     /* the full parse words the error */
-            out[i] = NULL;
-    }
-#endif
-    return ibp_unpack_vector_full(p, args, nargs, kwnames, out);
-}
-#endif
 IBP_HIDDEN int ibp_unpack_tuple(struct ibp_parser *p, PyObject *args, PyObject *kwargs,
                                 PyObject **out);
 

@@ -557,20 +557,9 @@ int ibp_unpack_tuple(struct ibp_parser *p, PyObject *args, PyObject *kwargs, PyO
 }
 
 #if IBP_TYPE_VECTORCALL
-#if !IBP_FREE_THREADED
-/* After a full parse that found every keyword: kwnames and the positions
- * into the parser's memo (common.h: ibp_unpack_vector). */
-static void remember_keywords(struct ibp_parser *p, PyObject *kwnames,
-                              const unsigned char *kwpos, Py_ssize_t nkw)
-{
-    memcpy(p->kwpos, kwpos, (size_t)nkw);
-    Py_INCREF(kwnames);
-    Py_XSETREF(p->kwnames, kwnames);    /* the old tuple's dealloc runs no Python code */
-}
-#endif
-
-/* What ibp_unpack_vector's quick ways leave (common.h): the full parse,
- * into out[], which comes all NULL. */
+/* What ibp_unpack_vector's quick ways leave (records.h): the full parse,
+ * into out[], which comes all NULL; a parse that found every keyword puts
+ * kwnames and their positions into the parser's memo (common.h). */
 int ibp_unpack_vector_full(struct ibp_parser *p, PyObject *const *args, Py_ssize_t nargs,
                            PyObject *kwnames, PyObject **out)
 {
@@ -611,8 +600,11 @@ int ibp_unpack_vector_full(struct ibp_parser *p, PyObject *const *args, Py_ssize
     if (unknown != NULL)
         return invalid_keyword(p, unknown);
 #if !IBP_FREE_THREADED
-    if (nkw > 0 && nkw <= IBP_KWNAMES_MEMO)
-        remember_keywords(p, kwnames, kwpos, nkw);
+    if (nkw > 0 && nkw <= IBP_KWNAMES_MEMO) {
+        memcpy(p->kwpos, kwpos, (size_t)nkw);
+        Py_INCREF(kwnames);
+        Py_XSETREF(p->kwnames, kwnames);    /* the old tuple's dealloc runs no Python code */
+    }
 #endif
     return 0;
 }

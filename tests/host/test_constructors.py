@@ -1,6 +1,6 @@
 """The constructors of the types users build per message (SGE, SendWR,
-RecvWR: spec/datapath/records.yaml `vectorcall: true`).  On a target whose
-Limited API has Py_tp_vectorcall (cp314-abi3) `SendWR(...)` runs through
+RecvWR: spec/datapath/records.yaml `vectorcall: true`).  On a target with
+3.14's Py_tp_vectorcall (cp314-abi3: spec/targets `slots:`) `SendWR(...)` runs through
 the generated vectorcall function; `type.__call__(SendWR, ...)` always
 runs through tp_new and tp_init, as every call does on the other targets.
 Both ways must make the same objects and raise the same exceptions with
