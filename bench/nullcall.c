@@ -22,15 +22,16 @@
  *                    (WC's, which answers its hot fields before the generic
  *                    lookup)
  *
- * Built against the Limited API of the target the extension was built for
- * (bench/host_micro.py passes it from generated/targets.py: 3.9's, 3.14's,
+ * Built for the target the extension was built for, through its
+ * generated/target.h (bench/host_micro.py passes its IBP_TARGET_* macro):
+ * its Limited API (3.9's; cp314-abi3's, 3.9's plus 3.14's Py_tp_vectorcall;
  * or 3.15's abi3t with Py_TARGET_ABI3T), as the extension is.  Where the
- * target's SGE and SendWR are called through Py_tp_vectorcall (its
- * type_vectorcall: NULL_VECTORCALL defined), Null is too, through a
- * do-nothing one (the allocation only).  On abi3t the object head is
- * padded as ours (PyObject is opaque there) and the module is exported as
- * PEP 793 slots.
+ * target has vectorcall constructors (IBP_TYPE_VECTORCALL), Null is also
+ * called through Py_tp_vectorcall, a do-nothing one (the allocation only),
+ * as SGE and SendWR are there.  On abi3t the object head is padded as ours
+ * (PyObject is opaque there) and the module is exported as PEP 793 slots.
  */
+#include "target.h"
 #ifndef Py_LIMITED_API
 #define Py_LIMITED_API 0x03090000
 #endif
@@ -49,6 +50,9 @@
 #else
 #define NULL_HEAD PyObject_HEAD
 #define NULL_ATTR_SIZE sizeof(PyObject)
+#endif
+#if IBP_TYPE_VECTORCALL
+#define NULL_VECTORCALL 1
 #endif
 
 #ifndef METH_FASTCALL

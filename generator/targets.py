@@ -17,8 +17,22 @@ from typing import Dict, List, Optional, Tuple
 from .spec import SpecError, load_file
 
 TARGET_KEYS = {"doc", "python_tag", "abi_tag", "requires_python", "limited_api",
-               "free_threaded", "abi3t"}
-OPTIONAL_KEYS = {"limited_api", "abi3t"}
+               "free_threaded", "abi3t", "slots"}
+OPTIONAL_KEYS = {"limited_api", "abi3t", "slots"}
+
+#: The type slots a target may take from a stable ABI newer than its
+#: Limited API (`slots:`): the CPython that added each to the stable ABI,
+#: and what generated/target.h defines for it, since the headers at the
+#: older Limited API hide it (its values are the stable ABI's, fixed once
+#: added).  cp314-abi3 is compiled against 3.9's Limited API, where
+#: Py_INCREF, Py_DECREF and Py_TYPE are inline (from 3.12's on they are
+#: function calls), and loads only where its wheel tag says, 3.14+.
+SLOTS: Dict[str, Tuple[str, Tuple[Tuple[str, str], ...]]] = {
+    "tp_vectorcall": ("3.14", (
+        ("Py_tp_vectorcall", "82"),
+        ("PY_VECTORCALL_ARGUMENTS_OFFSET", "((size_t)1 << (8 * sizeof(size_t) - 1))"),
+    )),
+}
 
 
 def _minor(version: str) -> Optional[int]:
@@ -37,6 +51,12 @@ class Target:
     limited_api: Optional[str]  # the Limited API level, or None for the full API
     free_threaded: bool        # for a free-threaded interpreter (GIL off)
     abi3t: bool = False        # PEP 803's stable ABI: for GIL builds too
+    slots: Tuple[str, ...] = ()  # type slots of the stable ABI at requires_python (SLOTS)
+
+    @property
+    def slot_defines(self) -> Tuple[Tuple[str, str], ...]:
+        """What generated/target.h defines for the slots (SLOTS), in order."""
+        return tuple(d for s in self.slots for d in SLOTS[s][1])
 
     @property
     def builds(self) -> Tuple[str, ...]:
@@ -75,11 +95,13 @@ class Target:
     def type_vectorcall(self) -> bool:
         """Whether the generated constructors of the types users build per
         message (spec `vectorcall: true`) are emitted: CPython has
-        Py_tp_vectorcall from 3.14, in its Limited API (and abi3t) too.  On a
-        free-threaded target they run outside the new object's critical
-        section, which no other thread can reach before they return it."""
+        Py_tp_vectorcall from 3.14, in its Limited API (and abi3t) too; a
+        target whose Limited API is older takes the slot from 3.14's stable
+        ABI (`slots:`).  On a free-threaded target they run outside the new
+        object's critical section, which no other thread can reach before
+        they return it."""
         api = self.limited_api if self.limited_api is not None else self.requires_python
-        return (_minor(api) or 0) >= 14
+        return (_minor(api) or 0) >= 14 or "tp_vectorcall" in self.slots
 
     @property
     def object_head_size(self) -> Optional[int]:
@@ -124,10 +146,11 @@ def load(path: str, display: str = "spec/targets/targets.yaml") -> List[Target]:
         if free and not abi3t and node.get("limited_api") is not None:
             raise SpecError(f"{node.where('limited_api')}: target {name}: CPython 3.14's "
                             f"free-threaded build has no Limited API")
+        slots = _slots(name, node, limited_minor, _minor(str(node["requires_python"])), free)
         targets.append(Target(name, " ".join(str(node["doc"]).split()), str(node["python_tag"]),
                               str(node["abi_tag"]), str(node["requires_python"]),
                               None if node.get("limited_api") is None else str(node["limited_api"]),
-                              free, abi3t))
+                              free, abi3t, slots))
     if not targets:
         raise SpecError(f"{data.where()}: no targets")
     # setup.py and target.h pick, of one kind of build, the newest target an
@@ -142,6 +165,36 @@ def load(path: str, display: str = "spec/targets/targets.yaml") -> List[Target]:
     return targets
 
 
+def _slots(name, node, limited_minor, requires_minor, free) -> Tuple[str, ...]:
+    """A target's `slots:`: type slots of the stable ABI at its
+    requires_python (SLOTS) that its Limited API's headers hide, for a GIL
+    target of the stable ABI (the free-threaded ones have no such mix)."""
+    slots = node.get("slots")
+    if slots is None:
+        return ()
+    where = node.where("slots")
+    if not isinstance(slots, list) or not all(isinstance(s, str) for s in slots) or not slots:
+        raise SpecError(f"{where}: target {name}: slots is a list of slot names "
+                        f"({', '.join(sorted(SLOTS))})")
+    if free or limited_minor is None:
+        raise SpecError(f"{where}: target {name}: slots are for a GIL target of the stable "
+                        f"ABI (limited_api), compiled below its requires_python")
+    for slot in slots:
+        if slot not in SLOTS:
+            raise SpecError(f"{where}: target {name}: unknown slot {slot!r} "
+                            f"(known: {', '.join(sorted(SLOTS))})")
+        added = _minor(SLOTS[slot][0]) or 0
+        if added > (requires_minor or 0):
+            raise SpecError(f"{where}: target {name}: slot {slot} is in the stable ABI from "
+                            f"{SLOTS[slot][0]}, after its requires_python")
+        if added <= limited_minor:
+            raise SpecError(f"{where}: target {name}: slot {slot} is in the Limited API at "
+                            f"3.{limited_minor} already")
+    if len(set(slots)) != len(slots):
+        raise SpecError(f"{where}: target {name}: a slot named twice")
+    return tuple(slots)
+
+
 def by_newest(targets: List[Target]) -> List[Target]:
     """*targets* from the newest requires_python to the oldest: the order
     in which setup.py and target.h try them."""
@@ -154,7 +207,7 @@ def setup_view(targets: List[Target]) -> str:
     return json.dumps([{"name": t.name, "macro": t.macro, "python_tag": t.python_tag,
                         "abi_tag": t.abi_tag, "requires_python": t.requires_python,
                         "limited_api": t.limited_api_hex, "free_threaded": t.free_threaded,
-                        "type_vectorcall": t.type_vectorcall, "builds": list(t.builds)}
+                        "builds": list(t.builds)}
                        for t in targets], indent=4).replace("true", "True").replace(
                            "false", "False").replace("null", "None")
 

@@ -103,17 +103,11 @@ IBP_HIDDEN PyObject *ibp_publish(PyObject **slot, PyObject *made);
 IBP_HIDDEN void ibp_keep_forever(PyObject *obj);
 IBP_HIDDEN int ibp_memo_take(PyObject **slot, PyObject *obj);
 
-/*
- * METH_FASTCALL | METH_KEYWORDS for the data-path methods that take their
- * arguments by keyword too (the seed's qp.post_send(wrs=...),
- * cq.poll(num_entries=...), mr.sge(length=...); spec `keywords: true`, the
- * generated parsers of ibp_unpack_fastcall): METH_VARARGS would build a
- * tuple per call, measured at about 420 more instructions per post_send or
- * empty poll.
- * The flag and its calling convention are in the stable ABI from 3.10
- * (PyMethodDef); CPython 3.7-3.9 have the same value and convention, only
- * the 3.9 limited-API headers do not show them.
- */
+/* METH_FASTCALL | METH_KEYWORDS for the data-path methods that take keywords
+ * too (qp.post_send(wrs=...); spec `keywords: true`): METH_VARARGS builds a
+ * tuple per call (~420 instructions more per post_send or empty poll).  In
+ * the stable ABI from 3.10; 3.9 has the same value and convention, which
+ * only its limited-API headers hide. */
 #ifndef METH_FASTCALL
 #define METH_FASTCALL 0x0080
 #endif
@@ -226,14 +220,12 @@ IBP_HIDDEN int ibp_conv_handle(PyObject *obj, const char *name,
  * them, or NULL with TypeError naming the item (EBADF for a closed one). */
 IBP_HIDDEN PyObject *ibp_conv_handles(PyObject *obj, const char *name, PyTypeObject *type);
 
-/* The items packed after a variable-length struct (`packed_items:` checks,
- * generator/rules.py: struct ibv_flow_attr and its specs).  1 when, after
- * the head_size bytes of the head, exactly count items fill the len bytes,
- * each starting with a header of a 32-bit kind (at kind_offset) and its
- * own 16-bit size (at size_offset), the size at least the header and
- * inside the buffer, and an item whose kind, without the kind_flags bits,
- * is in kinds at least that kind's struct; 0 otherwise.  What the verb
- * walks by the items' own sizes, with no bound. */
+/* The items packed after a variable-length struct (`packed_items:`,
+ * generator/rules.py: ibv_flow_attr's specs): 1 when, after head_size bytes,
+ * exactly count items fill len bytes, each a 32-bit kind (at kind_offset)
+ * and its own 16-bit size (at size_offset), at least its header, inside the
+ * buffer, and at least its kind's struct (kind less kind_flags, in kinds);
+ * 0 otherwise.  What the verb walks by the items' sizes, unbounded. */
 struct ibp_packed_kind {
     uint32_t kind;
     size_t size;
@@ -322,9 +314,9 @@ IBP_HIDDEN void ibp_handle_release_parents(PyObject *const *parents,
 /* Report a failure that cannot be raised (dealloc). */
 IBP_HIDDEN void ibp_report_unraisable(PyObject *obj, const char *verb, int err);
 
-/* tables.c: what a table keeps of an object that it must not keep alive,
- * and the object back from it (a new reference; NULL, no exception, once
- * its dealloc began).  ibp_table_leave: the kept object's dealloc, first. */
+/* tables.c: what a table keeps of an object, not keeping it alive; the
+ * object back (a new reference; NULL, no exception, once its dealloc began);
+ * ibp_table_leave, first thing in the kept object's dealloc. */
 IBP_HIDDEN PyObject *ibp_table_entry(PyObject *obj);
 IBP_HIDDEN PyObject *ibp_table_object(PyObject *entry);
 IBP_HIDDEN void ibp_table_leave(PyObject *obj);
@@ -561,6 +553,30 @@ static inline PyObject *ibp_enum_member(int which, unsigned long long bits, int 
  * members); -1 with TypeError naming `what` for another enum's (WCOpcode.SEND). */
 IBP_HIDDEN int ibp_enum_check(int which, PyObject *value, const char *what);
 
+/* The runtime of the generated parsers (convert.c; generator/emit.py and
+ * templates/record_type.c.h.j2 emit the structs): each argument by position
+ * or keyword into out[] (NULL where not given), or TypeError with
+ * PyArg_ParseTupleAndKeywords's messages.  A METH_FASTCALL parser takes a
+ * call with its arguments by position inline and hands any other here. */
+#define IBP_KWNAMES_MEMO 16     /* keywords of a call ibp_unpack_vector remembers */
+struct ibp_parser {
+    const char *fname;
+    const char *const *names;   /* NULL-terminated */
+    int nrequired;
+    int nkwonly;                /* the last nkwonly names: by keyword only */
+    int n;                      /* these two: set on first use */
+    PyObject **interned;
+#if IBP_TYPE_VECTORCALL && !IBP_FREE_THREADED
+    /* ibp_unpack_vector's memo (records.h) of the last call's keywords: a
+     * call site's kwnames is one constant tuple, so a call that hands the
+     * same one again finds each keyword's position here (kwpos[k]), without
+     * reading the tuple.  The reference keeps the tuple, so its address
+     * names it. */
+    PyObject *kwnames;
+    unsigned char kwpos[IBP_KWNAMES_MEMO];
+#endif
+};
+
 /* The data-path objects (SGE, SendWR, RecvWR, PostList, PostListEntry, WC,
  * WCBuffer, AsyncEvent) and the converters of the C struct fields they
  * show, from spec/datapath/records.yaml; their accessors and type shells
@@ -586,14 +602,11 @@ static inline const char *ibp_pl_what(const PostListObject *pl)
     return pl->kind == PL_SEND ? "SendWR" : "RecvWR";
 }
 
-/*
- * The work requests of one post: a single request, or any iterable of
- * them (as the seed took).  An exact list or tuple is read in place, with
- * borrowed items: no Python code runs while a chain is built (no callbacks,
- * no __index__), so it cannot change under us.  Anything else (subclasses,
- * generators) is copied into a tuple first, as it may run code when
- * iterated.  An empty one gives n == 0: nothing to post.
- */
+/* The work requests of one post: a single request, or any iterable of them
+ * (as the seed took).  An exact list or tuple is read in place, with
+ * borrowed items: no Python code runs while a chain is built, so it cannot
+ * change under us.  Anything else (subclasses, generators) is copied into a
+ * tuple first, as it may run code when iterated.  Empty: n == 0. */
 struct wr_seq {
     PyObject *one;      /* the single request, or NULL */
     PyObject *seq;      /* the list or tuple read, or NULL */
@@ -618,6 +631,13 @@ static inline PyObject *ibp_wr_seq_item(const struct wr_seq *s, Py_ssize_t i)
     return s->is_list ? PyList_GetItem(s->seq, i) : PyTuple_GetItem(s->seq, i);
 }
 
+/* PyLong_Check, without a call for an exact int: the Limited API's asks
+ * PyType_GetFlags every time (some 10 instructions per field converted). */
+static inline int ibp_long_check(PyObject *v)
+{
+    return PyLong_CheckExact(v) || PyLong_Check(v);
+}
+
 /* tp_dealloc of an object without references to drop (or after dropping them). */
 static inline void ibp_generic_dealloc(PyObject *op)
 {
@@ -627,21 +647,9 @@ static inline void ibp_generic_dealloc(PyObject *op)
     Py_DECREF(type);
 }
 
-/* The runtime of the generated parsers (convert.c; generator/emit.py and
- * templates/record_type.c.h.j2 emit the structs): each argument by position
- * or keyword into out[] (NULL where not given), or TypeError with
- * PyArg_ParseTupleAndKeywords's messages.  A METH_FASTCALL parser takes a
- * call with its arguments by position inline and hands any other here. */
-struct ibp_parser {
-    const char *fname;
-    const char *const *names;   /* NULL-terminated */
-    int nrequired;
-    int nkwonly;                /* the last nkwonly names: by keyword only */
-    int n;                      /* these two: set on first use */
-    PyObject **interned;
-};
 IBP_HIDDEN int ibp_unpack_fastcall(struct ibp_parser *p, PyObject *const *args, Py_ssize_t nargs,
                                    PyObject *kwnames, PyObject **out);
+
 IBP_HIDDEN int ibp_unpack_tuple(struct ibp_parser *p, PyObject *args, PyObject *kwargs,
                                 PyObject **out);
 

@@ -80,17 +80,19 @@ inline int ibp_conv_u64(PyObject *v, const char *name, uint64_t max, uint64_t *o
         PyErr_Format(PyExc_AttributeError, "cannot delete %s", name);
         return -1;
     }
-    if (PyLong_Check(v)) {
-        /* The common case in one call; anything else (negative, too big)
+    if (ibp_long_check(v)) {
+        /* The common case in one call (PyLong_AsSsize_t: an int of one
+         * digit is read at once, where PyLong_AsLongLongAndOverflow costs
+         * some 10 instructions more); anything else (negative, beyond
+         * Py_ssize_t: OverflowError, the only error an int raises here)
          * goes the general way, which words the error. */
-        int overflow;
-        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-        if (overflow == 0 && x >= 0 && (unsigned long long)x <= max) {
+        Py_ssize_t x = PyLong_AsSsize_t(v);
+        if (x >= 0 && (size_t)x <= max) {
             *out = (uint64_t)x;
             return 0;
         }
         if (x == -1 && PyErr_Occurred())
-            return -1;
+            PyErr_Clear();
     }
     return ibp_conv_unsigned(v, name, max, out);
 }
@@ -555,22 +557,24 @@ int ibp_unpack_tuple(struct ibp_parser *p, PyObject *args, PyObject *kwargs, PyO
 }
 
 #if IBP_TYPE_VECTORCALL
-int ibp_unpack_vector(struct ibp_parser *p, PyObject *const *args, Py_ssize_t nargs,
-                      PyObject *kwnames, PyObject **out)
+/* What ibp_unpack_vector's quick ways leave (records.h): the full parse,
+ * into out[], which comes all NULL; a parse that found every keyword puts
+ * kwnames and their positions into the parser's memo (common.h). */
+int ibp_unpack_vector_full(struct ibp_parser *p, PyObject *const *args, Py_ssize_t nargs,
+                           PyObject *kwnames, PyObject **out)
 {
-    Py_ssize_t nkw = kwnames != NULL ? PyTuple_Size(kwnames) : 0;
+    Py_ssize_t nkw = kwnames != NULL ? Py_SIZE(kwnames) : 0;
     if (parser_ready(p) < 0)
         return -1;
-    const int n = p->n;
-    int i = 0;
-    for (; i < nargs && i < n; i++)
+    for (int i = 0; i < nargs && i < p->n; i++)
         out[i] = args[i];
-    for (; i < n; i++)
-        out[i] = NULL;
-    /* All by position, as many as may be (SGE(addr, length, lkey)): no
-     * check can fail, and no name is looked at. */
-    if (nkw == 0 && nargs >= p->nrequired && nargs <= n - p->nkwonly)
+    /* All by position, as many as may be: no check can fail, and no name
+     * is looked at (the quick way once the parser is ready). */
+    if (nkw == 0 && nargs >= p->nrequired && nargs <= p->n - p->nkwonly)
         return 0;
+#if !IBP_FREE_THREADED
+    unsigned char kwpos[IBP_KWNAMES_MEMO];
+#endif
     if (positional(p, nargs, p->nkwonly ? nkw : 0) < 0)
         return -1;
     /* As ibp_unpack_tuple: with keyword-only names, a missing argument is
@@ -586,10 +590,23 @@ int ibp_unpack_vector(struct ibp_parser *p, PyObject *const *args, Py_ssize_t na
         }
         if (store_keyword(p, key, args[nargs + k], out, &next) < 0)
             return -1;
+#if !IBP_FREE_THREADED
+        if (k < IBP_KWNAMES_MEMO)
+            kwpos[k] = (unsigned char)(next - 1);
+#endif
     }
     if (required(p, out) < 0)
         return -1;
-    return unknown != NULL ? invalid_keyword(p, unknown) : 0;
+    if (unknown != NULL)
+        return invalid_keyword(p, unknown);
+#if !IBP_FREE_THREADED
+    if (nkw > 0 && nkw <= IBP_KWNAMES_MEMO) {
+        memcpy(p->kwpos, kwpos, (size_t)nkw);
+        Py_INCREF(kwnames);
+        Py_XSETREF(p->kwnames, kwnames);    /* the old tuple's dealloc runs no Python code */
+    }
+#endif
+    return 0;
 }
 
 PyObject *ibp_call_type_vector(PyObject *type, PyObject *const *args, size_t nargsf,
@@ -597,8 +614,8 @@ PyObject *ibp_call_type_vector(PyObject *type, PyObject *const *args, size_t nar
 {
     /* Not PyObject_Vectorcall(type, ...): that is the vectorcall slot again. */
     ternaryfunc type_call = (ternaryfunc)PyType_GetSlot(Py_TYPE(type), Py_tp_call);
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    Py_ssize_t nkw = kwnames != NULL ? PyTuple_Size(kwnames) : 0;
+    Py_ssize_t nargs = ibp_vectorcall_nargs(nargsf);
+    Py_ssize_t nkw = kwnames != NULL ? Py_SIZE(kwnames) : 0;
     PyObject *tuple = PyTuple_New(nargs), *kwargs = NULL, *result = NULL;
     if (tuple == NULL)
         return NULL;

@@ -28,10 +28,12 @@ void ibp_none_pool(void)
 {
     /* Not on a free-threaded target: it is 3.13 or newer (None immortal),
      * and `pooled` would be an unguarded flag; nor on a stable ABI of 3.12
-     * or later (cp314-abi3), which no CPython before 3.12 loads (and
-     * sscanf would be glibc 2.38's __isoc23_sscanf, built on sid). */
+     * or later (cp314-abi3, whatever its Limited API: IBP_STABLE_ABI),
+     * which no CPython before 3.12 loads (and sscanf would be glibc 2.38's
+     * __isoc23_sscanf, built on sid). */
 #if SIZEOF_VOID_P >= 8 && !IBP_FREE_THREADED && \
-    (!defined(Py_LIMITED_API) || Py_LIMITED_API + 0 < 0x030C0000)
+    (!defined(Py_LIMITED_API) || Py_LIMITED_API + 0 < 0x030C0000) && \
+    !(defined(IBP_STABLE_ABI) && IBP_STABLE_ABI >= 0x030C0000)
     static int pooled;
     int major = 0, minor = 0;
     if (pooled || sscanf(Py_GetVersion(), "%d.%d", &major, &minor) != 2)

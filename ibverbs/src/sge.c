@@ -54,7 +54,13 @@ static int sge_set(SGEObject *self, PyObject *target, PyObject *length_obj,
     }
     {
         int64_t len = -1;
-        if (PyLong_Check(length_obj)) {
+        /* an int of one digit at once (PyLong_AsSsize_t, as ibp_conv_u64) */
+        Py_ssize_t quick = ibp_long_check(length_obj) ? PyLong_AsSsize_t(length_obj) : -1;
+        if (quick >= 0 && (size_t)quick <= UINT32_MAX) {
+            len = quick;
+        } else if (ibp_long_check(length_obj)) {
+            if (quick == -1 && PyErr_Occurred())
+                PyErr_Clear();      /* OverflowError: said below */
             /* Any int from 2**32 on, however large, gets the message that says why. */
             int overflow = 0;
             long long v = PyLong_AsLongLongAndOverflow(length_obj, &overflow);
@@ -68,8 +74,9 @@ static int sge_set(SGEObject *self, PyObject *target, PyObject *length_obj,
             len = v;
         }
         /* the range an SGE holds (uint32_t), also in a negative length's
-         * message; an int in range is taken as read above */
-        if ((!PyLong_Check(length_obj) || len < 0) &&
+         * message; an int in range is taken as read above (len is -1 for
+         * anything else) */
+        if (len < 0 &&
             ibp_conv_signed(length_obj, "length", 0, UINT32_MAX, &len) < 0)
             return -1;
         length = (uint64_t)len;

@@ -67,9 +67,9 @@ def test_three_interpreters_each_with_its_floor(report, tmp_path):
     # seed, ours/seed, C, ours/C, floor+C, goal, status, budget: 3.11's, with
     # 3.14's budget after a slash where it has one
     assert rows["qp.post_send(wr)"][6:] == ["-", "-", "40.0", f"{1006 / 40:.1f}", "996",
-                                            "<= 250", "below floor", "250"]
+                                            "<= 250", "below floor", "250 / 296"]
     assert rows["SGE(addr, length, lkey)"][6:] == ["-", "-", "-", "-", "-", "<= 700",
-                                                   "below floor", "1333 / 1052"]
+                                                   "below floor", "1333 / 884"]
     assert notes == ["3.11 cp39-abi3: CPython 3.11.7", "3.14 cp314-abi3: CPython 3.14.10",
                      "3.15 cp315-abi3t: CPython 3.15.2"]
     assert "CPython 3.11.7 (cp39-abi3), CPython 3.14.10 (cp314-abi3), " \

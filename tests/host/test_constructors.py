@@ -1,6 +1,6 @@
 """The constructors of the types users build per message (SGE, SendWR,
-RecvWR: spec/datapath/records.yaml `vectorcall: true`).  On a target whose
-Limited API has Py_tp_vectorcall (cp314-abi3) `SendWR(...)` runs through
+RecvWR: spec/datapath/records.yaml `vectorcall: true`).  On a target with
+3.14's Py_tp_vectorcall (cp314-abi3: spec/targets `slots:`) `SendWR(...)` runs through
 the generated vectorcall function; `type.__call__(SendWR, ...)` always
 runs through tp_new and tp_init, as every call does on the other targets.
 Both ways must make the same objects and raise the same exceptions with
@@ -153,6 +153,43 @@ def test_the_messages_are_the_parsers():
             with pytest.raises(TypeError) as e:
                 make(cls, *args, **kwargs)
             assert str(e.value) == message, (make.__name__, cls.__name__)
+
+
+def _sendwr_site(first, wr_id, opcode):
+    """Two call sites of one code object, which share one kwnames tuple."""
+    if first is None:
+        return ib.SendWR(wr_id=wr_id, opcode=opcode)
+    return ib.SendWR(first, wr_id=wr_id, opcode=opcode)
+
+
+def _sge_site(addr, length, lkey):
+    if addr is None:
+        return ib.SGE(length=length, lkey=lkey)
+    return ib.SGE(addr, length=length, lkey=lkey)
+
+
+@pytest.mark.parametrize("site, cls, calls", [
+    (_sendwr_site, ib.SendWR, [(None, 1, 0), (None, 2, 4), (5, 1, 0), (None, 3, 4),
+                               (None, -1, 0), (None, 3, "write"), (None, 4, 99), (None, 6, 1)]),
+    (_sge_site, ib.SGE, [(0x1000, 8, 5), (None, 8, 5), (0x1000, 8, 5), (0x1000, -1, 5),
+                         (0x2000, 16, 6)]),
+])
+def test_a_call_site_called_again_is_checked_as_the_first_call(site, cls, calls):
+    """A call site hands the same kwnames tuple at every call, and the
+    vectorcall constructors remember where its keywords go: a later call
+    through it, or through another site with the same keywords, still gets
+    every check (a keyword given by position too, a required argument
+    missing, each value's)."""
+    for first, *rest in calls:
+        args = (first, *rest)
+        try:
+            made = ("ok", fields(site(*args)))
+        except Exception as e:      # noqa: BLE001 - the exception is what is compared
+            made = (type(e), str(e))
+        names = ("wr_id", "opcode") if cls is ib.SendWR else ("length", "lkey")
+        expected = outcome(through_tp_init, cls, () if first is None else (first,),
+                           dict(zip(names, rest)))
+        assert made == expected, args
 
 
 def test_a_constructor_error_leaves_nothing_behind():

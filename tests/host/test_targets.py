@@ -98,16 +98,67 @@ def test_the_targets_reach_setup_py_and_the_c():
     assert [(t["name"], t["python_tag"], t["abi_tag"], t["limited_api"], t["free_threaded"],
              t["builds"]) for t in view] == [
         ("cp39-abi3", "cp39", "abi3", "0x03090000", False, ["gil"]),
-        ("cp314-abi3", "cp314", "abi3", "0x030E0000", False, ["gil"]),
+        # compiled at 3.9's Limited API, plus 3.14's Py_tp_vectorcall (below)
+        ("cp314-abi3", "cp314", "abi3", "0x03090000", False, ["gil"]),
         ("cp314t", "cp314", "cp314t", None, True, ["free-threaded"]),
         # PEP 803: one extension for both builds, the wheel tagged for both
         ("cp315-abi3t", "cp315", "abi3.abi3t", "0x030F0000", True, ["gil", "free-threaded"])]
     header = (GENERATED / "target.h").read_text()
     assert "#define Py_LIMITED_API 0x03090000" in header
-    assert "#define Py_LIMITED_API 0x030E0000" in header
     assert "PyUnstable_Module_SetGIL((m), Py_MOD_GIL_NOT_USED)" in header
     # vectorcall constructors where CPython has Py_tp_vectorcall (3.14)
     assert [t.name for t in loaded if t.type_vectorcall] == ["cp314-abi3", "cp314t", "cp315-abi3t"]
+
+
+def test_cp314_abi3_is_3_9s_limited_api_plus_3_14s_vectorcall_slot():
+    """Compiled as cp39-abi3 is (Py_INCREF, Py_DECREF, Py_TYPE inline: at
+    3.12's Limited API and later they are calls, some 40 instructions each
+    on the data path), with the one slot of 3.14's stable ABI it uses,
+    which those headers hide: its values, defined before <Python.h>."""
+    loaded = {t.name: t for t in targets.load(targets.default_path(SPEC_DIR))}
+    assert loaded["cp314-abi3"].limited_api == "3.9"
+    assert loaded["cp314-abi3"].slots == ("tp_vectorcall",)
+    assert all(not t.slots for n, t in loaded.items() if n != "cp314-abi3")
+    block = _target_block("CP314_ABI3")
+    assert "#define Py_LIMITED_API 0x03090000\n" in block
+    assert "#define IBP_STABLE_ABI 0x030E0000\n" in block
+    assert "#define Py_tp_vectorcall 82\n" in block
+    assert "#define PY_VECTORCALL_ARGUMENTS_OFFSET ((size_t)1 << (8 * sizeof(size_t) - 1))\n" \
+        in block
+    assert "#define IBP_TYPE_VECTORCALL 1\n" in block
+    for name in ("CP39_ABI3", "CP314T", "CP315_ABI3T"):
+        assert "Py_tp_vectorcall" not in _target_block(name)
+        assert "IBP_STABLE_ABI" not in _target_block(name)
+
+
+@pytest.mark.parametrize("edit, message", [
+    ("    slots: [tp_vectorcall]\n", "    slots: [tp_nonesuch]\n", ),
+    ("    slots: [tp_vectorcall]\n", "    slots: tp_vectorcall\n"),
+    ("    slots: [tp_vectorcall]\n", "    slots: [tp_vectorcall, tp_vectorcall]\n"),
+    # the headers have it already
+    ('    limited_api: "3.9"\n', '    limited_api: "3.14"\n'),
+    # the wheel would load where the slot is not
+    ('    requires_python: "3.14"\n', '    requires_python: "3.13"\n'),
+])
+def test_a_wrong_slot_is_refused_with_its_file_and_line(tmp_path, edit, message):
+    text = (ROOT / "spec" / "targets" / "targets.yaml").read_text()
+    head, tail = text.split("  cp314-abi3:\n")
+    section, rest = tail.split("  cp314t:\n")
+    assert edit in section
+    path = tmp_path / "targets.yaml"
+    path.write_text(head + "  cp314-abi3:\n" + section.replace(edit, message) + "  cp314t:\n" + rest)
+    with pytest.raises(SpecError, match=r"targets.yaml:\d+: target cp314-abi3: .*slot"):
+        targets.load(str(path))
+
+
+def test_slots_are_for_a_gil_target_of_the_stable_abi(tmp_path):
+    text = (ROOT / "spec" / "targets" / "targets.yaml").read_text()
+    head, tail = text.split("  cp314t:\n")
+    path = tmp_path / "targets.yaml"
+    path.write_text(head + "  cp314t:\n" + tail.replace(
+        "    free_threaded: true\n", "    free_threaded: true\n    slots: [tp_vectorcall]\n", 1))
+    with pytest.raises(SpecError, match=r"targets.yaml:\d+: target cp314t: slots are for a GIL"):
+        targets.load(str(path))
 
 
 def _setup_py_target(version, free_threaded=False, name=None):
@@ -150,8 +201,8 @@ def test_ibverbs_target_refuses_a_target_newer_than_the_interpreter():
 def test_two_targets_for_one_build_and_version_are_refused(tmp_path):
     text = (ROOT / "spec" / "targets" / "targets.yaml").read_text()
     path = tmp_path / "targets.yaml"
-    path.write_text(text.replace('requires_python: "3.14"\n    limited_api: "3.14"',
-                                 'requires_python: "3.9"\n    limited_api: "3.14"'))
+    path.write_text(text.replace('requires_python: "3.14"\n    limited_api: "3.9"\n    slots: '
+                                 '[tp_vectorcall]', 'requires_python: "3.9"\n    limited_api: "3.9"'))
     with pytest.raises(SpecError, match=r"targets.yaml:\d+: target cp314-abi3: cp39-abi3 is for "
                                         r"the same build and requires_python"):
         targets.load(str(path))
