@@ -566,12 +566,12 @@ struct ibp_parser {
     int nkwonly;                /* the last nkwonly names: by keyword only */
     int n;                      /* these two: set on first use */
     PyObject **interned;
-#if IBP_TYPE_VECTORCALL && !IBP_FREE_THREADED
+#if IBP_TYPE_VECTORCALL && (!IBP_FREE_THREADED || IBP_OPAQUE_OBJECT)
     /* ibp_unpack_vector's memo (records.h) of the last call's keywords: a
      * call site's kwnames is one constant tuple, so a call that hands the
      * same one again finds each keyword's position here (kwpos[k]), without
      * reading the tuple.  The reference keeps the tuple, so its address
-     * names it. */
+     * names it.  Only where the GIL is held (IBP_NO_GIL: abi3t reads it). */
     PyObject *kwnames;
     unsigned char kwpos[IBP_KWNAMES_MEMO];
 #endif

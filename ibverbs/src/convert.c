@@ -572,7 +572,7 @@ int ibp_unpack_vector_full(struct ibp_parser *p, PyObject *const *args, Py_ssize
      * is looked at (the quick way once the parser is ready). */
     if (nkw == 0 && nargs >= p->nrequired && nargs <= p->n - p->nkwonly)
         return 0;
-#if !IBP_FREE_THREADED
+#if !IBP_FREE_THREADED || IBP_OPAQUE_OBJECT
     unsigned char kwpos[IBP_KWNAMES_MEMO];
 #endif
     if (positional(p, nargs, p->nkwonly ? nkw : 0) < 0)
@@ -590,7 +590,7 @@ int ibp_unpack_vector_full(struct ibp_parser *p, PyObject *const *args, Py_ssize
         }
         if (store_keyword(p, key, args[nargs + k], out, &next) < 0)
             return -1;
-#if !IBP_FREE_THREADED
+#if !IBP_FREE_THREADED || IBP_OPAQUE_OBJECT
         if (k < IBP_KWNAMES_MEMO)
             kwpos[k] = (unsigned char)(next - 1);
 #endif
@@ -599,8 +599,8 @@ int ibp_unpack_vector_full(struct ibp_parser *p, PyObject *const *args, Py_ssize
         return -1;
     if (unknown != NULL)
         return invalid_keyword(p, unknown);
-#if !IBP_FREE_THREADED
-    if (nkw > 0 && nkw <= IBP_KWNAMES_MEMO) {
+#if !IBP_FREE_THREADED || IBP_OPAQUE_OBJECT
+    if (!IBP_NO_GIL && nkw > 0 && nkw <= IBP_KWNAMES_MEMO) {
         memcpy(p->kwpos, kwpos, (size_t)nkw);
         Py_INCREF(kwnames);
         Py_XSETREF(p->kwnames, kwnames);    /* the old tuple's dealloc runs no Python code */
