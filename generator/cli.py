@@ -46,16 +46,21 @@ def _render_all(args: Any) -> Dict[str, str]:
     return render_all(_prefix(args))[0]
 
 
-def cmd_ir(args: Any) -> int:
-    from . import irjson, parse
-    ir = parse.parse(_prefix(args), args.header)
-    text = irjson.dump(ir) if args.json else parse.summary(ir) + "\n"
+def _emit(args: Any, text: str) -> int:
+    """text to --output, or to stdout without it."""
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:
             f.write(text)
     else:
         sys.stdout.write(text)
     return 0
+
+
+def cmd_ir(args: Any) -> int:
+    from . import irjson, parse
+    ir = parse.parse(_prefix(args), args.header)
+    text = irjson.dump(ir) if args.json else parse.summary(ir) + "\n"
+    return _emit(args, text)
 
 
 def cmd_generate(args: Any) -> int:
@@ -96,12 +101,7 @@ def cmd_model(args: Any) -> int:
     """The whole model as JSON (generator/model_json.py), before any C is written."""
     from . import model_json
     text = model_json.dump(build_all(_prefix(args)))
-    if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(text)
-    else:
-        sys.stdout.write(text)
-    return 0
+    return _emit(args, text)
 
 
 def cmd_stamps(args: Any) -> int:

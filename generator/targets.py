@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from .spec import SpecError, load_file
 
@@ -165,7 +165,8 @@ def load(path: str, display: str = "spec/targets/targets.yaml") -> List[Target]:
     return targets
 
 
-def _slots(name, node, limited_minor, requires_minor, free) -> Tuple[str, ...]:
+def _slots(name: str, node: Any, limited_minor: Optional[int], requires_minor: Optional[int],
+           free: bool) -> Tuple[str, ...]:
     """A target's `slots:`: type slots of the stable ABI at its
     requires_python (SLOTS) that its Limited API's headers hide, for a GIL
     target of the stable ABI (the free-threaded ones have no such mix)."""
