@@ -92,33 +92,55 @@ static int check_inline_mrs(PyObject *sg_list, const struct ibv_send_wr *wr)
  */
 static PyObject *send_wr_handles(SendWRObject *w)
 {
-    PyObject *mw = NULL, *mr = NULL;
-    if (w->opcode == IBV_WR_BIND_MW) {
-        mw = w->mw;
-        if (w->bind_info != NULL)
-            mr = ((struct MWBindInfoObject *)w->bind_info)->ref_mr;
+    /* The bind_info's MR first, in the bind_info's critical section: taking
+     * it may suspend the request's, so the request is read after it (and
+     * the bind_info read again if the request has another one by then). */
+    PyObject *info = NULL, *mr = NULL;
+    while (w->opcode == IBV_WR_BIND_MW && w->bind_info != NULL && w->bind_info != info) {
+        Py_XDECREF(info);
+        Py_XDECREF(mr);
+        info = Py_NewRef(w->bind_info);
+        ibp_lock_t cs;
+        ibp_lock(&cs, info);
+        mr = ((struct MWBindInfoObject *)info)->ref_mr;
+        Py_XINCREF(mr);
+        ibp_unlock(&cs);
     }
+    PyObject *mw = w->opcode == IBV_WR_BIND_MW ? w->mw : NULL;
+    if (w->opcode != IBV_WR_BIND_MW || w->bind_info == NULL)
+        Py_CLEAR(mr);
     int with_inline = (w->send_flags & IBV_SEND_INLINE) && w->sg_list != NULL;
-    if (w->ah == NULL && mw == NULL && mr == NULL && !with_inline)
-        return Py_NewRef(Py_None);
+    PyObject *handles = NULL;
+    if (w->ah == NULL && mw == NULL && mr == NULL && !with_inline) {
+        handles = Py_NewRef(Py_None);
+        goto done;
+    }
+    if (mw == NULL && mr == NULL && !with_inline) {    /* a UD request: its AH alone */
+        handles = PyTuple_Pack(1, w->ah);
+        goto done;
+    }
     PyObject *found = PyList_New(0);
     if (found == NULL)
-        return NULL;
+        goto done;
     PyObject *named[] = {w->ah, mw, mr};
     for (size_t i = 0; i < sizeof(named) / sizeof(named[0]); i++)
         if (named[i] != NULL && PyList_Append(found, named[i]) < 0)
             goto fail;
     for (Py_ssize_t j = 0; with_inline && j < PyList_Size(w->sg_list); j++) {
-        PyObject *owner = ((SGEObject *)PyList_GetItem(w->sg_list, j))->owner;
+        /* not an SGE (the list is the caller's, changed since): the fill
+         * says so, nothing of it to hold */
+        PyObject *item = PyList_GetItem(w->sg_list, j);
+        PyObject *owner = PyObject_TypeCheck(item, SGE_Type) ? ((SGEObject *)item)->owner : NULL;
         if (owner != NULL && PyObject_TypeCheck(owner, MR_Type) && PyList_Append(found, owner) < 0)
             goto fail;
     }
-    PyObject *handles = PyList_AsTuple(found);
-    Py_DECREF(found);
-    return handles;
+    handles = PyList_AsTuple(found);
 fail:
     Py_DECREF(found);
-    return NULL;
+done:
+    Py_XDECREF(info);
+    Py_XDECREF(mr);
+    return handles;
 }
 
 static int same_handles(PyObject *a, PyObject *b)
