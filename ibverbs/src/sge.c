@@ -54,24 +54,26 @@ static int sge_set(SGEObject *self, PyObject *target, PyObject *length_obj,
     }
     {
         int64_t len = -1;
-        /* an int of one digit at once (PyLong_AsSsize_t, as ibp_conv_u64) */
-        Py_ssize_t quick = ibp_long_check(length_obj) ? PyLong_AsSsize_t(length_obj) : -1;
-        if (quick >= 0 && (size_t)quick <= UINT32_MAX) {
-            len = quick;
-        } else if (ibp_long_check(length_obj)) {
-            if (quick == -1 && PyErr_Occurred())
-                PyErr_Clear();      /* OverflowError: said below */
-            /* Any int from 2**32 on, however large, gets the message that says why. */
-            int overflow = 0;
-            long long v = PyLong_AsLongLongAndOverflow(length_obj, &overflow);
-            if (overflow > 0 || (overflow == 0 && v > (long long)UINT32_MAX)) {
-                PyErr_SetString(PyExc_ValueError, "SGE length must be below 2**32; split it "
-                                "into several SGEs");
-                return -1;
+        if (ibp_long_check(length_obj)) {
+            /* an int of one digit at once (PyLong_AsSsize_t, as ibp_conv_u64) */
+            Py_ssize_t quick = PyLong_AsSsize_t(length_obj);
+            if (quick >= 0 && (size_t)quick <= UINT32_MAX) {
+                len = quick;
+            } else {
+                if (quick == -1 && PyErr_Occurred())
+                    PyErr_Clear();      /* OverflowError: said below */
+                /* Any int from 2**32 on, however large, gets the message that says why. */
+                int overflow = 0;
+                long long v = PyLong_AsLongLongAndOverflow(length_obj, &overflow);
+                if (overflow > 0 || (overflow == 0 && v > (long long)UINT32_MAX)) {
+                    PyErr_SetString(PyExc_ValueError, "SGE length must be below 2**32; split it "
+                                    "into several SGEs");
+                    return -1;
+                }
+                if (v == -1 && PyErr_Occurred())
+                    return -1;
+                len = v;
             }
-            if (v == -1 && PyErr_Occurred())
-                return -1;
-            len = v;
         }
         /* the range an SGE holds (uint32_t), also in a negative length's
          * message; an int in range is taken as read above (len is -1 for

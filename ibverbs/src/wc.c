@@ -158,10 +158,10 @@ int ibp_wc_to_c(PyObject *obj, struct ibv_wc *out)
 #define RESULT_CACHE_MAX 16
 static PyObject *result_cache[RESULT_CACHE_MAX + 1][2];
 /* Not where threads run without the GIL (IBP_NO_GIL): a list is taken
- * when its count says only the cache holds it, and two threads would take the same one (and a count
- * read from another thread is no proof that nobody holds it); per thread,
- * the lists would leak when their thread ends.  Every poll makes its list
- * there, and nothing is cached or purged. */
+ * when its count says only the cache holds it, and two threads would take
+ * the same one (and a count read from another thread is no proof that
+ * nobody holds it); per thread, the lists would leak when their thread
+ * ends.  Every poll makes its list there, and nothing is cached or purged. */
 #define RESULT_CACHED (!IBP_NO_GIL)
 
 /* What a poll replaced or evicted, to drop at its end: an item per WC and
