@@ -21,18 +21,13 @@ TARGET_KEYS = {"doc", "python_tag", "abi_tag", "requires_python", "limited_api",
 OPTIONAL_KEYS = {"limited_api", "abi3t", "slots"}
 
 #: The type slots a target may take from a stable ABI newer than its
-#: Limited API (`slots:`): the CPython that added each to the stable ABI,
-#: and what generated/target.h defines for it, since the headers at the
-#: older Limited API hide it (its values are the stable ABI's, fixed once
-#: added).  cp314-abi3 is compiled against 3.9's Limited API, where
-#: Py_INCREF, Py_DECREF and Py_TYPE are inline (from 3.12's on they are
-#: function calls), and loads only where its wheel tag says, 3.14+.
-SLOTS: Dict[str, Tuple[str, Tuple[Tuple[str, str], ...]]] = {
-    "tp_vectorcall": ("3.14", (
-        ("Py_tp_vectorcall", "82"),
-        ("PY_VECTORCALL_ARGUMENTS_OFFSET", "((size_t)1 << (8 * sizeof(size_t) - 1))"),
-    )),
-}
+#: Limited API (`slots:`), and the CPython that added each to the stable
+#: ABI.  templates/target.h.j2 defines what the headers at the older
+#: Limited API hide (their values are the stable ABI's, fixed once added).
+#: cp314-abi3 is compiled against 3.9's Limited API, where Py_INCREF,
+#: Py_DECREF and Py_TYPE are inline (from 3.12's on they are function
+#: calls), and loads only where its wheel tag says, 3.14+.
+SLOTS: Dict[str, str] = {"tp_vectorcall": "3.14"}
 
 
 def _minor(version: str) -> Optional[int]:
@@ -52,11 +47,6 @@ class Target:
     free_threaded: bool        # for a free-threaded interpreter (GIL off)
     abi3t: bool = False        # PEP 803's stable ABI: for GIL builds too
     slots: Tuple[str, ...] = ()  # type slots of the stable ABI at requires_python (SLOTS)
-
-    @property
-    def slot_defines(self) -> Tuple[Tuple[str, str], ...]:
-        """What generated/target.h defines for the slots (SLOTS), in order."""
-        return tuple(d for s in self.slots for d in SLOTS[s][1])
 
     @property
     def builds(self) -> Tuple[str, ...]:
@@ -184,10 +174,10 @@ def _slots(name: str, node: Any, limited_minor: Optional[int], requires_minor: O
         if slot not in SLOTS:
             raise SpecError(f"{where}: target {name}: unknown slot {slot!r} "
                             f"(known: {', '.join(sorted(SLOTS))})")
-        added = _minor(SLOTS[slot][0]) or 0
+        added = _minor(SLOTS[slot]) or 0
         if added > (requires_minor or 0):
             raise SpecError(f"{where}: target {name}: slot {slot} is in the stable ABI from "
-                            f"{SLOTS[slot][0]}, after its requires_python")
+                            f"{SLOTS[slot]}, after its requires_python")
         if added <= limited_minor:
             raise SpecError(f"{where}: target {name}: slot {slot} is in the Limited API at "
                             f"3.{limited_minor} already")
