@@ -31,6 +31,18 @@ for p in (str(ROOT), str(TESTS)):
 
 import rxe  # noqa: E402  (tests/rxe.py)
 
+try:
+    from hypothesis import HealthCheck, settings
+except ImportError:  # the VM's tiers and tools that run without hypothesis
+    pass
+else:
+    # Speed is not what these properties test: the aarch64 tier runs under
+    # qemu-user and CI shares 2 cores with a VM, where generating 100
+    # examples can take seconds.  Tests that set their own settings keep them.
+    settings.register_profile("ibverbs", deadline=None,
+                              suppress_health_check=[HealthCheck.too_slow])
+    settings.load_profile("ibverbs")
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
     for item in items:
