@@ -243,7 +243,6 @@ class StructObjectParam(ClassArgParam):
         model = ctx.struct_model(self.cls)
         if model is None:
             ctx.fail(f"unknown struct class {self.cls}")
-        self.has_handles = model.has_handles
         self.ctype = model.ctype
         self.handle_fields = [f.name for f in model.handle_fields]
 
@@ -279,14 +278,22 @@ class StructObjectParam(ClassArgParam):
         this call reads them."""
         if not self.handle_fields:
             return []
-        lines = [f"/* {self.name}'s handles, held as they are now */",
-                 f"ibp_lock(&{self.name}_lock, {self.name});", f"{self.name}_locked = 1;",
-                 f"if ({self.cls}_prepare({self.name}) < 0)", "    goto exit;"]
+        n = self.name
+        lines = [f"/* {n}'s handles held as they are now, then checked open */",
+                 f"ibp_lock(&{n}_lock, {n});", f"{n}_locked = 1;"]
         for f in self.handle_fields:
-            lines += [f"if (ibp_hold({self.name}->{HandleField.ref_member(f)}, NULL, "
-                      f"&{self.held_local(self.name, f)}) < 0)",
+            lines += [f"if (ibp_hold({n}->{HandleField.ref_member(f)}, NULL, "
+                      f"&{self.held_local(n, f)}) < 0)",
                       "    goto exit;"]
-        return lines
+        # A hold that waits for its object's lock suspends this one: what
+        # was set meanwhile is not what is held.
+        same = " || ".join(f"{n}->{HandleField.ref_member(f)} != {self.held_local(n, f)}"
+                           for f in self.handle_fields)
+        return lines + [f"if ({same}) {{",
+                        f'    PyErr_SetString(PyExc_RuntimeError, "{n} was set by another thread '
+                        'during this call");',
+                        "    goto exit;", "}",
+                        f"if ({self.cls}_prepare({n}) < 0)", "    goto exit;"]
 
     def cleanup(self) -> List[str]:
         if not self.handle_fields:
@@ -314,8 +321,9 @@ class StructObjectParam(ClassArgParam):
                  f'    PyErr_Format(PyExc_TypeError, "{name} must be a {cls}, not %s", '
                  f'ibp_type_name({var}));',
                  "    goto exit;", "}", f"{name} = (struct {cls}Object *){var};"]
-        if self.has_handles:
-            lines += [f"if ({cls}_prepare({name}) < 0)", "    goto exit;"]
+        # Its handles are checked and written in by hold_handles() alone, in
+        # its critical section: X_prepare() writes the C struct, which
+        # another thread may be reading or setting.
         return lines
 
     def call_arg(self) -> str:

@@ -504,12 +504,39 @@ static int same_context(PyObject *obj, const char *name, struct ibv_context *min
     return 0;
 }
 
+static PyObject *create_qp_held(PyObject *op, PyObject *pd, struct QPInitAttrObject *attr);
+
+/* rdma_create_qp keeps the GIL, but on a free-threaded target other threads
+ * run meanwhile: the PD and what init_attr names are held (their close()
+ * says EBUSY) until the QP holds them, and init_attr is read in its
+ * critical section, before anything of the CMID. */
 PyObject *ibp_hand_CMID_create_qp_impl(PyObject *op, PyObject *pd,
                                        struct QPInitAttrObject *attr)
 {
+    PyObject *held[4] = {NULL, NULL, NULL, NULL}, *result = NULL;
+    ibp_lock_t cs;
+    ibp_lock(&cs, attr);
+    /* held, then checked open: a close() either sees the hold or is over */
+    if (ibp_hold(pd, NULL, &held[0]) == 0 && ibp_hold(attr->ref_send_cq, NULL, &held[1]) == 0 &&
+        ibp_hold(attr->ref_recv_cq, NULL, &held[2]) == 0 &&
+        ibp_hold(attr->ref_srq, NULL, &held[3]) == 0 &&
+        ibp_check_open(pd) == 0 && QPInitAttr_prepare(attr) == 0) {
+        /* a hold that waited for its object's lock suspended init_attr's */
+        if (attr->ref_send_cq != held[1] || attr->ref_recv_cq != held[2] || attr->ref_srq != held[3])
+            PyErr_SetString(PyExc_RuntimeError,
+                            "init_attr was set by another thread during this call");
+        else
+            result = create_qp_held(op, pd, attr);
+    }
+    ibp_unlock(&cs);
+    for (size_t i = 0; i < sizeof(held) / sizeof(held[0]); i++)
+        ibp_unhold(held[i]);
+    return result;
+}
+
+static PyObject *create_qp_held(PyObject *op, PyObject *pd, struct QPInitAttrObject *attr)
+{
     struct CMIDObject *self = (struct CMIDObject *)op;
-    if (QPInitAttr_prepare(attr) < 0)
-        return NULL;
     if (attr->ref_send_cq == NULL || attr->ref_recv_cq == NULL) {
         /* placeholders the caller never filled (QPInitAttr(None, None)) */
         PyErr_SetString(PyExc_TypeError, "CMID.create_qp: init_attr.send_cq and recv_cq must be CQs, not None");

@@ -32,11 +32,7 @@
 
 /* Helpers the Limited API only gained after our 3.9 floor. */
 #ifndef Py_NewRef
-static inline PyObject *ibp_new_ref(PyObject *obj)
-{
-    Py_INCREF(obj);
-    return obj;
-}
+static inline PyObject *ibp_new_ref(PyObject *obj) { Py_INCREF(obj); return obj; }
 #define Py_NewRef(obj) ibp_new_ref((PyObject *)(obj))
 #endif
 #ifndef Py_XSETREF
@@ -683,10 +679,14 @@ IBP_HIDDEN void ibp_wr_seq_done(struct wr_seq *s);
 /* TypeError "item <i> must be a <what>, not <type>"; -1. */
 IBP_HIDDEN int ibp_bad_wr_item(Py_ssize_t i, const char *what, PyObject *item);
 IBP_HIDDEN int ibp_check_inline_sges(const struct ibv_send_wr *wr);
-/* A request into *wr, its SGEs into wr->sg_list (room for `room`): 0, 1
- * when the SGEs do not fit (nothing raised), -1 with an exception. */
+/* A BIND_MW's bind_info copied in its critical section with its MR (new
+ * reference or NULL), the one its post holds whatever is set there since. */
+struct ibp_bind_snapshot { PyObject *info, *mr; struct ibv_mw_bind_info c; };
+IBP_HIDDEN PyObject *ibp_bind_snapshot_take(PyObject *info, struct ibp_bind_snapshot *b);
+/* A request into *wr, its SGEs into wr->sg_list (room for `room`), a BIND_MW's
+ * bind_info from *bind: 0, 1 when the SGEs do not fit (nothing raised), -1. */
 IBP_HIDDEN int ibp_send_wr_fill(SendWRObject *w, PyObject *sg_list, struct ibv_send_wr *wr,
-                                Py_ssize_t room);
+                                Py_ssize_t room, struct ibp_bind_snapshot *bind);
 IBP_HIDDEN int ibp_recv_wr_fill(RecvWRObject *w, PyObject *sg_list,
                                 struct ibv_recv_wr *wr, Py_ssize_t room);
 

@@ -90,21 +90,18 @@ static int check_inline_mrs(PyObject *sg_list, const struct ibv_send_wr *wr)
  * request is read again after it, and held anew when what it names
  * changed.  On a GIL target no close() runs during a post: nothing held.
  */
-static PyObject *send_wr_handles(SendWRObject *w)
+static PyObject *send_wr_handles(SendWRObject *w, struct ibp_bind_snapshot *bind)
 {
-    /* The bind_info's MR first, in the bind_info's critical section: taking
-     * it may suspend the request's, so the request is read after it (and
-     * the bind_info read again if the request has another one by then). */
+    /* The bind_info (the MR it names, and what the fill hands over) first,
+     * in the bind_info's critical section: taking it may suspend the
+     * request's, so the request is read after it (and the bind_info taken
+     * again if the request has another one by then). */
     PyObject *info = NULL, *mr = NULL;
     while (w->opcode == IBV_WR_BIND_MW && w->bind_info != NULL && w->bind_info != info) {
         Py_XDECREF(info);
         Py_XDECREF(mr);
         info = Py_NewRef(w->bind_info);
-        ibp_lock_t cs;
-        ibp_lock(&cs, info);
-        mr = ((struct MWBindInfoObject *)info)->ref_mr;
-        Py_XINCREF(mr);
-        ibp_unlock(&cs);
+        mr = ibp_bind_snapshot_take(info, bind);
     }
     PyObject *mw = w->opcode == IBV_WR_BIND_MW ? w->mw : NULL;
     if (w->opcode != IBV_WR_BIND_MW || w->bind_info == NULL)
@@ -153,14 +150,20 @@ static int same_handles(PyObject *a, PyObject *b)
     return 1;
 }
 
-/* *held: what ibp_unhold_each releases (NULL: nothing held). */
-static int send_wr_hold(SendWRObject *w, PyObject **held)
+/* *held: what ibp_unhold_each releases (NULL: nothing held); *bind: a
+ * BIND_MW request's bind_info as the fill hands it over, its MR held. */
+static int send_wr_hold(SendWRObject *w, PyObject **held, struct ibp_bind_snapshot *bind)
 {
     *held = NULL;
-    if (!IBP_NO_GIL)
+    bind->info = NULL;
+    if (!IBP_NO_GIL) {
+        /* nothing else runs until the post returns: the bind_info keeps its MR */
+        if (w->opcode == IBV_WR_BIND_MW && w->bind_info != NULL)
+            Py_XDECREF(ibp_bind_snapshot_take(w->bind_info, bind));
         return 0;
+    }
     for (;;) {
-        PyObject *wanted = send_wr_handles(w);
+        PyObject *wanted = send_wr_handles(w, bind);
         if (wanted == NULL || wanted == Py_None) {
             Py_XDECREF(wanted);
             return wanted == NULL ? -1 : 0;
@@ -169,7 +172,7 @@ static int send_wr_hold(SendWRObject *w, PyObject **held)
         Py_DECREF(wanted);
         if (rc < 0)
             return -1;
-        PyObject *now = send_wr_handles(w);
+        PyObject *now = send_wr_handles(w, bind);
         int same = now != NULL && now != Py_None && same_handles(now, *held);
         Py_XDECREF(now);
         if (same)
@@ -182,10 +185,10 @@ static int send_wr_hold(SendWRObject *w, PyObject **held)
 }
 
 /* send_wr_hold for a chain: released by chain_unhold (chain_end). */
-static int chain_hold(struct chain *c, SendWRObject *w)
+static int chain_hold(struct chain *c, SendWRObject *w, struct ibp_bind_snapshot *bind)
 {
     PyObject *held;
-    if (send_wr_hold(w, &held) < 0)
+    if (send_wr_hold(w, &held, bind) < 0)
         return -1;
     if (held == NULL)
         return 0;
@@ -288,7 +291,8 @@ static inline PyObject *post_send_kept(PyObject *self, SendWRObject *w)
 /* Post one request with its SGEs on the stack.  When they do not fit,
  * NULL without an exception and *no_room set: nothing was posted, and the
  * caller takes a chain's way. */
-static PyObject *post_send_one_locked(PyObject *self, SendWRObject *w, int *no_room);
+static PyObject *post_send_one_locked(PyObject *self, SendWRObject *w, int *no_room,
+                                      struct ibp_bind_snapshot *bind);
 
 /* Post one request: read and posted in its critical section (ibp_wr_lock),
  * what it names held (send_wr_hold). */
@@ -296,14 +300,17 @@ static PyObject *post_send_one(PyObject *self, SendWRObject *w, int *no_room)
 {
     struct ibp_wr_lock l;
     PyObject *held;
+    struct ibp_bind_snapshot bind;
     ibp_wr_lock(&l, (PyObject *)w);
-    PyObject *result = send_wr_hold(w, &held) < 0 ? NULL : post_send_one_locked(self, w, no_room);
+    PyObject *result = send_wr_hold(w, &held, &bind) < 0 ? NULL
+                       : post_send_one_locked(self, w, no_room, &bind);
     ibp_unhold_each(held);
     ibp_wr_unlock(&l);
     return result;
 }
 
-static PyObject *post_send_one_locked(PyObject *self, SendWRObject *w, int *no_room)
+static PyObject *post_send_one_locked(PyObject *self, SendWRObject *w, int *no_room,
+                                      struct ibp_bind_snapshot *bind)
 {
     if (ibp_send_wr_kept(w) && QP_PTR(self)->qp_type != IBV_QPT_UD)
         return post_send_kept(self, w);     /* post_send([wr]) */
@@ -312,7 +319,7 @@ static PyObject *post_send_one_locked(PyObject *self, SendWRObject *w, int *no_r
     wr.sg_list = sges;
     if (ibp_check_ah_fits_qp(self, w->ah, 0) < 0)
         return NULL;
-    int filled = ibp_send_wr_fill(w, w->sg_list, &wr, STACK_SGES);
+    int filled = ibp_send_wr_fill(w, w->sg_list, &wr, STACK_SGES, bind);
     if (filled != 0) {
         *no_room = filled > 0;
         return NULL;
@@ -487,8 +494,9 @@ static Py_ssize_t send_chain_on_stack(PyObject *self, PyObject *arg, struct chai
             continue;
         }
         wr->sg_list = sge;
-        int filled = chain_hold(c, w) < 0 || ibp_check_ah_fits_qp(self, w->ah, i) < 0 ? -1
-                     : ibp_send_wr_fill(w, w->sg_list, wr, c->stack_sges + STACK_SGES - sge);
+        struct ibp_bind_snapshot bind;
+        int filled = chain_hold(c, w, &bind) < 0 || ibp_check_ah_fits_qp(self, w->ah, i) < 0 ? -1
+                     : ibp_send_wr_fill(w, w->sg_list, wr, c->stack_sges + STACK_SGES - sge, &bind);
         if (filled == 0 && check_inline_mrs(w->sg_list, wr) < 0)
             filled = -1;
         ibp_wr_unlock(&l);
@@ -606,9 +614,10 @@ static PyObject *post_send_requests(PyObject *self, PyObject *arg, enum recv_que
         SendWRObject *w = (SendWRObject *)ibp_wr_seq_item(&s, i);
         wr->sg_list = sge;
         struct ibp_wr_lock l;
+        struct ibp_bind_snapshot bind;
         ibp_wr_lock(&l, (PyObject *)w);
-        int filled = chain_hold(&c, w) < 0 || ibp_check_ah_fits_qp(self, w->ah, i) < 0 ? -1
-                     : ibp_send_wr_fill(w, w->sg_list, wr, s.nsge - (sge - c.sges));
+        int filled = chain_hold(&c, w, &bind) < 0 || ibp_check_ah_fits_qp(self, w->ah, i) < 0 ? -1
+                     : ibp_send_wr_fill(w, w->sg_list, wr, s.nsge - (sge - c.sges), &bind);
         if (filled == 0 && check_inline_mrs(w->sg_list, wr) < 0)
             filled = -1;
         ibp_wr_unlock(&l);

@@ -70,7 +70,7 @@ static int pl_fill(PostListObject *pl, Py_ssize_t i, PyObject *w)
     }
     if (pl->kind == PL_SEND) {
         tmp.send.sg_list = sges;
-        if (ibp_send_wr_fill((SendWRObject *)w, sg_list, &tmp.send, nsge) != 0)
+        if (ibp_send_wr_fill((SendWRObject *)w, sg_list, &tmp.send, nsge, NULL) != 0)
             goto done;
     } else {
         tmp.recv.sg_list = sges;

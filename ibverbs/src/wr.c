@@ -312,11 +312,24 @@ void ibp_send_wr_copy_kept(const SendWRObject *w, struct ibv_send_wr *wr)
     SendWR_fill(w, wr);
 }
 
+PyObject *ibp_bind_snapshot_take(PyObject *info, struct ibp_bind_snapshot *b)
+{
+    ibp_lock_t cs;
+    ibp_lock(&cs, info);
+    b->info = info;
+    b->c = ((struct MWBindInfoObject *)info)->c;
+    b->mr = ((struct MWBindInfoObject *)info)->ref_mr;
+    Py_XINCREF(b->mr);
+    ibp_unlock(&cs);
+    return b->mr;
+}
+
 /* One SendWR into *wr, its SGEs from sg_list (w's, or a reference to it
  * the caller holds) into wr->sg_list, which has room for `room`: 1 when
  * they do not fit.  The caller sets next afterwards.  Allocates nothing
  * (so runs no Python code). */
-int ibp_send_wr_fill(SendWRObject *w, PyObject *sg_list, struct ibv_send_wr *wr, Py_ssize_t room)
+int ibp_send_wr_fill(SendWRObject *w, PyObject *sg_list, struct ibv_send_wr *wr, Py_ssize_t room,
+                     struct ibp_bind_snapshot *bind)
 {
     struct ibv_sge *sg = wr->sg_list;
     uint64_t sge_stamps[IBP_CACHED_SGES];
@@ -342,12 +355,20 @@ int ibp_send_wr_fill(SendWRObject *w, PyObject *sg_list, struct ibv_send_wr *wr,
             PyErr_SetString(PyExc_ValueError, "a BIND_MW request needs mw and bind_info");
             return -1;
         }
-        struct MWBindInfoObject *info = (struct MWBindInfoObject *)w->bind_info;
-        if (ibp_check_open(w->mw) < 0 || MWBindInfo_prepare(info) < 0)
+        /* The bind_info as its post took it, never read here: another
+         * thread may be setting it, and only the MR taken is held. */
+        if (bind == NULL || bind->info != w->bind_info) {
+            PyErr_SetString(PyExc_SystemError, "a BIND_MW request filled without its bind_info");
+            return -1;
+        }
+        struct MWBindInfoObject taken;
+        taken.c = bind->c;
+        taken.ref_mr = bind->mr;
+        if (ibp_check_open(w->mw) < 0 || MWBindInfo_prepare(&taken) < 0)
             return -1;
         wr->bind_mw.mw = MW_PTR(w->mw);
         wr->bind_mw.rkey = w->rkey;
-        wr->bind_mw.bind_info = info->c;
+        wr->bind_mw.bind_info = taken.c;
         return 0;
     }
     /* whether the AH is still open is the post's to check, every time */

@@ -106,6 +106,27 @@ def test_handle_arguments_are_held_before_anything_is_converted(built):
     assert hold < body.index("if (ibp_check_open(self) < 0)")
 
 
+def test_a_structs_handles_are_held_then_checked_open_in_its_lock_and_nowhere_else(built):
+    """X_prepare() checks the handles open and writes their pointers into
+    the struct: only after each is held (a close() either sees the hold or
+    is over, so none is destroyed between the check and the call), only in
+    the struct's critical section (another thread may set or prepare it),
+    and only when the handles are still those held (a hold that waits for
+    its object's lock suspends the struct's)."""
+    for cls, name, arg, struct in (("PD", "create_qp", "init_attr", "QPInitAttr"),
+                                   ("QP", "bind_mw", "bind", "MWBind"),
+                                   ("QPEx", "wr_bind_mw", "bind_info", "MWBindInfo")):
+        body = emit.method_body(_method(built, cls, name))
+        prepares = [i for i, line in enumerate(body) if f"{struct}_prepare(" in line]
+        assert len(prepares) == 1, (name, prepares)
+        lock = body.index(f"ibp_lock(&{arg}_lock, {arg});")
+        holds = [i for i, line in enumerate(body) if line.startswith(f"if (ibp_hold({arg}->ref_")]
+        same = next(i for i, line in enumerate(body) if f"{arg}->ref_" in line and "!=" in line)
+        assert holds and lock < min(holds) and max(holds) < same < prepares[0], name
+        assert body[same + 1] == (f'    PyErr_SetString(PyExc_RuntimeError, "{arg} was set by '
+                                  'another thread during this call");')
+
+
 # ---- hand-written methods (generator/hand_gil.py) ---------------------------------
 
 def test_hand_methods_get_their_rule_from_their_verbs_and_hold_what_the_spec_lists(built):

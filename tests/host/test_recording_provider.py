@@ -143,3 +143,30 @@ def _a_post_the_provider_fails(rec):
 
 def test_a_provider_failure_is_reported(recording):
     assert recording(_a_post_the_provider_fails) == (errno.ENOMEM, [1, 2])
+
+
+def _binds_a_window_through_each_way_of_posting(rec):
+    """A BIND_MW request posted alone, in a chain on the stack and in one
+    too long for it; what the provider read of each."""
+    ib = rec.ib
+    mr, _ = rec.mr()
+    mw = rec.pd.alloc_mw(ib.MWType.TYPE_2)
+    info = ib.MWBindInfo(mr, mr.addr + 64, 256, ib.AccessFlags.REMOTE_WRITE)
+    qp = rec.qp(max_send_wr=128)
+
+    def bind(wr_id):
+        return ib.SendWR(wr_id=wr_id, opcode=ib.WROpcode.BIND_MW, mw=mw, rkey=ib.inc_rkey(mw.rkey),
+                         bind_info=info)
+
+    qp.post_send(bind(1))
+    qp.post_send([bind(2), bind(3)])
+    qp.post_send([bind(i) for i in range(100, 140)])
+    seen = [(r["wr_id"], r["bind_mr_handle"], r["bind_addr"], r["bind_length"], r["bind_access"],
+             r["bind_rkey"]) for r in rec.requests()]
+    return seen, mr.handle, mr.addr, ib.inc_rkey(mw.rkey), int(ib.AccessFlags.REMOTE_WRITE)
+
+
+def test_a_bind_mw_request_hands_the_provider_its_bind_info_on_each_way(recording):
+    seen, mr_handle, addr, rkey, access = recording(_binds_a_window_through_each_way_of_posting)
+    assert [s[0] for s in seen] == [1, 2, 3] + list(range(100, 140))
+    assert {s[1:] for s in seen} == {(mr_handle, addr + 64, 256, access, rkey)}

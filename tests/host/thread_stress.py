@@ -622,11 +622,78 @@ def rec_ah_closed_while_posted(rec: Any) -> Dict[str, Any]:
     return totals
 
 
+def rec_bind_info_rewritten_while_posted(rec: Any) -> Dict[str, Any]:
+    """Threads post BIND_MW requests naming one MWBindInfo (one request, a
+    list of two, a list too long for the stack's chain) while another
+    points that bind_info at a fresh MR and back, then deregisters the
+    fresh one (retried while a post holds it: EBUSY).  The provider reads
+    each request 100 us into its post.  It is never handed a bind_info
+    whose MR is deregistered (bind_mr_handle 0xFFFFFFFF), nor one whose
+    fields are none the bind_info held: a post binds the MR it holds."""
+    ctx, pd = rec.ctx, rec.pd
+    mem = Memory(1 << 16)
+    home = pd.reg_mr(mem.addr, mem.size, ACCESS)
+    mw = pd.alloc_mw(ib.MWType.TYPE_2)
+    qp = rec.qp(max_send_wr=4096)
+    info = ib.MWBindInfo(home, home.addr, 4096, ib.AccessFlags.REMOTE_WRITE)
+    made: Dict[int, int] = {home.handle: home.addr}     # every MR's handle: its addr
+    pending: List[Any] = []
+    totals = {"rewrites": 0, "close_refused_ebusy": 0}
+    rec.lib.rec_set_post_delay(100)
+
+    def bind(wr_id: int) -> Any:
+        return ib.SendWR(wr_id=wr_id, opcode=ib.WROpcode.BIND_MW, mw=mw, rkey=ib.inc_rkey(mw.rkey),
+                         bind_info=info)
+
+    def poster(request: Any) -> Callable[[threading.Event], int]:
+        def body(stop: threading.Event) -> int:
+            n = 0
+            while not stop.is_set():
+                qp.post_send(request)
+                n += 1
+            return n
+        return body
+
+    def rewriter(stop: threading.Event) -> int:
+        offset = 0
+        while not stop.is_set() or pending:
+            if not stop.is_set():
+                offset = (offset + 4096) % mem.size
+                fresh = pd.reg_mr(mem.addr + offset, 4096, ACCESS)
+                made[fresh.handle] = fresh.addr
+                info.mr, info.addr = fresh, fresh.addr
+                info.mr, info.addr = home, home.addr
+                pending.append(fresh)
+                totals["rewrites"] += 1
+            for mr in list(pending):
+                try:
+                    mr.close()
+                    pending.remove(mr)
+                except ib.VerbsError as exc:
+                    closed_or_busy(exc, errno.EBUSY)
+                    totals["close_refused_ebusy"] += 1
+        return 0
+
+    *posts, _ = race([poster(bind(1)), poster([bind(2), bind(3)]),
+                      poster([bind(i) for i in range(100, 140)]), rewriter])
+    rec.lib.rec_set_post_delay(0)
+    handed = [r for r in rec.requests() if r["kind"] == "send"]
+    assert handed and all(posts) and totals["rewrites"], (len(handed), posts, totals)
+    dead = [r for r in handed if r["bind_mr_handle"] == 0xFFFFFFFF]
+    assert not dead, f"{len(dead)} request(s) bound an MR deregistered during their post"
+    for r in handed:
+        assert r["bind_mr_handle"] in made, r
+        assert r["bind_length"] == 4096 and r["bind_rkey"] == ib.inc_rkey(mw.rkey), r
+    for obj in (qp, mw, home):
+        obj.close()
+    return dict(totals, requests_handed=len(handed), posts=sum(posts))
+
+
 SCENARIOS: Dict[str, Callable[[Any], Dict[str, Any]]] = {
     f.__name__: f for f in (null_posts_and_polls, null_close_under_use, null_mr_churn,
                             null_shared_postlist_and_wcbuffer, rec_posts_counted,
                             rec_modify_under_use, rec_requests_rewritten_while_posted,
-                            rec_ah_closed_while_posted)}
+                            rec_ah_closed_while_posted, rec_bind_info_rewritten_while_posted)}
 
 
 def main(names: List[str]) -> None:

@@ -36,6 +36,9 @@ Recorder in the child:
                                  through each member (rdma_*, atomic_*, ud_*,
                                  xrc_remote_srqn, bind_*, tso_*), num_sge and
                                  sges, a list of (addr, length, lkey).
+                                 ud_ah_handle and bind_mr_handle: the AH's
+                                 and the bound MR's .handle, 0xFFFFFFFF when
+                                 the provider no longer had it at the post.
                                  A "qpex" record is one builder call of a
                                  QPEx (tests/recording/recqpex.c says which
                                  fields each fills): call ("wr_start",

@@ -233,6 +233,7 @@ static void rec_wr_bind_mw(struct ibv_qp_ex *qpx, struct ibv_mw *mw, uint32_t rk
     r->bind_mw = (uintptr_t)mw;
     r->bind_rkey = rkey;
     r->bind_mr = (uintptr_t)bind_info->mr;
+    r->bind_mr_handle = rec_mr_handle(bind_info->mr);
     r->bind_addr = bind_info->addr;
     r->bind_length = bind_info->length;
     r->bind_access = bind_info->mw_access_flags;

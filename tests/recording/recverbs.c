@@ -153,7 +153,7 @@ void rec_sges(struct rec_request *r, const struct ibv_sge *sg_list, int num_sge)
 
 /* ---- live objects, by handle ---------------------------------------------- */
 
-enum { OBJ_CQ = 1, OBJ_AH, OBJ_QP, OBJ_WQ, OBJ_SRQ };
+enum { OBJ_CQ = 1, OBJ_AH, OBJ_QP, OBJ_WQ, OBJ_SRQ, OBJ_MR, OBJ_MW };
 
 struct rec_object {
     struct rec_object *next;
@@ -207,6 +207,15 @@ static struct rec_object *obj_find_ptr(int type, const void *ptr)
 uint32_t rec_ah_handle(const struct ibv_ah *ah)
 {
     struct rec_object *o = obj_find_ptr(OBJ_AH, ah);
+    return o ? o->handle : UINT32_MAX;
+}
+
+/* Called with rec_mutex held: the MR's .handle, UINT32_MAX for a pointer
+ * that is no live MR of this provider (one deregistered: a real provider
+ * would read freed memory there). */
+uint32_t rec_mr_handle(const struct ibv_mr *mr)
+{
+    struct rec_object *o = obj_find_ptr(OBJ_MR, mr);
     return o ? o->handle : UINT32_MAX;
 }
 
@@ -461,6 +470,7 @@ static void rec_send_wr(struct rec_request *r, const struct ibv_send_wr *wr)
     r->bind_mw = (uintptr_t)wr->bind_mw.mw;
     r->bind_rkey = wr->bind_mw.rkey;
     r->bind_mr = (uintptr_t)wr->bind_mw.bind_info.mr;
+    r->bind_mr_handle = wr->opcode == IBV_WR_BIND_MW ? rec_mr_handle(wr->bind_mw.bind_info.mr) : 0;
     r->bind_addr = wr->bind_mw.bind_info.addr;
     r->bind_length = wr->bind_mw.bind_info.length;
     r->bind_access = wr->bind_mw.bind_info.mw_access_flags;
@@ -633,6 +643,28 @@ EXPORT int ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr *att
     return 0;
 }
 
+/* Memory windows (ibv_alloc_mw and ibv_dealloc_mw are inline: they call
+ * these through the context's ops). */
+static struct ibv_mw *rec_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
+{
+    struct ibv_mw *mw = calloc(1, sizeof(*mw));
+    if (mw == NULL)
+        return NULL;
+    mw->context = pd->context;
+    mw->pd = pd;
+    mw->type = type;
+    mw->handle = obj_add(OBJ_MW, mw);
+    mw->rkey = 0x3000 + mw->handle;
+    return mw;
+}
+
+static int rec_dealloc_mw(struct ibv_mw *mw)
+{
+    obj_remove(mw);
+    free(mw);
+    return 0;
+}
+
 EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 {
     struct verbs_context *vctx = calloc(1, sizeof(*vctx));
@@ -657,6 +689,8 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
     ctx->ops.post_recv = rec_post_recv;
     ctx->ops.post_srq_recv = rec_post_srq_recv;
     ctx->ops.req_notify_cq = rec_req_notify_cq;
+    ctx->ops.alloc_mw = rec_alloc_mw;
+    ctx->ops.dealloc_mw = rec_dealloc_mw;
     return ctx;
 }
 
@@ -688,7 +722,7 @@ EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len
     mr->pd = pd;
     mr->addr = addr;
     mr->length = length;
-    mr->handle = fresh_handle();
+    mr->handle = obj_add(OBJ_MR, mr);
     mr->lkey = 0x1000 + mr->handle;
     mr->rkey = 0x2000 + mr->handle;
     return mr;
@@ -705,7 +739,12 @@ EXPORT struct ibv_mr *(ibv_reg_mr_iova)(struct ibv_pd *pd, void *addr, size_t le
     return ibv_reg_mr_iova2(pd, addr, length, iova, (unsigned int)access);
 }
 
-EXPORT int ibv_dereg_mr(struct ibv_mr *mr) { free(mr); return 0; }
+EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
+{
+    obj_remove(mr);
+    free(mr);
+    return 0;
+}
 
 /* ---- QPs, SRQs, AHs ----------------------------------------------------------- */
 

@@ -29,9 +29,10 @@ enum { REC_SEND = 1, REC_RECV = 2, REC_SRQ_RECV = 3, REC_WOULD_DEADLOCK = 4, REC
     X(send_flags) X(imm_data) X(rdma_remote_addr) X(rdma_rkey)                 \
     X(atomic_remote_addr) X(atomic_compare_add) X(atomic_swap) X(atomic_rkey)  \
     X(ud_ah) X(ud_ah_handle) X(ud_remote_qpn) X(ud_remote_qkey)                \
-    X(xrc_remote_srqn) X(bind_mw) X(bind_rkey) X(bind_mr) X(bind_addr)         \
-    X(bind_length) X(bind_access) X(tso_hdr) X(tso_hdr_sz) X(tso_mss)          \
-    X(sg_list) X(sges_recorded) X(call) X(invalidate_rkey) X(inline_len)
+    X(xrc_remote_srqn) X(bind_mw) X(bind_rkey) X(bind_mr) X(bind_mr_handle)    \
+    X(bind_addr) X(bind_length) X(bind_access) X(tso_hdr) X(tso_hdr_sz)        \
+    X(tso_mss) X(sg_list) X(sges_recorded) X(call) X(invalidate_rkey)          \
+    X(inline_len)
 
 struct rec_request {
 #define REC_DECLARE(name) uint64_t name;
@@ -58,6 +59,7 @@ struct rec_request *rec_append(void);
 uint64_t rec_next_post(void);
 int rec_post_fails(int count, int *bad_index);
 uint32_t rec_ah_handle(const struct ibv_ah *ah);
+uint32_t rec_mr_handle(const struct ibv_mr *mr);
 void rec_sges(struct rec_request *r, const struct ibv_sge *sg_list, int num_sge);
 
 /* Fills what every QP has and registers it (recverbs.c); NULL with errno
