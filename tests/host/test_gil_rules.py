@@ -127,6 +127,27 @@ def test_a_structs_handles_are_held_then_checked_open_in_its_lock_and_nowhere_el
                                   'another thread during this call");')
 
 
+def test_a_close_whose_destroy_releases_the_gil_never_shows_the_freed_object_again():
+    """close() sets ptr NULL before the destroy verb runs without the GIL
+    (on a free-threaded target, without the object's critical section:
+    another thread may hold it and read ptr).  Only a failed destroy puts
+    ptr back; a successful one must not, even for a moment, or that thread
+    takes the freed object for an open one (TSan saw the store)."""
+    import re
+    generated = pathlib.Path(__file__).resolve().parents[2] / "generated"
+    closes = 0
+    for path in sorted(generated.glob("*.c.h")):
+        for body in re.findall(r"^\w+_destroy\(struct \w+ \*self, int from_close\)\n\{\n(.*?)^\}$",
+                               path.read_text(), re.M | re.S):
+            if "Py_BEGIN_ALLOW_THREADS" not in body:
+                continue
+            closes += 1
+            lines = [line.strip() for line in body.splitlines()]
+            restores = [i for i, line in enumerate(lines) if line == "self->head.ptr = ptr;"]
+            assert restores and all(lines[i - 1] == "if (rc != 0) {" for i in restores), path.name
+    assert closes >= 10
+
+
 # ---- hand-written methods (generator/hand_gil.py) ---------------------------------
 
 def test_hand_methods_get_their_rule_from_their_verbs_and_hold_what_the_spec_lists(built):
