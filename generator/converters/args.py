@@ -245,6 +245,7 @@ class StructObjectParam(ClassArgParam):
             ctx.fail(f"unknown struct class {self.cls}")
         self.ctype = model.ctype
         self.handle_fields = [f.name for f in model.handle_fields]
+        self.handle_classes = {f.name: f.handle for f in model.handle_fields}
 
     @classmethod
     def c_ref(cls, cname: str, ref: Any) -> Optional[str]:
@@ -272,28 +273,31 @@ class StructObjectParam(ClassArgParam):
 
     def hold_handles(self) -> List[str]:
         """Its handles as they are now (a later argument's conversion may
-        have set them again), written into its struct and held.  From here
-        until the call returns it is in its critical section (common.h,
-        "threads"): no other thread sets its handles or its C struct while
-        this call reads them."""
+        have set them again), held, then checked and written into its
+        struct (X_prepare): a close() either sees the hold or is over.
+        From here until the call returns it is in its critical section
+        (common.h, "threads"): no other thread sets its handles or its C
+        struct while this call reads them."""
         if not self.handle_fields:
             return []
         n = self.name
         lines = [f"/* {n}'s handles held as they are now, then checked open */",
                  f"ibp_lock(&{n}_lock, {n});", f"{n}_locked = 1;"]
+        # Only an object of the field's class is held (the field stores any
+        # object, as the seed's did; X_prepare refuses another).
         for f in self.handle_fields:
-            lines += [f"if (ibp_hold({n}->{HandleField.ref_member(f)}, NULL, "
-                      f"&{self.held_local(n, f)}) < 0)",
+            lines += [f"if (ibp_hold({n}->{HandleField.ref_member(f)}, "
+                      f"{self.handle_classes[f]}_Type, &{self.held_local(n, f)}) < 0)",
                       "    goto exit;"]
-        # A hold that waits for its object's lock suspends this one: what
-        # was set meanwhile is not what is held.
+        # A hold that waits for its object's lock suspends this one: a
+        # handle set meanwhile is not the one held.
         same = " || ".join(f"{n}->{HandleField.ref_member(f)} != {self.held_local(n, f)}"
                            for f in self.handle_fields)
-        return lines + [f"if ({same}) {{",
+        return lines + [f"if ({self.cls}_prepare({n}) < 0)", "    goto exit;",
+                        f"if ({same}) {{",
                         f'    PyErr_SetString(PyExc_RuntimeError, "{n} was set by another thread '
                         'during this call");',
-                        "    goto exit;", "}",
-                        f"if ({self.cls}_prepare({n}) < 0)", "    goto exit;"]
+                        "    goto exit;", "}"]
 
     def cleanup(self) -> List[str]:
         if not self.handle_fields:

@@ -516,10 +516,11 @@ PyObject *ibp_hand_CMID_create_qp_impl(PyObject *op, PyObject *pd,
     PyObject *held[4] = {NULL, NULL, NULL, NULL}, *result = NULL;
     ibp_lock_t cs;
     ibp_lock(&cs, attr);
-    /* held, then checked open: a close() either sees the hold or is over */
-    if (ibp_hold(pd, NULL, &held[0]) == 0 && ibp_hold(attr->ref_send_cq, NULL, &held[1]) == 0 &&
-        ibp_hold(attr->ref_recv_cq, NULL, &held[2]) == 0 &&
-        ibp_hold(attr->ref_srq, NULL, &held[3]) == 0 &&
+    /* held (what is of its field's class), then checked: a close() either
+     * sees the hold or is over */
+    if (ibp_hold(pd, PD_Type, &held[0]) == 0 && ibp_hold(attr->ref_send_cq, CQ_Type, &held[1]) == 0 &&
+        ibp_hold(attr->ref_recv_cq, CQ_Type, &held[2]) == 0 &&
+        ibp_hold(attr->ref_srq, SRQ_Type, &held[3]) == 0 &&
         ibp_check_open(pd) == 0 && QPInitAttr_prepare(attr) == 0) {
         /* a hold that waited for its object's lock suspended init_attr's */
         if (attr->ref_send_cq != held[1] || attr->ref_recv_cq != held[2] || attr->ref_srq != held[3])

@@ -682,7 +682,7 @@ IBP_HIDDEN int ibp_check_inline_sges(const struct ibv_send_wr *wr);
 /* A BIND_MW's bind_info copied in its critical section with its MR (new
  * reference or NULL), the one its post holds whatever is set there since. */
 struct ibp_bind_snapshot { PyObject *info, *mr; struct ibv_mw_bind_info c; };
-IBP_HIDDEN PyObject *ibp_bind_snapshot_take(PyObject *info, struct ibp_bind_snapshot *b);
+IBP_HIDDEN int ibp_bind_snapshot_take(PyObject *info, struct ibp_bind_snapshot *b);
 /* A request into *wr, its SGEs into wr->sg_list (room for `room`), a BIND_MW's
  * bind_info from *bind: 0, 1 when the SGEs do not fit (nothing raised), -1. */
 IBP_HIDDEN int ibp_send_wr_fill(SendWRObject *w, PyObject *sg_list, struct ibv_send_wr *wr,

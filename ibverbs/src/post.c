@@ -100,8 +100,13 @@ static PyObject *send_wr_handles(SendWRObject *w, struct ibp_bind_snapshot *bind
     while (w->opcode == IBV_WR_BIND_MW && w->bind_info != NULL && w->bind_info != info) {
         Py_XDECREF(info);
         Py_XDECREF(mr);
+        mr = NULL;
         info = Py_NewRef(w->bind_info);
-        mr = ibp_bind_snapshot_take(info, bind);
+        if (ibp_bind_snapshot_take(info, bind) < 0) {
+            Py_DECREF(info);
+            return NULL;
+        }
+        mr = bind->mr;
     }
     PyObject *mw = w->opcode == IBV_WR_BIND_MW ? w->mw : NULL;
     if (w->opcode != IBV_WR_BIND_MW || w->bind_info == NULL)
@@ -158,8 +163,11 @@ static int send_wr_hold(SendWRObject *w, PyObject **held, struct ibp_bind_snapsh
     bind->info = NULL;
     if (!IBP_NO_GIL) {
         /* nothing else runs until the post returns: the bind_info keeps its MR */
-        if (w->opcode == IBV_WR_BIND_MW && w->bind_info != NULL)
-            Py_XDECREF(ibp_bind_snapshot_take(w->bind_info, bind));
+        if (w->opcode == IBV_WR_BIND_MW && w->bind_info != NULL) {
+            if (ibp_bind_snapshot_take(w->bind_info, bind) < 0)
+                return -1;
+            Py_XDECREF(bind->mr);
+        }
         return 0;
     }
     for (;;) {

@@ -312,16 +312,27 @@ void ibp_send_wr_copy_kept(const SendWRObject *w, struct ibv_send_wr *wr)
     SendWR_fill(w, wr);
 }
 
-PyObject *ibp_bind_snapshot_take(PyObject *info, struct ibp_bind_snapshot *b)
+int ibp_bind_snapshot_take(PyObject *info, struct ibp_bind_snapshot *b)
 {
+    struct MWBindInfoObject *self = (struct MWBindInfoObject *)info;
     ibp_lock_t cs;
     ibp_lock(&cs, info);
     b->info = info;
-    b->c = ((struct MWBindInfoObject *)info)->c;
-    b->mr = ((struct MWBindInfoObject *)info)->ref_mr;
-    Py_XINCREF(b->mr);
+    b->c = self->c;
+    b->mr = self->ref_mr;
+    int rc = 0;
+    if (b->mr != NULL && !PyObject_TypeCheck(b->mr, MR_Type)) {
+        /* It stores any object, as the seed's did.  Its check says what is
+         * wrong now, while the object is the bind_info's: once copied out,
+         * another thread's store may free it. */
+        rc = -1;
+        if (MWBindInfo_prepare(self) == 0)
+            PyErr_SetString(PyExc_SystemError, "MWBindInfo_prepare took a non-MR");
+    } else {
+        Py_XINCREF(b->mr);
+    }
     ibp_unlock(&cs);
-    return b->mr;
+    return rc;
 }
 
 /* One SendWR into *wr, its SGEs from sg_list (w's, or a reference to it

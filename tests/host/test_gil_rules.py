@@ -83,15 +83,15 @@ def test_a_call_holds_self_its_handle_arguments_and_its_structs_handles(built):
     body = emit.method_body(_method(built, "PD", "create_qp"))
     held = [line for line in body if line.startswith("if (ibp_hold(")]
     assert held == ["if (ibp_hold(self, NULL, &self_held) < 0)",
-                    "if (ibp_hold(init_attr->ref_send_cq, NULL, &init_attr_send_cq_held) < 0)",
-                    "if (ibp_hold(init_attr->ref_recv_cq, NULL, &init_attr_recv_cq_held) < 0)",
-                    "if (ibp_hold(init_attr->ref_srq, NULL, &init_attr_srq_held) < 0)"]
+                    "if (ibp_hold(init_attr->ref_send_cq, CQ_Type, &init_attr_send_cq_held) < 0)",
+                    "if (ibp_hold(init_attr->ref_recv_cq, CQ_Type, &init_attr_recv_cq_held) < 0)",
+                    "if (ibp_hold(init_attr->ref_srq, SRQ_Type, &init_attr_srq_held) < 0)"]
     # the struct's handles as held are the new QP's parents; the verb gets a copy
     assert "return_value = QP_wrap(rc, self, init_attr_send_cq_held, init_attr_recv_cq_held, " \
            "init_attr_srq_held);" in body
     assert "rc = ibv_create_qp(self_ptr, &init_attr_c);" in body
     release = body.index("Py_BEGIN_ALLOW_THREADS")
-    assert body.index("if (ibp_hold(init_attr->ref_srq, NULL, &init_attr_srq_held) < 0)") < release
+    assert body.index("if (ibp_hold(init_attr->ref_srq, SRQ_Type, &init_attr_srq_held) < 0)") < release
     assert body[-5:] == ["ibp_unhold(init_attr_srq_held);", "ibp_unhold(init_attr_recv_cq_held);",
                          "ibp_unhold(init_attr_send_cq_held);", "ibp_unhold(self_held);",
                          "return return_value;"]
@@ -112,7 +112,8 @@ def test_a_structs_handles_are_held_then_checked_open_in_its_lock_and_nowhere_el
     is over, so none is destroyed between the check and the call), only in
     the struct's critical section (another thread may set or prepare it),
     and only when the handles are still those held (a hold that waits for
-    its object's lock suspends the struct's)."""
+    its object's lock suspends the struct's).  Only an object of the
+    field's class is held: the field stores any object, as the seed's did."""
     for cls, name, arg, struct in (("PD", "create_qp", "init_attr", "QPInitAttr"),
                                    ("QP", "bind_mw", "bind", "MWBind"),
                                    ("QPEx", "wr_bind_mw", "bind_info", "MWBindInfo")):
@@ -122,9 +123,10 @@ def test_a_structs_handles_are_held_then_checked_open_in_its_lock_and_nowhere_el
         lock = body.index(f"ibp_lock(&{arg}_lock, {arg});")
         holds = [i for i, line in enumerate(body) if line.startswith(f"if (ibp_hold({arg}->ref_")]
         same = next(i for i, line in enumerate(body) if f"{arg}->ref_" in line and "!=" in line)
-        assert holds and lock < min(holds) and max(holds) < same < prepares[0], name
+        assert holds and lock < min(holds) and max(holds) < prepares[0] < same, name
         assert body[same + 1] == (f'    PyErr_SetString(PyExc_RuntimeError, "{arg} was set by '
                                   'another thread during this call");')
+        assert all("NULL, &" not in body[i] for i in holds), name
 
 
 def test_a_close_whose_destroy_releases_the_gil_never_shows_the_freed_object_again():
