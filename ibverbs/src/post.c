@@ -54,7 +54,14 @@ static int chain_start(struct wr_seq *s, struct chain *c, PyObject *arg, PyTypeO
     return s->n == 0 ? 0 : -1;
 }
 
-static void chain_unhold(struct chain *c);
+static void chain_unhold(struct chain *c)
+{
+    if (c->held == NULL)
+        return;
+    for (Py_ssize_t i = 0; i < PyList_Size(c->held); i++)
+        ibp_unhold_each(Py_NewRef(PyList_GetItem(c->held, i)));
+    Py_CLEAR(c->held);
+}
 
 static PyObject *chain_end(struct wr_seq *s, struct chain *c, PyObject *result)
 {
@@ -99,8 +106,7 @@ static PyObject *send_wr_handles(SendWRObject *w, struct ibp_bind_snapshot *bind
     PyObject *info = NULL, *mr = NULL;
     while (w->opcode == IBV_WR_BIND_MW && w->bind_info != NULL && w->bind_info != info) {
         Py_XDECREF(info);
-        Py_XDECREF(mr);
-        mr = NULL;
+        Py_CLEAR(mr);
         info = Py_NewRef(w->bind_info);
         if (ibp_bind_snapshot_take(info, bind) < 0) {
             Py_DECREF(info);
@@ -163,12 +169,11 @@ static int send_wr_hold(SendWRObject *w, PyObject **held, struct ibp_bind_snapsh
     bind->info = NULL;
     if (!IBP_NO_GIL) {
         /* nothing else runs until the post returns: the bind_info keeps its MR */
-        if (w->opcode == IBV_WR_BIND_MW && w->bind_info != NULL) {
-            if (ibp_bind_snapshot_take(w->bind_info, bind) < 0)
-                return -1;
-            Py_XDECREF(bind->mr);
-        }
-        return 0;
+        if (w->opcode != IBV_WR_BIND_MW || w->bind_info == NULL)
+            return 0;
+        int rc = ibp_bind_snapshot_take(w->bind_info, bind);
+        Py_XDECREF(rc == 0 ? bind->mr : NULL);
+        return rc;
     }
     for (;;) {
         PyObject *wanted = send_wr_handles(w, bind);
@@ -212,15 +217,6 @@ static int chain_hold(struct chain *c, SendWRObject *w, struct ibp_bind_snapshot
     return rc;
 }
 
-static void chain_unhold(struct chain *c)
-{
-    if (c->held == NULL)
-        return;
-    for (Py_ssize_t i = 0; i < PyList_Size(c->held); i++)
-        ibp_unhold_each(Py_NewRef(PyList_GetItem(c->held, i)));
-    Py_CLEAR(c->held);
-}
-
 /*
  * post_send / post_recv keep the GIL: on the common providers a post is a
  * few stores and a doorbell (rxe and siw make a system call), and giving
@@ -248,7 +244,6 @@ static inline PyObject *single_wr(PyObject *arg, PyTypeObject *type)
     }
     return PyObject_TypeCheck(arg, type) ? arg : NULL;
 }
-
 
 /* Where threads run without the GIL (IBP_NO_GIL) a chain never points
  * into a request's own storage (its kept SGEs): once the request is unlocked another thread's
@@ -300,24 +295,6 @@ static inline PyObject *post_send_kept(PyObject *self, SendWRObject *w)
  * NULL without an exception and *no_room set: nothing was posted, and the
  * caller takes a chain's way. */
 static PyObject *post_send_one_locked(PyObject *self, SendWRObject *w, int *no_room,
-                                      struct ibp_bind_snapshot *bind);
-
-/* Post one request: read and posted in its critical section (ibp_wr_lock),
- * what it names held (send_wr_hold). */
-static PyObject *post_send_one(PyObject *self, SendWRObject *w, int *no_room)
-{
-    struct ibp_wr_lock l;
-    PyObject *held;
-    struct ibp_bind_snapshot bind;
-    ibp_wr_lock(&l, (PyObject *)w);
-    PyObject *result = send_wr_hold(w, &held, &bind) < 0 ? NULL
-                       : post_send_one_locked(self, w, no_room, &bind);
-    ibp_unhold_each(held);
-    ibp_wr_unlock(&l);
-    return result;
-}
-
-static PyObject *post_send_one_locked(PyObject *self, SendWRObject *w, int *no_room,
                                       struct ibp_bind_snapshot *bind)
 {
     if (ibp_send_wr_kept(w) && QP_PTR(self)->qp_type != IBV_QPT_UD)
@@ -339,6 +316,21 @@ static PyObject *post_send_one_locked(PyObject *self, SendWRObject *w, int *no_r
     if (rc != 0)
         return ibp_post_failed(self, "ibv_post_send", rc, 0, bad ? bad->wr_id : 0);
     Py_RETURN_NONE;
+}
+
+/* Post one request: read and posted in its critical section (ibp_wr_lock),
+ * what it names held (send_wr_hold). */
+static PyObject *post_send_one(PyObject *self, SendWRObject *w, int *no_room)
+{
+    struct ibp_wr_lock l;
+    PyObject *held;
+    struct ibp_bind_snapshot bind;
+    ibp_wr_lock(&l, (PyObject *)w);
+    PyObject *result = send_wr_hold(w, &held, &bind) < 0 ? NULL
+                       : post_send_one_locked(self, w, no_room, &bind);
+    ibp_unhold_each(held);
+    ibp_wr_unlock(&l);
+    return result;
 }
 
 /* Which receive queue a post_recv posts to: self is a QP, an SRQ or a WQ. */

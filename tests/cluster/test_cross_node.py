@@ -125,8 +125,11 @@ def test_mtu_mismatch_negotiates_the_smaller_path_mtu(node1, node2, tcp_port):
 def test_cli_ping_between_nodes_and_info_on_each(node1, node2, tcp_port):
     cli = "%s -m ibverbs" % node1.cluster_python
     s = node1.spawn("%s ping --listen -d rxe0 --port %d --json --timeout 120" % (cli, tcp_port))
-    c = node2.spawn("for i in $(seq 60); do %s ping node1 -d rxe0 --port %d -n 200 -s 8 --json "
-                    "&& exit 0; sleep 0.5; done; exit 1" % (cli, tcp_port))
+    # Until the listener is up an attempt prints its error as JSON too: only
+    # the one that succeeded is kept.
+    c = node2.spawn("for i in $(seq 60); do out=$(%s ping node1 -d rxe0 --port %d -n 200 -s 8 "
+                    "--json) && { echo \"$out\"; exit 0; }; sleep 0.5; done; exit 1"
+                    % (cli, tcp_port))
     res_s, res_c = wait_all([s, c])
     ping = json.loads(res_c.out[res_c.out.index("{"):])
     served = json.loads(res_s.out[res_s.out.rindex("{\n"):]) if "{\n" in res_s.out else None

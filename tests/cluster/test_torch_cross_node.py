@@ -39,6 +39,18 @@ def torchrun(node_rank: int, port: int) -> str:
             % (env, exe, node_rank, port, " ".join(EXPECTED), shlex.quote(str(CORRUPTED))))
 
 
+def rxe_state(*nodes) -> str:
+    """Each node's Soft-RoCE counters and the kernel's last lines, for a
+    failure's message: an error completion between the kernels says more
+    with them (which side counted a sequence error, a retry, an RNR)."""
+    parts = []
+    for node in nodes:
+        r = node.run("cd /sys/class/infiniband/rxe0/ports/1/hw_counters && grep . * 2>&1 "
+                     "| tr '\\n' ' '; echo; dmesg 2>&1 | tail -n 15", timeout=60, check=False)
+        parts.append("--- %s:\n%s%s" % (node.name, r.out, r.err))
+    return "\n".join(parts)
+
+
 @pytest.mark.timeout(JOB_TIMEOUT + 200)
 def test_examples_under_torchrun_across_nodes(node1, node2, tcp_port, measurements):
     if importlib.util.find_spec("torch") is None:
@@ -54,8 +66,9 @@ def test_examples_under_torchrun_across_nodes(node1, node2, tcp_port, measuremen
     outs = [r.out for r in done]
     both = "\n".join(outs)
     seg = segments(both)
-    assert [r.rc for r in done] == [1, 1], tail(both)
-    assert set(seg) == set(EXPECTED) | {"corrupted_write_with_imm"}, tail(both)
+    assert [r.rc for r in done] == [1, 1], tail(both) + rxe_state(node1, node2)
+    assert set(seg) == set(EXPECTED) | {"corrupted_write_with_imm"}, \
+        tail(both) + rxe_state(node1, node2)
     for name in EXPECTED:
         check_example(seg[name], name)
     check_corrupted(seg["corrupted_write_with_imm"])
