@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any, List, Optional, Tuple
 
 from .cq_locks import CqLock
+from .converters.args import ClassArgParam
 from .converters.composite import KwargsParam
 from .converters.rule_c import c_of
 from .ctext import SELF_PTR, declare, indented
@@ -393,8 +394,8 @@ def _entered_call(m: MethodModel) -> List[str]:
     """From the call's entry on (impl_body's, and a short way's fallback):
     the arguments converted, what the hand code hands the provider held,
     the `_impl` called, then everything undone and the call left."""
-    hold, unhold = _hand_holds(m)
-    body = _ENTER + [line for p in m.params for line in p.parse()] + hold
+    early, hold, unhold = _hand_holds(m)
+    body = _ENTER + early + [line for p in m.params for line in p.parse()] + hold
     body += [f"return_value = {_impl_call(m)};", ""]
     if any(p.parse_can_fail for p in m.params) or m.hand_holds:
         body.append(EXIT)
@@ -438,22 +439,34 @@ def unpack_lines(m: MethodModel) -> List[str]:
             f"    return {call};"]
 
 
-def _hand_holds(m: MethodModel) -> Tuple[List[str], List[str]]:
-    """What a hand method that releases the GIL hands the provider besides
-    self (spec `holds:`, generator/hand_gil.py), held as it is once the
-    arguments are converted, so that close() of any of it raises EBUSY
-    until the hand code returns; and their release."""
+def _hand_holds(m: MethodModel) -> Tuple[List[str], List[str], List[str]]:
+    """What a hand method hands the provider besides self (spec `holds:`,
+    generator/hand_gil.py), held so that close() of any of it raises EBUSY
+    until the hand code returns; and their release.  A handle argument is
+    held before it is converted, as a verb's are (only an object of its
+    class): the conversion's open check then follows the hold, and a
+    close() either sees the hold or is over.  A sequence of handles and
+    self's slots are held as they are once the arguments are converted."""
     if not m.hand_holds:
-        return [], []
-    hold = ["/* what the hand code hands the provider without the GIL (spec holds:) */"]
+        return [], [], []
+    comment = "/* what the hand code hands the provider while other threads run (spec holds:) */"
+    early: List[str] = []
+    hold: List[str] = []
     unhold = []
     for h in m.hand_holds:
         fn = "ibp_hold_each" if h.each else "ibp_hold"
-        held = (f"((struct {m.owner}Object *)self)->{h.slot}" if h.slot is not None else
-                next(p for p in m.params if getattr(p, "name", None) == h.arg).call_arg())
-        hold += [f"if ({fn}({held}, {'' if h.each else 'NULL, '}&{h.local}) < 0)", "    goto exit;"]
+        if h.arg is not None and not h.each:
+            p = next(p for p in m.params if getattr(p, "name", None) == h.arg)
+            assert isinstance(p, ClassArgParam)     # hand_gil.holds: a handle argument
+            early += [f"if (ibp_hold({p.var}, {p.cls}_Type, &{h.local}) < 0)", "    goto exit;"]
+        else:
+            held = (f"((struct {m.owner}Object *)self)->{h.slot}" if h.slot is not None else
+                    next(p for p in m.params if getattr(p, "name", None) == h.arg).call_arg())
+            hold += [f"if ({fn}({held}, {'' if h.each else 'NULL, '}&{h.local}) < 0)",
+                     "    goto exit;"]
         unhold.append(f"{'ibp_unhold_each' if h.each else 'ibp_unhold'}({h.local});")
-    return hold, list(reversed(unhold))
+    return ([comment] + early if early else []), ([comment] + hold if hold else []), \
+        list(reversed(unhold))
 
 
 def _impl_arguments(m: MethodModel) -> List[str]:

@@ -507,23 +507,23 @@ static int same_context(PyObject *obj, const char *name, struct ibv_context *min
 static PyObject *create_qp_held(PyObject *op, PyObject *pd, struct QPInitAttrObject *attr);
 
 /* rdma_create_qp keeps the GIL, but on a free-threaded target other threads
- * run meanwhile: the PD and what init_attr names are held (their close()
- * says EBUSY) until the QP holds them, and init_attr is read in its
- * critical section, before anything of the CMID. */
+ * run meanwhile: what init_attr names is held (close() says EBUSY) until
+ * the QP holds it, and init_attr is read in its critical section, before
+ * anything of the CMID, as a generated verb's struct argument is
+ * (converters/args.py; the wrapper holds the PD: spec holds:). */
 PyObject *ibp_hand_CMID_create_qp_impl(PyObject *op, PyObject *pd,
                                        struct QPInitAttrObject *attr)
 {
-    PyObject *held[4] = {NULL, NULL, NULL, NULL}, *result = NULL;
+    PyObject *held[3] = {NULL, NULL, NULL}, *result = NULL;
     ibp_lock_t cs;
     ibp_lock(&cs, attr);
     /* held (what is of its field's class), then checked: a close() either
      * sees the hold or is over */
-    if (ibp_hold(pd, PD_Type, &held[0]) == 0 && ibp_hold(attr->ref_send_cq, CQ_Type, &held[1]) == 0 &&
-        ibp_hold(attr->ref_recv_cq, CQ_Type, &held[2]) == 0 &&
-        ibp_hold(attr->ref_srq, SRQ_Type, &held[3]) == 0 &&
-        ibp_check_open(pd) == 0 && QPInitAttr_prepare(attr) == 0) {
+    if (ibp_hold(attr->ref_send_cq, CQ_Type, &held[0]) == 0 &&
+        ibp_hold(attr->ref_recv_cq, CQ_Type, &held[1]) == 0 &&
+        ibp_hold(attr->ref_srq, SRQ_Type, &held[2]) == 0 && QPInitAttr_prepare(attr) == 0) {
         /* a hold that waited for its object's lock suspended init_attr's */
-        if (attr->ref_send_cq != held[1] || attr->ref_recv_cq != held[2] || attr->ref_srq != held[3])
+        if (attr->ref_send_cq != held[0] || attr->ref_recv_cq != held[1] || attr->ref_srq != held[2])
             PyErr_SetString(PyExc_RuntimeError,
                             "init_attr was set by another thread during this call");
         else
