@@ -78,3 +78,13 @@ def free_threaded_python() -> str:
         pytest.skip(f"the extension is not built for {path} ({built.name} missing): "
                     f"IBVERBS_NO_LTO=1 {path} setup.py build_ext --inplace")
     return path
+
+
+@pytest.fixture(scope="session")
+def irs() -> Any:
+    """verbs.h's IR and rdma_cma.h's, parsed once (RDMA_CORE: another
+    rdma-core's headers); skips without libclang."""
+    pytest.importorskip("clang.cindex", reason="libclang is not installed (pip install libclang==18.1.1)")
+    from generator import parse, rdmacm
+    prefix = os.environ.get("RDMA_CORE") or None
+    return parse.parse(prefix), parse.parse(prefix, rdmacm.HEADER)

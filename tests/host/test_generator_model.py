@@ -16,16 +16,10 @@ import pytest
 
 pytest.importorskip("clang.cindex", reason="libclang is not installed (pip install libclang==18.1.1)")
 
-from generator import assemble, model as gmodel, model_json, parse, rdmacm, render, spec, stubs  # noqa: E402
+from generator import assemble, model as gmodel, model_json, rdmacm, render, spec, stubs  # noqa: E402
 from generator.model_base import PartModel  # noqa: E402
 from generator.paths import GENERATED_DIR, SPEC_DIR, TEMPLATE_DIR  # noqa: E402
 from generator.spec_types import ParamSpec  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def irs():
-    prefix = os.environ.get("RDMA_CORE") or None
-    return parse.parse(prefix), parse.parse(prefix, rdmacm.HEADER)
 
 
 @pytest.fixture(scope="module")

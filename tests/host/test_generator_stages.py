@@ -119,12 +119,6 @@ def offending_fields(found: List[str]) -> Dict[str, int]:
 
 
 @pytest.fixture(scope="module")
-def irs():
-    prefix = os.environ.get("RDMA_CORE") or None
-    return parse.parse(prefix), parse.parse(prefix, rdmacm.HEADER)
-
-
-@pytest.fixture(scope="module")
 def models(irs):
     ir, cm_ir = irs
     model = builder.build(ir, spec.load(SPEC_DIR))

@@ -26,7 +26,7 @@ import pytest
 yaml = pytest.importorskip("yaml", reason="PyYAML is not installed")
 pytest.importorskip("clang.cindex", reason="libclang is not installed (pip install libclang==18.1.1)")
 
-from generator import builder, parse, rdmacm, records, spec, targets
+from generator import builder, rdmacm, records, spec, targets
 from generator.paths import SPEC_DIR
 
 #: Where a key is a name the spec gives (glob patterns of the path of the
@@ -101,11 +101,6 @@ def renamed(text: str, key: Key) -> str:
     at = key.end - 1 if key.quoted else key.end
     lines[key.line] = lines[key.line][:at] + "x" + lines[key.line][at:]
     return "\n".join(lines)
-
-
-@pytest.fixture(scope="module")
-def irs():
-    return parse.parse(None), parse.parse(None, rdmacm.HEADER)
 
 
 def load_all(root: pathlib.Path, irs, only: str = "") -> None:

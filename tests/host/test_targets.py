@@ -131,6 +131,18 @@ def test_cp314_abi3_is_3_9s_limited_api_plus_3_14s_vectorcall_slot():
         assert "IBP_STABLE_ABI" not in _target_block(name)
 
 
+def _edited(tmp_path, target, following, old, new):
+    """A copy of spec/targets/targets.yaml with old replaced by new in the
+    section of *target* (the one before *following*)."""
+    text = (ROOT / "spec" / "targets" / "targets.yaml").read_text()
+    head, tail = text.split(f"  {target}:\n")
+    section, rest = tail.split(f"  {following}:\n")
+    assert old in section
+    path = tmp_path / "targets.yaml"
+    path.write_text(f"{head}  {target}:\n{section.replace(old, new)}  {following}:\n{rest}")
+    return str(path)
+
+
 @pytest.mark.parametrize("edit, message", [
     ("    slots: [tp_vectorcall]\n", "    slots: [tp_nonesuch]\n", ),
     ("    slots: [tp_vectorcall]\n", "    slots: tp_vectorcall\n"),
@@ -141,14 +153,9 @@ def test_cp314_abi3_is_3_9s_limited_api_plus_3_14s_vectorcall_slot():
     ('    requires_python: "3.14"\n', '    requires_python: "3.13"\n'),
 ])
 def test_a_wrong_slot_is_refused_with_its_file_and_line(tmp_path, edit, message):
-    text = (ROOT / "spec" / "targets" / "targets.yaml").read_text()
-    head, tail = text.split("  cp314-abi3:\n")
-    section, rest = tail.split("  cp314t:\n")
-    assert edit in section
-    path = tmp_path / "targets.yaml"
-    path.write_text(head + "  cp314-abi3:\n" + section.replace(edit, message) + "  cp314t:\n" + rest)
+    path = _edited(tmp_path, "cp314-abi3", "cp314t", edit, message)
     with pytest.raises(SpecError, match=r"targets.yaml:\d+: target cp314-abi3: .*slot"):
-        targets.load(str(path))
+        targets.load(path)
 
 
 def test_slots_are_for_a_gil_target_of_the_stable_abi(tmp_path):
@@ -224,14 +231,9 @@ def test_the_default_target_of_a_compile_outside_setup_py_is_by_version():
     ("    abi_tag: cp314t\n", "    abi_tags: cp314t\n"),
 ])
 def test_a_wrong_target_is_refused_with_its_file_and_line(tmp_path, edit, message):
-    text = (ROOT / "spec" / "targets" / "targets.yaml").read_text()
-    head, tail = text.split("  cp314t:\n")
-    section, rest = tail.split("  cp315-abi3t:\n")
-    assert edit in section
-    path = tmp_path / "targets.yaml"
-    path.write_text(head + "  cp314t:\n" + section.replace(edit, message) + "  cp315-abi3t:\n" + rest)
+    path = _edited(tmp_path, "cp314t", "cp315-abi3t", edit, message)
     with pytest.raises(SpecError, match=r"spec/targets/targets.yaml:\d+: target cp314t"):
-        targets.load(str(path))
+        targets.load(path)
 
 
 def test_an_unknown_method_kind_gets_no_wrapper():
