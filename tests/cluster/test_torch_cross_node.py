@@ -39,15 +39,25 @@ def torchrun(node_rank: int, port: int) -> str:
             % (env, exe, node_rank, port, " ".join(EXPECTED), shlex.quote(str(CORRUPTED))))
 
 
-def rxe_state(*nodes) -> str:
-    """Each node's Soft-RoCE counters and the kernel's last lines, for a
-    failure's message: an error completion between the kernels says more
-    with them (which side counted a sequence error, a retry, an RNR)."""
+COUNTERS = "/sys/class/infiniband/rxe0/ports/1/hw_counters"
+
+
+def rxe_counters(node) -> dict:
+    """The node's Soft-RoCE counters (since its boot: every test's)."""
+    r = node.run("cd %s && grep . *" % COUNTERS, timeout=60, check=False)
+    return {k: int(v) for k, _, v in (line.partition(":") for line in r.out.split())
+            if v.isdigit()}
+
+
+def rxe_state(before, *nodes) -> str:
+    """For a failure's message, each node's Soft-RoCE counters that moved
+    during the job (which side counted a duplicate, a sequence error, a
+    retry, an RNR) and the kernel's last lines."""
     parts = []
-    for node in nodes:
-        r = node.run("cd /sys/class/infiniband/rxe0/ports/1/hw_counters && grep . * 2>&1 "
-                     "| tr '\\n' ' '; echo; dmesg 2>&1 | tail -n 15", timeout=60, check=False)
-        parts.append("--- %s:\n%s%s" % (node.name, r.out, r.err))
+    for node, was in zip(nodes, before):
+        moved = {k: v - was.get(k, 0) for k, v in rxe_counters(node).items() if v != was.get(k, 0)}
+        r = node.run("dmesg 2>&1 | tail -n 15", timeout=60, check=False)
+        parts.append("--- %s, counters moved during the job: %s\n%s" % (node.name, moved, r.out))
     return "\n".join(parts)
 
 
@@ -56,6 +66,7 @@ def test_examples_under_torchrun_across_nodes(node1, node2, tcp_port, measuremen
     if importlib.util.find_spec("torch") is None:
         pytest.fail("torch is not installed in the venv (make venv-test installs torch==2.13.0)")
     import time
+    before = [rxe_counters(node1), rxe_counters(node2)]
     t0 = time.monotonic()
     jobs = [node1.spawn(torchrun(0, tcp_port), JOB_TIMEOUT),
             node2.spawn(torchrun(1, tcp_port), JOB_TIMEOUT)]
@@ -66,9 +77,9 @@ def test_examples_under_torchrun_across_nodes(node1, node2, tcp_port, measuremen
     outs = [r.out for r in done]
     both = "\n".join(outs)
     seg = segments(both)
-    assert [r.rc for r in done] == [1, 1], tail(both) + rxe_state(node1, node2)
+    assert [r.rc for r in done] == [1, 1], tail(both) + rxe_state(before, node1, node2)
     assert set(seg) == set(EXPECTED) | {"corrupted_write_with_imm"}, \
-        tail(both) + rxe_state(node1, node2)
+        tail(both) + rxe_state(before, node1, node2)
     for name in EXPECTED:
         check_example(seg[name], name)
     check_corrupted(seg["corrupted_write_with_imm"])
