@@ -204,28 +204,43 @@ def test_postlist_ud_checks_its_address_handle_at_each_post(ib, ctx, pd, port, g
 
 
 def test_postlist_with_the_gil_released(ib, rc_pair, make_buffer):
+    """A PostList with release_gil=True lets another thread run during the post.  With a
+    switch interval far longer than the test, a GIL build hands the GIL over only when a
+    thread gives it up: the polls here keep it, so the other thread runs only inside the
+    posts.  The free-threaded build has no GIL: there the other thread just runs."""
     src, dst = make_buffer(64, fill=0x21), make_buffer(64)
     plist = ib.PostList([write_wr(ib, src, dst, wr_id=7)], release_gil=True)
     assert plist.release_gil
     ticks = []
-    stop = threading.Event()
+    running, stop = threading.Event(), threading.Event()
 
     def other():
+        running.set()
         while not stop.is_set():
             ticks.append(1)
             time.sleep(0)
 
     t = threading.Thread(target=other)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(100.0)
     t.start()
     try:
-        for _ in range(20):
+        assert running.wait(10)
+        before, posts = len(ticks), 0
+        # A released GIL may be taken back before the other thread wakes: post until it
+        # ran once (20 posts at least), for up to 10 s.
+        deadline = time.monotonic() + 10
+        while posts < 20 or (len(ticks) == before and time.monotonic() < deadline):
             rc_pair.qp_a.post_send(plist)
             (wc,) = poll_until(rc_pair.cq_a, 1)
             assert wc.is_success and wc.wr_id == 7
+            posts += 1
     finally:
         stop.set()
         t.join()
-    assert bytes(dst.array) == b"\x21" * 64 and ticks
+        sys.setswitchinterval(interval)
+    assert bytes(dst.array) == b"\x21" * 64
+    assert len(ticks) > before, f"the other thread never ran during {posts} posts"
     plist.release_gil = False
     assert "release_gil" not in repr(plist)
 
