@@ -19,6 +19,8 @@ from generator import audit, irjson, parse, spec  # noqa: E402
 from generator.cli import SPEC_DIR, main  # noqa: E402
 from generator.ir import Enum, EnumMember, Function, Param, Type  # noqa: E402
 
+pytestmark = pytest.mark.tooling
+
 CACHE = pathlib.Path(os.environ.get("IBVERBS_RDMA_CACHE")
                      or pathlib.Path(os.environ.get("XDG_CACHE_HOME")
                                      or pathlib.Path.home() / ".cache") / "ibverbs-rdma-core")

@@ -12,6 +12,8 @@ import re
 
 import pytest
 
+pytestmark = pytest.mark.tooling
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 

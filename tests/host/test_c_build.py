@@ -12,6 +12,8 @@ import subprocess
 
 import pytest
 
+pytestmark = pytest.mark.tooling
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SOURCES = sorted((ROOT / "ibverbs" / "src").glob("*.c"))
 

@@ -15,6 +15,10 @@ import pathlib
 import re
 from typing import Dict, Iterator, List, Set, Tuple
 
+import pytest
+
+pytestmark = pytest.mark.tooling
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SRC = ROOT / "ibverbs" / "src"
 GEN = ROOT / "generated"

@@ -14,6 +14,8 @@ import time
 
 import pytest
 
+pytestmark = pytest.mark.tooling
+
 VM = pathlib.Path(__file__).resolve().parents[1] / "vm"
 
 

@@ -14,6 +14,8 @@ pytest.importorskip("clang.cindex", reason="libclang is not installed (pip insta
 from generator import builder, emit, parse, spec
 from generator.paths import SPEC_DIR
 
+pytestmark = pytest.mark.tooling
+
 QP_LOCKS = """      ibv_destroy_qp: {cqs: [send_cq, recv_cq]}
       ibv_modify_qp: {cqs: [send_cq, recv_cq], when: ibp_qp_modify_to_reset}
 """

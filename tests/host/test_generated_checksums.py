@@ -15,6 +15,8 @@ import pytest
 from generator import checksum
 from generator.cli import main
 
+pytestmark = pytest.mark.tooling
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 GENERATED = ROOT / "generated"
 

@@ -16,6 +16,8 @@ from generator import builder, emit, parse, render, spec  # noqa: E402
 from generator.model import Model  # noqa: E402
 from generator.cli import SPEC_DIR, TEMPLATE_DIR, GENERATED_DIR, main  # noqa: E402
 
+pytestmark = pytest.mark.tooling
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 

@@ -21,6 +21,8 @@ from generator.model_base import PartModel  # noqa: E402
 from generator.paths import GENERATED_DIR, SPEC_DIR, TEMPLATE_DIR  # noqa: E402
 from generator.spec_types import ParamSpec  # noqa: E402
 
+pytestmark = pytest.mark.tooling
+
 
 @pytest.fixture(scope="module")
 def whole(irs):

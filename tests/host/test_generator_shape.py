@@ -10,6 +10,8 @@ from typing import Dict, List, Set
 
 import pytest
 
+pytestmark = pytest.mark.tooling
+
 GENERATOR = pathlib.Path(__file__).resolve().parents[2] / "generator"
 
 

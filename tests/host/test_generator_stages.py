@@ -30,6 +30,8 @@ from generator.model import Model  # noqa: E402
 from generator.cli import SPEC_DIR, TEMPLATE_DIR  # noqa: E402
 from generator.enum_fields import EnumFields  # noqa: E402
 
+pytestmark = pytest.mark.tooling
+
 # --- the detector -------------------------------------------------------------
 
 #: C syntax no identifier, type spelling or constant has: member access

@@ -14,6 +14,8 @@ pytest.importorskip("clang.cindex", reason="libclang is not installed (pip insta
 from generator import builder, emit, parse, spec  # noqa: E402
 from generator.cli import SPEC_DIR  # noqa: E402
 
+pytestmark = pytest.mark.tooling
+
 
 @pytest.fixture(scope="module")
 def ir():

@@ -30,6 +30,8 @@ from generator import irjson  # noqa: E402
 from generator.ir import IR, UNKNOWN  # noqa: E402
 from generator.parse import ParseError, main_ir, parse  # noqa: E402
 
+pytestmark = pytest.mark.tooling
+
 SYSTEM_VERBS = Path("/usr/include/infiniband/verbs.h")
 needs_system = pytest.mark.skipif(
     not SYSTEM_VERBS.is_file(),

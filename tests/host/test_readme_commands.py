@@ -21,6 +21,8 @@ import sysconfig
 
 import pytest
 
+pytestmark = pytest.mark.tooling
+
 # tomllib is 3.11's; tomli, its source, reads the same on 3.9 and 3.10
 tomllib = pytest.importorskip("tomllib" if sys.version_info >= (3, 11) else "tomli",
                               reason="tomllib is in Python 3.11 and later, tomli before")

@@ -10,6 +10,8 @@ import re
 
 import pytest
 
+pytestmark = pytest.mark.tooling
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SRC = ROOT / "ibverbs" / "src"
 GENERATED = ROOT / "generated"

@@ -25,6 +25,8 @@ from generator import builder, model, parse, spec  # noqa: E402
 from generator.cli import SPEC_DIR  # noqa: E402
 from generator.spec import SpecError  # noqa: E402
 
+pytestmark = pytest.mark.tooling
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 RELEASES = ("33.2", "44.0", "56.1", "65.0")
 CACHE = pathlib.Path(os.environ.get("IBVERBS_RDMA_CACHE")

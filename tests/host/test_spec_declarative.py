@@ -30,6 +30,8 @@ yaml = pytest.importorskip("yaml", reason="PyYAML is not installed (make venv-ge
 
 from generator import spec  # noqa: E402
 
+pytestmark = pytest.mark.tooling
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SPEC_DIR = ROOT / "spec"
 C_KEYS = {"expr", "value", "prologue", "epilogue", "guard", "max", "min", "default", "check"}

@@ -29,6 +29,8 @@ pytest.importorskip("clang.cindex", reason="libclang is not installed (pip insta
 from generator import builder, rdmacm, records, spec, targets
 from generator.paths import SPEC_DIR
 
+pytestmark = pytest.mark.tooling
+
 #: Where a key is a name the spec gives (glob patterns of the path of the
 #: mapping holding it; M: any method).
 _M = ("handles/*/methods/*", "methods/*/*", "functions/*")

@@ -14,6 +14,8 @@ from generator import targets
 from generator.paths import SPEC_DIR
 from generator.spec import SpecError
 
+pytestmark = pytest.mark.tooling
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 GENERATED = ROOT / "generated"
 

@@ -16,8 +16,8 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 ENSURE_DEBS = ROOT / "tools" / "ensure-debs"
 
-pytestmark = pytest.mark.skipif(shutil.which("make") is None or shutil.which("bash") is None,
-                                reason="needs make and bash")
+pytestmark = [pytest.mark.tooling, pytest.mark.skipif(shutil.which("make") is None or shutil.which("bash") is None,
+                                reason="needs make and bash")]
 
 
 @pytest.fixture
@@ -204,3 +204,23 @@ def test_hypothesis_never_fails_a_property_for_being_slow():
     from hypothesis import HealthCheck, settings
     assert settings.default.deadline is None
     assert HealthCheck.too_slow in settings.default.suppress_health_check
+
+
+def test_only_the_main_host_tier_runs_the_tests_of_the_repository_itself(tmp_path):
+    """The tests marked tooling (generator, spec, docs, packaging tools, the
+    VM harness) do not depend on the interpreter: test-host runs them, and
+    the 3.14t, 3.9, 3.14, 3.15 and aarch64 host tiers, which test the
+    extension on their interpreter, leave them out."""
+    assert "-m pytest -q tests/host tests/gpu\n" in _make_n(tmp_path, "test-host")
+    for target in ("test-ft-host", "test-39-host", "test-aarch64-host"):
+        out = _make_n(tmp_path, target)
+        assert re.search(r'pytest -q -p no:cacheprovider -m \\?"not tooling\\?" tests/host', out), \
+            (target, out[-1500:])
+    r = subprocess.run(["make", "-s", "-p", "-n", "-q", "help"], cwd=ROOT, stdout=subprocess.PIPE,
+                       stderr=subprocess.DEVNULL, text=True, timeout=60)
+    assert re.search(r'^SID_HOST_TESTS = \$\(NOT_TOOLING\) tests/host$', r.stdout, re.M)
+    assert re.search(r'^NOT_TOOLING := -m "not tooling"$', r.stdout, re.M)
+    marked = {p.stem for p in (ROOT / "tests" / "host").glob("test_*.py")
+              if "pytest.mark.tooling" in p.read_text()}
+    assert {"test_generator", "test_spec_keys", "test_cluster_harness", "test_tooling"} <= marked
+    assert not marked & {"test_threads_host", "test_recording_provider", "test_extension"}

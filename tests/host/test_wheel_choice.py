@@ -22,6 +22,8 @@ import pytest
 tags = pytest.importorskip("packaging.tags", reason="packaging is not installed")
 from packaging.utils import parse_wheel_filename  # noqa: E402
 
+pytestmark = pytest.mark.tooling
+
 PLATFORM = "manylinux2014_x86_64.manylinux_2_17_x86_64"   # tools/audit-wheel's
 #: an x86_64 glibc 2.17+ machine's platforms, best first (a subset of
 #: packaging's list: the wheels' platform is the same for all)
