@@ -174,6 +174,7 @@ def test_info_text_names_every_device_and_port(ib, device_names):
     assert "port:\t1" in out and "state:" in out and "ACTIVE" in out and "GID[" in out
 
 
+@pytest.mark.processes
 def test_info_of_an_unknown_device_fails_cleanly(ib):
     out = cli("info", "-d", "no_such_device", check=False)
     stderr = rxe.own_stderr(out.stderr)
@@ -199,6 +200,7 @@ def test_ping_in_one_process_sleeping_on_completion_channels(ib, device_names):
     assert m and int(m.group(1)) == 10, out
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("mode", [[], ["--events"]], ids=["busy-poll", "events"])
 def test_ping_between_a_server_and_a_client_process(ib, device_names, mode):
     if not rxe.in_vm():
@@ -257,6 +259,7 @@ def test_ping_keeps_a_receive_that_completes_before_the_echo_send(ib, device_nam
         client.close()
 
 
+@pytest.mark.processes
 def test_ping_without_a_server_fails_cleanly(ib, device_names):
     tcp_port = free_port()
     out = cli("ping", "127.0.0.1", "--port", str(tcp_port), "-d", device_names[0], check=False)
@@ -285,6 +288,7 @@ def _finish(proc, timeout=60):
     return proc.returncode, out, rxe.own_stderr(err)
 
 
+@pytest.mark.processes
 def test_a_server_times_out_on_a_client_that_sends_nothing(ib, device_names):
     tcp_port = free_port()
     proc, line = _server("-p", str(tcp_port), "-d", device_names[0], "--timeout", "2")
@@ -299,6 +303,7 @@ def test_a_server_times_out_on_a_client_that_sends_nothing(ib, device_names):
     assert 1.5 < waited < 20
 
 
+@pytest.mark.processes
 def test_a_server_refuses_a_size_beyond_its_bound_before_allocating(ib, device_names):
     import struct
 
@@ -313,6 +318,7 @@ def test_a_server_refuses_a_size_beyond_its_bound_before_allocating(ib, device_n
     assert len(err.splitlines()) == 1 and "Traceback" not in err
 
 
+@pytest.mark.processes
 def test_a_client_times_out_on_a_server_that_answers_nothing(ib, device_names):
     with socket.create_server(("127.0.0.1", 0)) as silent:
         tcp_port = silent.getsockname()[1]
@@ -326,6 +332,7 @@ def test_a_client_times_out_on_a_server_that_answers_nothing(ib, device_names):
     assert waited < 30
 
 
+@pytest.mark.processes
 def test_listen_host_is_the_address_listened_on(ib, device_names):
     if not rxe.in_vm():
         pytest.skip("needs the VM's addresses")
@@ -416,6 +423,7 @@ def _here_any(*args):
     return cli_argv.run(args)
 
 
+@pytest.mark.processes
 def test_a_server_with_json_prints_one_document(ib, device_names):
     """ping --listen --json printed two documents (issue 36): the notice
     that it listens goes to stderr, stdout is the result."""
@@ -443,6 +451,7 @@ def test_a_server_with_json_prints_one_document(ib, device_names):
             server.communicate()
 
 
+@pytest.mark.processes
 def test_an_error_with_json_is_one_document_too(ib, device_names):
     tcp_port = free_port()
     out = cli("ping", "127.0.0.1", "-p", str(tcp_port), "-d", device_names[0], "--json",
@@ -460,6 +469,7 @@ def _uverbs_fds(pid):
     return n
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
 def test_ctrl_c_prints_the_statistics_so_far_and_exits_130(ib, device_names, as_json):
     """SIGINT to a running ping: what it measured, as a finished ping

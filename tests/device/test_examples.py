@@ -44,7 +44,7 @@ from torch_examples import (CORRUPTED, EXPECTED, SUMMARY, check_corrupted, check
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 JOB_TIMEOUT = 600            # one torchrun job, in seconds
-pytestmark = pytest.mark.timeout(JOB_TIMEOUT + 120)
+pytestmark = [pytest.mark.timeout(JOB_TIMEOUT + 120), pytest.mark.processes]
 
 
 @pytest.fixture(scope="module")

@@ -224,3 +224,16 @@ def test_only_the_main_host_tier_runs_the_tests_of_the_repository_itself(tmp_pat
               if "pytest.mark.tooling" in p.read_text()}
     assert {"test_generator", "test_spec_keys", "test_cluster_harness", "test_tooling"} <= marked
     assert not marked & {"test_threads_host", "test_recording_provider", "test_extension"}
+
+
+def test_the_free_threaded_device_tier_leaves_out_the_tests_that_start_processes(tmp_path):
+    """test-ft-device leaves out the device tests marked processes (the CLI
+    and the examples as processes of their own); test-device runs them."""
+    assert '-m "not slow" tests/device' in _make_n(tmp_path, "test-device")
+    out = _make_n(tmp_path, "test-ft-device")
+    assert '-m "not slow and not processes" tests/device' in out, out[-1500:]
+    cli = (ROOT / "tests" / "device" / "test_cli.py").read_text()
+    for test in re.findall(r"((?:@.*\n)*)def (test_\w+)\((.*?)(?=\n(?:@|def |# ---)|\Z)", cli, re.S):
+        decorators, name, body = test
+        starts = "Popen" in body or "_server(" in body or re.search(r"(?<![_.\w])cli\(", body)
+        assert bool(starts) == ("@pytest.mark.processes" in decorators), name
