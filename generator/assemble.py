@@ -19,7 +19,8 @@ def build(irs: Tuple[IR, IR], spec_root: str) -> Model:
     # first: the converters are made knowing the targets their C serves
     build_targets = targets.load(targets.default_path(spec_root))
     verbs = builder.build(ir, spec.load(spec_root), build_targets)
-    cm = rdmacm.build(cm_ir, spec.load(rdmacm.spec_dir(spec_root)), build_targets)
+    cm = rdmacm.build(cm_ir, spec.load(rdmacm.spec_dir(spec_root)), build_targets,
+                      structs=verbs.structs)
     record_types = records.build(ir, spec_root, EnumFields(verbs.enums, verbs.spec.enum_fields))
     return Model(verbs=verbs, records=record_types, rdmacm=cm, targets=build_targets)
 

@@ -378,6 +378,7 @@ def impl_body(m: MethodModel) -> List[str]:
                          "return return_value;"]
     body = [line for p in m.params for line in p.declarations()]
     body += [f"PyObject *{h.local} = NULL;" for h in m.hand_holds]
+    body += [f"PyObject *{held} = NULL;" for p in m.params for held in p.holds()]
     body += ["PyObject *return_value = NULL;", ""]
     body += (_impl_arguments(m) if m.params else [])
     return body + _entered_call(m)
@@ -396,10 +397,15 @@ def _entered_call(m: MethodModel) -> List[str]:
     the `_impl` called, then everything undone and the call left."""
     early, hold, unhold = _hand_holds(m)
     body = _ENTER + early + [line for p in m.params for line in p.parse()] + hold
+    # a struct argument's handles (struct_instance:): held, then checked
+    # open and written into its C struct, which the `_impl` reads in its
+    # critical section, as a verb's struct argument
+    body += [line for p in m.params for line in p.hold_handles()]
     body += [f"return_value = {_impl_call(m)};", ""]
     if any(p.parse_can_fail for p in m.params) or m.hand_holds:
         body.append(EXIT)
     body += [line for p in m.params for line in p.cleanup()] + unhold
+    body += [f"ibp_unhold({held});" for p in reversed(m.params) for held in reversed(p.holds())]
     return body + ["ibp_call_leave(self);", "return return_value;"]
 
 

@@ -54,8 +54,13 @@ def bound_names(spec: Spec, methods: List[vmodel.MethodModel]) -> List[str]:
     return sorted(names)
 
 
-def build(ir: IR, spec: Spec, targets: Sequence[Target] = ()) -> vmodel.HeaderModel:
+def build(ir: IR, spec: Spec, targets: Sequence[Target] = (),
+          structs: Sequence[vmodel.StructModel] = ()) -> vmodel.HeaderModel:
+    """rdma_cma.h's model; *structs*: verbs.h's struct classes, which a hand
+    method's `struct_instance:` argument names (its handles held and
+    checked as a verb's struct argument's)."""
     b = vbuilder.Builder(ir, spec, targets)
+    b.struct_models.update({s.name: s for s in structs})
     enums = b.enums()
     for h in spec.handles:
         for m in h.methods:
@@ -83,6 +88,8 @@ def build(ir: IR, spec: Spec, targets: Sequence[Target] = ()) -> vmodel.HeaderMo
 
 
 def load(prefix: Optional[str], spec_root: str) -> vmodel.HeaderModel:
-    """Parse rdma_cma.h at *prefix* and load spec/rdmacm/: its model."""
+    """Parse rdma_cma.h at *prefix* and load spec/rdmacm/: its model (with
+    verbs.h's struct classes, from the verbs spec under spec_root)."""
     from . import parse, spec as vspec
-    return build(parse.parse(prefix, HEADER), vspec.load(spec_dir(spec_root)))
+    structs = vbuilder.build(parse.parse(prefix), vspec.load(spec_root)).structs
+    return build(parse.parse(prefix, HEADER), vspec.load(spec_dir(spec_root)), structs=structs)

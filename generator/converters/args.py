@@ -2,7 +2,7 @@
 kind (none: an int, or an address for a `void *`)."""
 from __future__ import annotations
 
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 from ..rule_data import ArgHandle, ArgValue, uses_self
 from ..ctext import UINT32, UINT64, c_default, host_to_be32, if_given, int_convert
@@ -233,34 +233,34 @@ def context_check(owner_ctx: Optional[Any], label: str, name: str, local: str) -
             "    goto exit;", "}"]
 
 
-@PARAMS.register("struct")
-class StructObjectParam(ClassArgParam):
-    """A struct class object (`struct:QPAttr`), passed as a pointer to its C
-    struct; its handle members are written in just before the call."""
+class HeldStructHandles:
+    """The handles a struct argument names, held for the call, then checked
+    and written into its C struct (X_prepare) in its critical section: a
+    close() either sees the hold or is over.  Mixed into the converters of
+    a struct object, the verbs' (`struct:`) and a hand `_impl`'s
+    (`struct_instance:`); `struct_var` is the local its object is in."""
 
-    def __init__(self, ctx: Context, cname: str, t: Type, pspec: Any) -> None:
-        super().__init__(ctx, cname, t, pspec)
+    name: str
+    cls: str
+    handle_fields: List[str]
+    handle_classes: Dict[str, str]
+
+    @property
+    def struct_var(self) -> str:
+        raise NotImplementedError
+
+    def _held_struct_model(self, ctx: Context) -> Any:
         model = ctx.struct_model(self.cls)
         if model is None:
             ctx.fail(f"unknown struct class {self.cls}")
-        self.ctype = model.ctype
         self.handle_fields = [f.name for f in model.handle_fields]
         self.handle_classes = {f.name: f.handle for f in model.handle_fields}
+        return model
 
-    @classmethod
-    def c_ref(cls, cname: str, ref: Any) -> Optional[str]:
-        if isinstance(ref, ArgHandle) and ref.field is not None:
-            return f"{ref.arg}->{HandleField.ref_member(ref.field)}"
-        return None
-
-    def own_declarations(self) -> List[str]:
-        lines = [f"struct {self.cls}Object *{self.name} = NULL;"]
-        if self.handle_fields:
-            lines += [f"ibp_lock_t {self.name}_lock;", f"int {self.name}_locked = 0;"]
-        return lines
-
-    def released_declarations(self) -> List[str]:
-        return [f"{self.ctype} {self.name}_c;"]
+    def lock_declarations(self) -> List[str]:
+        if not self.handle_fields:
+            return []
+        return [f"ibp_lock_t {self.name}_lock;", f"int {self.name}_locked = 0;"]
 
     def holds(self) -> List[str]:
         return [self.held_local(self.name, f) for f in self.handle_fields]
@@ -280,20 +280,20 @@ class StructObjectParam(ClassArgParam):
         struct while this call reads them."""
         if not self.handle_fields:
             return []
-        n = self.name
+        n, v = self.name, self.struct_var
         lines = [f"/* {n}'s handles held as they are now, then checked open */",
-                 f"ibp_lock(&{n}_lock, {n});", f"{n}_locked = 1;"]
+                 f"ibp_lock(&{n}_lock, {v});", f"{n}_locked = 1;"]
         # Only an object of the field's class is held (the field stores any
         # object, as the seed's did; X_prepare refuses another).
         for f in self.handle_fields:
-            lines += [f"if (ibp_hold({n}->{HandleField.ref_member(f)}, "
+            lines += [f"if (ibp_hold({v}->{HandleField.ref_member(f)}, "
                       f"{self.handle_classes[f]}_Type, &{self.held_local(n, f)}) < 0)",
                       "    goto exit;"]
         # A hold that waits for its object's lock suspends this one: a
         # handle set meanwhile is not the one held.
-        same = " || ".join(f"{n}->{HandleField.ref_member(f)} != {self.held_local(n, f)}"
+        same = " || ".join(f"{v}->{HandleField.ref_member(f)} != {self.held_local(n, f)}"
                            for f in self.handle_fields)
-        return lines + [f"if ({self.cls}_prepare({n}) < 0)", "    goto exit;",
+        return lines + [f"if ({self.cls}_prepare({v}) < 0)", "    goto exit;",
                         f"if ({same}) {{",
                         f'    PyErr_SetString(PyExc_RuntimeError, "{n} was set by another thread '
                         'during this call");',
@@ -303,6 +303,32 @@ class StructObjectParam(ClassArgParam):
         if not self.handle_fields:
             return []
         return [f"if ({self.name}_locked)", f"    ibp_unlock(&{self.name}_lock);"]
+
+
+@PARAMS.register("struct")
+class StructObjectParam(HeldStructHandles, ClassArgParam):
+    """A struct class object (`struct:QPAttr`), passed as a pointer to its C
+    struct; its handle members are written in just before the call."""
+
+    def __init__(self, ctx: Context, cname: str, t: Type, pspec: Any) -> None:
+        super().__init__(ctx, cname, t, pspec)
+        self.ctype = self._held_struct_model(ctx).ctype
+
+    @property
+    def struct_var(self) -> str:
+        return self.name
+
+    @classmethod
+    def c_ref(cls, cname: str, ref: Any) -> Optional[str]:
+        if isinstance(ref, ArgHandle) and ref.field is not None:
+            return f"{ref.arg}->{HandleField.ref_member(ref.field)}"
+        return None
+
+    def own_declarations(self) -> List[str]:
+        return [f"struct {self.cls}Object *{self.name} = NULL;"] + self.lock_declarations()
+
+    def released_declarations(self) -> List[str]:
+        return [f"{self.ctype} {self.name}_c;"]
 
     def hold_for_call(self, released: bool) -> List[str]:
         lines: List[str] = []

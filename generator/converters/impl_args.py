@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, List, Optional
 
 from ..ctext import c_format_text, indented
-from .args import ArgParam, ClassArgParam
+from .args import ArgParam, ClassArgParam, HeldStructHandles
 from .buffers import BytesParam
 from .registry import Context, PARAMS
 
@@ -102,16 +102,28 @@ class InstanceParam(ClassArgParam):
 
 
 @PARAMS.register("struct_instance")
-class StructInstanceParam(InstanceParam):
+class StructInstanceParam(HeldStructHandles, InstanceParam):
     """An object of a verbs struct class (`struct_instance:QPInitAttr`),
-    passed on as its `struct <Class>Object *` (objects.h); for hand
-    functions outside the verbs spec (rdma_cm's create_qp), which have no
-    struct model for the `struct:` converter.  The `_impl` function
-    prepares it (`<Class>_prepare`) when it needs its handle members."""
+    passed on as its `struct <Class>Object *` (objects.h), for hand
+    functions outside the verbs spec (rdma_cm's create_qp).  As a verb's
+    struct argument (`struct:`), its handles are held and it is prepared
+    (`<Class>_prepare`) in its critical section before the `_impl` runs,
+    which reads it there until it returns."""
+
+    def __init__(self, ctx: Context, cname: str, t: Any, pspec: Any) -> None:
+        super().__init__(ctx, cname, t, pspec)
+        self._held_struct_model(ctx)
+
+    @property
+    def struct_var(self) -> str:
+        return self.local
 
     @property
     def object_ctype(self) -> str:
         return f"struct {self.cls}Object"
+
+    def own_declarations(self) -> List[str]:
+        return super().own_declarations() + self.lock_declarations()
 
 
 @PARAMS.register("handle_object")

@@ -504,38 +504,13 @@ static int same_context(PyObject *obj, const char *name, struct ibv_context *min
     return 0;
 }
 
-static PyObject *create_qp_held(PyObject *op, PyObject *pd, struct QPInitAttrObject *attr);
-
 /* rdma_create_qp keeps the GIL, but on a free-threaded target other threads
- * run meanwhile: what init_attr names is held (close() says EBUSY) until
- * the QP holds it, and init_attr is read in its critical section, before
- * anything of the CMID, as a generated verb's struct argument is
- * (converters/args.py; the wrapper holds the PD: spec holds:). */
+ * run meanwhile: the generated wrapper holds the PD (spec holds:) and what
+ * init_attr names, then prepares init_attr in its critical section, where
+ * this runs (struct_instance:, generator/converters/impl_args.py), as a
+ * generated verb's struct argument is. */
 PyObject *ibp_hand_CMID_create_qp_impl(PyObject *op, PyObject *pd,
                                        struct QPInitAttrObject *attr)
-{
-    PyObject *held[3] = {NULL, NULL, NULL}, *result = NULL;
-    ibp_lock_t cs;
-    ibp_lock(&cs, attr);
-    /* held (what is of its field's class), then checked: a close() either
-     * sees the hold or is over */
-    if (ibp_hold(attr->ref_send_cq, CQ_Type, &held[0]) == 0 &&
-        ibp_hold(attr->ref_recv_cq, CQ_Type, &held[1]) == 0 &&
-        ibp_hold(attr->ref_srq, SRQ_Type, &held[2]) == 0 && QPInitAttr_prepare(attr) == 0) {
-        /* a hold that waited for its object's lock suspended init_attr's */
-        if (attr->ref_send_cq != held[0] || attr->ref_recv_cq != held[1] || attr->ref_srq != held[2])
-            PyErr_SetString(PyExc_RuntimeError,
-                            "init_attr was set by another thread during this call");
-        else
-            result = create_qp_held(op, pd, attr);
-    }
-    ibp_unlock(&cs);
-    for (size_t i = 0; i < sizeof(held) / sizeof(held[0]); i++)
-        ibp_unhold(held[i]);
-    return result;
-}
-
-static PyObject *create_qp_held(PyObject *op, PyObject *pd, struct QPInitAttrObject *attr)
 {
     struct CMIDObject *self = (struct CMIDObject *)op;
     if (attr->ref_send_cq == NULL || attr->ref_recv_cq == NULL) {

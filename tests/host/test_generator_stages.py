@@ -124,7 +124,7 @@ def offending_fields(found: List[str]) -> Dict[str, int]:
 def models(irs):
     ir, cm_ir = irs
     model = builder.build(ir, spec.load(SPEC_DIR))
-    cm = rdmacm.build(cm_ir, spec.load(rdmacm.spec_dir(SPEC_DIR)))
+    cm = rdmacm.build(cm_ir, spec.load(rdmacm.spec_dir(SPEC_DIR)), structs=model.structs)
     recs = records.build(model.ir, SPEC_DIR, EnumFields(model.enums, model.spec.enum_fields))
     return {"verbs": model, "rdmacm": cm, "records": recs}
 

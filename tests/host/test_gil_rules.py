@@ -108,6 +108,25 @@ def test_handle_arguments_are_held_before_anything_is_converted(built):
     assert hold < body.index("if (ibp_check_open(self) < 0)")
 
 
+def _struct_held_then_prepared(body, arg, var, struct, call):
+    """In a wrapper's body: struct argument *arg* (its object in local
+    *var*) locked, each handle held (typed), X_prepare once, the handles
+    compared with those held, all before *call*."""
+    prepares = [i for i, line in enumerate(body) if f"{struct}_prepare(" in line]
+    assert len(prepares) == 1, (arg, prepares)
+    lock = body.index(f"ibp_lock(&{arg}_lock, {var});")
+    holds = [i for i, line in enumerate(body) if line.startswith(f"if (ibp_hold({var}->ref_")]
+    same = next(i for i, line in enumerate(body) if f"{var}->ref_" in line and "!=" in line)
+    called = next(i for i, line in enumerate(body) if call in line)
+    assert holds and lock < min(holds) and max(holds) < prepares[0] < same < called, arg
+    assert body[same + 1] == (f'    PyErr_SetString(PyExc_RuntimeError, "{arg} was set by '
+                              'another thread during this call");')
+    assert all("NULL, &" not in body[i] for i in holds), arg
+    unlock = body.index(f"    ibp_unlock(&{arg}_lock);")
+    assert called < unlock < min(i for i, line in enumerate(body) if line.startswith(
+        f"ibp_unhold({arg}_")), arg
+
+
 def test_a_structs_handles_are_held_then_checked_open_in_its_lock_and_nowhere_else(built):
     """X_prepare() checks the handles open and writes their pointers into
     the struct: only after each is held (a close() either sees the hold or
@@ -115,20 +134,27 @@ def test_a_structs_handles_are_held_then_checked_open_in_its_lock_and_nowhere_el
     the struct's critical section (another thread may set or prepare it),
     and only when the handles are still those held (a hold that waits for
     its object's lock suspends the struct's).  Only an object of the
-    field's class is held: the field stores any object, as the seed's did."""
-    for cls, name, arg, struct in (("PD", "create_qp", "init_attr", "QPInitAttr"),
-                                   ("QP", "bind_mw", "bind", "MWBind"),
-                                   ("QPEx", "wr_bind_mw", "bind_info", "MWBindInfo")):
-        body = emit.method_body(_method(built, cls, name))
-        prepares = [i for i, line in enumerate(body) if f"{struct}_prepare(" in line]
-        assert len(prepares) == 1, (name, prepares)
-        lock = body.index(f"ibp_lock(&{arg}_lock, {arg});")
-        holds = [i for i, line in enumerate(body) if line.startswith(f"if (ibp_hold({arg}->ref_")]
-        same = next(i for i, line in enumerate(body) if f"{arg}->ref_" in line and "!=" in line)
-        assert holds and lock < min(holds) and max(holds) < prepares[0] < same, name
-        assert body[same + 1] == (f'    PyErr_SetString(PyExc_RuntimeError, "{arg} was set by '
-                                  'another thread during this call");')
-        assert all("NULL, &" not in body[i] for i in holds), name
+    field's class is held: the field stores any object, as the seed's did.
+    A hand method's struct argument (CMID.create_qp's init_attr,
+    struct_instance:) is held and prepared by its generated wrapper alike,
+    before the hand code runs."""
+    for cls, name, arg, struct, call in (
+            ("PD", "create_qp", "init_attr", "QPInitAttr", "ibv_create_qp("),
+            ("QP", "bind_mw", "bind", "MWBind", "ibv_bind_mw("),
+            ("QPEx", "wr_bind_mw", "bind_info", "MWBindInfo", "ibv_wr_bind_mw(")):
+        _struct_held_then_prepared(emit.method_body(_method(built, cls, name)), arg, arg, struct,
+                                   call)
+    from generator import rdmacm
+    cm = rdmacm.load(os.environ.get("RDMA_CORE") or None, SPEC_DIR)
+    create_qp = next(m for h in cm.handles if h.name == "CMID" for m in h.methods
+                     if m.name == "create_qp")
+    _struct_held_then_prepared(emit.impl_body(create_qp), "init_attr", "init_attr_c", "QPInitAttr",
+                               "ibp_hand_CMID_create_qp_impl(")
+    # and the hand code holds nothing of it itself
+    cm_id = (pathlib.Path(__file__).resolve().parents[2] / "ibverbs" / "src" / "cm_id.c").read_text()
+    impl = cm_id[cm_id.index("PyObject *ibp_hand_CMID_create_qp_impl("):]
+    impl = impl[:impl.index("\n}\n")]
+    assert "ibp_hold" not in impl and "QPInitAttr_prepare" not in impl and "ibp_lock" not in impl
 
 
 def test_a_close_whose_destroy_releases_the_gil_never_shows_the_freed_object_again():

@@ -109,10 +109,12 @@ def load_all(root: pathlib.Path, irs, only: str = "") -> None:
     """What `generate` reads of the spec, with the IRs parsed once; *only*:
     the set a file of spec/ belongs to (its own directory's), else all."""
     ir, cm_ir = irs
+    verbs = None
     if not only or "/" not in only:
-        builder.build(ir, spec.load(str(root)))
+        verbs = builder.build(ir, spec.load(str(root)))
     if not only or only.startswith(rdmacm.SPEC_SUBDIR + "/"):
-        rdmacm.build(cm_ir, spec.load(rdmacm.spec_dir(str(root))))
+        structs = (verbs or builder.build(ir, spec.load(str(root)))).structs
+        rdmacm.build(cm_ir, spec.load(rdmacm.spec_dir(str(root))), structs=structs)
     if not only or only.startswith("datapath/"):
         records.build(ir, str(root))
     if not only or only.startswith("targets/"):
