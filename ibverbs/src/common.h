@@ -479,21 +479,17 @@ struct pl_entry {
 };
 
 /*
- * A work request kept from its last post (SendWR and RecvWR keep one,
- * wr.c): a post sends it as it is while what it was built from is what the
- * objects say now.  That is checked at each post, never told: no mutation
- * path has to invalidate anything.  A SendWR's own fields carry a stamp
- * (taken after every store), and the kept request the stamp it was built
- * from; the list is compared item by item: its length, and each item's
- * stamp against the one kept.  Stamps come from one counter
- * (ibp_next_stamp), so equal stamps mean the same object in the same state
- * (a new object at a freed one's address has a new stamp), and an SGE's
- * stamp stands for the whole of its C value.  The list needs no identity:
- * whichever list the request holds now, its items are what is compared.
- * n is at least 1 when something is kept (an empty list is not kept): 0,
- * as a new object has it, keeps nothing.  A fork() child keeps nothing and
- * matches nothing (its ibp_kept_sge_type is NULL), which is what lets
- * post.c's short way skip the fork check.
+ * A work request kept from its last post (SendWR and RecvWR keep one, wr.c): a post sends it as
+ * it is while what it was built from is what the objects say now.  That is checked at each post,
+ * never told: no mutation path has to invalidate anything.  A SendWR's own fields carry a stamp
+ * (taken after every store), and the kept request the stamp it was built from; the list is
+ * compared item by item: its length, and each item's stamp against the one kept.  Stamps come
+ * from one counter (ibp_next_stamp), so equal stamps mean the same object in the same state (a
+ * new object at a freed one's address has a new stamp), and an SGE's stamp stands for the whole
+ * of its C value.  The list needs no identity: whichever list the request holds now, its items
+ * are what is compared. n is at least 1 when something is kept (an empty list is not kept): 0, as
+ * a new object has it, keeps nothing.  A fork() child keeps nothing and matches nothing (its
+ * ibp_kept_sge_type is NULL), which is what lets post.c's short way skip the fork check.
  */
 #define IBP_CACHED_SGES 4
 struct ibp_sge_cache {
@@ -754,6 +750,10 @@ IBP_HIDDEN void ibp_wr_unlock(struct ibp_wr_lock *l);
 #define ibp_wr_lock(l, w) ((void)(l), (void)(w))
 #define ibp_wr_unlock(l) ((void)(l))
 #endif
+/* wr.c: post.c's send_wr_lock_hold with other threads; a request's SGE count, in its lock */
+IBP_HIDDEN int ibp_send_wr_lock_hold_threads(struct ibp_wr_lock *l, SendWRObject *w, PyObject **held,
+                                             struct ibp_bind_snapshot *bind);
+IBP_HIDDEN Py_ssize_t ibp_wr_sg_count(PyObject *w);
 
 /* A kept SendWR into *wr: the request it keeps, its wr_id; not next. */
 IBP_HIDDEN void ibp_send_wr_copy_kept(const SendWRObject *w, struct ibv_send_wr *wr);

@@ -11,7 +11,7 @@ struct chain {
     void *wrs;
     struct ibv_sge *sges;
     void *heap;
-    PyObject *held;     /* a list of chain_hold's tuples, or NULL */
+    PyObject *held;     /* a list of chain_lock_hold's tuples, or NULL */
     union {
         struct ibv_send_wr send[STACK_WRS];
         struct ibv_recv_wr recv[STACK_WRS];
@@ -86,134 +86,42 @@ static int check_inline_mrs(PyObject *sg_list, const struct ibv_send_wr *wr)
     return 0;
 }
 
-/*
- * On a free-threaded target what the provider reads of a send request
- * besides the QP and the request (its AH; a BIND_MW's MW and its
- * bind_info's MR; an INLINE request's MRs, whose buffers it copies) is held
- * from before the request is read until its post returns, as a PostList's
- * are (postlist.c, pl_hold): another thread's close() of one says EBUSY
- * meanwhile, instead of destroying what the provider is about to read.  A
- * hold may wait for that object's lock, which suspends the request's: the
- * request is read again after it, and held anew when what it names
- * changed.  On a GIL target no close() runs during a post: nothing held.
- */
-static PyObject *send_wr_handles(SendWRObject *w, struct ibp_bind_snapshot *bind)
+/* A send request locked with its list and what it names held for its post:
+ * released with ibp_unhold_each(*held), then ibp_wr_unlock(l).  With the
+ * GIL nothing else runs until the post returns: only a BIND_MW's bind_info
+ * is copied (it keeps its MR meanwhile). */
+static inline int send_wr_lock_hold(struct ibp_wr_lock *l, SendWRObject *w, PyObject **held,
+                                    struct ibp_bind_snapshot *bind)
 {
-    /* The bind_info (the MR it names, and what the fill hands over) first,
-     * in the bind_info's critical section: taking it may suspend the
-     * request's, so the request is read after it (and the bind_info taken
-     * again if the request has another one by then). */
-    PyObject *info = NULL, *mr = NULL;
-    while (w->opcode == IBV_WR_BIND_MW && w->bind_info != NULL && w->bind_info != info) {
-        Py_XDECREF(info);
-        Py_CLEAR(mr);
-        info = Py_NewRef(w->bind_info);
-        if (ibp_bind_snapshot_take(info, bind) < 0) {
-            Py_DECREF(info);
-            return NULL;
-        }
-        mr = bind->mr;
-    }
-    PyObject *mw = w->opcode == IBV_WR_BIND_MW ? w->mw : NULL;
-    if (w->opcode != IBV_WR_BIND_MW || w->bind_info == NULL)
-        Py_CLEAR(mr);
-    int with_inline = (w->send_flags & IBV_SEND_INLINE) && w->sg_list != NULL;
-    PyObject *handles = NULL;
-    if (w->ah == NULL && mw == NULL && mr == NULL && !with_inline) {
-        handles = Py_NewRef(Py_None);
-        goto done;
-    }
-    if (mw == NULL && mr == NULL && !with_inline) {    /* a UD request: its AH alone */
-        handles = PyTuple_Pack(1, w->ah);
-        goto done;
-    }
-    PyObject *found = PyList_New(0);
-    if (found == NULL)
-        goto done;
-    PyObject *named[] = {w->ah, mw, mr};
-    for (size_t i = 0; i < sizeof(named) / sizeof(named[0]); i++)
-        if (named[i] != NULL && PyList_Append(found, named[i]) < 0)
-            goto fail;
-    for (Py_ssize_t j = 0; with_inline && j < PyList_Size(w->sg_list); j++) {
-        /* not an SGE (the list is the caller's, changed since): the fill
-         * says so, nothing of it to hold */
-        PyObject *item = PyList_GetItem(w->sg_list, j);
-        PyObject *owner = PyObject_TypeCheck(item, SGE_Type) ? ((SGEObject *)item)->owner : NULL;
-        if (owner != NULL && PyObject_TypeCheck(owner, MR_Type) && PyList_Append(found, owner) < 0)
-            goto fail;
-    }
-    handles = PyList_AsTuple(found);
-fail:
-    Py_DECREF(found);
-done:
-    Py_XDECREF(info);
-    Py_XDECREF(mr);
-    return handles;
-}
-
-static int same_handles(PyObject *a, PyObject *b)
-{
-    if (PyTuple_Size(a) != PyTuple_Size(b))
-        return 0;
-    for (Py_ssize_t i = 0; i < PyTuple_Size(a); i++)
-        if (PyTuple_GetItem(a, i) != PyTuple_GetItem(b, i))
-            return 0;
-    return 1;
-}
-
-/* *held: what ibp_unhold_each releases (NULL: nothing held); *bind: a
- * BIND_MW request's bind_info as the fill hands it over, its MR held. */
-static int send_wr_hold(SendWRObject *w, PyObject **held, struct ibp_bind_snapshot *bind)
-{
+    if (IBP_NO_GIL)
+        return ibp_send_wr_lock_hold_threads(l, w, held, bind);
     *held = NULL;
     bind->info = NULL;
-    if (!IBP_NO_GIL) {
-        /* nothing else runs until the post returns: the bind_info keeps its MR */
-        if (w->opcode != IBV_WR_BIND_MW || w->bind_info == NULL)
-            return 0;
-        int rc = ibp_bind_snapshot_take(w->bind_info, bind);
-        Py_XDECREF(rc == 0 ? bind->mr : NULL);
-        return rc;
-    }
-    for (;;) {
-        PyObject *wanted = send_wr_handles(w, bind);
-        if (wanted == NULL || wanted == Py_None) {
-            Py_XDECREF(wanted);
-            return wanted == NULL ? -1 : 0;
-        }
-        int rc = ibp_hold_each(wanted, held);
-        Py_DECREF(wanted);
-        if (rc < 0)
-            return -1;
-        PyObject *now = send_wr_handles(w, bind);
-        int same = now != NULL && now != Py_None && same_handles(now, *held);
-        Py_XDECREF(now);
-        if (same)
-            return 0;
-        ibp_unhold_each(*held);
-        *held = NULL;
-        if (now == NULL)
-            return -1;
-    }
+    if (w->opcode != IBV_WR_BIND_MW || w->bind_info == NULL)
+        return 0;
+    int rc = ibp_bind_snapshot_take(w->bind_info, bind);
+    Py_XDECREF(rc == 0 ? bind->mr : NULL);
+    return rc;
 }
 
-/* send_wr_hold for a chain: released by chain_unhold (chain_end). */
-static int chain_hold(struct chain *c, SendWRObject *w, struct ibp_bind_snapshot *bind)
+/* send_wr_lock_hold for a chain: its holds released by chain_unhold
+ * (chain_end), the request unlocked by the caller. */
+static int chain_lock_hold(struct chain *c, struct ibp_wr_lock *l, SendWRObject *w,
+                           struct ibp_bind_snapshot *bind)
 {
     PyObject *held;
-    if (send_wr_hold(w, &held, bind) < 0)
+    if (send_wr_lock_hold(l, w, &held, bind) < 0)
         return -1;
     if (held == NULL)
         return 0;
-    if (c->held == NULL && (c->held = PyList_New(0)) == NULL) {
+    int rc = c->held == NULL && (c->held = PyList_New(0)) == NULL ? -1
+             : PyList_Append(c->held, held);
+    if (rc < 0) {
         ibp_unhold_each(held);
-        return -1;
-    }
-    int rc = PyList_Append(c->held, held);
-    if (rc < 0)
-        ibp_unhold_each(held);
-    else
+        ibp_wr_unlock(l);
+    } else {
         Py_DECREF(held);
+    }
     return rc;
 }
 
@@ -318,16 +226,16 @@ static PyObject *post_send_one_locked(PyObject *self, SendWRObject *w, int *no_r
     Py_RETURN_NONE;
 }
 
-/* Post one request: read and posted in its critical section (ibp_wr_lock),
- * what it names held (send_wr_hold). */
+/* Post one request: read and posted in its critical section, what it
+ * names held (send_wr_lock_hold). */
 static PyObject *post_send_one(PyObject *self, SendWRObject *w, int *no_room)
 {
     struct ibp_wr_lock l;
     PyObject *held;
     struct ibp_bind_snapshot bind;
-    ibp_wr_lock(&l, (PyObject *)w);
-    PyObject *result = send_wr_hold(w, &held, &bind) < 0 ? NULL
-                       : post_send_one_locked(self, w, no_room, &bind);
+    if (send_wr_lock_hold(&l, w, &held, &bind) < 0)
+        return NULL;
+    PyObject *result = post_send_one_locked(self, w, no_room, &bind);
     ibp_unhold_each(held);
     ibp_wr_unlock(&l);
     return result;
@@ -485,17 +393,18 @@ static Py_ssize_t send_chain_on_stack(PyObject *self, PyObject *arg, struct chai
         SendWRObject *w = (SendWRObject *)item;
         struct ibv_send_wr *wr = &wrs[i];
         struct ibp_wr_lock l;
-        ibp_wr_lock(&l, item);
-        /* its SGEs are those it keeps: none of the chain's room taken */
+        struct ibp_bind_snapshot bind;
+        /* its SGEs are those it keeps: none of the chain's room taken (only
+         * with the GIL, where nothing else runs: no lock, nothing to hold) */
         if (CHAIN_TAKES_KEPT && ibp_send_wr_kept(w) && !ud) {
             ibp_send_wr_copy_kept(w, wr);
-            ibp_wr_unlock(&l);
             wr->next = i + 1 < n ? &wrs[i + 1] : NULL;
             continue;
         }
+        if (chain_lock_hold(c, &l, w, &bind) < 0)
+            return -1;
         wr->sg_list = sge;
-        struct ibp_bind_snapshot bind;
-        int filled = chain_hold(c, w, &bind) < 0 || ibp_check_ah_fits_qp(self, w->ah, i) < 0 ? -1
+        int filled = ibp_check_ah_fits_qp(self, w->ah, i) < 0 ? -1
                      : ibp_send_wr_fill(w, w->sg_list, wr, c->stack_sges + STACK_SGES - sge, &bind);
         if (filled == 0 && check_inline_mrs(w->sg_list, wr) < 0)
             filled = -1;
@@ -615,8 +524,9 @@ static PyObject *post_send_requests(PyObject *self, PyObject *arg, enum recv_que
         wr->sg_list = sge;
         struct ibp_wr_lock l;
         struct ibp_bind_snapshot bind;
-        ibp_wr_lock(&l, (PyObject *)w);
-        int filled = chain_hold(&c, w, &bind) < 0 || ibp_check_ah_fits_qp(self, w->ah, i) < 0 ? -1
+        if (chain_lock_hold(&c, &l, w, &bind) < 0)
+            goto done;
+        int filled = ibp_check_ah_fits_qp(self, w->ah, i) < 0 ? -1
                      : ibp_send_wr_fill(w, w->sg_list, wr, s.nsge - (sge - c.sges), &bind);
         if (filled == 0 && check_inline_mrs(w->sg_list, wr) < 0)
             filled = -1;

@@ -187,8 +187,7 @@ static PyObject *ibp_hand_PostList_new_impl(PyTypeObject *type, PyObject *arg,
     pl->n = s.n;
     for (Py_ssize_t i = 0; i < s.n; i++) {
         PyObject *w = ibp_wr_seq_item(&s, i);
-        Py_ssize_t k = ibp_sg_count(kind == PL_SEND ? ((SendWRObject *)w)->sg_list
-                                                : ((RecvWRObject *)w)->sg_list);
+        Py_ssize_t k = ibp_wr_sg_count(w);
         if (k > INT32_MAX) {
             PyErr_SetString(PyExc_ValueError, "too many SGEs");
             goto fail;

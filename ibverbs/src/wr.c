@@ -94,6 +94,15 @@ _Static_assert(offsetof(SendWRObject, sg_list) == offsetof(RecvWRObject, sg_list
                "sg_list at one offset");
 #define WR_SG_LIST(obj) (((RecvWRObject *)(obj))->sg_list)
 
+Py_ssize_t ibp_wr_sg_count(PyObject *w)
+{
+    ibp_lock_t cs;
+    ibp_lock(&cs, w);
+    Py_ssize_t n = ibp_sg_count(WR_SG_LIST(w));
+    ibp_unlock(&cs);
+    return n;
+}
+
 int ibp_bad_wr_item(Py_ssize_t i, const char *what, PyObject *item)
 {
     PyErr_Format(PyExc_TypeError, "item %zd must be a %s, not %s", i, what, ibp_type_name(item));
@@ -113,7 +122,7 @@ int ibp_wr_seq_init(struct wr_seq *s, PyObject *arg, PyTypeObject *type, const c
     if (PyObject_TypeCheck(arg, type)) {
         s->one = arg;
         s->n = 1;
-        s->nsge = ibp_sg_count(WR_SG_LIST(arg));
+        s->nsge = ibp_wr_sg_count(arg);
         return 0;
     }
     if (PyList_CheckExact(arg)) {
@@ -140,7 +149,7 @@ int ibp_wr_seq_init(struct wr_seq *s, PyObject *arg, PyTypeObject *type, const c
             ibp_wr_seq_done(s);
             return ibp_bad_wr_item(i, what, item);
         }
-        s->nsge += ibp_sg_count(WR_SG_LIST(item));
+        s->nsge += ibp_wr_sg_count(item);
     }
     return 0;
 }
@@ -468,4 +477,132 @@ int ibp_check_ah_fits_qp(PyObject *qp, PyObject *ah, Py_ssize_t index)
         return -1;
     }
     return 0;
+}
+
+/* ---- what a send request names, held for its post (post.c) -------------- */
+
+/*
+ * On a free-threaded target what the provider reads of a send request
+ * besides the QP and the request (its AH; a BIND_MW's MW and its
+ * bind_info's MR; an INLINE request's MRs, whose buffers it copies) is held
+ * from before the request is read until its post returns, as a PostList's
+ * are (postlist.c, pl_hold): another thread's close() of one says EBUSY
+ * meanwhile, instead of destroying what the provider is about to read.  A
+ * hold may wait for that object's lock, which suspends the request's: the
+ * request is read again after it, and held anew when what it names
+ * changed.  On a GIL target no close() runs during a post: nothing held
+ * (post.c, send_wr_lock_hold).
+ */
+static PyObject *send_wr_handles(SendWRObject *w, struct ibp_bind_snapshot *bind)
+{
+    /* The bind_info (the MR it names, and what the fill hands over) first,
+     * in the bind_info's critical section: taking it may suspend the
+     * request's, so the request is read after it (and the bind_info taken
+     * again if the request has another one by then). */
+    PyObject *info = NULL, *mr = NULL;
+    while (w->opcode == IBV_WR_BIND_MW && w->bind_info != NULL && w->bind_info != info) {
+        Py_XDECREF(info);
+        Py_CLEAR(mr);
+        info = Py_NewRef(w->bind_info);
+        if (ibp_bind_snapshot_take(info, bind) < 0) {
+            Py_DECREF(info);
+            return NULL;
+        }
+        mr = bind->mr;
+    }
+    PyObject *mw = w->opcode == IBV_WR_BIND_MW ? w->mw : NULL;
+    if (w->opcode != IBV_WR_BIND_MW || w->bind_info == NULL)
+        Py_CLEAR(mr);
+    int with_inline = (w->send_flags & IBV_SEND_INLINE) && w->sg_list != NULL;
+    PyObject *handles = NULL;
+    if (w->ah == NULL && mw == NULL && mr == NULL && !with_inline) {
+        handles = Py_NewRef(Py_None);
+        goto done;
+    }
+    if (mw == NULL && mr == NULL && !with_inline) {    /* a UD request: its AH alone */
+        handles = PyTuple_Pack(1, w->ah);
+        goto done;
+    }
+    PyObject *found = PyList_New(0);
+    if (found == NULL)
+        goto done;
+    PyObject *named[] = {w->ah, mw, mr};
+    for (size_t i = 0; i < sizeof(named) / sizeof(named[0]); i++)
+        if (named[i] != NULL && PyList_Append(found, named[i]) < 0)
+            goto fail;
+    for (Py_ssize_t j = 0; with_inline && j < PyList_Size(w->sg_list); j++) {
+        /* not an SGE (the list is the caller's, changed since): the fill
+         * says so, nothing of it to hold */
+        PyObject *item = PyList_GetItem(w->sg_list, j);
+        PyObject *owner = PyObject_TypeCheck(item, SGE_Type) ? ((SGEObject *)item)->owner : NULL;
+        if (owner != NULL && PyObject_TypeCheck(owner, MR_Type) && PyList_Append(found, owner) < 0)
+            goto fail;
+    }
+    handles = PyList_AsTuple(found);
+fail:
+    Py_DECREF(found);
+done:
+    Py_XDECREF(info);
+    Py_XDECREF(mr);
+    return handles;
+}
+
+static int same_handles(PyObject *a, PyObject *b)
+{
+    if (PyTuple_Size(a) != PyTuple_Size(b))
+        return 0;
+    for (Py_ssize_t i = 0; i < PyTuple_Size(a); i++)
+        if (PyTuple_GetItem(a, i) != PyTuple_GetItem(b, i))
+            return 0;
+    return 1;
+}
+
+/* *held: what ibp_unhold_each releases (NULL: nothing held); *bind: a
+ * BIND_MW request's bind_info as the fill hands it over, its MR held. */
+static int send_wr_hold(SendWRObject *w, PyObject **held, struct ibp_bind_snapshot *bind)
+{
+    *held = NULL;
+    bind->info = NULL;
+    for (;;) {
+        PyObject *wanted = send_wr_handles(w, bind);
+        if (wanted == NULL || wanted == Py_None) {
+            Py_XDECREF(wanted);
+            return wanted == NULL ? -1 : 0;
+        }
+        int rc = ibp_hold_each(wanted, held);
+        Py_DECREF(wanted);
+        if (rc < 0)
+            return -1;
+        PyObject *now = send_wr_handles(w, bind);
+        int same = now != NULL && now != Py_None && same_handles(now, *held);
+        Py_XDECREF(now);
+        if (same)
+            return 0;
+        ibp_unhold_each(*held);
+        *held = NULL;
+        if (now == NULL)
+            return -1;
+    }
+}
+
+/* Where other threads run (IBP_NO_GIL), the request locked with its list
+ * (ibp_wr_lock) and what it names held (send_wr_hold): 0, or -1 with an
+ * exception and nothing locked or held.  A hold that waits for its
+ * object's lock suspends the request's, and the request may take another
+ * list meanwhile, which the lock does not cover (the fill and the INLINE
+ * check read the request's list): then all is released and taken again. */
+int ibp_send_wr_lock_hold_threads(struct ibp_wr_lock *l, SendWRObject *w, PyObject **held,
+                                  struct ibp_bind_snapshot *bind)
+{
+    for (;;) {
+        ibp_wr_lock(l, (PyObject *)w);
+        if (send_wr_hold(w, held, bind) < 0) {
+            ibp_wr_unlock(l);
+            return -1;
+        }
+        if (w->sg_list == l->sg_list)
+            return 0;
+        ibp_unhold_each(*held);
+        ibp_wr_unlock(l);
+    }
 }

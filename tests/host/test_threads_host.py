@@ -29,7 +29,8 @@ import pytest
 ON_NULL = ["null_posts_and_polls", "null_close_under_use", "null_mr_churn",
            "null_shared_postlist_and_wcbuffer"]
 ON_RECORDING = ["rec_posts_counted", "rec_modify_under_use", "rec_requests_rewritten_while_posted",
-                "rec_ah_closed_while_posted", "rec_bind_info_rewritten_while_posted"]
+                "rec_ah_closed_while_posted", "rec_bind_info_rewritten_while_posted",
+                "rec_sg_list_swapped_while_a_hold_waits"]
 
 # Run with the repository as its working directory (both provider fixtures).
 CHILD = ("import sys; sys.path[:0] = ['tests/host', 'tests/recording']; "
@@ -73,6 +74,8 @@ def check_counts(scenario: str, counts: Dict[str, Any]) -> None:
         assert counts["rounds"] >= 3 and counts["calls"] >= 3 * counts["rounds"]
     elif scenario == "rec_bind_info_rewritten_while_posted":
         assert counts["requests_handed"] > 0 and counts["rewrites"] > 0
+    elif scenario == "rec_sg_list_swapped_while_a_hold_waits":
+        assert counts["requests_handed"] > 0 and counts["swaps"] > 0
     elif scenario == "null_mr_churn":
         assert counts["registered"] > 0 and counts["pd_close_refused"] > 0
     elif scenario == "null_shared_postlist_and_wcbuffer":

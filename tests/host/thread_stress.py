@@ -694,11 +694,89 @@ def rec_bind_info_rewritten_while_posted(rec: Any) -> Dict[str, Any]:
     return dict(totals, requests_handed=len(handed), posts=sum(posts))
 
 
+def rec_sg_list_swapped_while_a_hold_waits(rec: Any) -> Dict[str, Any]:
+    """Threads post UD requests (one request from two threads, a list of
+    two) while two
+    others keep their AH's lock busy (repr, .pd), so that a post's hold of
+    the AH waits and suspends the request's critical section, and another
+    gives the request a new list and rewrites it again and again.  A post
+    reads only the list it locked: every SGE the provider is handed is one
+    of those lists' (length 16 or 32, the MR's lkey), never a freed list's
+    or one past a list's end (a crash, before the fix)."""
+    ctx, pd = rec.ctx, rec.pd
+    mem = Memory(4096)
+    mr = pd.reg_mr(mem.addr, mem.size, ACCESS)
+    qp = rec.qp(qp_type=ib.QPType.UD, max_send_wr=1 << 20)
+    ah = pd.create_ah(ib.AHAttr(dlid=1, is_global=0))
+
+    def request(wr_id: int) -> Any:
+        return ib.SendWR(wr_id=wr_id, sg_list=[mr.sge(16)], ah=ah, remote_qpn=1, remote_qkey=1)
+
+    one, two = request(1), [request(2), request(3)]
+    swaps, changed, handed = [0], [0], [0]
+
+    def check_and_clear() -> None:
+        for r in rec.requests():
+            if r["kind"] == "send":
+                assert 0 <= r["num_sge"] <= 60, r
+                assert all(n in (16, 32) and lkey == mr.lkey for _, n, lkey in r["sges"]), r
+                handed[0] += 1
+        rec.clear()
+
+    def poster(wrs: Any, checks: bool) -> Callable[[threading.Event], int]:
+        def body(stop: threading.Event) -> int:
+            n = 0
+            while not stop.is_set():
+                try:
+                    qp.post_send(wrs)
+                    n += 1
+                except RuntimeError as exc:
+                    # a chain too long for the stack counts its SGEs before
+                    # it fills them: a list grown in between is refused
+                    assert str(exc) == "sg_list changed while it was converted", exc
+                    changed[0] += 1
+                    continue
+                if checks and n % 2000 == 0:
+                    check_and_clear()
+            return n
+        return body
+
+    def hammer(stop: threading.Event) -> int:
+        n = 0
+        while not stop.is_set():
+            repr(ah)
+            ah.pd
+            n += 1
+        return n
+
+    def swapper(stop: threading.Event) -> int:
+        while not stop.is_set():
+            for w in (one, *two) if swaps[0] % 10 == 0 else (one,):
+                fresh = [mr.sge(32) for _ in range(60)]
+                w.sg_list = fresh
+                for _ in range(20):
+                    fresh.clear()
+                    fresh.extend(mr.sge(16) for _ in range(60))
+            swaps[0] += 1
+        return 0
+
+    # 3 s: the window (a hold waiting while the list is replaced) is narrow
+    posts = race([poster(one, True), poster(one, False), poster(two, False), hammer, hammer,
+                  swapper], seconds=3 * SECONDS)[:3]
+    check_and_clear()
+    assert all(posts) and swaps[0] and handed[0], (posts, swaps, handed)
+    for obj in (qp, ah, mr):
+        obj.close()
+    return {"posts": sum(posts), "swaps": swaps[0], "requests_handed": handed[0],
+            "changed_while_converted": changed[0]}
+
+
 SCENARIOS: Dict[str, Callable[[Any], Dict[str, Any]]] = {
     f.__name__: f for f in (null_posts_and_polls, null_close_under_use, null_mr_churn,
                             null_shared_postlist_and_wcbuffer, rec_posts_counted,
                             rec_modify_under_use, rec_requests_rewritten_while_posted,
-                            rec_ah_closed_while_posted, rec_bind_info_rewritten_while_posted)}
+                            rec_ah_closed_while_posted, rec_bind_info_rewritten_while_posted,
+                            rec_sg_list_swapped_while_a_hold_waits)}
 
 
 def main(names: List[str]) -> None:
