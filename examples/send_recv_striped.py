@@ -58,7 +58,12 @@ def run(s, args):
     peer = s.all_gather_bytes(blob)[s.peer]
     for i, (qp, psn) in enumerate(zip(qps, psns)):
         remote = ib.QPInfo.from_bytes(peer[28 * i:28 * (i + 1)])
-        ib.connect_rc(qp, remote, port=s.port, sgid_index=s.gid_index, access=0, local_psn=psn)
+        # timeout=18 (about 1 s before a SEND is resent, NCCL's default) rather
+        # than 14 (67 ms): a chunk is 64 packets at MTU 1024, and a slow peer
+        # (Soft-RoCE on a loaded host) may ack it later than 67 ms; each
+        # needless retry resends the whole chunk.
+        ib.connect_rc(qp, remote, port=s.port, sgid_index=s.gid_index, access=0, local_psn=psn,
+                      timeout=18)
     stripe = {qp.qp_num: q for q, qp in enumerate(qps)}       # wc.qp_num -> stripe
     todo = [list(range(q, len(chunks), nqp)) for q in range(nqp)]  # chunk indices per QP, in order
     expected = _common.pattern(numel, seed=4, device=s.tensor_device)
