@@ -402,7 +402,7 @@ def _entered_call(m: MethodModel) -> List[str]:
     # critical section, as a verb's struct argument
     body += [line for p in m.params for line in p.hold_handles()]
     body += [f"return_value = {_impl_call(m)};", ""]
-    if any(p.parse_can_fail for p in m.params) or m.hand_holds:
+    if any(p.parse_can_fail or p.holds() for p in m.params) or m.hand_holds:
         body.append(EXIT)
     body += [line for p in m.params for line in p.cleanup()] + unhold
     body += [f"ibp_unhold({held});" for p in reversed(m.params) for held in reversed(p.holds())]
